@@ -1,0 +1,88 @@
+package record
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Test for them with errors.Is; the errors returned by this
+// package wrap them with the position and offset that failed.
+var (
+	// ErrCorrupt is the class of every error that means the bytes are damaged:
+	// a bad size, an unknown magic, a CRC mismatch, a record that does not
+	// parse. Every error below except ErrTornTail, ErrUnknownCodec and
+	// ErrTooLarge also matches ErrCorrupt.
+	ErrCorrupt = errors.New("record: corrupt batch")
+	// ErrCRCMismatch means the stored checksum does not match the bytes.
+	ErrCRCMismatch = errors.New("record: crc mismatch")
+	// ErrBadSize means a declared length is impossible: below the format's
+	// minimum, or inconsistent with the bytes given.
+	ErrBadSize = errors.New("record: bad size")
+	// ErrBadMagic means the magic byte is not 0, 1 or 2.
+	ErrBadMagic = errors.New("record: unknown magic")
+	// ErrBadRecord means a record inside a batch does not parse: a length
+	// that runs past the batch, a negative header count, trailing bytes.
+	ErrBadRecord = errors.New("record: malformed record")
+	// ErrTornTail means a file ends inside an entry: fewer than 17 bytes
+	// are left, or the entry's declared size runs past the end. It is what
+	// an interrupted append leaves behind, not corruption.
+	ErrTornTail = errors.New("record: torn tail")
+	// ErrUnknownCodec means the attributes name a compression codec that
+	// Kafka does not define (or zstd below magic 2).
+	ErrUnknownCodec = errors.New("record: unknown compression codec")
+	// ErrTooLarge means decompressing a batch would exceed the configured
+	// cap on decompressed bytes.
+	ErrTooLarge = errors.New("record: decompressed batch too large")
+	// ErrInvalid means the caller asked for something the format cannot
+	// hold: a relative offset past int32, too many records, a bad option.
+	ErrInvalid = errors.New("record: invalid input")
+)
+
+// BatchError reports what failed in one batch (or legacy entry) and where.
+// It matches its Kind with errors.Is, and ErrCorrupt when Kind is one of the
+// corruption kinds.
+type BatchError struct {
+	Kind       error // one of the sentinels above
+	Position   int64 // file position of the batch; -1 when unknown
+	BaseOffset int64 // the batch's base offset as stored; -1 when unreadable
+	Detail     string
+}
+
+func (e *BatchError) Error() string {
+	where := ""
+	if e.Position >= 0 {
+		where = fmt.Sprintf(" at position %d", e.Position)
+	}
+	if e.BaseOffset >= 0 {
+		where += fmt.Sprintf(" (base offset %d)", e.BaseOffset)
+	}
+	if e.Detail == "" {
+		return e.Kind.Error() + where
+	}
+	return e.Kind.Error() + where + ": " + e.Detail
+}
+
+// Unwrap returns the kind and, for corruption kinds, ErrCorrupt.
+func (e *BatchError) Unwrap() []error {
+	switch e.Kind {
+	case ErrCRCMismatch, ErrBadSize, ErrBadMagic, ErrBadRecord:
+		return []error{e.Kind, ErrCorrupt}
+	}
+	return []error{e.Kind}
+}
+
+func batchErr(kind error, base int64, format string, args ...any) *BatchError {
+	return &BatchError{Kind: kind, Position: -1, BaseOffset: base, Detail: fmt.Sprintf(format, args...)}
+}
+
+// AtPosition returns err with its position set when it is a *BatchError
+// whose position is unknown; other errors come back unchanged.
+func AtPosition(err error, pos int64) error {
+	var be *BatchError
+	if errors.As(err, &be) && be.Position < 0 {
+		c := *be
+		c.Position = pos
+		return &c
+	}
+	return err
+}

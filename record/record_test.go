@@ -1,0 +1,334 @@
+package record_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tierlog/tierlog/record"
+)
+
+func TestCRC32CCheckValue(t *testing.T) {
+	if got := record.CRC32C([]byte("123456789")); got != 0xE3069283 {
+		t.Fatalf("crc32c(123456789) = %#x, want 0xE3069283", got)
+	}
+}
+
+// The COMMIT marker test vector from the storage reference (built from the
+// spec): baseOffset 10, pid 1000, epoch 0, coordinatorEpoch 5, ts 1700000000000.
+const commitMarkerHex = "000000000000000a000000420000000002fc84b0340030000000000000018bcfe568000000018bcfe5680000000000000003e80000ffffffff000000012000000008000000010c00000000000500"
+
+func TestEndTxnMarkerGolden(t *testing.T) {
+	want, _ := hex.DecodeString(commitMarkerHex)
+	var b record.Builder
+	got, err := b.BuildEndTxnMarker(record.EndTxnMarker{
+		BaseOffset: 10, PartitionLeaderEpoch: 0, ProducerID: 1000, ProducerEpoch: 0,
+		CoordinatorEpoch: 5, Commit: true, Timestamp: 1700000000000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("marker bytes\n got %x\nwant %x", []byte(got), want)
+	}
+	if err := got.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got.CRC() != 0xfc84b034 || !got.IsControl() || !got.IsTransactional() || got.BaseSequence() != -1 {
+		t.Fatalf("header fields wrong: crc %#x control %v txn %v seq %d", got.CRC(), got.IsControl(), got.IsTransactional(), got.BaseSequence())
+	}
+	var it record.Iterator
+	if err := it.Reset(got); err != nil || !it.Next() {
+		t.Fatalf("reset %v next %v", err, it.Err())
+	}
+	r := it.Record()
+	ct, err := record.ParseControlKey(r.Key)
+	if err != nil || ct != record.ControlCommit {
+		t.Fatalf("control type %v err %v", ct, err)
+	}
+	ce, err := record.ParseEndTxnMarkerValue(r.Value)
+	if err != nil || ce != 5 {
+		t.Fatalf("coordinator epoch %d err %v", ce, err)
+	}
+}
+
+// buildTestBatch builds a batch of n records with varied keys, values,
+// headers and timestamps.
+func buildTestBatch(t testing.TB, b *record.Builder, codec record.Codec, base int64, n int, rng *rand.Rand) record.Batch {
+	t.Helper()
+	h := record.NewBatchHeader()
+	h.BaseOffset = base
+	h.Codec = codec
+	h.PartitionLeaderEpoch = 3
+	b.Reset(h)
+	ts := int64(1_700_000_000_000)
+	for i := 0; i < n; i++ {
+		var key, val []byte
+		if rng.IntN(4) != 0 {
+			key = fmt.Appendf(nil, "key-%d", rng.IntN(1000))
+		}
+		if rng.IntN(8) != 0 {
+			val = bytes.Repeat([]byte{byte('a' + i%26)}, rng.IntN(300))
+		}
+		var hs []record.Header
+		for j := rng.IntN(3); j > 0; j-- {
+			hs = append(hs, record.Header{Key: []byte("h"), Value: []byte{byte(j)}})
+		}
+		b.Append(ts+int64(rng.IntN(2000))-1000, key, val, hs)
+	}
+	batch, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(record.Batch(nil), batch...)
+}
+
+func TestBuildIterateRoundTripAllCodecs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	var b record.Builder
+	for _, c := range []record.Codec{record.None, record.GZIP, record.Snappy, record.LZ4, record.ZSTD} {
+		t.Run(c.String(), func(t *testing.T) {
+			batch := buildTestBatch(t, &b, c, 100, 500, rng)
+			if err := batch.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			if batch.Codec() != c || batch.BaseOffset() != 100 || batch.LastOffset() != 599 || batch.NumRecords() != 500 {
+				t.Fatalf("header: codec %v base %d last %d n %d", batch.Codec(), batch.BaseOffset(), batch.LastOffset(), batch.NumRecords())
+			}
+			var it record.Iterator
+			if err := it.Reset(batch); err != nil {
+				t.Fatal(err)
+			}
+			maxTs := int64(-1)
+			n := 0
+			for it.Next() {
+				r := it.Record()
+				if r.Offset != int64(100+n) {
+					t.Fatalf("offset %d, want %d", r.Offset, 100+n)
+				}
+				maxTs = max(maxTs, r.Timestamp)
+				n++
+			}
+			if it.Err() != nil || n != 500 {
+				t.Fatalf("n %d err %v", n, it.Err())
+			}
+			if maxTs != batch.MaxTimestamp() {
+				t.Fatalf("max timestamp %d, header says %d", maxTs, batch.MaxTimestamp())
+			}
+		})
+	}
+}
+
+// TestCorruptEveryByteInCRCRange flips each byte in the CRC range of a batch
+// (and the CRC itself) and expects Validate to fail every time.
+func TestCorruptEveryByteInCRCRange(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var b record.Builder
+	for _, c := range []record.Codec{record.None, record.ZSTD} {
+		batch := buildTestBatch(t, &b, c, 0, 40, rng)
+		for i := 17; i < len(batch); i++ {
+			bad := append(record.Batch(nil), batch...)
+			bad[i] ^= byte(1 + rng.IntN(255))
+			err := bad.Validate()
+			if !errors.Is(err, record.ErrCorrupt) {
+				t.Fatalf("%v: flipping byte %d of %d: Validate = %v, want corruption", c, i, len(batch), err)
+			}
+		}
+		// Outside the CRC: base offset and leader epoch may change freely.
+		ok := append(record.Batch(nil), batch...)
+		ok.SetBaseOffset(1 << 40)
+		ok.SetPartitionLeaderEpoch(99)
+		if err := ok.Validate(); err != nil {
+			t.Fatalf("rewriting base offset and epoch broke the batch: %v", err)
+		}
+	}
+}
+
+// TestTruncateEveryPosition cuts a three-batch log at every byte position:
+// a cut on a batch boundary is a clean end, any other cut a torn tail, and
+// never corruption.
+func TestTruncateEveryPosition(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	var b record.Builder
+	var log []byte
+	var bounds = map[int]bool{0: true}
+	for i := 0; i < 3; i++ {
+		log = append(log, buildTestBatch(t, &b, record.None, int64(i*10), 10, rng)...)
+		bounds[len(log)] = true
+	}
+	for cut := 0; cut <= len(log); cut++ {
+		s := record.NewScanner(bytes.NewReader(log[:cut]), 0, int64(cut), record.ScanOptions{Validate: true, BufferSize: 100})
+		for s.Next() {
+		}
+		err := s.Err()
+		if bounds[cut] {
+			if err != nil || s.ValidEnd() != int64(cut) {
+				t.Fatalf("cut %d on a boundary: err %v valid end %d", cut, err, s.ValidEnd())
+			}
+			continue
+		}
+		if !errors.Is(err, record.ErrTornTail) || errors.Is(err, record.ErrCorrupt) {
+			t.Fatalf("cut %d: err %v, want a torn tail", cut, err)
+		}
+		if !bounds[int(s.ValidEnd())] || s.ValidEnd() > int64(cut) {
+			t.Fatalf("cut %d: valid end %d is not the last whole batch", cut, s.ValidEnd())
+		}
+	}
+}
+
+func TestScannerCorruptionKinds(t *testing.T) {
+	var b record.Builder
+	rng := rand.New(rand.NewPCG(7, 8))
+	good := buildTestBatch(t, &b, record.None, 0, 5, rng)
+	tail := func(mut func(p []byte)) error {
+		p := append(append([]byte(nil), good...), good...)
+		mut(p[len(good):])
+		s := record.NewScanner(bytes.NewReader(p), 0, int64(len(p)), record.ScanOptions{Validate: true})
+		n := 0
+		for s.Next() {
+			n++
+		}
+		if n != 1 || s.ValidEnd() != int64(len(good)) {
+			t.Fatalf("scanned %d entries to %d", n, s.ValidEnd())
+		}
+		return s.Err()
+	}
+	cases := []struct {
+		name string
+		mut  func(p []byte)
+		want error
+	}{
+		{"zero-filled", func(p []byte) { clear(p) }, record.ErrBadSize},
+		{"size below 14", func(p []byte) { binary.BigEndian.PutUint32(p[8:], 13) }, record.ErrBadSize},
+		{"v2 size below 61", func(p []byte) { binary.BigEndian.PutUint32(p[8:], 40) }, record.ErrBadSize},
+		{"magic 7", func(p []byte) { p[16] = 7 }, record.ErrBadMagic},
+		{"crc", func(p []byte) { p[len(p)-1] ^= 0xff }, record.ErrCRCMismatch},
+	}
+	for _, c := range cases {
+		err := tail(c.mut)
+		var be *record.BatchError
+		if !errors.Is(err, c.want) || !errors.Is(err, record.ErrCorrupt) || !errors.As(err, &be) || be.Position != int64(len(good)) {
+			t.Errorf("%s: err %v, want %v at position %d", c.name, err, c.want, len(good))
+		}
+	}
+}
+
+func TestIteratorRejectsMalformedRecords(t *testing.T) {
+	var b record.Builder
+	b.Reset(record.NewBatchHeader())
+	b.Append(1, []byte("k"), []byte("v"), []record.Header{{Key: []byte("h"), Value: nil}})
+	batch, _ := b.Build()
+	good := append(record.Batch(nil), batch...)
+	fix := func(p record.Batch) record.Batch {
+		binary.BigEndian.PutUint32(p[17:], p.ComputeCRC())
+		return p
+	}
+	cases := map[string]func(p record.Batch) record.Batch{
+		"count too high": func(p record.Batch) record.Batch { binary.BigEndian.PutUint32(p[57:], 2); return fix(p) },
+		"trailing bytes": func(p record.Batch) record.Batch {
+			p = append(p, 0)
+			binary.BigEndian.PutUint32(p[8:], uint32(len(p)-12))
+			return fix(p)
+		},
+		"record length past end": func(p record.Batch) record.Batch { p[61] = 0x7e; return fix(p) },
+		"negative header count":  func(p record.Batch) record.Batch { p[len(p)-4] = 0x01; return fix(p) },
+	}
+	for name, mut := range cases {
+		p := mut(append(record.Batch(nil), good...))
+		if err := p.Validate(); err != nil && !errors.Is(err, record.ErrBadRecord) {
+			t.Fatalf("%s: Validate: %v", name, err)
+		}
+		var it record.Iterator
+		err := it.Reset(p)
+		for err == nil && it.Next() {
+		}
+		if err == nil {
+			err = it.Err()
+		}
+		if !errors.Is(err, record.ErrBadRecord) || !errors.Is(err, record.ErrCorrupt) {
+			t.Errorf("%s: err %v, want a malformed record error", name, err)
+		}
+	}
+}
+
+func TestDecompressCap(t *testing.T) {
+	var b record.Builder
+	h := record.NewBatchHeader()
+	for _, c := range []record.Codec{record.GZIP, record.Snappy, record.LZ4, record.ZSTD} {
+		h.Codec = c
+		b.Reset(h)
+		for i := 0; i < 100; i++ {
+			b.Append(0, nil, make([]byte, 10_000), nil)
+		}
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var it record.Iterator
+		it.Decompressor.Max = 100_000
+		if err := it.Reset(batch); !errors.Is(err, record.ErrTooLarge) {
+			t.Errorf("%v: err %v, want ErrTooLarge", c, err)
+		}
+		it.Decompressor.Max = 0
+		if err := it.Reset(batch); err != nil {
+			t.Errorf("%v: with the default cap: %v", c, err)
+		}
+	}
+}
+
+func TestLogAppendTimeRewrite(t *testing.T) {
+	var b record.Builder
+	b.Reset(record.NewBatchHeader())
+	b.Append(5, nil, []byte("a"), nil)
+	b.Append(7, nil, []byte("b"), nil)
+	batch, _ := b.Build()
+	batch.SetLogAppendTime(42)
+	if err := batch.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	var it record.Iterator
+	_ = it.Reset(batch)
+	for it.Next() {
+		if it.Record().Timestamp != 42 {
+			t.Fatalf("record timestamp %d, want 42 (LogAppendTime)", it.Record().Timestamp)
+		}
+	}
+	if batch.TimestampType() != record.LogAppendTime || batch.MaxTimestamp() != 42 {
+		t.Fatal("attributes or max timestamp not rewritten")
+	}
+}
+
+func TestBuilderAllocatesNothingPerRecord(t *testing.T) {
+	var b record.Builder
+	val := bytes.Repeat([]byte("x"), 100)
+	key := []byte("key-00001")
+	build := func() {
+		b.Reset(record.NewBatchHeader())
+		for b.SizeWith(1, key, val, nil) <= 16384 {
+			b.Append(1, key, val, nil)
+		}
+		if _, err := b.Build(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	build() // warm the buffers
+	if allocs := testing.AllocsPerRun(50, build); allocs != 0 {
+		t.Fatalf("building a 16 KiB batch allocates %.1f times, want 0", allocs)
+	}
+}
+
+func TestParseCodec(t *testing.T) {
+	for c := record.None; c <= record.ZSTD; c++ {
+		got, err := record.ParseCodec(c.String())
+		if err != nil || got != c {
+			t.Fatalf("ParseCodec(%q) = %v, %v", c.String(), got, err)
+		}
+	}
+	if _, err := record.ParseCodec("brotli"); !errors.Is(err, record.ErrUnknownCodec) {
+		t.Fatalf("ParseCodec(brotli) err = %v", err)
+	}
+}

@@ -1,0 +1,199 @@
+package record
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// ScanOptions tune a Scanner.
+type ScanOptions struct {
+	// Validate checks every entry (v2: Batch.Validate; legacy: CRC-32 and
+	// layout) and stops at the first bad one with an ErrCorrupt error.
+	Validate bool
+	// HeadersOnly reads only the first BatchHeaderSize bytes of each entry;
+	// Entry.Data then holds just those. Validate needs whole entries and
+	// is ignored in this mode.
+	HeadersOnly bool
+	// BufferSize is the read window in bytes; 0 means 64 KiB. An entry
+	// larger than the window is read whole into a larger buffer (unless
+	// HeadersOnly).
+	BufferSize int
+}
+
+// Entry is one log entry found by a Scanner: a v2 batch or a legacy entry.
+type Entry struct {
+	Position int64 // file position of the entry's first byte
+	Size     int64 // bytes, including the 12-byte log overhead
+	Magic    int8
+	// BaseOffset is the first offset of a v2 batch or of an uncompressed
+	// legacy entry; -1 for a compressed legacy wrapper (knowing it would
+	// mean decompressing).
+	BaseOffset int64
+	// LastOffset is the last offset the entry holds.
+	LastOffset int64
+	// MaxTimestamp is a v2 batch's maxTimestamp, a magic 1 entry's
+	// timestamp, or NoTimestamp for magic 0.
+	MaxTimestamp int64
+	// Data holds the entry's bytes (only the header with HeadersOnly). It
+	// is valid until the next call to Next.
+	Data []byte
+}
+
+// Batch returns Data as a v2 batch view; only meaningful when Magic is 2.
+func (e *Entry) Batch() Batch { return Batch(e.Data) }
+
+// Scanner walks the entries of a log file from a position, reading through
+// an io.ReaderAt with a buffered window. It stops cleanly at the end, with
+// ErrTornTail when the file ends inside an entry, and with an ErrCorrupt
+// error when an entry's size or magic is impossible (or, with Validate, its
+// CRC does not match). ValidEnd is then where a recovery truncates.
+type Scanner struct {
+	r    io.ReaderAt
+	pos  int64 // start of the next entry
+	end  int64
+	opts ScanOptions
+
+	buf      []byte
+	bufStart int64 // file position of buf[0]
+	bufLen   int
+
+	entry Entry
+	err   error
+}
+
+// NewScanner returns a Scanner over r's bytes [start, end).
+func NewScanner(r io.ReaderAt, start, end int64, opts ScanOptions) *Scanner {
+	if opts.BufferSize <= 0 {
+		opts.BufferSize = 64 << 10
+	}
+	if opts.BufferSize < BatchHeaderSize {
+		opts.BufferSize = BatchHeaderSize
+	}
+	return &Scanner{r: r, pos: start, end: end, opts: opts}
+}
+
+// Entry returns the current entry; valid until the next call to Next.
+func (s *Scanner) Entry() *Entry { return &s.entry }
+
+// Err returns nil after a clean end, else why scanning stopped: a
+// *BatchError matching ErrTornTail or ErrCorrupt, or an I/O error.
+func (s *Scanner) Err() error { return s.err }
+
+// ValidEnd is the position just past the last entry Next returned, the
+// length a log keeps when recovery truncates a torn or corrupt tail.
+func (s *Scanner) ValidEnd() int64 { return s.pos }
+
+// Next advances to the next entry and reports whether there is one.
+func (s *Scanner) Next() bool {
+	if s.err != nil {
+		return false
+	}
+	remaining := s.end - s.pos
+	if remaining <= 0 {
+		return false
+	}
+	if remaining < HeaderSizeToMagic {
+		s.fail(ErrTornTail, -1, "%d bytes left, less than the %d-byte entry header", remaining, HeaderSizeToMagic)
+		return false
+	}
+	hdr, err := s.window(s.pos, HeaderSizeToMagic)
+	if err != nil {
+		s.err = err
+		return false
+	}
+	base := int64(binary.BigEndian.Uint64(hdr))
+	length := int32(binary.BigEndian.Uint32(hdr[offLength:]))
+	magic := int8(hdr[offMagic])
+	if length < MinLegacySize {
+		s.fail(ErrBadSize, base, "size field %d is below the minimum %d", length, MinLegacySize)
+		return false
+	}
+	if magic < 0 || magic > 2 {
+		s.fail(ErrBadMagic, base, "magic %d", magic)
+		return false
+	}
+	size := int64(length) + LogOverhead
+	if magic == 2 && size < BatchHeaderSize {
+		s.fail(ErrBadSize, base, "batch of %d bytes is below the v2 minimum %d", size, BatchHeaderSize)
+		return false
+	}
+	if size > remaining {
+		s.fail(ErrTornTail, base, "entry of %d bytes runs past the end (%d bytes left)", size, remaining)
+		return false
+	}
+	want := size
+	if s.opts.HeadersOnly && want > BatchHeaderSize {
+		want = BatchHeaderSize
+	}
+	data, err := s.window(s.pos, int(want))
+	if err != nil {
+		s.err = err
+		return false
+	}
+	e := Entry{Position: s.pos, Size: size, Magic: magic, Data: data}
+	if magic == 2 {
+		b := Batch(data)
+		if s.opts.Validate && !s.opts.HeadersOnly {
+			if err := b.Validate(); err != nil {
+				s.err = AtPosition(err, s.pos)
+				return false
+			}
+		}
+		e.BaseOffset, e.LastOffset, e.MaxTimestamp = base, b.LastOffset(), b.MaxTimestamp()
+	} else {
+		if len(data) < legacyHeaderV1 && magic == 1 || len(data) < legacyHeaderV0+8 {
+			s.fail(ErrBadSize, base, "magic %d entry of %d bytes is too short", magic, size)
+			return false
+		}
+		le := LegacyEntry(data)
+		if s.opts.Validate && !s.opts.HeadersOnly {
+			if err := le.Validate(); err != nil {
+				s.err = AtPosition(err, s.pos)
+				return false
+			}
+		}
+		e.LastOffset, e.MaxTimestamp, e.BaseOffset = base, le.Timestamp(), -1
+		if le.Codec() == None {
+			e.BaseOffset = base
+		}
+	}
+	s.entry = e
+	s.pos += size
+	return true
+}
+
+func (s *Scanner) fail(kind error, base int64, format string, args ...any) {
+	s.err = &BatchError{Kind: kind, Position: s.pos, BaseOffset: base, Detail: fmt.Sprintf(format, args...)}
+}
+
+// window returns the n bytes at pos, reading a new window when they are not
+// already buffered. The caller has checked that pos+n <= s.end.
+func (s *Scanner) window(pos int64, n int) ([]byte, error) {
+	if pos >= s.bufStart && pos+int64(n) <= s.bufStart+int64(s.bufLen) {
+		off := int(pos - s.bufStart)
+		return s.buf[off : off+n : off+n], nil
+	}
+	want := n
+	if want < s.opts.BufferSize {
+		want = s.opts.BufferSize
+	}
+	if left := s.end - pos; int64(want) > left {
+		want = int(left)
+	}
+	if cap(s.buf) < want {
+		s.buf = make([]byte, want)
+	}
+	s.buf = s.buf[:cap(s.buf)]
+	got, err := s.r.ReadAt(s.buf[:want], pos)
+	if got < n {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		s.bufLen = 0
+		return nil, fmt.Errorf("record: read %d bytes at position %d: %w", n, pos, err)
+	}
+	s.bufStart, s.bufLen = pos, got
+	return s.buf[:n:n], nil
+}
