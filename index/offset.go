@@ -1,0 +1,196 @@
+package index
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// OffsetEntry is an offset index entry with its absolute offset.
+type OffsetEntry struct {
+	Offset   int64
+	Position int32
+}
+
+// OffsetIndex maps offsets to file positions in one segment's .log.
+type OffsetIndex struct{ t table }
+
+// OpenOffsetIndex opens or creates the writable offset index at path for the
+// segment with baseOffset, preallocated to maxIndexSize (segment.index.bytes)
+// rounded down to 8 bytes and memory-mapped. Existing valid entries are kept.
+func OpenOffsetIndex(path string, baseOffset int64, maxIndexSize int) (*OffsetIndex, error) {
+	x := &OffsetIndex{t: table{kind: offsetKind, base: baseOffset}}
+	if err := x.t.openFile(path, true, maxIndexSize); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// OpenOffsetIndexReadOnly maps an existing offset index file read-only, at
+// its current length (a closed segment's trimmed index).
+func OpenOffsetIndexReadOnly(path string, baseOffset int64) (*OffsetIndex, error) {
+	x := &OffsetIndex{t: table{kind: offsetKind, base: baseOffset}}
+	if err := x.t.openFile(path, false, 0); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// NewOffsetIndexView returns a read-only offset index over data (for
+// example an index fetched from a bucket). It does not copy data; the caller
+// must not change it while the view is in use.
+func NewOffsetIndexView(data []byte, baseOffset int64) *OffsetIndex {
+	x := &OffsetIndex{t: table{kind: offsetKind, base: baseOffset}}
+	x.t.view(data)
+	return x
+}
+
+// BaseOffset returns the segment's base offset.
+func (x *OffsetIndex) BaseOffset() int64 { return x.t.base }
+
+// Path returns the file path, or "" for a view.
+func (x *OffsetIndex) Path() string {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return x.t.path
+}
+
+// Entries returns the number of valid entries.
+func (x *OffsetIndex) Entries() int {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return x.t.n
+}
+
+// MaxEntries returns the number of slots.
+func (x *OffsetIndex) MaxEntries() int {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return x.t.maxEntries()
+}
+
+// IsFull reports whether no slot is free.
+func (x *OffsetIndex) IsFull() bool {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return x.t.n >= x.t.maxEntries()
+}
+
+// SizeInBytes returns the bytes the valid entries take (the trimmed size).
+func (x *OffsetIndex) SizeInBytes() int { return x.Entries() * OffsetEntrySize }
+
+// Entry returns entry i (0 <= i < Entries()).
+func (x *OffsetIndex) Entry(i int) OffsetEntry {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return x.entryLocked(i)
+}
+
+func (x *OffsetIndex) entryLocked(i int) OffsetEntry {
+	return OffsetEntry{Offset: x.t.offset(i), Position: x.t.position(i)}
+}
+
+// LastEntry returns the last entry, or (baseOffset, 0) when empty.
+func (x *OffsetIndex) LastEntry() OffsetEntry {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	if x.t.n == 0 {
+		return OffsetEntry{Offset: x.t.base}
+	}
+	return x.entryLocked(x.t.n - 1)
+}
+
+// Lookup returns the entry with the largest offset <= target, or
+// (baseOffset, 0) when there is none.
+func (x *OffsetIndex) Lookup(target int64) OffsetEntry {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	i := x.t.search(target)
+	if i < 0 {
+		return OffsetEntry{Offset: x.t.base}
+	}
+	return x.entryLocked(i)
+}
+
+// LookupSlot is Lookup that also returns the chosen slot (-1 on a miss) and
+// the number of entries searched over, for tools that show their work.
+func (x *OffsetIndex) LookupSlot(target int64) (OffsetEntry, int, int) {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	i := x.t.search(target)
+	if i < 0 {
+		return OffsetEntry{Offset: x.t.base}, -1, x.t.n
+	}
+	return x.entryLocked(i), i, x.t.n
+}
+
+// Append adds (offset, position). The index must not be full, and offset
+// must be above the last entry's and within the segment's int32 relative
+// range; positions are the caller's to keep increasing.
+func (x *OffsetIndex) Append(offset int64, position int32) error {
+	x.t.mu.Lock()
+	defer x.t.mu.Unlock()
+	if x.t.closed {
+		return fmt.Errorf("%w: %s", ErrClosed, x.t.name())
+	}
+	if !x.t.writable {
+		return fmt.Errorf("%w: %s", ErrReadOnly, x.t.name())
+	}
+	if x.t.n >= x.t.maxEntries() {
+		return fmt.Errorf("%w: %s: %d entries, appending offset %d", ErrFull, x.t.name(), x.t.n, offset)
+	}
+	rel := offset - x.t.base
+	if rel < 0 || rel > math.MaxInt32 {
+		return fmt.Errorf("%w: %s: offset %d is outside the segment based at %d", ErrInvalidOffset, x.t.name(), offset, x.t.base)
+	}
+	if x.t.n > 0 {
+		if last := x.t.offset(x.t.n - 1); offset <= last {
+			return fmt.Errorf("%w: %s: offset %d at slot %d is not above the last offset %d", ErrInvalidOffset, x.t.name(), offset, x.t.n, last)
+		}
+	}
+	p := x.t.data[x.t.n*OffsetEntrySize:]
+	binary.BigEndian.PutUint32(p, uint32(int32(rel)))
+	binary.BigEndian.PutUint32(p[4:], uint32(position))
+	x.t.appendedLocked()
+	return nil
+}
+
+// TruncateTo removes every entry with offset >= offset.
+func (x *OffsetIndex) TruncateTo(offset int64) error {
+	x.t.mu.Lock()
+	defer x.t.mu.Unlock()
+	return x.t.truncateToLocked(offset)
+}
+
+// Reset removes every entry.
+func (x *OffsetIndex) Reset() error { return x.TruncateTo(math.MinInt64) }
+
+// Resize sets the file to maxIndexSize rounded down to the entry size
+// (Kafka re-expands the active segment's index to segment.index.bytes).
+func (x *OffsetIndex) Resize(maxIndexSize int) error {
+	x.t.mu.Lock()
+	defer x.t.mu.Unlock()
+	return x.t.resizeLocked(maxIndexSize)
+}
+
+// TrimToValidSize shrinks the file to exactly its valid entries, as Kafka
+// does when a segment rolls.
+func (x *OffsetIndex) TrimToValidSize() error {
+	x.t.mu.Lock()
+	defer x.t.mu.Unlock()
+	return x.t.resizeLocked(x.t.n * OffsetEntrySize)
+}
+
+// Flush makes the entries durable (msync + fsync).
+func (x *OffsetIndex) Flush() error { return x.t.flush() }
+
+// Rename moves the index file to newPath; the index stays usable.
+func (x *OffsetIndex) Rename(newPath string) error { return x.t.rename(newPath) }
+
+// SanityCheck reports a corrupt index: a length that is not a multiple of 8,
+// a last offset below the base, or non-zero slots past the valid prefix.
+func (x *OffsetIndex) SanityCheck() error { return x.t.sanityCheck(x.LastEntry().Offset) }
+
+// Close trims a writable index to its valid entries, then unmaps and closes
+// the file. Close is idempotent.
+func (x *OffsetIndex) Close() error { return x.t.close() }
