@@ -1,0 +1,369 @@
+package main
+
+import (
+	"bufio"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+type dumpOptions struct {
+	printData  bool
+	json       bool
+	baseOffset int64
+}
+
+func newDumpCmd() *cobra.Command {
+	var o dumpOptions
+	cmd := &cobra.Command{
+		Use:   "dump FILE...",
+		Short: "Print the batches of a .log, or the entries of a .index or .timeindex",
+		Long: `dump prints Kafka segment files in kafka-dump-log's line formats:
+
+  .log        one line per batch (baseOffset, lastOffset, count, position,
+              CreateTime, size, magic, compresscodec, crc, isvalid …);
+              --print-data adds one "| offset: …" line per record
+  .index      offset: 155 position: 16377
+  .timeindex  timestamp: 1788026072512 offset: 155
+
+Keys and values print as text when they are printable UTF-8, otherwise as
+"base64:…". Trailing bytes that do not form a whole batch are reported.
+The base offset comes from the 20-digit file name (or --base-offset).`,
+		Example: `  tierctl dump /var/kafka/orders-0/00000000000000000000.log
+  tierctl dump --print-data 00000000000000000000.log
+  tierctl dump --json 00000000000000000000.index | jq .position`,
+		Args: minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
+			defer w.Flush()
+			problems := false
+			for _, path := range args {
+				p, err := dumpFile(w, path, o, cmd.Flags().Changed("base-offset"))
+				if err != nil {
+					w.Flush()
+					return err
+				}
+				problems = problems || p
+			}
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			if problems {
+				return errProblems
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&o.printData, "print-data", false, "print every record (offset, timestamp, key, value, headers)")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON lines instead of text")
+	cmd.Flags().Int64Var(&o.baseOffset, "base-offset", 0, "base offset of an index file whose name does not carry it")
+	return cmd
+}
+
+// fileKind tells which segment file a name is, looking through temporary
+// suffixes (.deleted, .cleaned, .swap).
+func fileKind(path string) string {
+	name := filepath.Base(path)
+	for _, s := range []string{local.DeletedSuffix, local.CleanedSuffix, local.SwapSuffix} {
+		name = strings.TrimSuffix(name, s)
+	}
+	switch filepath.Ext(name) {
+	case local.LogSuffix:
+		return "log"
+	case local.IndexSuffix:
+		return "index"
+	case local.TimeIndexSuffix:
+		return "timeindex"
+	}
+	return ""
+}
+
+func baseOffsetOf(path string, o dumpOptions, given bool) (int64, error) {
+	if given {
+		return o.baseOffset, nil
+	}
+	base, _, err := local.ParseFileName(filepath.Base(path))
+	if err != nil {
+		return 0, usagef("%s: cannot tell the segment's base offset from the name; pass --base-offset", path)
+	}
+	return base, nil
+}
+
+// dumpFile prints one file and reports whether it found problems.
+func dumpFile(w *bufio.Writer, path string, o dumpOptions, baseGiven bool) (bool, error) {
+	kind := fileKind(path)
+	if kind == "" {
+		return false, usagef("%s: not a .log, .index or .timeindex file", path)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return false, usageError{err}
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return false, usageError{err}
+	}
+	if st.IsDir() {
+		return false, usagef("%s is a directory; dump takes files (verify takes directories)", path)
+	}
+	if !o.json {
+		fmt.Fprintf(w, "Dumping %s\n", path)
+	}
+	switch kind {
+	case "log":
+		return dumpLog(w, f, st.Size(), path, o)
+	case "index":
+		base, err := baseOffsetOf(path, o, baseGiven)
+		if err != nil {
+			return false, err
+		}
+		data, err := io.ReadAll(f)
+		if err != nil {
+			return false, err
+		}
+		x := index.NewOffsetIndexView(data, base)
+		for i := 0; i < x.Entries(); i++ {
+			e := x.Entry(i)
+			if o.json {
+				writeJSON(w, map[string]any{"offset": e.Offset, "position": e.Position})
+			} else {
+				fmt.Fprintf(w, "offset: %d position: %d\n", e.Offset, e.Position)
+			}
+		}
+		return reportIndexTail(w, path, x.SanityCheck(), len(data)/index.OffsetEntrySize-x.Entries(), o), nil
+	default:
+		base, err := baseOffsetOf(path, o, baseGiven)
+		if err != nil {
+			return false, err
+		}
+		data, err := io.ReadAll(f)
+		if err != nil {
+			return false, err
+		}
+		x := index.NewTimeIndexView(data, base)
+		for i := 0; i < x.Entries(); i++ {
+			e := x.Entry(i)
+			if o.json {
+				writeJSON(w, map[string]any{"timestamp": e.Timestamp, "offset": e.Offset})
+			} else {
+				fmt.Fprintf(w, "timestamp: %d offset: %d\n", e.Timestamp, e.Offset)
+			}
+		}
+		return reportIndexTail(w, path, x.SanityCheck(), len(data)/index.TimeEntrySize-x.Entries(), o), nil
+	}
+}
+
+// reportIndexTail notes unused (zero) slots and reports slots that break the
+// order; only the latter is a problem.
+func reportIndexTail(w *bufio.Writer, path string, sanity error, unused int, o dumpOptions) bool {
+	if sanity != nil {
+		if o.json {
+			writeJSON(w, map[string]any{"problem": sanity.Error()})
+		} else {
+			fmt.Fprintf(w, "Problem: %v\n", sanity)
+		}
+		return true
+	}
+	if unused > 0 && !o.json {
+		fmt.Fprintf(w, "%s has %d unused (zero) slots after its last entry: a preallocated index of an active segment\n", filepath.Base(path), unused)
+	}
+	return false
+}
+
+func dumpLog(w *bufio.Writer, f *os.File, size int64, path string, o dumpOptions) (bool, error) {
+	s := record.NewScanner(f, 0, size, record.ScanOptions{})
+	var it record.Iterator
+	if !o.json {
+		base, _, err := local.ParseFileName(filepath.Base(path))
+		if err == nil {
+			fmt.Fprintf(w, "Log starting offset: %d\n", base)
+		}
+	}
+	problems := false
+	for s.Next() {
+		e := s.Entry()
+		valid := validateEntry(e) == nil
+		problems = problems || !valid
+		printBatch(w, e, valid, o)
+		if !o.printData {
+			continue
+		}
+		if err := it.Reset(e.Data); err != nil {
+			problems = true
+			printProblem(w, o, fmt.Sprintf("records at position %d: %v", e.Position, err))
+			continue
+		}
+		for it.Next() {
+			printRecord(w, e, it.Record(), o)
+		}
+		if err := it.Err(); err != nil {
+			problems = true
+			printProblem(w, o, fmt.Sprintf("records at position %d: %v", e.Position, err))
+		}
+	}
+	if err := s.Err(); err != nil {
+		var be *record.BatchError
+		if !errors.As(err, &be) {
+			return problems, err
+		}
+		printProblem(w, o, fmt.Sprintf("Found %d invalid bytes at the end of %s (%v)", size-s.ValidEnd(), filepath.Base(path), err))
+		problems = true
+	}
+	return problems, nil
+}
+
+func validateEntry(e *record.Entry) error {
+	if e.Magic == 2 {
+		return e.Batch().Validate()
+	}
+	return record.LegacyEntry(e.Data).Validate()
+}
+
+func printProblem(w *bufio.Writer, o dumpOptions, msg string) {
+	if o.json {
+		writeJSON(w, map[string]any{"problem": msg})
+		return
+	}
+	fmt.Fprintln(w, msg)
+}
+
+func timestampTypeName(e *record.Entry) string {
+	switch {
+	case e.Magic == 0:
+		return "NoTimestampType"
+	case e.Magic == 2:
+		return e.Batch().TimestampType().String()
+	default:
+		return record.LegacyEntry(e.Data).TimestampType().String()
+	}
+}
+
+func printBatch(w *bufio.Writer, e *record.Entry, valid bool, o dumpOptions) {
+	tsType := timestampTypeName(e)
+	if e.Magic == 2 {
+		b := e.Batch()
+		horizon := "OptionalLong.empty"
+		if h, ok := b.DeleteHorizon(); ok {
+			horizon = fmt.Sprintf("OptionalLong[%d]", h)
+		}
+		if o.json {
+			m := map[string]any{
+				"baseOffset": b.BaseOffset(), "lastOffset": b.LastOffset(), "count": b.NumRecords(),
+				"baseSequence": b.BaseSequence(), "lastSequence": b.LastSequence(),
+				"producerId": b.ProducerID(), "producerEpoch": b.ProducerEpoch(),
+				"partitionLeaderEpoch": b.PartitionLeaderEpoch(), "isTransactional": b.IsTransactional(),
+				"isControl": b.IsControl(), "position": e.Position, "timestampType": tsType,
+				"maxTimestamp": b.MaxTimestamp(), "size": e.Size, "magic": e.Magic,
+				"compressCodec": b.Codec().String(), "crc": b.CRC(), "isValid": valid,
+			}
+			if h, ok := b.DeleteHorizon(); ok {
+				m["deleteHorizonMs"] = h
+			}
+			writeJSON(w, m)
+			return
+		}
+		fmt.Fprintf(w, "baseOffset: %d lastOffset: %d count: %d baseSequence: %d lastSequence: %d producerId: %d producerEpoch: %d partitionLeaderEpoch: %d isTransactional: %t isControl: %t deleteHorizonMs: %s",
+			b.BaseOffset(), b.LastOffset(), b.NumRecords(), b.BaseSequence(), b.LastSequence(), b.ProducerID(),
+			b.ProducerEpoch(), b.PartitionLeaderEpoch(), b.IsTransactional(), b.IsControl(), horizon)
+		fmt.Fprintf(w, " position: %d %s: %d size: %d magic: %d compresscodec: %s crc: %d isvalid: %t\n",
+			e.Position, tsType, b.MaxTimestamp(), e.Size, e.Magic, b.Codec(), b.CRC(), valid)
+		return
+	}
+	le := record.LegacyEntry(e.Data)
+	if o.json {
+		writeJSON(w, map[string]any{
+			"offset": e.LastOffset, "position": e.Position, "timestampType": tsType, "maxTimestamp": le.Timestamp(),
+			"size": e.Size, "magic": e.Magic, "compressCodec": le.Codec().String(), "crc": le.CRC(), "isValid": valid,
+		})
+		return
+	}
+	fmt.Fprintf(w, "offset: %d position: %d %s: %d size: %d magic: %d compresscodec: %s crc: %d isvalid: %t\n",
+		e.LastOffset, e.Position, tsType, le.Timestamp(), e.Size, e.Magic, le.Codec(), le.CRC(), valid)
+}
+
+func printRecord(w *bufio.Writer, e *record.Entry, r *record.Record, o dumpOptions) {
+	keys := make([]string, len(r.Headers))
+	for i, h := range r.Headers {
+		keys[i] = string(h.Key)
+	}
+	if o.json {
+		m := map[string]any{
+			"offset": r.Offset, "timestamp": r.Timestamp, "keySize": size(r.Key), "valueSize": size(r.Value),
+			"key": printable(r.Key), "payload": printable(r.Value),
+		}
+		if e.Magic == 2 {
+			m["sequence"] = r.Sequence
+			m["headerKeys"] = keys
+		}
+		writeJSON(w, m)
+		return
+	}
+	fmt.Fprintf(w, "| offset: %d %s: %d keySize: %d valueSize: %d", r.Offset, timestampTypeName(e), r.Timestamp, size(r.Key), size(r.Value))
+	if e.Magic == 2 {
+		fmt.Fprintf(w, " sequence: %d headerKeys: [%s]", r.Sequence, strings.Join(keys, ","))
+		if e.Batch().IsControl() {
+			if ct, err := record.ParseControlKey(r.Key); err == nil {
+				fmt.Fprintf(w, " controlType: %s", ct)
+			}
+		}
+	}
+	fmt.Fprintf(w, " key: %s payload: %s\n", printableOrNull(r.Key), printableOrNull(r.Value))
+}
+
+func size(b []byte) int {
+	if b == nil {
+		return -1
+	}
+	return len(b)
+}
+
+// printable returns b as text when it is printable UTF-8, else "base64:…";
+// nil stays nil (JSON null).
+func printable(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	if utf8.Valid(b) {
+		ok := true
+		for _, r := range string(b) {
+			if !unicode.IsPrint(r) && r != '\t' {
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return string(b)
+		}
+	}
+	return "base64:" + base64.StdEncoding.EncodeToString(b)
+}
+
+func printableOrNull(b []byte) string {
+	if b == nil {
+		return "null"
+	}
+	return printable(b).(string)
+}
+
+func writeJSON(w io.Writer, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b = []byte(`{"problem":` + strconv.Quote(err.Error()) + `}`)
+	}
+	w.Write(append(b, '\n'))
+}

@@ -1,0 +1,234 @@
+package main
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tierlog/tierlog/testing/fixtures"
+)
+
+func tierctl(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func copyDir(t *testing.T, src string) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), filepath.Base(src))
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+	return dst
+}
+
+func TestDumpFixtureSegment(t *testing.T) {
+	dir := fixtures.Path(t, "ldi-poc/__consumer_offsets-6")
+	code, out, errOut := tierctl(t, "dump", filepath.Join(dir, "00000000000000000000.log"))
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) != 2+13 {
+		t.Fatalf("%d lines, want a header, the starting offset and 13 batch lines:\n%s", len(lines), out)
+	}
+	if !strings.HasPrefix(lines[2], "baseOffset: 0 lastOffset: 0 count: 1 baseSequence: -1 lastSequence: -1 producerId: -1") ||
+		!strings.Contains(lines[2], " position: 0 CreateTime: ") || !strings.HasSuffix(lines[2], "magic: 2 compresscodec: none crc: "+lines[2][strings.LastIndex(lines[2], "crc: ")+5:]) ||
+		!strings.Contains(lines[2], "isvalid: true") {
+		t.Fatalf("first batch line not in kafka-dump-log's format: %s", lines[2])
+	}
+	code, out, _ = tierctl(t, "dump", filepath.Join(dir, "00000000000000000000.index"), filepath.Join(dir, "00000000000000000000.timeindex"))
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"offset: 3 position: 4730\n", "offset: 7 position: 9571\n",
+		"timestamp: 1769791783399 offset: 3\n", "timestamp: 1769793578176 offset: 12\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("index dump lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestDumpJSONAndPrintData(t *testing.T) {
+	p := fixtures.Path(t, "kafkalite-legacy/tests/test-data/fs-data/hamlet-gzip-0/00000000000000000000.log")
+	code, out, _ := tierctl(t, "dump", "--json", "--print-data", p)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	batches, records := 0, 0
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("not JSON: %q: %v", l, err)
+		}
+		if _, ok := m["isValid"]; ok {
+			batches++
+			if m["compressCodec"] != "gzip" || m["isValid"] != true {
+				t.Fatalf("batch %v", m)
+			}
+		} else if _, ok := m["payload"]; ok {
+			records++
+		}
+	}
+	if batches != 22 || records != 5382 {
+		t.Fatalf("%d batches and %d records, want 22 and 5382", batches, records)
+	}
+}
+
+func TestVerifyFixtures(t *testing.T) {
+	for _, rel := range []string{
+		"ldi-poc/__consumer_offsets-6",
+		"ldi-poc",
+		"kafka-starter-windows/kafka-logs",
+		"kafkalite-legacy/tests/test-data/fs-data",
+		"ldi-poc/__consumer_offsets-6/00000000000000000000.index",
+	} {
+		code, out, errOut := tierctl(t, "verify", fixtures.Path(t, rel))
+		if code != 0 || !strings.Contains(out, ": 0 with problems") {
+			t.Errorf("verify %s: exit %d\n%s%s", rel, code, out, errOut)
+		}
+	}
+}
+
+func TestVerifyFindsDamage(t *testing.T) {
+	src := fixtures.Path(t, "ldi-poc/__consumer_offsets-6")
+	cases := []struct {
+		name string
+		mut  func(dir string)
+		want string
+	}{
+		{"flipped byte", func(dir string) {
+			p := filepath.Join(dir, "00000000000000000000.log")
+			b, _ := os.ReadFile(p)
+			b[5000] ^= 0x40
+			os.WriteFile(p, b, 0o644)
+		}, "crc mismatch at position"},
+		{"torn tail", func(dir string) {
+			p := filepath.Join(dir, "00000000000000000000.log")
+			b, _ := os.ReadFile(p)
+			os.WriteFile(p, b[:len(b)-100], 0o644)
+		}, "torn tail"},
+		{"index entry off by one", func(dir string) {
+			p := filepath.Join(dir, "00000000000000000000.index")
+			b, _ := os.ReadFile(p)
+			binary.BigEndian.PutUint32(b[0:], 4) // offset 4 instead of 3
+			os.WriteFile(p, b, 0o644)
+		}, "entry 0: offset 4, but the batch at position 4730 ends at offset 3"},
+		{"time index timestamp", func(dir string) {
+			p := filepath.Join(dir, "00000000000000000000.timeindex")
+			b, _ := os.ReadFile(p)
+			b[7]++
+			os.WriteFile(p, b, 0o644)
+		}, "has max timestamp"},
+		{"orphan index", func(dir string) {
+			os.WriteFile(filepath.Join(dir, "00000000000000000099.index"), make([]byte, 8), 0o644)
+		}, "index file without its 00000000000000000099.log"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := copyDir(t, src)
+			c.mut(dir)
+			code, out, _ := tierctl(t, "verify", dir)
+			if code != 1 || !strings.Contains(out, c.want) {
+				t.Fatalf("exit %d, want 1 and %q in:\n%s", code, c.want, out)
+			}
+			code, out, _ = tierctl(t, "verify", "--json", dir)
+			if code != 1 {
+				t.Fatalf("--json: exit %d", code)
+			}
+			found := false
+			for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+				var r fileReport
+				if err := json.Unmarshal([]byte(l), &r); err != nil {
+					t.Fatalf("not JSON: %q", l)
+				}
+				for _, p := range r.Problems {
+					found = found || strings.Contains(p, c.want)
+				}
+			}
+			if !found {
+				t.Fatalf("--json output lacks %q:\n%s", c.want, out)
+			}
+		})
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	dir := t.TempDir()
+	other := filepath.Join(dir, "notes.txt")
+	os.WriteFile(other, []byte("hi"), 0o644)
+	idx := filepath.Join(dir, "my.index")
+	os.WriteFile(idx, make([]byte, 8), 0o644)
+	for _, args := range [][]string{
+		{"dump"},
+		{"verify"},
+		{"dump", "--no-such-flag", other},
+		{"dump", filepath.Join(dir, "missing.log")},
+		{"dump", other},
+		{"dump", idx}, // base offset not in the name
+		{"verify", filepath.Join(dir, "missing")},
+		{"demo", "extra"},
+		{"no-such-command"},
+	} {
+		code, _, errOut := tierctl(t, args...)
+		if code != 2 || !strings.HasPrefix(errOut, "tierctl: ") {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and a message", args, code, errOut)
+		}
+	}
+	if code, _, _ := tierctl(t, "dump", "--base-offset", "0", idx); code != 0 {
+		t.Errorf("dump with --base-offset: exit %d", code)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := tierctl(t, "demo", "--records", "5000", "--keep", "--dir", dir)
+	if code != 0 || !strings.Contains(out, "0 problems") {
+		t.Fatalf("exit %d\n%s%s", code, out, errOut)
+	}
+	// What the demo wrote verifies on its own.
+	if code, out, _ := tierctl(t, "verify", filepath.Join(dir, "demo-0")); code != 0 {
+		t.Fatalf("verify of the demo's files: exit %d\n%s", code, out)
+	}
+}
+
+// TestBinary builds tierctl and runs it as a user would.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	bin := filepath.Join(t.TempDir(), "tierctl")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--help").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "verify") || !strings.Contains(string(out), "dump") {
+		t.Fatalf("--help: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "verify", "/nonexistent/path")
+	err = cmd.Run()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Fatalf("verify of a missing path: %v, want exit 2", err)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command(bin, "demo", "--records", "2000", "--keep", "--dir", dir).CombinedOutput(); err != nil {
+		t.Fatalf("demo: %v\n%s", err, out)
+	}
+	seg := filepath.Join(dir, "demo-0", "00000000000000000000.log")
+	os.WriteFile(seg+".bad", nil, 0o644)
+	b, _ := os.ReadFile(seg)
+	b[len(b)/2] ^= 1
+	os.WriteFile(seg, b, 0o644)
+	cmd = exec.Command(bin, "verify", seg)
+	out, err = cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 || !strings.Contains(string(out), "FAIL") {
+		t.Fatalf("verify of a damaged segment: %v, want exit 1\n%s", err, out)
+	}
+}

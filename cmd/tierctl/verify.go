@@ -1,0 +1,437 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+func newVerifyCmd() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "verify PATH...",
+		Short: "Check segments and indexes: CRCs, offsets, and index entries against the log",
+		Long: `verify checks a segment file, a partition directory (<topic>-<partition>)
+or a log directory holding partition directories:
+
+  .log        every batch's CRC (CRC-32C for v2, CRC-32 for magic 0/1), its
+              records, offsets strictly increasing, no torn tail
+  .index      entries in order, and each entry's offset equal to the last
+              offset of the batch that starts at its position
+  .timeindex  entries in order, and each entry naming the last offset of a
+              batch whose max timestamp is the entry's timestamp
+  directory   all of the above per segment, segments not overlapping, no
+              index without its log
+
+It prints one line per file and exits 1 when it found any problem.`,
+		Example: `  tierctl verify /var/kafka/orders-0
+  tierctl verify 00000000000000000000.log
+  tierctl verify --json /var/kafka | jq 'select(.problems)'`,
+		Args: minArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			var reports []fileReport
+			for _, p := range args {
+				rs, err := verifyPath(p)
+				if err != nil {
+					return err
+				}
+				reports = append(reports, rs...)
+			}
+			bad := 0
+			for _, r := range reports {
+				if len(r.Problems) > 0 {
+					bad++
+				}
+				if asJSON {
+					writeJSON(w, r)
+					continue
+				}
+				r.print(w)
+			}
+			if !asJSON {
+				fmt.Fprintf(w, "verified %d file(s): %d with problems\n", len(reports), bad)
+			}
+			if bad > 0 {
+				return errProblems
+			}
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per file")
+	return cmd
+}
+
+// fileReport is what verify found in one file.
+type fileReport struct {
+	Path        string   `json:"path"`
+	Kind        string   `json:"kind"`
+	Batches     int      `json:"batches,omitempty"`
+	Records     int64    `json:"records,omitempty"`
+	FirstOffset *int64   `json:"firstOffset,omitempty"`
+	LastOffset  *int64   `json:"lastOffset,omitempty"`
+	Bytes       int64    `json:"bytes"`
+	Entries     int      `json:"entries,omitempty"`
+	Problems    []string `json:"problems,omitempty"`
+	Notes       []string `json:"notes,omitempty"`
+}
+
+func (r *fileReport) problemf(format string, args ...any) {
+	const max = 100
+	if len(r.Problems) == max {
+		r.Problems = append(r.Problems, "… more problems not listed")
+	}
+	if len(r.Problems) < max {
+		r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
+	}
+}
+
+func (r *fileReport) print(w *bufio.Writer) {
+	status := "ok  "
+	if len(r.Problems) > 0 {
+		status = "FAIL"
+	}
+	fmt.Fprintf(w, "%s %s: ", status, r.Path)
+	switch r.Kind {
+	case "log":
+		fmt.Fprintf(w, "%d batches, %d records", r.Batches, r.Records)
+		if r.FirstOffset != nil {
+			fmt.Fprintf(w, ", offsets %d..%d", *r.FirstOffset, *r.LastOffset)
+		}
+		fmt.Fprintf(w, ", %d bytes\n", r.Bytes)
+	default:
+		fmt.Fprintf(w, "%d entries, %d bytes\n", r.Entries, r.Bytes)
+	}
+	for _, p := range r.Problems {
+		fmt.Fprintf(w, "     problem: %s\n", p)
+	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "     note: %s\n", n)
+	}
+}
+
+// batchInfo is what the index checks need to know about each batch.
+type batchInfo struct {
+	position     int64
+	lastOffset   int64
+	maxTimestamp int64
+}
+
+// logSummary is the result of checking one .log.
+type logSummary struct {
+	batches []batchInfo
+	size    int64
+}
+
+func verifyPath(path string) ([]fileReport, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	if !st.IsDir() {
+		return verifyFile(path)
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return nil, usageError{err}
+	}
+	hasSegments := false
+	var subdirs []string
+	for _, e := range ents {
+		if e.IsDir() {
+			subdirs = append(subdirs, filepath.Join(path, e.Name()))
+		} else if _, _, err := local.ParseFileName(e.Name()); err == nil {
+			hasSegments = true
+		}
+	}
+	if hasSegments || len(subdirs) == 0 {
+		return verifyPartitionDir(path, ents)
+	}
+	// A log directory: verify each partition directory in it.
+	var out []fileReport
+	for _, d := range subdirs {
+		rs, err := verifyPath(d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs...)
+	}
+	return out, nil
+}
+
+// verifyFile checks one file; a .log brings its sibling indexes along.
+func verifyFile(path string) ([]fileReport, error) {
+	switch fileKind(path) {
+	case "log":
+		rep, _ := verifyLog(path)
+		return []fileReport{rep}, nil
+	case "index", "timeindex":
+		logPath := strings.TrimSuffix(path, filepath.Ext(path)) + local.LogSuffix
+		var sum *logSummary
+		if _, err := os.Stat(logPath); err == nil {
+			_, sum = verifyLog(logPath)
+		}
+		return []fileReport{verifyIndexFile(path, sum)}, nil
+	}
+	return nil, usagef("%s: not a .log, .index or .timeindex file", path)
+}
+
+func verifyPartitionDir(dir string, ents []os.DirEntry) ([]fileReport, error) {
+	type seg struct {
+		base                  int64
+		log, idx, tidx        string
+		hasLog, hasIdx, hasTi bool
+	}
+	segs := map[int64]*seg{}
+	var notes []string
+	for _, e := range ents {
+		if e.IsDir() {
+			continue
+		}
+		base, suffix, err := local.ParseFileName(e.Name())
+		if err != nil {
+			continue // checkpoints, partition.metadata, …
+		}
+		s := segs[base]
+		if s == nil {
+			s = &seg{base: base}
+			segs[base] = s
+		}
+		p := filepath.Join(dir, e.Name())
+		switch suffix {
+		case local.LogSuffix:
+			s.log, s.hasLog = p, true
+		case local.IndexSuffix:
+			s.idx, s.hasIdx = p, true
+		case local.TimeIndexSuffix:
+			s.tidx, s.hasTi = p, true
+		case local.SnapshotSuffix, local.TxnIndexSuffix:
+		default:
+			notes = append(notes, fmt.Sprintf("%s is a leftover of an interrupted operation; opening the partition resolves it", e.Name()))
+		}
+	}
+	bases := make([]int64, 0, len(segs))
+	for b := range segs {
+		bases = append(bases, b)
+	}
+	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
+	var out []fileReport
+	prevLast, prevPath := int64(-1), ""
+	for _, b := range bases {
+		s := segs[b]
+		if !s.hasLog {
+			for _, p := range []string{s.idx, s.tidx} {
+				if p != "" {
+					r := fileReport{Path: p, Kind: fileKind(p)}
+					r.problemf("index file without its %s", local.FileName(b, local.LogSuffix))
+					out = append(out, r)
+				}
+			}
+			continue
+		}
+		rep, sum := verifyLog(s.log)
+		if rep.FirstOffset != nil && prevLast >= 0 && *rep.FirstOffset <= prevLast {
+			rep.problemf("first offset %d overlaps %s, which ends at offset %d", *rep.FirstOffset, filepath.Base(prevPath), prevLast)
+		}
+		if rep.LastOffset != nil {
+			prevLast, prevPath = *rep.LastOffset, s.log
+		}
+		out = append(out, rep)
+		if s.hasIdx {
+			out = append(out, verifyIndexFile(s.idx, sum))
+		}
+		if s.hasTi {
+			out = append(out, verifyIndexFile(s.tidx, sum))
+		}
+	}
+	if len(out) > 0 && len(notes) > 0 {
+		out[0].Notes = append(out[0].Notes, notes...)
+	}
+	if len(out) == 0 {
+		r := fileReport{Path: dir, Kind: "directory"}
+		r.Notes = append(r.Notes, "no segment files")
+		r.Notes = append(r.Notes, notes...)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// verifyLog checks a .log file batch by batch and returns what the index
+// checks need. It reports every bad CRC it can reach; an impossible size or
+// magic stops the walk (nothing after it can be framed).
+func verifyLog(path string) (fileReport, *logSummary) {
+	rep := fileReport{Path: path, Kind: "log"}
+	f, err := os.Open(path)
+	if err != nil {
+		rep.problemf("%v", err)
+		return rep, nil
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		rep.problemf("%v", err)
+		return rep, nil
+	}
+	rep.Bytes = st.Size()
+	nameBase, _, nameErr := local.ParseFileName(filepath.Base(path))
+	sum := &logSummary{size: st.Size()}
+	s := record.NewScanner(f, 0, st.Size(), record.ScanOptions{})
+	var it record.Iterator
+	prevLast := int64(-1)
+	for s.Next() {
+		e := s.Entry()
+		rep.Batches++
+		crcErr := validateEntry(e)
+		if crcErr != nil {
+			rep.problemf("%v", record.AtPosition(crcErr, e.Position))
+		}
+		first := e.BaseOffset
+		if first < 0 {
+			first = e.LastOffset
+		}
+		if rep.FirstOffset == nil {
+			rep.FirstOffset = &first
+			if nameErr == nil && first < nameBase {
+				rep.problemf("first offset %d is below the segment's base offset %d (from its name)", first, nameBase)
+			}
+		}
+		if e.BaseOffset > e.LastOffset {
+			rep.problemf("batch at position %d: base offset %d is above its last offset %d", e.Position, e.BaseOffset, e.LastOffset)
+		}
+		if first <= prevLast {
+			rep.problemf("batch at position %d: offset %d does not follow the previous batch's last offset %d", e.Position, first, prevLast)
+		}
+		prevLast = e.LastOffset
+		last := e.LastOffset
+		rep.LastOffset = &last
+		sum.batches = append(sum.batches, batchInfo{position: e.Position, lastOffset: e.LastOffset, maxTimestamp: e.MaxTimestamp})
+		if crcErr == nil { // records of a damaged batch are not worth parsing
+			rep.Records += checkRecords(&rep, &it, e)
+		}
+	}
+	if err := s.Err(); err != nil {
+		var be *record.BatchError
+		switch {
+		case errors.Is(err, record.ErrTornTail):
+			rep.problemf("torn tail: the last %d bytes do not form a whole batch (%v)", st.Size()-s.ValidEnd(), err)
+		case errors.As(err, &be):
+			rep.problemf("%v; %d bytes after position %d cannot be read as batches", err, st.Size()-s.ValidEnd(), s.ValidEnd())
+		default:
+			rep.problemf("read: %v", err)
+		}
+	}
+	return rep, sum
+}
+
+// checkRecords iterates an entry's records and reports records that do not
+// parse, that fall outside the batch's offsets, or that disagree with the
+// batch's record count. It returns the number of records.
+func checkRecords(rep *fileReport, it *record.Iterator, e *record.Entry) int64 {
+	if err := it.Reset(e.Data); err != nil {
+		rep.problemf("records of the batch at position %d: %v", e.Position, err)
+		return 0
+	}
+	n := int64(0)
+	prev := int64(-1)
+	for it.Next() {
+		r := it.Record()
+		if (e.BaseOffset >= 0 && r.Offset < e.BaseOffset) || r.Offset > e.LastOffset || r.Offset <= prev {
+			rep.problemf("batch at position %d: record offset %d is out of order or outside %d..%d", e.Position, r.Offset, e.BaseOffset, e.LastOffset)
+		}
+		prev = r.Offset
+		n++
+	}
+	if err := it.Err(); err != nil {
+		rep.problemf("records of the batch at position %d: %v", e.Position, err)
+	}
+	if e.Magic == 2 && n != int64(e.Batch().NumRecords()) && it.Err() == nil {
+		rep.problemf("batch at position %d: %d records, header says %d", e.Position, n, e.Batch().NumRecords())
+	}
+	return n
+}
+
+// verifyIndexFile checks an index file, against its log when sum is not nil.
+func verifyIndexFile(path string, sum *logSummary) fileReport {
+	kind := fileKind(path)
+	rep := fileReport{Path: path, Kind: kind}
+	base, _, err := local.ParseFileName(filepath.Base(path))
+	if err != nil {
+		rep.problemf("%v", err)
+		return rep
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		rep.problemf("%v", err)
+		return rep
+	}
+	rep.Bytes = int64(len(data))
+	if sum == nil {
+		rep.Notes = append(rep.Notes, "no .log beside it: only the entries' order was checked")
+	}
+	byPos := map[int64]int{}
+	byLast := map[int64]int{}
+	if sum != nil {
+		for i, b := range sum.batches {
+			byPos[b.position] = i
+			byLast[b.lastOffset] = i
+		}
+	}
+	switch kind {
+	case "index":
+		x := index.NewOffsetIndexView(data, base)
+		rep.Entries = x.Entries()
+		if len(data)%index.OffsetEntrySize != 0 {
+			rep.problemf("length %d is not a multiple of %d", len(data), index.OffsetEntrySize)
+		}
+		if err := x.SanityCheck(); err != nil {
+			rep.problemf("%v", err)
+		} else if unused := len(data)/index.OffsetEntrySize - x.Entries(); unused > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%d unused zero slots (not trimmed: an active segment, or an unclean shutdown)", unused))
+		}
+		for i := 0; sum != nil && i < x.Entries(); i++ {
+			e := x.Entry(i)
+			j, ok := byPos[int64(e.Position)]
+			switch {
+			case int64(e.Position) >= sum.size:
+				rep.problemf("entry %d (offset %d) points at position %d, past the log's %d bytes", i, e.Offset, e.Position, sum.size)
+			case !ok:
+				rep.problemf("entry %d (offset %d) points at position %d, which is not the start of a batch", i, e.Offset, e.Position)
+			case sum.batches[j].lastOffset != e.Offset:
+				rep.problemf("entry %d: offset %d, but the batch at position %d ends at offset %d", i, e.Offset, e.Position, sum.batches[j].lastOffset)
+			}
+		}
+	case "timeindex":
+		x := index.NewTimeIndexView(data, base)
+		rep.Entries = x.Entries()
+		if len(data)%index.TimeEntrySize != 0 {
+			rep.problemf("length %d is not a multiple of %d", len(data), index.TimeEntrySize)
+		}
+		if err := x.SanityCheck(); err != nil {
+			rep.problemf("%v", err)
+		} else if unused := len(data)/index.TimeEntrySize - x.Entries(); unused > 0 {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("%d unused zero slots (not trimmed: an active segment, or an unclean shutdown)", unused))
+		}
+		for i := 0; sum != nil && i < x.Entries(); i++ {
+			e := x.Entry(i)
+			j, ok := byLast[e.Offset]
+			switch {
+			case !ok:
+				rep.problemf("entry %d (timestamp %d) names offset %d, which is not the last offset of any batch", i, e.Timestamp, e.Offset)
+			case sum.batches[j].maxTimestamp != e.Timestamp:
+				rep.problemf("entry %d: timestamp %d, but the batch ending at offset %d has max timestamp %d", i, e.Timestamp, e.Offset, sum.batches[j].maxTimestamp)
+			}
+		}
+	}
+	return rep
+}
