@@ -1,0 +1,143 @@
+// Package backend is the contract between a Kafka-style broker and tierlog.
+//
+// A broker owns replication, leadership and the high watermark; a backend
+// owns the bytes of each partition, on disk and (for tiered backends) in a
+// bucket. Everything a broker calls is on Partition and Backend; Config
+// parses Kafka's topic configuration; errors are the sentinels in errors.go.
+//
+// Offsets, as Kafka names them:
+//
+//	LogStart       first offset a consumer may read (DeleteRecordsBefore and
+//	               retention raise it)
+//	LocalLogStart  first offset held on local disk (above LogStart when old
+//	               segments live only in a bucket)
+//	HighWatermark  first offset not yet replicated to every in-sync replica;
+//	               set by the broker, never above LogEnd
+//	LogEnd         offset the next appended record gets
+package backend
+
+import (
+	"context"
+	"io"
+)
+
+// Partition is one partition's log. A Partition MUST allow one writer
+// (Append, TruncateTo, SetHighWatermark, DeleteRecordsBefore, Flush) and any
+// number of concurrent readers (Read, OffsetForTimestamp, Offsets), and MUST
+// keep every Records a reader holds readable until that Records is closed,
+// whatever retention, truncation or compaction does meanwhile.
+type Partition interface {
+	// Append validates batches (one or more record batch v2, back to back)
+	// and appends them. Every batch MUST be validated (size, magic, CRC-32C,
+	// offsets) before any byte is written; on any error nothing is appended
+	// and the log is exactly as it was.
+	//
+	// With AssignOffsets (leader), base offsets are rewritten from LogEnd
+	// and the leader epoch is stamped; otherwise (follower) the batches
+	// MUST start at LogEnd and keep their offsets. Append returns when the
+	// bytes are in the operating system; they are durable after Flush (or
+	// per the flush.messages / flush.ms policy).
+	Append(ctx context.Context, batches []byte, opts AppendOptions) (AppendInfo, error)
+
+	// Read returns whole batches starting with the batch that contains
+	// offset, up to opts.MaxBytes (and at least one batch when
+	// opts.MinOneBatch). An offset below LogStart or above LogEnd is an
+	// *OffsetOutOfRangeError; offset == LogEnd returns empty Records. The
+	// caller MUST Close the Records.
+	Read(ctx context.Context, offset int64, opts ReadOptions) (Records, error)
+
+	// OffsetForTimestamp returns the first offset whose record timestamp is
+	// >= ts and that record's timestamp (Kafka's ListOffsets). found is
+	// false when no record has such a timestamp.
+	OffsetForTimestamp(ctx context.Context, ts int64) (offset, timestamp int64, found bool, err error)
+
+	// Offsets returns the partition's offsets; see the package doc.
+	Offsets() Offsets
+
+	// SetHighWatermark records the broker's high watermark; values above
+	// LogEnd are clamped to LogEnd. Retention never deletes at or above it.
+	SetHighWatermark(hw int64) error
+
+	// TruncateTo removes every record at or above offset (a follower whose
+	// log diverged from the leader's). Offsets above LogEnd are a no-op.
+	TruncateTo(offset int64) error
+
+	// DeleteRecordsBefore raises LogStart to offset (Kafka's DeleteRecords)
+	// and lets retention remove the segments wholly below it. offset MUST
+	// be <= HighWatermark.
+	DeleteRecordsBefore(ctx context.Context, offset int64) error
+
+	// Flush makes every appended byte durable and advances the recovery
+	// point to LogEnd.
+	Flush() error
+
+	// Close flushes, writes what a clean reopen needs and releases files.
+	// Calls after Close return ErrClosed.
+	Close() error
+}
+
+// Backend holds many partitions (a broker's log directory).
+type Backend interface {
+	// Open returns the partition, creating it when absent. Opening an open
+	// partition returns the same Partition. Names MUST be Kafka-legal
+	// topics and partitions >= 0, else ErrInvalidName.
+	Open(ctx context.Context, topic string, partition int32, cfg Config) (Partition, error)
+	// Delete closes the partition and removes its data.
+	Delete(ctx context.Context, topic string, partition int32) error
+	// Close closes every partition and writes the log directory's
+	// checkpoints and clean-shutdown marker.
+	Close() error
+}
+
+// AppendOptions say how Append treats the batches.
+type AppendOptions struct {
+	// AssignOffsets is the leader's append: base offsets are rewritten
+	// from LogEnd, the leader epoch is stamped, and LogAppendTime topics get
+	// their timestamps set.
+	AssignOffsets bool
+	// LeaderEpoch is stamped into each batch when AssignOffsets is set.
+	LeaderEpoch int32
+}
+
+// AppendInfo describes what Append wrote.
+type AppendInfo struct {
+	FirstOffset  int64
+	LastOffset   int64
+	MaxTimestamp int64
+	// LogAppendTime is the broker time written into LogAppendTime batches,
+	// or -1.
+	LogAppendTime int64
+	Batches       int
+	Records       int
+	Bytes         int
+}
+
+// ReadOptions bound a Read.
+type ReadOptions struct {
+	// MaxBytes caps the bytes returned; 0 means 1 MiB. The cap counts whole
+	// batches: a batch that does not fit ends the read.
+	MaxBytes int
+	// MinOneBatch returns the first batch even when it is larger than
+	// MaxBytes (Kafka's fetch semantics when it is the first partition).
+	MinOneBatch bool
+	// MaxOffset, when > 0, stops the read at the first batch whose base
+	// offset is >= MaxOffset (a consumer reading up to the high watermark).
+	MaxOffset int64
+}
+
+// Records are batches returned by Read. WriteTo writes them (local backends
+// use sendfile to sockets and files: zero copy); Len is their size in
+// bytes. A Records MUST be closed; until then the bytes stay readable.
+type Records interface {
+	io.WriterTo
+	Len() int64
+	Close() error
+}
+
+// Offsets are a partition's offsets; see the package doc.
+type Offsets struct {
+	LogStart      int64
+	LocalLogStart int64
+	HighWatermark int64
+	LogEnd        int64
+}

@@ -1,0 +1,60 @@
+package backend_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+)
+
+func TestDefaultsAreKafkas(t *testing.T) {
+	c := backend.DefaultConfig()
+	if c.SegmentBytes != 1<<30 || c.SegmentMs != 604800000 || c.SegmentIndexBytes != 10485760 ||
+		c.IndexIntervalBytes != 4096 || c.RetentionMs != 604800000 || c.RetentionBytes != -1 ||
+		!c.Delete() || c.Compact() || c.MinCleanableDirtyRatio != 0.5 || c.DeleteRetentionMs != 86400000 ||
+		c.MaxMessageBytes != 1048588 || c.MessageTimestampType != backend.CreateTime || c.FileDeleteDelayMs != 60000 ||
+		c.LocalRetentionMs != -2 || c.LocalRetentionBytes != -2 || c.RemoteStorageEnable {
+		t.Fatalf("defaults differ from Kafka's: %+v", c)
+	}
+	if c.EffectiveLocalRetentionMs() != c.RetentionMs {
+		t.Fatal("local.retention.ms -2 must mean retention.ms")
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	c, err := backend.ParseConfig(map[string]string{
+		"segment.bytes": "1048576", "cleanup.policy": "compact,delete", "min.insync.replicas": "2",
+		"message.timestamp.type": "LogAppendTime", "local.retention.ms": "1000",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SegmentBytes != 1048576 || !c.Compact() || !c.Delete() || c.BrokerOwned["min.insync.replicas"] != "2" ||
+		c.MessageTimestampType != backend.LogAppendTime || c.EffectiveLocalRetentionMs() != 1000 {
+		t.Fatalf("parsed %+v", c)
+	}
+	bad := map[string]map[string]string{
+		"segment.bytez":             {"segment.bytez": "1"},
+		"segment.bytes":             {"segment.bytes": "ten"},
+		"retention.ms":              {"retention.ms": "-5"},
+		"cleanup.policy":            {"cleanup.policy": "delete,shred"},
+		"min.cleanable.dirty.ratio": {"min.cleanable.dirty.ratio": "1.5"},
+		"local.retention.ms":        {"local.retention.ms": "999999999999", "retention.ms": "1000"},
+		"remote.storage.enable":     {"remote.storage.enable": "yes please"},
+	}
+	for key, m := range bad {
+		_, err := backend.ParseConfig(m)
+		var ce *backend.ConfigError
+		if !errors.Is(err, backend.ErrInvalidConfig) || !errors.As(err, &ce) || ce.Key != key || !strings.Contains(err.Error(), key) {
+			t.Errorf("%v: err %v, want a ConfigError naming %q", m, err, key)
+		}
+	}
+}
+
+func TestOffsetOutOfRangeError(t *testing.T) {
+	err := error(&backend.OffsetOutOfRangeError{Offset: 5, LogStart: 10, LogEnd: 20})
+	if !errors.Is(err, backend.ErrOffsetOutOfRange) || !strings.Contains(err.Error(), "[10, 20]") {
+		t.Fatal(err)
+	}
+}

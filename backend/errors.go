@@ -1,0 +1,67 @@
+package backend
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors; test them with errors.Is. Backends wrap them with the
+// partition, offset, file or key that failed.
+var (
+	// ErrOffsetOutOfRange: a read or lookup asked for an offset outside
+	// [LogStart, LogEnd]. Returned as an *OffsetOutOfRangeError.
+	ErrOffsetOutOfRange = errors.New("backend: offset out of range")
+	// ErrCorruptRecord: stored or appended bytes fail their checks (CRC,
+	// size, magic). Appends of such batches write nothing.
+	ErrCorruptRecord = errors.New("backend: corrupt record")
+	// ErrInvalidRecord: a well-formed batch that cannot be appended here:
+	// a follower batch that does not continue the log, an unsupported
+	// magic, offsets out of order.
+	ErrInvalidRecord = errors.New("backend: invalid record")
+	// ErrRecordTooLarge: a batch larger than max.message.bytes.
+	ErrRecordTooLarge = errors.New("backend: record too large")
+	// ErrFenced: another writer owns the partition (a manifest commit lost
+	// its conditional write); this one must stop writing.
+	ErrFenced = errors.New("backend: fenced by another writer")
+	// ErrNotFound: the partition, object or file does not exist.
+	ErrNotFound = errors.New("backend: not found")
+	// ErrClosed: the partition or backend was used after Close.
+	ErrClosed = errors.New("backend: closed")
+	// ErrInvalidName: a topic or partition that Kafka would not accept.
+	ErrInvalidName = errors.New("backend: invalid topic or partition name")
+	// ErrInvalidConfig: an unknown config key or a bad value.
+	ErrInvalidConfig = errors.New("backend: invalid config")
+)
+
+// OffsetOutOfRangeError says which offset was asked for and the range the
+// partition holds. It matches ErrOffsetOutOfRange.
+type OffsetOutOfRangeError struct {
+	Offset   int64
+	LogStart int64
+	LogEnd   int64
+}
+
+func (e *OffsetOutOfRangeError) Error() string {
+	return fmt.Sprintf("backend: offset %d out of range [%d, %d]", e.Offset, e.LogStart, e.LogEnd)
+}
+
+// Unwrap lets errors.Is match ErrOffsetOutOfRange.
+func (e *OffsetOutOfRangeError) Unwrap() error { return ErrOffsetOutOfRange }
+
+// ConfigError names the config key that was wrong. It matches
+// ErrInvalidConfig.
+type ConfigError struct {
+	Key    string
+	Value  string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("backend: config %q: %s", e.Key, e.Reason)
+	}
+	return fmt.Sprintf("backend: config %q = %q: %s", e.Key, e.Value, e.Reason)
+}
+
+// Unwrap lets errors.Is match ErrInvalidConfig.
+func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
