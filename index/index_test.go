@@ -395,3 +395,23 @@ func TestClosedIndex(t *testing.T) {
 		t.Fatalf("second close: %v", err)
 	}
 }
+
+func TestLookupPosition(t *testing.T) {
+	oi, err := index.OpenOffsetIndex(filepath.Join(t.TempDir(), "00000000000000000000.index"), 0, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oi.Close()
+	if _, ok := oi.LookupPosition(100); ok {
+		t.Fatal("empty index found a position")
+	}
+	for i := int64(1); i <= 5; i++ {
+		oi.Append(i*10, int32(i*100))
+	}
+	for pos, want := range map[int32]int64{99: -1, 100: 10, 150: 10, 500: 50, 9999: 50} {
+		e, ok := oi.LookupPosition(pos)
+		if (want < 0) == ok || (ok && e.Offset != want) {
+			t.Errorf("LookupPosition(%d) = %+v, %v; want offset %d", pos, e, ok, want)
+		}
+	}
+}

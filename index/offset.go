@@ -194,3 +194,25 @@ func (x *OffsetIndex) SanityCheck() error { return x.t.sanityCheck(x.LastEntry()
 // Close trims a writable index to its valid entries, then unmaps and closes
 // the file. Close is idempotent.
 func (x *OffsetIndex) Close() error { return x.t.close() }
+
+// LookupPosition returns the entry with the largest position <= pos, and
+// false when every entry lies past pos. Positions increase with offsets, so
+// this finds the last indexed batch boundary before a byte limit (Kafka's
+// fetchUpperBoundOffset looks the other way).
+func (x *OffsetIndex) LookupPosition(pos int32) (OffsetEntry, bool) {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	lo, hi := 0, x.t.n-1
+	if hi < 0 || x.t.position(0) > pos {
+		return OffsetEntry{Offset: x.t.base}, false
+	}
+	for lo < hi {
+		mid := int(uint(lo+hi+1) >> 1)
+		if x.t.position(mid) <= pos {
+			lo = mid
+		} else {
+			hi = mid - 1
+		}
+	}
+	return x.entryLocked(lo), true
+}

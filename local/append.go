@@ -1,0 +1,238 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/record"
+)
+
+// Append validates and appends batches; see backend.Partition.
+//
+// As leader (opts.AssignOffsets) Append rewrites fields of the caller's
+// batches in place: the base offset and leader epoch (outside the CRC) and,
+// for LogAppendTime topics, the attributes and max timestamp (with a new
+// CRC), as Kafka's broker does.
+//
+// Each batch is indexed on its own (Kafka since KAFKA-806), so a follower
+// appending a fetched chunk builds the same index as the leader did.
+func (l *Log) Append(ctx context.Context, batches []byte, opts backend.AppendOptions) (backend.AppendInfo, error) {
+	var info backend.AppendInfo
+	if err := checkCtx(ctx); err != nil {
+		return info, err
+	}
+	if l.closed.Load() {
+		return info, l.closedErr()
+	}
+	metas, info, err := l.validate(batches, opts)
+	if err != nil {
+		return info, err
+	}
+	if int64(len(batches)) > l.cfg.SegmentBytes {
+		return info, fmt.Errorf("%w: an append of %d bytes is larger than segment.bytes (%d)", backend.ErrRecordTooLarge, len(batches), l.cfg.SegmentBytes)
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed.Load() {
+		return info, l.closedErr()
+	}
+	leo := l.leo.Load()
+	now := l.now()
+	if opts.AssignOffsets {
+		next := leo
+		appendTime := int64(-1)
+		if l.cfg.MessageTimestampType == backend.LogAppendTime {
+			appendTime = now.UnixMilli()
+		}
+		info.MaxTimestamp = -1
+		for i := range metas {
+			b := record.Batch(batches[metas[i].position : metas[i].position+metas[i].size])
+			b.SetBaseOffset(next)
+			b.SetPartitionLeaderEpoch(opts.LeaderEpoch)
+			if appendTime >= 0 {
+				b.SetLogAppendTime(appendTime)
+			}
+			metas[i].lastOffset = b.LastOffset()
+			metas[i].maxTs = b.MaxTimestamp()
+			info.MaxTimestamp = max(info.MaxTimestamp, metas[i].maxTs)
+			next = b.NextOffset()
+		}
+		info.FirstOffset, info.LastOffset, info.LogAppendTime = leo, next-1, appendTime
+	} else {
+		if info.FirstOffset < leo {
+			return info, fmt.Errorf("%w: follower append starts at offset %d, below the log end offset %d", backend.ErrInvalidRecord, info.FirstOffset, leo)
+		}
+		info.LogAppendTime = -1
+	}
+
+	seg := l.active()
+	if roll, why := seg.shouldRoll(l.cfg.SegmentBytes, l.cfg.SegmentMs, int64(len(batches)), info.MaxTimestamp, info.LastOffset, now); roll {
+		var err error
+		if seg, err = l.rollLocked(max(info.FirstOffset, leo), why); err != nil {
+			return info, err
+		}
+	}
+	written, appendErr := seg.append(batches, metas)
+	if !written {
+		return info, appendErr
+	}
+	l.leo.Store(info.LastOffset + 1)
+	if err := l.noteEpochs(batches, metas, opts); err != nil {
+		return info, err
+	}
+	if appendErr != nil {
+		return info, appendErr
+	}
+	l.unflushed += int64(info.Records)
+	if l.unflushed >= l.cfg.FlushMessages || (l.cfg.FlushMs < 1<<62 && now.Sub(l.lastFlush).Milliseconds() >= l.cfg.FlushMs) {
+		if err := l.flushLocked(); err != nil {
+			return info, err
+		}
+	}
+	return info, nil
+}
+
+// validate checks every batch before anything is written and returns the
+// per-batch facts the append needs.
+func (l *Log) validate(data []byte, opts backend.AppendOptions) ([]batchMeta, backend.AppendInfo, error) {
+	var info backend.AppendInfo
+	if len(data) == 0 {
+		return nil, info, fmt.Errorf("%w: empty append", backend.ErrInvalidRecord)
+	}
+	var metas []batchMeta
+	prevLast := int64(-1)
+	info.MaxTimestamp = -1
+	for pos := 0; pos < len(data); {
+		b, err := record.Parse(data[pos:])
+		if err == nil {
+			err = b.Validate()
+		}
+		if err != nil {
+			return nil, info, l.recordErr(err, pos)
+		}
+		if int64(len(b)) > l.cfg.MaxMessageBytes {
+			return nil, info, fmt.Errorf("%w: batch at byte %d of the append is %d bytes; max.message.bytes is %d",
+				backend.ErrRecordTooLarge, pos, len(b), l.cfg.MaxMessageBytes)
+		}
+		if opts.AssignOffsets {
+			if b.NumRecords() == 0 {
+				return nil, info, fmt.Errorf("%w: batch at byte %d of the append has no records", backend.ErrInvalidRecord, pos)
+			}
+			if b.LastOffsetDelta() != b.NumRecords()-1 {
+				return nil, info, fmt.Errorf("%w: batch at byte %d: last offset delta %d with %d records", backend.ErrInvalidRecord, pos, b.LastOffsetDelta(), b.NumRecords())
+			}
+		} else {
+			if b.BaseOffset() <= prevLast {
+				return nil, info, fmt.Errorf("%w: batch at byte %d starts at offset %d, not after %d", backend.ErrInvalidRecord, pos, b.BaseOffset(), prevLast)
+			}
+			if b.BaseOffset() < 0 {
+				return nil, info, fmt.Errorf("%w: batch at byte %d has offset %d", backend.ErrInvalidRecord, pos, b.BaseOffset())
+			}
+			prevLast = b.LastOffset()
+		}
+		metas = append(metas, batchMeta{position: int64(pos), size: int64(len(b)), lastOffset: b.LastOffset(), maxTs: b.MaxTimestamp()})
+		info.MaxTimestamp = max(info.MaxTimestamp, b.MaxTimestamp())
+		info.Records += int(b.NumRecords())
+		pos += len(b)
+	}
+	info.Batches, info.Bytes = len(metas), len(data)
+	first, _ := record.Parse(data)
+	info.FirstOffset = first.BaseOffset()
+	info.LastOffset = metas[len(metas)-1].lastOffset
+	return metas, info, nil
+}
+
+// recordErr maps a record package error to the backend's sentinels.
+func (l *Log) recordErr(err error, pos int) error {
+	switch {
+	case errors.Is(err, record.ErrBadMagic):
+		return fmt.Errorf("%w: batch at byte %d of the append: %v (only magic 2 is appended)", backend.ErrInvalidRecord, pos, err)
+	case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrTornTail), errors.Is(err, record.ErrUnknownCodec):
+		return fmt.Errorf("%w: batch at byte %d of the append: %v", backend.ErrCorruptRecord, pos, err)
+	}
+	return fmt.Errorf("%w: batch at byte %d of the append: %v", backend.ErrInvalidRecord, pos, err)
+}
+
+// noteEpochs updates the leader epoch cache after an append and persists
+// it when it changed. REQUIRES: l.mu held.
+func (l *Log) noteEpochs(data []byte, metas []batchMeta, opts backend.AppendOptions) error {
+	changed := false
+	latest := int32(-1)
+	if n := len(l.epochs); n > 0 {
+		latest = l.epochs[n-1].Epoch
+	}
+	for _, m := range metas {
+		b := record.Batch(data[m.position : m.position+m.size])
+		e := b.PartitionLeaderEpoch()
+		if e > latest {
+			l.epochs = append(l.epochs, EpochEntry{Epoch: e, StartOffset: b.BaseOffset()})
+			latest = e
+			changed = true
+		}
+	}
+	if !changed {
+		return nil
+	}
+	return WriteLeaderEpochCheckpoint(l.dir, l.epochs)
+}
+
+// rollLocked closes the active segment and opens a new one at base. The
+// old segment is flushed in the background, which then advances the
+// recovery point (Kafka flushes asynchronously at roll).
+// REQUIRES: l.mu held.
+func (l *Log) rollLocked(base int64, why string) (*segment, error) {
+	old := l.active()
+	if old.size.Load() == 0 && old.base == base {
+		return old, nil
+	}
+	if err := old.onBecomeInactive(); err != nil {
+		return nil, err
+	}
+	s, err := createSegment(l.dir, base, &l.segOpts, l.now(), l.jitter())
+	if err != nil {
+		return nil, err
+	}
+	segs := append(append([]*segment(nil), l.segments()...), s)
+	l.setSegments(segs)
+	l.logger.Debug("rolled segment", "base", base, "reason", why)
+	if old.acquire() {
+		l.bg.Add(1)
+		go func() {
+			defer l.bg.Done()
+			defer old.release()
+			if err := old.flush(); err != nil {
+				l.flushErrMu.Lock()
+				if l.flushErr == nil {
+					l.flushErr = err
+				}
+				l.flushErrMu.Unlock()
+				return
+			}
+			for {
+				rp := l.recoveryPoint.Load()
+				if rp >= base || l.recoveryPoint.CompareAndSwap(rp, base) {
+					return
+				}
+			}
+		}()
+	}
+	return s, nil
+}
+
+// Roll closes the active segment (if it holds data) and starts a new one at
+// the log end offset.
+func (l *Log) Roll() error {
+	if l.closed.Load() {
+		return l.closedErr()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.active().size.Load() == 0 {
+		return nil
+	}
+	_, err := l.rollLocked(l.leo.Load(), "requested")
+	return err
+}

@@ -1,0 +1,273 @@
+package local
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Checkpoint file names (frozen: Kafka's).
+const (
+	RecoveryPointCheckpoint = "recovery-point-offset-checkpoint"
+	LogStartCheckpoint      = "log-start-offset-checkpoint"
+	ReplicationCheckpoint   = "replication-offset-checkpoint" // high watermarks
+	CleanerCheckpoint       = "cleaner-offset-checkpoint"
+	LeaderEpochCheckpoint   = "leader-epoch-checkpoint"
+	PartitionMetadataFile   = "partition.metadata"
+	CleanShutdownFile       = ".kafka_cleanshutdown"
+	LockFile                = ".lock"
+)
+
+// ErrBadCheckpoint means a checkpoint file does not parse; it is wrapped
+// with the file and line.
+var ErrBadCheckpoint = errors.New("local: malformed checkpoint file")
+
+// maxCheckpointEntries caps the entry count a checkpoint may declare before
+// it sizes anything.
+const maxCheckpointEntries = 10_000_000
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
+
+// WriteFileAtomic replaces dir/name with data durably: write name.tmp,
+// fsync it, rename it over name, fsync the directory.
+func WriteFileAtomic(dir, name string, data []byte) (err error) {
+	tmp := filepath.Join(dir, name+".tmp")
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("local: write %s: %w", tmp, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(tmp)
+		}
+	}()
+	if _, err = f.Write(data); err != nil {
+		return fmt.Errorf("local: write %s: %w", tmp, err)
+	}
+	if err = f.Sync(); err != nil {
+		return fmt.Errorf("local: fsync %s: %w", tmp, err)
+	}
+	if err = f.Close(); err != nil {
+		return fmt.Errorf("local: close %s: %w", tmp, err)
+	}
+	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("local: rename %s: %w", tmp, err)
+	}
+	return syncDir(dir)
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("local: open dir %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("local: fsync dir %s: %w", dir, err)
+	}
+	return nil
+}
+
+// parseCheckpoint reads Kafka's generic checkpoint format: a version line
+// ("0"), a count line, then exactly count entry lines of fields separated by
+// white space, each with nfields fields.
+func parseCheckpoint(path string, data []byte, nfields int) ([][]string, error) {
+	bad := func(line int, format string, args ...any) error {
+		return fmt.Errorf("%w: %s line %d: %s", ErrBadCheckpoint, path, line, fmt.Sprintf(format, args...))
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 4096), 1<<20)
+	line := 0
+	next := func() (string, bool) {
+		if !sc.Scan() {
+			return "", false
+		}
+		line++
+		return strings.TrimSpace(sc.Text()), true
+	}
+	v, ok := next()
+	if !ok {
+		return nil, bad(1, "empty file")
+	}
+	if v != "0" {
+		return nil, bad(line, "version %q, want 0", v)
+	}
+	c, ok := next()
+	if !ok {
+		return nil, bad(2, "no entry count")
+	}
+	count, err := strconv.Atoi(c)
+	if err != nil || count < 0 || count > maxCheckpointEntries {
+		return nil, bad(line, "entry count %q", c)
+	}
+	out := make([][]string, 0, min(count, 1024))
+	for i := 0; i < count; i++ {
+		l, ok := next()
+		if !ok {
+			return nil, bad(line+1, "%d entries declared, %d found", count, i)
+		}
+		f := strings.Fields(l)
+		if len(f) != nfields {
+			return nil, bad(line, "%d fields, want %d", len(f), nfields)
+		}
+		out = append(out, f)
+	}
+	for {
+		l, ok := next()
+		if !ok {
+			break
+		}
+		if l != "" {
+			return nil, bad(line, "more entries than the %d declared", count)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, bad(line, "%v", err)
+	}
+	return out, nil
+}
+
+// ReadOffsetCheckpoint reads a log-dir offset checkpoint
+// ("topic partition offset" lines). A missing file is an empty map.
+func ReadOffsetCheckpoint(path string) (map[TopicPartition]int64, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return map[TopicPartition]int64{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local: read %s: %w", path, err)
+	}
+	rows, err := parseCheckpoint(path, data, 3)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[TopicPartition]int64, len(rows))
+	for i, r := range rows {
+		p, err1 := strconv.ParseInt(r[1], 10, 32)
+		off, err2 := strconv.ParseInt(r[2], 10, 64)
+		if err1 != nil || err2 != nil || p < 0 {
+			return nil, fmt.Errorf("%w: %s entry %d: %q", ErrBadCheckpoint, path, i+1, strings.Join(r, " "))
+		}
+		out[TopicPartition{Topic: r[0], Partition: int32(p)}] = off
+	}
+	return out, nil
+}
+
+// WriteOffsetCheckpoint writes m durably in Kafka's format, sorted.
+func WriteOffsetCheckpoint(dir, name string, m map[TopicPartition]int64) error {
+	keys := make([]TopicPartition, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Topic != keys[j].Topic {
+			return keys[i].Topic < keys[j].Topic
+		}
+		return keys[i].Partition < keys[j].Partition
+	})
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "0\n%d\n", len(keys))
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s %d %d\n", k.Topic, k.Partition, m[k])
+	}
+	return WriteFileAtomic(dir, name, b.Bytes())
+}
+
+// EpochEntry is one leader epoch and the first offset written in it.
+type EpochEntry struct {
+	Epoch       int32
+	StartOffset int64
+}
+
+// ReadLeaderEpochCheckpoint reads a partition's leader-epoch-checkpoint. A
+// missing file is an empty list.
+func ReadLeaderEpochCheckpoint(path string) ([]EpochEntry, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local: read %s: %w", path, err)
+	}
+	rows, err := parseCheckpoint(path, data, 2)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]EpochEntry, 0, len(rows))
+	for i, r := range rows {
+		e, err1 := strconv.ParseInt(r[0], 10, 32)
+		o, err2 := strconv.ParseInt(r[1], 10, 64)
+		if err1 != nil || err2 != nil || e < 0 || o < 0 {
+			return nil, fmt.Errorf("%w: %s entry %d: %q", ErrBadCheckpoint, path, i+1, strings.Join(r, " "))
+		}
+		if n := len(out); n > 0 && (int32(e) <= out[n-1].Epoch || o < out[n-1].StartOffset) {
+			return nil, fmt.Errorf("%w: %s entry %d: epochs and offsets must increase", ErrBadCheckpoint, path, i+1)
+		}
+		out = append(out, EpochEntry{Epoch: int32(e), StartOffset: o})
+	}
+	return out, nil
+}
+
+// WriteLeaderEpochCheckpoint writes entries durably in Kafka's format.
+func WriteLeaderEpochCheckpoint(dir string, entries []EpochEntry) error {
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "0\n%d\n", len(entries))
+	for _, e := range entries {
+		fmt.Fprintf(&b, "%d %d\n", e.Epoch, e.StartOffset)
+	}
+	return WriteFileAtomic(dir, LeaderEpochCheckpoint, b.Bytes())
+}
+
+// ReadPartitionMetadata returns the topic id in a partition.metadata file
+// ("version: 0\ntopic_id: <base64url>"), or "" when the file is absent.
+func ReadPartitionMetadata(path string) (string, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("local: read %s: %w", path, err)
+	}
+	var version, id string
+	for i, l := range strings.Split(string(data), "\n") {
+		if strings.TrimSpace(l) == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			return "", fmt.Errorf("%w: %s line %d: %q", ErrBadCheckpoint, path, i+1, l)
+		}
+		switch strings.TrimSpace(k) {
+		case "version":
+			version = strings.TrimSpace(v)
+		case "topic_id":
+			id = strings.TrimSpace(v)
+		default:
+			return "", fmt.Errorf("%w: %s line %d: unknown field %q", ErrBadCheckpoint, path, i+1, k)
+		}
+	}
+	if version != "0" || id == "" {
+		return "", fmt.Errorf("%w: %s: version %q, topic id %q", ErrBadCheckpoint, path, version, id)
+	}
+	return id, nil
+}
+
+// WritePartitionMetadata writes partition.metadata as Kafka does (43 bytes
+// for a 22-character id, no trailing newline).
+func WritePartitionMetadata(dir, topicID string) error {
+	return WriteFileAtomic(dir, PartitionMetadataFile, []byte("version: 0\ntopic_id: "+topicID))
+}

@@ -1,0 +1,221 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/record"
+)
+
+// DefaultMaxBytes is the read size when ReadOptions.MaxBytes is 0.
+const DefaultMaxBytes = 1 << 20
+
+// Read returns whole batches from the batch holding offset; see
+// backend.Partition. It reads from one segment at a time, as Kafka does: a
+// read that reaches a segment's end returns what it has, and the next read
+// continues in the next segment.
+func (l *Log) Read(ctx context.Context, offset int64, opts backend.ReadOptions) (backend.Records, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	if l.closed.Load() {
+		return nil, l.closedErr()
+	}
+	maxBytes := int64(opts.MaxBytes)
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	for {
+		ls, leo := l.logStart.Load(), l.leo.Load()
+		if offset < ls || offset > leo {
+			return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: ls, LogEnd: leo}
+		}
+		if offset == leo || (opts.MaxOffset > 0 && offset >= opts.MaxOffset) {
+			return emptyRecords{}, nil
+		}
+		seg, segs, i := l.acquireSegmentFor(offset)
+		recs, err := l.readSegment(seg, offset, maxBytes, opts)
+		if _, owns := recs.(*fileRecords); !owns {
+			seg.release()
+		}
+		if err != nil || recs != nil {
+			return recs, err
+		}
+		// Nothing at or after offset in this segment (compaction removed
+		// its tail): continue from the next segment's base.
+		if i+1 >= len(segs) {
+			if l.segments()[len(l.segments())-1] != segs[len(segs)-1] {
+				continue // the segment list changed under us: retry
+			}
+			return emptyRecords{}, nil
+		}
+		offset = max(offset, segs[i+1].base)
+	}
+}
+
+// readSegment reads from one segment, which the caller has acquired. It
+// returns nil Records (and no error) when the segment holds nothing at or
+// after offset. A *fileRecords result takes over the caller's reference;
+// for any other result the caller releases it.
+func (l *Log) readSegment(seg *segment, offset, maxBytes int64, opts backend.ReadOptions) (backend.Records, error) {
+	limit := seg.size.Load()
+	if opts.MaxOffset > 0 {
+		// Stop before the batch holding MaxOffset, as Kafka does.
+		p, ok, err := seg.translateOffset(opts.MaxOffset, limit)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			limit = p.pos
+		}
+	}
+	p, ok, err := seg.translateOffset(offset, limit)
+	if err != nil || !ok {
+		return nil, err
+	}
+	end, err := seg.batchEnd(p.pos, min(limit, p.pos+maxBytes))
+	if err != nil {
+		return nil, err
+	}
+	if end == p.pos {
+		if !opts.MinOneBatch {
+			return emptyRecords{}, nil
+		}
+		end = p.pos + p.size
+	}
+	f, err := seg.file()
+	if err != nil {
+		return nil, err
+	}
+	return &fileRecords{seg: seg, f: f, pos: p.pos, n: end - p.pos}, nil
+}
+
+// LookupResult shows the two steps of an offset lookup, for tools.
+type LookupResult struct {
+	Segments       int    // segments searched by base offset
+	SegmentIndex   int    // which one step 1 chose
+	SegmentPath    string // its .log
+	IndexEntries   int    // entries in its offset index
+	IndexSlot      int    // the entry step 2 chose (-1: none, start of the segment)
+	IndexOffset    int64
+	IndexPosition  int32
+	BatchesScanned int
+	BytesScanned   int64
+	BatchPosition  int64
+	BatchSize      int64
+	BaseOffset     int64
+	LastOffset     int64
+	MaxTimestamp   int64
+}
+
+// Lookup finds the batch holding offset and reports how: step 1 picks the
+// segment by binary search over base offsets, step 2 the offset index
+// entry, then a forward scan of batch headers finds the batch.
+func (l *Log) Lookup(offset int64) (LookupResult, error) {
+	var r LookupResult
+	ls, leo := l.logStart.Load(), l.leo.Load()
+	if offset < ls || offset >= leo {
+		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: ls, LogEnd: leo}
+	}
+	seg, segs, i := l.acquireSegmentFor(offset)
+	defer seg.release()
+	for {
+		p, ok, err := seg.translateOffset(offset, seg.size.Load())
+		if err != nil {
+			return r, err
+		}
+		r.Segments, r.SegmentIndex, r.SegmentPath = len(segs), i, seg.path(LogSuffix)
+		r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = p.indexEntries, p.indexSlot, p.indexEntry.Offset, p.indexEntry.Position
+		r.BatchesScanned, r.BytesScanned = p.scanned, p.scannedBytes
+		if ok {
+			r.BatchPosition, r.BatchSize, r.BaseOffset, r.LastOffset, r.MaxTimestamp = p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs
+			return r, nil
+		}
+		if i+1 >= len(segs) || !segs[i+1].acquire() {
+			return r, fmt.Errorf("%w: offset %d: no batch at or after it", backend.ErrNotFound, offset)
+		}
+		seg.release()
+		i++
+		seg = segs[i]
+		offset = seg.base
+	}
+}
+
+// OffsetForTimestamp returns the first offset whose record timestamp is >=
+// ts; see backend.Partition. Segments are chosen by their largest
+// timestamp, then the time index narrows the scan, as in Kafka.
+func (l *Log) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, bool, error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, 0, false, err
+	}
+	if l.closed.Load() {
+		return 0, 0, false, l.closedErr()
+	}
+	for _, seg := range l.segments() {
+		if !seg.acquire() {
+			continue
+		}
+		off, rts, found, err := l.searchTimestamp(seg, ts)
+		seg.release()
+		if err != nil || found {
+			return off, rts, found, err
+		}
+	}
+	return 0, 0, false, nil
+}
+
+// searchTimestamp is Kafka's findOffsetByTimestamp for one segment.
+func (l *Log) searchTimestamp(seg *segment, ts int64) (int64, int64, bool, error) {
+	largest, err := seg.largestTimestamp()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if largest < ts {
+		return 0, 0, false, nil
+	}
+	oi, ti, err := seg.indexes()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	logStart := l.logStart.Load()
+	te := ti.Lookup(ts)
+	start := oi.Lookup(max(te.Offset, logStart)).Position
+	f, err := seg.file()
+	if err != nil {
+		return 0, 0, false, err
+	}
+	sc := record.NewScanner(f, int64(start), seg.size.Load(), record.ScanOptions{})
+	var it record.Iterator
+	for sc.Next() {
+		e := sc.Entry()
+		if e.MaxTimestamp < ts || e.LastOffset < logStart {
+			continue
+		}
+		if err := it.Reset(e.Data); err != nil {
+			return 0, 0, false, fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, seg.path(LogSuffix), err)
+		}
+		for it.Next() {
+			r := it.Record()
+			if r.Timestamp >= ts && r.Offset >= logStart {
+				return r.Offset, r.Timestamp, true, nil
+			}
+		}
+		if err := it.Err(); err != nil {
+			return 0, 0, false, fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, seg.path(LogSuffix), err)
+		}
+	}
+	if err := sc.Err(); err != nil && !errors.Is(err, record.ErrTornTail) {
+		return 0, 0, false, fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, seg.path(LogSuffix), err)
+	}
+	return 0, 0, false, nil
+}
+
+// ReadAll copies the records of a Read to w and closes them; a helper for
+// tools and tests.
+func ReadAll(r backend.Records, w io.Writer) (int64, error) {
+	defer r.Close()
+	return r.WriteTo(w)
+}

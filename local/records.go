@@ -1,0 +1,118 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+)
+
+// fileRecords is a region of a segment's .log returned by Read. It holds a
+// reference to the segment, so the file stays open (and readable, even when
+// retention renames or unlinks it) until Close.
+type fileRecords struct {
+	seg  *segment
+	f    *os.File
+	pos  int64
+	n    int64
+	once sync.Once
+}
+
+// emptyRecords is what a read at the log end returns.
+type emptyRecords struct{}
+
+func (emptyRecords) WriteTo(io.Writer) (int64, error) { return 0, nil }
+func (emptyRecords) Len() int64                       { return 0 }
+func (emptyRecords) Close() error                     { return nil }
+
+func (r *fileRecords) Len() int64 { return r.n }
+
+// Close releases the segment; it is idempotent.
+func (r *fileRecords) Close() error {
+	r.once.Do(func() { r.seg.release() })
+	return nil
+}
+
+// WriteTo writes the region to w. To a TCP or Unix socket or an *os.File it
+// uses sendfile(2): the bytes go from the page cache to the destination
+// without entering the Go heap. To any other writer it copies through a
+// SectionReader.
+func (r *fileRecords) WriteTo(w io.Writer) (int64, error) {
+	var sc syscall.Conn
+	switch d := w.(type) {
+	case *net.TCPConn:
+		sc = d
+	case *net.UnixConn:
+		sc = d
+	case *os.File:
+		sc = d
+	}
+	if sc != nil {
+		n, err, handled := sendfile(sc, r.f, r.pos, r.n)
+		if handled {
+			return n, err
+		}
+	}
+	return io.Copy(w, io.NewSectionReader(r.f, r.pos, r.n))
+}
+
+// sendfile copies n bytes of src at pos to dst with sendfile(2). handled is
+// false when sendfile is not possible for this pair (the caller copies).
+func sendfile(dst syscall.Conn, src *os.File, pos, n int64) (written int64, err error, handled bool) {
+	out, err := dst.SyscallConn()
+	if err != nil {
+		return 0, nil, false
+	}
+	in, err := src.SyscallConn()
+	if err != nil {
+		return 0, nil, false
+	}
+	var serr error
+	cerr := in.Control(func(infd uintptr) {
+		werr := out.Write(func(outfd uintptr) bool {
+			for written < n {
+				off := pos + written
+				chunk := min(n-written, 1<<30)
+				m, e := syscall.Sendfile(int(outfd), int(infd), &off, int(chunk))
+				if m > 0 {
+					written += int64(m)
+				}
+				switch {
+				case e == syscall.EAGAIN:
+					return false // wait until the socket is writable
+				case e == syscall.EINTR:
+					continue
+				case e == syscall.EINVAL || e == syscall.ENOSYS:
+					if written == 0 {
+						serr = errNoSendfile
+						return true
+					}
+					serr = fmt.Errorf("local: sendfile: %w", e)
+					return true
+				case e != nil:
+					serr = fmt.Errorf("local: sendfile: %w", e)
+					return true
+				case m == 0:
+					serr = fmt.Errorf("local: sendfile: %s ended %d bytes early (truncated under the reader): %w", src.Name(), n-written, io.ErrUnexpectedEOF)
+					return true
+				}
+			}
+			return true
+		})
+		if serr == nil && werr != nil {
+			serr = werr
+		}
+	})
+	if cerr != nil {
+		return written, nil, false
+	}
+	if errors.Is(serr, errNoSendfile) {
+		return 0, nil, false
+	}
+	return written, serr, true
+}
+
+var errNoSendfile = errors.New("sendfile not supported")
