@@ -127,6 +127,9 @@ func (x *TimeIndex) MaybeAppend(ts, offset int64, skipFullCheck bool) error {
 	if (!skipFullCheck && x.t.n >= max-1) || x.t.n >= max {
 		return fmt.Errorf("%w: %s: %d entries, appending (%d, %d)", ErrFull, x.t.name(), x.t.n, ts, offset)
 	}
+	if ts < 0 {
+		return nil // no timestamp (magic 0): nothing to index
+	}
 	rel := offset - x.t.base
 	if rel < 0 || rel > math.MaxInt32 {
 		return fmt.Errorf("%w: %s: offset %d is outside the segment based at %d", ErrInvalidOffset, x.t.name(), offset, x.t.base)
@@ -142,9 +145,6 @@ func (x *TimeIndex) MaybeAppend(ts, offset int64, skipFullCheck bool) error {
 		if ts == last.Timestamp {
 			return nil
 		}
-	}
-	if ts < 0 {
-		return nil
 	}
 	p := x.t.data[x.t.n*TimeEntrySize:]
 	binary.BigEndian.PutUint64(p, uint64(ts))

@@ -81,7 +81,7 @@ var _ backend.Partition = (*Log)(nil)
 // files left by an interrupted operation and, unless opts.CleanShutdown,
 // validating every batch from the recovery point and truncating a torn or
 // corrupt tail.
-func Open(dir string, opts Options) (l *Log, err error) {
+func Open(dir string, opts Options) (_ *Log, err error) {
 	if opts.Config.SegmentBytes == 0 {
 		opts.Config = backend.DefaultConfig()
 	}
@@ -97,7 +97,7 @@ func Open(dir string, opts Options) (l *Log, err error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("local: create %s: %w", dir, err)
 	}
-	l = &Log{
+	l := &Log{
 		dir: dir, cfg: opts.Config, now: opts.Now, logger: opts.Logger.With("dir", dir),
 		segOpts: segmentOptions{maxIndexBytes: int(opts.Config.SegmentIndexBytes), intervalBytes: opts.Config.IndexIntervalBytes},
 	}

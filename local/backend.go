@@ -1,0 +1,325 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+)
+
+// BackendOptions tune a Backend.
+type BackendOptions struct {
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger receives events (default: discard).
+	Logger *slog.Logger
+	// BackgroundInterval, when > 0, runs retention, flush.ms and checkpoint
+	// writes for every open partition at this interval (Kafka checks
+	// retention every 5 minutes and checkpoints every few seconds).
+	BackgroundInterval time.Duration
+}
+
+// Backend is a log directory holding many partitions in Kafka's layout,
+// with Kafka's checkpoint files; it implements backend.Backend. Partitions
+// open on first use, so opening a directory of 10,000 partitions reads only
+// its checkpoint files.
+type Backend struct {
+	dir    string
+	opts   BackendOptions
+	logger *slog.Logger
+	lock   *os.File
+	clean  bool // the directory was shut down cleanly last time
+
+	mu       sync.Mutex
+	logs     map[TopicPartition]*Log
+	recovery map[TopicPartition]int64
+	starts   map[TopicPartition]int64
+	hws      map[TopicPartition]int64
+	closed   bool
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// OpenBackend opens (creating when needed) the log directory dir, locking it
+// against a second process.
+func OpenBackend(dir string, opts BackendOptions) (b *Backend, err error) {
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("local: create log dir: %w", err)
+	}
+	lock, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("local: lock %s: %w", dir, err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("local: log dir %s is in use by another process (%s is locked): %w", dir, LockFile, err)
+	}
+	b = &Backend{dir: dir, opts: opts, logger: opts.Logger.With("logdir", dir), lock: lock, logs: map[TopicPartition]*Log{}}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	marker := filepath.Join(dir, CleanShutdownFile)
+	if _, err := os.Stat(marker); err == nil {
+		b.clean = true
+		if err := os.Remove(marker); err != nil {
+			return nil, fmt.Errorf("local: remove %s: %w", marker, err)
+		}
+		if err := syncDir(dir); err != nil {
+			return nil, err
+		}
+	}
+	read := func(name string) map[TopicPartition]int64 {
+		m, err := ReadOffsetCheckpoint(filepath.Join(dir, name))
+		if err != nil {
+			// Kafka treats an unreadable checkpoint as empty: every log
+			// is then recovered from its start.
+			b.logger.Warn("checkpoint unreadable; treating it as empty", "file", name, "err", err)
+			return map[TopicPartition]int64{}
+		}
+		return m
+	}
+	b.recovery, b.starts, b.hws = read(RecoveryPointCheckpoint), read(LogStartCheckpoint), read(ReplicationCheckpoint)
+	if opts.BackgroundInterval > 0 {
+		b.stop = make(chan struct{})
+		b.wg.Add(1)
+		go b.background()
+	}
+	return b, nil
+}
+
+// Dir returns the log directory.
+func (b *Backend) Dir() string { return b.dir }
+
+// Open returns the partition's log, opening or creating it; see
+// backend.Backend. The config applies from this open on.
+func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg backend.Config) (backend.Partition, error) {
+	return b.OpenLog(ctx, topic, partition, cfg)
+}
+
+// OpenLog is Open returning the concrete *Log.
+func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cfg backend.Config) (*Log, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
+	name, err := PartitionDirName(topic, partition)
+	if err != nil {
+		return nil, err
+	}
+	tp := TopicPartition{Topic: topic, Partition: partition}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, fmt.Errorf("%w: log dir %s", backend.ErrClosed, b.dir)
+	}
+	if l, ok := b.logs[tp]; ok && !l.closed.Load() {
+		return l, nil
+	}
+	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
+		Now: b.opts.Now, Logger: b.opts.Logger}
+	if rp, ok := b.recovery[tp]; ok {
+		opts.RecoveryPoint = rp
+	} else {
+		opts.CleanShutdown = false // never checkpointed: validate everything
+	}
+	if v, ok := b.starts[tp]; ok {
+		opts.LogStartOffset = v
+	}
+	if v, ok := b.hws[tp]; ok {
+		opts.HighWatermark = v
+	}
+	l, err := Open(filepath.Join(b.dir, name), opts)
+	if err != nil {
+		return nil, fmt.Errorf("local: open %s: %w", tp, err)
+	}
+	b.logs[tp] = l
+	return l, nil
+}
+
+// Partitions lists the partition directories in the log dir.
+func (b *Backend) Partitions() ([]TopicPartition, error) {
+	ents, err := os.ReadDir(b.dir)
+	if err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
+	var out []TopicPartition
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		if tp, err := ParsePartitionDirName(e.Name()); err == nil {
+			out = append(out, tp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Topic != out[j].Topic {
+			return out[i].Topic < out[j].Topic
+		}
+		return out[i].Partition < out[j].Partition
+	})
+	return out, nil
+}
+
+// Delete closes the partition and removes its directory.
+func (b *Backend) Delete(ctx context.Context, topic string, partition int32) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	name, err := PartitionDirName(topic, partition)
+	if err != nil {
+		return err
+	}
+	tp := TopicPartition{Topic: topic, Partition: partition}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l, ok := b.logs[tp]; ok {
+		l.Close()
+		delete(b.logs, tp)
+	}
+	delete(b.recovery, tp)
+	delete(b.starts, tp)
+	delete(b.hws, tp)
+	dir := filepath.Join(b.dir, name)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w: partition %s", backend.ErrNotFound, tp)
+	}
+	// Rename first (Kafka's "-delete" suffix) so a crash mid-removal
+	// never leaves a half-deleted partition that looks live.
+	doomed := dir + "." + fmt.Sprint(b.opts.Now().UnixNano()) + "-delete"
+	if err := os.Rename(dir, doomed); err != nil {
+		return fmt.Errorf("local: delete %s: %w", tp, err)
+	}
+	if err := syncDir(b.dir); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(doomed); err != nil {
+		return fmt.Errorf("local: delete %s: %w", tp, err)
+	}
+	return b.checkpointLocked()
+}
+
+// Checkpoint writes the recovery point, log start and high watermark
+// checkpoints for every partition.
+func (b *Backend) Checkpoint() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.checkpointLocked()
+}
+
+// checkpointLocked merges the open logs' offsets into the checkpoint maps
+// (partitions not opened this session keep their last values) and writes
+// them. REQUIRES: b.mu held.
+func (b *Backend) checkpointLocked() error {
+	for tp, l := range b.logs {
+		o := l.Offsets()
+		b.recovery[tp] = l.RecoveryPoint()
+		b.starts[tp] = o.LogStart
+		b.hws[tp] = o.HighWatermark
+	}
+	return errors.Join(
+		WriteOffsetCheckpoint(b.dir, RecoveryPointCheckpoint, b.recovery),
+		WriteOffsetCheckpoint(b.dir, LogStartCheckpoint, b.starts),
+		WriteOffsetCheckpoint(b.dir, ReplicationCheckpoint, b.hws),
+	)
+}
+
+// background applies retention and flush.ms and writes checkpoints.
+func (b *Backend) background() {
+	defer b.wg.Done()
+	t := time.NewTicker(b.opts.BackgroundInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		b.mu.Lock()
+		logs := make([]*Log, 0, len(b.logs))
+		for _, l := range b.logs {
+			logs = append(logs, l)
+		}
+		b.mu.Unlock()
+		for _, l := range logs {
+			if l.closed.Load() {
+				continue
+			}
+			if _, err := l.DeleteOldSegments(); err != nil && !errors.Is(err, backend.ErrClosed) {
+				b.logger.Error("retention", "dir", l.dir, "err", err)
+			}
+			if err := l.maybeFlushByTime(); err != nil && !errors.Is(err, backend.ErrClosed) {
+				b.logger.Error("flush", "dir", l.dir, "err", err)
+			}
+		}
+		if err := b.Checkpoint(); err != nil {
+			b.logger.Error("checkpoint", "err", err)
+		}
+	}
+}
+
+// Close closes every partition, writes the checkpoints and the clean
+// shutdown marker, and unlocks the directory.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	stop := b.stop
+	b.mu.Unlock()
+	if stop != nil {
+		close(stop)
+		b.wg.Wait()
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var errs []error
+	for tp, l := range b.logs {
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("local: close %s: %w", tp, err))
+		}
+	}
+	errs = append(errs, b.checkpointLocked())
+	if err := errors.Join(errs...); err != nil {
+		// Without the marker the next open recovers: the safe choice
+		// after a failed close.
+		b.lock.Close()
+		return err
+	}
+	err := WriteFileAtomic(b.dir, CleanShutdownFile, []byte(`{"version":0,"brokerEpoch":-1}`))
+	b.lock.Close()
+	return err
+}
+
+// maybeFlushByTime flushes when flush.ms has passed since the last flush.
+func (l *Log) maybeFlushByTime() error {
+	if l.closed.Load() {
+		return l.closedErr()
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.cfg.FlushMs >= 1<<62 || l.now().Sub(l.lastFlush).Milliseconds() < l.cfg.FlushMs {
+		return nil
+	}
+	return l.flushLocked()
+}

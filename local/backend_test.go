@@ -1,0 +1,90 @@
+package local_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+)
+
+func TestBackendCheckpointsAndCleanShutdown(t *testing.T) {
+	dir := t.TempDir()
+	b, err := local.OpenBackend(dir, local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := local.OpenBackend(dir, local.BackendOptions{}); err == nil {
+		t.Fatal("a second backend opened a locked log dir")
+	}
+	p, err := b.Open(ctx, "orders", 3, cfg(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 5; i++ {
+		if _, err := p.Append(ctx, batchOf(4, 1, "x"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.SetHighWatermark(12)
+	for _, bad := range []struct {
+		topic string
+		part  int32
+	}{{"../etc", 0}, {"", 0}, {"ok", -1}, {string(make([]byte, 300)), 0}, {"a/b", 0}} {
+		if _, err := b.Open(ctx, bad.topic, bad.part, cfg(t)); !errors.Is(err, backend.ErrInvalidName) {
+			t.Errorf("Open(%q, %d): %v", bad.topic, bad.part, err)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Append(ctx, batchOf(1, 1, "x"), backend.AppendOptions{AssignOffsets: true}); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("append after close: %v", err)
+	}
+	for name, want := range map[string]string{
+		local.RecoveryPointCheckpoint: "0\n1\norders 3 20\n",
+		local.ReplicationCheckpoint:   "0\n1\norders 3 12\n",
+		local.LogStartCheckpoint:      "0\n1\norders 3 0\n",
+		local.CleanShutdownFile:       `{"version":0,"brokerEpoch":-1}`,
+	} {
+		got, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil || string(got) != want {
+			t.Errorf("%s = %q (%v), want %q", name, got, err, want)
+		}
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, "orders-3", local.LeaderEpochCheckpoint))
+	if string(got) != "0\n1\n0 0\n" {
+		t.Errorf("leader-epoch-checkpoint = %q", got)
+	}
+	// Reopen: clean, offsets restored, the marker consumed.
+	b, err = local.OpenBackend(dir, local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := os.Stat(filepath.Join(dir, local.CleanShutdownFile)); !os.IsNotExist(err) {
+		t.Fatal("clean shutdown marker not removed on open")
+	}
+	parts, _ := b.Partitions()
+	if len(parts) != 1 || parts[0] != (local.TopicPartition{Topic: "orders", Partition: 3}) {
+		t.Fatalf("partitions %v", parts)
+	}
+	p, err = b.Open(ctx, "orders", 3, cfg(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogEnd != 20 || o.HighWatermark != 12 {
+		t.Fatalf("offsets after reopen %+v", o)
+	}
+	if err := b.Delete(ctx, "orders", 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "orders-3")); !os.IsNotExist(err) {
+		t.Fatal("partition directory survived Delete")
+	}
+	if err := b.Delete(ctx, "orders", 3); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+}
