@@ -3,6 +3,7 @@ package local
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/tierlog/tierlog/backend"
 )
@@ -120,8 +121,7 @@ func (l *Log) deleteSegmentsLocked(reason string, pred func(s *segment, upperBou
 		l.removeDeletedFiles(s)
 		l.logger.Info("deleted segment", "base", s.base, "reason", reason)
 	}
-	l.epochs = fitEpochs(l.epochs, l.logStart.Load(), l.leo.Load())
-	return n, WriteLeaderEpochCheckpoint(l.dir, l.epochs)
+	return n, l.fitEpochsLocked()
 }
 
 // DeleteRecordsBefore raises the log start offset to offset and deletes the
@@ -143,8 +143,7 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 		return nil
 	}
 	l.logStart.Store(offset)
-	l.epochs = fitEpochs(l.epochs, offset, l.leo.Load())
-	if err := WriteLeaderEpochCheckpoint(l.dir, l.epochs); err != nil {
+	if err := l.fitEpochsLocked(); err != nil {
 		return err
 	}
 	_, err := l.deleteSegmentsLocked("log start offset", func(_ *segment, upper int64) (bool, error) {
@@ -192,8 +191,7 @@ func (l *Log) TruncateTo(offset int64) error {
 		s.release()
 		l.removeDeletedFiles(s)
 	}
-	l.setEndLocked(newLeo)
-	return nil
+	return l.setEndLocked(newLeo)
 }
 
 // truncateFullyLocked deletes every segment and restarts the log at offset
@@ -215,13 +213,12 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 		l.removeDeletedFiles(old)
 	}
 	l.logStart.Store(offset)
-	l.setEndLocked(offset)
-	return nil
+	return l.setEndLocked(offset)
 }
 
 // setEndLocked moves the log end after a truncation and fits the other
 // offsets and the epoch cache to it. REQUIRES: l.mu held.
-func (l *Log) setEndLocked(leo int64) {
+func (l *Log) setEndLocked(leo int64) error {
 	l.leo.Store(leo)
 	if l.hw.Load() > leo {
 		l.hw.Store(leo)
@@ -232,8 +229,16 @@ func (l *Log) setEndLocked(leo int64) {
 	if l.logStart.Load() > leo {
 		l.logStart.Store(leo)
 	}
-	l.epochs = fitEpochs(l.epochs, l.logStart.Load(), leo)
-	if err := WriteLeaderEpochCheckpoint(l.dir, l.epochs); err != nil {
-		l.logger.Error("writing the leader epoch checkpoint", "err", err)
+	return l.fitEpochsLocked()
+}
+
+// fitEpochsLocked fits the epoch cache to the log start and end and
+// persists it when that changed it. REQUIRES: l.mu held.
+func (l *Log) fitEpochsLocked() error {
+	fitted := fitEpochs(l.epochs, l.logStart.Load(), l.leo.Load())
+	if slices.Equal(fitted, l.epochs) {
+		return nil
 	}
+	l.epochs = fitted
+	return WriteLeaderEpochCheckpoint(l.dir, l.epochs)
 }
