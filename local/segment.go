@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/record"
 )
@@ -410,7 +411,7 @@ func (s *segment) scanFrom(start, limit, target int64, p position) (position, bo
 		}
 	}
 	if err := sc.Err(); err != nil && !errors.Is(err, record.ErrTornTail) {
-		return p, false, fmt.Errorf("local: %s: %w", s.path(LogSuffix), err)
+		return p, false, s.corrupt(err)
 	}
 	return p, false, nil
 }
@@ -441,7 +442,7 @@ func (s *segment) batchEnd(from, limit int64) (int64, error) {
 		end = e.Position + e.Size
 	}
 	if err := sc.Err(); err != nil && !errors.Is(err, record.ErrTornTail) {
-		return from, fmt.Errorf("local: %s: %w", s.path(LogSuffix), err)
+		return from, s.corrupt(err)
 	}
 	return end, nil
 }
@@ -575,7 +576,7 @@ func (s *segment) readNextOffset() (int64, error) {
 		next = sc.Entry().LastOffset + 1
 	}
 	if err := sc.Err(); err != nil {
-		return 0, fmt.Errorf("local: %s: %w", s.path(LogSuffix), err)
+		return 0, s.corrupt(err)
 	}
 	return next, nil
 }
@@ -678,4 +679,13 @@ func (s *segment) readAt(p []byte, off int64) error {
 		return fmt.Errorf("local: read %s at %d: %w", s.path(LogSuffix), off, err)
 	}
 	return nil
+}
+
+// corrupt wraps a scan error of this segment's log: damaged framing is
+// backend.ErrCorruptRecord, anything else (I/O) stays as it is.
+func (s *segment) corrupt(err error) error {
+	if errors.Is(err, record.ErrCorrupt) {
+		return fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, s.path(LogSuffix), err)
+	}
+	return fmt.Errorf("local: %s: %w", s.path(LogSuffix), err)
 }
