@@ -23,8 +23,8 @@ func (l *Log) Append(ctx context.Context, batches []byte, opts backend.AppendOpt
 	if err := checkCtx(ctx); err != nil {
 		return info, err
 	}
-	if l.closed.Load() {
-		return info, l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return info, err
 	}
 	metas, info, err := l.validate(batches, opts)
 	if err != nil {
@@ -225,8 +225,8 @@ func (l *Log) rollLocked(base int64, why string) (*segment, error) {
 // Roll closes the active segment (if it holds data) and starts a new one at
 // the log end offset.
 func (l *Log) Roll() error {
-	if l.closed.Load() {
-		return l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()

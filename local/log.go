@@ -38,7 +38,15 @@ type Options struct {
 	Now func() time.Time
 	// Logger receives recovery and retention events (default: discard).
 	Logger *slog.Logger
+	// ReadOnly opens an existing directory without changing a byte of it
+	// (for tools pointed at a live broker's files): no recovery, no index
+	// rebuilds on disk, no checkpoint writes. A torn tail is not served;
+	// every method that writes returns ErrReadOnly.
+	ReadOnly bool
 }
+
+// ErrReadOnly is returned by writes to a Log opened with Options.ReadOnly.
+var ErrReadOnly = errors.New("local: log opened read-only")
 
 // Log is one partition on local disk; it implements backend.Partition.
 //
@@ -52,6 +60,7 @@ type Log struct {
 	now     func() time.Time
 	logger  *slog.Logger
 
+	readOnly      bool
 	segs          atomic.Pointer[[]*segment] // sorted by base; last is active
 	logStart      atomic.Int64
 	hw            atomic.Int64
@@ -94,10 +103,14 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if opts.ReadOnly {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("%w: partition directory %s", backend.ErrNotFound, dir)
+		}
+	} else if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("local: create %s: %w", dir, err)
 	}
-	l := &Log{
+	l := &Log{readOnly: opts.ReadOnly,
 		dir: dir, cfg: opts.Config, now: opts.Now, logger: opts.Logger.With("dir", dir),
 		segOpts: segmentOptions{maxIndexBytes: int(opts.Config.SegmentIndexBytes), intervalBytes: opts.Config.IndexIntervalBytes},
 	}
@@ -138,6 +151,9 @@ func (l *Log) jitter() int64 {
 
 // load resolves leftover files, opens the segments and recovers them.
 func (l *Log) load(opts Options) error {
+	if l.readOnly {
+		return l.loadReadOnly(opts)
+	}
 	if err := l.removeTempFilesAndSwap(); err != nil {
 		return err
 	}
@@ -560,8 +576,8 @@ func (l *Log) RecoveryPoint() int64 { return l.recoveryPoint.Load() }
 // SetHighWatermark records the broker's high watermark, clamped to
 // [LogStart, LogEnd].
 func (l *Log) SetHighWatermark(hw int64) error {
-	if l.closed.Load() {
-		return l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -606,8 +622,8 @@ func (l *Log) acquireSegmentFor(offset int64) (*segment, []*segment, int) {
 
 // Flush makes every appended byte durable and advances the recovery point.
 func (l *Log) Flush() error {
-	if l.closed.Load() {
-		return l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -656,6 +672,10 @@ func (l *Log) takeFlushErr() error {
 // segments (their files close when the last reader is done).
 func (l *Log) Close() error {
 	if l.closed.Swap(true) {
+		return nil
+	}
+	if l.readOnly {
+		l.closeSegments()
 		return nil
 	}
 	l.mu.Lock()

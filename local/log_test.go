@@ -376,3 +376,58 @@ func TestSendfileToSocket(t *testing.T) {
 		t.Fatalf("socket received %d bytes that differ from the file", len(b))
 	}
 }
+
+func TestReadOnlyOpenChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, cfg(t, "segment.bytes", "3000"), false)
+	for i := 0; i < 20; i++ {
+		l.Append(ctx, batchOf(3, int64(i), "r"), backend.AppendOptions{AssignOffsets: true})
+	}
+	l.Flush() // not closed: the active indexes stay preallocated, as on a live broker
+	// A torn tail as well.
+	p := filepath.Join(dir, local.FileName(l.SegmentInfos()[len(l.SegmentInfos())-1].BaseOffset, local.LogSuffix))
+	f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write([]byte{0, 0, 0, 0, 0, 0, 0, 99, 0, 0, 1})
+	f.Close()
+	snapshot := func() map[string]string {
+		m := map[string]string{}
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			b, _ := os.ReadFile(filepath.Join(dir, e.Name()))
+			st, _ := e.Info()
+			m[e.Name()] = fmt.Sprintf("%x %d %v", b, len(b), st.ModTime())
+		}
+		return m
+	}
+	before := snapshot()
+	ro, err := local.Open(dir, local.Options{ReadOnly: true, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(readAll(t, ro, 0)); got != 60 {
+		t.Fatalf("read-only open read %d records, want 60", got)
+	}
+	if _, err := ro.Lookup(31); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ro.Append(ctx, batchOf(1, 1, "x"), backend.AppendOptions{AssignOffsets: true}); !errors.Is(err, local.ErrReadOnly) {
+		t.Fatalf("append to a read-only log: %v", err)
+	}
+	if err := ro.TruncateTo(0); !errors.Is(err, local.ErrReadOnly) {
+		t.Fatalf("truncate of a read-only log: %v", err)
+	}
+	ro.Close()
+	after := snapshot()
+	if len(after) != len(before) {
+		t.Fatalf("files changed: %d before, %d after", len(before), len(after))
+	}
+	for k, v := range before {
+		if after[k] != v {
+			t.Fatalf("%s changed under a read-only open", k)
+		}
+	}
+	l.Close()
+	if _, err := local.Open(filepath.Join(dir, "missing"), local.Options{ReadOnly: true}); !errors.Is(err, backend.ErrNotFound) {
+		t.Fatalf("read-only open of a missing dir: %v", err)
+	}
+}

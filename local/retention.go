@@ -15,8 +15,8 @@ import (
 // retention.bytes go too. It never deletes at or above the high watermark,
 // and never an empty active segment. It returns how many segments went.
 func (l *Log) DeleteOldSegments() (int, error) {
-	if l.closed.Load() {
-		return 0, l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return 0, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -130,8 +130,8 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	if l.closed.Load() {
-		return l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -157,8 +157,8 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 // the whole batch goes and the log end becomes that batch's base offset.
 // A reader holding records in the removed range may see them end early.
 func (l *Log) TruncateTo(offset int64) error {
-	if l.closed.Load() {
-		return l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return err
 	}
 	if offset < 0 {
 		return fmt.Errorf("%w: truncate to offset %d", backend.ErrInvalidRecord, offset)

@@ -50,6 +50,7 @@ type segment struct {
 	// timestamp; loaded lazily (-2 = not loaded).
 	maxTs, offsetOfMaxTs int64
 	deleted              bool // files renamed to .deleted
+	readOnly             bool // never write: missing indexes are empty views
 }
 
 type segmentOptions struct {
@@ -222,6 +223,11 @@ func (s *segment) indexes() (*index.OffsetIndex, *index.TimeIndex, error) {
 	}
 	if !errors.Is(err, fs.ErrNotExist) {
 		return nil, nil, err
+	}
+	if s.readOnly {
+		// Without an index every lookup scans from the segment's start.
+		s.oi, s.ti = index.NewOffsetIndexView(nil, s.base), index.NewTimeIndexView(nil, s.base)
+		return s.oi, s.ti, nil
 	}
 	// An index file is missing: rebuild both from the log, as Kafka does.
 	if _, err := s.rebuildLocked(false); err != nil {
@@ -556,29 +562,6 @@ func (s *segment) rebuildLocked(keepActive bool) (res recoverResult, err error) 
 		return res, err
 	}
 	return res, ti.TrimToValidSize()
-}
-
-// readNextOffset returns one past the segment's last offset by scanning
-// from its last offset index entry (Kafka's readNextOffset).
-func (s *segment) readNextOffset() (int64, error) {
-	oi, _, err := s.indexes()
-	if err != nil {
-		return 0, err
-	}
-	last := oi.LastEntry()
-	f, err := s.file()
-	if err != nil {
-		return 0, err
-	}
-	next := s.base
-	sc := record.NewScanner(f, int64(last.Position), s.size.Load(), record.ScanOptions{HeadersOnly: true, BufferSize: 4096})
-	for sc.Next() {
-		next = sc.Entry().LastOffset + 1
-	}
-	if err := sc.Err(); err != nil {
-		return 0, s.corrupt(err)
-	}
-	return next, nil
 }
 
 // truncateTo removes every batch whose last offset is >= offset and the

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -13,7 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
 )
@@ -70,94 +71,126 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 	if !o.keep {
 		defer os.RemoveAll(root)
 	}
-	dir := filepath.Join(root, "demo-0")
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
-	}
 	w := bufio.NewWriter(out)
 	defer w.Flush()
-
-	fmt.Fprintf(w, "tierlog demo: %d records into a Kafka-format segment\n\n", o.records)
-	fmt.Fprintln(w, "1. Producing batches (16 KiB, keys from 1,000, 100-byte values)")
-	seg, err := writeDemoSegment(dir, o.records)
+	ctx := context.Background()
+	logDir := filepath.Join(root, "logs")
+	b, err := local.OpenBackend(logDir, local.BackendOptions{})
 	if err != nil {
 		return err
 	}
-	for _, c := range seg.codecs {
-		fmt.Fprintf(w, "   %-6s %5d records in %3d batches: %8d bytes of records -> %8d on disk (%.2fx)\n",
-			c.codec, c.records, c.batches, c.raw, c.disk, float64(c.raw)/float64(max(c.disk, 1)))
+	defer b.Close()
+	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "1048576", "file.delete.delay.ms": "0"})
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(w, "   + 1 transaction COMMIT marker (a control batch)\n\n")
-
-	fmt.Fprintln(w, "2. Segment written with Kafka's index rule (index.interval.bytes=4096)")
-	for _, p := range []string{seg.log, seg.index, seg.timeindex} {
-		st, err := os.Stat(p)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(w, "   %-32s %9d bytes\n", filepath.Base(p), st.Size())
+	l, err := b.OpenLog(ctx, "orders", 0, cfg)
+	if err != nil {
+		return err
 	}
-	fmt.Fprintf(w, "   (the indexes were preallocated to 10 MiB, mmap'd, then trimmed to %d and %d entries)\n\n",
-		seg.indexEntries, seg.timeEntries)
 
-	fmt.Fprintln(w, "3. tierctl dump (first lines of each file)")
-	for _, p := range []string{seg.log, seg.index, seg.timeindex} {
-		var buf bytes.Buffer
-		bw := bufio.NewWriter(&buf)
-		if _, err := dumpFile(bw, p, dumpOptions{}, false); err != nil {
-			return err
+	fmt.Fprintf(w, "tierlog demo: a Kafka-compatible partition log, end to end\n\n")
+	fmt.Fprintf(w, "1. Producing %d records (200-byte values, keys from 1,000) to orders-0, segment.bytes=1 MiB\n", o.records)
+	st, err := produceRecords(ctx, l, produceOptions{count: o.records, recordSize: 200, batchSize: 16384, keySpace: 1000}, record.None)
+	if err != nil {
+		return err
+	}
+	segs := l.SegmentInfos()
+	fmt.Fprintf(w, "   %d batches, %.1f MB in %v (%.0f MB/s); %d segments\n\n", st.batches, float64(st.bytes)/1e6,
+		st.elapsed.Round(time.Millisecond), float64(st.bytes)/1e6/st.elapsed.Seconds(), len(segs))
+
+	fmt.Fprintf(w, "2. The partition directory, in Kafka's layout (%s)\n", l.Dir())
+	for i, sg := range segs {
+		if i == 2 && len(segs) > 4 {
+			fmt.Fprintf(w, "   … %d more segments\n", len(segs)-3)
+			continue
 		}
-		bw.Flush()
-		lines := strings.Split(strings.TrimRight(buf.String(), "\n"), "\n")
-		for i, l := range lines {
-			if i == 4 {
-				fmt.Fprintf(w, "   … %d more lines\n", len(lines)-4)
-				break
-			}
-			fmt.Fprintf(w, "   %s\n", shorten(l, 150))
+		if i > 2 && i < len(segs)-1 {
+			continue
 		}
+		idx, _ := os.Stat(strings.TrimSuffix(sg.Path, ".log") + ".index")
+		tidx, _ := os.Stat(strings.TrimSuffix(sg.Path, ".log") + ".timeindex")
+		state := "closed, indexes trimmed"
+		if sg.Active {
+			state = "active, indexes preallocated to 10 MiB and mmap'd"
+		}
+		fmt.Fprintf(w, "   %s %8d B   .index %8d B   .timeindex %8d B   (%s)\n", filepath.Base(sg.Path), sg.Size, size64(idx), size64(tidx), state)
 	}
 	fmt.Fprintln(w)
 
-	target := int64(o.records / 2)
-	fmt.Fprintf(w, "4. Looking up offset %d through the sparse offset index\n", target)
-	oi, err := index.OpenOffsetIndexReadOnly(seg.index, 0)
-	if err != nil {
-		return err
+	fmt.Fprintln(w, "3. Two-step lookups (segment by base offset, then its sparse offset index)")
+	for _, off := range []int64{0, int64(o.records) / 2, int64(o.records) * 49 / 50} {
+		r, err := l.Lookup(off)
+		if err != nil {
+			return err
+		}
+		entry := "no entry <= it: segment start"
+		if r.IndexSlot >= 0 {
+			entry = fmt.Sprintf("entry %d of %d (offset %d, position %d)", r.IndexSlot, r.IndexEntries, r.IndexOffset, r.IndexPosition)
+		}
+		fmt.Fprintf(w, "   offset %-6d -> segment %d of %d, %s, scanned %d header(s) / %d B -> batch %d..%d\n",
+			off, r.SegmentIndex, r.Segments, entry, r.BatchesScanned, r.BytesScanned, r.BaseOffset, r.LastOffset)
 	}
-	entry, slot, n := oi.LookupSlot(target)
-	oi.Close()
-	fmt.Fprintf(w, "   binary search over %d index entries -> slot %d: offset %d at position %d\n", n, slot, entry.Offset, entry.Position)
-	found, scanned, err := scanTo(seg.log, int64(entry.Position), target)
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(w, "   forward scan of %d batch headers (%d bytes) -> batch %d..%d at position %d\n\n",
-		scanned.batches, scanned.bytes, found.BaseOffset, found.LastOffset, found.Position)
+	fmt.Fprintln(w)
 
-	fmt.Fprintln(w, "5. tierctl verify", dir)
-	reports, err := verifyPath(dir)
+	fmt.Fprintln(w, "4. Reading every offset back (whole batches from the batch holding the offset)")
+	readStart := time.Now()
+	got, reads, readBytes, err := readEveryRecord(ctx, l, 0)
+	if err != nil {
+		return err
+	}
+	el := time.Since(readStart)
+	fmt.Fprintf(w, "   %d of %d records at their offsets, in %d reads of up to 1 MiB (%.0f MB/s)\n", got, o.records, reads, float64(readBytes)/1e6/el.Seconds())
+	if got != int64(o.records) {
+		return fmt.Errorf("demo: read back %d records, produced %d", got, o.records)
+	}
+	fmt.Fprintln(w)
+
+	cut := int64(o.records) * 2 / 5
+	fmt.Fprintf(w, "5. DeleteRecordsBefore(%d): raise the log start; whole segments below it go\n", cut)
+	before := len(l.SegmentInfos())
+	if err := l.DeleteRecordsBefore(ctx, cut); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "   %d -> %d segments, log start %d (reads below it: offset out of range)\n\n", before, len(l.SegmentInfos()), l.Offsets().LogStart)
+
+	fmt.Fprintln(w, "6. The same records in every codec (a topic each, 10,000 records)")
+	for _, c := range []record.Codec{record.None, record.GZIP, record.Snappy, record.LZ4, record.ZSTD} {
+		cl, err := b.OpenLog(ctx, "codec-"+c.String(), 0, backend.DefaultConfig())
+		if err != nil {
+			return err
+		}
+		cst, err := produceDemoText(ctx, cl, 10_000, c)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "   %-6s %8d bytes on disk (%5.2fx)\n", c, cst.disk, float64(cst.raw)/float64(max(cst.disk, 1)))
+	}
+	if err := b.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+
+	fmt.Fprintf(w, "7. tierctl verify %s (every CRC, offset and index entry)\n", logDir)
+	reports, err := verifyPath(logDir)
 	if err != nil {
 		return err
 	}
 	bad := 0
 	for _, r := range reports {
-		var buf bytes.Buffer
-		bw := bufio.NewWriter(&buf)
-		r.print(bw)
-		bw.Flush()
-		for _, l := range strings.Split(strings.TrimRight(buf.String(), "\n"), "\n") {
-			fmt.Fprintf(w, "   %s\n", l)
-		}
 		if len(r.Problems) > 0 {
 			bad++
+			var buf bytes.Buffer
+			bw := bufio.NewWriter(&buf)
+			r.print(bw)
+			bw.Flush()
+			fmt.Fprint(w, buf.String())
 		}
 	}
-	fmt.Fprintln(w)
-	elapsed := time.Since(start)
-	fmt.Fprintf(w, "Done in %v: %d records, %d bytes, %d problems.\n", elapsed.Round(time.Millisecond), o.records+1, seg.size, bad)
+	fmt.Fprintf(w, "   %d files verified, %d with problems\n\n", len(reports), bad)
+	fmt.Fprintf(w, "Done in %v.\n", time.Since(start).Round(time.Millisecond))
 	if o.keep {
-		fmt.Fprintf(w, "Files kept in %s (try: tierctl dump --print-data %s | head)\n", dir, seg.log)
+		fmt.Fprintf(w, "Files kept in %s; try: tierctl lookup %s --offset 25000\n", logDir, l.Dir())
 	}
 	if bad > 0 {
 		w.Flush()
@@ -166,162 +199,95 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 	return nil
 }
 
+func size64(fi os.FileInfo) int64 {
+	if fi == nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// readEveryRecord reads from offset to the log end and checks that every
+// offset comes back exactly once, in order.
+func readEveryRecord(ctx context.Context, l *local.Log, from int64) (records int64, reads int, bytesRead int64, err error) {
+	var it record.Iterator
+	var buf bytes.Buffer
+	next := from
+	end := l.Offsets().LogEnd
+	for next < end {
+		recs, err := l.Read(ctx, next, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+		if err != nil {
+			return records, reads, bytesRead, err
+		}
+		buf.Reset()
+		n, err := recs.WriteTo(&buf)
+		recs.Close()
+		if err != nil {
+			return records, reads, bytesRead, err
+		}
+		reads++
+		bytesRead += n
+		sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, n, record.ScanOptions{Validate: true})
+		for sc.Next() {
+			if err := it.Reset(sc.Entry().Data); err != nil {
+				return records, reads, bytesRead, err
+			}
+			for it.Next() {
+				if off := it.Record().Offset; off >= next {
+					if off != next {
+						return records, reads, bytesRead, fmt.Errorf("demo: offset %d missing (got %d)", next, off)
+					}
+					next++
+					records++
+				}
+			}
+		}
+		if sc.Err() != nil {
+			return records, reads, bytesRead, sc.Err()
+		}
+	}
+	return records, reads, bytesRead, nil
+}
+
 type codecStats struct {
 	codec            record.Codec
 	records, batches int
 	raw, disk        int64
 }
 
-type demoSegment struct {
-	log, index, timeindex     string
-	codecs                    []codecStats
-	indexEntries, timeEntries int
-	size                      int64
-}
-
-// writeDemoSegment appends producer-shaped batches, one codec after another,
-// to segment 0 of dir, indexing each append with Kafka's rule.
-func writeDemoSegment(dir string, records int) (seg demoSegment, err error) {
-	seg.log = filepath.Join(dir, local.FileName(0, local.LogSuffix))
-	seg.index = filepath.Join(dir, local.FileName(0, local.IndexSuffix))
-	seg.timeindex = filepath.Join(dir, local.FileName(0, local.TimeIndexSuffix))
-	f, err := os.OpenFile(seg.log, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-	if err != nil {
-		return seg, err
-	}
-	defer func() {
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-	}()
-	oi, err := index.OpenOffsetIndex(seg.index, 0, 10<<20)
-	if err != nil {
-		return seg, err
-	}
-	defer oi.Close()
-	ti, err := index.OpenTimeIndex(seg.timeindex, 0, 10<<20)
-	if err != nil {
-		return seg, err
-	}
-	defer ti.Close()
-	ix := index.NewIndexer(oi, ti, 4096)
-
-	rng := rand.New(rand.NewPCG(1, 2))
+// produceDemoText appends n text records (orders with keys) in codec c and
+// reports the uncompressed and on-disk sizes.
+func produceDemoText(ctx context.Context, l *local.Log, n int, c record.Codec) (codecStats, error) {
+	st := codecStats{codec: c}
 	var b record.Builder
-	codecs := []record.Codec{record.None, record.GZIP, record.Snappy, record.LZ4, record.ZSTD}
-	next, pos := int64(0), int64(0)
+	h := record.NewBatchHeader()
+	h.Codec = c
+	value := make([]byte, 0, 100)
 	ts := time.Now().UnixMilli()
-	value := make([]byte, 100)
-	appendBatch := func(batch record.Batch) error {
-		if _, err := f.Write(batch); err != nil {
-			return err
-		}
-		if err := ix.Append(pos, int64(len(batch)), batch.LastOffset(), batch.MaxTimestamp(), batch.LastOffset()); err != nil {
-			return err
-		}
-		pos += int64(len(batch))
-		next = batch.NextOffset()
-		return nil
-	}
-	for ci, c := range codecs {
-		st := codecStats{codec: c}
-		share := records / len(codecs)
-		if ci == len(codecs)-1 {
-			share = records - int(next)
-		}
-		for st.records < share {
-			h := record.NewBatchHeader()
-			h.BaseOffset = next
-			h.Codec = c
-			h.PartitionLeaderEpoch = 0
-			b.Reset(h)
-			for st.records < share {
-				key := fmt.Appendf(nil, "customer-%04d", rng.IntN(1000))
-				value = fmt.Appendf(value[:0], "order %08d for %s: ", next+int64(b.NumRecords()), key)
-				for len(value) < 100 {
-					value = append(value, 'x')
-				}
-				if b.NumRecords() > 0 && b.SizeWith(ts, key, value, nil) > 16384 {
-					break
-				}
-				b.Append(ts, key, value, nil)
-				st.records++
-				ts++
+	rng := rand.New(rand.NewPCG(1, 2))
+	for st.records < n {
+		b.Reset(h)
+		for st.records < n {
+			key := fmt.Appendf(nil, "customer-%04d", rng.IntN(1000))
+			value = fmt.Appendf(value[:0], "order %08d for %s: ", st.records, key)
+			for len(value) < 100 {
+				value = append(value, 'x')
 			}
-			st.raw += int64(b.Size())
-			batch, err := b.Build()
-			if err != nil {
-				return seg, err
+			if b.NumRecords() > 0 && b.SizeWith(ts, key, value, nil) > 16384 {
+				break
 			}
-			st.disk += int64(len(batch))
-			st.batches++
-			if err := appendBatch(batch); err != nil {
-				return seg, err
-			}
+			b.Append(ts, key, value, nil)
+			st.records++
 		}
-		seg.codecs = append(seg.codecs, st)
-	}
-	marker, err := b.BuildEndTxnMarker(record.EndTxnMarker{BaseOffset: next, PartitionLeaderEpoch: 0, ProducerID: 1000, ProducerEpoch: 0, CoordinatorEpoch: 1, Commit: true, Timestamp: ts})
-	if err != nil {
-		return seg, err
-	}
-	if err := appendBatch(marker); err != nil {
-		return seg, err
-	}
-	// Roll: the final time index entry, then trim both indexes.
-	if err := ix.Roll(); err != nil {
-		return seg, err
-	}
-	seg.indexEntries, seg.timeEntries = oi.Entries(), ti.Entries()
-	seg.size = pos
-	if err := f.Sync(); err != nil {
-		return seg, err
-	}
-	if err := oi.Close(); err != nil {
-		return seg, err
-	}
-	return seg, ti.Close()
-}
-
-type scanCount struct {
-	batches int
-	bytes   int64
-}
-
-// scanTo walks batch headers from pos to the first batch whose last offset
-// is >= target, the second step of a lookup.
-func scanTo(logPath string, pos, target int64) (record.Entry, scanCount, error) {
-	f, err := os.Open(logPath)
-	if err != nil {
-		return record.Entry{}, scanCount{}, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return record.Entry{}, scanCount{}, err
-	}
-	s := record.NewScanner(f, pos, st.Size(), record.ScanOptions{HeadersOnly: true, BufferSize: 4096})
-	var c scanCount
-	for s.Next() {
-		e := s.Entry()
-		c.batches++
-		c.bytes = e.Position + record.BatchHeaderSize - pos
-		if e.LastOffset >= target {
-			return *e, c, nil
+		st.raw += int64(b.Size())
+		batch, err := b.Build()
+		if err != nil {
+			return st, err
+		}
+		st.disk += int64(len(batch))
+		st.batches++
+		if _, err := l.Append(ctx, batch, backend.AppendOptions{AssignOffsets: true}); err != nil {
+			return st, err
 		}
 	}
-	if s.Err() != nil {
-		return record.Entry{}, c, s.Err()
-	}
-	return record.Entry{}, c, fmt.Errorf("offset %d is past the end of %s", target, logPath)
-}
-
-// shorten keeps the head and tail of a long line, where kafka-dump-log's
-// batch lines carry the offsets and the position, size, codec and crc.
-func shorten(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	head := n / 3
-	return s[:head] + " … " + s[len(s)-(n-head-3):]
+	return st, nil
 }

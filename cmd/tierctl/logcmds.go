@@ -1,0 +1,400 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+// parseConfigFlags turns repeated --config key=value flags into a Config.
+func parseConfigFlags(kvs []string) (backend.Config, error) {
+	m := map[string]string{}
+	for _, kv := range kvs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return backend.Config{}, usagef("--config %q: want key=value", kv)
+		}
+		m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	c, err := backend.ParseConfig(m)
+	if err != nil {
+		return c, usageError{err}
+	}
+	return c, nil
+}
+
+type produceOptions struct {
+	topic      string
+	partition  int32
+	count      int
+	recordSize int
+	batchSize  int
+	keySpace   int
+	codec      string
+	configs    []string
+	json       bool
+}
+
+func newProduceCmd() *cobra.Command {
+	var o produceOptions
+	cmd := &cobra.Command{
+		Use:   "produce LOGDIR --topic T --partition P --count N --record-size B",
+		Short: "Append generated records to a partition as its leader would",
+		Long: `produce appends --count records of --record-size value bytes to
+<LOGDIR>/<topic>-<partition>, batching them as Kafka's producer does: a
+batch closes when the next record would not fit in --batch-size bytes. Each
+record's timestamp is the wall clock when it is added. It writes through the
+local backend as the leader of a single-replica partition, so the high
+watermark follows the log end, and closes the log dir cleanly.`,
+		Example: `  tierctl produce /tmp/logs --topic orders --partition 0 --count 50000 --record-size 200
+  tierctl produce /tmp/logs --topic users --partition 0 --count 1000000 --record-size 100 \
+      --key-space 10000 --codec zstd --config segment.bytes=1048576`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runProduce(cmd.Context(), cmd, args[0], o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.topic, "topic", "", "topic name (required)")
+	f.Int32Var(&o.partition, "partition", 0, "partition number")
+	f.IntVar(&o.count, "count", 0, "records to produce (required)")
+	f.IntVar(&o.recordSize, "record-size", 100, "value bytes per record")
+	f.IntVar(&o.batchSize, "batch-size", 16384, "close a batch when the next record would not fit in this many bytes")
+	f.IntVar(&o.keySpace, "key-space", 0, "draw keys from this many distinct keys (0: null keys)")
+	f.StringVar(&o.codec, "codec", "none", "compression: none, gzip, snappy, lz4 or zstd")
+	f.StringArrayVar(&o.configs, "config", nil, "topic config key=value (repeatable), e.g. segment.bytes=1048576")
+	f.BoolVar(&o.json, "json", false, "print the summary as JSON")
+	return cmd
+}
+
+func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produceOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	if o.topic == "" {
+		return usagef("--topic is required")
+	}
+	if o.count <= 0 {
+		return usagef("--count must be at least 1")
+	}
+	if o.recordSize < 0 || o.batchSize <= record.BatchHeaderSize || o.keySpace < 0 {
+		return usagef("--record-size must be >= 0, --batch-size > %d and --key-space >= 0", record.BatchHeaderSize)
+	}
+	codec, err := record.ParseCodec(o.codec)
+	if err != nil {
+		return usageError{err}
+	}
+	cfg, err := parseConfigFlags(o.configs)
+	if err != nil {
+		return err
+	}
+	if _, err := local.PartitionDirName(o.topic, o.partition); err != nil {
+		return usageError{err}
+	}
+	b, err := local.OpenBackend(logDir, local.BackendOptions{})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	l, err := b.OpenLog(ctx, o.topic, o.partition, cfg)
+	if err != nil {
+		return err
+	}
+	st, err := produceRecords(ctx, l, o, codec)
+	if err != nil {
+		return err
+	}
+	first, batches, bytesOut, elapsed := st.first, st.batches, st.bytes, st.elapsed
+	offs := l.Offsets()
+	segs := len(l.SegmentInfos())
+	if err := b.Close(); err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if o.json {
+		writeJSON(w, map[string]any{
+			"partitionDir": l.Dir(), "records": o.count, "batches": batches, "bytes": bytesOut,
+			"firstOffset": first, "lastOffset": offs.LogEnd - 1, "segments": segs,
+			"seconds": elapsed.Seconds(), "mbPerSecond": float64(bytesOut) / 1e6 / elapsed.Seconds(),
+		})
+		return nil
+	}
+	fmt.Fprintf(w, "produced %d records in %d batches (%d bytes) to %s\n", o.count, batches, bytesOut, l.Dir())
+	fmt.Fprintf(w, "offsets %d..%d, %d segment(s), %v (%.1f MB/s)\n", first, offs.LogEnd-1, segs,
+		elapsed.Round(time.Millisecond), float64(bytesOut)/1e6/elapsed.Seconds())
+	return nil
+}
+
+type produceStats struct {
+	first   int64
+	batches int
+	bytes   int64
+	elapsed time.Duration
+}
+
+// produceRecords appends o.count generated records to l as its leader,
+// batching as Kafka's producer does, and moves the high watermark along.
+func produceRecords(ctx context.Context, l *local.Log, o produceOptions, codec record.Codec) (produceStats, error) {
+	start := time.Now()
+	st := produceStats{first: l.Offsets().LogEnd}
+	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	value := make([]byte, o.recordSize)
+	var key []byte
+	var bl record.Builder
+	h := record.NewBatchHeader()
+	h.Codec = codec
+	for produced := 0; produced < o.count; {
+		bl.Reset(h)
+		for produced < o.count {
+			for i := range value {
+				value[i] = letters[rng.IntN(len(letters))]
+			}
+			var k []byte
+			if o.keySpace > 0 {
+				key = fmt.Appendf(key[:0], "key-%d", rng.IntN(o.keySpace))
+				k = key
+			}
+			ts := time.Now().UnixMilli()
+			if bl.NumRecords() > 0 && bl.SizeWith(ts, k, value, nil) > o.batchSize {
+				break
+			}
+			bl.Append(ts, k, value, nil)
+			produced++
+		}
+		batch, err := bl.Build()
+		if err != nil {
+			return st, err
+		}
+		if _, err := l.Append(ctx, batch, backend.AppendOptions{AssignOffsets: true}); err != nil {
+			return st, err
+		}
+		if err := l.SetHighWatermark(l.Offsets().LogEnd); err != nil {
+			return st, err
+		}
+		st.batches++
+		st.bytes += int64(len(batch))
+	}
+	st.elapsed = time.Since(start)
+	return st, nil
+}
+
+// openPartitionReadOnly opens a partition directory without changing it.
+func openPartitionReadOnly(dir string) (*local.Log, error) {
+	l, err := local.Open(dir, local.Options{ReadOnly: true, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		if errors.Is(err, backend.ErrNotFound) {
+			return nil, usageError{err}
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+type consumeOptions struct {
+	from  int64
+	count int64
+	json  bool
+	quiet bool
+}
+
+func newConsumeCmd() *cobra.Command {
+	var o consumeOptions
+	cmd := &cobra.Command{
+		Use:   "consume PARTITION_DIR [--from OFFSET] [--count N]",
+		Short: "Print records of a partition: offset, timestamp, key, value",
+		Long: `consume reads records from a partition directory (tierlog's or Kafka's)
+without changing it, starting at --from (default: the log start) for --count
+records (default: to the end). Keys and values print as text when printable,
+else as base64. Control records (transaction markers) are skipped.`,
+		Example: `  tierctl consume /tmp/logs/orders-0 --from 25000 --count 3
+  tierctl consume /var/kafka/orders-0 --json | jq .value
+  tierctl consume /tmp/logs/orders-0 --quiet`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runConsume(cmd, args[0], o)
+		},
+	}
+	f := cmd.Flags()
+	f.Int64Var(&o.from, "from", -1, "first offset (default: the log start)")
+	f.Int64Var(&o.count, "count", 0, "records to print (default: all)")
+	f.BoolVar(&o.json, "json", false, "print one JSON object per record")
+	f.BoolVar(&o.quiet, "quiet", false, "print only the number of records")
+	return cmd
+}
+
+func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
+	l, err := openPartitionReadOnly(dir)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	offs := l.Offsets()
+	off := o.from
+	if off < 0 {
+		off = offs.LogStart
+	}
+	if off < offs.LogStart || off > offs.LogEnd {
+		return usageError{&backend.OffsetOutOfRangeError{Offset: off, LogStart: offs.LogStart, LogEnd: offs.LogEnd}}
+	}
+	w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
+	defer w.Flush()
+	var it record.Iterator
+	var n int64
+	ctx := context.Background()
+	for off < offs.LogEnd && (o.count <= 0 || n < o.count) {
+		recs, err := l.Read(ctx, off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+		if err != nil {
+			return err
+		}
+		var buf strings.Builder
+		_, err = recs.WriteTo(&buf)
+		recs.Close()
+		if err != nil {
+			return err
+		}
+		data := []byte(buf.String())
+		if len(data) == 0 {
+			break
+		}
+		sc := record.NewScanner(strings.NewReader(buf.String()), 0, int64(len(data)), record.ScanOptions{Validate: true})
+		for sc.Next() && (o.count <= 0 || n < o.count) {
+			e := sc.Entry()
+			off = e.LastOffset + 1
+			if e.Magic == 2 && e.Batch().IsControl() {
+				continue
+			}
+			if err := it.Reset(e.Data); err != nil {
+				return fmt.Errorf("batch at offset %d: %w", e.LastOffset, err)
+			}
+			for it.Next() && (o.count <= 0 || n < o.count) {
+				r := it.Record()
+				if r.Offset < o.from {
+					continue
+				}
+				n++
+				switch {
+				case o.quiet:
+				case o.json:
+					writeJSON(w, map[string]any{"offset": r.Offset, "timestamp": r.Timestamp, "key": printable(r.Key), "value": printable(r.Value)})
+				default:
+					fmt.Fprintf(w, "offset: %d timestamp: %d key: %s value: %s\n", r.Offset, r.Timestamp, printableOrNull(r.Key), printableOrNull(r.Value))
+				}
+			}
+			if err := it.Err(); err != nil {
+				return fmt.Errorf("batch at offset %d: %w", e.LastOffset, err)
+			}
+		}
+		if err := sc.Err(); err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+	}
+	if o.quiet {
+		fmt.Fprintln(w, n)
+	}
+	return nil
+}
+
+type lookupOptions struct {
+	offset    int64
+	timestamp int64
+	json      bool
+}
+
+func newLookupCmd() *cobra.Command {
+	var o lookupOptions
+	cmd := &cobra.Command{
+		Use:   "lookup PARTITION_DIR (--offset N | --timestamp T)",
+		Short: "Show the two-step lookup of an offset or a timestamp",
+		Long: `lookup shows how tierlog (and Kafka) finds an offset: step 1 is a binary
+search over the segments' base offsets, step 2 a binary search of that
+segment's sparse offset index, then a forward scan of batch headers to the
+batch that holds the offset. With --timestamp it first finds the earliest
+offset whose record timestamp is >= T, through the time indexes.
+The directory is opened read-only.`,
+		Example: `  tierctl lookup /tmp/logs/orders-0 --offset 25000
+  tierctl lookup /tmp/logs/orders-0 --timestamp 1788026072512 --json`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			byOffset, byTs := cmd.Flags().Changed("offset"), cmd.Flags().Changed("timestamp")
+			if byOffset == byTs {
+				return usagef("give exactly one of --offset and --timestamp")
+			}
+			return runLookup(cmd, args[0], o, byTs)
+		},
+	}
+	cmd.Flags().Int64Var(&o.offset, "offset", 0, "offset to find")
+	cmd.Flags().Int64Var(&o.timestamp, "timestamp", 0, "find the first offset with a timestamp >= this (ms)")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error {
+	l, err := openPartitionReadOnly(dir)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	w := cmd.OutOrStdout()
+	target := o.offset
+	var foundTs int64
+	if byTs {
+		off, ts, found, err := l.OffsetForTimestamp(context.Background(), o.timestamp)
+		if err != nil {
+			return err
+		}
+		if !found {
+			if o.json {
+				writeJSON(w, map[string]any{"timestamp": o.timestamp, "found": false})
+			} else {
+				fmt.Fprintf(w, "no record has a timestamp >= %d\n", o.timestamp)
+			}
+			return nil
+		}
+		target, foundTs = off, ts
+	}
+	r, err := l.Lookup(target)
+	if err != nil {
+		if errors.Is(err, backend.ErrOffsetOutOfRange) {
+			return usageError{err}
+		}
+		return err
+	}
+	if o.json {
+		m := map[string]any{
+			"offset": target, "segments": r.Segments, "segmentIndex": r.SegmentIndex, "segment": r.SegmentPath,
+			"indexEntries": r.IndexEntries, "indexSlot": r.IndexSlot, "indexOffset": r.IndexOffset, "indexPosition": r.IndexPosition,
+			"batchesScanned": r.BatchesScanned, "bytesScanned": r.BytesScanned,
+			"batch": map[string]any{"baseOffset": r.BaseOffset, "lastOffset": r.LastOffset, "position": r.BatchPosition, "size": r.BatchSize, "maxTimestamp": r.MaxTimestamp},
+		}
+		if byTs {
+			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp, foundTs, true
+		}
+		writeJSON(w, m)
+		return nil
+	}
+	if byTs {
+		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d), via the time indexes\n", o.timestamp, target, foundTs)
+	}
+	fmt.Fprintf(w, "offset %d in %s\n", target, dir)
+	fmt.Fprintf(w, "step 1: binary search over %d segment base offsets -> segment %d: %s\n", r.Segments, r.SegmentIndex, filepath.Base(r.SegmentPath))
+	if r.IndexSlot < 0 {
+		fmt.Fprintf(w, "step 2: binary search over %d offset index entries -> none <= %d: start of the segment (position 0)\n", r.IndexEntries, target)
+	} else {
+		fmt.Fprintf(w, "step 2: binary search over %d offset index entries -> entry %d: offset %d at position %d\n", r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition)
+	}
+	fmt.Fprintf(w, "scan:   %d batch header(s), %d bytes\n", r.BatchesScanned, r.BytesScanned)
+	fmt.Fprintf(w, "found:  batch %d..%d at position %d, %d bytes, max timestamp %d\n", r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize, r.MaxTimestamp)
+	return nil
+}
