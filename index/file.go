@@ -56,8 +56,7 @@ type table struct {
 	base int64
 
 	mu       sync.RWMutex // guards everything below; readers RLock
-	path     string       // "" for a view
-	f        *os.File     // nil for a view
+	path     string       // "" for a view; the file is closed once mapped
 	mm       mmap.MMap    // nil for a view or an empty file
 	data     []byte       // all slots: len = maxEntries*entrySize
 	n        int          // valid entries
@@ -66,45 +65,21 @@ type table struct {
 	closed   bool
 }
 
-// openFile opens (or, when writable, creates) an index file. A writable index
-// is resized to maxBytes rounded down to the entry size; a read-only one keeps
-// its length.
-func (t *table) openFile(path string, writable bool, maxBytes int) (err error) {
+// openFile opens (or, when writable, creates) an index file and maps it. A
+// writable index is resized to maxBytes rounded down to the entry size; a
+// read-only one keeps its length. The descriptor is closed once the file
+// is mapped, so an open index costs no file handle (10,000 partitions
+// would otherwise hold 20,000 of them).
+func (t *table) openFile(path string, writable bool, maxBytes int) error {
 	t.path, t.writable = path, writable
-	flag := os.O_RDONLY
+	if writable && maxBytes < t.kind.entrySize {
+		return fmt.Errorf("%w: %s: max index size %d is below one %d-byte entry", ErrInvalidOffset, path, maxBytes, t.kind.entrySize)
+	}
+	want := int64(-1)
 	if writable {
-		flag = os.O_RDWR | os.O_CREATE
+		want = int64(roundDown(maxBytes, t.kind.entrySize))
 	}
-	f, err := os.OpenFile(path, flag, 0o644)
-	if err != nil {
-		return fmt.Errorf("index: open %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-		}
-	}()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("index: stat %s: %w", path, err)
-	}
-	t.f = f
-	size := st.Size()
-	if writable {
-		if maxBytes < t.kind.entrySize {
-			return fmt.Errorf("%w: %s: max index size %d is below one %d-byte entry", ErrInvalidOffset, path, maxBytes, t.kind.entrySize)
-		}
-		want := int64(roundDown(maxBytes, t.kind.entrySize))
-		if size != want {
-			if err := f.Truncate(want); err != nil {
-				return fmt.Errorf("index: preallocate %s to %d bytes: %w", path, want, err)
-			}
-			// Entries past the old end are zero; entries past the new
-			// end are gone, exactly as Kafka's resize.
-		}
-		size = want
-	}
-	if err := t.mapLocked(size); err != nil {
+	if err := t.mapPathLocked(want, writable); err != nil {
 		return err
 	}
 	t.n = t.validPrefix()
@@ -112,10 +87,35 @@ func (t *table) openFile(path string, writable bool, maxBytes int) (err error) {
 	return nil
 }
 
-// mapLocked maps the first size bytes (rounded down to the entry size) of
-// t.f. REQUIRES: t.mu held for writing, or t not yet shared.
-func (t *table) mapLocked(size int64) error {
-	usable := int64(roundDown64(size, int64(t.kind.entrySize)))
+// mapPathLocked opens t.path, sets its length to size when size >= 0
+// (entries past the old end read as zero, entries past the new end are
+// gone, as Kafka's resize), maps it and closes the descriptor.
+// REQUIRES: t.mu held for writing, or t not yet shared.
+func (t *table) mapPathLocked(size int64, create bool) error {
+	flag := os.O_RDONLY
+	if t.writable {
+		flag = os.O_RDWR
+		if create {
+			flag |= os.O_CREATE
+		}
+	}
+	f, err := os.OpenFile(t.path, flag, 0o644)
+	if err != nil {
+		return fmt.Errorf("index: open %s: %w", t.path, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("index: stat %s: %w", t.path, err)
+	}
+	if size >= 0 && st.Size() != size {
+		if err := f.Truncate(size); err != nil {
+			return fmt.Errorf("index: resize %s to %d bytes: %w", t.path, size, err)
+		}
+	} else {
+		size = st.Size()
+	}
+	usable := roundDown64(size, int64(t.kind.entrySize))
 	if usable == 0 {
 		t.mm, t.data = nil, nil
 		return nil
@@ -127,7 +127,7 @@ func (t *table) mapLocked(size int64) error {
 	if t.writable {
 		prot = mmap.RDWR
 	}
-	m, err := mmap.MapRegion(t.f, int(usable), prot, 0, 0)
+	m, err := mmap.MapRegion(f, int(usable), prot, 0, 0)
 	if err != nil {
 		return fmt.Errorf("index: mmap %s (%d bytes): %w", t.path, usable, err)
 	}
@@ -351,10 +351,7 @@ func (t *table) resizeLocked(maxBytes int) error {
 	if err := t.unmapLocked(); err != nil {
 		return err
 	}
-	if err := t.f.Truncate(int64(want)); err != nil {
-		return fmt.Errorf("index: resize %s to %d bytes: %w", t.path, want, err)
-	}
-	if err := t.mapLocked(int64(want)); err != nil {
+	if err := t.mapPathLocked(int64(want), false); err != nil {
 		return err
 	}
 	if t.n > t.maxEntries() {
@@ -389,11 +386,6 @@ func (t *table) close() error {
 		}
 	}
 	errs = append(errs, t.unmapLocked())
-	if t.f != nil {
-		if err := t.f.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("index: close %s: %w", t.path, err))
-		}
-	}
 	t.data, t.n, t.summary = nil, 0, nil
 	return errors.Join(errs...)
 }
@@ -414,7 +406,14 @@ func (t *table) flush() error {
 			return fmt.Errorf("index: flush %s: %w", t.path, err)
 		}
 	}
-	if err := t.f.Sync(); err != nil {
+	// The length (set when the file was created or resized) is metadata
+	// msync does not cover.
+	f, err := os.Open(t.path)
+	if err != nil {
+		return fmt.Errorf("index: open %s: %w", t.path, err)
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
 		return fmt.Errorf("index: fsync %s: %w", t.path, err)
 	}
 	return nil
@@ -439,8 +438,8 @@ func (t *table) rename(newPath string) error {
 func (t *table) sanityCheck(lastOffset int64) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if t.f != nil && !t.writable {
-		if st, err := t.f.Stat(); err == nil && st.Size()%int64(t.kind.entrySize) != 0 {
+	if t.path != "" && !t.writable {
+		if st, err := os.Stat(t.path); err == nil && st.Size()%int64(t.kind.entrySize) != 0 {
 			return fmt.Errorf("%w: %s: length %d is not a multiple of %d", ErrCorrupt, t.name(), st.Size(), t.kind.entrySize)
 		}
 	}
