@@ -68,7 +68,10 @@ func (l *Log) Append(ctx context.Context, batches []byte, opts backend.AppendOpt
 		info.LogAppendTime = -1
 	}
 
-	seg := l.active()
+	seg, err := l.activeForWrite()
+	if err != nil {
+		return info, err
+	}
 	if roll, why := seg.shouldRoll(l.cfg.SegmentBytes, l.cfg.SegmentMs, int64(len(batches)), info.MaxTimestamp, info.LastOffset, now); roll {
 		var err error
 		if seg, err = l.rollLocked(max(info.FirstOffset, leo), why); err != nil {
@@ -79,6 +82,7 @@ func (l *Log) Append(ctx context.Context, batches []byte, opts backend.AppendOpt
 	if !written {
 		return info, appendErr
 	}
+	l.dirty = true
 	l.leo.Store(info.LastOffset + 1)
 	if err := l.noteEpochs(batches, metas, opts); err != nil {
 		return info, err
@@ -197,6 +201,7 @@ func (l *Log) rollLocked(base int64, why string) (*segment, error) {
 	}
 	segs := append(append([]*segment(nil), l.segments()...), s)
 	l.setSegments(segs)
+	l.dirty = true
 	l.logger.Debug("rolled segment", "base", base, "reason", why)
 	if old.acquire() {
 		l.bg.Add(1)

@@ -196,13 +196,25 @@ type EpochEntry struct {
 // ReadLeaderEpochCheckpoint reads a partition's leader-epoch-checkpoint. A
 // missing file is an empty list.
 func ReadLeaderEpochCheckpoint(path string) ([]EpochEntry, error) {
+	e, _, err := readLeaderEpochFile(path)
+	return e, err
+}
+
+// readLeaderEpochFile is ReadLeaderEpochCheckpoint that also says whether
+// the file exists.
+func readLeaderEpochFile(path string) ([]EpochEntry, bool, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
+		return nil, false, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("local: read %s: %w", path, err)
+		return nil, true, fmt.Errorf("local: read %s: %w", path, err)
 	}
+	e, err := parseLeaderEpochs(path, data)
+	return e, true, err
+}
+
+func parseLeaderEpochs(path string, data []byte) ([]EpochEntry, error) {
 	rows, err := parseCheckpoint(path, data, 2)
 	if err != nil {
 		return nil, err

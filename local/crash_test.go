@@ -35,7 +35,11 @@ func TestMain(m *testing.M) {
 		crashChild(spec)
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	for _, d := range benchCleanup {
+		os.RemoveAll(d)
+	}
+	os.Exit(code)
 }
 
 var crashConfig = map[string]string{

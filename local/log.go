@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -69,6 +70,7 @@ type Log struct {
 	closed        atomic.Bool
 
 	mu         sync.Mutex // the writer lock; guards the fields below
+	dirty      bool       // something was written since the last flush
 	epochs     []EpochEntry
 	unflushed  int64 // records appended since the last flush
 	lastFlush  time.Time
@@ -399,59 +401,85 @@ func (l *Log) recover(opts Options) error {
 			}
 		}
 	}
-	// Clean shutdown: reopen the last segment for appends and find the log
-	// end from its index.
+	// Clean shutdown: find the log end from the last segment's index. Its
+	// indexes are made writable (expanded to segment.index.bytes) on the
+	// first append, not here: most of a broker's partitions are idle at
+	// start, and the expansion costs a few hundred microseconds each.
 	s := segs[last]
-	s.mu.Lock()
-	err := s.activateLocked()
-	s.mu.Unlock()
+	next, firstTs, err := l.scanTail(s)
 	if err != nil {
 		return err
 	}
-	next, maxTs, offMaxTs, err := l.scanTail(s)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	s.ix.Restore(0, maxTs, offMaxTs)
-	s.mu.Unlock()
 	l.leo.Store(next)
-	l.setRollingTs(s)
+	if firstTs == -2 {
+		l.setRollingTs(s)
+	} else {
+		s.mu.Lock()
+		s.rollingBasedTs, s.jitterMs = firstTs, l.jitter()
+		s.mu.Unlock()
+	}
 	return nil
+}
+
+// activeForWrite returns the last segment, made writable if this is the
+// first write since the log was opened. REQUIRES: l.mu held.
+func (l *Log) activeForWrite() (*segment, error) {
+	s := l.active()
+	s.mu.Lock()
+	active := s.active
+	s.mu.Unlock()
+	if active {
+		return s, nil
+	}
+	// The largest timestamp so far: the time index's last entry (its roll
+	// entry, written at the last clean close).
+	ts, err := s.largestTimestamp()
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	off := s.offsetOfMaxTs
+	if ts < 0 {
+		ts, off = -1, -1
+	}
+	if err := s.activateLocked(); err != nil {
+		return nil, err
+	}
+	s.ix.Restore(0, ts, off)
+	return s, nil
 }
 
 // scanTail reads the active segment's batch headers after its last index
 // entry: the log end offset and the largest timestamp (with the time
 // index's last entry), as Kafka's readNextOffset and loadLargestTimestamp.
-func (l *Log) scanTail(s *segment) (next, maxTs, offsetOfMaxTs int64, err error) {
-	oi, ti, err := s.indexes()
+func (l *Log) scanTail(s *segment) (next, firstTs int64, err error) {
+	oi, err := s.offsetIndex()
 	if err != nil {
-		return 0, 0, 0, err
-	}
-	last := ti.LastEntry()
-	maxTs, offsetOfMaxTs = last.Timestamp, last.Offset
-	if last.Timestamp < 0 {
-		offsetOfMaxTs = -1
+		return 0, 0, err
 	}
 	start := int64(oi.LastEntry().Position)
 	f, err := s.file()
 	if err != nil {
-		return 0, 0, 0, err
+		return 0, 0, err
 	}
-	next = s.base
+	next, firstTs = s.base, -1
 	sc := record.NewScanner(f, start, s.size.Load(), record.ScanOptions{HeadersOnly: true, BufferSize: 4096})
 	for sc.Next() {
 		e := sc.Entry()
-		next = e.LastOffset + 1
-		if e.MaxTimestamp > maxTs {
-			maxTs, offsetOfMaxTs = e.MaxTimestamp, e.LastOffset
+		if e.Position == 0 && e.Magic == 2 {
+			firstTs = e.MaxTimestamp
 		}
+		next = e.LastOffset + 1
 	}
 	if err := sc.Err(); err != nil {
-		return 0, 0, 0, fmt.Errorf("local: %s: %w (the log dir was marked clean; remove %s to force recovery)",
-			s.path(LogSuffix), err, CleanShutdownFile)
+		return 0, 0, fmt.Errorf("%w: %s: %v (the log dir was marked clean; remove %s to force recovery)",
+			backend.ErrCorruptRecord, s.path(LogSuffix), err, CleanShutdownFile)
 	}
-	return next, maxTs, offsetOfMaxTs, nil
+	if start > 0 {
+		firstTs = -2 // not seen: read the first header
+	}
+	return next, firstTs, nil
 }
 
 // setRollingTs loads the first batch's max timestamp, the segment.ms clock.
@@ -473,19 +501,23 @@ func (l *Log) setRollingTs(s *segment) {
 // batches when the file is missing or damaged, then fits it to the log.
 func (l *Log) loadEpochs() error {
 	path := filepath.Join(l.dir, LeaderEpochCheckpoint)
-	epochs, err := ReadLeaderEpochCheckpoint(path)
+	epochs, exists, err := readLeaderEpochFile(path)
+	rebuilt := false
 	if err != nil {
 		l.logger.Warn("leader epoch checkpoint unreadable; rebuilding it from the log", "err", err)
-		epochs, err = l.scanEpochs()
-		if err != nil {
-			return err
-		}
-	} else if epochs == nil && l.leo.Load() > l.logStart.Load() {
+		rebuilt = true
+	} else if !exists {
+		rebuilt = true // missing: rebuild once and write it, so the next open need not scan
+	}
+	if rebuilt {
 		if epochs, err = l.scanEpochs(); err != nil {
 			return err
 		}
 	}
 	l.epochs = fitEpochs(epochs, l.logStart.Load(), l.leo.Load())
+	if !rebuilt && slices.Equal(l.epochs, epochs) {
+		return nil // unchanged: no write (and no fsync) on the open path
+	}
 	return WriteLeaderEpochCheckpoint(l.dir, l.epochs)
 }
 
@@ -635,6 +667,9 @@ func (l *Log) Flush() error {
 func (l *Log) flushLocked() error {
 	leo := l.leo.Load()
 	rp := l.recoveryPoint.Load()
+	if !l.dirty && rp == leo {
+		return l.takeFlushErr() // nothing new: no fsync
+	}
 	segs := l.segments()
 	var errs []error
 	for i, s := range segs {
@@ -655,6 +690,7 @@ func (l *Log) flushLocked() error {
 	}
 	l.recoveryPoint.Store(leo)
 	l.unflushed = 0
+	l.dirty = false
 	l.lastFlush = l.now()
 	return l.takeFlushErr()
 }

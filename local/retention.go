@@ -106,6 +106,7 @@ func (l *Log) deleteSegmentsLocked(reason string, pred func(s *segment, upperBou
 		segs = l.segments()
 	}
 	gone, kept := segs[:n], segs[n:]
+	l.dirty = true
 	if kept[0].base > l.logStart.Load() {
 		l.logStart.Store(kept[0].base)
 		if l.hw.Load() < kept[0].base {
@@ -219,6 +220,7 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 // setEndLocked moves the log end after a truncation and fits the other
 // offsets and the epoch cache to it. REQUIRES: l.mu held.
 func (l *Log) setEndLocked(leo int64) error {
+	l.dirty = true
 	l.leo.Store(leo)
 	if l.hw.Load() > leo {
 		l.hw.Store(leo)

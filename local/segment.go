@@ -203,6 +203,32 @@ func (s *segment) fileLocked() (*os.File, error) {
 	return s.log, nil
 }
 
+// offsetIndex returns the segment's offset index, opening (only) it if
+// needed: the open path needs no time index.
+func (s *segment) offsetIndex() (*index.OffsetIndex, error) {
+	s.mu.Lock()
+	if s.oi != nil {
+		oi := s.oi
+		s.mu.Unlock()
+		return oi, nil
+	}
+	if !s.active {
+		oi, err := index.OpenOffsetIndexReadOnly(s.path(IndexSuffix), s.base)
+		if err == nil {
+			s.oi = oi
+			s.mu.Unlock()
+			return oi, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			s.mu.Unlock()
+			return nil, err
+		}
+	}
+	s.mu.Unlock()
+	oi, _, err := s.indexes()
+	return oi, err
+}
+
 // indexes returns the segment's indexes, opening a closed segment's
 // trimmed files read-only on first use, or rebuilding them when missing.
 func (s *segment) indexes() (*index.OffsetIndex, *index.TimeIndex, error) {
@@ -210,6 +236,18 @@ func (s *segment) indexes() (*index.OffsetIndex, *index.TimeIndex, error) {
 	defer s.mu.Unlock()
 	if s.oi != nil && s.ti != nil {
 		return s.oi, s.ti, nil
+	}
+	if s.oi != nil && !s.active {
+		ti, err := index.OpenTimeIndexReadOnly(s.path(TimeIndexSuffix), s.base)
+		if err == nil {
+			s.ti = ti
+			return s.oi, ti, nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, err
+		}
+		s.oi.Close()
+		s.oi = nil
 	}
 	oi, err := index.OpenOffsetIndexReadOnly(s.path(IndexSuffix), s.base)
 	if err == nil {
