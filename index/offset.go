@@ -148,6 +148,9 @@ func (x *OffsetIndex) Append(offset int64, position int32) error {
 			return fmt.Errorf("%w: %s: offset %d at slot %d is not above the last offset %d", ErrInvalidOffset, x.t.name(), offset, x.t.n, last)
 		}
 	}
+	if err := x.t.backSlotLocked(x.t.n); err != nil {
+		return err
+	}
 	p := x.t.data[x.t.n*OffsetEntrySize:]
 	binary.BigEndian.PutUint32(p, uint32(int32(rel)))
 	binary.BigEndian.PutUint32(p[4:], uint32(position))

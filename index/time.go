@@ -146,6 +146,9 @@ func (x *TimeIndex) MaybeAppend(ts, offset int64, skipFullCheck bool) error {
 			return nil
 		}
 	}
+	if err := x.t.backSlotLocked(x.t.n); err != nil {
+		return err
+	}
 	p := x.t.data[x.t.n*TimeEntrySize:]
 	binary.BigEndian.PutUint64(p, uint64(ts))
 	binary.BigEndian.PutUint32(p[8:], uint32(int32(rel)))

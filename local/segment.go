@@ -531,11 +531,19 @@ func (s *segment) rebuildLocked(keepActive bool) (res recoverResult, err error) 
 			return res, err
 		}
 	}
-	oi, err := index.OpenOffsetIndex(s.path(IndexSuffix), s.base, s.opts.maxIndexBytes)
+	// A closed segment's indexes are trimmed right after, so size them to
+	// what the index rule can produce for this log (at most one entry per
+	// interval, or per batch) rather than segment.index.bytes.
+	maxBytes := s.opts.maxIndexBytes
+	if !keepActive {
+		perEntry := max(s.opts.intervalBytes+1, record.BatchHeaderSize)
+		maxBytes = int(min(int64(maxBytes), (st.Size()/perEntry+2)*index.TimeEntrySize))
+	}
+	oi, err := index.OpenOffsetIndex(s.path(IndexSuffix), s.base, maxBytes)
 	if err != nil {
 		return res, err
 	}
-	ti, err := index.OpenTimeIndex(s.path(TimeIndexSuffix), s.base, s.opts.maxIndexBytes)
+	ti, err := index.OpenTimeIndex(s.path(TimeIndexSuffix), s.base, maxBytes)
 	if err != nil {
 		oi.Close()
 		return res, err
