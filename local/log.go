@@ -406,9 +406,26 @@ func (l *Log) recover(opts Options) error {
 	// first append, not here: most of a broker's partitions are idle at
 	// start, and the expansion costs a few hundred microseconds each.
 	s := segs[last]
-	next, firstTs, err := l.scanTail(s)
+	next, firstTs, whole, err := l.scanTail(s)
 	if err != nil {
 		return err
+	}
+	if !whole {
+		// Marked clean, yet the last segment does not end on a whole
+		// batch: recover it rather than append after garbage.
+		l.logger.Warn("the last segment of a cleanly shut down log has a damaged tail; recovering it", "base", s.base)
+		s.mu.Lock()
+		res, err := s.rebuildLocked(true)
+		if err == nil {
+			s.ix.Restore(0, res.maxTs, res.offsetOfMaxTs)
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		l.leo.Store(res.nextOffset)
+		l.setRollingTs(s)
+		return nil
 	}
 	l.leo.Store(next)
 	if firstTs == -2 {
@@ -453,33 +470,30 @@ func (l *Log) activeForWrite() (*segment, error) {
 // scanTail reads the active segment's batch headers after its last index
 // entry: the log end offset and the largest timestamp (with the time
 // index's last entry), as Kafka's readNextOffset and loadLargestTimestamp.
-func (l *Log) scanTail(s *segment) (next, firstTs int64, err error) {
+func (l *Log) scanTail(s *segment) (next, firstTs int64, whole bool, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	start := int64(oi.LastEntry().Position)
-	f, err := s.file()
-	if err != nil {
-		return 0, 0, err
-	}
+	size := s.size.Load()
 	next, firstTs = s.base, -1
-	sc := record.NewScanner(f, start, s.size.Load(), record.ScanOptions{HeadersOnly: true, BufferSize: 4096})
-	for sc.Next() {
-		e := sc.Entry()
+	end := start
+	err = s.walkHeaders(start, size, func(e *record.Entry) bool {
 		if e.Position == 0 && e.Magic == 2 {
 			firstTs = e.MaxTimestamp
 		}
 		next = e.LastOffset + 1
-	}
-	if err := sc.Err(); err != nil {
-		return 0, 0, fmt.Errorf("%w: %s: %v (the log dir was marked clean; remove %s to force recovery)",
-			backend.ErrCorruptRecord, s.path(LogSuffix), err, CleanShutdownFile)
+		end = e.Position + e.Size
+		return true
+	})
+	if err != nil && !errors.Is(err, backend.ErrCorruptRecord) {
+		return 0, 0, false, err
 	}
 	if start > 0 {
 		firstTs = -2 // not seen: read the first header
 	}
-	return next, firstTs, nil
+	return next, firstTs, err == nil && end == size, nil
 }
 
 // setRollingTs loads the first batch's max timestamp, the segment.ms clock.

@@ -431,3 +431,29 @@ func TestReadOnlyOpenChangesNothing(t *testing.T) {
 		t.Fatalf("read-only open of a missing dir: %v", err)
 	}
 }
+
+// TestCleanMarkerOverTornTail: a directory marked clean whose last segment
+// still ends in a partial batch is recovered, never appended after garbage.
+func TestCleanMarkerOverTornTail(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, cfg(t), false)
+	for i := 0; i < 5; i++ {
+		l.Append(ctx, batchOf(2, 1, "c"), backend.AppendOptions{AssignOffsets: true})
+	}
+	l.Close()
+	p := filepath.Join(dir, local.FileName(0, local.LogSuffix))
+	f, _ := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	f.Write(batchOf(2, 1, "torn")[:30])
+	f.Close()
+	l = openLog(t, dir, cfg(t), true)
+	defer l.Close()
+	if l.Offsets().LogEnd != 10 {
+		t.Fatalf("log end %d, want 10", l.Offsets().LogEnd)
+	}
+	if _, err := l.Append(ctx, batchOf(1, 1, "after"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(readAll(t, l, 0)); got != 11 {
+		t.Fatalf("%d records, want 11", got)
+	}
+}

@@ -430,7 +430,7 @@ type position struct {
 // headers forward, never past limit. ok is false when no such batch lies
 // before limit.
 func (s *segment) translateOffset(target, limit int64) (p position, ok bool, err error) {
-	oi, _, err := s.indexes()
+	oi, err := s.offsetIndex()
 	if err != nil {
 		return p, false, err
 	}
@@ -440,31 +440,55 @@ func (s *segment) translateOffset(target, limit int64) (p position, ok bool, err
 }
 
 func (s *segment) scanFrom(start, limit, target int64, p position) (position, bool, error) {
-	f, err := s.file()
-	if err != nil {
-		return p, false, err
-	}
-	sc := record.NewScanner(f, start, limit, record.ScanOptions{HeadersOnly: true, BufferSize: 4096})
-	for sc.Next() {
-		e := sc.Entry()
+	found := false
+	err := s.walkHeaders(start, limit, func(e *record.Entry) bool {
 		p.scanned++
 		p.scannedBytes = e.Position + e.Size - start
 		if e.LastOffset >= target {
 			p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs = e.Position, e.Size, e.BaseOffset, e.LastOffset, e.MaxTimestamp
-			return p, true, nil
+			found = true
+			return false
 		}
+		return true
+	})
+	return p, found, err
+}
+
+// headerBufs holds the buffers of walkHeaders, so point lookups allocate
+// nothing.
+var headerBufs = sync.Pool{New: func() any { return new([record.BatchHeaderSize]byte) }}
+
+// walkHeaders calls fn with each entry header from start until fn returns
+// false or the walk reaches limit, reading one header per pread. A torn
+// tail ends the walk quietly (it is not served); corruption is an error.
+func (s *segment) walkHeaders(start, limit int64, fn func(e *record.Entry) bool) error {
+	f, err := s.file()
+	if err != nil {
+		return err
 	}
-	if err := sc.Err(); err != nil && !errors.Is(err, record.ErrTornTail) {
-		return p, false, s.corrupt(err)
+	buf := headerBufs.Get().(*[record.BatchHeaderSize]byte)
+	defer headerBufs.Put(buf)
+	for pos := start; pos < limit; {
+		e, err := record.ReadHeader(f, pos, limit, buf[:])
+		if err != nil {
+			if err == io.EOF || errors.Is(err, record.ErrTornTail) {
+				return nil
+			}
+			return s.corrupt(err)
+		}
+		if !fn(&e) {
+			return nil
+		}
+		pos += e.Size
 	}
-	return p, false, nil
+	return nil
 }
 
 // batchEnd returns the end position of the last whole batch that starts at
 // or after from and ends at or before limit, or from when none fits. It
 // uses the offset index to skip near limit, then scans headers.
 func (s *segment) batchEnd(from, limit int64) (int64, error) {
-	oi, _, err := s.indexes()
+	oi, err := s.offsetIndex()
 	if err != nil {
 		return from, err
 	}
@@ -472,21 +496,13 @@ func (s *segment) batchEnd(from, limit int64) (int64, error) {
 	if e, ok := oi.LookupPosition(int32(min(limit, math.MaxInt32))); ok && int64(e.Position) > start {
 		start = int64(e.Position)
 	}
-	f, err := s.file()
+	end := start
+	err = s.walkHeaders(start, limit, func(e *record.Entry) bool {
+		end = e.Position + e.Size
+		return true
+	})
 	if err != nil {
 		return from, err
-	}
-	end := start
-	sc := record.NewScanner(f, start, limit, record.ScanOptions{HeadersOnly: true, BufferSize: 4096})
-	for sc.Next() {
-		e := sc.Entry()
-		if e.Position+e.Size > limit {
-			break
-		}
-		end = e.Position + e.Size
-	}
-	if err := sc.Err(); err != nil && !errors.Is(err, record.ErrTornTail) {
-		return from, s.corrupt(err)
 	}
 	return end, nil
 }

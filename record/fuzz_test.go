@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"testing"
 
@@ -109,9 +110,32 @@ func FuzzScanner(f *testing.F) {
 			}
 			return offsets, s.ValidEnd(), s.Err()
 		}
-		offs, end, _ := scan(data)
+		offs, end, serr := scan(data)
 		if end > int64(len(data)) {
 			t.Fatalf("valid end %d past %d", end, len(data))
+		}
+		// ReadHeader walks the same entries and stops with the same class
+		// of error.
+		var buf [record.BatchHeaderSize]byte
+		pos, i := int64(0), 0
+		for {
+			e, err := record.ReadHeader(bytes.NewReader(data), pos, int64(len(data)), buf[:])
+			if err != nil {
+				if (err == io.EOF) != (serr == nil) || errors.Is(err, record.ErrTornTail) != errors.Is(serr, record.ErrTornTail) {
+					t.Fatalf("ReadHeader stopped with %v, the scanner with %v", err, serr)
+				}
+				break
+			}
+			if i+1 >= len(offs) || offs[i] != e.Position || offs[i+1] != e.LastOffset {
+				// The validating scanner may stop earlier on a bad CRC,
+				// which ReadHeader does not check.
+				if errors.Is(serr, record.ErrCRCMismatch) || errors.Is(serr, record.ErrBadRecord) || errors.Is(serr, record.ErrUnknownCodec) {
+					break
+				}
+				t.Fatalf("ReadHeader entry at %d differs from the scanner's", pos)
+			}
+			pos += e.Size
+			i += 2
 		}
 		offs2, end2, err2 := scan(data[:end])
 		if err2 != nil || end2 != end || len(offs2) != len(offs) {

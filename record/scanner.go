@@ -103,24 +103,9 @@ func (s *Scanner) Next() bool {
 		s.err = err
 		return false
 	}
-	base := int64(binary.BigEndian.Uint64(hdr))
-	length := int32(binary.BigEndian.Uint32(hdr[offLength:]))
-	magic := int8(hdr[offMagic])
-	if length < MinLegacySize {
-		s.fail(ErrBadSize, base, "size field %d is below the minimum %d", length, MinLegacySize)
-		return false
-	}
-	if magic < 0 || magic > 2 {
-		s.fail(ErrBadMagic, base, "magic %d", magic)
-		return false
-	}
-	size := int64(length) + LogOverhead
-	if magic == 2 && size < BatchHeaderSize {
-		s.fail(ErrBadSize, base, "batch of %d bytes is below the v2 minimum %d", size, BatchHeaderSize)
-		return false
-	}
-	if size > remaining {
-		s.fail(ErrTornTail, base, "entry of %d bytes runs past the end (%d bytes left)", size, remaining)
+	size, magic, base, err := frame(hdr, s.pos, remaining)
+	if err != nil {
+		s.err = err
 		return false
 	}
 	want := size
@@ -132,36 +117,100 @@ func (s *Scanner) Next() bool {
 		s.err = err
 		return false
 	}
-	e := Entry{Position: s.pos, Size: size, Magic: magic, Data: data}
-	if magic == 2 {
-		b := Batch(data)
-		if s.opts.Validate && !s.opts.HeadersOnly {
-			if err := b.Validate(); err != nil {
-				s.err = AtPosition(err, s.pos)
-				return false
-			}
-		}
-		e.BaseOffset, e.LastOffset, e.MaxTimestamp = base, b.LastOffset(), b.MaxTimestamp()
-	} else {
-		if len(data) < legacyHeaderV1 && magic == 1 || len(data) < legacyHeaderV0+8 {
-			s.fail(ErrBadSize, base, "magic %d entry of %d bytes is too short", magic, size)
-			return false
-		}
-		le := LegacyEntry(data)
-		if s.opts.Validate && !s.opts.HeadersOnly {
-			if err := le.Validate(); err != nil {
-				s.err = AtPosition(err, s.pos)
-				return false
-			}
-		}
-		e.LastOffset, e.MaxTimestamp, e.BaseOffset = base, le.Timestamp(), -1
-		if le.Codec() == None {
-			e.BaseOffset = base
-		}
+	e, err := describe(data, s.pos, size, magic, base, s.opts.Validate && !s.opts.HeadersOnly)
+	if err != nil {
+		s.err = err
+		return false
 	}
 	s.entry = e
 	s.pos += size
 	return true
+}
+
+// frame reads the size, magic and offset field of the entry whose first 17
+// bytes are hdr, at pos with remaining bytes left in the file, and rejects
+// impossible sizes and magics (corruption) and entries running past the end
+// (a torn tail).
+func frame(hdr []byte, pos, remaining int64) (size int64, magic int8, base int64, err error) {
+	base = int64(binary.BigEndian.Uint64(hdr))
+	length := int32(binary.BigEndian.Uint32(hdr[offLength:]))
+	magic = int8(hdr[offMagic])
+	fail := func(kind error, format string, args ...any) error {
+		return &BatchError{Kind: kind, Position: pos, BaseOffset: base, Detail: fmt.Sprintf(format, args...)}
+	}
+	if length < MinLegacySize {
+		return 0, 0, base, fail(ErrBadSize, "size field %d is below the minimum %d", length, MinLegacySize)
+	}
+	if magic < 0 || magic > 2 {
+		return 0, 0, base, fail(ErrBadMagic, "magic %d", magic)
+	}
+	size = int64(length) + LogOverhead
+	if magic == 2 && size < BatchHeaderSize {
+		return 0, 0, base, fail(ErrBadSize, "batch of %d bytes is below the v2 minimum %d", size, BatchHeaderSize)
+	}
+	if size > remaining {
+		return 0, 0, base, fail(ErrTornTail, "entry of %d bytes runs past the end (%d bytes left)", size, remaining)
+	}
+	return size, magic, base, nil
+}
+
+// describe fills an Entry from its bytes (the whole entry, or at least its
+// fixed header), validating it when asked.
+func describe(data []byte, pos, size int64, magic int8, base int64, validate bool) (Entry, error) {
+	e := Entry{Position: pos, Size: size, Magic: magic, Data: data}
+	if magic == 2 {
+		b := Batch(data)
+		if validate {
+			if err := b.Validate(); err != nil {
+				return e, AtPosition(err, pos)
+			}
+		}
+		e.BaseOffset, e.LastOffset, e.MaxTimestamp = base, b.LastOffset(), b.MaxTimestamp()
+		return e, nil
+	}
+	if len(data) < legacyHeaderV1 && magic == 1 || len(data) < legacyHeaderV0+8 {
+		return e, &BatchError{Kind: ErrBadSize, Position: pos, BaseOffset: base,
+			Detail: fmt.Sprintf("magic %d entry of %d bytes is too short", magic, size)}
+	}
+	le := LegacyEntry(data)
+	if validate {
+		if err := le.Validate(); err != nil {
+			return e, AtPosition(err, pos)
+		}
+	}
+	e.LastOffset, e.MaxTimestamp, e.BaseOffset = base, le.Timestamp(), -1
+	if le.Codec() == None {
+		e.BaseOffset = base
+	}
+	return e, nil
+}
+
+// ReadHeader reads the header of the entry at pos of r, whose bytes end at
+// end, with a single ReadAt into buf (at least BatchHeaderSize bytes), and
+// describes it as a HeadersOnly Scanner would, with the same errors. It
+// allocates nothing on success: the point lookups of a log use it.
+// At end it returns io.EOF.
+func ReadHeader(r io.ReaderAt, pos, end int64, buf []byte) (Entry, error) {
+	remaining := end - pos
+	if remaining <= 0 {
+		return Entry{}, io.EOF
+	}
+	if remaining < HeaderSizeToMagic {
+		return Entry{}, &BatchError{Kind: ErrTornTail, Position: pos, BaseOffset: -1,
+			Detail: fmt.Sprintf("%d bytes left, less than the %d-byte entry header", remaining, HeaderSizeToMagic)}
+	}
+	n := int(min(int64(BatchHeaderSize), remaining))
+	if got, err := r.ReadAt(buf[:n], pos); got < n {
+		if err == nil || errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return Entry{}, fmt.Errorf("record: read %d bytes at position %d: %w", n, pos, err)
+	}
+	size, magic, base, err := frame(buf, pos, remaining)
+	if err != nil {
+		return Entry{}, err
+	}
+	return describe(buf[:min(size, int64(n))], pos, size, magic, base, false)
 }
 
 func (s *Scanner) fail(kind error, base int64, format string, args ...any) {
