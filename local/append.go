@@ -195,6 +195,9 @@ func (l *Log) rollLocked(base int64, why string) (*segment, error) {
 	if err := old.onBecomeInactive(); err != nil {
 		return nil, err
 	}
+	old.mu.Lock()
+	old.sealed = true
+	old.mu.Unlock()
 	s, err := createSegment(l.dir, base, &l.segOpts, l.now(), l.jitter())
 	if err != nil {
 		return nil, err

@@ -226,6 +226,9 @@ func (l *Log) load(opts Options) error {
 		}
 	}
 	segs = l.segments()
+	for _, s := range segs[:len(segs)-1] {
+		s.sealed = true // not shared yet: no lock needed
+	}
 	leo := l.leo.Load()
 	logStart = max(logStart, segs[0].base)
 	if logStart > leo {

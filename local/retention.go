@@ -3,6 +3,8 @@ package local
 import (
 	"context"
 	"fmt"
+	"io"
+	"os"
 	"slices"
 
 	"github.com/tierlog/tierlog/backend"
@@ -183,16 +185,81 @@ func (l *Log) TruncateTo(offset int64) error {
 			return err
 		}
 	}
-	newLeo, err := segs[i].truncateTo(offset)
-	if err != nil {
+	target := segs[i]
+	target.mu.Lock()
+	sealed := target.sealed
+	target.mu.Unlock()
+	var newLeo int64
+	var err error
+	kept := append([]*segment(nil), segs[:i+1]...)
+	if sealed {
+		// A sealed segment's file never changes (readers may have it
+		// mapped): write its surviving prefix to a new file instead.
+		var ns *segment
+		if ns, newLeo, err = l.rewritePrefixLocked(target, offset); err != nil {
+			return err
+		}
+		kept[i] = ns
+		target.release()
+		l.removeDeletedFiles(target)
+	} else if newLeo, err = target.truncateTo(offset); err != nil {
 		return err
 	}
-	l.setSegments(append([]*segment(nil), segs[:i+1]...))
+	l.setSegments(kept)
 	for _, s := range segs[i+1:] {
 		s.release()
 		l.removeDeletedFiles(s)
 	}
 	return l.setEndLocked(newLeo)
+}
+
+// rewritePrefixLocked replaces the sealed segment s with a new active
+// segment holding its batches below offset (whole batches: the one holding
+// offset goes too). s's files are renamed to .deleted; readers holding it
+// finish on them. It returns the new segment and the new log end.
+// REQUIRES: l.mu held.
+func (l *Log) rewritePrefixLocked(s *segment, offset int64) (*segment, int64, error) {
+	p, ok, err := s.translateOffset(offset, s.size.Load())
+	if err != nil {
+		return nil, 0, err
+	}
+	cut, newLeo := s.size.Load(), offset
+	if ok {
+		cut = p.pos
+		if p.baseOffset >= 0 && p.baseOffset < offset {
+			newLeo = p.baseOffset
+		}
+	}
+	src, err := s.file()
+	if err != nil {
+		return nil, 0, err
+	}
+	if _, err := s.renameDeleted(); err != nil {
+		return nil, 0, err
+	}
+	ns := newSegment(l.dir, s.base, 0, &l.segOpts, l.now())
+	f, err := os.OpenFile(ns.path(LogSuffix), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, 0, fmt.Errorf("local: rewrite %s: %w", ns.path(LogSuffix), err)
+	}
+	if _, err := io.Copy(f, io.NewSectionReader(src, 0, cut)); err != nil {
+		f.Close()
+		return nil, 0, fmt.Errorf("local: rewrite %s: %w", ns.path(LogSuffix), err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, 0, fmt.Errorf("local: rewrite %s: %w", ns.path(LogSuffix), err)
+	}
+	ns.mu.Lock()
+	res, err := ns.rebuildLocked(true)
+	if err == nil {
+		ns.ix.Restore(0, res.maxTs, res.offsetOfMaxTs)
+	}
+	ns.mu.Unlock()
+	if err != nil {
+		return nil, 0, err
+	}
+	l.setRollingTs(ns)
+	return ns, newLeo, nil
 }
 
 // truncateFullyLocked deletes every segment and restarts the log at offset

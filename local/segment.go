@@ -8,9 +8,12 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/edsrzf/mmap-go"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
@@ -51,6 +54,12 @@ type segment struct {
 	maxTs, offsetOfMaxTs int64
 	deleted              bool // files renamed to .deleted
 	readOnly             bool // never write: missing indexes are empty views
+	// sealed: no longer the log's last segment. Its files never change
+	// again (a truncation into it writes a new file instead), so point
+	// lookups may read its headers through a read-only mapping.
+	sealed    bool
+	mapped    mmap.MMap
+	mapFailed bool
 }
 
 type segmentOptions struct {
@@ -164,6 +173,10 @@ func (s *segment) release() {
 func (s *segment) closeFiles() error {
 	var errs []error
 	errs = append(errs, s.closeIndexesLocked())
+	if s.mapped != nil {
+		errs = append(errs, s.mapped.Unmap())
+		s.mapped = nil
+	}
 	if s.log != nil {
 		errs = append(errs, s.log.Close())
 		s.log = nil
@@ -459,9 +472,13 @@ func (s *segment) scanFrom(start, limit, target int64, p position) (position, bo
 var headerBufs = sync.Pool{New: func() any { return new([record.BatchHeaderSize]byte) }}
 
 // walkHeaders calls fn with each entry header from start until fn returns
-// false or the walk reaches limit, reading one header per pread. A torn
+// false or the walk reaches limit. A sealed segment's headers are read
+// through its mapping (no system call); others with one pread each. A torn
 // tail ends the walk quietly (it is not served); corruption is an error.
 func (s *segment) walkHeaders(start, limit int64, fn func(e *record.Entry) bool) error {
+	if m := s.mapping(); m != nil {
+		return s.walkMapped(m, start, limit, fn)
+	}
 	f, err := s.file()
 	if err != nil {
 		return err
@@ -470,6 +487,60 @@ func (s *segment) walkHeaders(start, limit int64, fn func(e *record.Entry) bool)
 	defer headerBufs.Put(buf)
 	for pos := start; pos < limit; {
 		e, err := record.ReadHeader(f, pos, limit, buf[:])
+		if err != nil {
+			if err == io.EOF || errors.Is(err, record.ErrTornTail) {
+				return nil
+			}
+			return s.corrupt(err)
+		}
+		if !fn(&e) {
+			return nil
+		}
+		pos += e.Size
+	}
+	return nil
+}
+
+// mapping returns a sealed segment's .log mapped read-only, mapping it on
+// first use; nil for other segments or when mapping fails (the caller then
+// reads with pread).
+func (s *segment) mapping() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.mapped != nil || !s.sealed || s.readOnly || s.mapFailed {
+		return s.mapped
+	}
+	size := s.size.Load()
+	f, err := s.fileLocked()
+	if err != nil || size <= 0 || size > math.MaxInt32 {
+		s.mapFailed = true
+		return nil
+	}
+	m, err := mmap.MapRegion(f, int(size), mmap.RDONLY, 0, 0)
+	if err != nil {
+		s.mapFailed = true
+		return nil
+	}
+	s.mapped = m
+	return m
+}
+
+// walkMapped is walkHeaders over the mapping. Sealed files do not change,
+// but an I/O error or an outside hand truncating the file would turn a read
+// into a fault: that becomes an error, not a crash.
+func (s *segment) walkMapped(m []byte, start, limit int64, fn func(e *record.Entry) bool) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if _, fault := r.(interface{ Addr() uintptr }); !fault {
+				panic(r)
+			}
+			err = fmt.Errorf("%w: %s: reading the mapped log failed: %v", backend.ErrCorruptRecord, s.path(LogSuffix), r)
+		}
+	}()
+	for pos := start; pos < limit; {
+		e, err := record.HeaderAt(m, pos, limit)
 		if err != nil {
 			if err == io.EOF || errors.Is(err, record.ErrTornTail) {
 				return nil

@@ -134,6 +134,10 @@ func FuzzScanner(f *testing.F) {
 				}
 				t.Fatalf("ReadHeader entry at %d differs from the scanner's", pos)
 			}
+			m, merr := record.HeaderAt(data, pos, int64(len(data)))
+			if merr != nil || m.Position != e.Position || m.Size != e.Size || m.LastOffset != e.LastOffset || !bytes.Equal(m.Data, e.Data) {
+				t.Fatalf("HeaderAt at %d disagrees with ReadHeader: %+v %v", pos, m, merr)
+			}
 			pos += e.Size
 			i += 2
 		}

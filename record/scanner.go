@@ -185,6 +185,27 @@ func describe(data []byte, pos, size int64, magic int8, base int64, validate boo
 	return e, nil
 }
 
+// HeaderAt describes the entry at pos of data, whose valid bytes end at
+// end (a log held in memory or mapped), without copying: Data aliases data.
+// Errors are the Scanner's; at end it returns io.EOF.
+func HeaderAt(data []byte, pos, end int64) (Entry, error) {
+	end = min(end, int64(len(data)))
+	remaining := end - pos
+	if remaining <= 0 {
+		return Entry{}, io.EOF
+	}
+	if remaining < HeaderSizeToMagic {
+		return Entry{}, &BatchError{Kind: ErrTornTail, Position: pos, BaseOffset: -1,
+			Detail: fmt.Sprintf("%d bytes left, less than the %d-byte entry header", remaining, HeaderSizeToMagic)}
+	}
+	size, magic, base, err := frame(data[pos:], pos, remaining)
+	if err != nil {
+		return Entry{}, err
+	}
+	n := min(size, int64(BatchHeaderSize))
+	return describe(data[pos:pos+n:pos+n], pos, size, magic, base, false)
+}
+
 // ReadHeader reads the header of the entry at pos of r, whose bytes end at
 // end, with a single ReadAt into buf (at least BatchHeaderSize bytes), and
 // describes it as a HeadersOnly Scanner would, with the same errors. It
