@@ -26,6 +26,9 @@ type BackendOptions struct {
 	// writes for every open partition at this interval (Kafka checks
 	// retention every 5 minutes and checkpoints every few seconds).
 	BackgroundInterval time.Duration
+	// TopicID, when set, returns a topic's id (Kafka's base64url UUID) for
+	// partition.metadata; see Options.TopicID.
+	TopicID func(topic string) string
 }
 
 // Backend is a log directory holding many partitions in Kafka's layout,
@@ -136,6 +139,9 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 	}
 	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
 		Now: b.opts.Now, Logger: b.opts.Logger}
+	if b.opts.TopicID != nil {
+		opts.TopicID = b.opts.TopicID(topic)
+	}
 	if rp, ok := b.recovery[tp]; ok {
 		opts.RecoveryPoint = rp
 	} else {

@@ -44,7 +44,16 @@ type Options struct {
 	// rebuilds on disk, no checkpoint writes. A torn tail is not served;
 	// every method that writes returns ErrReadOnly.
 	ReadOnly bool
+	// TopicID, when set, is the topic's id (Kafka's base64url UUID) kept
+	// in partition.metadata: written when the file is absent, and checked
+	// when present (a directory of another topic with the same name is an
+	// ErrTopicIDMismatch). Empty leaves the file alone.
+	TopicID string
 }
+
+// ErrTopicIDMismatch means partition.metadata names another topic id than
+// the one the log was opened with (the topic was deleted and recreated).
+var ErrTopicIDMismatch = errors.New("local: topic id mismatch")
 
 // ErrReadOnly is returned by writes to a Log opened with Options.ReadOnly.
 var ErrReadOnly = errors.New("local: log opened read-only")
@@ -241,7 +250,28 @@ func (l *Log) load(opts Options) error {
 	}
 	l.hw.Store(min(hw, leo))
 	l.recoveryPoint.Store(leo)
+	if err := l.checkTopicID(opts.TopicID); err != nil {
+		return err
+	}
 	return l.loadEpochs()
+}
+
+// checkTopicID keeps partition.metadata as Kafka does.
+func (l *Log) checkTopicID(id string) error {
+	if id == "" {
+		return nil
+	}
+	have, err := ReadPartitionMetadata(filepath.Join(l.dir, PartitionMetadataFile))
+	if err != nil {
+		return err
+	}
+	if have == "" {
+		return WritePartitionMetadata(l.dir, id)
+	}
+	if have != id {
+		return fmt.Errorf("%w: %s holds topic id %s, opened as %s", ErrTopicIDMismatch, l.dir, have, id)
+	}
+	return nil
 }
 
 // removeTempFilesAndSwap is Kafka's removeTempFilesAndCollectSwapFiles plus

@@ -502,3 +502,49 @@ func TestReaderSurvivesTruncation(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestPartitionMetadata(t *testing.T) {
+	dir := t.TempDir()
+	const id = "gSnfpEbtQfSDpxM2lhEn9A"
+	l, err := local.Open(dir, local.Options{TopicID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	b, _ := os.ReadFile(filepath.Join(dir, local.PartitionMetadataFile))
+	if string(b) != "version: 0\ntopic_id: "+id || len(b) != 43 {
+		t.Fatalf("partition.metadata = %q (%d bytes), want Kafka's 43-byte form", b, len(b))
+	}
+	if _, err := local.Open(dir, local.Options{TopicID: "AAAAAAAAAAAAAAAAAAAAAA"}); !errors.Is(err, local.ErrTopicIDMismatch) {
+		t.Fatalf("open with another topic id: %v", err)
+	}
+	l, err = local.Open(dir, local.Options{TopicID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+}
+
+func TestRollOnSegmentMsAndFlushMessages(t *testing.T) {
+	dir := t.TempDir()
+	c := cfg(t, "segment.ms", "1000", "flush.messages", "5")
+	l := openLog(t, dir, c, false)
+	defer l.Close()
+	ts := int64(1_000_000)
+	for i := 0; i < 3; i++ {
+		l.Append(ctx, batchOf(2, ts+int64(i)*400, "t"), backend.AppendOptions{AssignOffsets: true})
+	}
+	// 0, 400, 800: within segment.ms of the first batch.
+	if n := len(l.SegmentInfos()); n != 1 {
+		t.Fatalf("%d segments before segment.ms passed", n)
+	}
+	l.Append(ctx, batchOf(2, ts+1001, "t"), backend.AppendOptions{AssignOffsets: true})
+	if n := len(l.SegmentInfos()); n != 2 || l.SegmentInfos()[1].BaseOffset != 6 {
+		t.Fatalf("segment.ms did not roll at offset 6: %+v", l.SegmentInfos())
+	}
+	// flush.messages=5: 8 records appended, so a flush happened after the
+	// batch that crossed 5 (recovery point moved past 0).
+	if rp := l.RecoveryPoint(); rp < 6 {
+		t.Fatalf("recovery point %d after 8 records with flush.messages=5", rp)
+	}
+}
