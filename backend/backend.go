@@ -134,6 +134,14 @@ type Records interface {
 	Close() error
 }
 
+// OffsetRange is implemented by Records that know which offsets they hold,
+// so a broker can advance a fetch position without parsing the bytes.
+type OffsetRange interface {
+	// NextOffset is one past the last offset of the last batch returned;
+	// for empty Records it is the offset that was asked for.
+	NextOffset() int64
+}
+
 // Offsets are a partition's offsets; see the package doc.
 type Offsets struct {
 	LogStart      int64

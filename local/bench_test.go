@@ -8,12 +8,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
@@ -263,31 +263,10 @@ func BenchmarkSequentialWriteTo1GiB(b *testing.B) {
 				b.Fatal(err)
 			}
 			total += n
-			// The next read starts after the last whole batch returned.
-			lr, err := l.Lookup(off)
-			if err != nil {
-				b.Fatal(err)
-			}
-			off = nextOffsetAfter(b, l, lr, n)
+			off = r.(backend.OffsetRange).NextOffset()
 		}
 	}
 	b.SetBytes(total / int64(b.N))
-}
-
-// nextOffsetAfter returns the offset after n bytes read from the batch that
-// Lookup found, using the segment file's batch headers.
-func nextOffsetAfter(b *testing.B, l *local.Log, lr local.LookupResult, n int64) int64 {
-	f, err := os.Open(lr.SegmentPath)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	s := record.NewScanner(f, lr.BatchPosition, lr.BatchPosition+n, record.ScanOptions{HeadersOnly: true, BufferSize: 4096})
-	next := lr.LastOffset + 1
-	for s.Next() {
-		next = s.Entry().LastOffset + 1
-	}
-	return next
 }
 
 func BenchmarkRawSendfile1GiB(b *testing.B) {
@@ -408,11 +387,15 @@ func BenchmarkOpen10000Partitions(b *testing.B) {
 	if err := be.Close(); err != nil {
 		b.Fatal(err)
 	}
-	var rss int64
+	var rss, heap int64
 	b.ResetTimer()
 	for b.Loop() {
-		before := rssKiB()
-		start := time.Now()
+		b.StopTimer()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		heapBefore, rssBefore := int64(ms.HeapAlloc), rssKiB()
+		b.StartTimer()
 		be, err := local.OpenBackend(dir, local.BackendOptions{})
 		if err != nil {
 			b.Fatal(err)
@@ -422,14 +405,16 @@ func BenchmarkOpen10000Partitions(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		_ = start
-		rss = rssKiB() - before
 		b.StopTimer()
+		runtime.GC()
+		runtime.ReadMemStats(&ms)
+		heap, rss = int64(ms.HeapAlloc)-heapBefore, rssKiB()-rssBefore
 		if err := be.Close(); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 	}
+	b.ReportMetric(float64(heap)/float64(n), "live-heap-B/partition")
 	b.ReportMetric(float64(rss), "RSS-KiB-delta")
 }
 

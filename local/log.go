@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -685,17 +686,23 @@ func (l *Log) SegmentInfos() []SegmentInfo {
 }
 
 // acquireSegmentFor returns the segment holding offset (the last with base
-// <= offset), with a reader reference, and its index in the list.
-func (l *Log) acquireSegmentFor(offset int64) (*segment, []*segment, int) {
+// <= offset), with a reader reference, and its index in the list. It fails
+// with ErrClosed once the log is closed (its segments can no longer be
+// acquired).
+func (l *Log) acquireSegmentFor(offset int64) (*segment, []*segment, int, error) {
 	for {
+		if l.closed.Load() {
+			return nil, nil, 0, l.closedErr()
+		}
 		segs := l.segments()
 		i := sort.Search(len(segs), func(i int) bool { return segs[i].base > offset }) - 1
 		if i < 0 {
 			i = 0
 		}
 		if segs[i].acquire() {
-			return segs[i], segs, i
+			return segs[i], segs, i, nil
 		}
+		runtime.Gosched() // a writer is swapping the segment list
 	}
 }
 

@@ -34,9 +34,12 @@ func (l *Log) Read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 			return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: ls, LogEnd: leo}
 		}
 		if offset == leo || (opts.MaxOffset > 0 && offset >= opts.MaxOffset) {
-			return emptyRecords{}, nil
+			return emptyRecords{next: offset}, nil
 		}
-		seg, segs, i := l.acquireSegmentFor(offset)
+		seg, segs, i, err := l.acquireSegmentFor(offset)
+		if err != nil {
+			return nil, err
+		}
 		recs, err := l.readSegment(seg, offset, maxBytes, opts)
 		if _, owns := recs.(*fileRecords); !owns {
 			seg.release()
@@ -50,7 +53,7 @@ func (l *Log) Read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 			if l.segments()[len(l.segments())-1] != segs[len(segs)-1] {
 				continue // the segment list changed under us: retry
 			}
-			return emptyRecords{}, nil
+			return emptyRecords{next: offset}, nil
 		}
 		offset = max(offset, segs[i+1].base)
 	}
@@ -76,21 +79,21 @@ func (l *Log) readSegment(seg *segment, offset, maxBytes int64, opts backend.Rea
 	if err != nil || !ok {
 		return nil, err
 	}
-	end, err := seg.batchEnd(p.pos, min(limit, p.pos+maxBytes))
+	end, last, err := seg.batchEnd(p.pos, min(limit, p.pos+maxBytes))
 	if err != nil {
 		return nil, err
 	}
 	if end == p.pos {
 		if !opts.MinOneBatch {
-			return emptyRecords{}, nil
+			return emptyRecords{next: offset}, nil
 		}
-		end = p.pos + p.size
+		end, last = p.pos+p.size, p.lastOffset
 	}
 	f, err := seg.file()
 	if err != nil {
 		return nil, err
 	}
-	return &fileRecords{seg: seg, f: f, pos: p.pos, n: end - p.pos}, nil
+	return &fileRecords{seg: seg, f: f, pos: p.pos, n: end - p.pos, next: last + 1}, nil
 }
 
 // LookupResult shows the two steps of an offset lookup, for tools.
@@ -120,8 +123,11 @@ func (l *Log) Lookup(offset int64) (LookupResult, error) {
 	if offset < ls || offset >= leo {
 		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: ls, LogEnd: leo}
 	}
-	seg, segs, i := l.acquireSegmentFor(offset)
-	defer seg.release()
+	seg, segs, i, err := l.acquireSegmentFor(offset)
+	if err != nil {
+		return r, err
+	}
+	defer func() { seg.release() }()
 	for {
 		p, ok, err := seg.translateOffset(offset, seg.size.Load())
 		if err != nil {

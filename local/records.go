@@ -8,6 +8,8 @@ import (
 	"os"
 	"sync"
 	"syscall"
+
+	"github.com/tierlog/tierlog/backend"
 )
 
 // fileRecords is a region of a segment's .log returned by Read. It holds a
@@ -18,17 +20,28 @@ type fileRecords struct {
 	f    *os.File
 	pos  int64
 	n    int64
+	next int64 // one past the last offset returned
 	once sync.Once
 }
 
-// emptyRecords is what a read at the log end returns.
-type emptyRecords struct{}
+// emptyRecords is what a read at the log end (or one asking for less than
+// a batch) returns.
+type emptyRecords struct{ next int64 }
 
 func (emptyRecords) WriteTo(io.Writer) (int64, error) { return 0, nil }
 func (emptyRecords) Len() int64                       { return 0 }
 func (emptyRecords) Close() error                     { return nil }
+func (e emptyRecords) NextOffset() int64              { return e.next }
 
 func (r *fileRecords) Len() int64 { return r.n }
+
+// NextOffset is one past the last offset of the last batch returned.
+func (r *fileRecords) NextOffset() int64 { return r.next }
+
+var (
+	_ backend.OffsetRange = (*fileRecords)(nil)
+	_ backend.OffsetRange = emptyRecords{}
+)
 
 // Close releases the segment; it is idempotent.
 func (r *fileRecords) Close() error {

@@ -29,9 +29,10 @@ import (
 // files are renamed to .deleted at once and unlinked later, which open
 // descriptors survive.
 type segment struct {
-	base int64
-	dir  string
-	opts *segmentOptions
+	base    int64
+	dir     string
+	logPath string // the .log's path, kept: lookups report it
+	opts    *segmentOptions
 
 	refs atomic.Int32
 	// size is the byte length readers may read: bytes are written before
@@ -67,10 +68,16 @@ type segmentOptions struct {
 	intervalBytes int64
 }
 
-func (s *segment) path(suffix string) string { return filepath.Join(s.dir, FileName(s.base, suffix)) }
+func (s *segment) path(suffix string) string {
+	if suffix == LogSuffix {
+		return s.logPath
+	}
+	return filepath.Join(s.dir, FileName(s.base, suffix))
+}
 
 func newSegment(dir string, base, size int64, opts *segmentOptions, created time.Time) *segment {
-	s := &segment{base: base, dir: dir, opts: opts, rollingBasedTs: -1, maxTs: -2, offsetOfMaxTs: -1, created: created}
+	s := &segment{base: base, dir: dir, opts: opts, rollingBasedTs: -1, maxTs: -2, offsetOfMaxTs: -1, created: created,
+		logPath: filepath.Join(dir, FileName(base, LogSuffix))}
 	s.refs.Store(1)
 	s.size.Store(size)
 	return s
@@ -555,27 +562,28 @@ func (s *segment) walkMapped(m []byte, start, limit int64, fn func(e *record.Ent
 	return nil
 }
 
-// batchEnd returns the end position of the last whole batch that starts at
-// or after from and ends at or before limit, or from when none fits. It
-// uses the offset index to skip near limit, then scans headers.
-func (s *segment) batchEnd(from, limit int64) (int64, error) {
+// batchEnd returns the end position and last offset of the last whole batch
+// that starts at or after from and ends at or before limit (from and -1 when
+// none fits). It uses the offset index to skip near limit, then scans
+// headers.
+func (s *segment) batchEnd(from, limit int64) (end, lastOffset int64, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
-		return from, err
+		return from, -1, err
 	}
 	start := from
 	if e, ok := oi.LookupPosition(int32(min(limit, math.MaxInt32))); ok && int64(e.Position) > start {
 		start = int64(e.Position)
 	}
-	end := start
+	end, lastOffset = start, -1
 	err = s.walkHeaders(start, limit, func(e *record.Entry) bool {
-		end = e.Position + e.Size
+		end, lastOffset = e.Position+e.Size, e.LastOffset
 		return true
 	})
 	if err != nil {
-		return from, err
+		return from, -1, err
 	}
-	return end, nil
+	return end, lastOffset, nil
 }
 
 // recoverResult is what rebuilding a segment found.

@@ -151,6 +151,7 @@ func readFrom(t *testing.T, p backend.Partition, offset int64, limit int) []rec 
 		if n == 0 {
 			t.Fatalf("read %d: nothing returned below the log end %d", offset, end)
 		}
+		asked := offset
 		sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, n, record.ScanOptions{Validate: true})
 		first := true
 		for sc.Next() {
@@ -175,6 +176,9 @@ func readFrom(t *testing.T, p backend.Partition, offset int64, limit int) []rec 
 		}
 		if sc.Err() != nil {
 			t.Fatalf("read returned a partial batch: %v", sc.Err())
+		}
+		if or, ok := r.(backend.OffsetRange); ok && or.NextOffset() != offset {
+			t.Fatalf("read %d: NextOffset %d, but its batches end at %d", asked, or.NextOffset(), offset)
 		}
 	}
 	return out
