@@ -1,0 +1,427 @@
+package objstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Op names an operation, for metrics.
+type Op string
+
+// Operations.
+const (
+	OpPut    Op = "put"
+	OpGet    Op = "get"
+	OpHead   Op = "head"
+	OpList   Op = "list"
+	OpDelete Op = "delete"
+	OpAbort  Op = "abort_uploads"
+)
+
+// Event is what a metrics hook sees after each request attempt.
+type Event struct {
+	Op       Op
+	Key      string
+	Bytes    int64 // body bytes sent (put) or read (get, counted at Close)
+	Duration time.Duration
+	Attempt  int   // 1 for the first try
+	Err      error // nil on success
+}
+
+// Options tune a Store.
+type Options struct {
+	// Timeout bounds each request attempt (default 30 s; a get's body
+	// read is bounded too, from the request's start).
+	Timeout time.Duration
+	// MaxAttempts is how many times a retryable error is tried in all
+	// (default 5).
+	MaxAttempts int
+	// BaseBackoff is the first retry's delay before jitter (default
+	// 100 ms); each retry doubles it, up to MaxBackoff (default 5 s).
+	BaseBackoff, MaxBackoff time.Duration
+	// OnRequest, when set, is called after every attempt (metrics).
+	OnRequest func(Event)
+}
+
+func (o *Options) fill() {
+	if o.Timeout <= 0 {
+		o.Timeout = 30 * time.Second
+	}
+	if o.MaxAttempts <= 0 {
+		o.MaxAttempts = 5
+	}
+	if o.BaseBackoff <= 0 {
+		o.BaseBackoff = 100 * time.Millisecond
+	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Second
+	}
+}
+
+// Stats counts what a Store did, by operation.
+type Stats struct {
+	Requests map[Op]int64
+	Errors   map[Op]int64
+	Retries  map[Op]int64
+	BytesIn  int64 // read by gets
+	BytesOut int64 // sent by puts
+}
+
+// Store is the portable layer over a Driver; see the package doc. It is
+// safe for concurrent use.
+type Store struct {
+	d      Driver
+	name   string
+	opts   Options
+	closed atomic.Bool
+
+	mu       sync.Mutex
+	requests map[Op]int64
+	errs     map[Op]int64
+	retries  map[Op]int64
+	bytesIn  atomic.Int64
+	bytesOut atomic.Int64
+}
+
+// New wraps d; name (for errors) is usually the store's URL without secrets.
+func New(d Driver, name string, opts Options) *Store {
+	opts.fill()
+	return &Store{d: d, name: name, opts: opts, requests: map[Op]int64{}, errs: map[Op]int64{}, retries: map[Op]int64{}}
+}
+
+// Name returns the store's name.
+func (s *Store) Name() string { return s.name }
+
+// Driver returns the wrapped driver.
+func (s *Store) Driver() Driver { return s.d }
+
+// Stats returns a copy of the counters.
+func (s *Store) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cp := func(m map[Op]int64) map[Op]int64 {
+		out := make(map[Op]int64, len(m))
+		for k, v := range m {
+			out[k] = v
+		}
+		return out
+	}
+	return Stats{Requests: cp(s.requests), Errors: cp(s.errs), Retries: cp(s.retries), BytesIn: s.bytesIn.Load(), BytesOut: s.bytesOut.Load()}
+}
+
+// ValidateKey applies the seam's key rules.
+func ValidateKey(key string) error {
+	if key == "" || len(key) > 1024 {
+		return fmt.Errorf("%w: %q (want 1 to 1024 bytes)", ErrInvalidKey, key)
+	}
+	for _, c := range strings.Split(key, "/") {
+		if c == "" || c == "." || c == ".." {
+			return fmt.Errorf("%w: %q has an empty, \".\" or \"..\" component", ErrInvalidKey, key)
+		}
+		if len(c) >= 255 {
+			return fmt.Errorf("%w: %q has a component of %d bytes (under 255 allowed)", ErrInvalidKey, key, len(c))
+		}
+	}
+	if strings.ContainsRune(key, 0) {
+		return fmt.Errorf("%w: %q contains a NUL byte", ErrInvalidKey, key)
+	}
+	return nil
+}
+
+func validatePrefix(prefix string) error {
+	if prefix == "" {
+		return nil
+	}
+	return ValidateKey(strings.TrimSuffix(prefix, "/"))
+}
+
+// do runs one operation with a deadline per attempt and retries for
+// retryable errors.
+func (s *Store) do(ctx context.Context, op Op, key string, fn func(ctx context.Context) (int64, error)) error {
+	if s.closed.Load() {
+		return fmt.Errorf("%w: %s", ErrClosed, s.name)
+	}
+	backoff := s.opts.BaseBackoff
+	var err error
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		start := time.Now()
+		var n int64
+		n, err = fn(actx)
+		cancel()
+		if err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
+			err = fmt.Errorf("%w: request timed out after %v: %v", ErrRetryable, s.opts.Timeout, err)
+		}
+		s.record(op, attempt, err)
+		if s.opts.OnRequest != nil {
+			s.opts.OnRequest(Event{Op: op, Key: key, Bytes: n, Duration: time.Since(start), Attempt: attempt, Err: err})
+		}
+		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= s.opts.MaxAttempts || ctx.Err() != nil {
+			break
+		}
+		// Full jitter: a random delay up to the backoff.
+		delay := time.Duration(rand.Int64N(int64(backoff) + 1))
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("objstore: %s %s on %s: %w (after %v)", op, key, s.name, ctx.Err(), err)
+		case <-time.After(delay):
+		}
+		backoff = min(backoff*2, s.opts.MaxBackoff)
+	}
+	if err != nil {
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+			err = fmt.Errorf("%w: %v", ctx.Err(), err)
+		}
+		return fmt.Errorf("objstore: %s %s on %s: %w", op, key, s.name, err)
+	}
+	return nil
+}
+
+func (s *Store) record(op Op, attempt int, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests[op]++
+	if attempt > 1 {
+		s.retries[op]++
+	}
+	if err != nil {
+		s.errs[op]++
+	}
+}
+
+// Put stores size bytes of body under key; see Driver.Put. body is rewound
+// before every attempt.
+func (s *Store) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts PutOptions) (ObjectInfo, error) {
+	if err := ValidateKey(key); err != nil {
+		return ObjectInfo{}, err
+	}
+	if size < 0 {
+		return ObjectInfo{}, fmt.Errorf("objstore: put %s: negative size %d", key, size)
+	}
+	var info ObjectInfo
+	err := s.do(ctx, OpPut, key, func(ctx context.Context) (int64, error) {
+		if _, err := body.Seek(0, io.SeekStart); err != nil {
+			return 0, fmt.Errorf("rewind body: %w", err)
+		}
+		var err error
+		info, err = s.d.Put(ctx, key, body, size, opts)
+		if err == nil {
+			s.bytesOut.Add(size)
+			return size, nil
+		}
+		return 0, err
+	})
+	return info, err
+}
+
+// Get returns length bytes of key from offset (length < 0: to the end).
+// A body that fails mid-read returns an error wrapping ErrRetryable; the
+// caller may call Get again for the rest.
+func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, ObjectInfo, error) {
+	if err := ValidateKey(key); err != nil {
+		return nil, ObjectInfo{}, err
+	}
+	if offset < 0 {
+		return nil, ObjectInfo{}, fmt.Errorf("%w: get %s from offset %d", ErrInvalidRange, key, offset)
+	}
+	var rc io.ReadCloser
+	var info ObjectInfo
+	err := s.do(ctx, OpGet, key, func(actx context.Context) (int64, error) {
+		// The body outlives this attempt's deadline: use the caller's
+		// context for the request, and the timeout for getting headers.
+		r, i, err := getWithin(ctx, actx, s.d, key, offset, length)
+		rc, info = r, i
+		return 0, err
+	})
+	if err != nil {
+		return nil, ObjectInfo{}, err
+	}
+	return &countingReader{rc: rc, n: &s.bytesIn}, info, nil
+}
+
+// getWithin starts the get under ctx (the body stays readable after the
+// attempt ends) but gives up when attempt expires before it answers.
+func getWithin(ctx, attempt context.Context, d Driver, key string, offset, length int64) (io.ReadCloser, ObjectInfo, error) {
+	type result struct {
+		rc   io.ReadCloser
+		info ObjectInfo
+		err  error
+	}
+	gctx, cancel := context.WithCancel(ctx)
+	done := make(chan result, 1)
+	go func() {
+		rc, info, err := d.Get(gctx, key, offset, length)
+		done <- result{rc, info, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			cancel()
+			return nil, r.info, r.err
+		}
+		return &cancelOnClose{ReadCloser: r.rc, cancel: cancel}, r.info, nil
+	case <-attempt.Done():
+		cancel()
+		go func() {
+			if r := <-done; r.rc != nil {
+				r.rc.Close()
+			}
+		}()
+		return nil, ObjectInfo{}, attempt.Err()
+	}
+}
+
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (c *cancelOnClose) Close() error {
+	err := c.ReadCloser.Close()
+	c.cancel()
+	return err
+}
+
+type countingReader struct {
+	rc io.ReadCloser
+	n  *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.rc.Read(p)
+	c.n.Add(int64(n))
+	if err != nil && err != io.EOF && !errors.Is(err, ErrRetryable) {
+		err = fmt.Errorf("%w: reading the body: %v", ErrRetryable, err)
+	}
+	return n, err
+}
+
+func (c *countingReader) Close() error { return c.rc.Close() }
+
+// ReadAll gets length bytes of key from offset (length < 0: to the end)
+// into memory, resuming a body that breaks mid-read from where it broke.
+func (s *Store) ReadAll(ctx context.Context, key string, offset, length int64) ([]byte, error) {
+	var out []byte
+	for attempt := 1; ; attempt++ {
+		want := int64(-1)
+		if length >= 0 {
+			want = length - int64(len(out))
+			if want == 0 {
+				return out, nil
+			}
+		}
+		rc, _, err := s.Get(ctx, key, offset+int64(len(out)), want)
+		if err != nil {
+			if len(out) > 0 && length < 0 && errors.Is(err, ErrInvalidRange) {
+				return out, nil // the break fell exactly at the end
+			}
+			return nil, err
+		}
+		b, rerr := io.ReadAll(rc)
+		rc.Close()
+		out = append(out, b...)
+		switch {
+		case rerr == nil && (length < 0 || int64(len(out)) >= length):
+			return out, nil
+		case rerr == nil:
+			return nil, fmt.Errorf("objstore: get %s on %s: %w: %d bytes from %d, the object ends first", key, s.name, ErrInvalidRange, length, offset)
+		case !errors.Is(rerr, ErrRetryable) || attempt >= s.opts.MaxAttempts:
+			return nil, fmt.Errorf("objstore: get %s on %s: %w", key, s.name, rerr)
+		}
+	}
+}
+
+// Head returns key's info; ErrNotFound when it does not exist.
+func (s *Store) Head(ctx context.Context, key string) (ObjectInfo, error) {
+	if err := ValidateKey(key); err != nil {
+		return ObjectInfo{}, err
+	}
+	var info ObjectInfo
+	err := s.do(ctx, OpHead, key, func(ctx context.Context) (int64, error) {
+		var err error
+		info, err = s.d.Head(ctx, key)
+		return 0, err
+	})
+	return info, err
+}
+
+// List calls fn with every object under prefix in ascending key order,
+// page by page, until fn returns false.
+func (s *Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) bool) error {
+	if err := validatePrefix(prefix); err != nil {
+		return err
+	}
+	after := ""
+	for {
+		var page []ObjectInfo
+		var more bool
+		err := s.do(ctx, OpList, prefix, func(ctx context.Context) (int64, error) {
+			var err error
+			page, more, err = s.d.List(ctx, prefix, after, 1000)
+			return 0, err
+		})
+		if err != nil {
+			return err
+		}
+		for _, o := range page {
+			if o.Key <= after && after != "" {
+				return fmt.Errorf("objstore: list %s on %s: keys out of order (%q after %q)", prefix, s.name, o.Key, after)
+			}
+			after = o.Key
+			if !fn(o) {
+				return nil
+			}
+		}
+		if !more || len(page) == 0 {
+			return nil
+		}
+	}
+}
+
+// Delete removes keys (missing ones are fine), in batches of 1000.
+func (s *Store) Delete(ctx context.Context, keys ...string) error {
+	for _, k := range keys {
+		if err := ValidateKey(k); err != nil {
+			return err
+		}
+	}
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), 1000)]
+		keys = keys[len(batch):]
+		if err := s.do(ctx, OpDelete, batch[0], func(ctx context.Context) (int64, error) {
+			return 0, s.d.Delete(ctx, batch)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// AbortStaleUploads aborts multipart uploads under prefix older than age.
+func (s *Store) AbortStaleUploads(ctx context.Context, prefix string, age time.Duration) (int, error) {
+	if err := validatePrefix(prefix); err != nil {
+		return 0, err
+	}
+	var n int
+	err := s.do(ctx, OpAbort, prefix, func(ctx context.Context) (int64, error) {
+		var err error
+		n, err = s.d.AbortStaleUploads(ctx, prefix, time.Now().Add(-age))
+		return 0, err
+	})
+	return n, err
+}
+
+// Close closes the driver; later calls fail with ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	return s.d.Close()
+}
