@@ -5,18 +5,27 @@ BIN       := $(CACHE)/bin
 FUZZTIME  ?= 10s
 BENCHTIME ?= 1s
 STATICCHECK_VERSION := v0.8.2
+# The S3 server the integration tests start when no Docker engine answers.
+VERSITYGW_VERSION := v1.8.0
 
-.PHONY: all test race lint bench fuzz demo tierctl clean
+.PHONY: all test race lint bench fuzz demo tierctl versitygw clean
 
 all: lint test
 
-## test: every test, including the Kafka fixture tests (skipped, with a message, when ../shared is absent)
-test:
+## test: every test, including the S3 integration tests against a real S3
+## server and the Kafka fixture tests (skipped, with a message, when ../shared is absent)
+test: $(BIN)/versitygw
 	$(GO) test -timeout 20m ./...
 
 ## race: the tests under the race detector
-race:
+race: $(BIN)/versitygw
 	$(GO) test -race -timeout 30m ./...
+
+## versitygw: install the S3 server the tests use into .cache/bin
+versitygw: $(BIN)/versitygw
+
+$(BIN)/versitygw:
+	GOBIN=$(BIN) $(GO) install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION)
 
 ## lint: gofmt, go vet and staticcheck
 lint: $(BIN)/staticcheck
@@ -29,7 +38,7 @@ $(BIN)/staticcheck:
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
 
 ## bench: every Go benchmark (set BENCHTIME=3s for steadier figures)
-bench:
+bench: $(BIN)/versitygw
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
 ## fuzz: a short run of every fuzz target (FUZZTIME per target, default 10s)

@@ -1,0 +1,54 @@
+package s3_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/s3"
+	"github.com/tierlog/tierlog/testing/objstoretest"
+	"github.com/tierlog/tierlog/testing/s3server"
+)
+
+func config(t *testing.T, srv *s3server.Server, bucket string) s3.Config {
+	return s3.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, PartSize: 5 << 20}
+}
+
+// newStore creates a fresh bucket on the shared server and opens it.
+func newStore(t *testing.T) *objstore.Store {
+	srv := s3server.Shared(t)
+	c := config(t, srv, s3server.BucketName(t))
+	ctx := context.Background()
+	if err := s3.CreateBucket(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s3.Open(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := objstore.New(d, "s3://"+c.Bucket, objstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	objstoretest.Run(t, newStore, objstoretest.Options{})
+}
+
+func TestOpenErrors(t *testing.T) {
+	srv := s3server.Shared(t)
+	ctx := context.Background()
+	if _, err := s3.Open(ctx, config(t, srv, "no-such-bucket-here")); !errors.Is(err, objstore.ErrBucketNotFound) {
+		t.Errorf("missing bucket: %v", err)
+	}
+	c := config(t, srv, s3server.BucketName(t))
+	if err := s3.CreateBucket(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	c.SecretKey = "wrong"
+	if _, err := s3.Open(ctx, c); !errors.Is(err, objstore.ErrAccessDenied) {
+		t.Errorf("wrong credentials: %v", err)
+	}
+}
