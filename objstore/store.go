@@ -243,7 +243,11 @@ func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.R
 	if err != nil {
 		return nil, ObjectInfo{}, err
 	}
-	return &countingReader{rc: rc, n: &s.bytesIn}, info, nil
+	want := info.Size - offset
+	if length >= 0 {
+		want = min(want, length)
+	}
+	return &countingReader{rc: rc, n: &s.bytesIn, left: want}, info, nil
 }
 
 // getWithin starts the get under ctx (the body stays readable after the
@@ -289,15 +293,31 @@ func (c *cancelOnClose) Close() error {
 	return err
 }
 
+// countingReader counts body bytes and turns a body that breaks or ends
+// before its length into a retryable error (a cut connection must never
+// look like a short object).
 type countingReader struct {
-	rc io.ReadCloser
-	n  *atomic.Int64
+	rc   io.ReadCloser
+	n    *atomic.Int64
+	left int64 // bytes the body still owes
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
+	if c.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
 	n, err := c.rc.Read(p)
 	c.n.Add(int64(n))
-	if err != nil && err != io.EOF && !errors.Is(err, ErrRetryable) {
+	c.left -= int64(n)
+	switch {
+	case err == io.EOF && c.left > 0:
+		err = fmt.Errorf("%w: the body ended %d bytes early: %v", ErrRetryable, c.left, io.ErrUnexpectedEOF)
+	case err == nil && c.left == 0 && n > 0:
+		err = io.EOF
+	case err != nil && err != io.EOF && !errors.Is(err, ErrRetryable):
 		err = fmt.Errorf("%w: reading the body: %v", ErrRetryable, err)
 	}
 	return n, err
