@@ -13,3 +13,9 @@ func TestConformance(t *testing.T) {
 		return objstore.New(mem.New(), "mem://test", objstore.Options{})
 	}, objstoretest.Options{})
 }
+
+func TestConformanceBehindFaults(t *testing.T) {
+	objstoretest.RunBehindFaults(t, func(t *testing.T) (objstore.Driver, string) {
+		return mem.New(), "mem"
+	}, objstoretest.Options{})
+}

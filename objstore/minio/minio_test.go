@@ -55,3 +55,9 @@ func TestOpenErrors(t *testing.T) {
 		t.Errorf("bad endpoint: %v", err)
 	}
 }
+
+func TestConformanceBehindFaults(t *testing.T) {
+	objstoretest.RunBehindFaults(t, func(t *testing.T) (objstore.Driver, string) {
+		return newStore(t).Driver(), "minio"
+	}, objstoretest.Options{})
+}

@@ -52,3 +52,9 @@ func TestOpenErrors(t *testing.T) {
 		t.Errorf("wrong credentials: %v", err)
 	}
 }
+
+func TestConformanceBehindFaults(t *testing.T) {
+	objstoretest.RunBehindFaults(t, func(t *testing.T) (objstore.Driver, string) {
+		return newStore(t).Driver(), "s3"
+	}, objstoretest.Options{})
+}

@@ -18,6 +18,7 @@ import (
 	"testing"
 
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/testing/faultstore"
 )
 
 // Options tune the battery for a driver.
@@ -347,5 +348,42 @@ func testInvalidKeys(t *testing.T, s *objstore.Store) {
 		if _, err := s.Put(ctx, k, bytes.NewReader(nil), 0, objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
 			t.Errorf("put %q: %v", k, err)
 		}
+	}
+}
+
+// RunBehindFaults runs the battery with each driver wrapped in
+// faultstore: retryable errors, latency, bodies cut mid-read and short
+// reads, drawn from a logged seed. Every operation must still succeed (the
+// Store retries), and the run must have injected and retried faults.
+func RunBehindFaults(t *testing.T, newDriver func(t *testing.T) (objstore.Driver, string), opts Options) {
+	seed := rand.Uint64()
+	t.Logf("faultstore seed %d", seed)
+	var mu sync.Mutex
+	var stores []*objstore.Store
+	var drivers []*faultstore.Driver
+	Run(t, func(t *testing.T) *objstore.Store {
+		inner, name := newDriver(t)
+		fd := faultstore.Wrap(inner, seed,
+			faultstore.Rule{Fault: faultstore.FailBefore, Probability: 0.15},
+			faultstore.Rule{Fault: faultstore.Latency, Latency: 2e6, Probability: 0.1},
+			faultstore.Rule{Op: objstore.OpGet, Fault: faultstore.CutBody, AfterBytes: 7, Probability: 0.15},
+			faultstore.Rule{Op: objstore.OpGet, Fault: faultstore.ShortRead, AfterBytes: 3, Probability: 0.05},
+		)
+		s := objstore.New(fd, name+" (faults)", objstore.Options{MaxAttempts: 12, BaseBackoff: 1e6, MaxBackoff: 2e7})
+		mu.Lock()
+		stores, drivers = append(stores, s), append(drivers, fd)
+		mu.Unlock()
+		return s
+	}, opts)
+	var injected, retries int64
+	for i, s := range stores {
+		injected += drivers[i].Injected()
+		for _, n := range s.Stats().Retries {
+			retries += n
+		}
+	}
+	t.Logf("faults injected: %d, retries: %d", injected, retries)
+	if injected == 0 || retries == 0 {
+		t.Fatalf("no faults were injected and retried (injected %d, retries %d)", injected, retries)
 	}
 }
