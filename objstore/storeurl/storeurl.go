@@ -1,0 +1,182 @@
+// Package storeurl opens an objstore.Store from a URL:
+//
+//	file:///var/lib/tierlog/bucket         a directory (fs driver)
+//	mem://name                              a process-wide in-memory bucket
+//	s3://bucket/prefix?region=eu-west-1     Amazon S3 (aws-sdk-go-v2)
+//	s3://bucket/prefix?endpoint=http://127.0.0.1:9000&path-style=true
+//	minio://bucket/prefix?endpoint=http://127.0.0.1:9000
+//
+// Query options: endpoint, region, path-style (s3), profile (s3), sse
+// (AES256 or aws:kms), kms-key (s3), insecure (skip TLS verification),
+// part-size (bytes), concurrency; file:// takes create. Unknown options are
+// errors that name them. Credentials never go in the URL: they come from
+// the usual AWS (and MinIO) environment, profiles and instance metadata.
+package storeurl
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/fs"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/objstore/minio"
+	"github.com/tierlog/tierlog/objstore/s3"
+)
+
+var (
+	memMu      sync.Mutex
+	memBuckets = map[string]*mem.Driver{}
+)
+
+// allowed lists each scheme's query options.
+var allowed = map[string][]string{
+	"file":  {"create"},
+	"mem":   {},
+	"s3":    {"endpoint", "region", "path-style", "profile", "sse", "kms-key", "insecure", "part-size", "concurrency"},
+	"minio": {"endpoint", "region", "sse", "insecure", "part-size", "concurrency"},
+}
+
+func bad(raw, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", objstore.ErrInvalidURL, Redact(raw), fmt.Sprintf(format, args...))
+}
+
+// Open parses raw and opens the store, checking that the bucket exists and
+// the credentials reach it.
+func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Store, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, bad(raw, "%v", err)
+	}
+	names, ok := allowed[u.Scheme]
+	if !ok {
+		return nil, bad(raw, "unknown scheme %q (want file, mem, s3 or minio)", u.Scheme)
+	}
+	if u.User != nil {
+		return nil, bad(raw, "credentials do not belong in the URL; use the AWS environment or a profile")
+	}
+	q := u.Query()
+	for k := range q {
+		found := false
+		for _, n := range names {
+			found = found || n == k
+		}
+		if !found {
+			return nil, bad(raw, "unknown option %q for %s:// (known: %s)", k, u.Scheme, strings.Join(names, ", "))
+		}
+	}
+	flag := func(name string) (bool, error) {
+		v, ok := q[name]
+		if !ok {
+			return false, nil
+		}
+		if len(v) == 0 || v[0] == "" {
+			return true, nil
+		}
+		b, err := strconv.ParseBool(v[0])
+		if err != nil {
+			return false, bad(raw, "option %s=%q: want true or false", name, v[0])
+		}
+		return b, nil
+	}
+	num := func(name string) (int64, error) {
+		v := q.Get(name)
+		if v == "" {
+			return 0, nil
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return 0, bad(raw, "option %s=%q: want a positive number", name, v)
+		}
+		return n, nil
+	}
+	insecure, err := flag("insecure")
+	if err != nil {
+		return nil, err
+	}
+	partSize, err := num("part-size")
+	if err != nil {
+		return nil, err
+	}
+	conc, err := num("concurrency")
+	if err != nil {
+		return nil, err
+	}
+	name := Redact(raw)
+	switch u.Scheme {
+	case "file":
+		if u.Host != "" && u.Host != "localhost" {
+			return nil, bad(raw, "file URLs name a local directory: file:///path")
+		}
+		if u.Path == "" {
+			return nil, bad(raw, "no directory")
+		}
+		create, err := flag("create")
+		if err != nil {
+			return nil, err
+		}
+		if create {
+			if err := os.MkdirAll(u.Path, 0o755); err != nil {
+				return nil, fmt.Errorf("objstore: create %s: %w", u.Path, err)
+			}
+		}
+		d, err := fs.Open(u.Path)
+		if err != nil {
+			return nil, err
+		}
+		return objstore.New(d, name, opts), nil
+	case "mem":
+		if u.Host == "" {
+			return nil, bad(raw, "name the bucket: mem://name")
+		}
+		memMu.Lock()
+		d := memBuckets[u.Host]
+		if d == nil {
+			d = mem.New()
+			memBuckets[u.Host] = d
+		}
+		memMu.Unlock()
+		return objstore.New(d, name, opts), nil
+	case "s3":
+		if u.Host == "" {
+			return nil, bad(raw, "no bucket: s3://bucket/prefix")
+		}
+		pathStyle, err := flag("path-style")
+		if err != nil {
+			return nil, err
+		}
+		d, err := s3.Open(ctx, s3.Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Endpoint: q.Get("endpoint"),
+			Region: q.Get("region"), PathStyle: pathStyle, Profile: q.Get("profile"), InsecureSkipVerify: insecure,
+			SSE: q.Get("sse"), KMSKeyID: q.Get("kms-key"), PartSize: partSize, Concurrency: int(conc)})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return objstore.New(d, name, opts), nil
+	default: // minio
+		if u.Host == "" || q.Get("endpoint") == "" {
+			return nil, bad(raw, "want minio://bucket/prefix?endpoint=http://host:port")
+		}
+		d, err := minio.Open(ctx, minio.Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Endpoint: q.Get("endpoint"),
+			Region: q.Get("region"), AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
+			InsecureSkipVerify: insecure, SSE: q.Get("sse"), PartSize: uint64(partSize), Concurrency: uint(conc)})
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		return objstore.New(d, name, opts), nil
+	}
+}
+
+// Redact returns raw without user info, safe to log.
+func Redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	u.User = nil
+	return u.String()
+}

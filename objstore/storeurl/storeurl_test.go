@@ -1,0 +1,95 @@
+package storeurl_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/s3"
+	"github.com/tierlog/tierlog/objstore/storeurl"
+	"github.com/tierlog/tierlog/testing/s3server"
+)
+
+var ctx = context.Background()
+
+func TestBadURLs(t *testing.T) {
+	dir := t.TempDir()
+	for raw, want := range map[string]error{
+		"ftp://x/y":                            objstore.ErrInvalidURL,
+		"s3://":                                objstore.ErrInvalidURL,
+		"s3://bucket/p?colour=blue":            objstore.ErrInvalidURL,
+		"s3://user:secret@bucket/p":            objstore.ErrInvalidURL,
+		"minio://bucket":                       objstore.ErrInvalidURL,
+		"mem://":                               objstore.ErrInvalidURL,
+		"file://host/dir":                      objstore.ErrInvalidURL,
+		"file://" + filepath.Join(dir, "nope"): objstore.ErrBucketNotFound,
+		"s3://b/p?part-size=-3":                objstore.ErrInvalidURL,
+		"file://" + dir + "?create=maybe":      objstore.ErrInvalidURL,
+		"%%%":                                  objstore.ErrInvalidURL,
+	} {
+		_, err := storeurl.Open(ctx, raw, objstore.Options{})
+		if !errors.Is(err, want) {
+			t.Errorf("%q: %v, want %v", raw, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("%q: the error shows the secret: %v", raw, err)
+		}
+	}
+}
+
+func TestFileAndMem(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "bucket")
+	s, err := storeurl.Open(ctx, "file://"+dir+"?create=true", objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "a/b", bytes.NewReader([]byte("x")), 1, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m1, _ := storeurl.Open(ctx, "mem://shared", objstore.Options{})
+	m2, _ := storeurl.Open(ctx, "mem://shared", objstore.Options{})
+	m1.Put(ctx, "k", bytes.NewReader([]byte("v")), 1, objstore.PutOptions{})
+	if _, err := m2.Head(ctx, "k"); err != nil {
+		t.Fatalf("mem://shared is not one bucket: %v", err)
+	}
+}
+
+func TestS3AndMinIOURLs(t *testing.T) {
+	srv := s3server.Shared(t)
+	bucket := s3server.BucketName(t)
+	if err := s3.CreateBucket(ctx, s3.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
+	t.Setenv("AWS_REGION", srv.Region)
+	ep := url.QueryEscape(srv.Endpoint)
+	s3s, err := storeurl.Open(ctx, "s3://"+bucket+"/tier/prefix?endpoint="+ep+"&path-style=true", objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s3s.Put(ctx, "seg", bytes.NewReader([]byte("hello")), 5, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := storeurl.Open(ctx, "minio://"+bucket+"/tier/prefix?endpoint="+ep, objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ms.ReadAll(ctx, "seg", 0, -1)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("minio:// read what s3:// wrote under the same prefix: %q %v", got, err)
+	}
+	if _, err := storeurl.Open(ctx, "s3://no-such-bucket-xyz?endpoint="+ep+"&path-style=true", objstore.Options{}); !errors.Is(err, objstore.ErrBucketNotFound) {
+		t.Fatalf("missing bucket: %v", err)
+	}
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+	if _, err := storeurl.Open(ctx, "s3://"+bucket+"?endpoint="+ep+"&path-style=true", objstore.Options{}); !errors.Is(err, objstore.ErrAccessDenied) {
+		t.Fatalf("wrong credentials: %v", err)
+	}
+}
