@@ -344,9 +344,19 @@ func (s *Store) ReadAll(ctx context.Context, key string, offset, length int64) (
 			}
 			return nil, err
 		}
-		b, rerr := io.ReadAll(rc)
+		// The body's length is known: read it straight into place.
+		n := rc.(*countingReader).left
+		if out == nil {
+			out = make([]byte, 0, n)
+		} else if cap(out)-len(out) < int(n) {
+			out = append(make([]byte, 0, len(out)+int(n)), out...)
+		}
+		got, rerr := io.ReadFull(rc, out[len(out):len(out)+int(n)])
 		rc.Close()
-		out = append(out, b...)
+		out = out[:len(out)+got]
+		if rerr == io.ErrUnexpectedEOF || rerr == io.EOF {
+			rerr = nil
+		}
 		switch {
 		case rerr == nil && (length < 0 || int64(len(out)) >= length):
 			return out, nil

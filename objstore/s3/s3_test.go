@@ -3,6 +3,8 @@ package s3_test
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/tierlog/tierlog/objstore"
@@ -17,9 +19,22 @@ func config(t *testing.T, srv *s3server.Server, bucket string) s3.Config {
 }
 
 // newStore creates a fresh bucket on the shared server and opens it.
-func newStore(t *testing.T) *objstore.Store {
+func newStore(t *testing.T) *objstore.Store { return newStoreB(t, 5<<20) }
+
+var buckets = map[*objstore.Store]string{}
+
+func bucketOf(s *objstore.Store) string {
+	bucketsMu.Lock()
+	defer bucketsMu.Unlock()
+	return buckets[s]
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+func newStoreB(t testing.TB, partSize int64) *objstore.Store {
 	srv := s3server.Shared(t)
-	c := config(t, srv, s3server.BucketName(t))
+	c := s3.Config{Bucket: s3server.BucketName(t), Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true,
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, PartSize: partSize}
 	ctx := context.Background()
 	if err := s3.CreateBucket(ctx, c); err != nil {
 		t.Fatal(err)
@@ -29,9 +44,14 @@ func newStore(t *testing.T) *objstore.Store {
 		t.Fatal(err)
 	}
 	s := objstore.New(d, "s3://"+c.Bucket, objstore.Options{})
+	bucketsMu.Lock()
+	buckets[s] = c.Bucket
+	bucketsMu.Unlock()
 	t.Cleanup(func() { s.Close() })
 	return s
 }
+
+var bucketsMu sync.Mutex
 
 func TestConformance(t *testing.T) {
 	objstoretest.Run(t, newStore, objstoretest.Options{})
