@@ -258,3 +258,15 @@ func BucketName(t testing.TB) string {
 	}
 	return strings.Trim("t-"+n+"-"+randomHex(6), "-")
 }
+
+// RunTests runs a test binary's tests and then stops the shared server (if
+// one was started), removing its data. Use it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(s3server.RunTests(m)) }
+func RunTests(m *testing.M) int {
+	code := m.Run()
+	if shared != nil {
+		shared.Close()
+	}
+	return code
+}
