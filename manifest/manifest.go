@@ -1,0 +1,367 @@
+// Package manifest is the per-partition list of segments held in a bucket:
+// its encoding, its validation, and the lookups that find an offset or a
+// timestamp in it (step 1 of the two-step lookup; step 2 is the segment's
+// remote offset index, read through package index).
+//
+// # Bucket layout
+//
+//	<prefix>/<topic>-<partition>/manifest
+//	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.log
+//	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.index
+//	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.timeindex
+//
+// <id> is 16 hex digits, new for every upload attempt, so a retried or
+// racing upload never overwrites another's objects.
+//
+// # Encoding, version 1 (frozen once released; all integers big-endian or
+// unsigned/zigzag varints as marked)
+//
+//	"TLMF"             4 bytes magic
+//	version            uint16 (1)
+//	generation         uvarint  (incremented by every commit)
+//	writerEpoch        varint   (leader epoch of the committing writer)
+//	logStartOffset     varint   (the partition's remote log start)
+//	count              uvarint
+//	count segments, each:
+//	  flags            byte     (bit 0: a gap precedes this segment)
+//	  baseDelta        uvarint  (base - (previous last + 1); 0 unless gapped)
+//	  span             uvarint  (last - base)
+//	  maxTimestamp     varint   (delta from the previous segment's)
+//	  size             uvarint  (.log bytes)
+//	  records          uvarint
+//	  leaderEpoch      varint   (delta from the previous segment's)
+//	  uploadTimeMs     varint   (delta from the previous segment's)
+//	  id               8 bytes
+//	  indexSize        uvarint, timeIndexSize uvarint
+//	  logCRC, indexCRC, timeIndexCRC   uint32 each (CRC-32C of the objects)
+//	crc                uint32   CRC-32C of every byte before it
+//
+// The first segment's base is encoded as a delta from offset 0 (previous
+// last = -1) and its timestamps, epoch and time as deltas from 0. At 100,000
+// segments a manifest is about 4.5 MB.
+package manifest
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"sort"
+)
+
+// Errors.
+var (
+	// ErrCorrupt means the bytes are not a valid manifest: bad magic, CRC,
+	// truncation, or entries that break the ordering rules.
+	ErrCorrupt = errors.New("manifest: corrupt manifest")
+	// ErrUnsupportedVersion means a newer writer made it.
+	ErrUnsupportedVersion = errors.New("manifest: unsupported version")
+	// ErrInvalid means a manifest being built breaks a rule (overlap, a
+	// segment out of order, an impossible size).
+	ErrInvalid = errors.New("manifest: invalid manifest")
+)
+
+// Version is the encoding this package writes.
+const Version = 1
+
+var magic = [4]byte{'T', 'L', 'M', 'F'}
+
+// minEntryBytes is the smallest encoded segment: flags, nine one-byte
+// varints, the id and three CRCs. Used to cap the count before allocating.
+const minEntryBytes = 1 + 7 + 8 + 2 + 12
+
+// Segment is one segment in the bucket.
+type Segment struct {
+	BaseOffset    int64
+	LastOffset    int64
+	MaxTimestamp  int64
+	Size          int64 // .log bytes
+	Records       int64
+	LeaderEpoch   int32
+	UploadTimeMs  int64
+	ID            [8]byte // the upload attempt
+	IndexSize     int64
+	TimeIndexSize int64
+	LogCRC        uint32
+	IndexCRC      uint32
+	TimeIndexCRC  uint32
+}
+
+// Suffixes of a segment's objects.
+const (
+	LogSuffix       = ".log"
+	IndexSuffix     = ".index"
+	TimeIndexSuffix = ".timeindex"
+)
+
+// Name returns the object name (without the partition prefix) of the
+// segment's file with suffix: <base 20d>-<last 20d>-<id><suffix>.
+func (s Segment) Name(suffix string) string {
+	return fmt.Sprintf("%020d-%020d-%s%s", s.BaseOffset, s.LastOffset, hex.EncodeToString(s.ID[:]), suffix)
+}
+
+// Manifest is a partition's remote segments, sorted by base offset. A
+// decoded (or encoded) Manifest may be read by many goroutines at once;
+// changing one (Append) needs the caller's exclusive access.
+type Manifest struct {
+	Generation     uint64
+	WriterEpoch    int32
+	LogStartOffset int64
+	Segments       []Segment
+
+	// prefixMaxTs[i] is the largest MaxTimestamp of Segments[0..i]; it
+	// makes the timestamp search a binary search. Built by Validate.
+	prefixMaxTs []int64
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// Validate checks the ordering rules: segments sorted by base offset, each
+// base <= last, none overlapping, sizes sane, the log start within range.
+// Gaps between segments are allowed (retention and compaction make them).
+func (m *Manifest) Validate() error {
+	prevLast := int64(-1)
+	m.prefixMaxTs = m.prefixMaxTs[:0]
+	maxTs := int64(math.MinInt64)
+	for i, s := range m.Segments {
+		switch {
+		case s.BaseOffset < 0 || s.LastOffset < s.BaseOffset:
+			return fmt.Errorf("%w: segment %d has offsets %d..%d", ErrInvalid, i, s.BaseOffset, s.LastOffset)
+		case s.BaseOffset <= prevLast:
+			return fmt.Errorf("%w: segment %d starts at %d, overlapping the previous one (ends at %d)", ErrInvalid, i, s.BaseOffset, prevLast)
+		case s.Size <= 0 || s.Size > math.MaxInt32:
+			return fmt.Errorf("%w: segment %d (base %d) has size %d", ErrInvalid, i, s.BaseOffset, s.Size)
+		case s.Records < 0 || s.Records > s.LastOffset-s.BaseOffset+1:
+			return fmt.Errorf("%w: segment %d (base %d) has %d records for offsets %d..%d", ErrInvalid, i, s.BaseOffset, s.Records, s.BaseOffset, s.LastOffset)
+		case s.IndexSize < 0 || s.IndexSize%8 != 0 || s.TimeIndexSize < 0 || s.TimeIndexSize%12 != 0:
+			return fmt.Errorf("%w: segment %d (base %d) has index sizes %d and %d", ErrInvalid, i, s.BaseOffset, s.IndexSize, s.TimeIndexSize)
+		}
+		prevLast = s.LastOffset
+		maxTs = max(maxTs, s.MaxTimestamp)
+		m.prefixMaxTs = append(m.prefixMaxTs, maxTs)
+	}
+	if m.LogStartOffset < 0 {
+		return fmt.Errorf("%w: log start offset %d", ErrInvalid, m.LogStartOffset)
+	}
+	if n := len(m.Segments); n > 0 && m.LogStartOffset > m.Segments[n-1].LastOffset+1 {
+		return fmt.Errorf("%w: log start offset %d is past the last segment (ends at %d)", ErrInvalid, m.LogStartOffset, m.Segments[n-1].LastOffset)
+	}
+	return nil
+}
+
+// Encode validates m and returns its bytes.
+func (m *Manifest) Encode() ([]byte, error) {
+	if err := m.Validate(); err != nil {
+		return nil, err
+	}
+	b := make([]byte, 0, 64+len(m.Segments)*48)
+	b = append(b, magic[:]...)
+	b = binary.BigEndian.AppendUint16(b, Version)
+	b = binary.AppendUvarint(b, m.Generation)
+	b = binary.AppendVarint(b, int64(m.WriterEpoch))
+	b = binary.AppendVarint(b, m.LogStartOffset)
+	b = binary.AppendUvarint(b, uint64(len(m.Segments)))
+	prevLast, prevTs, prevEpoch, prevTime := int64(-1), int64(0), int64(0), int64(0)
+	for _, s := range m.Segments {
+		var flags byte
+		if s.BaseOffset != prevLast+1 {
+			flags |= 1
+		}
+		b = append(b, flags)
+		b = binary.AppendUvarint(b, uint64(s.BaseOffset-(prevLast+1)))
+		b = binary.AppendUvarint(b, uint64(s.LastOffset-s.BaseOffset))
+		b = binary.AppendVarint(b, s.MaxTimestamp-prevTs)
+		b = binary.AppendUvarint(b, uint64(s.Size))
+		b = binary.AppendUvarint(b, uint64(s.Records))
+		b = binary.AppendVarint(b, int64(s.LeaderEpoch)-prevEpoch)
+		b = binary.AppendVarint(b, s.UploadTimeMs-prevTime)
+		b = append(b, s.ID[:]...)
+		b = binary.AppendUvarint(b, uint64(s.IndexSize))
+		b = binary.AppendUvarint(b, uint64(s.TimeIndexSize))
+		b = binary.BigEndian.AppendUint32(b, s.LogCRC)
+		b = binary.BigEndian.AppendUint32(b, s.IndexCRC)
+		b = binary.BigEndian.AppendUint32(b, s.TimeIndexCRC)
+		prevLast, prevTs, prevEpoch, prevTime = s.LastOffset, s.MaxTimestamp, int64(s.LeaderEpoch), s.UploadTimeMs
+	}
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+}
+
+// decoder reads varints from a byte slice, never past its end.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// int63 is a uvarint that must fit an int64.
+func (d *decoder) int63(what string) int64 {
+	v := d.uvarint(what)
+	if v > math.MaxInt64 {
+		d.fail(what + " out of range")
+		return 0
+	}
+	return int64(v)
+}
+
+func (d *decoder) varint(what string) int64 {
+	v, n := binary.Varint(d.b)
+	if n <= 0 {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) bytes(n int, what string) []byte {
+	if len(d.b) < n {
+		d.fail(what)
+		return make([]byte, n)
+	}
+	v := d.b[:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// Decode parses and validates a manifest.
+func Decode(data []byte) (*Manifest, error) {
+	if len(data) < len(magic)+2+4 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(data))
+	}
+	if [4]byte(data[:4]) != magic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, data[:4])
+	}
+	if v := binary.BigEndian.Uint16(data[4:]); v != Version {
+		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrUnsupportedVersion, v, Version)
+	}
+	body, stored := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if got := crc32.Checksum(body, castagnoli); got != stored {
+		return nil, fmt.Errorf("%w: crc 0x%08x, computed 0x%08x", ErrCorrupt, stored, got)
+	}
+	d := &decoder{b: body[6:]}
+	m := &Manifest{}
+	m.Generation = d.uvarint("generation")
+	we := d.varint("writer epoch")
+	if we < math.MinInt32 || we > math.MaxInt32 {
+		d.fail("writer epoch out of range")
+	}
+	m.WriterEpoch = int32(we)
+	m.LogStartOffset = d.varint("log start offset")
+	count := d.uvarint("segment count")
+	if d.err != nil {
+		return nil, d.err
+	}
+	if count > uint64(len(d.b)/minEntryBytes) {
+		return nil, fmt.Errorf("%w: %d segments cannot fit in %d bytes", ErrCorrupt, count, len(d.b))
+	}
+	m.Segments = make([]Segment, count)
+	prevLast, prevTs, prevEpoch, prevTime := int64(-1), int64(0), int64(0), int64(0)
+	for i := range m.Segments {
+		s := &m.Segments[i]
+		flags := d.bytes(1, "flags")[0]
+		delta := d.int63("base offset")
+		if (delta != 0) != (flags&1 != 0) {
+			d.fail(fmt.Sprintf("segment %d: a gap of %d offsets that its flags do not declare", i, delta))
+		}
+		s.BaseOffset = prevLast + 1 + delta
+		s.LastOffset = s.BaseOffset + d.int63("last offset")
+		s.MaxTimestamp = prevTs + d.varint("max timestamp")
+		s.Size = d.int63("size")
+		s.Records = d.int63("records")
+		epoch := prevEpoch + d.varint("leader epoch")
+		if epoch < math.MinInt32 || epoch > math.MaxInt32 {
+			d.fail("leader epoch out of range")
+		}
+		s.LeaderEpoch = int32(epoch)
+		s.UploadTimeMs = prevTime + d.varint("upload time")
+		copy(s.ID[:], d.bytes(8, "id"))
+		s.IndexSize = d.int63("index size")
+		s.TimeIndexSize = d.int63("time index size")
+		crcs := d.bytes(12, "object crcs")
+		s.LogCRC, s.IndexCRC, s.TimeIndexCRC = binary.BigEndian.Uint32(crcs), binary.BigEndian.Uint32(crcs[4:]), binary.BigEndian.Uint32(crcs[8:])
+		if d.err != nil {
+			return nil, fmt.Errorf("%w (segment %d)", d.err, i)
+		}
+		if s.LastOffset < s.BaseOffset || s.BaseOffset < prevLast+1 {
+			return nil, fmt.Errorf("%w: segment %d: offsets overflow", ErrCorrupt, i)
+		}
+		prevLast, prevTs, prevEpoch, prevTime = s.LastOffset, s.MaxTimestamp, int64(s.LeaderEpoch), s.UploadTimeMs
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, len(d.b))
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	return m, nil
+}
+
+// Find is step 1 of an offset lookup: the index of the segment holding
+// offset (the last with base <= offset, if offset <= its last), or of the
+// first segment after offset when offset falls in a gap. ok is false when
+// offset is past the last segment or below the log start.
+func (m *Manifest) Find(offset int64) (i int, ok bool) {
+	if offset < m.LogStartOffset {
+		return 0, false
+	}
+	segs := m.Segments
+	i = sort.Search(len(segs), func(j int) bool { return segs[j].BaseOffset > offset }) - 1
+	if i >= 0 && offset <= segs[i].LastOffset {
+		return i, true
+	}
+	if i+1 < len(segs) {
+		return i + 1, true // in a gap: the next segment holds the next records
+	}
+	return 0, false
+}
+
+// FindTimestamp returns the first segment whose MaxTimestamp is >= ts (the
+// segment where a ListOffsets by time continues), by binary search over
+// the running maximum. ok is false when no segment reaches ts.
+func (m *Manifest) FindTimestamp(ts int64) (i int, ok bool) {
+	if len(m.prefixMaxTs) != len(m.Segments) {
+		m.Validate() // build the running maximum for a hand-made manifest
+	}
+	i = sort.Search(len(m.prefixMaxTs), func(j int) bool { return m.prefixMaxTs[j] >= ts })
+	return i, i < len(m.Segments)
+}
+
+// Append adds s after the last segment, keeping the rules.
+func (m *Manifest) Append(s Segment) error {
+	if n := len(m.Segments); n > 0 && s.BaseOffset <= m.Segments[n-1].LastOffset {
+		return fmt.Errorf("%w: segment %d..%d after one ending at %d", ErrInvalid, s.BaseOffset, s.LastOffset, m.Segments[n-1].LastOffset)
+	}
+	m.Segments = append(m.Segments, s)
+	if err := m.Validate(); err != nil {
+		m.Segments = m.Segments[:len(m.Segments)-1]
+		m.Validate()
+		return err
+	}
+	return nil
+}
+
+// Size returns the bytes of all segments' logs.
+func (m *Manifest) Size() int64 {
+	var n int64
+	for _, s := range m.Segments {
+		n += s.Size
+	}
+	return n
+}

@@ -1,0 +1,214 @@
+package manifest_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/tierlog/tierlog/manifest"
+)
+
+// randomManifest builds n segments with gaps, timestamps that sometimes go
+// back, rising epochs and upload times.
+func randomManifest(rng *rand.Rand, n int) *manifest.Manifest {
+	m := &manifest.Manifest{Generation: rng.Uint64N(1 << 40), WriterEpoch: int32(rng.IntN(100)), LogStartOffset: 0}
+	base, ts, epoch, up := int64(rng.IntN(1000)), int64(1_700_000_000_000), int32(0), int64(1_700_000_000_000)
+	for i := 0; i < n; i++ {
+		span := rng.Int64N(50_000)
+		s := manifest.Segment{
+			BaseOffset: base, LastOffset: base + span, MaxTimestamp: ts + rng.Int64N(1000) - 200,
+			Size: 1 + rng.Int64N(1<<30), Records: rng.Int64N(span + 2), LeaderEpoch: epoch,
+			UploadTimeMs: up, IndexSize: 8 * rng.Int64N(100_000), TimeIndexSize: 12 * rng.Int64N(80_000),
+			LogCRC: rng.Uint32(), IndexCRC: rng.Uint32(), TimeIndexCRC: rng.Uint32(),
+		}
+		if s.Records > span+1 {
+			s.Records = span + 1
+		}
+		for j := range s.ID {
+			s.ID[j] = byte(rng.Uint32())
+		}
+		m.Segments = append(m.Segments, s)
+		base = s.LastOffset + 1
+		if rng.IntN(10) == 0 {
+			base += 1 + rng.Int64N(500) // a gap
+		}
+		ts += rng.Int64N(60_000)
+		up += rng.Int64N(60_000)
+		if rng.IntN(20) == 0 {
+			epoch++
+		}
+	}
+	if n > 0 {
+		m.LogStartOffset = m.Segments[0].BaseOffset + rng.Int64N(m.Segments[0].LastOffset-m.Segments[0].BaseOffset+1)
+	}
+	return m
+}
+
+func TestRoundTrip(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, n := range []int{0, 1, 2, 10, 1000} {
+		m := randomManifest(rng, n)
+		b, err := m.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := manifest.Decode(b)
+		if err != nil {
+			t.Fatalf("%d segments: %v", n, err)
+		}
+		if got.Generation != m.Generation || got.WriterEpoch != m.WriterEpoch || got.LogStartOffset != m.LogStartOffset || len(got.Segments) != n {
+			t.Fatalf("%d segments: header differs", n)
+		}
+		for i := range m.Segments {
+			if got.Segments[i] != m.Segments[i] {
+				t.Fatalf("segment %d differs:\n got %+v\nwant %+v", i, got.Segments[i], m.Segments[i])
+			}
+		}
+		again, _ := got.Encode()
+		if !bytes.Equal(again, b) {
+			t.Fatalf("%d segments: re-encoding differs", n)
+		}
+	}
+}
+
+func TestEveryByteFlipDetected(t *testing.T) {
+	m := randomManifest(rand.New(rand.NewPCG(3, 4)), 20)
+	b, _ := m.Encode()
+	for i := range b {
+		bad := append([]byte(nil), b...)
+		bad[i] ^= 0x20
+		if _, err := manifest.Decode(bad); err == nil {
+			t.Fatalf("flipping byte %d of %d went unnoticed", i, len(b))
+		}
+	}
+	for cut := 0; cut < len(b); cut++ {
+		if _, err := manifest.Decode(b[:cut]); !errors.Is(err, manifest.ErrCorrupt) {
+			t.Fatalf("manifest cut at %d: %v", cut, err)
+		}
+	}
+}
+
+func TestUnsupportedVersion(t *testing.T) {
+	b, _ := (&manifest.Manifest{}).Encode()
+	binary.BigEndian.PutUint16(b[4:], 9)
+	if _, err := manifest.Decode(b); !errors.Is(err, manifest.ErrUnsupportedVersion) {
+		t.Fatal(err)
+	}
+}
+
+func TestValidation(t *testing.T) {
+	seg := func(base, last int64) manifest.Segment {
+		return manifest.Segment{BaseOffset: base, LastOffset: last, Size: 100, Records: last - base + 1}
+	}
+	cases := map[string]*manifest.Manifest{
+		"overlap":        {Segments: []manifest.Segment{seg(0, 10), seg(10, 20)}},
+		"out of order":   {Segments: []manifest.Segment{seg(20, 30), seg(0, 10)}},
+		"last < base":    {Segments: []manifest.Segment{seg(5, 4)}},
+		"zero size":      {Segments: []manifest.Segment{{BaseOffset: 0, LastOffset: 1}}},
+		"too many recs":  {Segments: []manifest.Segment{{BaseOffset: 0, LastOffset: 1, Size: 1, Records: 3}}},
+		"index size":     {Segments: []manifest.Segment{{BaseOffset: 0, LastOffset: 1, Size: 1, IndexSize: 7}}},
+		"log start past": {LogStartOffset: 50, Segments: []manifest.Segment{seg(0, 10)}},
+	}
+	for name, m := range cases {
+		if _, err := m.Encode(); !errors.Is(err, manifest.ErrInvalid) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	m := &manifest.Manifest{}
+	if err := m.Append(seg(0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Append(seg(5, 20)); !errors.Is(err, manifest.ErrInvalid) || len(m.Segments) != 1 {
+		t.Fatalf("overlapping append: %v, %d segments", err, len(m.Segments))
+	}
+}
+
+func TestFindAgainstBruteForce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	m := randomManifest(rng, 300)
+	b, _ := m.Encode()
+	m, _ = manifest.Decode(b)
+	last := m.Segments[len(m.Segments)-1].LastOffset
+	for k := 0; k < 5000; k++ {
+		o := rng.Int64N(last + 100)
+		want, wantOK := -1, false
+		if o >= m.LogStartOffset {
+			for i, s := range m.Segments {
+				if s.LastOffset >= o {
+					want, wantOK = i, true
+					break
+				}
+			}
+		}
+		got, ok := m.Find(o)
+		if ok != wantOK || (ok && got != want) {
+			t.Fatalf("Find(%d) = %d, %v; want %d, %v", o, got, ok, want, wantOK)
+		}
+		ts := m.Segments[0].MaxTimestamp - 500 + rng.Int64N(m.Segments[len(m.Segments)-1].MaxTimestamp-m.Segments[0].MaxTimestamp+1000)
+		wt, wtOK := -1, false
+		for i, s := range m.Segments {
+			if s.MaxTimestamp >= ts {
+				wt, wtOK = i, true
+				break
+			}
+		}
+		gt, gtOK := m.FindTimestamp(ts)
+		if gtOK != wtOK || (gtOK && gt != wt) {
+			t.Fatalf("FindTimestamp(%d) = %d, %v; want %d, %v", ts, gt, gtOK, wt, wtOK)
+		}
+	}
+}
+
+func TestSegmentName(t *testing.T) {
+	s := manifest.Segment{BaseOffset: 155, LastOffset: 3000, ID: [8]byte{0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3}}
+	if got := s.Name(manifest.LogSuffix); got != "00000000000000000155-00000000000000003000-deadbeef00010203.log" {
+		t.Fatal(got)
+	}
+}
+
+// FuzzDecode: any bytes decode to a valid manifest or an error, never a
+// panic; a manifest that decodes re-encodes to the same bytes.
+func FuzzDecode(f *testing.F) {
+	for _, n := range []int{0, 1, 5} {
+		b, _ := randomManifest(rand.New(rand.NewPCG(uint64(n), 9)), n).Encode()
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := manifest.Decode(data)
+		if err != nil {
+			return
+		}
+		b, err := m.Encode()
+		if err != nil {
+			t.Fatalf("a decoded manifest does not encode: %v", err)
+		}
+		if !bytes.Equal(b, data) {
+			t.Fatal("re-encoding a decoded manifest changed its bytes")
+		}
+	})
+}
+
+func BenchmarkEncode100k(b *testing.B) {
+	m := randomManifest(rand.New(rand.NewPCG(7, 8)), 100_000)
+	var size int
+	for b.Loop() {
+		out, err := m.Encode()
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = len(out)
+	}
+	b.ReportMetric(float64(size), "bytes")
+}
+
+func BenchmarkDecode100k(b *testing.B) {
+	data, _ := randomManifest(rand.New(rand.NewPCG(7, 8)), 100_000).Encode()
+	b.SetBytes(int64(len(data)))
+	for b.Loop() {
+		if _, err := manifest.Decode(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
