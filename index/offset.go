@@ -13,13 +13,13 @@ type OffsetEntry struct {
 }
 
 // OffsetIndex maps offsets to file positions in one segment's .log.
-type OffsetIndex struct{ t table }
+type OffsetIndex struct{ shared }
 
 // OpenOffsetIndex opens or creates the writable offset index at path for the
 // segment with baseOffset, preallocated to maxIndexSize (segment.index.bytes)
 // rounded down to 8 bytes and memory-mapped. Existing valid entries are kept.
 func OpenOffsetIndex(path string, baseOffset int64, maxIndexSize int) (*OffsetIndex, error) {
-	x := &OffsetIndex{t: table{kind: offsetKind, base: baseOffset}}
+	x := &OffsetIndex{shared{t: table{kind: offsetKind, base: baseOffset}}}
 	if err := x.t.openFile(path, true, maxIndexSize); err != nil {
 		return nil, err
 	}
@@ -29,7 +29,7 @@ func OpenOffsetIndex(path string, baseOffset int64, maxIndexSize int) (*OffsetIn
 // OpenOffsetIndexReadOnly maps an existing offset index file read-only, at
 // its current length (a closed segment's trimmed index).
 func OpenOffsetIndexReadOnly(path string, baseOffset int64) (*OffsetIndex, error) {
-	x := &OffsetIndex{t: table{kind: offsetKind, base: baseOffset}}
+	x := &OffsetIndex{shared{t: table{kind: offsetKind, base: baseOffset}}}
 	if err := x.t.openFile(path, false, 0); err != nil {
 		return nil, err
 	}
@@ -40,33 +40,9 @@ func OpenOffsetIndexReadOnly(path string, baseOffset int64) (*OffsetIndex, error
 // example an index fetched from a bucket). It does not copy data; the caller
 // must not change it while the view is in use.
 func NewOffsetIndexView(data []byte, baseOffset int64) *OffsetIndex {
-	x := &OffsetIndex{t: table{kind: offsetKind, base: baseOffset}}
+	x := &OffsetIndex{shared{t: table{kind: offsetKind, base: baseOffset}}}
 	x.t.view(data)
 	return x
-}
-
-// BaseOffset returns the segment's base offset.
-func (x *OffsetIndex) BaseOffset() int64 { return x.t.base }
-
-// Path returns the file path, or "" for a view.
-func (x *OffsetIndex) Path() string {
-	x.t.mu.RLock()
-	defer x.t.mu.RUnlock()
-	return x.t.path
-}
-
-// Entries returns the number of valid entries.
-func (x *OffsetIndex) Entries() int {
-	x.t.mu.RLock()
-	defer x.t.mu.RUnlock()
-	return x.t.n
-}
-
-// MaxEntries returns the number of slots.
-func (x *OffsetIndex) MaxEntries() int {
-	x.t.mu.RLock()
-	defer x.t.mu.RUnlock()
-	return x.t.maxEntries()
 }
 
 // IsFull reports whether no slot is free.
@@ -75,9 +51,6 @@ func (x *OffsetIndex) IsFull() bool {
 	defer x.t.mu.RUnlock()
 	return x.t.n >= x.t.maxEntries()
 }
-
-// SizeInBytes returns the bytes the valid entries take (the trimmed size).
-func (x *OffsetIndex) SizeInBytes() int { return x.Entries() * OffsetEntrySize }
 
 // Entry returns entry i (0 <= i < Entries()).
 func (x *OffsetIndex) Entry(i int) OffsetEntry {
@@ -158,45 +131,9 @@ func (x *OffsetIndex) Append(offset int64, position int32) error {
 	return nil
 }
 
-// TruncateTo removes every entry with offset >= offset.
-func (x *OffsetIndex) TruncateTo(offset int64) error {
-	x.t.mu.Lock()
-	defer x.t.mu.Unlock()
-	return x.t.truncateToLocked(offset)
-}
-
-// Reset removes every entry.
-func (x *OffsetIndex) Reset() error { return x.TruncateTo(math.MinInt64) }
-
-// Resize sets the file to maxIndexSize rounded down to the entry size
-// (Kafka re-expands the active segment's index to segment.index.bytes).
-func (x *OffsetIndex) Resize(maxIndexSize int) error {
-	x.t.mu.Lock()
-	defer x.t.mu.Unlock()
-	return x.t.resizeLocked(maxIndexSize)
-}
-
-// TrimToValidSize shrinks the file to exactly its valid entries, as Kafka
-// does when a segment rolls.
-func (x *OffsetIndex) TrimToValidSize() error {
-	x.t.mu.Lock()
-	defer x.t.mu.Unlock()
-	return x.t.resizeLocked(x.t.n * OffsetEntrySize)
-}
-
-// Flush makes the entries durable (msync + fsync).
-func (x *OffsetIndex) Flush() error { return x.t.flush() }
-
-// Rename moves the index file to newPath; the index stays usable.
-func (x *OffsetIndex) Rename(newPath string) error { return x.t.rename(newPath) }
-
 // SanityCheck reports a corrupt index: a length that is not a multiple of 8,
 // a last offset below the base, or non-zero slots past the valid prefix.
 func (x *OffsetIndex) SanityCheck() error { return x.t.sanityCheck(x.LastEntry().Offset) }
-
-// Close trims a writable index to its valid entries, then unmaps and closes
-// the file. Close is idempotent.
-func (x *OffsetIndex) Close() error { return x.t.close() }
 
 // LookupPosition returns the entry with the largest position <= pos, and
 // false when every entry lies past pos. Positions increase with offsets, so

@@ -13,12 +13,12 @@ type TimeEntry struct {
 }
 
 // TimeIndex maps timestamps to offsets in one segment.
-type TimeIndex struct{ t table }
+type TimeIndex struct{ shared }
 
 // OpenTimeIndex opens or creates the writable time index at path,
 // preallocated to maxIndexSize rounded down to 12 bytes and memory-mapped.
 func OpenTimeIndex(path string, baseOffset int64, maxIndexSize int) (*TimeIndex, error) {
-	x := &TimeIndex{t: table{kind: timeKind, base: baseOffset}}
+	x := &TimeIndex{shared{t: table{kind: timeKind, base: baseOffset}}}
 	if err := x.t.openFile(path, true, maxIndexSize); err != nil {
 		return nil, err
 	}
@@ -27,7 +27,7 @@ func OpenTimeIndex(path string, baseOffset int64, maxIndexSize int) (*TimeIndex,
 
 // OpenTimeIndexReadOnly maps an existing time index file read-only.
 func OpenTimeIndexReadOnly(path string, baseOffset int64) (*TimeIndex, error) {
-	x := &TimeIndex{t: table{kind: timeKind, base: baseOffset}}
+	x := &TimeIndex{shared{t: table{kind: timeKind, base: baseOffset}}}
 	if err := x.t.openFile(path, false, 0); err != nil {
 		return nil, err
 	}
@@ -36,33 +36,9 @@ func OpenTimeIndexReadOnly(path string, baseOffset int64) (*TimeIndex, error) {
 
 // NewTimeIndexView returns a read-only time index over data, not copied.
 func NewTimeIndexView(data []byte, baseOffset int64) *TimeIndex {
-	x := &TimeIndex{t: table{kind: timeKind, base: baseOffset}}
+	x := &TimeIndex{shared{t: table{kind: timeKind, base: baseOffset}}}
 	x.t.view(data)
 	return x
-}
-
-// BaseOffset returns the segment's base offset.
-func (x *TimeIndex) BaseOffset() int64 { return x.t.base }
-
-// Path returns the file path, or "" for a view.
-func (x *TimeIndex) Path() string {
-	x.t.mu.RLock()
-	defer x.t.mu.RUnlock()
-	return x.t.path
-}
-
-// Entries returns the number of valid entries.
-func (x *TimeIndex) Entries() int {
-	x.t.mu.RLock()
-	defer x.t.mu.RUnlock()
-	return x.t.n
-}
-
-// MaxEntries returns the number of slots.
-func (x *TimeIndex) MaxEntries() int {
-	x.t.mu.RLock()
-	defer x.t.mu.RUnlock()
-	return x.t.maxEntries()
 }
 
 // IsFull reports whether only the slot reserved for the roll entry is left
@@ -72,9 +48,6 @@ func (x *TimeIndex) IsFull() bool {
 	defer x.t.mu.RUnlock()
 	return x.t.n >= x.t.maxEntries()-1
 }
-
-// SizeInBytes returns the bytes the valid entries take.
-func (x *TimeIndex) SizeInBytes() int { return x.Entries() * TimeEntrySize }
 
 // Entry returns entry i (0 <= i < Entries()).
 func (x *TimeIndex) Entry(i int) TimeEntry {
@@ -156,37 +129,6 @@ func (x *TimeIndex) MaybeAppend(ts, offset int64, skipFullCheck bool) error {
 	return nil
 }
 
-// TruncateTo removes every entry whose offset is >= offset (searching on
-// the offset value, as Kafka's TimeIndex.truncateTo does).
-func (x *TimeIndex) TruncateTo(offset int64) error {
-	x.t.mu.Lock()
-	defer x.t.mu.Unlock()
-	return x.t.truncateToLocked(offset)
-}
-
-// Reset removes every entry.
-func (x *TimeIndex) Reset() error { return x.TruncateTo(math.MinInt64) }
-
-// Resize sets the file to maxIndexSize rounded down to 12 bytes.
-func (x *TimeIndex) Resize(maxIndexSize int) error {
-	x.t.mu.Lock()
-	defer x.t.mu.Unlock()
-	return x.t.resizeLocked(maxIndexSize)
-}
-
-// TrimToValidSize shrinks the file to exactly its valid entries.
-func (x *TimeIndex) TrimToValidSize() error {
-	x.t.mu.Lock()
-	defer x.t.mu.Unlock()
-	return x.t.resizeLocked(x.t.n * TimeEntrySize)
-}
-
-// Flush makes the entries durable (msync + fsync).
-func (x *TimeIndex) Flush() error { return x.t.flush() }
-
-// Rename moves the index file to newPath; the index stays usable.
-func (x *TimeIndex) Rename(newPath string) error { return x.t.rename(newPath) }
-
 // SanityCheck reports a corrupt index: a bad length, a last timestamp below
 // the first, a last offset below the base, or non-zero slots past the
 // valid prefix.
@@ -207,7 +149,3 @@ func (x *TimeIndex) SanityCheck() error {
 	}
 	return x.t.sanityCheck(lastOffset)
 }
-
-// Close trims a writable index to its valid entries, then unmaps and closes
-// the file. Close is idempotent.
-func (x *TimeIndex) Close() error { return x.t.close() }

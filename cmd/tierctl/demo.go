@@ -91,7 +91,7 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 
 	fmt.Fprintf(w, "tierlog demo: a Kafka-compatible partition log, end to end\n\n")
 	fmt.Fprintf(w, "1. Producing %d records (200-byte values, keys from 1,000) to orders-0, segment.bytes=1 MiB\n", o.records)
-	st, err := produceRecords(ctx, l, produceOptions{count: o.records, recordSize: 200, batchSize: 16384, keySpace: 1000}, record.None)
+	st, err := produceRecords(ctx, l, o.records, 16384, record.None, randomRecords(200, 1000))
 	if err != nil {
 		return err
 	}
@@ -160,11 +160,11 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 		if err != nil {
 			return err
 		}
-		cst, err := produceDemoText(ctx, cl, 10_000, c)
+		cst, err := produceRecords(ctx, cl, 10_000, 16384, c, orderRecords())
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "   %-6s %8d bytes on disk (%5.2fx)\n", c, cst.disk, float64(cst.raw)/float64(max(cst.disk, 1)))
+		fmt.Fprintf(w, "   %-6s %8d bytes on disk (%5.2fx)\n", c, cst.bytes, float64(cst.raw)/float64(max(cst.bytes, 1)))
 	}
 	if err := b.Close(); err != nil {
 		return err
@@ -248,46 +248,16 @@ func readEveryRecord(ctx context.Context, l *local.Log, from int64) (records int
 	return records, reads, bytesRead, nil
 }
 
-type codecStats struct {
-	codec            record.Codec
-	records, batches int
-	raw, disk        int64
-}
-
-// produceDemoText appends n text records (orders with keys) in codec c and
-// reports the uncompressed and on-disk sizes.
-func produceDemoText(ctx context.Context, l *local.Log, n int, c record.Codec) (codecStats, error) {
-	st := codecStats{codec: c}
-	var b record.Builder
-	h := record.NewBatchHeader()
-	h.Codec = c
-	value := make([]byte, 0, 100)
-	ts := time.Now().UnixMilli()
+// orderRecords generates readable order records keyed by customer, the
+// kind of text the codecs compress well.
+func orderRecords() recordGen {
 	rng := rand.New(rand.NewPCG(1, 2))
-	for st.records < n {
-		b.Reset(h)
-		for st.records < n {
-			key := fmt.Appendf(nil, "customer-%04d", rng.IntN(1000))
-			value = fmt.Appendf(value[:0], "order %08d for %s: ", st.records, key)
-			for len(value) < 100 {
-				value = append(value, 'x')
-			}
-			if b.NumRecords() > 0 && b.SizeWith(ts, key, value, nil) > 16384 {
-				break
-			}
-			b.Append(ts, key, value, nil)
-			st.records++
+	return func(i int, key, value []byte) ([]byte, []byte) {
+		key = fmt.Appendf(key[:0], "customer-%04d", rng.IntN(1000))
+		value = fmt.Appendf(value[:0], "order %08d for %s: ", i, key)
+		for len(value) < 100 {
+			value = append(value, 'x')
 		}
-		st.raw += int64(b.Size())
-		batch, err := b.Build()
-		if err != nil {
-			return st, err
-		}
-		st.disk += int64(len(batch))
-		st.batches++
-		if _, err := l.Append(ctx, batch, backend.AppendOptions{AssignOffsets: true}); err != nil {
-			return st, err
-		}
+		return key, value
 	}
-	return st, nil
 }

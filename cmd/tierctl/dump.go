@@ -124,48 +124,45 @@ func dumpFile(w *bufio.Writer, path string, o dumpOptions, baseGiven bool) (bool
 	if !o.json {
 		fmt.Fprintf(w, "Dumping %s\n", path)
 	}
-	switch kind {
-	case "log":
+	if kind == "log" {
 		return dumpLog(w, f, st.Size(), path, o)
-	case "index":
-		base, err := baseOffsetOf(path, o, baseGiven)
-		if err != nil {
-			return false, err
-		}
-		data, err := io.ReadAll(f)
-		if err != nil {
-			return false, err
-		}
-		x := index.NewOffsetIndexView(data, base)
-		for i := 0; i < x.Entries(); i++ {
-			e := x.Entry(i)
-			if o.json {
-				writeJSON(w, map[string]any{"offset": e.Offset, "position": e.Position})
-			} else {
-				fmt.Fprintf(w, "offset: %d position: %d\n", e.Offset, e.Position)
-			}
-		}
-		return reportIndexTail(w, path, x.SanityCheck(), len(data)/index.OffsetEntrySize-x.Entries(), o), nil
-	default:
-		base, err := baseOffsetOf(path, o, baseGiven)
-		if err != nil {
-			return false, err
-		}
-		data, err := io.ReadAll(f)
-		if err != nil {
-			return false, err
-		}
-		x := index.NewTimeIndexView(data, base)
-		for i := 0; i < x.Entries(); i++ {
-			e := x.Entry(i)
-			if o.json {
-				writeJSON(w, map[string]any{"timestamp": e.Timestamp, "offset": e.Offset})
-			} else {
-				fmt.Fprintf(w, "timestamp: %d offset: %d\n", e.Timestamp, e.Offset)
-			}
-		}
-		return reportIndexTail(w, path, x.SanityCheck(), len(data)/index.TimeEntrySize-x.Entries(), o), nil
 	}
+	base, err := baseOffsetOf(path, o, baseGiven)
+	if err != nil {
+		return false, err
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return false, err
+	}
+	// Each index kind prints its entries the way kafka-dump-log does.
+	var n, slots int
+	var sanity error
+	var line func(i int) (string, map[string]any)
+	if kind == "index" {
+		x := index.NewOffsetIndexView(data, base)
+		n, slots, sanity = x.Entries(), len(data)/index.OffsetEntrySize, x.SanityCheck()
+		line = func(i int) (string, map[string]any) {
+			e := x.Entry(i)
+			return fmt.Sprintf("offset: %d position: %d", e.Offset, e.Position), map[string]any{"offset": e.Offset, "position": e.Position}
+		}
+	} else {
+		x := index.NewTimeIndexView(data, base)
+		n, slots, sanity = x.Entries(), len(data)/index.TimeEntrySize, x.SanityCheck()
+		line = func(i int) (string, map[string]any) {
+			e := x.Entry(i)
+			return fmt.Sprintf("timestamp: %d offset: %d", e.Timestamp, e.Offset), map[string]any{"timestamp": e.Timestamp, "offset": e.Offset}
+		}
+	}
+	for i := 0; i < n; i++ {
+		text, obj := line(i)
+		if o.json {
+			writeJSON(w, obj)
+		} else {
+			fmt.Fprintln(w, text)
+		}
+	}
+	return reportIndexTail(w, path, sanity, slots-n, o), nil
 }
 
 // reportIndexTail notes unused (zero) slots and reports slots that break the

@@ -111,7 +111,7 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	if err != nil {
 		return err
 	}
-	st, err := produceRecords(ctx, l, o, codec)
+	st, err := produceRecords(ctx, l, o.count, o.batchSize, codec, randomRecords(o.recordSize, o.keySpace))
 	if err != nil {
 		return err
 	}
@@ -139,40 +139,54 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 type produceStats struct {
 	first   int64
 	batches int
-	bytes   int64
+	bytes   int64 // on disk
+	raw     int64 // uncompressed batch bytes
 	elapsed time.Duration
 }
 
-// produceRecords appends o.count generated records to l as its leader,
-// batching as Kafka's producer does, and moves the high watermark along.
-func produceRecords(ctx context.Context, l *local.Log, o produceOptions, codec record.Codec) (produceStats, error) {
+// recordGen fills the key (nil for none) and value of record i, reusing
+// the buffers it is given.
+type recordGen func(i int, key, value []byte) (k, v []byte)
+
+// randomRecords generates values of size random letters and keys from a
+// key space (none when keySpace is 0), as a load generator would.
+func randomRecords(size, keySpace int) recordGen {
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+	return func(_ int, key, value []byte) ([]byte, []byte) {
+		value = value[:0]
+		for j := 0; j < size; j++ {
+			value = append(value, letters[rng.IntN(len(letters))])
+		}
+		if keySpace == 0 {
+			return nil, value
+		}
+		return fmt.Appendf(key[:0], "key-%d", rng.IntN(keySpace)), value
+	}
+}
+
+// produceRecords appends count generated records to l as its leader,
+// closing a batch when the next record would not fit in batchSize bytes,
+// and moves the high watermark along.
+func produceRecords(ctx context.Context, l *local.Log, count, batchSize int, codec record.Codec, gen recordGen) (produceStats, error) {
 	start := time.Now()
 	st := produceStats{first: l.Offsets().LogEnd}
-	rng := rand.New(rand.NewPCG(uint64(start.UnixNano()), 7))
-	const letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
-	value := make([]byte, o.recordSize)
-	var key []byte
+	var key, value []byte
 	var bl record.Builder
 	h := record.NewBatchHeader()
 	h.Codec = codec
-	for produced := 0; produced < o.count; {
+	for produced := 0; produced < count; {
 		bl.Reset(h)
-		for produced < o.count {
-			for i := range value {
-				value[i] = letters[rng.IntN(len(letters))]
-			}
-			var k []byte
-			if o.keySpace > 0 {
-				key = fmt.Appendf(key[:0], "key-%d", rng.IntN(o.keySpace))
-				k = key
-			}
+		for produced < count {
+			key, value = gen(produced, key, value)
 			ts := time.Now().UnixMilli()
-			if bl.NumRecords() > 0 && bl.SizeWith(ts, k, value, nil) > o.batchSize {
-				break
+			if bl.NumRecords() > 0 && bl.SizeWith(ts, key, value, nil) > batchSize {
+				break // this record opens the next batch
 			}
-			bl.Append(ts, k, value, nil)
+			bl.Append(ts, key, value, nil)
 			produced++
 		}
+		st.raw += int64(bl.Size())
 		batch, err := bl.Build()
 		if err != nil {
 			return st, err

@@ -1,0 +1,70 @@
+package index
+
+import "math"
+
+// shared holds what both index types offer over their table.
+type shared struct{ t table }
+
+// BaseOffset returns the segment's base offset.
+func (x *shared) BaseOffset() int64 { return x.t.base }
+
+// Path returns the file path, or "" for a view.
+func (x *shared) Path() string {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return x.t.path
+}
+
+// Entries returns the number of valid entries.
+func (x *shared) Entries() int {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return x.t.n
+}
+
+// MaxEntries returns the number of slots.
+func (x *shared) MaxEntries() int {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return x.t.maxEntries()
+}
+
+// SizeInBytes returns the bytes the valid entries take (the trimmed size).
+func (x *shared) SizeInBytes() int { return x.Entries() * x.t.kind.entrySize }
+
+// TruncateTo removes every entry whose offset is >= offset (for the time
+// index too: Kafka's TimeIndex.truncateTo searches on the offset value).
+func (x *shared) TruncateTo(offset int64) error {
+	x.t.mu.Lock()
+	defer x.t.mu.Unlock()
+	return x.t.truncateToLocked(offset)
+}
+
+// Reset removes every entry.
+func (x *shared) Reset() error { return x.TruncateTo(math.MinInt64) }
+
+// Resize sets the file to maxIndexSize rounded down to the entry size
+// (Kafka re-expands the active segment's indexes to segment.index.bytes).
+func (x *shared) Resize(maxIndexSize int) error {
+	x.t.mu.Lock()
+	defer x.t.mu.Unlock()
+	return x.t.resizeLocked(maxIndexSize)
+}
+
+// TrimToValidSize shrinks the file to exactly its valid entries, as Kafka
+// does when a segment rolls.
+func (x *shared) TrimToValidSize() error {
+	x.t.mu.Lock()
+	defer x.t.mu.Unlock()
+	return x.t.resizeLocked(x.t.n * x.t.kind.entrySize)
+}
+
+// Flush makes the entries durable (msync + fsync).
+func (x *shared) Flush() error { return x.t.flush() }
+
+// Rename moves the index file to newPath; the index stays usable.
+func (x *shared) Rename(newPath string) error { return x.t.rename(newPath) }
+
+// Close trims a writable index to its valid entries, then unmaps it.
+// Close is idempotent.
+func (x *shared) Close() error { return x.t.close() }
