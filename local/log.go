@@ -667,20 +667,32 @@ func (l *Log) SetHighWatermark(hw int64) error {
 
 func (l *Log) closedErr() error { return fmt.Errorf("%w: %s", backend.ErrClosed, l.dir) }
 
-// Segments describes each segment, oldest first, for tools.
+// SegmentInfo describes a segment, for tools and the tiered layer.
 type SegmentInfo struct {
 	BaseOffset int64
+	// NextOffset is the next segment's base offset, or the log end for the
+	// last segment: the segment holds offsets below it.
+	NextOffset int64
 	Size       int64
-	Active     bool
-	Path       string
+	Active     bool   // the last segment, the one appends go to
+	Path       string // the .log
+	// IndexPath and TimeIndexPath are the segment's index files; a closed
+	// segment's are trimmed to their entries.
+	IndexPath, TimeIndexPath string
 }
 
 // SegmentInfos lists the segments.
 func (l *Log) SegmentInfos() []SegmentInfo {
 	segs := l.segments()
 	out := make([]SegmentInfo, len(segs))
+	leo := l.leo.Load()
 	for i, s := range segs {
-		out[i] = SegmentInfo{BaseOffset: s.base, Size: s.size.Load(), Active: i == len(segs)-1, Path: s.path(LogSuffix)}
+		next := leo
+		if i+1 < len(segs) {
+			next = segs[i+1].base
+		}
+		out[i] = SegmentInfo{BaseOffset: s.base, NextOffset: next, Size: s.size.Load(), Active: i == len(segs)-1,
+			Path: s.path(LogSuffix), IndexPath: s.path(IndexSuffix), TimeIndexPath: s.path(TimeIndexSuffix)}
 	}
 	return out
 }

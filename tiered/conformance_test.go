@@ -1,0 +1,56 @@
+package tiered_test
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/fs"
+	"github.com/tierlog/tierlog/testing/storagetest"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// offloading is a tiered partition that offloads whenever the high
+// watermark moves, with local.retention.ms=0, so that everything below the
+// high watermark is read from the bucket.
+type offloading struct{ *tiered.Partition }
+
+func (o offloading) SetHighWatermark(hw int64) error {
+	if err := o.Partition.SetHighWatermark(hw); err != nil {
+		return err
+	}
+	_, err := o.Offload(ctx)
+	return err
+}
+
+type tieredHarness struct {
+	dir   string
+	store *objstore.Store
+}
+
+func (h *tieredHarness) Open(t *testing.T, c backend.Config) backend.Partition {
+	t.Helper()
+	c.LocalRetentionMs = 0
+	c.FileDeleteDelayMs = 0
+	l, err := local.Open(h.dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: h.store, Prefix: "conf/t-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return offloading{p}
+}
+
+func TestConformanceOverFS(t *testing.T) {
+	storagetest.Run(t, func(t *testing.T) storagetest.Harness {
+		d, err := fs.Open(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: objstore.New(d, "file://conformance", objstore.Options{})}
+	})
+}

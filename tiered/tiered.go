@@ -1,0 +1,335 @@
+// Package tiered keeps a partition's closed segments in an object store and
+// serves reads of old offsets from there, through the same two-step lookup
+// as the local log: the manifest (segment by base offset) then the
+// segment's remote offset index (fetched once, cached).
+//
+// A Partition wraps a local.Log. Offload uploads closed segments below the
+// high watermark (.log, trimmed .index and .timeindex, each with its
+// CRC-32C, under keys unique per attempt), then commits the manifest with a
+// conditional put; only then may local retention delete the local copies.
+// A commit that loses the conditional put means another writer owns the
+// partition: this one is fenced and uploads and deletes nothing more.
+//
+// What is not here yet: total (remote) retention, restore, garbage
+// collection of unreferenced objects, a chunk cache and read-ahead, the
+// on-disk index cache, bounded upload concurrency and rate limits.
+package tiered
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// ManifestName is the manifest's object name under the partition prefix.
+const ManifestName = "manifest"
+
+// Options configure a Partition.
+type Options struct {
+	// Store is the bucket; Prefix the partition's key prefix
+	// ("<prefix>/<topic>-<partition>").
+	Store  *objstore.Store
+	Prefix string
+	// LeaderEpoch is written into the manifests this writer commits; a
+	// manifest committed by a higher epoch fences this writer.
+	LeaderEpoch int32
+	// IndexCacheBytes bounds the remote indexes kept in memory (default
+	// 64 MiB).
+	IndexCacheBytes int64
+	// Now is the clock for local retention (default time.Now).
+	Now    func() time.Time
+	Logger *slog.Logger
+}
+
+// Partition is a local log whose old segments also live in a bucket. It
+// implements backend.Partition.
+type Partition struct {
+	local  *local.Log
+	store  *objstore.Store
+	prefix string
+	opts   Options
+
+	mu   sync.Mutex // serializes Offload and manifest changes
+	man  atomic.Pointer[manifestState]
+	fenc atomic.Pointer[error]
+
+	indexes *byteCache
+}
+
+// manifestState is a committed manifest and the ETag to replace it with.
+type manifestState struct {
+	m    *manifest.Manifest
+	etag string // "" when no manifest exists yet
+}
+
+var _ backend.Partition = (*Partition)(nil)
+
+// Open reads the partition's manifest (one GET) and wraps l.
+func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
+	if opts.Store == nil {
+		return nil, fmt.Errorf("tiered: no store")
+	}
+	if opts.IndexCacheBytes <= 0 {
+		opts.IndexCacheBytes = 64 << 20
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	p := &Partition{local: l, store: opts.Store, prefix: opts.Prefix, opts: opts, indexes: newByteCache(opts.IndexCacheBytes)}
+	st, err := p.readManifest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p.man.Store(st)
+	if st.m.WriterEpoch > opts.LeaderEpoch {
+		p.fence(fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, opts.LeaderEpoch))
+	}
+	return p, nil
+}
+
+func (p *Partition) key(name string) string {
+	if p.prefix == "" {
+		return name
+	}
+	return p.prefix + "/" + name
+}
+
+// readManifest GETs and decodes the manifest (one request); a missing one
+// is empty.
+func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
+	key := p.key(ManifestName)
+	rc, info, err := p.store.Get(ctx, key, 0, -1)
+	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
+		return &manifestState{m: &manifest.Manifest{}}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tiered: read manifest: %w", err)
+	}
+	data, err := io.ReadAll(rc)
+	rc.Close()
+	if err != nil {
+		return nil, fmt.Errorf("tiered: read manifest: %w", err)
+	}
+	m, err := manifest.Decode(data)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: %s: %w", key, err)
+	}
+	return &manifestState{m: m, etag: info.ETag}, nil
+}
+
+// Manifest returns the committed manifest (do not modify it).
+func (p *Partition) Manifest() *manifest.Manifest { return p.man.Load().m }
+
+// Local returns the wrapped local log.
+func (p *Partition) Local() *local.Log { return p.local }
+
+func (p *Partition) fence(cause error) {
+	err := fmt.Errorf("%w: %s: %v", backend.ErrFenced, p.key(ManifestName), cause)
+	p.fenc.CompareAndSwap(nil, &err)
+}
+
+// Fenced returns the fencing error, or nil while this writer owns the
+// partition.
+func (p *Partition) Fenced() error {
+	if e := p.fenc.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// Offsets returns the partition's offsets: LogStart is the remote start
+// when old segments live in the bucket; LocalLogStart the local one.
+func (p *Partition) Offsets() backend.Offsets {
+	o := p.local.Offsets()
+	m := p.Manifest()
+	if n := len(m.Segments); n > 0 && m.LogStartOffset < o.LogStart && m.Segments[n-1].LastOffset+1 >= o.LogStart {
+		o.LogStart = m.LogStartOffset
+	}
+	return o
+}
+
+// Append appends to the local log.
+func (p *Partition) Append(ctx context.Context, batches []byte, opts backend.AppendOptions) (backend.AppendInfo, error) {
+	return p.local.Append(ctx, batches, opts)
+}
+
+// SetHighWatermark sets the local log's high watermark.
+func (p *Partition) SetHighWatermark(hw int64) error { return p.local.SetHighWatermark(hw) }
+
+// TruncateTo truncates the local log. Offsets below the local log start
+// live in the bucket, below the high watermark, and are never truncated.
+func (p *Partition) TruncateTo(offset int64) error {
+	if ls := p.local.Offsets().LogStart; offset < ls && len(p.Manifest().Segments) > 0 {
+		return fmt.Errorf("%w: truncate to %d: offsets below %d are offloaded and committed", backend.ErrInvalidRecord, offset, ls)
+	}
+	return p.local.TruncateTo(offset)
+}
+
+// DeleteRecordsBefore raises the log start offset, locally and (when the
+// offset falls in the bucket's range) in the manifest.
+func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error {
+	if offset > p.local.Offsets().HighWatermark {
+		o := p.Offsets()
+		return &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.HighWatermark}
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := p.man.Load()
+	if n := len(st.m.Segments); n > 0 && offset > st.m.LogStartOffset {
+		next := *st.m
+		next.Segments = append([]manifest.Segment(nil), st.m.Segments...)
+		next.LogStartOffset = min(offset, st.m.Segments[n-1].LastOffset+1)
+		if err := p.commitLocked(ctx, st, &next); err != nil {
+			return err
+		}
+	}
+	if offset > p.local.Offsets().LogStart {
+		return p.local.DeleteRecordsBefore(ctx, offset)
+	}
+	return nil
+}
+
+// Flush flushes the local log.
+func (p *Partition) Flush() error { return p.local.Flush() }
+
+// Close closes the local log.
+func (p *Partition) Close() error { return p.local.Close() }
+
+// commitLocked replaces the manifest st with next by a conditional put. A
+// lost condition fences this writer, unless the manifest now in the bucket
+// is exactly next (a retried put whose first try had succeeded).
+// REQUIRES: p.mu held.
+func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *manifest.Manifest) error {
+	if err := p.Fenced(); err != nil {
+		return err
+	}
+	next.Generation = st.m.Generation + 1
+	next.WriterEpoch = p.opts.LeaderEpoch
+	data, err := next.Encode()
+	if err != nil {
+		return err
+	}
+	opts := objstore.PutOptions{IfMatch: st.etag, IfNoneMatch: st.etag == ""}
+	info, err := p.store.Put(ctx, p.key(ManifestName), bytes.NewReader(data), int64(len(data)), opts)
+	if errors.Is(err, objstore.ErrPreconditionFailed) {
+		now, rerr := p.readManifest(ctx)
+		if rerr == nil && now.m.Generation == next.Generation && now.m.WriterEpoch == next.WriterEpoch {
+			if enc, _ := now.m.Encode(); bytes.Equal(enc, data) {
+				p.man.Store(now)
+				return nil
+			}
+		}
+		p.fence(fmt.Errorf("the manifest changed under generation %d (another writer committed)", st.m.Generation))
+		return p.Fenced()
+	}
+	if err != nil {
+		return fmt.Errorf("tiered: commit manifest: %w", err)
+	}
+	p.man.Store(&manifestState{m: next, etag: info.ETag})
+	return nil
+}
+
+// byteCache is a size-bounded LRU of immutable byte slices.
+type byteCache struct {
+	mu    sync.Mutex
+	max   int64
+	size  int64
+	items map[string]*cacheItem
+	head  *cacheItem // most recent
+	tail  *cacheItem
+
+	hits, misses atomic.Int64
+}
+
+type cacheItem struct {
+	key        string
+	data       []byte
+	prev, next *cacheItem
+}
+
+func newByteCache(max int64) *byteCache { return &byteCache{max: max, items: map[string]*cacheItem{}} }
+
+func (c *byteCache) get(key string) ([]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	it, ok := c.items[key]
+	if !ok {
+		c.misses.Add(1)
+		return nil, false
+	}
+	c.hits.Add(1)
+	c.unlink(it)
+	c.pushFront(it)
+	return it.data, true
+}
+
+func (c *byteCache) put(key string, data []byte) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.items[key]; ok || int64(len(data)) > c.max {
+		return
+	}
+	it := &cacheItem{key: key, data: data}
+	c.items[key] = it
+	c.pushFront(it)
+	c.size += int64(len(data))
+	for c.size > c.max && c.tail != nil {
+		old := c.tail
+		c.unlink(old)
+		delete(c.items, old.key)
+		c.size -= int64(len(old.data))
+	}
+}
+
+func (c *byteCache) unlink(it *cacheItem) {
+	if it.prev != nil {
+		it.prev.next = it.next
+	} else {
+		c.head = it.next
+	}
+	if it.next != nil {
+		it.next.prev = it.prev
+	} else {
+		c.tail = it.prev
+	}
+	it.prev, it.next = nil, nil
+}
+
+func (c *byteCache) pushFront(it *cacheItem) {
+	it.next = c.head
+	if c.head != nil {
+		c.head.prev = it
+	}
+	c.head = it
+	if c.tail == nil {
+		c.tail = it
+	}
+}
+
+// memRecords are batches read from the bucket, held in memory.
+type memRecords struct {
+	data []byte
+	next int64
+}
+
+func (r *memRecords) WriteTo(w io.Writer) (int64, error) {
+	n, err := w.Write(r.data)
+	return int64(n), err
+}
+func (r *memRecords) Len() int64        { return int64(len(r.data)) }
+func (r *memRecords) Close() error      { return nil }
+func (r *memRecords) NextOffset() int64 { return r.next }

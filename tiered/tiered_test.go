@@ -1,0 +1,242 @@
+package tiered_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+var ctx = context.Background()
+
+func cfg(t testing.TB, kv ...string) backend.Config {
+	m := map[string]string{}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	c, err := backend.ParseConfig(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// produce appends n records of 200-byte values in producer-sized batches.
+func produce(t testing.TB, p backend.Partition, n int) {
+	var b record.Builder
+	val := bytes.Repeat([]byte("v"), 200)
+	ts := int64(1_700_000_000_000)
+	for done := 0; done < n; {
+		b.Reset(record.NewBatchHeader())
+		for done < n && (b.NumRecords() == 0 || b.SizeWith(ts, nil, val, nil) <= 16384) {
+			b.Append(ts, nil, val, nil)
+			done++
+		}
+		batch, _ := b.Build()
+		if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ts += 10
+	}
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// batchesFrom reads every batch from offset to the end: last offset -> bytes.
+func batchesFrom(t testing.TB, p backend.Partition, from int64) map[int64][]byte {
+	out := map[int64][]byte{}
+	for off := from; off < p.Offsets().LogEnd; {
+		r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 256 << 10, MinOneBatch: true})
+		if err != nil {
+			t.Fatalf("read %d: %v", off, err)
+		}
+		var buf bytes.Buffer
+		r.WriteTo(&buf)
+		r.Close()
+		if buf.Len() == 0 {
+			t.Fatalf("empty read at %d", off)
+		}
+		sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, int64(buf.Len()), record.ScanOptions{Validate: true})
+		for sc.Next() {
+			e := sc.Entry()
+			out[e.LastOffset] = append([]byte(nil), e.Data...)
+			off = e.LastOffset + 1
+		}
+		if sc.Err() != nil {
+			t.Fatalf("read %d: %v", off, sc.Err())
+		}
+	}
+	return out
+}
+
+func open(t testing.TB, dir string, store *objstore.Store, epoch int32, c backend.Config) *tiered.Partition {
+	t.Helper()
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: epoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestEndToEnd: produce 50,000 records, offload, keep only the active
+// segment locally, and read every offset back byte-identical through both
+// tiers; timestamp lookups agree with the local answers.
+func TestEndToEnd(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://e2e", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0", "remote.storage.enable", "true")
+	p := open(t, dir, store, 1, c)
+	defer p.Close()
+	produce(t, p, 50_000)
+	want := batchesFrom(t, p, 0)
+	type tsAnswer struct {
+		off, ts int64
+		found   bool
+	}
+	answers := map[int64]tsAnswer{}
+	for ts := int64(1_700_000_000_000 - 5); ts < 1_700_000_000_000+10*700; ts += 37 {
+		off, rts, found, err := p.OffsetForTimestamp(ctx, ts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answers[ts] = tsAnswer{off, rts, found}
+	}
+	n, err := p.Offload(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	segs := p.Local().SegmentInfos()
+	if n < 9 || len(segs) != 1 || !segs[0].Active {
+		t.Fatalf("offloaded %d segments; %d left locally, want only the active one", n, len(segs))
+	}
+	o := p.Offsets()
+	if o.LogStart != 0 || o.LocalLogStart != segs[0].BaseOffset || o.LogEnd != 50_000 {
+		t.Fatalf("offsets after offload %+v", o)
+	}
+	got := batchesFrom(t, p, 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d batches read back, want %d", len(got), len(want))
+	}
+	for last, b := range want {
+		if !bytes.Equal(got[last], b) {
+			t.Fatalf("batch ending at %d differs after offload", last)
+		}
+	}
+	// Every offset, read on its own, starts with the batch holding it.
+	for off := int64(0); off < 50_000; off += 997 {
+		r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		r.WriteTo(&buf)
+		b, err := record.Parse(buf.Bytes())
+		if err != nil || b.BaseOffset() > off || b.LastOffset() < off {
+			t.Fatalf("read %d returned %v", off, err)
+		}
+	}
+	for ts, a := range answers {
+		off, rts, found, err := p.OffsetForTimestamp(ctx, ts)
+		if err != nil || found != a.found || off != a.off || rts != a.ts {
+			t.Fatalf("OffsetForTimestamp(%d) = %d,%d,%v (%v) after offload; before: %+v", ts, off, rts, found, err, a)
+		}
+	}
+}
+
+// TestRequestCounts: opening costs one manifest GET; a cold read of one
+// offset in an offloaded segment costs one index GET and one ranged GET.
+func TestRequestCounts(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://counts", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p := open(t, dir, store, 1, c)
+	produce(t, p, 30_000)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	fresh := objstore.New(drv, "mem://counts", objstore.Options{})
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q, err := tiered.Open(ctx, l, tiered.Options{Store: fresh, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	if s := fresh.Stats(); s.Requests[objstore.OpGet] != 1 || len(s.Requests) != 1 {
+		t.Fatalf("open made %v requests, want one manifest GET", s.Requests)
+	}
+	read := func(off int64) {
+		r, err := q.Read(ctx, off, backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Close()
+	}
+	read(12_345)
+	if s := fresh.Stats(); s.Requests[objstore.OpGet] != 3 {
+		t.Fatalf("cold read: %d GETs in all, want 3 (manifest, index, log)", s.Requests[objstore.OpGet])
+	}
+	read(12_400) // same segment: its index is cached
+	if s := fresh.Stats(); s.Requests[objstore.OpGet] != 4 {
+		t.Fatalf("second read: %d GETs in all, want 4 (one more ranged GET)", s.Requests[objstore.OpGet])
+	}
+}
+
+// TestFencing: two writers on one prefix; the second to commit is fenced
+// and writes nothing more.
+func TestFencing(t *testing.T) {
+	drv := mem.New()
+	c := cfg(t, "segment.bytes", "200000")
+	a := open(t, filepath.Join(t.TempDir(), "a"), objstore.New(drv, "a", objstore.Options{}), 1, c)
+	defer a.Close()
+	b := open(t, filepath.Join(t.TempDir(), "b"), objstore.New(drv, "b", objstore.Options{}), 1, c)
+	defer b.Close()
+	produce(t, a, 5000)
+	produce(t, b, 5000)
+	if _, err := a.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_, err := b.Offload(ctx)
+	if !errors.Is(err, backend.ErrFenced) || b.Fenced() == nil {
+		t.Fatalf("second writer: %v, want fenced", err)
+	}
+	count := func() int {
+		objs, _, _ := drv.List(ctx, "", "", 100000)
+		return len(objs)
+	}
+	before := count()
+	produce(t, b, 5000)
+	if _, err := b.Offload(ctx); !errors.Is(err, backend.ErrFenced) {
+		t.Fatalf("fenced writer offloaded again: %v", err)
+	}
+	if count() != before {
+		t.Fatal("a fenced writer wrote objects")
+	}
+	// A writer opening with a lower epoch than the manifest's is fenced at once.
+	produce(t, a, 5000)
+	if _, err := a.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	old := open(t, filepath.Join(t.TempDir(), "old"), objstore.New(drv, "old", objstore.Options{}), 0, c)
+	defer old.Close()
+	if old.Fenced() == nil {
+		t.Fatal("a writer with an older epoch than the manifest's was not fenced")
+	}
+}
