@@ -16,13 +16,17 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/storeurl"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/tiered"
 )
 
 type demoOptions struct {
 	keep    bool
 	dir     string
 	records int
+	store   string
 }
 
 func newDemoCmd() *cobra.Command {
@@ -32,13 +36,16 @@ func newDemoCmd() *cobra.Command {
 		Short: "Run tierlog end to end on a temporary directory and explain each step",
 		Long: `demo runs the most complete pipeline tierlog has, with no setup:
 
-  1. build Kafka record batches as a producer would (16 KiB batches of keyed
-     records, in every codec: none, gzip, snappy, lz4, zstd) plus a
-     transaction COMMIT marker;
-  2. append them to a Kafka segment with Kafka's sparse-index rule
-     (index.interval.bytes=4096), preallocated mmap'd indexes trimmed on roll;
-  3. dump the segment as kafka-dump-log would, look an offset up through the
-     offset index, and verify every CRC and index entry.
+  1. produce 50,000 records into a Kafka-format partition with 1 MiB
+     segments, as a leader would (producer-sized batches);
+  2. show the partition directory: trimmed and preallocated indexes;
+  3. look offsets up with the two-step lookup;
+  4. read every offset back from the local log;
+  5. offload the closed segments to a bucket (a file:// bucket in the demo
+     directory, or --store URL) and keep only the active segment locally;
+  6. read every offset back through both tiers;
+  7. compare the codecs on the same records;
+  8. verify every CRC, offset and index entry of the log directory.
 
 It removes its files when done unless --keep is given.`,
 		Example: `  tierctl demo
@@ -51,6 +58,7 @@ It removes its files when done unless --keep is given.`,
 	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the files and print where they are")
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory to work in (default: a new temporary directory)")
 	cmd.Flags().IntVar(&o.records, "records", 50_000, "records to produce")
+	cmd.Flags().StringVar(&o.store, "store", "", "bucket URL to offload to (default: a file:// bucket in the demo directory)")
 	return cmd
 }
 
@@ -80,7 +88,8 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 		return err
 	}
 	defer b.Close()
-	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "1048576", "file.delete.delay.ms": "0"})
+	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "1048576", "file.delete.delay.ms": "0",
+		"remote.storage.enable": "true", "local.retention.ms": "0"})
 	if err != nil {
 		return err
 	}
@@ -146,15 +155,53 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 	}
 	fmt.Fprintln(w)
 
-	cut := int64(o.records) * 2 / 5
-	fmt.Fprintf(w, "5. DeleteRecordsBefore(%d): raise the log start; whole segments below it go\n", cut)
-	before := len(l.SegmentInfos())
-	if err := l.DeleteRecordsBefore(ctx, cut); err != nil {
+	storeURL := o.store
+	if storeURL == "" {
+		storeURL = "file://" + filepath.Join(root, "bucket") + "?create=true"
+	}
+	fmt.Fprintf(w, "5. Offloading closed segments to %s (local.retention.ms=0)\n", storeurl.Redact(storeURL))
+	store, err := storeurl.Open(ctx, storeURL, objstore.Options{})
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "   %d -> %d segments, log start %d (reads below it: offset out of range)\n\n", before, len(l.SegmentInfos()), l.Offsets().LogStart)
+	defer store.Close()
+	tp, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "demo/orders-0", LeaderEpoch: 0})
+	if err != nil {
+		return err
+	}
+	offStart := time.Now()
+	uploaded, err := tp.Offload(ctx)
+	if err != nil {
+		return err
+	}
+	offEl := time.Since(offStart)
+	m, stats := tp.Manifest(), store.Stats()
+	fmt.Fprintf(w, "   %d segments (%.1f MB) uploaded in %v (%.0f MB/s): %d PUTs; manifest generation %d\n",
+		uploaded, float64(m.Size())/1e6, offEl.Round(time.Millisecond), float64(m.Size())/1e6/offEl.Seconds(), stats.Requests[objstore.OpPut], m.Generation)
+	fmt.Fprintf(w, "   tiers: %d segments in the bucket (offsets %d..%d), %d local (from offset %d)\n\n",
+		len(m.Segments), m.Segments[0].BaseOffset, m.Segments[len(m.Segments)-1].LastOffset, len(l.SegmentInfos()), tp.Offsets().LocalLogStart)
 
-	fmt.Fprintln(w, "6. The same records in every codec (a topic each, 10,000 records)")
+	fmt.Fprintln(w, "6. Reading every offset back through both tiers")
+	getsBefore := store.Stats().Requests[objstore.OpGet]
+	readStart = time.Now()
+	got, reads, readBytes, err = readEveryRecord(ctx, tp, 0)
+	if err != nil {
+		return err
+	}
+	el = time.Since(readStart)
+	fmt.Fprintf(w, "   %d of %d records at their offsets, in %d reads (%.0f MB/s); %d GETs from the bucket\n",
+		got, o.records, reads, float64(readBytes)/1e6/el.Seconds(), store.Stats().Requests[objstore.OpGet]-getsBefore)
+	if got != int64(o.records) {
+		return fmt.Errorf("demo: read back %d records through both tiers, produced %d", got, o.records)
+	}
+	probe := int64(o.records) / 4
+	if i, ok := m.Find(probe); ok {
+		seg := m.Segments[i]
+		fmt.Fprintf(w, "   remote lookup of offset %d: manifest binary search over %d segments -> %s, then its remote offset index\n\n",
+			probe, len(m.Segments), seg.Name(".log"))
+	}
+
+	fmt.Fprintln(w, "7. The same records in every codec (a topic each, 10,000 records)")
 	for _, c := range []record.Codec{record.None, record.GZIP, record.Snappy, record.LZ4, record.ZSTD} {
 		cl, err := b.OpenLog(ctx, "codec-"+c.String(), 0, backend.DefaultConfig())
 		if err != nil {
@@ -171,7 +218,7 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 	}
 	fmt.Fprintln(w)
 
-	fmt.Fprintf(w, "7. tierctl verify %s (every CRC, offset and index entry)\n", logDir)
+	fmt.Fprintf(w, "8. tierctl verify %s (every CRC, offset and index entry)\n", logDir)
 	reports, err := verifyPath(logDir)
 	if err != nil {
 		return err
@@ -190,7 +237,7 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 	fmt.Fprintf(w, "   %d files verified, %d with problems\n\n", len(reports), bad)
 	fmt.Fprintf(w, "Done in %v.\n", time.Since(start).Round(time.Millisecond))
 	if o.keep {
-		fmt.Fprintf(w, "Files kept in %s; try: tierctl lookup %s --offset 25000\n", logDir, l.Dir())
+		fmt.Fprintf(w, "Files kept in %s; try: tierctl lookup %s --offset %d\n", root, l.Dir(), int64(o.records)-10)
 	}
 	if bad > 0 {
 		w.Flush()
@@ -208,7 +255,7 @@ func size64(fi os.FileInfo) int64 {
 
 // readEveryRecord reads from offset to the log end and checks that every
 // offset comes back exactly once, in order.
-func readEveryRecord(ctx context.Context, l *local.Log, from int64) (records int64, reads int, bytesRead int64, err error) {
+func readEveryRecord(ctx context.Context, l backend.Partition, from int64) (records int64, reads int, bytesRead int64, err error) {
 	var it record.Iterator
 	var buf bytes.Buffer
 	next := from
