@@ -178,8 +178,12 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 	m, stats := tp.Manifest(), store.Stats()
 	fmt.Fprintf(w, "   %d segments (%.1f MB) uploaded in %v (%.0f MB/s): %d PUTs; manifest generation %d\n",
 		uploaded, float64(m.Size())/1e6, offEl.Round(time.Millisecond), float64(m.Size())/1e6/offEl.Seconds(), stats.Requests[objstore.OpPut], m.Generation)
-	fmt.Fprintf(w, "   tiers: %d segments in the bucket (offsets %d..%d), %d local (from offset %d)\n\n",
-		len(m.Segments), m.Segments[0].BaseOffset, m.Segments[len(m.Segments)-1].LastOffset, len(l.SegmentInfos()), tp.Offsets().LocalLogStart)
+	if len(m.Segments) == 0 {
+		fmt.Fprintf(w, "   nothing to offload: every record is still in the active segment\n\n")
+	} else {
+		fmt.Fprintf(w, "   tiers: %d segments in the bucket (offsets %d..%d), %d local (from offset %d)\n\n",
+			len(m.Segments), m.Segments[0].BaseOffset, m.Segments[len(m.Segments)-1].LastOffset, len(l.SegmentInfos()), tp.Offsets().LocalLogStart)
+	}
 
 	fmt.Fprintln(w, "6. Reading every offset back through both tiers")
 	getsBefore := store.Stats().Requests[objstore.OpGet]
