@@ -221,6 +221,7 @@ type consumeOptions struct {
 	count int64
 	json  bool
 	quiet bool
+	store string
 }
 
 func newConsumeCmd() *cobra.Command {
@@ -245,13 +246,25 @@ else as base64. Control records (transaction markers) are skipped.`,
 	f.Int64Var(&o.count, "count", 0, "records to print (default: all)")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per record")
 	f.BoolVar(&o.quiet, "quiet", false, "print only the number of records")
+	f.StringVar(&o.store, "store", "", "bucket URL: read offloaded offsets from it too")
 	return cmd
 }
 
 func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
-	l, err := openPartitionReadOnly(dir)
-	if err != nil {
-		return err
+	var l backend.Partition
+	if o.store != "" {
+		p, store, err := openTiered(context.Background(), dir, o.store)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		l = p
+	} else {
+		ll, err := openPartitionReadOnly(dir)
+		if err != nil {
+			return err
+		}
+		l = ll
 	}
 	defer l.Close()
 	offs := l.Offsets()

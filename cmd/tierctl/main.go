@@ -68,7 +68,8 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newDumpCmd(), newVerifyCmd(), newProduceCmd(), newConsumeCmd(), newLookupCmd(), newDemoCmd())
+	root.AddCommand(newDumpCmd(), newVerifyCmd(), newProduceCmd(), newConsumeCmd(), newLookupCmd(),
+		newOffloadCmd(), newLsCmd(), newManifestCmd(), newDemoCmd())
 	return root
 }
 

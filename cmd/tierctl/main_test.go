@@ -351,3 +351,58 @@ func TestConsumeKafkaFixtureReadOnly(t *testing.T) {
 		t.Fatalf("lookup in a Kafka partition: exit %d %q", code, out)
 	}
 }
+
+func TestOffloadLsManifestConsume(t *testing.T) {
+	root := t.TempDir()
+	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
+	if code, _, errOut := tierctl(t, "produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200",
+		"--config", "segment.bytes=1048576"); code != 0 {
+		t.Fatalf("produce: %s", errOut)
+	}
+	part := filepath.Join(logs, "orders-0")
+	store := "file://" + bucket + "?create=true"
+	code, out, errOut := tierctl(t, "offload", part, "--store", store, "--config", "local.retention.ms=0", "--json")
+	if code != 0 {
+		t.Fatalf("offload: exit %d %s", code, errOut)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(out), &res); err != nil || res["uploaded"].(float64) < 3 || res["localSegmentsDeleted"] != res["uploaded"] {
+		t.Fatalf("offload --json: %v %q", err, out)
+	}
+	code, out, _ = tierctl(t, "ls", part, "--store", "file://"+bucket)
+	if code != 0 || strings.Count(out, "remote ") < 3 || !strings.Contains(out, "local (active)") {
+		t.Fatalf("ls: exit %d\n%s", code, out)
+	}
+	if code, out, _ = tierctl(t, "manifest", "verify", "--store", "file://"+bucket, "--partition", "orders-0", "--deep"); code != 0 || !strings.Contains(out, " 0 problems") {
+		t.Fatalf("manifest verify: exit %d\n%s", code, out)
+	}
+	code, out, _ = tierctl(t, "manifest", "show", "--store", "file://"+bucket, "--partition", "orders-0", "--json")
+	if code != 0 || !strings.Contains(out, `"Segments"`) {
+		t.Fatalf("manifest show --json: exit %d %q", code, out)
+	}
+	if code, out, _ = tierctl(t, "consume", part, "--store", "file://"+bucket, "--quiet"); code != 0 || strings.TrimSpace(out) != "20000" {
+		t.Fatalf("consume through both tiers: exit %d %q", code, out)
+	}
+	// A missing object is reported, exit 1.
+	ents, _ := os.ReadDir(filepath.Join(bucket, "orders-0"))
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".index") {
+			os.Remove(filepath.Join(bucket, "orders-0", e.Name()))
+			break
+		}
+	}
+	if code, out, _ = tierctl(t, "manifest", "verify", "--store", "file://"+bucket, "--partition", "orders-0"); code != 1 || !strings.Contains(out, "problem:") {
+		t.Fatalf("manifest verify with a missing object: exit %d\n%s", code, out)
+	}
+	// Usage errors.
+	for _, args := range [][]string{
+		{"offload", part},
+		{"offload", part, "--store", "ftp://nowhere"},
+		{"offload", filepath.Join(root, "not-a-partition"), "--store", store},
+		{"manifest", "show", "--store", "file://" + bucket, "--partition", "no-dash"},
+	} {
+		if code, _, errOut := tierctl(t, args...); code != 2 {
+			t.Errorf("%v: exit %d (%s), want 2", args, code, errOut)
+		}
+	}
+}

@@ -1,0 +1,331 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/storeurl"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// openStore opens --store, mapping a bad URL to a usage error.
+func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
+	if raw == "" {
+		return nil, usagef("--store is required (file:///dir, s3://bucket/prefix?…, minio://bucket/prefix?endpoint=…)")
+	}
+	s, err := storeurl.Open(ctx, raw, objstore.Options{})
+	if errors.Is(err, objstore.ErrInvalidURL) {
+		return nil, usageError{err}
+	}
+	return s, err
+}
+
+// partitionOf parses a partition directory's name.
+func partitionOf(dir string) (local.TopicPartition, error) {
+	tp, err := local.ParsePartitionDirName(filepath.Base(filepath.Clean(dir)))
+	if err != nil {
+		return tp, usageError{err}
+	}
+	return tp, nil
+}
+
+func newOffloadCmd() *cobra.Command {
+	var storeURL string
+	var configs []string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "offload PARTITION_DIR --store URL",
+		Short: "Upload closed segments to a bucket, commit the manifest, apply local retention",
+		Long: `offload uploads every closed segment of the partition that lies below its
+high watermark and that the bucket does not hold yet (.log, trimmed .index
+and .timeindex, each with its CRC-32C), commits the manifest with a
+conditional put, then deletes local copies the manifest names as
+local.retention.ms/bytes say (--config local.retention.ms=0 keeps only what
+must stay local). It opens the partition through its log directory (whose
+checkpoints hold the high watermark) and locks that directory meanwhile.
+
+Objects go to <store prefix>/<topic>-<partition>/.`,
+		Example: `  tierctl offload /var/lib/tierlog/logs/orders-0 --store file:///var/lib/tierlog/bucket?create=true
+  tierctl offload logs/orders-0 --store 's3://my-bucket/tierlog?region=eu-west-1' --config local.retention.ms=0`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := context.Background()
+			tp, err := partitionOf(args[0])
+			if err != nil {
+				return err
+			}
+			cfg, err := parseConfigFlags(configs)
+			if err != nil {
+				return err
+			}
+			store, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			b, err := local.OpenBackend(filepath.Dir(filepath.Clean(args[0])), local.BackendOptions{})
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			l, err := b.OpenLog(ctx, tp.Topic, tp.Partition, cfg)
+			if err != nil {
+				return err
+			}
+			before := len(l.SegmentInfos())
+			p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String()})
+			if err != nil {
+				return err
+			}
+			n, err := p.Offload(ctx)
+			if err != nil {
+				return err
+			}
+			m, o := p.Manifest(), p.Offsets()
+			if err := b.Close(); err != nil {
+				return err
+			}
+			if asJSON {
+				writeJSON(cmd.OutOrStdout(), map[string]any{"uploaded": n, "remoteSegments": len(m.Segments), "remoteBytes": m.Size(),
+					"generation": m.Generation, "localSegmentsDeleted": before - len(l.SegmentInfos()), "logStart": o.LogStart, "localLogStart": o.LocalLogStart})
+				return nil
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "uploaded %d segment(s); the bucket holds %d (%d bytes), manifest generation %d\n", n, len(m.Segments), m.Size(), m.Generation)
+			fmt.Fprintf(cmd.OutOrStdout(), "local retention deleted %d local segment(s); log start %d, local log start %d\n",
+				before-len(l.SegmentInfos()), o.LogStart, o.LocalLogStart)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "", "bucket URL")
+	cmd.Flags().StringArrayVar(&configs, "config", nil, "topic config key=value (repeatable), e.g. local.retention.ms=0")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+// openTiered opens a partition directory read-only and its manifest.
+func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *objstore.Store, error) {
+	tp, err := partitionOf(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	store, err := openStore(ctx, storeURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	l, err := openPartitionReadOnly(dir)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String()})
+	if err != nil {
+		l.Close()
+		store.Close()
+		return nil, nil, err
+	}
+	return p, store, nil
+}
+
+func newLsCmd() *cobra.Command {
+	var storeURL string
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls PARTITION_DIR [--store URL]",
+		Short: "List a partition's segments and the tier each lives in: local, remote or both",
+		Example: `  tierctl ls logs/orders-0 --store file:///var/lib/tierlog/bucket
+  tierctl ls logs/orders-0 --json`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := context.Background()
+			var m *manifest.Manifest
+			var l *local.Log
+			if storeURL != "" {
+				p, store, err := openTiered(ctx, args[0], storeURL)
+				if err != nil {
+					return err
+				}
+				defer store.Close()
+				defer p.Close()
+				m, l = p.Manifest(), p.Local()
+			} else {
+				var err error
+				if l, err = openPartitionReadOnly(args[0]); err != nil {
+					return err
+				}
+				defer l.Close()
+				m = &manifest.Manifest{}
+			}
+			type row struct {
+				Base  int64  `json:"baseOffset"`
+				Last  int64  `json:"lastOffset"`
+				Size  int64  `json:"size"`
+				Tier  string `json:"tier"`
+				Local string `json:"localFile,omitempty"`
+				Key   string `json:"object,omitempty"`
+			}
+			rows := map[int64]*row{}
+			var order []int64
+			for _, s := range m.Segments {
+				rows[s.BaseOffset] = &row{Base: s.BaseOffset, Last: s.LastOffset, Size: s.Size, Tier: "remote", Key: s.Name(manifest.LogSuffix)}
+				order = append(order, s.BaseOffset)
+			}
+			for _, si := range l.SegmentInfos() {
+				if r, ok := rows[si.BaseOffset]; ok {
+					r.Tier, r.Local = "both", filepath.Base(si.Path)
+					continue
+				}
+				tier := "local"
+				if si.Active {
+					tier = "local (active)"
+				}
+				rows[si.BaseOffset] = &row{Base: si.BaseOffset, Last: si.NextOffset - 1, Size: si.Size, Tier: tier, Local: filepath.Base(si.Path)}
+				order = append(order, si.BaseOffset)
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			for _, b := range order {
+				r := rows[b]
+				if asJSON {
+					writeJSON(w, r)
+					continue
+				}
+				fmt.Fprintf(w, "%-15s %20d..%-20d %12d B  %s\n", r.Tier, r.Base, r.Last, r.Size, firstNonEmpty(r.Key, r.Local))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "", "bucket URL (without it, only local segments are listed)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per segment")
+	return cmd
+}
+
+func firstNonEmpty(s ...string) string {
+	for _, v := range s {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+func newManifestCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "manifest (show|verify) --store URL --partition TOPIC-PARTITION",
+		Short: "Show or verify a partition's manifest in a bucket",
+	}
+	var storeURL, partition string
+	var asJSON, deep bool
+	load := func(ctx context.Context) (*objstore.Store, *manifest.Manifest, string, error) {
+		tp, err := local.ParsePartitionDirName(partition)
+		if err != nil {
+			return nil, nil, "", usageError{err}
+		}
+		store, err := openStore(ctx, storeURL)
+		if err != nil {
+			return nil, nil, "", err
+		}
+		data, err := store.ReadAll(ctx, tp.String()+"/"+tiered.ManifestName, 0, -1)
+		if err == nil {
+			var m *manifest.Manifest
+			if m, err = manifest.Decode(data); err == nil {
+				return store, m, tp.String(), nil
+			}
+		}
+		store.Close()
+		return nil, nil, "", err
+	}
+	show := &cobra.Command{
+		Use:     "show --store URL --partition TOPIC-PARTITION",
+		Short:   "Print the manifest: generation, writer epoch, log start and every segment",
+		Example: `  tierctl manifest show --store file:///var/lib/tierlog/bucket --partition orders-0`,
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			store, m, _, err := load(context.Background())
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			if asJSON {
+				writeJSON(w, m)
+				return nil
+			}
+			fmt.Fprintf(w, "generation %d, writer epoch %d, log start %d, %d segments, %d bytes\n", m.Generation, m.WriterEpoch, m.LogStartOffset, len(m.Segments), m.Size())
+			for _, s := range m.Segments {
+				fmt.Fprintf(w, "%s  records %d  max timestamp %d  epoch %d  crc %08x\n", s.Name(manifest.LogSuffix), s.Records, s.MaxTimestamp, s.LeaderEpoch, s.LogCRC)
+			}
+			return nil
+		},
+	}
+	verify := &cobra.Command{
+		Use:     "verify --store URL --partition TOPIC-PARTITION [--deep]",
+		Short:   "Check that every object the manifest names exists with its size (and, with --deep, its CRC-32C)",
+		Example: `  tierctl manifest verify --store file:///var/lib/tierlog/bucket --partition orders-0 --deep`,
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := context.Background()
+			store, m, prefix, err := load(ctx)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			problems := 0
+			for _, s := range m.Segments {
+				for _, o := range []struct {
+					suffix string
+					size   int64
+					crc    uint32
+				}{{manifest.LogSuffix, s.Size, s.LogCRC}, {manifest.IndexSuffix, s.IndexSize, s.IndexCRC}, {manifest.TimeIndexSuffix, s.TimeIndexSize, s.TimeIndexCRC}} {
+					key := prefix + "/" + s.Name(o.suffix)
+					info, err := store.Head(ctx, key)
+					switch {
+					case err != nil:
+						problems++
+						fmt.Fprintf(w, "problem: %s: %v\n", key, err)
+						continue
+					case info.Size != o.size:
+						problems++
+						fmt.Fprintf(w, "problem: %s is %d bytes, the manifest says %d\n", key, info.Size, o.size)
+						continue
+					}
+					if deep {
+						data, err := store.ReadAll(ctx, key, 0, -1)
+						if err != nil {
+							problems++
+							fmt.Fprintf(w, "problem: %s: %v\n", key, err)
+						} else if got := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)); got != o.crc {
+							problems++
+							fmt.Fprintf(w, "problem: %s has CRC-32C %08x, the manifest says %08x\n", key, got, o.crc)
+						}
+					}
+				}
+			}
+			fmt.Fprintf(w, "manifest generation %d: %d segments, %d objects checked, %d problems\n", m.Generation, len(m.Segments), 3*len(m.Segments), problems)
+			if problems > 0 {
+				w.Flush()
+				return errProblems
+			}
+			return nil
+		},
+	}
+	for _, c := range []*cobra.Command{show, verify} {
+		c.Flags().StringVar(&storeURL, "store", "", "bucket URL")
+		c.Flags().StringVar(&partition, "partition", "", "the partition, as TOPIC-PARTITION (its directory name)")
+		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	}
+	verify.Flags().BoolVar(&deep, "deep", false, "re-read every object and check its CRC-32C")
+	cmd.AddCommand(show, verify)
+	return cmd
+}
