@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
@@ -238,5 +240,71 @@ func TestFencing(t *testing.T) {
 	defer old.Close()
 	if old.Fenced() == nil {
 		t.Fatal("a writer with an older epoch than the manifest's was not fenced")
+	}
+}
+
+// TestRestoreAndGC: delete the local directory, restore it from the bucket,
+// read back every record; gc removes exactly the objects no manifest names.
+func TestRestoreAndGC(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://restore", objstore.Options{})
+	root := t.TempDir()
+	dir := filepath.Join(root, "orders-0")
+	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p := open(t, dir, store, 1, c)
+	produce(t, p, 30_000)
+	if err := p.Local().Roll(); err != nil { // close the last segment too
+		t.Fatal(err)
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := batchesFrom(t, p, 0)
+	m := p.Manifest()
+	p.Close()
+
+	// Garbage: a crashed upload's object, and a stray object.
+	orphan := "tl/orders-0/" + m.Segments[0].Name(".log")[:42] + "ffffffffffffffff.log"
+	store.Put(ctx, orphan, bytes.NewReader([]byte("crashed upload")), 14, objstore.PutOptions{})
+	dry, err := tiered.GC(ctx, store, "tl/orders-0", 0, true)
+	if err != nil || len(dry) != 1 || dry[0] != orphan {
+		t.Fatalf("gc --dry-run: %v %v", dry, err)
+	}
+	if _, err := store.Head(ctx, orphan); err != nil {
+		t.Fatal("dry run deleted")
+	}
+	if got, err := tiered.GC(ctx, store, "tl/orders-0", time.Hour, false); err != nil || len(got) != 0 {
+		t.Fatalf("gc within the grace period removed %v (%v)", got, err)
+	}
+	if got, err := tiered.GC(ctx, store, "tl/orders-0", 0, false); err != nil || len(got) != 1 {
+		t.Fatalf("gc: %v %v", got, err)
+	}
+	if _, err := store.Head(ctx, orphan); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatal("gc left the orphan")
+	}
+
+	// Lose the disk; restore from the bucket alone.
+	os.RemoveAll(dir)
+	rm, err := tiered.Restore(ctx, store, "tl/orders-0", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := local.Open(dir, local.Options{Config: cfg(t), LogStartOffset: rm.LogStartOffset, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.SetHighWatermark(l.Offsets().LogEnd)
+	got := batchesFrom(t, l, rm.LogStartOffset)
+	if len(got) != len(want) {
+		t.Fatalf("restored %d batches, want %d", len(got), len(want))
+	}
+	for last, b := range want {
+		if !bytes.Equal(got[last], b) {
+			t.Fatalf("restored batch ending at %d differs", last)
+		}
+	}
+	if _, err := tiered.Restore(ctx, store, "tl/orders-0", dir); err == nil {
+		t.Fatal("restore into a non-empty directory")
 	}
 }

@@ -406,3 +406,36 @@ func TestOffloadLsManifestConsume(t *testing.T) {
 		}
 	}
 }
+
+func TestRestoreAndGCCommands(t *testing.T) {
+	root := t.TempDir()
+	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
+	tierctl(t, "produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	part := filepath.Join(logs, "orders-0")
+	if code, _, errOut := tierctl(t, "offload", part, "--store", "file://"+bucket+"?create=true"); code != 0 {
+		t.Fatalf("offload: %s", errOut)
+	}
+	_, out, _ := tierctl(t, "manifest", "show", "--store", "file://"+bucket, "--partition", "orders-0", "--json")
+	var m struct {
+		Segments []struct{ LastOffset int64 }
+	}
+	json.Unmarshal([]byte(out), &m)
+	remoteEnd := m.Segments[len(m.Segments)-1].LastOffset + 1
+	if code, out, _ := tierctl(t, "gc", "--store", "file://"+bucket, "--partition", "orders-0", "--grace", "0s", "--dry-run"); code != 0 || !strings.Contains(out, "would delete 0 object(s)") {
+		t.Fatalf("gc --dry-run on a clean bucket: %d %q", code, out)
+	}
+	os.RemoveAll(part) // the disk is lost
+	code, out, errOut := tierctl(t, "restore", logs, "--store", "file://"+bucket, "--partition", "orders-0")
+	if code != 0 || !strings.Contains(out, "restored ") {
+		t.Fatalf("restore: exit %d %q %s", code, out, errOut)
+	}
+	if code, out, _ := tierctl(t, "consume", part, "--quiet"); code != 0 || strings.TrimSpace(out) != fmt.Sprint(remoteEnd) {
+		t.Fatalf("consume after restore: %q, want %d records", out, remoteEnd)
+	}
+	if code, out, _ := tierctl(t, "verify", part); code != 0 {
+		t.Fatalf("verify after restore: %s", out)
+	}
+	if code, _, _ := tierctl(t, "restore", logs, "--store", "file://"+bucket, "--partition", "orders-0"); code == 0 {
+		t.Fatal("restore over an existing partition directory succeeded")
+	}
+}

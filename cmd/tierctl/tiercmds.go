@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"hash/crc32"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
@@ -327,5 +329,118 @@ func newManifestCmd() *cobra.Command {
 	}
 	verify.Flags().BoolVar(&deep, "deep", false, "re-read every object and check its CRC-32C")
 	cmd.AddCommand(show, verify)
+	return cmd
+}
+
+func newRestoreCmd() *cobra.Command {
+	var storeURL, partition string
+	cmd := &cobra.Command{
+		Use:   "restore LOGDIR --store URL --partition TOPIC-PARTITION",
+		Short: "Rebuild a partition's local directory from the bucket alone",
+		Long: `restore downloads every segment the committed manifest names into
+<LOGDIR>/<topic>-<partition> (which must not exist or be empty), checking
+each object's CRC-32C, then opens it through the log directory so its
+checkpoints (log start, high watermark) are written, and closes it cleanly.
+Use it for a lost disk or a new broker.`,
+		Example: `  tierctl restore /var/lib/tierlog/logs --store file:///var/lib/tierlog/bucket --partition orders-0`,
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := context.Background()
+			tp, err := local.ParsePartitionDirName(partition)
+			if err != nil {
+				return usageError{err}
+			}
+			store, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			dir := filepath.Join(args[0], tp.String())
+			m, err := tiered.Restore(ctx, store, tp.String(), dir)
+			if err != nil {
+				return err
+			}
+			// Open through the log dir: the restored records were committed
+			// (below the high watermark when uploaded).
+			b, err := local.OpenBackend(args[0], local.BackendOptions{})
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			l, err := b.OpenLog(ctx, tp.Topic, tp.Partition, backend.DefaultConfig())
+			if err != nil {
+				return err
+			}
+			if err := l.SetHighWatermark(l.Offsets().LogEnd); err != nil {
+				return err
+			}
+			if m.LogStartOffset > l.Offsets().LogStart {
+				if err := l.DeleteRecordsBefore(ctx, m.LogStartOffset); err != nil {
+					return err
+				}
+			}
+			o := l.Offsets()
+			if err := b.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "restored %d segment(s) (%d bytes) into %s: offsets %d..%d\n", len(m.Segments), m.Size(), dir, o.LogStart, o.LogEnd-1)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "", "bucket URL")
+	cmd.Flags().StringVar(&partition, "partition", "", "the partition, as TOPIC-PARTITION")
+	return cmd
+}
+
+func newGCCmd() *cobra.Command {
+	var storeURL, partition string
+	var grace time.Duration
+	var dryRun, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "gc --store URL --partition TOPIC-PARTITION [--grace 1h] [--dry-run]",
+		Short: "Delete objects no committed manifest names (crashed uploads) and stale multipart uploads",
+		Long: `gc lists the partition's prefix and removes every object that the
+committed manifest does not name and that is older than --grace (default
+1h, so that uploads in flight, not yet committed, are left alone), then
+aborts multipart uploads older than --grace. --dry-run only lists them.`,
+		Example: `  tierctl gc --store file:///var/lib/tierlog/bucket --partition orders-0 --dry-run`,
+		Args:    exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := context.Background()
+			tp, err := local.ParsePartitionDirName(partition)
+			if err != nil {
+				return usageError{err}
+			}
+			store, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			keys, err := tiered.GC(ctx, store, tp.String(), grace, dryRun)
+			if err != nil {
+				return err
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			verb := "deleted"
+			if dryRun {
+				verb = "would delete"
+			}
+			if asJSON {
+				writeJSON(w, map[string]any{"dryRun": dryRun, "keys": keys})
+				return nil
+			}
+			for _, k := range keys {
+				fmt.Fprintf(w, "%s %s\n", verb, k)
+			}
+			fmt.Fprintf(w, "%s %d object(s)\n", verb, len(keys))
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "", "bucket URL")
+	cmd.Flags().StringVar(&partition, "partition", "", "the partition, as TOPIC-PARTITION")
+	cmd.Flags().DurationVar(&grace, "grace", time.Hour, "leave objects younger than this")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be deleted")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }
