@@ -54,3 +54,13 @@ func TestConformanceOverFS(t *testing.T) {
 		return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: objstore.New(d, "file://conformance", objstore.Options{})}
 	})
 }
+
+func TestConformanceOverS3AndMinIO(t *testing.T) {
+	for _, kind := range []string{"s3", "minio"} {
+		t.Run(kind, func(t *testing.T) {
+			storagetest.Run(t, func(t *testing.T) storagetest.Harness {
+				return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: realStore(t, kind)}
+			})
+		})
+	}
+}

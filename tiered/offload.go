@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
@@ -26,7 +27,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 func (p *Partition) Offload(ctx context.Context) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err := p.Fenced(); err != nil {
+	if err := p.reconcileLocked(ctx); err != nil {
 		return 0, err
 	}
 	hw := p.local.Offsets().HighWatermark
@@ -120,6 +121,17 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo) (manifest.
 	}
 	put := func(name string, body io.ReadSeeker, size int64, crc uint32) error {
 		_, err := p.store.Put(ctx, p.key(name), body, size, objstore.PutOptions{CRC32C: crc, HasCRC32C: true, IfNoneMatch: true})
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			// The key is new to this attempt: if it exists, an earlier try
+			// of this very put succeeded before its answer was lost.
+			info, herr := p.store.Head(ctx, p.key(name))
+			if herr == nil && info.Size == size {
+				return nil
+			}
+			if herr != nil {
+				return fmt.Errorf("tiered: upload %s: %w: its outcome is unknown (%v)", name, objstore.ErrRetryable, herr)
+			}
+		}
 		if err != nil {
 			return fmt.Errorf("tiered: upload %s: %w", name, err)
 		}

@@ -63,6 +63,9 @@ type Partition struct {
 	mu   sync.Mutex // serializes Offload and manifest changes
 	man  atomic.Pointer[manifestState]
 	fenc atomic.Pointer[error]
+	// unknown is a manifest whose commit may or may not have happened (the
+	// answer was lost); the next change reconciles it first. Guarded by mu.
+	unknown *manifest.Manifest
 
 	indexes *byteCache
 }
@@ -211,11 +214,16 @@ func (p *Partition) Close() error { return p.local.Close() }
 
 // commitLocked replaces the manifest st with next by a conditional put. A
 // lost condition fences this writer, unless the manifest now in the bucket
-// is exactly next (a retried put whose first try had succeeded).
+// is exactly next (a retried put whose first try had succeeded). When the
+// outcome cannot be known (the put failed retryably, or the bucket cannot
+// be read back), the error is retryable and the next change reconciles.
 // REQUIRES: p.mu held.
 func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *manifest.Manifest) error {
-	if err := p.Fenced(); err != nil {
+	if err := p.reconcileLocked(ctx); err != nil {
 		return err
+	}
+	if st != p.man.Load() {
+		return fmt.Errorf("%w: the manifest changed while this commit was prepared", objstore.ErrRetryable)
 	}
 	next.Generation = st.m.Generation + 1
 	next.WriterEpoch = p.opts.LeaderEpoch
@@ -225,21 +233,48 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	}
 	opts := objstore.PutOptions{IfMatch: st.etag, IfNoneMatch: st.etag == ""}
 	info, err := p.store.Put(ctx, p.key(ManifestName), bytes.NewReader(data), int64(len(data)), opts)
-	if errors.Is(err, objstore.ErrPreconditionFailed) {
-		now, rerr := p.readManifest(ctx)
-		if rerr == nil && now.m.Generation == next.Generation && now.m.WriterEpoch == next.WriterEpoch {
-			if enc, _ := now.m.Encode(); bytes.Equal(enc, data) {
-				p.man.Store(now)
-				return nil
-			}
-		}
-		p.fence(fmt.Errorf("the manifest changed under generation %d (another writer committed)", st.m.Generation))
+	switch {
+	case err == nil:
+		p.man.Store(&manifestState{m: next, etag: info.ETag})
+		return nil
+	case errors.Is(err, objstore.ErrPreconditionFailed):
+		p.unknown = next
+		return p.reconcileLocked(ctx)
+	default:
+		p.unknown = next // it may have landed
+		return fmt.Errorf("tiered: commit manifest generation %d: %w", next.Generation, err)
+	}
+}
+
+// reconcileLocked settles a commit whose outcome is unknown by reading the
+// bucket's manifest: if it is the one this writer tried to commit, adopt
+// it; if it is still the one this writer knew, the commit did not happen;
+// anything else was written by another writer, which fences this one.
+// REQUIRES: p.mu held.
+func (p *Partition) reconcileLocked(ctx context.Context) error {
+	if err := p.Fenced(); err != nil {
+		return err
+	}
+	if p.unknown == nil {
+		return nil
+	}
+	now, err := p.readManifest(ctx)
+	if err != nil {
+		return fmt.Errorf("tiered: reconcile the manifest: %w", err)
+	}
+	enc := func(m *manifest.Manifest) []byte { b, _ := m.Encode(); return b }
+	nowBytes, cur := enc(now.m), p.man.Load()
+	switch {
+	case bytes.Equal(nowBytes, enc(p.unknown)):
+		p.man.Store(now) // our commit landed
+	case now.etag == cur.etag && bytes.Equal(nowBytes, enc(cur.m)):
+		// Our commit did not land; the manifest is the one we knew.
+	default:
+		p.unknown = nil
+		p.fence(fmt.Errorf("the manifest moved from generation %d to %d, written by leader epoch %d", cur.m.Generation, now.m.Generation, now.m.WriterEpoch))
 		return p.Fenced()
 	}
-	if err != nil {
-		return fmt.Errorf("tiered: commit manifest: %w", err)
-	}
-	p.man.Store(&manifestState{m: next, etag: info.ETag})
+	p.unknown = nil
 	return nil
 }
 

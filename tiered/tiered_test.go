@@ -14,6 +14,7 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -307,4 +308,77 @@ func TestRestoreAndGC(t *testing.T) {
 	if _, err := tiered.Restore(ctx, store, "tl/orders-0", dir); err == nil {
 		t.Fatal("restore into a non-empty directory")
 	}
+}
+
+// TestFaults: with errors (before and after the operation), latency, cut
+// bodies and short reads injected, offload either succeeds or fails with a
+// retryable error and catches up once the faults stop; reads succeed or
+// fail retryably; nothing is lost.
+func TestFaults(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("faultstore seed %d", seed)
+	fd := faultstore.Wrap(mem.New(), seed,
+		faultstore.Rule{Fault: faultstore.FailBefore, Probability: 0.2},
+		faultstore.Rule{Op: objstore.OpPut, Fault: faultstore.FailAfter, Probability: 0.2},
+		faultstore.Rule{Fault: faultstore.Latency, Latency: time.Millisecond, Probability: 0.1},
+		faultstore.Rule{Op: objstore.OpGet, Fault: faultstore.CutBody, AfterBytes: 1000, Probability: 0.3},
+		faultstore.Rule{Op: objstore.OpGet, Fault: faultstore.ShortRead, AfterBytes: 10, Probability: 0.1},
+	)
+	store := objstore.New(fd, "faulty", objstore.Options{MaxAttempts: 2, BaseBackoff: time.Millisecond})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "300000", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p := open(t, dir, store, 1, c)
+	defer p.Close()
+	produce(t, p, 20_000)
+	want := batchesFrom(t, p, 0)
+	for try := 0; try < 50; try++ {
+		_, err := p.Offload(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, objstore.ErrRetryable) {
+			t.Fatalf("offload under faults: %v (want success or a retryable error)", err)
+		}
+		if p.Fenced() != nil {
+			t.Fatalf("a retried commit fenced its own writer: %v", p.Fenced())
+		}
+	}
+	fd.SetEnabled(false)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatalf("offload after the faults stopped: %v", err)
+	}
+	if len(p.Local().SegmentInfos()) != 1 {
+		t.Fatalf("%d local segments left; offload did not catch up", len(p.Local().SegmentInfos()))
+	}
+	fd.SetEnabled(true)
+	retryable := 0
+	for off := int64(0); off < 20_000; off += 211 {
+		r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 64 << 10, MinOneBatch: true})
+		if err != nil {
+			if !errors.Is(err, objstore.ErrRetryable) {
+				t.Fatalf("read %d under faults: %v", off, err)
+			}
+			retryable++
+			continue
+		}
+		var buf bytes.Buffer
+		r.WriteTo(&buf)
+		sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, int64(buf.Len()), record.ScanOptions{Validate: true})
+		for sc.Next() {
+			if !bytes.Equal(sc.Entry().Data, want[sc.Entry().LastOffset]) {
+				t.Fatalf("read %d under faults returned different bytes", off)
+			}
+		}
+		if sc.Err() != nil {
+			t.Fatalf("read %d under faults returned a damaged batch: %v", off, sc.Err())
+		}
+	}
+	fd.SetEnabled(false)
+	got := batchesFrom(t, p, 0)
+	for last, b := range want {
+		if !bytes.Equal(got[last], b) {
+			t.Fatalf("batch ending at %d lost or changed", last)
+		}
+	}
+	t.Logf("%d faults injected; %d reads failed retryably", fd.Injected(), retryable)
 }

@@ -1,0 +1,43 @@
+package tiered_test
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/minio"
+	"github.com/tierlog/tierlog/objstore/s3"
+	"github.com/tierlog/tierlog/testing/s3server"
+)
+
+func TestMain(m *testing.M) { os.Exit(s3server.RunTests(m)) }
+
+// realStore opens a fresh bucket on the shared S3 server through the s3 or
+// the minio driver.
+func realStore(t *testing.T, kind string) *objstore.Store {
+	t.Helper()
+	srv := s3server.Shared(t)
+	bucket := s3server.BucketName(t)
+	ctx := context.Background()
+	var d objstore.Driver
+	var err error
+	switch kind {
+	case "s3":
+		c := s3.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+		if err = s3.CreateBucket(ctx, c); err == nil {
+			d, err = s3.Open(ctx, c)
+		}
+	default:
+		c := minio.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+		if err = minio.CreateBucket(ctx, c); err == nil {
+			d, err = minio.Open(ctx, c)
+		}
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := objstore.New(d, kind+"://"+bucket, objstore.Options{})
+	t.Cleanup(func() { s.Close() })
+	return s
+}
