@@ -382,3 +382,48 @@ func TestFaults(t *testing.T) {
 	}
 	t.Logf("%d faults injected; %d reads failed retryably", fd.Injected(), retryable)
 }
+
+// TestRemoteRetention: retention.bytes trims the manifest first, then the
+// objects; reads below the new log start are out of range.
+func TestRemoteRetention(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://ret", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.bytes", "4000000", "retention.ms", "-1")
+	p := open(t, dir, store, 1, c)
+	defer p.Close()
+	produce(t, p, 50_000)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	before := p.Manifest()
+	n, err := p.ApplyRetention(ctx)
+	if err != nil || n == 0 {
+		t.Fatalf("retention removed %d (%v)", n, err)
+	}
+	m := p.Manifest()
+	if len(m.Segments) != len(before.Segments)-n || m.LogStartOffset != m.Segments[0].BaseOffset {
+		t.Fatalf("manifest after retention: %d segments, log start %d", len(m.Segments), m.LogStartOffset)
+	}
+	var total int64 = m.Size()
+	for _, si := range p.Local().SegmentInfos() {
+		total += si.Size
+	}
+	if total > 4000000+1048576 {
+		t.Fatalf("%d bytes kept with retention.bytes=4000000", total)
+	}
+	for _, s := range before.Segments[:n] {
+		if _, err := store.Head(ctx, "tl/orders-0/"+s.Name(".log")); !errors.Is(err, objstore.ErrNotFound) {
+			t.Fatalf("object of a retired segment still there: %v", err)
+		}
+	}
+	if _, err := p.Read(ctx, 0, backend.ReadOptions{}); !errors.Is(err, backend.ErrOffsetOutOfRange) {
+		t.Fatalf("read below the new log start: %v", err)
+	}
+	if got := batchesFrom(t, p, m.LogStartOffset); len(got) == 0 {
+		t.Fatal("nothing readable after retention")
+	}
+	if leftovers, _ := tiered.GC(ctx, store, "tl/orders-0", 0, true); len(leftovers) != 0 {
+		t.Fatalf("retention left garbage: %v", leftovers)
+	}
+}

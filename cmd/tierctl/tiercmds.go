@@ -52,7 +52,11 @@ high watermark and that the bucket does not hold yet (.log, trimmed .index
 and .timeindex, each with its CRC-32C), commits the manifest with a
 conditional put, then deletes local copies the manifest names as
 local.retention.ms/bytes say (--config local.retention.ms=0 keeps only what
-must stay local). It opens the partition through its log directory (whose
+must stay local), and applies total retention (retention.ms/bytes) to the
+bucket: segments leave the manifest first, then their objects are deleted.
+Retention follows the topic config given with --config (Kafka's defaults
+otherwise: retention.ms is 7 days; pass --config retention.ms=-1 to keep
+older data). It opens the partition through its log directory (whose
 checkpoints hold the high watermark) and locks that directory meanwhile.
 
 Objects go to <store prefix>/<topic>-<partition>/.`,
@@ -92,16 +96,21 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 			if err != nil {
 				return err
 			}
+			retired, err := p.ApplyRetention(ctx)
+			if err != nil {
+				return err
+			}
 			m, o := p.Manifest(), p.Offsets()
 			if err := b.Close(); err != nil {
 				return err
 			}
 			if asJSON {
-				writeJSON(cmd.OutOrStdout(), map[string]any{"uploaded": n, "remoteSegments": len(m.Segments), "remoteBytes": m.Size(),
+				writeJSON(cmd.OutOrStdout(), map[string]any{"uploaded": n, "retired": retired, "remoteSegments": len(m.Segments), "remoteBytes": m.Size(),
 					"generation": m.Generation, "localSegmentsDeleted": before - len(l.SegmentInfos()), "logStart": o.LogStart, "localLogStart": o.LocalLogStart})
 				return nil
 			}
-			fmt.Fprintf(cmd.OutOrStdout(), "uploaded %d segment(s); the bucket holds %d (%d bytes), manifest generation %d\n", n, len(m.Segments), m.Size(), m.Generation)
+			fmt.Fprintf(cmd.OutOrStdout(), "uploaded %d segment(s), retired %d by retention; the bucket holds %d (%d bytes), manifest generation %d\n",
+				n, retired, len(m.Segments), m.Size(), m.Generation)
 			fmt.Fprintf(cmd.OutOrStdout(), "local retention deleted %d local segment(s); log start %d, local log start %d\n",
 				before-len(l.SegmentInfos()), o.LogStart, o.LocalLogStart)
 			return nil

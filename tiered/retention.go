@@ -1,0 +1,80 @@
+package tiered
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tierlog/tierlog/manifest"
+)
+
+// ApplyRetention applies total retention to the bucket as Kafka's remote
+// log manager does: segments whose largest timestamp is older than
+// retention.ms, the oldest segments while the partition's size (remote
+// segments plus local-only ones) exceeds retention.bytes, and segments
+// wholly below the log start offset go. They leave the manifest first (a
+// commit), and only then are their objects deleted; a delete that fails
+// leaves garbage for GC, never a manifest naming a missing object. It
+// returns how many segments it removed.
+func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := p.reconcileLocked(ctx); err != nil {
+		return 0, err
+	}
+	st := p.man.Load()
+	segs := st.m.Segments
+	if len(segs) == 0 {
+		return 0, nil
+	}
+	cfg := p.local.Config()
+	now := p.opts.Now().UnixMilli()
+	// The partition's size: remote segments, plus local ones the bucket
+	// does not hold.
+	lastRemote := segs[len(segs)-1].LastOffset
+	total := st.m.Size()
+	for _, si := range p.local.SegmentInfos() {
+		if si.BaseOffset > lastRemote {
+			total += si.Size
+		}
+	}
+	n := 0
+	for _, s := range segs {
+		gone := s.LastOffset < st.m.LogStartOffset ||
+			(cfg.Delete() && cfg.RetentionMs >= 0 && now-s.MaxTimestamp > cfg.RetentionMs) ||
+			(cfg.Delete() && cfg.RetentionBytes >= 0 && total-s.Size >= cfg.RetentionBytes)
+		if !gone {
+			break
+		}
+		total -= s.Size
+		n++
+	}
+	if n == 0 {
+		return 0, nil
+	}
+	next := *st.m
+	next.Segments = append([]manifest.Segment(nil), segs[n:]...)
+	next.LogStartOffset = max(st.m.LogStartOffset, segs[n-1].LastOffset+1)
+	if len(next.Segments) > 0 {
+		next.LogStartOffset = max(next.LogStartOffset, next.Segments[0].BaseOffset)
+	}
+	if err := p.commitLocked(ctx, st, &next); err != nil {
+		return 0, err
+	}
+	var keys []string
+	for _, s := range segs[:n] {
+		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+			keys = append(keys, p.key(s.Name(suf)))
+		}
+	}
+	// The log start moved: the local log follows when it still holds
+	// offsets below it.
+	if ls := p.local.Offsets(); next.LogStartOffset > ls.LogStart && next.LogStartOffset <= ls.HighWatermark {
+		if err := p.local.DeleteRecordsBefore(ctx, next.LogStartOffset); err != nil {
+			return n, err
+		}
+	}
+	if err := p.store.Delete(ctx, keys...); err != nil {
+		return n, fmt.Errorf("tiered: %d segments left the manifest but their objects were not all deleted (gc will): %w", n, err)
+	}
+	return n, nil
+}
