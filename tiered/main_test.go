@@ -11,7 +11,13 @@ import (
 	"github.com/tierlog/tierlog/testing/s3server"
 )
 
-func TestMain(m *testing.M) { os.Exit(s3server.RunTests(m)) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(crashEnv); spec != "" {
+		crashChild(spec)
+		return
+	}
+	os.Exit(s3server.RunTests(m))
+}
 
 // realStore opens a fresh bucket on the shared S3 server through the s3 or
 // the minio driver.

@@ -1,0 +1,230 @@
+package tiered_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/fs"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// The crash test runs offload and retention in a child process that
+// SIGKILLs itself at its k-th object store operation (before or after the
+// operation), then checks from the parent: no manifest entry names a
+// missing object, no record is lost, offload catches up, and gc removes
+// exactly the leftovers.
+
+const crashEnv = "TIERLOG_TIERED_CRASH"
+
+// killer is a Driver that kills the process around its k-th operation.
+type killer struct {
+	objstore.Driver
+	k, n  int
+	after bool
+}
+
+func (d *killer) step() {
+	d.n++
+	if d.n == d.k {
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		time.Sleep(time.Second)
+	}
+}
+
+func (d *killer) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	if !d.after {
+		d.step()
+	}
+	info, err := d.Driver.Put(ctx, key, body, size, opts)
+	if d.after {
+		d.step()
+	}
+	return info, err
+}
+
+func (d *killer) Delete(ctx context.Context, keys []string) error {
+	if !d.after {
+		d.step()
+	}
+	err := d.Driver.Delete(ctx, keys)
+	if d.after {
+		d.step()
+	}
+	return err
+}
+
+var crashCfg = map[string]string{"segment.bytes": "200000", "local.retention.ms": "0", "file.delete.delay.ms": "0",
+	"retention.bytes": "1500000", "retention.ms": "-1"}
+
+func crashChild(spec string) {
+	parts := strings.Split(spec, ":")
+	root := parts[0]
+	k, _ := strconv.Atoi(parts[1])
+	after := parts[2] == "after"
+	c, _ := backend.ParseConfig(crashCfg)
+	d, err := fs.Open(filepath.Join(root, "bucket"))
+	if err != nil {
+		panic(err)
+	}
+	store := objstore.New(&killer{Driver: d, k: k, after: after}, "crash", objstore.Options{})
+	b, err := local.OpenBackend(filepath.Join(root, "logs"), local.BackendOptions{})
+	if err != nil {
+		panic(err)
+	}
+	l, err := b.OpenLog(ctx, "orders", 0, c)
+	if err != nil {
+		panic(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "orders-0", LeaderEpoch: 1})
+	if err != nil {
+		panic(err)
+	}
+	for round := 0; round < 3; round++ {
+		produce(nopTB{}, p, 3000)
+		l.Flush()
+		b.Checkpoint()
+		if _, err := p.Offload(ctx); err != nil {
+			panic(err)
+		}
+		if _, err := p.ApplyRetention(ctx); err != nil {
+			panic(err)
+		}
+		b.Checkpoint()
+	}
+	b.Close()
+	os.Exit(0)
+}
+
+// nopTB lets produce run outside a test.
+type nopTB struct{ testing.TB }
+
+func (nopTB) Helper()                   {}
+func (nopTB) Fatal(args ...any)         { panic(fmt.Sprint(args...)) }
+func (nopTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+func TestCrashDuringOffloadAndRetention(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rng := rand.New(rand.NewPCG(seed, 1))
+	runs := 60
+	if testing.Short() {
+		runs = 15
+	}
+	crashed := 0
+	defer func() { t.Logf("%d of %d runs were killed mid-offload or mid-retention", crashed, runs) }()
+	for run := 0; run < runs; run++ {
+		root := t.TempDir()
+		os.MkdirAll(filepath.Join(root, "bucket"), 0o755)
+		k := 1 + rng.IntN(45)
+		when := []string{"before", "after"}[rng.IntN(2)]
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%s", crashEnv, root, k, when))
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			if err == nil {
+				continue // the child finished before its k-th operation
+			}
+			t.Fatalf("run %d (k=%d %s): child: %v\n%s", run, k, when, err, out)
+		}
+		crashed++
+		checkAfterTieredCrash(t, root, fmt.Sprintf("run %d (k=%d, %s)", run, k, when))
+	}
+}
+
+func checkAfterTieredCrash(t *testing.T, root, what string) {
+	t.Helper()
+	c, _ := backend.ParseConfig(crashCfg)
+	d, err := fs.Open(filepath.Join(root, "bucket"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := objstore.New(d, "after", objstore.Options{})
+	// 1. Every object the manifest names exists with its size.
+	m, err := tiered.ReadManifest(ctx, store, "orders-0")
+	if err != nil {
+		t.Fatalf("%s: manifest: %v", what, err)
+	}
+	for _, s := range m.Segments {
+		for _, o := range []struct {
+			suf  string
+			size int64
+		}{{".log", s.Size}, {".index", s.IndexSize}, {".timeindex", s.TimeIndexSize}} {
+			info, err := store.Head(ctx, "orders-0/"+s.Name(o.suf))
+			if err != nil || info.Size != o.size {
+				t.Fatalf("%s: the manifest names %s, which is missing or short: %v", what, s.Name(o.suf), err)
+			}
+		}
+	}
+	// 2. No record is lost: every offset from the log start reads back.
+	b, err := local.OpenBackend(filepath.Join(root, "logs"), local.BackendOptions{})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	defer b.Close()
+	l, err := b.OpenLog(ctx, "orders", 0, c)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	o := p.Offsets()
+	if len(m.Segments) > 0 && o.LocalLogStart > m.Segments[len(m.Segments)-1].LastOffset+1 {
+		t.Fatalf("%s: a gap between the bucket (to %d) and the local log (from %d)", what, m.Segments[len(m.Segments)-1].LastOffset, o.LocalLogStart)
+	}
+	batches := batchesFrom(t, p, o.LogStart)
+	var n int64
+	for _, bt := range batches {
+		n += int64(recordsIn(bt))
+	}
+	if n != o.LogEnd-o.LogStart {
+		t.Fatalf("%s: %d records between %d and %d", what, n, o.LogStart, o.LogEnd)
+	}
+	// 3. Offload catches up; 4. gc removes exactly the leftovers.
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatalf("%s: re-offload: %v", what, err)
+	}
+	if _, err := tiered.GC(ctx, store, "orders-0", 0, false); err != nil {
+		t.Fatalf("%s: gc: %v", what, err)
+	}
+	m, _ = tiered.ReadManifest(ctx, store, "orders-0")
+	named := map[string]bool{"orders-0/manifest": true}
+	for _, s := range m.Segments {
+		for _, suf := range []string{".log", ".index", ".timeindex"} {
+			named["orders-0/"+s.Name(suf)] = true
+		}
+	}
+	store.List(ctx, "orders-0/", func(o objstore.ObjectInfo) bool {
+		if !named[o.Key] {
+			t.Errorf("%s: gc left %s", what, o.Key)
+		}
+		return true
+	})
+	for k := range named {
+		if _, err := store.Head(ctx, k); err != nil {
+			t.Errorf("%s: gc removed %s, which the manifest names", what, k)
+		}
+	}
+}
+
+func recordsIn(batch []byte) int {
+	return int(uint32(batch[57])<<24 | uint32(batch[58])<<16 | uint32(batch[59])<<8 | uint32(batch[60]))
+}
