@@ -96,6 +96,9 @@ func New(d Driver, name string, opts Options) *Store {
 	return &Store{d: d, name: name, opts: opts, requests: map[Op]int64{}, errs: map[Op]int64{}, retries: map[Op]int64{}}
 }
 
+// Timeout returns the per-attempt request deadline.
+func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
+
 // Name returns the store's name.
 func (s *Store) Name() string { return s.name }
 

@@ -86,9 +86,16 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 	logKey := p.key(seg.Name(manifest.LogSuffix))
 	for pos < seg.Size {
 		n := min(seg.Size-pos, maxBytes+readSlack)
-		data, err := p.store.ReadAll(ctx, logKey, pos, n)
-		if err != nil {
-			return nil, false, fmt.Errorf("tiered: %w", err)
+		data, cached := p.chunks.get(logKey, pos)
+		if cached && !holdsBatchFor(data, target) {
+			cached = false // the cached range ends before the batch we need
+		}
+		if !cached {
+			var err error
+			if data, err = p.store.ReadAll(ctx, logKey, pos, n); err != nil {
+				return nil, false, fmt.Errorf("tiered: %w", err)
+			}
+			p.chunks.put(logKey, pos, data)
 		}
 		// Skip to the batch holding target.
 		at := int64(0)
@@ -158,9 +165,26 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 			}
 			end, next = at+first.Size, first.LastOffset+1
 		}
+		p.prefetch(seg, pos+int64(len(data)))
 		return &memRecords{data: data[at:end], next: next}, true, nil
 	}
 	return nil, false, nil
+}
+
+// holdsBatchFor reports whether data (a range of a segment starting at a
+// batch boundary) holds whole the batch with an offset >= target.
+func holdsBatchFor(data []byte, target int64) bool {
+	for at := int64(0); at < int64(len(data)); {
+		e, err := record.HeaderAt(data, at, int64(len(data)))
+		if err != nil {
+			return false
+		}
+		if e.LastOffset >= target {
+			return true
+		}
+		at += e.Size
+	}
+	return false
 }
 
 // OffsetForTimestamp searches the bucket's segments (by their largest

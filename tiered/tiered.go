@@ -47,6 +47,13 @@ type Options struct {
 	// IndexCacheBytes bounds the remote indexes kept in memory (default
 	// 64 MiB).
 	IndexCacheBytes int64
+	// ChunkCacheBytes bounds the remote log ranges kept in memory, so
+	// repeated reads cost no GET (default 64 MiB; -1 disables it).
+	ChunkCacheBytes int64
+	// PrefetchBytes is how much a remote read fetches ahead, in the
+	// background, for the next sequential read, across segment borders
+	// (default 1 MiB; -1 disables read-ahead).
+	PrefetchBytes int64
 	// Now is the clock for local retention (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -67,7 +74,10 @@ type Partition struct {
 	// answer was lost); the next change reconciles it first. Guarded by mu.
 	unknown *manifest.Manifest
 
-	indexes *byteCache
+	indexes     *byteCache
+	chunks      *rangeCache
+	prefetching atomic.Bool
+	prefetched  atomic.Int64
 }
 
 // manifestState is a committed manifest and the ETag to replace it with.
@@ -86,13 +96,20 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.IndexCacheBytes <= 0 {
 		opts.IndexCacheBytes = 64 << 20
 	}
+	if opts.ChunkCacheBytes == 0 {
+		opts.ChunkCacheBytes = 64 << 20
+	}
+	if opts.PrefetchBytes == 0 {
+		opts.PrefetchBytes = 1 << 20
+	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Partition{local: l, store: opts.Store, prefix: opts.Prefix, opts: opts, indexes: newByteCache(opts.IndexCacheBytes)}
+	p := &Partition{local: l, store: opts.Store, prefix: opts.Prefix, opts: opts,
+		indexes: newByteCache(opts.IndexCacheBytes), chunks: newRangeCache(opts.ChunkCacheBytes)}
 	st, err := p.readManifest(ctx)
 	if err != nil {
 		return nil, err

@@ -177,7 +177,7 @@ func TestRequestCounts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q, err := tiered.Open(ctx, l, tiered.Options{Store: fresh, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	q, err := tiered.Open(ctx, l, tiered.Options{Store: fresh, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,9 +196,49 @@ func TestRequestCounts(t *testing.T) {
 	if s := fresh.Stats(); s.Requests[objstore.OpGet] != 3 {
 		t.Fatalf("cold read: %d GETs in all, want 3 (manifest, index, log)", s.Requests[objstore.OpGet])
 	}
-	read(12_400) // same segment: its index is cached
-	if s := fresh.Stats(); s.Requests[objstore.OpGet] != 4 {
-		t.Fatalf("second read: %d GETs in all, want 4 (one more ranged GET)", s.Requests[objstore.OpGet])
+	read(12_345) // warm: the chunk cache holds it
+	read(12_400) // in the range the first read fetched
+	if s := fresh.Stats(); s.Requests[objstore.OpGet] != 3 {
+		t.Fatalf("warm reads: %d GETs in all, want still 3", s.Requests[objstore.OpGet])
+	}
+	read(2_000) // another segment, cold: index + log
+	if s := fresh.Stats(); s.Requests[objstore.OpGet] != 5 {
+		t.Fatalf("cold read of another segment: %d GETs in all, want 5", s.Requests[objstore.OpGet])
+	}
+}
+
+// TestPrefetch: a sequential consumer of offloaded data finds its next
+// range already fetched, across segment borders.
+func TestPrefetch(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://pf", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "300000", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p := open(t, dir, store, 1, c)
+	produce(t, p, 20_000)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	l, _ := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	reads := 0
+	for off := int64(0); off < q.Offsets().LocalLogStart; reads++ {
+		r, err := q.Read(ctx, off, backend.ReadOptions{MaxBytes: 64 << 10, MinOneBatch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		off = r.(backend.OffsetRange).NextOffset()
+		time.Sleep(2 * time.Millisecond) // a consumer's think time: the read-ahead's moment
+	}
+	st := q.CacheStats()
+	t.Logf("%d sequential remote reads: %d chunk hits, %d misses", reads, st.ChunkHits, st.ChunkMisses)
+	if st.ChunkHits < int64(reads)/2 {
+		t.Fatalf("read-ahead served only %d of %d sequential reads", st.ChunkHits, reads)
 	}
 }
 
