@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 
 // realStore opens a fresh bucket on the shared S3 server through the s3 or
 // the minio driver.
-func realStore(t *testing.T, kind string) *objstore.Store {
+func realStore(t testing.TB, kind string) *objstore.Store {
 	t.Helper()
 	srv := s3server.Shared(t)
 	bucket := s3server.BucketName(t)

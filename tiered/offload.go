@@ -9,6 +9,7 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
+	"sync"
 
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
@@ -21,48 +22,98 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Offload uploads, in offset order, every closed local segment that lies
 // wholly below the high watermark and that the manifest does not name yet,
-// committing the manifest after each; then it applies local retention
-// (local.retention.ms/bytes) to segments a committed manifest names. It
-// returns how many segments it uploaded.
+// up to UploadConcurrency segments at a time, committing the manifest once
+// per group (a group that fails part-way commits the segments before the
+// failure); then it applies local retention (local.retention.ms/bytes) to
+// segments a committed manifest names. It returns how many segments it
+// uploaded.
 func (p *Partition) Offload(ctx context.Context) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := p.reconcileLocked(ctx); err != nil {
 		return 0, err
 	}
-	hw := p.local.Offsets().HighWatermark
+	pending, err := p.pendingLocked()
+	if err != nil {
+		return 0, err
+	}
 	n := 0
+	for len(pending) > 0 {
+		group := pending[:min(len(pending), p.opts.UploadConcurrency)]
+		pending = pending[len(group):]
+		segs := make([]manifest.Segment, len(group))
+		errs := make([]error, len(group))
+		var wg sync.WaitGroup
+		for i, si := range group {
+			wg.Add(1)
+			go func(i int, si local.SegmentInfo) {
+				defer wg.Done()
+				segs[i], errs[i] = p.upload(ctx, si)
+			}(i, si)
+		}
+		wg.Wait()
+		ok := 0
+		for ok < len(group) && errs[ok] == nil {
+			ok++
+		}
+		if ok > 0 {
+			st := p.man.Load()
+			next := *st.m
+			next.Segments = append(append([]manifest.Segment(nil), st.m.Segments...), segs[:ok]...)
+			if len(st.m.Segments) == 0 {
+				next.LogStartOffset = max(segs[0].BaseOffset, p.local.Offsets().LogStart)
+			}
+			if err := p.commitLocked(ctx, st, &next); err != nil {
+				return n, err
+			}
+			for _, seg := range segs[:ok] {
+				p.opts.Logger.Info("offloaded segment", "base", seg.BaseOffset, "last", seg.LastOffset, "bytes", seg.Size)
+			}
+			n += ok
+		}
+		if ok < len(group) {
+			return n, errs[ok]
+		}
+	}
+	return n, p.applyLocalRetentionLocked(ctx)
+}
+
+// pendingLocked lists the closed local segments below the high watermark
+// that the manifest does not name yet, in offset order.
+// REQUIRES: p.mu held.
+func (p *Partition) pendingLocked() ([]local.SegmentInfo, error) {
+	m := p.Manifest()
+	lastRemote := int64(-1)
+	if k := len(m.Segments); k > 0 {
+		lastRemote = m.Segments[k-1].LastOffset
+	}
+	hw := p.local.Offsets().HighWatermark
+	var out []local.SegmentInfo
 	for _, si := range p.local.SegmentInfos() {
 		if si.Active || si.NextOffset > hw {
 			break
-		}
-		st := p.man.Load()
-		lastRemote := int64(-1)
-		if k := len(st.m.Segments); k > 0 {
-			lastRemote = st.m.Segments[k-1].LastOffset
 		}
 		if si.NextOffset-1 <= lastRemote {
 			continue // uploaded already
 		}
 		if si.BaseOffset <= lastRemote {
-			return n, fmt.Errorf("tiered: local segment %d..%d overlaps the bucket, which ends at %d", si.BaseOffset, si.NextOffset-1, lastRemote)
+			return nil, fmt.Errorf("tiered: local segment %d..%d overlaps the bucket, which ends at %d", si.BaseOffset, si.NextOffset-1, lastRemote)
 		}
-		seg, err := p.upload(ctx, si)
-		if err != nil {
-			return n, err
-		}
-		next := *st.m
-		next.Segments = append(append([]manifest.Segment(nil), st.m.Segments...), seg)
-		if len(st.m.Segments) == 0 {
-			next.LogStartOffset = max(seg.BaseOffset, p.local.Offsets().LogStart)
-		}
-		if err := p.commitLocked(ctx, st, &next); err != nil {
-			return n, err
-		}
-		p.opts.Logger.Info("offloaded segment", "base", seg.BaseOffset, "last", seg.LastOffset, "bytes", seg.Size)
-		n++
+		out = append(out, si)
 	}
-	return n, p.applyLocalRetentionLocked(ctx)
+	return out, nil
+}
+
+// CopyLag returns how many closed segments below the high watermark, and
+// how many bytes of them, are not in the bucket yet.
+func (p *Partition) CopyLag() (segments int, bytes int64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pending, _ := p.pendingLocked()
+	for _, si := range pending {
+		bytes += si.Size
+	}
+	return len(pending), bytes
 }
 
 // upload puts one closed segment's .log, .index and .timeindex under new

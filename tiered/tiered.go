@@ -50,6 +50,9 @@ type Options struct {
 	// ChunkCacheBytes bounds the remote log ranges kept in memory, so
 	// repeated reads cost no GET (default 64 MiB; -1 disables it).
 	ChunkCacheBytes int64
+	// UploadConcurrency is how many segments Offload uploads at once
+	// (default 4); each group is committed with one manifest write.
+	UploadConcurrency int
 	// PrefetchBytes is how much a remote read fetches ahead, in the
 	// background, for the next sequential read, across segment borders
 	// (default 1 MiB; -1 disables read-ahead).
@@ -98,6 +101,9 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	}
 	if opts.ChunkCacheBytes == 0 {
 		opts.ChunkCacheBytes = 64 << 20
+	}
+	if opts.UploadConcurrency <= 0 {
+		opts.UploadConcurrency = 4
 	}
 	if opts.PrefetchBytes == 0 {
 		opts.PrefetchBytes = 1 << 20

@@ -117,9 +117,15 @@ func TestEndToEnd(t *testing.T) {
 		}
 		answers[ts] = tsAnswer{off, rts, found}
 	}
+	if lagSegs, lagBytes := p.CopyLag(); lagSegs < 9 || lagBytes < 9<<20 {
+		t.Fatalf("copy lag before offload: %d segments, %d bytes", lagSegs, lagBytes)
+	}
 	n, err := p.Offload(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if lagSegs, lagBytes := p.CopyLag(); lagSegs != 0 || lagBytes != 0 {
+		t.Fatalf("copy lag after offload: %d segments, %d bytes", lagSegs, lagBytes)
 	}
 	segs := p.Local().SegmentInfos()
 	if n < 9 || len(segs) != 1 || !segs[0].Active {

@@ -1,0 +1,236 @@
+package tiered_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// The tiered benchmarks run against the S3 server the tests use (the s3
+// driver), on a 32 MiB partition in 1 MiB segments built once.
+
+var (
+	benchOnce sync.Once
+	benchDir  string
+	benchLEO  int64
+)
+
+func benchLog(b *testing.B) (*local.Log, backend.Config) {
+	c := cfg(b, "segment.bytes", "1048576", "local.retention.ms", "-1", "retention.ms", "-1")
+	benchOnce.Do(func() {
+		root, _ := os.MkdirTemp("", "tierlog-tiered-bench-")
+		benchDir = filepath.Join(root, "orders-0")
+		l, err := local.Open(benchDir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		produce(b, l, 32<<20/230)
+		benchLEO = l.Offsets().LogEnd
+		l.Close()
+	})
+	l, err := local.Open(benchDir, local.Options{Config: c, CleanShutdown: true, RecoveryPoint: benchLEO, LogStartOffset: -1, HighWatermark: benchLEO})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return l, c
+}
+
+// BenchmarkOffload uploads every closed segment (about 31 MiB) with
+// manifest commits; BenchmarkRawPut uploads the same files with plain
+// puts. Target: offload >= 0.9 of raw.
+func BenchmarkOffload(b *testing.B) {
+	l, _ := benchLog(b)
+	defer l.Close()
+	store := realStore(b, "s3")
+	var size int64
+	for _, si := range l.SegmentInfos() {
+		if !si.Active {
+			size += si.Size
+		}
+	}
+	b.SetBytes(size)
+	i := 0
+	for b.Loop() {
+		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: fmt.Sprintf("b%d/orders-0", i), LeaderEpoch: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.Offload(ctx); err != nil {
+			b.Fatal(err)
+		}
+		i++
+	}
+}
+
+func BenchmarkRawPut(b *testing.B) {
+	l, _ := benchLog(b)
+	defer l.Close()
+	store := realStore(b, "s3")
+	var size int64
+	for _, si := range l.SegmentInfos() {
+		if !si.Active {
+			size += si.Size
+		}
+	}
+	b.SetBytes(size)
+	i := 0
+	for b.Loop() {
+		for _, si := range l.SegmentInfos() {
+			if si.Active {
+				continue
+			}
+			for _, path := range []string{si.Path, si.IndexPath, si.TimeIndexPath} {
+				f, err := os.Open(path)
+				if err != nil {
+					b.Fatal(err)
+				}
+				st, _ := f.Stat()
+				if _, err := store.Put(ctx, fmt.Sprintf("raw%d/%s", i, filepath.Base(path)), f, st.Size(), objstore.PutOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				f.Close()
+			}
+		}
+		i++
+	}
+}
+
+// offloaded returns a partition whose closed segments are all in a fresh
+// bucket and no longer local.
+func offloaded(b *testing.B, chunkCache, prefetch int64) (*tiered.Partition, *objstore.Store) {
+	root := b.TempDir()
+	dir := filepath.Join(root, "orders-0")
+	l0, _ := benchLog(b)
+	l0.Close()
+	if err := os.CopyFS(dir, os.DirFS(benchDir)); err != nil {
+		b.Fatal(err)
+	}
+	c := cfg(b, "segment.bytes", "1048576", "local.retention.ms", "0", "retention.ms", "-1", "file.delete.delay.ms", "0")
+	l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, RecoveryPoint: benchLEO, LogStartOffset: -1, HighWatermark: benchLEO})
+	if err != nil {
+		b.Fatal(err)
+	}
+	store := realStore(b, "s3")
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "orders-0", LeaderEpoch: 1, ChunkCacheBytes: chunkCache, PrefetchBytes: prefetch})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	return p, store
+}
+
+// BenchmarkColdRemoteRead reads the batch holding a random offloaded offset
+// with no chunk cache (indexes cached, as after the first read of each
+// segment): one ranged GET of 16 KiB + the 64 KiB scan allowance.
+// BenchmarkRawRangedGet80KiB is one bare ranged GET of the same size.
+// Target: cold read <= 1.5x the raw GET.
+func BenchmarkColdRemoteRead(b *testing.B) {
+	p, _ := offloaded(b, -1, -1)
+	end := p.Offsets().LocalLogStart
+	rng := rand.New(rand.NewPCG(1, 2))
+	for b.Loop() {
+		r, err := p.Read(ctx, rng.Int64N(end), backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		r.WriteTo(io.Discard)
+	}
+}
+
+func BenchmarkRawRangedGet80KiB(b *testing.B) {
+	p, store := offloaded(b, -1, -1)
+	m := p.Manifest()
+	rng := rand.New(rand.NewPCG(1, 2))
+	for b.Loop() {
+		s := m.Segments[rng.IntN(len(m.Segments))]
+		if _, err := store.ReadAll(ctx, "orders-0/"+s.Name(".log"), rng.Int64N(s.Size-80<<10), 80<<10); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCachedRemoteRead re-reads offloaded batches held in the chunk
+// cache; BenchmarkLocalRead reads the same kind of batch from the local
+// log. Target: cached remote within 2x of local.
+func BenchmarkCachedRemoteRead(b *testing.B) {
+	p, _ := offloaded(b, 256<<20, -1)
+	end := p.Offsets().LocalLogStart
+	offs := make([]int64, 64)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range offs {
+		offs[i] = rng.Int64N(end)
+		r, _ := p.Read(ctx, offs[i], backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
+		r.WriteTo(io.Discard)
+	}
+	var buf bytes.Buffer
+	i := 0
+	for b.Loop() {
+		r, err := p.Read(ctx, offs[i&63], backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf.Reset()
+		r.WriteTo(&buf)
+		i++
+	}
+}
+
+func BenchmarkLocalRead(b *testing.B) {
+	l, _ := benchLog(b)
+	defer l.Close()
+	rng := rand.New(rand.NewPCG(3, 4))
+	offs := make([]int64, 64)
+	for i := range offs {
+		offs[i] = rng.Int64N(benchLEO)
+	}
+	var buf bytes.Buffer
+	i := 0
+	for b.Loop() {
+		r, err := l.Read(ctx, offs[i&63], backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		buf.Reset()
+		r.WriteTo(&buf)
+		r.Close()
+		i++
+	}
+}
+
+// BenchmarkSequentialRemote consumes all offloaded data in 256 KiB reads,
+// with and without read-ahead.
+func BenchmarkSequentialRemote(b *testing.B) {
+	for _, pf := range []int64{-1, 1 << 20} {
+		b.Run(map[bool]string{true: "prefetch", false: "no-prefetch"}[pf > 0], func(b *testing.B) {
+			var total int64
+			for b.Loop() {
+				b.StopTimer()
+				p, _ := offloaded(b, 64<<20, pf)
+				end := p.Offsets().LocalLogStart
+				b.StartTimer()
+				for off := int64(0); off < end; {
+					r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 256 << 10, MinOneBatch: true})
+					if err != nil {
+						b.Fatal(err)
+					}
+					total += r.Len()
+					off = r.(backend.OffsetRange).NextOffset()
+				}
+			}
+			b.SetBytes(total / int64(b.N))
+		})
+	}
+}
