@@ -9,6 +9,7 @@ import (
 	"io"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/record"
 )
@@ -287,4 +288,77 @@ func declaredSize(data []byte, left int64, key string, pos int64) (int64, error)
 		return 0, fmt.Errorf("%w: %s at %d: a batch of %d bytes with %d left in the segment", backend.ErrCorruptRecord, key, pos, size, left)
 	}
 	return size, nil
+}
+
+// RemoteLookup shows the two steps of a lookup in the bucket, for tools.
+type RemoteLookup struct {
+	Segments       int    // segments in the manifest (step 1 searched them)
+	SegmentIndex   int    // the one step 1 chose
+	Object         string // its .log object
+	IndexEntries   int    // entries of its remote offset index
+	IndexSlot      int    // the entry step 2 chose (-1: none, segment start)
+	IndexOffset    int64
+	IndexPosition  int32
+	BatchesScanned int
+	BaseOffset     int64
+	LastOffset     int64
+	BatchPosition  int64
+	BatchSize      int64
+}
+
+// LookupRemote finds the batch holding offset in the bucket and reports how.
+func (p *Partition) LookupRemote(ctx context.Context, offset int64) (RemoteLookup, error) {
+	var r RemoteLookup
+	m := p.Manifest()
+	i, ok := m.Find(offset)
+	if !ok {
+		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: m.LogStartOffset, LogEnd: p.Offsets().LocalLogStart}
+	}
+	seg := m.Segments[i]
+	r.Segments, r.SegmentIndex, r.Object = len(m.Segments), i, p.key(seg.Name(manifest.LogSuffix))
+	idx, err := p.remoteIndex(ctx, seg, manifest.IndexSuffix)
+	if err != nil {
+		return r, err
+	}
+	target := max(offset, seg.BaseOffset)
+	e, slot, n := index.NewOffsetIndexView(idx, seg.BaseOffset).LookupSlot(target)
+	r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = n, slot, e.Offset, e.Position
+	pos := int64(e.Position)
+	for pos < seg.Size {
+		data, err := p.store.ReadAll(ctx, r.Object, pos, min(seg.Size-pos, readSlack))
+		if err != nil {
+			return r, fmt.Errorf("tiered: %w", err)
+		}
+		at := int64(0)
+		for at < int64(len(data)) {
+			h, err := record.HeaderAt(data, at, int64(len(data)))
+			if err != nil && !errors.Is(err, record.ErrTornTail) {
+				return r, fmt.Errorf("%w: %s at %d: %v", backend.ErrCorruptRecord, r.Object, pos+at, err)
+			}
+			if err != nil {
+				break
+			}
+			r.BatchesScanned++
+			if h.LastOffset >= target {
+				r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize = h.BaseOffset, h.LastOffset, pos+at, h.Size
+				return r, nil
+			}
+			at += h.Size
+		}
+		if at == 0 {
+			// A batch larger than the window: its header says enough.
+			size, err := declaredSize(data, seg.Size-pos, r.Object, pos)
+			if err != nil {
+				return r, err
+			}
+			r.BatchesScanned++
+			if h := record.Batch(data[:record.BatchHeaderSize]); h.LastOffset() >= target {
+				r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize = h.BaseOffset(), h.LastOffset(), pos, size
+				return r, nil
+			}
+			at = size
+		}
+		pos += at
+	}
+	return r, fmt.Errorf("%w: offset %d: no batch at or after it in %s", backend.ErrNotFound, offset, r.Object)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/tiered"
 )
 
 // parseConfigFlags turns repeated --config key=value flags into a Config.
@@ -337,6 +338,7 @@ type lookupOptions struct {
 	offset    int64
 	timestamp int64
 	json      bool
+	store     string
 }
 
 func newLookupCmd() *cobra.Command {
@@ -364,13 +366,27 @@ The directory is opened read-only.`,
 	cmd.Flags().Int64Var(&o.offset, "offset", 0, "offset to find")
 	cmd.Flags().Int64Var(&o.timestamp, "timestamp", 0, "find the first offset with a timestamp >= this (ms)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the result as JSON")
+	cmd.Flags().StringVar(&o.store, "store", "", "bucket URL: look offloaded offsets up in it (manifest, then remote index)")
 	return cmd
 }
 
 func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error {
-	l, err := openPartitionReadOnly(dir)
-	if err != nil {
-		return err
+	var l backend.Partition
+	var tp *tiered.Partition
+	var loc *local.Log
+	if o.store != "" {
+		p, store, err := openTiered(context.Background(), dir, o.store)
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		l, tp, loc = p, p, p.Local()
+	} else {
+		ll, err := openPartitionReadOnly(dir)
+		if err != nil {
+			return err
+		}
+		l, loc = ll, ll
 	}
 	defer l.Close()
 	w := cmd.OutOrStdout()
@@ -391,7 +407,10 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 		}
 		target, foundTs = off, ts
 	}
-	r, err := l.Lookup(target)
+	if tp != nil && target < loc.Offsets().LogStart {
+		return printRemoteLookup(cmd, tp, target, o, byTs, foundTs)
+	}
+	r, err := loc.Lookup(target)
 	if err != nil {
 		if errors.Is(err, backend.ErrOffsetOutOfRange) {
 			return usageError{err}
@@ -423,5 +442,41 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 	}
 	fmt.Fprintf(w, "scan:   %d batch header(s), %d bytes\n", r.BatchesScanned, r.BytesScanned)
 	fmt.Fprintf(w, "found:  batch %d..%d at position %d, %d bytes, max timestamp %d\n", r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize, r.MaxTimestamp)
+	return nil
+}
+
+// printRemoteLookup shows the two steps of a lookup in the bucket.
+func printRemoteLookup(cmd *cobra.Command, p *tiered.Partition, target int64, o lookupOptions, byTs bool, foundTs int64) error {
+	r, err := p.LookupRemote(context.Background(), target)
+	if err != nil {
+		if errors.Is(err, backend.ErrOffsetOutOfRange) {
+			return usageError{err}
+		}
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if o.json {
+		m := map[string]any{"offset": target, "tier": "remote", "segments": r.Segments, "segmentIndex": r.SegmentIndex, "object": r.Object,
+			"indexEntries": r.IndexEntries, "indexSlot": r.IndexSlot, "indexOffset": r.IndexOffset, "indexPosition": r.IndexPosition,
+			"batchesScanned": r.BatchesScanned,
+			"batch":          map[string]any{"baseOffset": r.BaseOffset, "lastOffset": r.LastOffset, "position": r.BatchPosition, "size": r.BatchSize}}
+		if byTs {
+			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp, foundTs, true
+		}
+		writeJSON(w, m)
+		return nil
+	}
+	if byTs {
+		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d)\n", o.timestamp, target, foundTs)
+	}
+	fmt.Fprintf(w, "offset %d is offloaded (below the local log start)\n", target)
+	fmt.Fprintf(w, "step 1: binary search over %d segments in the manifest -> segment %d: %s\n", r.Segments, r.SegmentIndex, r.Object)
+	if r.IndexSlot < 0 {
+		fmt.Fprintf(w, "step 2: binary search over %d remote offset index entries -> none <= %d: start of the segment\n", r.IndexEntries, target)
+	} else {
+		fmt.Fprintf(w, "step 2: binary search over %d remote offset index entries -> entry %d: offset %d at position %d\n", r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition)
+	}
+	fmt.Fprintf(w, "scan:   %d batch header(s) in one ranged GET\n", r.BatchesScanned)
+	fmt.Fprintf(w, "found:  batch %d..%d at position %d, %d bytes\n", r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize)
 	return nil
 }

@@ -383,6 +383,10 @@ func TestOffloadLsManifestConsume(t *testing.T) {
 	if code, out, _ = tierctl(t, "consume", part, "--store", "file://"+bucket, "--quiet"); code != 0 || strings.TrimSpace(out) != "20000" {
 		t.Fatalf("consume through both tiers: exit %d %q", code, out)
 	}
+	code, out, _ = tierctl(t, "lookup", part, "--store", "file://"+bucket, "--offset", "1234")
+	if code != 0 || !strings.Contains(out, "is offloaded") || !strings.Contains(out, "segments in the manifest") || !strings.Contains(out, "found:  batch") {
+		t.Fatalf("lookup --store of an offloaded offset: exit %d\n%s", code, out)
+	}
 	// A missing object is reported, exit 1.
 	ents, _ := os.ReadDir(filepath.Join(bucket, "orders-0"))
 	for _, e := range ents {
