@@ -188,7 +188,11 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo) (manifest.
 		}
 		return nil
 	}
-	if err := put(seg.Name(manifest.LogSuffix), io.NewSectionReader(f, 0, si.Size), si.Size, seg.LogCRC); err != nil {
+	var body io.ReadSeeker = io.NewSectionReader(f, 0, si.Size)
+	if p.uploadRate != nil {
+		body = &limitedBody{ctx: ctx, rs: body, lim: p.uploadRate}
+	}
+	if err := put(seg.Name(manifest.LogSuffix), body, si.Size, seg.LogCRC); err != nil {
 		return seg, err
 	}
 	if err := put(seg.Name(manifest.IndexSuffix), bytes.NewReader(idx), int64(len(idx)), seg.IndexCRC); err != nil {

@@ -61,6 +61,11 @@ func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffi
 	if suffix == manifest.TimeIndexSuffix {
 		size, want = seg.TimeIndexSize, seg.TimeIndexCRC
 	}
+	valid := func(b []byte) bool { return int64(len(b)) == size && crc32.Checksum(b, castagnoli) == want }
+	if b, ok := p.diskIndexes.get(key); ok && valid(b) {
+		p.indexes.put(key, b)
+		return b, nil
+	}
 	var b []byte
 	if size > 0 {
 		var err error
@@ -68,11 +73,12 @@ func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffi
 			return nil, fmt.Errorf("tiered: %w", err)
 		}
 	}
-	if got := crc32.Checksum(b, castagnoli); got != want || int64(len(b)) != size {
+	if !valid(b) {
 		return nil, fmt.Errorf("%w: %s: %d bytes with CRC-32C 0x%08x, the manifest recorded %d and 0x%08x",
-			backend.ErrCorruptRecord, key, len(b), got, size, want)
+			backend.ErrCorruptRecord, key, len(b), crc32.Checksum(b, castagnoli), size, want)
 	}
 	p.indexes.put(key, b)
+	p.diskIndexes.put(key, b)
 	return b, nil
 }
 

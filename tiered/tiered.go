@@ -50,6 +50,13 @@ type Options struct {
 	// ChunkCacheBytes bounds the remote log ranges kept in memory, so
 	// repeated reads cost no GET (default 64 MiB; -1 disables it).
 	ChunkCacheBytes int64
+	// IndexCacheDir, when set, keeps fetched remote indexes on disk too,
+	// within IndexCacheDiskBytes (default 1 GiB), so a restarted broker
+	// does not fetch them again.
+	IndexCacheDir       string
+	IndexCacheDiskBytes int64
+	// UploadBytesPerSecond caps the partition's upload rate (0: none).
+	UploadBytesPerSecond int64
 	// UploadConcurrency is how many segments Offload uploads at once
 	// (default 4); each group is committed with one manifest write.
 	UploadConcurrency int
@@ -78,7 +85,9 @@ type Partition struct {
 	unknown *manifest.Manifest
 
 	indexes     *byteCache
+	diskIndexes *diskCache
 	chunks      *rangeCache
+	uploadRate  *rateLimiter
 	prefetching atomic.Bool
 	prefetched  atomic.Int64
 }
@@ -115,7 +124,14 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	p := &Partition{local: l, store: opts.Store, prefix: opts.Prefix, opts: opts,
-		indexes: newByteCache(opts.IndexCacheBytes), chunks: newRangeCache(opts.ChunkCacheBytes)}
+		indexes: newByteCache(opts.IndexCacheBytes), chunks: newRangeCache(opts.ChunkCacheBytes),
+		uploadRate: newRateLimiter(opts.UploadBytesPerSecond)}
+	if opts.IndexCacheDir != "" {
+		if opts.IndexCacheDiskBytes <= 0 {
+			opts.IndexCacheDiskBytes = 1 << 30
+		}
+		p.diskIndexes = &diskCache{dir: opts.IndexCacheDir, max: opts.IndexCacheDiskBytes}
+	}
 	st, err := p.readManifest(ctx)
 	if err != nil {
 		return nil, err

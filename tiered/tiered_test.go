@@ -473,3 +473,48 @@ func TestRemoteRetention(t *testing.T) {
 		t.Fatalf("retention left garbage: %v", leftovers)
 	}
 }
+
+// TestIndexCacheOnDisk: a partition reopened with the same cache directory
+// does not fetch a remote index again.
+func TestIndexCacheOnDisk(t *testing.T) {
+	drv := mem.New()
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	cacheDir := filepath.Join(t.TempDir(), "remote-log-index-cache")
+	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p := open(t, dir, objstore.New(drv, "w", objstore.Options{}), 1, c)
+	produce(t, p, 20_000)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	reopen := func() (*tiered.Partition, *objstore.Store) {
+		s := objstore.New(drv, "r", objstore.Options{})
+		l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, err := tiered.Open(ctx, l, tiered.Options{Store: s, Prefix: "tl/orders-0", LeaderEpoch: 1, IndexCacheDir: cacheDir, PrefetchBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return q, s
+	}
+	q, s := reopen()
+	r, err := q.Read(ctx, 100, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	q.Close()
+	if got := s.Stats().Requests[objstore.OpGet]; got != 3 {
+		t.Fatalf("first read: %d GETs, want 3 (manifest, index, log)", got)
+	}
+	q, s = reopen()
+	defer q.Close()
+	if _, err := q.Read(ctx, 100, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Stats().Requests[objstore.OpGet]; got != 2 {
+		t.Fatalf("after a restart: %d GETs, want 2 (manifest, log): the index should come from disk", got)
+	}
+}

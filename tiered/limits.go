@@ -1,0 +1,152 @@
+package tiered
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+)
+
+// rateLimiter is a token bucket shared by a partition's uploads: at most
+// rate bytes a second, with one second of burst.
+type rateLimiter struct {
+	mu     sync.Mutex
+	rate   float64
+	tokens float64
+	last   time.Time
+	now    func() time.Time
+	sleep  func(ctx context.Context, d time.Duration) error
+}
+
+func newRateLimiter(bytesPerSecond int64) *rateLimiter {
+	if bytesPerSecond <= 0 {
+		return nil
+	}
+	return &rateLimiter{rate: float64(bytesPerSecond), tokens: float64(bytesPerSecond), last: time.Now(), now: time.Now,
+		sleep: func(ctx context.Context, d time.Duration) error {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}}
+}
+
+// wait blocks until n bytes may go.
+func (r *rateLimiter) wait(ctx context.Context, n int) error {
+	if r == nil {
+		return nil
+	}
+	for {
+		r.mu.Lock()
+		now := r.now()
+		r.tokens = min(r.rate, r.tokens+now.Sub(r.last).Seconds()*r.rate)
+		r.last = now
+		if r.tokens >= float64(n) || r.tokens >= r.rate {
+			r.tokens -= float64(n)
+			r.mu.Unlock()
+			return nil
+		}
+		d := time.Duration((float64(n) - r.tokens) / r.rate * float64(time.Second))
+		r.mu.Unlock()
+		if err := r.sleep(ctx, d); err != nil {
+			return err
+		}
+	}
+}
+
+// limitedBody paces an upload body through a rate limiter.
+type limitedBody struct {
+	ctx context.Context
+	rs  io.ReadSeeker
+	lim *rateLimiter
+}
+
+func (b *limitedBody) Read(p []byte) (int, error) {
+	if len(p) > 64<<10 {
+		p = p[:64<<10]
+	}
+	if err := b.lim.wait(b.ctx, len(p)); err != nil {
+		return 0, err
+	}
+	return b.rs.Read(p)
+}
+
+func (b *limitedBody) Seek(off int64, whence int) (int64, error) { return b.rs.Seek(off, whence) }
+
+// diskCache keeps fetched remote indexes in a directory within a byte
+// budget (Kafka's remote-log-index-cache), so a restart does not fetch them
+// again. Files are named after their object keys; the least recently used
+// go first.
+type diskCache struct {
+	dir string
+	max int64
+	mu  sync.Mutex
+}
+
+func (c *diskCache) path(key string) string {
+	return filepath.Join(c.dir, strings.ReplaceAll(key, "/", "%"))
+}
+
+func (c *diskCache) get(key string) ([]byte, bool) {
+	if c == nil {
+		return nil, false
+	}
+	p := c.path(key)
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, false
+	}
+	now := time.Now()
+	os.Chtimes(p, now, now) // recently used
+	return b, true
+}
+
+func (c *diskCache) put(key string, data []byte) {
+	if c == nil || int64(len(data)) > c.max {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return
+	}
+	tmp := c.path(key) + ".tmp"
+	if os.WriteFile(tmp, data, 0o644) != nil || os.Rename(tmp, c.path(key)) != nil {
+		os.Remove(tmp)
+		return
+	}
+	ents, err := os.ReadDir(c.dir)
+	if err != nil {
+		return
+	}
+	type file struct {
+		name string
+		size int64
+		used time.Time
+	}
+	var files []file
+	var total int64
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && !e.IsDir() {
+			files = append(files, file{e.Name(), info.Size(), info.ModTime()})
+			total += info.Size()
+		}
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].used.Before(files[j].used) })
+	for _, f := range files {
+		if total <= c.max {
+			break
+		}
+		if os.Remove(filepath.Join(c.dir, f.name)) == nil {
+			total -= f.size
+		}
+	}
+}
