@@ -46,13 +46,25 @@ func (h *tieredHarness) Open(t *testing.T, c backend.Config) backend.Partition {
 }
 
 func TestConformanceOverFS(t *testing.T) {
+	var stores []*objstore.Store
 	storagetest.Run(t, func(t *testing.T) storagetest.Harness {
 		d, err := fs.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
 		}
-		return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: objstore.New(d, "file://conformance", objstore.Options{})}
+		s := objstore.New(d, "file://conformance", objstore.Options{})
+		stores = append(stores, s)
+		return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: s}
 	})
+	// The battery must really have read from the bucket.
+	var gets int64
+	for _, s := range stores {
+		gets += s.Stats().Requests[objstore.OpGet]
+	}
+	t.Logf("%d GETs from the bucket across the battery", gets)
+	if gets < 100 {
+		t.Fatalf("only %d GETs: the battery barely read from the bucket", gets)
+	}
 }
 
 func TestConformanceOverS3AndMinIO(t *testing.T) {

@@ -184,6 +184,15 @@ func readFrom(t *testing.T, p backend.Partition, offset int64, limit int) []rec 
 	return out
 }
 
+// commitAll moves the high watermark to the log end, as a broker does once
+// replicas have the records (a tiered partition may then offload them).
+func commitAll(t *testing.T, p backend.Partition) {
+	t.Helper()
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func sameRecords(t *testing.T, what string, got, want []rec) {
 	t.Helper()
 	if len(got) != len(want) {
@@ -205,6 +214,7 @@ func testRoundTrip(t *testing.T, h Harness) {
 	for _, c := range []record.Codec{record.None, record.GZIP, record.Snappy, record.LZ4, record.ZSTD} {
 		appendBatches(t, p, &m, rng, 12, 20, c)
 	}
+	commitAll(t, p)
 	if got := p.Offsets().LogEnd; got != int64(len(m.recs)) {
 		t.Fatalf("log end %d, want %d", got, len(m.recs))
 	}
@@ -245,6 +255,7 @@ func testMaxBytes(t *testing.T, h Harness) {
 	defer p.Close()
 	var m model
 	appendBatches(t, p, &m, rand.New(rand.NewPCG(3, 3)), 20, 10, record.None)
+	commitAll(t, p)
 	r, err := p.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1})
 	if err != nil {
 		t.Fatal(err)
@@ -315,6 +326,7 @@ func testOffsetForTimestamp(t *testing.T, h Harness) {
 	defer p.Close()
 	var m model
 	appendBatches(t, p, &m, rand.New(rand.NewPCG(4, 4)), 60, 8, record.None)
+	commitAll(t, p)
 	lo, hi := m.recs[0].ts-10, m.recs[len(m.recs)-1].ts+10
 	for _, r := range m.recs {
 		hi = max(hi, r.ts+10)
@@ -342,6 +354,7 @@ func testRollBoundaries(t *testing.T, h Harness) {
 	defer p.Close()
 	var m model
 	appendBatches(t, p, &m, rand.New(rand.NewPCG(5, 5)), 80, 6, record.None)
+	commitAll(t, p)
 	sameRecords(t, "full read", readFrom(t, p, 0, 0), m.recs)
 	for _, r := range m.recs {
 		got := readFrom(t, p, r.offset, 1)
