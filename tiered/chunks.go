@@ -41,16 +41,22 @@ func (c *rangeCache) get(key string, pos int64) ([]byte, bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// Of the ranges holding pos, the one reaching furthest.
+	var best *rangeEntry
 	for _, e := range c.byKey[key] {
-		if pos >= e.start && pos < e.start+int64(len(e.data)) {
-			c.clock++
-			e.used = c.clock
-			c.hits.Add(1)
-			return e.data[pos-e.start:], true
+		if pos >= e.start && pos < e.start+int64(len(e.data)) &&
+			(best == nil || e.start+int64(len(e.data)) > best.start+int64(len(best.data))) {
+			best = e
 		}
 	}
-	c.misses.Add(1)
-	return nil, false
+	if best == nil {
+		c.misses.Add(1)
+		return nil, false
+	}
+	c.clock++
+	best.used = c.clock
+	c.hits.Add(1)
+	return best.data[pos-best.start:], true
 }
 
 // has reports whether pos of key is cached, without counting a hit.
