@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -32,13 +33,13 @@ const crashEnv = "TIERLOG_TIERED_CRASH"
 // killer is a Driver that kills the process around its k-th operation.
 type killer struct {
 	objstore.Driver
-	k, n  int
+	k     int64
+	n     atomic.Int64 // uploads run in parallel
 	after bool
 }
 
 func (d *killer) step() {
-	d.n++
-	if d.n == d.k {
+	if d.n.Add(1) == d.k {
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		time.Sleep(time.Second)
 	}
@@ -79,7 +80,7 @@ func crashChild(spec string) {
 	if err != nil {
 		panic(err)
 	}
-	store := objstore.New(&killer{Driver: d, k: k, after: after}, "crash", objstore.Options{})
+	store := objstore.New(&killer{Driver: d, k: int64(k), after: after}, "crash", objstore.Options{})
 	b, err := local.OpenBackend(filepath.Join(root, "logs"), local.BackendOptions{})
 	if err != nil {
 		panic(err)
