@@ -31,6 +31,16 @@ func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
 	return s, err
 }
 
+// partitionStore parses --partition and opens --store.
+func partitionStore(ctx context.Context, partition, storeURL string) (local.TopicPartition, *objstore.Store, error) {
+	tp, err := local.ParsePartitionDirName(partition)
+	if err != nil {
+		return tp, nil, usagef("--partition: %v", err)
+	}
+	store, err := openStore(ctx, storeURL)
+	return tp, store, err
+}
+
 // partitionOf parses a partition directory's name.
 func partitionOf(dir string) (local.TopicPartition, error) {
 	tp, err := local.ParsePartitionDirName(filepath.Base(filepath.Clean(dir)))
@@ -236,11 +246,7 @@ func newManifestCmd() *cobra.Command {
 	var storeURL, partition string
 	var asJSON, deep bool
 	load := func(ctx context.Context) (*objstore.Store, *manifest.Manifest, string, error) {
-		tp, err := local.ParsePartitionDirName(partition)
-		if err != nil {
-			return nil, nil, "", usageError{err}
-		}
-		store, err := openStore(ctx, storeURL)
+		tp, store, err := partitionStore(ctx, partition, storeURL)
 		if err != nil {
 			return nil, nil, "", err
 		}
@@ -355,11 +361,7 @@ Use it for a lost disk or a new broker.`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := context.Background()
-			tp, err := local.ParsePartitionDirName(partition)
-			if err != nil {
-				return usageError{err}
-			}
-			store, err := openStore(ctx, storeURL)
+			tp, store, err := partitionStore(ctx, partition, storeURL)
 			if err != nil {
 				return err
 			}
@@ -416,11 +418,7 @@ aborts multipart uploads older than --grace. --dry-run only lists them.`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := context.Background()
-			tp, err := local.ParsePartitionDirName(partition)
-			if err != nil {
-				return usageError{err}
-			}
-			store, err := openStore(ctx, storeURL)
+			tp, store, err := partitionStore(ctx, partition, storeURL)
 			if err != nil {
 				return err
 			}
