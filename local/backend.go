@@ -26,6 +26,9 @@ type BackendOptions struct {
 	// writes for every open partition at this interval (Kafka checks
 	// retention every 5 minutes and checkpoints every few seconds).
 	BackgroundInterval time.Duration
+	// MaxOpenSegmentFiles bounds, across all partitions, how many closed
+	// segments keep their files open (default 4096; -1: no bound).
+	MaxOpenSegmentFiles int
 	// TopicID, when set, returns a topic's id (Kafka's base64url UUID) for
 	// partition.metadata; see Options.TopicID.
 	TopicID func(topic string) string
@@ -41,6 +44,7 @@ type Backend struct {
 	logger *slog.Logger
 	lock   *os.File
 	clean  bool // the directory was shut down cleanly last time
+	budget *fileBudget
 
 	mu       sync.Mutex
 	logs     map[TopicPartition]*Log
@@ -75,7 +79,11 @@ func OpenBackend(dir string, opts BackendOptions) (b *Backend, err error) {
 		lock.Close()
 		return nil, fmt.Errorf("local: log dir %s is in use by another process (%s is locked): %w", dir, LockFile, err)
 	}
-	b = &Backend{dir: dir, opts: opts, logger: opts.Logger.With("logdir", dir), lock: lock, logs: map[TopicPartition]*Log{}}
+	if opts.MaxOpenSegmentFiles == 0 {
+		opts.MaxOpenSegmentFiles = 4096
+	}
+	b = &Backend{dir: dir, opts: opts, logger: opts.Logger.With("logdir", dir), lock: lock, logs: map[TopicPartition]*Log{},
+		budget: newFileBudget(opts.MaxOpenSegmentFiles)}
 	defer func() {
 		if err != nil {
 			lock.Close()
@@ -138,7 +146,7 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 		return l, nil
 	}
 	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
-		Now: b.opts.Now, Logger: b.opts.Logger}
+		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget}
 	if b.opts.TopicID != nil {
 		opts.TopicID = b.opts.TopicID(topic)
 	}

@@ -45,6 +45,12 @@ type Options struct {
 	// rebuilds on disk, no checkpoint writes. A torn tail is not served;
 	// every method that writes returns ErrReadOnly.
 	ReadOnly bool
+	// MaxOpenSegmentFiles bounds how many closed segments keep their files
+	// open at once (0: no bound); the least recently used close first and
+	// reopen on their next use. A Backend shares one bound across its logs.
+	MaxOpenSegmentFiles int
+	budget              *fileBudget // set by a Backend: shared by its logs
+
 	// TopicID, when set, is the topic's id (Kafka's base64url UUID) kept
 	// in partition.metadata: written when the file is absent, and checked
 	// when present (a directory of another topic with the same name is an
@@ -124,7 +130,11 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	}
 	l := &Log{readOnly: opts.ReadOnly,
 		dir: dir, cfg: opts.Config, now: opts.Now, logger: opts.Logger.With("dir", dir),
-		segOpts: segmentOptions{maxIndexBytes: int(opts.Config.SegmentIndexBytes), intervalBytes: opts.Config.IndexIntervalBytes},
+		segOpts: segmentOptions{maxIndexBytes: int(opts.Config.SegmentIndexBytes), intervalBytes: opts.Config.IndexIntervalBytes,
+			budget: opts.budget},
+	}
+	if l.segOpts.budget == nil {
+		l.segOpts.budget = newFileBudget(opts.MaxOpenSegmentFiles)
 	}
 	l.lastFlush = l.now()
 	defer func() {

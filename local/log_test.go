@@ -548,3 +548,54 @@ func TestRollOnSegmentMsAndFlushMessages(t *testing.T) {
 		t.Fatalf("recovery point %d after 8 records with flush.messages=5", rp)
 	}
 }
+
+func openFDs(t *testing.T) int {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Skip("no /proc/self/fd")
+	}
+	return len(ents)
+}
+
+// TestOpenFileBudget: reading every closed segment of a long log keeps at
+// most MaxOpenSegmentFiles of them open; records held by a reader stay
+// readable while other segments are evicted.
+func TestOpenFileBudget(t *testing.T) {
+	dir := t.TempDir()
+	c := cfg(t, "segment.bytes", "1000")
+	l := openLog(t, dir, c, false)
+	for i := 0; i < 300; i++ {
+		l.Append(ctx, batchOf(2, int64(i), "b"), backend.AppendOptions{AssignOffsets: true})
+	}
+	l.Close()
+	l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, RecoveryPoint: 600, LogStartOffset: -1, HighWatermark: -1, MaxOpenSegmentFiles: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if n := len(l.SegmentInfos()); n < 50 {
+		t.Fatalf("only %d segments", n)
+	}
+	before := openFDs(t)
+	held, err := l.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := 0
+	for off := int64(0); off < l.Offsets().LogEnd; off += 2 {
+		if _, err := l.Lookup(off); err != nil {
+			t.Fatal(err)
+		}
+		peak = max(peak, openFDs(t)-before)
+	}
+	if peak > 5+2 {
+		t.Fatalf("%d more descriptors open at the peak, with a budget of 5", peak)
+	}
+	var buf bytes.Buffer
+	if _, err := local.ReadAll(held, &buf); err != nil || buf.Len() == 0 {
+		t.Fatalf("a held read failed after evictions: %v", err)
+	}
+	if got := len(readAll(t, l, 0)); got != 600 {
+		t.Fatalf("read %d records after evictions, want 600", got)
+	}
+}

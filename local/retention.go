@@ -40,6 +40,10 @@ func (l *Log) deleteOldSegmentsLocked(retentionMs, retentionBytes int64) (int, e
 	if retentionMs >= 0 {
 		now := l.now()
 		n, err = l.deleteSegmentsLocked("retention.ms", func(s *segment, _ int64) (bool, error) {
+			if !s.acquire() {
+				return false, nil
+			}
+			defer s.release()
 			ts, err := s.largestTimestamp()
 			if err != nil {
 				return false, err
@@ -219,6 +223,10 @@ func (l *Log) TruncateTo(offset int64) error {
 // finish on them. It returns the new segment and the new log end.
 // REQUIRES: l.mu held.
 func (l *Log) rewritePrefixLocked(s *segment, offset int64) (*segment, int64, error) {
+	if !s.acquire() { // keep its files open while we copy from them
+		return nil, 0, l.closedErr()
+	}
+	defer s.release()
 	p, ok, err := s.translateOffset(offset, s.size.Load())
 	if err != nil {
 		return nil, 0, err

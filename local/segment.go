@@ -61,11 +61,15 @@ type segment struct {
 	sealed    bool
 	mapped    mmap.MMap
 	mapFailed bool
+	// used is set by every use of the files, cleared by the file budget's
+	// clock hand (second chance).
+	used atomic.Bool
 }
 
 type segmentOptions struct {
 	maxIndexBytes int
 	intervalBytes int64
+	budget        *fileBudget // bounds sealed segments' open files; nil: none
 }
 
 func (s *segment) path(suffix string) string {
@@ -188,6 +192,7 @@ func (s *segment) closeFiles() error {
 		errs = append(errs, s.log.Close())
 		s.log = nil
 	}
+	s.opts.budget.forget(s)
 	return errors.Join(errs...)
 }
 
@@ -208,8 +213,15 @@ func (s *segment) closeIndexesLocked() error {
 // file returns the log file, opening it read-only if needed.
 func (s *segment) file() (*os.File, error) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.fileLocked()
+	opened := s.log == nil
+	f, err := s.fileLocked()
+	count := opened && err == nil && s.sealed
+	s.mu.Unlock()
+	s.used.Store(true)
+	if count {
+		s.opts.budget.opened(s)
+	}
+	return f, err
 }
 
 func (s *segment) fileLocked() (*os.File, error) {
@@ -512,11 +524,25 @@ func (s *segment) walkHeaders(start, limit int64, fn func(e *record.Entry) bool)
 // first use; nil for other segments or when mapping fails (the caller then
 // reads with pread).
 func (s *segment) mapping() []byte {
+	s.used.Store(true)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.mapped != nil || !s.sealed || s.readOnly || s.mapFailed {
-		return s.mapped
+		m := s.mapped
+		s.mu.Unlock()
+		return m
 	}
+	opened := s.log == nil
+	m := s.mapLocked()
+	count := opened && s.log != nil
+	s.mu.Unlock()
+	if count {
+		s.opts.budget.opened(s)
+	}
+	return m
+}
+
+// mapLocked maps the sealed segment's .log. REQUIRES: s.mu held.
+func (s *segment) mapLocked() []byte {
 	size := s.size.Load()
 	f, err := s.fileLocked()
 	if err != nil || size <= 0 || size > math.MaxInt32 {
