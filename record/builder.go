@@ -190,6 +190,40 @@ func (b *Builder) Build() (Batch, error) {
 	return Batch(out), nil
 }
 
+// BuildEmpty writes a batch of zero records that keeps the header's
+// offsets, producer fields and flags and claims lastOffsetDelta d: the
+// cleaner's placeholder for a batch whose records were all removed but whose
+// offsets must stay (Kafka's writeEmptyHeader: no compression, baseTimestamp
+// -1, maxTimestamp maxTs). Appended records are ignored.
+func (b *Builder) BuildEmpty(d int32, maxTs int64) Batch {
+	out := b.buf[:BatchHeaderSize]
+	attrs := Attributes(0)
+	if b.h.TimestampType == LogAppendTime {
+		attrs |= AttrLogAppendTime
+	}
+	if b.h.Transactional {
+		attrs |= AttrTransactional
+	}
+	if b.h.Control {
+		attrs |= AttrControl
+	}
+	be := binary.BigEndian
+	be.PutUint64(out[offBaseOffset:], uint64(b.h.BaseOffset))
+	be.PutUint32(out[offLength:], uint32(len(out)-LogOverhead))
+	be.PutUint32(out[offLeaderEpoch:], uint32(b.h.PartitionLeaderEpoch))
+	out[offMagic] = 2
+	be.PutUint16(out[offAttributes:], uint16(attrs))
+	be.PutUint32(out[offLastOffsetDelta:], uint32(d))
+	be.PutUint64(out[offBaseTimestamp:], math.MaxUint64) // NoTimestamp, -1
+	be.PutUint64(out[offMaxTimestamp:], uint64(maxTs))
+	be.PutUint64(out[offProducerID:], uint64(b.h.ProducerID))
+	be.PutUint16(out[offProducerEpoch:], uint16(b.h.ProducerEpoch))
+	be.PutUint32(out[offBaseSequence:], uint32(b.h.BaseSequence))
+	be.PutUint32(out[offRecordsCount:], 0)
+	be.PutUint32(out[offCRC:], CRC32C(out[offAttributes:]))
+	return Batch(out)
+}
+
 func recordBodySize(tsDelta, offDelta int64, key, value []byte, headers []Header) int {
 	n := 1 + varintSize(tsDelta) + varintSize(offDelta) + varBytesSize(key) + varBytesSize(value) +
 		varintSize(int64(len(headers)))

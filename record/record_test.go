@@ -332,3 +332,28 @@ func TestParseCodec(t *testing.T) {
 		t.Fatalf("ParseCodec(brotli) err = %v", err)
 	}
 }
+
+func TestBuildEmptyKeepsOffsetsAndProducer(t *testing.T) {
+	var b record.Builder
+	h := record.NewBatchHeader()
+	h.BaseOffset, h.ProducerID, h.ProducerEpoch, h.BaseSequence, h.Codec = 100, 7, 2, 40, record.ZSTD
+	h.PartitionLeaderEpoch = 3
+	b.Reset(h)
+	b.Append(5, []byte("k"), []byte("v"), nil) // ignored
+	e := b.BuildEmpty(9, 1234)
+	if err := e.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if e.BaseOffset() != 100 || e.LastOffset() != 109 || e.NumRecords() != 0 || e.Codec() != record.None ||
+		e.ProducerID() != 7 || e.ProducerEpoch() != 2 || e.BaseSequence() != 40 || e.PartitionLeaderEpoch() != 3 ||
+		e.BaseTimestamp() != record.NoTimestamp || e.MaxTimestamp() != 1234 || len(e) != record.BatchHeaderSize {
+		t.Fatalf("empty batch header wrong: % x", []byte(e))
+	}
+	var it record.Iterator
+	if err := it.Reset(e); err != nil {
+		t.Fatal(err)
+	}
+	if it.Next() || it.Err() != nil {
+		t.Fatalf("an empty batch yields records (err %v)", it.Err())
+	}
+}

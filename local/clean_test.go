@@ -1,0 +1,250 @@
+package local
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/record"
+)
+
+// batchOffsets reads every batch of l and returns their base offsets.
+func batchOffsets(t *testing.T, l *Log) []int64 {
+	t.Helper()
+	var out []int64
+	off := l.Offsets().LogStart
+	for off < l.Offsets().LogEnd {
+		rs, err := l.Read(context.Background(), off, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}) // batch by batch: every offset looked up
+		if err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		var buf bytes.Buffer
+		if _, err := rs.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		rs.Close()
+		data := buf.Bytes()
+		if len(data) == 0 {
+			t.Fatalf("nothing at %d below the log end", off)
+		}
+		for len(data) > 0 {
+			b, err := record.Parse(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, b.BaseOffset())
+			off = b.NextOffset()
+			data = data[b.Size():]
+		}
+	}
+	return out
+}
+
+func copyDir(t *testing.T, from, to string) {
+	t.Helper()
+	ents, err := os.ReadDir(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(to, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		data, err := os.ReadFile(filepath.Join(from, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(to, e.Name()), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// writeCleaned writes CleanedPath(segs[0]) holding the batches of segs
+// except those whose base offset drop says to remove (never the last one).
+func writeCleaned(t *testing.T, l *Log, segs []SegmentInfo, drop func(int64) bool) []int64 {
+	t.Helper()
+	var out bytes.Buffer
+	var kept []int64
+	for i, si := range segs {
+		r, err := l.OpenSegment(si.BaseOffset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{})
+		for sc.Next() {
+			e := sc.Entry()
+			last := i == len(segs)-1 && e.Position+e.Size == r.Size()
+			if !last && drop(e.BaseOffset) {
+				continue
+			}
+			kept = append(kept, e.BaseOffset)
+			out.Write(e.Data)
+		}
+		r.Close()
+		if sc.Err() != nil {
+			t.Fatal(sc.Err())
+		}
+	}
+	if err := os.WriteFile(l.CleanedPath(segs[0].BaseOffset), out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return kept
+}
+
+func newCleanTestLog(t *testing.T, dir string) *Log {
+	t.Helper()
+	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "2000", "file.delete.delay.ms": "0", "index.interval.bytes": "200"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(dir, Options{Config: cfg, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b record.Builder
+	for i := range 60 {
+		b.Reset(record.NewBatchHeader())
+		b.Append(int64(i), []byte("k"), bytes.Repeat([]byte{byte(i)}, 100), nil)
+		b.Append(int64(i), []byte("k"), bytes.Repeat([]byte{byte(i)}, 50), nil)
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return l
+}
+
+// TestReplaceSegmentsCrashAtEveryStep snapshots the directory at every
+// durable step of a replacement (a crash there leaves exactly those files)
+// and at a torn .cleaned file, and checks each reopens holding either the
+// old batches or the new ones, never a mix.
+func TestReplaceSegmentsCrashAtEveryStep(t *testing.T) {
+	dir := t.TempDir()
+	l := newCleanTestLog(t, filepath.Join(dir, "live"))
+	defer l.Close()
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	before := batchOffsets(t, l)
+	segs := l.SegmentInfos()
+	if len(segs) < 5 {
+		t.Fatalf("want at least 5 segments, have %d", len(segs))
+	}
+	group := segs[1:4]
+	bases := []int64{group[0].BaseOffset, group[1].BaseOffset, group[2].BaseOffset}
+	kept := writeCleaned(t, l, group, func(o int64) bool { return o%4 == 0 })
+	var after []int64
+	for _, o := range before {
+		if o < group[0].BaseOffset || o >= group[2].NextOffset || slices.Contains(kept, o) {
+			after = append(after, o)
+		}
+	}
+	if len(after) == len(before) {
+		t.Fatal("the cleaned file drops nothing; the test would prove nothing")
+	}
+
+	// A reader that started before the swap finishes on the old files.
+	oldRead, err := l.Read(context.Background(), group[0].BaseOffset, backend.ReadOptions{MaxBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldRead.Close()
+
+	var snaps []string
+	replaceHook = func(step string) {
+		snap := filepath.Join(dir, "snap", step+"-"+string(rune('a'+len(snaps))))
+		copyDir(t, l.Dir(), snap)
+		snaps = append(snaps, snap)
+	}
+	defer func() { replaceHook = nil }()
+	if err := l.ReplaceSegments(bases, time.Time{}); err != nil {
+		t.Fatal(err)
+	}
+	replaceHook = nil
+	if got := batchOffsets(t, l); !slices.Equal(got, after) {
+		t.Fatalf("after the replacement the log holds batches %v, want %v", got, after)
+	}
+	var buf bytes.Buffer
+	if _, err := oldRead.WriteTo(&buf); err != nil {
+		t.Fatalf("a read begun before the replacement failed: %v", err)
+	}
+	if first, err := record.Parse(buf.Bytes()); err != nil || first.BaseOffset() != group[0].BaseOffset {
+		t.Fatalf("the read begun before the replacement did not see the old batches: %v", err)
+	}
+	if len(snaps) < 6 {
+		t.Fatalf("only %d steps observed", len(snaps))
+	}
+
+	// The process died while writing .cleaned: a torn file.
+	torn := filepath.Join(dir, "snap", "torn")
+	copyDir(t, snaps[0], torn)
+	cleaned := filepath.Join(torn, filepath.Base(l.CleanedPath(bases[0])))
+	st, err := os.Stat(cleaned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(cleaned, st.Size()/2); err != nil {
+		t.Fatal(err)
+	}
+	snaps = append(snaps, torn)
+
+	cfg := l.Config()
+	for _, snap := range snaps {
+		r, err := Open(snap, Options{Config: cfg, HighWatermark: -1})
+		if err != nil {
+			t.Fatalf("%s: reopen: %v", filepath.Base(snap), err)
+		}
+		got := batchOffsets(t, r)
+		if !slices.Equal(got, before) && !slices.Equal(got, after) {
+			t.Fatalf("%s: reopened log holds batches %v: neither the old %v nor the new %v", filepath.Base(snap), got, before, after)
+		}
+		ents, _ := os.ReadDir(snap)
+		for _, e := range ents {
+			if filepath.Ext(e.Name()) == SwapSuffix || filepath.Ext(e.Name()) == DeletedSuffix || filepath.Ext(e.Name()) == CleanedSuffix {
+				t.Fatalf("%s: %s left behind after recovery", filepath.Base(snap), e.Name())
+			}
+		}
+		r.Close()
+	}
+}
+
+func TestReplaceSegmentsRejectsStaleOrShortFiles(t *testing.T) {
+	l := newCleanTestLog(t, t.TempDir())
+	defer l.Close()
+	segs := l.SegmentInfos()
+	before := batchOffsets(t, l)
+
+	// A cleaned file that ends before the last replaced segment's end
+	// would lose offsets: rejected, and the log is unchanged.
+	if err := os.WriteFile(l.CleanedPath(segs[0].BaseOffset), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	writeCleaned(t, l, segs[:1], func(int64) bool { return false })
+	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset, segs[1].BaseOffset}, time.Time{}); err == nil {
+		t.Fatal("a cleaned file covering one segment replaced two")
+	}
+	// Segments that are no longer the log's: ErrSegmentsChanged.
+	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset + 1}, time.Time{}); !errors.Is(err, ErrSegmentsChanged) {
+		t.Fatalf("replacing a segment that does not exist: %v", err)
+	}
+	last := segs[len(segs)-1]
+	if err := l.ReplaceSegments([]int64{last.BaseOffset}, time.Time{}); !errors.Is(err, ErrSegmentsChanged) {
+		t.Fatalf("replacing the active segment: %v", err)
+	}
+	if got := batchOffsets(t, l); !slices.Equal(got, before) {
+		t.Fatalf("a rejected replacement changed the log: %v", got)
+	}
+}
