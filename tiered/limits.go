@@ -9,71 +9,22 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/tierlog/tierlog/internal/ratelimit"
 )
-
-// rateLimiter is a token bucket shared by a partition's uploads: at most
-// rate bytes a second, with one second of burst.
-type rateLimiter struct {
-	mu     sync.Mutex
-	rate   float64
-	tokens float64
-	last   time.Time
-	now    func() time.Time
-	sleep  func(ctx context.Context, d time.Duration) error
-}
-
-func newRateLimiter(bytesPerSecond int64) *rateLimiter {
-	if bytesPerSecond <= 0 {
-		return nil
-	}
-	return &rateLimiter{rate: float64(bytesPerSecond), tokens: float64(bytesPerSecond), last: time.Now(), now: time.Now,
-		sleep: func(ctx context.Context, d time.Duration) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}}
-}
-
-// wait blocks until n bytes may go.
-func (r *rateLimiter) wait(ctx context.Context, n int) error {
-	if r == nil {
-		return nil
-	}
-	for {
-		r.mu.Lock()
-		now := r.now()
-		r.tokens = min(r.rate, r.tokens+now.Sub(r.last).Seconds()*r.rate)
-		r.last = now
-		if r.tokens >= float64(n) || r.tokens >= r.rate {
-			r.tokens -= float64(n)
-			r.mu.Unlock()
-			return nil
-		}
-		d := time.Duration((float64(n) - r.tokens) / r.rate * float64(time.Second))
-		r.mu.Unlock()
-		if err := r.sleep(ctx, d); err != nil {
-			return err
-		}
-	}
-}
 
 // limitedBody paces an upload body through a rate limiter.
 type limitedBody struct {
 	ctx context.Context
 	rs  io.ReadSeeker
-	lim *rateLimiter
+	lim *ratelimit.Limiter
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
 	if len(p) > 64<<10 {
 		p = p[:64<<10]
 	}
-	if err := b.lim.wait(b.ctx, len(p)); err != nil {
+	if err := b.lim.Wait(b.ctx, len(p)); err != nil {
 		return 0, err
 	}
 	return b.rs.Read(p)

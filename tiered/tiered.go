@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/internal/ratelimit"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
@@ -87,7 +88,7 @@ type Partition struct {
 	indexes     *byteCache
 	diskIndexes *diskCache
 	chunks      *rangeCache
-	uploadRate  *rateLimiter
+	uploadRate  *ratelimit.Limiter
 	prefetching atomic.Bool
 	prefetched  atomic.Int64
 }
@@ -125,7 +126,7 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	}
 	p := &Partition{local: l, store: opts.Store, prefix: opts.Prefix, opts: opts,
 		indexes: newByteCache(opts.IndexCacheBytes), chunks: newRangeCache(opts.ChunkCacheBytes),
-		uploadRate: newRateLimiter(opts.UploadBytesPerSecond)}
+		uploadRate: ratelimit.New(opts.UploadBytesPerSecond)}
 	if opts.IndexCacheDir != "" {
 		if opts.IndexCacheDiskBytes <= 0 {
 			opts.IndexCacheDiskBytes = 1 << 30
