@@ -1,5 +1,9 @@
-// Package compaction is tierlog's key-compacting log cleaner. This file
-// holds its bounded offset map; the cleaner itself is still to come.
+// Package compaction is tierlog's key-compacting log cleaner, with Kafka's
+// semantics: Clean runs one round over a local.Log (map the dirty
+// section's keys to their latest offsets in a bounded OffsetMap, recopy
+// the closed segments keeping the latest record per key, swap them in
+// crash-safely), and a Cleaner runs rounds in the background for a
+// local.Backend, recording its progress in cleaner-offset-checkpoint.
 package compaction
 
 import (

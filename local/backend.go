@@ -169,6 +169,19 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 	return l, nil
 }
 
+// Logs returns the partitions open now (a log cleaner's work list).
+func (b *Backend) Logs() []*Log {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	logs := make([]*Log, 0, len(b.logs))
+	for _, l := range b.logs {
+		if !l.closed.Load() {
+			logs = append(logs, l)
+		}
+	}
+	return logs
+}
+
 // Partitions lists the partition directories in the log dir.
 func (b *Backend) Partitions() ([]TopicPartition, error) {
 	ents, err := os.ReadDir(b.dir)
@@ -267,16 +280,7 @@ func (b *Backend) background() {
 			return
 		case <-t.C:
 		}
-		b.mu.Lock()
-		logs := make([]*Log, 0, len(b.logs))
-		for _, l := range b.logs {
-			logs = append(logs, l)
-		}
-		b.mu.Unlock()
-		for _, l := range logs {
-			if l.closed.Load() {
-				continue
-			}
+		for _, l := range b.Logs() {
 			if _, err := l.DeleteOldSegments(); err != nil && !errors.Is(err, backend.ErrClosed) {
 				b.logger.Error("retention", "dir", l.dir, "err", err)
 			}

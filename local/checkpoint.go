@@ -18,7 +18,7 @@ const (
 	RecoveryPointCheckpoint = "recovery-point-offset-checkpoint"
 	LogStartCheckpoint      = "log-start-offset-checkpoint"
 	ReplicationCheckpoint   = "replication-offset-checkpoint" // high watermarks
-	CleanerCheckpoint       = "cleaner-offset-checkpoint"
+	CleanerCheckpoint       = "cleaner-offset-checkpoint"     // the log cleaner's first dirty offsets
 	LeaderEpochCheckpoint   = "leader-epoch-checkpoint"
 	PartitionMetadataFile   = "partition.metadata"
 	CleanShutdownFile       = ".kafka_cleanshutdown"

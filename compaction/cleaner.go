@@ -1,0 +1,504 @@
+package compaction
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"os"
+	"time"
+
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+// DefaultMemoryBytes is the offset map's default budget, Kafka's
+// log.cleaner.dedupe.buffer.size.
+const DefaultMemoryBytes = 128 << 20
+
+// Options tune one cleaning round.
+type Options struct {
+	// MemoryBytes is the offset map's budget (default DefaultMemoryBytes).
+	// A dirty section with more keys than fit is cleaned in several rounds.
+	MemoryBytes int
+	// Map, when set, is used (cleared first) instead of allocating one of
+	// MemoryBytes: a background cleaner reuses one map across rounds.
+	Map *OffsetMap
+	// Now is the clock for tombstone horizons and min.compaction.lag.ms
+	// (default time.Now).
+	Now func() time.Time
+	// DryRun computes what a round would remove without writing anything.
+	DryRun bool
+	// Throttle, when set, is called with the bytes read and written after
+	// each batch; it may sleep to hold an I/O rate, and its error (the
+	// context's, typically) stops the round.
+	Throttle func(ctx context.Context, n int) error
+}
+
+// Stats describe one cleaning round.
+type Stats struct {
+	FirstDirty int64 // where the dirty section began
+	// End is one past the last offset the round mapped: the next round's
+	// first dirty offset (the cleaner checkpoint). End == FirstDirty means
+	// there was nothing to clean.
+	End int64
+
+	SegmentsRead    int // segments recopied
+	SegmentsWritten int // segments they became
+	BytesRead       int64
+	BytesWritten    int64 // in a dry run: what would have been written
+	RecordsRead     int64
+	RecordsRemoved  int64 // superseded, keyless or expired tombstones
+	TombstonesKept  int64
+	Keys            int // distinct keys mapped in the dirty section
+	MapBytes        int // the offset map's memory
+	Duration        time.Duration
+}
+
+// Ratio is the bytes written per byte read (1 when nothing was read).
+func (s Stats) Ratio() float64 {
+	if s.BytesRead == 0 {
+		return 1
+	}
+	return float64(s.BytesWritten) / float64(s.BytesRead)
+}
+
+// Clean runs one cleaning round over l, a log with cleanup.policy compact:
+// it maps the latest offset of every key in the dirty section [firstDirty,
+// first uncleanable offset), then recopies the closed segments up to the
+// mapped end, keeping a record only when it is the latest for its key
+// (keyless records go; a tombstone stays until its delete horizon, which
+// the first round that keeps it sets to now + delete.retention.ms), and
+// replaces them crash-safely through local.Log.ReplaceSegments. Offsets,
+// producer fields and codecs are preserved.
+//
+// Transactional batches and control batches are copied unchanged, and
+// their records are not mapped: without the transaction index an aborted
+// write must never hide a committed one, so the cleaner never removes
+// transactional data (it may keep superseded transactional records).
+//
+// The first uncleanable offset is the least of the high watermark, the
+// active segment's base and, with min.compaction.lag.ms, the first segment
+// holding records younger than the lag; only whole closed segments are
+// cleaned. A firstDirty outside the log (no checkpoint: pass -1) starts
+// at the log start.
+func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (Stats, error) {
+	start := time.Now()
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	st := Stats{}
+	segs := closedSegments(l)
+	offs := l.Offsets()
+	if firstDirty < offs.LogStart || firstDirty > offs.LogEnd {
+		firstDirty = offs.LogStart
+	}
+	st.FirstDirty, st.End = firstDirty, firstDirty
+	dirty, err := DirtySegments(l, segs, firstDirty, opts.Now())
+	if err != nil {
+		return st, err
+	}
+	if len(dirty) == 0 {
+		st.Duration = time.Since(start)
+		return st, nil
+	}
+
+	m := opts.Map
+	if m == nil {
+		mem := opts.MemoryBytes
+		if mem == 0 {
+			mem = DefaultMemoryBytes
+		}
+		if m, err = NewOffsetMap(mem); err != nil {
+			return st, err
+		}
+	} else {
+		m.Clear()
+	}
+	st.MapBytes = m.MemoryBytes()
+	end, err := buildMap(ctx, l, dirty, firstDirty, m, opts.Throttle)
+	if err != nil {
+		return st, err
+	}
+	st.Keys = m.Len()
+	st.End = end
+	if end <= firstDirty {
+		st.Duration = time.Since(start)
+		return st, nil
+	}
+
+	c := cleaner{l: l, m: m, end: end, now: opts.Now().UnixMilli(),
+		deleteRetentionMs: l.Config().DeleteRetentionMs, dryRun: opts.DryRun, throttle: opts.Throttle}
+	for _, g := range groupSegments(segs, end, l.Config().SegmentBytes) {
+		if err := c.cleanGroup(ctx, g, &st); err != nil {
+			return st, err
+		}
+	}
+	st.Duration = time.Since(start)
+	return st, nil
+}
+
+// closedSegments lists every segment of l but the active one.
+func closedSegments(l *local.Log) []local.SegmentInfo {
+	segs := l.SegmentInfos()
+	return segs[:len(segs)-1]
+}
+
+// DirtySegments returns the closed segments of l (segs) holding offsets in
+// [firstDirty, first uncleanable offset): those wholly below the high
+// watermark and, with min.compaction.lag.ms, below the first segment
+// holding a record younger than the lag.
+func DirtySegments(l *local.Log, segs []local.SegmentInfo, firstDirty int64, now time.Time) ([]local.SegmentInfo, error) {
+	var out []local.SegmentInfo
+	hw, lag := l.Offsets().HighWatermark, l.Config().MinCompactionLagMs
+	for _, s := range segs {
+		if s.NextOffset <= firstDirty {
+			continue
+		}
+		if s.NextOffset > hw {
+			break
+		}
+		if lag > 0 {
+			ts, err := l.LargestTimestamp(s.BaseOffset)
+			if err != nil {
+				return nil, err
+			}
+			if ts > now.UnixMilli()-lag {
+				break
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// DirtyRatio is Kafka's cleanable ratio: the dirty segments' bytes over
+// those of every closed segment up to the last dirty one (the clean
+// section plus the cleanable one); 0 when there are none.
+func DirtyRatio(segs []local.SegmentInfo, dirty []local.SegmentInfo) float64 {
+	if len(dirty) == 0 {
+		return 0
+	}
+	var total, d int64
+	last := dirty[len(dirty)-1].BaseOffset
+	for _, s := range segs {
+		if s.BaseOffset > last {
+			break
+		}
+		total += s.Size
+	}
+	for _, s := range dirty {
+		d += s.Size
+	}
+	if total == 0 {
+		return 0
+	}
+	return float64(d) / float64(total)
+}
+
+// buildMap maps every keyed, non-transactional record at or above
+// firstDirty in the dirty segments and returns one past the last offset
+// mapped. A full map ends the section at the last whole batch that fit.
+func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firstDirty int64, m *OffsetMap,
+	throttle func(context.Context, int) error) (int64, error) {
+	end := firstDirty
+	var it record.Iterator
+	for _, s := range dirty {
+		r, err := l.OpenSegment(s.BaseOffset)
+		if err != nil {
+			return end, err
+		}
+		full := false
+		sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
+		for sc.Next() {
+			e := sc.Entry()
+			if e.LastOffset < firstDirty {
+				continue
+			}
+			if err := ctx.Err(); err != nil {
+				r.Close()
+				return end, fmt.Errorf("compaction: %w", err)
+			}
+			if e.Magic == 2 && !e.Batch().IsTransactional() && !e.Batch().IsControl() {
+				b := e.Batch()
+				if m.Len()+int(b.NumRecords()) > m.Capacity() {
+					full = true
+					break
+				}
+				if err := it.Reset(e.Data); err != nil {
+					r.Close()
+					return end, fmt.Errorf("compaction: %s batch at position %d: %w", r.Path(), e.Position, err)
+				}
+				for it.Next() {
+					rec := it.Record()
+					if rec.Key != nil && rec.Offset >= firstDirty {
+						if err := m.Put(rec.Key, rec.Offset); err != nil {
+							r.Close()
+							return end, err // cannot happen: capacity checked above
+						}
+					}
+				}
+				if err := it.Err(); err != nil {
+					r.Close()
+					return end, fmt.Errorf("compaction: %s batch at position %d: %w", r.Path(), e.Position, err)
+				}
+			}
+			end = e.LastOffset + 1
+			if throttle != nil {
+				if err := throttle(ctx, int(e.Size)); err != nil {
+					r.Close()
+					return end, err
+				}
+			}
+		}
+		err = sc.Err()
+		r.Close()
+		if err != nil {
+			return end, fmt.Errorf("compaction: scan %s: %w", r.Path(), err)
+		}
+		if full {
+			break
+		}
+		end = s.NextOffset // the segment is wholly mapped (Kafka: nextSegmentBase-1)
+	}
+	m.SetLatestOffset(end - 1)
+	return end, nil
+}
+
+// groupSegments groups the closed segments below end into runs to recopy
+// into one segment each: consecutive, summed size within segmentBytes,
+// and an offset span that fits the index's 32-bit relative offsets. Empty
+// segments are left alone (a cleaned file must end where its last
+// segment does).
+func groupSegments(segs []local.SegmentInfo, end int64, segmentBytes int64) [][]local.SegmentInfo {
+	var groups [][]local.SegmentInfo
+	var cur []local.SegmentInfo
+	var size int64
+	flush := func() {
+		if len(cur) > 0 {
+			groups = append(groups, cur)
+		}
+		cur, size = nil, 0
+	}
+	for _, s := range segs {
+		if s.BaseOffset >= end {
+			break
+		}
+		if s.Size == 0 {
+			flush()
+			continue
+		}
+		if len(cur) > 0 && (size+s.Size > segmentBytes || s.NextOffset-1-cur[0].BaseOffset > math.MaxInt32) {
+			flush()
+		}
+		cur = append(cur, s)
+		size += s.Size
+	}
+	flush()
+	return groups
+}
+
+type cleaner struct {
+	l                 *local.Log
+	m                 *OffsetMap
+	end               int64
+	now               int64
+	deleteRetentionMs int64
+	dryRun            bool
+	throttle          func(context.Context, int) error
+
+	b  record.Builder
+	it record.Iterator
+}
+
+// cleanGroup recopies one group into <base>.log.cleaned and swaps it in.
+func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Stats) (err error) {
+	var w *bufio.Writer
+	var f *os.File
+	path := c.l.CleanedPath(g[0].BaseOffset)
+	if !c.dryRun {
+		if f, err = os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644); err != nil {
+			return fmt.Errorf("compaction: %w", err)
+		}
+		defer func() {
+			if f != nil {
+				f.Close()
+			}
+			if err != nil {
+				os.Remove(path)
+			}
+		}()
+		w = bufio.NewWriterSize(f, 1<<20)
+	}
+	var written int64
+	write := func(p []byte) error {
+		written += int64(len(p))
+		if w == nil {
+			return nil
+		}
+		_, err := w.Write(p)
+		return err
+	}
+	bases := make([]int64, len(g))
+	var mtime time.Time
+	for i, s := range g {
+		bases[i] = s.BaseOffset
+		if fi, err := os.Stat(s.Path); err == nil && fi.ModTime().After(mtime) {
+			mtime = fi.ModTime()
+		}
+		if err := c.copySegment(ctx, s, i == len(g)-1, write, st); err != nil {
+			return err
+		}
+	}
+	st.SegmentsRead += len(g)
+	st.SegmentsWritten++
+	st.BytesWritten += written
+	if c.dryRun {
+		return nil
+	}
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("compaction: write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		f = nil
+		return fmt.Errorf("compaction: write %s: %w", path, err)
+	}
+	f = nil
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("compaction: %w", err)
+	}
+	return c.l.ReplaceSegments(bases, mtime)
+}
+
+// copySegment writes the batches of s to keep. In the group's last
+// segment, the last batch is kept (as an empty batch if need be) so the
+// cleaned file ends at the offset the group did.
+func (c *cleaner) copySegment(ctx context.Context, s local.SegmentInfo, lastInGroup bool, write func([]byte) error, st *Stats) error {
+	r, err := c.l.OpenSegment(s.BaseOffset)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
+	for sc.Next() {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("compaction: %w", err)
+		}
+		e := sc.Entry()
+		st.BytesRead += e.Size
+		isLast := lastInGroup && e.Position+e.Size == r.Size()
+		out, err := c.filter(e, isLast, st)
+		if err != nil {
+			return fmt.Errorf("compaction: %s batch at position %d: %w", r.Path(), e.Position, err)
+		}
+		if out != nil {
+			if err := write(out); err != nil {
+				return fmt.Errorf("compaction: %w", err)
+			}
+		}
+		if c.throttle != nil {
+			if err := c.throttle(ctx, int(e.Size)+len(out)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("compaction: scan %s: %w", r.Path(), err)
+	}
+	return nil
+}
+
+// filter returns what to write for one entry: the entry itself, a
+// rewritten batch, an empty batch, or nil to drop it.
+func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, error) {
+	if e.Magic != 2 {
+		return e.Data, nil // legacy message sets are copied as they are
+	}
+	b := e.Batch()
+	if b.IsTransactional() || b.IsControl() || b.BaseOffset() >= c.end {
+		st.RecordsRead += int64(b.NumRecords())
+		return e.Data, nil
+	}
+	horizon, hasHorizon := b.DeleteHorizon()
+	if err := c.it.Reset(e.Data); err != nil {
+		return nil, err
+	}
+	kept, removed, tombstones := 0, 0, 0
+	for c.it.Next() {
+		if c.keep(c.it.Record(), hasHorizon, horizon) {
+			kept++
+			if c.it.Record().Value == nil {
+				tombstones++
+			}
+		} else {
+			removed++
+		}
+	}
+	if err := c.it.Err(); err != nil {
+		return nil, err
+	}
+	st.RecordsRead += int64(kept + removed)
+	st.RecordsRemoved += int64(removed)
+	st.TombstonesKept += int64(tombstones)
+	h := record.BatchHeader{
+		BaseOffset: b.BaseOffset(), PartitionLeaderEpoch: b.PartitionLeaderEpoch(), Codec: b.Codec(),
+		TimestampType: b.TimestampType(), ProducerID: b.ProducerID(), ProducerEpoch: b.ProducerEpoch(),
+		BaseSequence: b.BaseSequence(), DeleteHorizon: horizon, HasDeleteHorizon: hasHorizon,
+	}
+	if kept == 0 {
+		if !keepLast {
+			return nil, nil
+		}
+		c.b.Reset(h)
+		return c.b.BuildEmpty(b.LastOffsetDelta(), b.MaxTimestamp()), nil
+	}
+	setHorizon := tombstones > 0 && !hasHorizon
+	if removed == 0 && !setHorizon {
+		return e.Data, nil
+	}
+	if setHorizon {
+		h.HasDeleteHorizon, h.DeleteHorizon = true, c.now+c.deleteRetentionMs
+	}
+	c.b.Reset(h)
+	if err := c.it.Reset(e.Data); err != nil {
+		return nil, err
+	}
+	for c.it.Next() {
+		r := c.it.Record()
+		if !c.keep(r, hasHorizon, horizon) {
+			continue
+		}
+		if err := c.b.AppendAt(int32(r.Offset-b.BaseOffset()), r.Timestamp, r.Key, r.Value, r.Headers); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.it.Err(); err != nil {
+		return nil, err
+	}
+	c.b.SetLastOffsetDelta(b.LastOffsetDelta())
+	out, err := c.b.Build()
+	if err != nil {
+		return nil, err
+	}
+	if b.TimestampType() == record.LogAppendTime {
+		out.SetLogAppendTime(b.MaxTimestamp())
+	}
+	return out, nil
+}
+
+// keep is Kafka's shouldRetainRecord for a non-transactional record.
+func (c *cleaner) keep(r *record.Record, hasHorizon bool, horizon int64) bool {
+	if r.Offset >= c.end {
+		return true
+	}
+	if r.Key == nil {
+		return false
+	}
+	if latest, ok := c.m.Get(r.Key); ok && r.Offset < latest {
+		return false
+	}
+	if r.Value != nil {
+		return true
+	}
+	return !hasHorizon || c.now < horizon
+}

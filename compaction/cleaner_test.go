@@ -1,0 +1,276 @@
+package compaction
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+// rec is one record as read back.
+type rec struct {
+	offset int64
+	key    string
+	hasKey bool
+	value  string
+	tomb   bool
+}
+
+// clock is a settable test clock.
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+const retentionMs = 60_000
+
+func openCompacted(t testing.TB, dir string, c *clock, kv ...string) *local.Log {
+	t.Helper()
+	m := map[string]string{"cleanup.policy": "compact", "segment.bytes": "4096",
+		"delete.retention.ms": strconv.Itoa(retentionMs), "file.delete.delay.ms": "0"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	cfg, err := backend.ParseConfig(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := local.Open(dir, local.Options{Config: cfg, Now: c.now, HighWatermark: -1, LogStartOffset: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// appendRandom appends n batches of 1..5 records: keys from a space of
+// keys names, 10% tombstones, some keyless records; it returns what it
+// wrote.
+func appendRandom(t testing.TB, l *local.Log, rng *rand.Rand, n, keys int, c *clock, codec record.Codec) []rec {
+	t.Helper()
+	var b record.Builder
+	var out []rec
+	for range n {
+		h := record.NewBatchHeader()
+		h.Codec = codec
+		b.Reset(h)
+		var recs []rec
+		for range 1 + rng.IntN(5) {
+			r := rec{hasKey: rng.IntN(50) != 0}
+			var k, v []byte
+			if r.hasKey {
+				r.key = fmt.Sprintf("key-%d", rng.IntN(keys))
+				k = []byte(r.key)
+			}
+			if rng.IntN(10) == 0 {
+				r.tomb = true
+			} else {
+				r.value = fmt.Sprintf("value-%d-%s", rng.Int64(), strings.Repeat("x", rng.IntN(64)))
+				v = []byte(r.value)
+			}
+			b.Append(c.t.UnixMilli(), k, v, nil)
+			recs = append(recs, r)
+		}
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range recs {
+			recs[i].offset = info.FirstOffset + int64(i)
+		}
+		out = append(out, recs...)
+		if err := l.SetHighWatermark(info.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// readAll reads every record of l, checking offsets only increase.
+func readAll(t testing.TB, l *local.Log) []rec {
+	t.Helper()
+	var out []rec
+	var it record.Iterator
+	off := l.Offsets().LogStart
+	for off < l.Offsets().LogEnd {
+		rs, err := l.Read(context.Background(), off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+		if err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+		var buf bytes.Buffer
+		if _, err := rs.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		rs.Close()
+		data := buf.Bytes()
+		if len(data) == 0 {
+			t.Fatalf("read at %d below log end %d returned nothing", off, l.Offsets().LogEnd)
+		}
+		for len(data) > 0 {
+			b, err := record.Parse(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Validate(); err != nil {
+				t.Fatalf("batch at %d: %v", b.BaseOffset(), err)
+			}
+			if err := it.Reset(b); err != nil {
+				t.Fatal(err)
+			}
+			for it.Next() {
+				r := it.Record()
+				if len(out) > 0 && r.Offset <= out[len(out)-1].offset {
+					t.Fatalf("offset %d after %d", r.Offset, out[len(out)-1].offset)
+				}
+				if r.Offset < off {
+					continue
+				}
+				out = append(out, rec{offset: r.Offset, key: string(r.Key), hasKey: r.Key != nil, value: string(r.Value), tomb: r.Value == nil})
+			}
+			if err := it.Err(); err != nil {
+				t.Fatal(err)
+			}
+			off = b.NextOffset()
+			data = data[b.Size():]
+		}
+	}
+	return out
+}
+
+// checkCleaned checks the log against everything written: below end, each
+// key keeps only the record with its latest offset below end (a tombstone
+// may be gone), keyless records are gone; from end on, the log holds
+// exactly what was written.
+func checkCleaned(t *testing.T, got, written []rec, end int64) {
+	t.Helper()
+	latest := map[string]rec{}
+	for _, r := range written {
+		if r.offset < end && r.hasKey {
+			latest[r.key] = r
+		}
+	}
+	byOffset := map[int64]rec{}
+	for _, r := range written {
+		byOffset[r.offset] = r
+	}
+	seen := map[string]bool{}
+	var above []rec
+	for _, g := range got {
+		w, ok := byOffset[g.offset]
+		if !ok || w != g {
+			t.Fatalf("offset %d reads %+v, was written as %+v", g.offset, g, w)
+		}
+		if g.offset >= end {
+			above = append(above, g)
+			continue
+		}
+		if !g.hasKey {
+			t.Fatalf("keyless record at %d survived cleaning up to %d", g.offset, end)
+		}
+		if seen[g.key] {
+			t.Fatalf("key %s kept twice below %d", g.key, end)
+		}
+		seen[g.key] = true
+		if latest[g.key].offset != g.offset {
+			t.Fatalf("key %s kept at %d, its latest below %d is %d", g.key, g.offset, end, latest[g.key].offset)
+		}
+	}
+	for k, r := range latest {
+		if !seen[k] && !r.tomb {
+			t.Fatalf("key %s lost: its latest value (offset %d) is gone", k, r.offset)
+		}
+	}
+	var want []rec
+	for _, r := range written {
+		if r.offset >= end {
+			want = append(want, r)
+		}
+	}
+	if len(above) != len(want) {
+		t.Fatalf("%d records at or above %d, %d written", len(above), end, len(want))
+	}
+}
+
+func TestCleanModel(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		keys  int
+		codec record.Codec
+		mem   int
+	}{
+		{"small-keyspace", 10, record.None, 1 << 20},
+		{"large-keyspace", 2000, record.None, 1 << 20},
+		{"zstd", 200, record.ZSTD, 1 << 20},
+		{"tiny-map", 500, record.LZ4, 24 * 200}, // many rounds per dirty section
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(4) {
+				rng := rand.New(rand.NewPCG(seed, 7))
+				c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+				l := openCompacted(t, t.TempDir(), c)
+				var written []rec
+				checkpoint := int64(-1)
+				for round := range 8 {
+					written = append(written, appendRandom(t, l, rng, 50+rng.IntN(150), tc.keys, c, tc.codec)...)
+					c.t = c.t.Add(time.Duration(rng.IntN(2*retentionMs)) * time.Millisecond)
+					st, err := Clean(context.Background(), l, checkpoint, Options{MemoryBytes: tc.mem, Now: c.now})
+					if err != nil {
+						t.Fatalf("seed %d round %d: %v", seed, round, err)
+					}
+					if st.End < checkpoint {
+						t.Fatalf("the checkpoint went back from %d to %d", checkpoint, st.End)
+					}
+					checkpoint = st.End
+					checkCleaned(t, readAll(t, l), written, st.End)
+				}
+				// Clean to the end twice, a retention apart: every tombstone
+				// is given its horizon, then removed.
+				if err := l.Roll(); err != nil {
+					t.Fatal(err)
+				}
+				cleanToEnd(t, l, tc.mem, c)
+				c.t = c.t.Add(2 * retentionMs * time.Millisecond)
+				cleanToEnd(t, l, tc.mem, c)
+				got := readAll(t, l)
+				checkCleaned(t, got, written, l.Offsets().LogEnd)
+				for _, g := range got {
+					if g.tomb {
+						t.Fatalf("tombstone of %s at %d outlived its horizon", g.key, g.offset)
+					}
+				}
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// cleanToEnd runs rounds from the log start until one reaches the log end.
+func cleanToEnd(t *testing.T, l *local.Log, mem int, c *clock) {
+	t.Helper()
+	cp := int64(-1)
+	for {
+		st, err := Clean(context.Background(), l, cp, Options{MemoryBytes: mem, Now: c.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.End >= l.Offsets().LogEnd {
+			return
+		}
+		if st.End <= cp {
+			t.Fatalf("a round from %d made no progress", cp)
+		}
+		cp = st.End
+	}
+}

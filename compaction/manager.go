@@ -1,0 +1,272 @@
+package compaction
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/internal/ratelimit"
+	"github.com/tierlog/tierlog/local"
+)
+
+// CleanerOptions configure a background Cleaner (Kafka's log.cleaner.*).
+type CleanerOptions struct {
+	// Threads cleaning at once (log.cleaner.threads, default 1).
+	Threads int
+	// MemoryBytes is the offset map memory across threads
+	// (log.cleaner.dedupe.buffer.size, default DefaultMemoryBytes).
+	MemoryBytes int
+	// IOBytesPerSecond caps the bytes read and written by all threads
+	// together (log.cleaner.io.max.bytes.per.second; 0: no cap).
+	IOBytesPerSecond int64
+	// Backoff is the sleep when no log needs cleaning
+	// (log.cleaner.backoff.ms, default 15s).
+	Backoff time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+	// Logger receives one line per round and errors (default: discard).
+	Logger *slog.Logger
+}
+
+// CleanerStats are a Cleaner's totals since it was created, and its last
+// round.
+type CleanerStats struct {
+	Rounds       int64
+	Errors       int64
+	BytesRead    int64
+	BytesWritten int64
+	Removed      int64 // records removed
+	Last         Stats // the last round that cleaned something
+	LastLog      string
+	LastError    error
+}
+
+// Cleaner cleans the compacted partitions of a local.Backend in the
+// background: each pass picks the dirtiest eligible log (dirty ratio above
+// min.cleanable.dirty.ratio, or max.compaction.lag.ms breached), cleans
+// it, and records the new first dirty offset in the log dir's
+// cleaner-offset-checkpoint (Kafka's file and format).
+type Cleaner struct {
+	b    *local.Backend
+	opts CleanerOptions
+	lim  *ratelimit.Limiter
+
+	mu         sync.Mutex
+	checkpoint map[local.TopicPartition]int64
+	busy       map[local.TopicPartition]bool
+	stats      CleanerStats
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	maps       chan *OffsetMap
+}
+
+// NewCleaner returns a stopped Cleaner for b, reading its checkpoint.
+func NewCleaner(b *local.Backend, opts CleanerOptions) (*Cleaner, error) {
+	if opts.Threads <= 0 {
+		opts.Threads = 1
+	}
+	if opts.MemoryBytes == 0 {
+		opts.MemoryBytes = DefaultMemoryBytes
+	}
+	if opts.Backoff <= 0 {
+		opts.Backoff = 15 * time.Second
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	cp, err := local.ReadOffsetCheckpoint(filepath.Join(b.Dir(), local.CleanerCheckpoint))
+	if err != nil {
+		return nil, err
+	}
+	c := &Cleaner{b: b, opts: opts, lim: ratelimit.New(opts.IOBytesPerSecond), checkpoint: cp,
+		busy: map[local.TopicPartition]bool{}, maps: make(chan *OffsetMap, opts.Threads)}
+	for range opts.Threads {
+		m, err := NewOffsetMap(opts.MemoryBytes / opts.Threads)
+		if err != nil {
+			return nil, err
+		}
+		c.maps <- m
+	}
+	return c, nil
+}
+
+// Start runs the cleaner threads until Stop.
+func (c *Cleaner) Start() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	for range c.opts.Threads {
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			for ctx.Err() == nil {
+				cleaned, err := c.RunOnce(ctx)
+				if err != nil && ctx.Err() == nil {
+					c.opts.Logger.Error("log cleaner", "err", err)
+				}
+				if cleaned {
+					continue
+				}
+				t := time.NewTimer(c.opts.Backoff)
+				select {
+				case <-ctx.Done():
+				case <-t.C:
+				}
+				t.Stop()
+			}
+		}()
+	}
+}
+
+// Stop stops the threads, aborting rounds in progress (their cleaned
+// files are discarded; the logs are unchanged), and waits for them.
+func (c *Cleaner) Stop() {
+	c.mu.Lock()
+	cancel := c.cancel
+	c.cancel = nil
+	c.mu.Unlock()
+	if cancel != nil {
+		cancel()
+		c.wg.Wait()
+	}
+}
+
+// Stats returns the totals so far.
+func (c *Cleaner) Stats() CleanerStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
+}
+
+// candidate is a log eligible for cleaning.
+type candidate struct {
+	tp    local.TopicPartition
+	l     *local.Log
+	ratio float64
+}
+
+// RunOnce cleans the dirtiest eligible log once and reports whether there
+// was one.
+func (c *Cleaner) RunOnce(ctx context.Context) (bool, error) {
+	m := <-c.maps
+	defer func() { c.maps <- m }()
+	cand, err := c.grab()
+	if err != nil || cand == nil {
+		return false, err
+	}
+	defer func() {
+		c.mu.Lock()
+		delete(c.busy, cand.tp)
+		c.mu.Unlock()
+	}()
+	c.mu.Lock()
+	first, ok := c.checkpoint[cand.tp]
+	c.mu.Unlock()
+	if !ok {
+		first = -1
+	}
+	var throttle func(context.Context, int) error
+	if c.lim != nil {
+		throttle = c.lim.Wait
+	}
+	st, err := Clean(ctx, cand.l, first, Options{Map: m, Now: c.opts.Now, Throttle: throttle})
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.Rounds++
+	if err != nil {
+		c.stats.Errors++
+		c.stats.LastError = err
+		return true, fmt.Errorf("clean %s: %w", cand.tp, err)
+	}
+	c.stats.BytesRead += st.BytesRead
+	c.stats.BytesWritten += st.BytesWritten
+	c.stats.Removed += st.RecordsRemoved
+	c.stats.Last, c.stats.LastLog = st, cand.tp.String()
+	c.checkpoint[cand.tp] = st.End
+	if err := local.WriteOffsetCheckpoint(c.b.Dir(), local.CleanerCheckpoint, c.checkpoint); err != nil {
+		return true, err
+	}
+	c.opts.Logger.Info("cleaned", "partition", cand.tp.String(), "firstDirty", st.FirstDirty, "end", st.End,
+		"bytesRead", st.BytesRead, "bytesWritten", st.BytesWritten, "removed", st.RecordsRemoved,
+		"keys", st.Keys, "ratio", st.Ratio(), "duration", st.Duration)
+	return true, nil
+}
+
+// grab picks the dirtiest eligible log no other thread is cleaning and
+// marks it busy.
+func (c *Cleaner) grab() (*candidate, error) {
+	now := c.opts.Now()
+	var best *candidate
+	for _, l := range c.b.Logs() {
+		cfg := l.Config()
+		if !cfg.Compact() {
+			continue
+		}
+		tp, err := local.ParsePartitionDirName(filepath.Base(l.Dir()))
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		busy := c.busy[tp]
+		first, ok := c.checkpoint[tp]
+		c.mu.Unlock()
+		if busy {
+			continue
+		}
+		if !ok {
+			first = -1
+		}
+		offs := l.Offsets()
+		if first < offs.LogStart || first > offs.LogEnd {
+			first = offs.LogStart
+		}
+		segs := closedSegments(l)
+		dirty, err := DirtySegments(l, segs, first, now)
+		if err != nil {
+			if errors.Is(err, backend.ErrClosed) {
+				continue
+			}
+			return nil, err
+		}
+		if len(dirty) == 0 {
+			continue
+		}
+		ratio := DirtyRatio(segs, dirty)
+		due := false
+		if cfg.MaxCompactionLagMs > 0 && cfg.MaxCompactionLagMs < 1<<62 {
+			ts, err := l.LargestTimestamp(dirty[0].BaseOffset)
+			due = err == nil && ts >= 0 && ts < now.UnixMilli()-cfg.MaxCompactionLagMs
+		}
+		if ratio <= cfg.MinCleanableDirtyRatio && !due {
+			continue
+		}
+		if due {
+			ratio = 2 // overdue logs go first
+		}
+		if best == nil || ratio > best.ratio {
+			best = &candidate{tp: tp, l: l, ratio: ratio}
+		}
+	}
+	if best != nil {
+		c.mu.Lock()
+		if c.busy[best.tp] {
+			best = nil
+		} else {
+			c.busy[best.tp] = true
+		}
+		c.mu.Unlock()
+	}
+	return best, nil
+}

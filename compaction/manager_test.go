@@ -1,0 +1,160 @@
+package compaction
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+// TestCleanerBackground runs the background cleaner over a log dir with a
+// compacted and a delete-policy partition: the first is cleaned and
+// checkpointed, the second is left byte for byte as it was.
+func TestCleanerBackground(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	b, err := local.OpenBackend(dir, local.BackendOptions{Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	open := func(topic string, kv map[string]string) *local.Log {
+		kv["segment.bytes"] = "4096"
+		kv["file.delete.delay.ms"] = "0"
+		cfg, err := backend.ParseConfig(kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := b.OpenLog(context.Background(), topic, 0, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	compacted := open("users", map[string]string{"cleanup.policy": "compact"})
+	plain := open("events", map[string]string{"cleanup.policy": "delete", "retention.ms": "-1"})
+	rng := rand.New(rand.NewPCG(1, 1))
+	written := appendRandom(t, compacted, rng, 400, 20, c, record.None)
+	appendRandom(t, plain, rng, 400, 20, c, record.None)
+	plainBefore := readAll(t, plain)
+
+	cl, err := NewCleaner(b, CleanerOptions{MemoryBytes: 1 << 20, Backoff: 10 * time.Millisecond, Now: c.now, Threads: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Start()
+	deadline := time.Now().Add(30 * time.Second)
+	for cl.Stats().Rounds == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cl.Stop()
+	st := cl.Stats()
+	if st.Rounds == 0 || st.Errors != 0 || st.LastLog != "users-0" || st.Removed == 0 {
+		t.Fatalf("cleaner stats %+v: want rounds on users-0 that removed records", st)
+	}
+	checkCleaned(t, readAll(t, compacted), written, st.Last.End)
+	if after := readAll(t, plain); len(after) != len(plainBefore) {
+		t.Fatalf("the delete-policy partition went from %d to %d records", len(plainBefore), len(after))
+	}
+	cp, err := local.ReadOffsetCheckpoint(filepath.Join(dir, local.CleanerCheckpoint))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cp[local.TopicPartition{Topic: "users", Partition: 0}]; got != st.Last.End {
+		t.Fatalf("cleaner-offset-checkpoint holds %d for users-0, the round ended at %d", got, st.Last.End)
+	}
+	// A new cleaner resumes from the checkpoint: nothing is dirty now.
+	cl2, err := NewCleaner(b, CleanerOptions{MemoryBytes: 1 << 20, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cleaned, err := cl2.RunOnce(context.Background()); err != nil || cleaned {
+		t.Fatalf("a second cleaner found work (%v, %v) though the checkpoint covers the log", cleaned, err)
+	}
+}
+
+// TestCleanKeepsTransactionalBatches: transactional batches and markers
+// are copied unchanged, and their keys never hide other records.
+func TestCleanKeepsTransactionalBatches(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	l := openCompacted(t, t.TempDir(), c)
+	defer l.Close()
+	var b record.Builder
+	txns := 0
+	for i := range 200 {
+		h := record.NewBatchHeader()
+		if i%10 == 3 {
+			h.Transactional, h.ProducerID, h.ProducerEpoch, h.BaseSequence = true, 9, 0, int32(i)
+		}
+		b.Reset(h)
+		b.Append(c.t.UnixMilli(), []byte("k"), []byte("v"+string(rune('a'+i%26))), nil)
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+		if h.Transactional {
+			m, err := b.BuildEndTxnMarker(record.EndTxnMarker{ProducerID: 9, Commit: i%20 == 3, Timestamp: c.t.UnixMilli()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := l.Append(context.Background(), m, backend.AppendOptions{AssignOffsets: true}); err != nil {
+				t.Fatal(err)
+			}
+			txns++
+		}
+		if err := l.SetHighWatermark(l.Offsets().LogEnd); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := Clean(context.Background(), l, -1, Options{MemoryBytes: 1 << 20, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.RecordsRemoved == 0 {
+		t.Fatal("nothing removed; the test proves nothing")
+	}
+	// Read every batch back: all transactional batches and markers remain.
+	var txnLeft, markers int
+	off := l.Offsets().LogStart
+	for off < l.Offsets().LogEnd {
+		rs, err := l.Read(context.Background(), off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		if _, err := rs.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		rs.Close()
+		data := buf.Bytes()
+		for len(data) > 0 {
+			bt, err := record.Parse(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case bt.IsControl():
+				markers++
+			case bt.IsTransactional():
+				txnLeft++
+			}
+			off = bt.NextOffset()
+			data = data[bt.Size():]
+		}
+	}
+	if txnLeft != txns || markers != txns {
+		t.Fatalf("%d transactional batches and %d markers left of %d each", txnLeft, markers, txns)
+	}
+}
