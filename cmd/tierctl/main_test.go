@@ -5,9 +5,11 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -441,5 +443,59 @@ func TestRestoreAndGCCommands(t *testing.T) {
 	}
 	if code, _, _ := tierctl(t, "restore", logs, "--store", "file://"+bucket, "--partition", "orders-0"); code == 0 {
 		t.Fatal("restore over an existing partition directory succeeded")
+	}
+}
+
+func TestCompact(t *testing.T) {
+	logs := t.TempDir()
+	if code, _, errOut := tierctl(t, "produce", logs, "--topic", "users", "--count", "30000", "--record-size", "100",
+		"--key-space", "500", "--config", "segment.bytes=262144"); code != 0 {
+		t.Fatalf("produce: exit %d: %s", code, errOut)
+	}
+	part := filepath.Join(logs, "users-0")
+	snapshot := func() map[string]int64 {
+		m := map[string]int64{}
+		ents, _ := os.ReadDir(part)
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil {
+				m[e.Name()] = fi.Size()
+			}
+		}
+		return m
+	}
+	before := snapshot()
+
+	// A dry run reports and changes nothing.
+	code, out, errOut := tierctl(t, "compact", part, "--dry-run", "--config", "segment.bytes=262144", "--json")
+	var dry map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &dry) != nil || dry["recordsRemoved"].(float64) == 0 || dry["dryRun"] != true {
+		t.Fatalf("compact --dry-run: exit %d %s\n%s", code, errOut, out)
+	}
+	if after := snapshot(); !maps.Equal(before, after) {
+		t.Fatalf("a dry run changed the partition:\n%v\n%v", before, after)
+	}
+	if _, err := os.Stat(filepath.Join(logs, "cleaner-offset-checkpoint")); err == nil {
+		t.Fatal("a dry run wrote the cleaner checkpoint")
+	}
+
+	code, out, errOut = tierctl(t, "compact", part, "--config", "segment.bytes=262144", "--json")
+	var res map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res["recordsRemoved"] != dry["recordsRemoved"] {
+		t.Fatalf("compact: exit %d %s\n%s (dry run said %v)", code, errOut, out, dry["recordsRemoved"])
+	}
+	if code, out, _ := tierctl(t, "verify", part); code != 0 {
+		t.Fatalf("verify after compact: exit %d\n%s", code, out)
+	}
+	// Each key once below the cleaned end, plus the uncleaned active segment.
+	code, out, _ = tierctl(t, "consume", part, "--quiet")
+	n, _ := strconv.Atoi(strings.Fields(out)[0])
+	if code != 0 || n != 30000-int(res["recordsRemoved"].(float64)) {
+		t.Fatalf("consume after compact: exit %d, %q", code, out)
+	}
+	if code, out, _ := tierctl(t, "compact", part); code != 0 || !strings.Contains(out, "nothing to clean") {
+		t.Fatalf("a second compact: exit %d\n%s", code, out)
+	}
+	if code, _, errOut := tierctl(t, "compact", part, "--memory", "10"); code != 2 || !strings.Contains(errOut, "memory") {
+		t.Fatalf("--memory 10: exit %d %s", code, errOut)
 	}
 }

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierlog/tierlog/compaction"
+	"github.com/tierlog/tierlog/local"
+)
+
+type compactOptions struct {
+	dryRun  bool
+	memory  int
+	configs []string
+	json    bool
+}
+
+func newCompactCmd() *cobra.Command {
+	var o compactOptions
+	cmd := &cobra.Command{
+		Use:   "compact PARTITION_DIR [--dry-run]",
+		Short: "Clean a partition now: keep the latest record per key",
+		Long: `compact runs the log cleaner over one partition directory on demand, as
+a broker's cleaner would for cleanup.policy=compact: from the log dir's
+cleaner-offset-checkpoint (or the log start) up to the high watermark
+(from replication-offset-checkpoint) and the active segment, it keeps the
+latest record of every key, drops keyless records, gives tombstones their
+delete horizon (delete.retention.ms) and removes those past it. Offsets do
+not change. Closed segments are replaced crash-safely, the checkpoint is
+updated, and rounds repeat until the dirty section is clean (a map that
+cannot hold every key takes several).
+
+--dry-run opens the directory read-only and reports what the first round
+would remove, changing nothing. The directory is locked while compact
+writes; stop the broker that owns it first.`,
+		Example: `  tierctl compact /var/lib/tierlog/logs/users-0 --dry-run
+  tierctl compact logs/users-0 --config delete.retention.ms=0 --json`,
+		Args: exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runCompact(cmd, args[0], o)
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&o.dryRun, "dry-run", false, "report what would be removed; change nothing")
+	f.IntVar(&o.memory, "memory", 128<<20, "offset map memory in bytes (log.cleaner.dedupe.buffer.size)")
+	f.StringArrayVar(&o.configs, "config", nil, "topic config key=value (repeatable), e.g. delete.retention.ms=0")
+	f.BoolVar(&o.json, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
+	ctx := context.Background()
+	tp, err := partitionOf(dir)
+	if err != nil {
+		return err
+	}
+	cfg, err := parseConfigFlags(o.configs)
+	if err != nil {
+		return err
+	}
+	if _, err := compaction.NewOffsetMap(o.memory); err != nil {
+		return usageError{err}
+	}
+	logDir := filepath.Dir(filepath.Clean(dir))
+	cps, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.CleanerCheckpoint))
+	if err != nil {
+		return err
+	}
+	first, ok := cps[tp]
+	if !ok {
+		first = -1
+	}
+
+	var l *local.Log
+	if o.dryRun {
+		hws, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.ReplicationCheckpoint))
+		if err != nil {
+			return err
+		}
+		hw, ok := hws[tp]
+		if !ok {
+			hw = -1
+		}
+		if l, err = local.Open(dir, local.Options{Config: cfg, ReadOnly: true, LogStartOffset: -1, HighWatermark: hw}); err != nil {
+			return err
+		}
+		defer l.Close()
+	} else {
+		b, err := local.OpenBackend(logDir, local.BackendOptions{})
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if l, err = b.OpenLog(ctx, tp.Topic, tp.Partition, cfg); err != nil {
+			return err
+		}
+	}
+
+	opts := compaction.Options{MemoryBytes: o.memory, DryRun: o.dryRun}
+	var total compaction.Stats
+	rounds := 0
+	for {
+		st, err := compaction.Clean(ctx, l, first, opts)
+		if err != nil {
+			return err
+		}
+		if rounds == 0 {
+			total.FirstDirty = st.FirstDirty
+		}
+		if st.End == st.FirstDirty {
+			break
+		}
+		rounds++
+		total.End = st.End
+		total.SegmentsRead += st.SegmentsRead
+		total.SegmentsWritten += st.SegmentsWritten
+		total.BytesRead += st.BytesRead
+		total.BytesWritten += st.BytesWritten
+		total.RecordsRead += st.RecordsRead
+		total.RecordsRemoved += st.RecordsRemoved
+		total.TombstonesKept = st.TombstonesKept
+		total.Keys = max(total.Keys, st.Keys)
+		total.Duration += st.Duration
+		first = st.End
+		if o.dryRun {
+			break
+		}
+		cps[tp] = st.End
+		if err := local.WriteOffsetCheckpoint(logDir, local.CleanerCheckpoint, cps); err != nil {
+			return err
+		}
+	}
+	if rounds == 0 {
+		total.End = total.FirstDirty
+	}
+	hw := l.Offsets().HighWatermark
+	if err := l.Close(); err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if o.json {
+		writeJSON(w, map[string]any{"dryRun": o.dryRun, "rounds": rounds, "firstDirty": total.FirstDirty, "end": total.End,
+			"highWatermark": hw, "segmentsRead": total.SegmentsRead, "segmentsWritten": total.SegmentsWritten,
+			"bytesRead": total.BytesRead, "bytesWritten": total.BytesWritten, "records": total.RecordsRead,
+			"recordsRemoved": total.RecordsRemoved, "tombstonesKept": total.TombstonesKept, "keys": total.Keys,
+			"seconds": total.Duration.Seconds()})
+		return nil
+	}
+	if rounds == 0 {
+		fmt.Fprintf(w, "nothing to clean: no closed segment holds dirty offsets from %d below the high watermark %d\n",
+			total.FirstDirty, hw)
+		return nil
+	}
+	verb := "removed"
+	if o.dryRun {
+		verb = "would remove"
+	}
+	fmt.Fprintf(w, "%s %d of %d records (%d keys, %d tombstones kept): %d segment(s) of %d bytes -> %d segment(s) of %d bytes\n",
+		verb, total.RecordsRemoved, total.RecordsRead, total.Keys, total.TombstonesKept,
+		total.SegmentsRead, total.BytesRead, total.SegmentsWritten, total.BytesWritten)
+	fmt.Fprintf(w, "dirty section %d..%d in %d round(s), %.2fs\n", total.FirstDirty, total.End, rounds, total.Duration.Seconds())
+	return nil
+}
