@@ -106,6 +106,11 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Store == nil {
 		return nil, fmt.Errorf("tiered: no store")
 	}
+	if l.Config().Compact() {
+		// As in Kafka (KIP-405): the cleaner rewrites closed segments, which
+		// the bucket holds as immutable copies.
+		return nil, fmt.Errorf("%w: tiered storage is not supported for cleanup.policy=compact (%s)", backend.ErrInvalidConfig, l.Dir())
+	}
 	if opts.IndexCacheBytes <= 0 {
 		opts.IndexCacheBytes = 64 << 20
 	}

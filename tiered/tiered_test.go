@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -516,5 +517,20 @@ func TestIndexCacheOnDisk(t *testing.T) {
 	}
 	if got := s.Stats().Requests[objstore.OpGet]; got != 2 {
 		t.Fatalf("after a restart: %d GETs, want 2 (manifest, log): the index should come from disk", got)
+	}
+}
+
+// TestCompactedTopicRejected: the cleaner rewrites closed segments, so a
+// compacted topic cannot be tiered (Kafka rejects it too).
+func TestCompactedTopicRejected(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://compact", objstore.Options{})
+	l, err := local.Open(filepath.Join(t.TempDir(), "users-0"), local.Options{Config: cfg(t, "cleanup.policy", "compact,delete")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/users-0"}); !errors.Is(err, backend.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "compact") {
+		t.Fatalf("tiered.Open of a compacted topic: %v", err)
 	}
 }
