@@ -88,6 +88,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 		opts.Now = time.Now
 	}
 	st := Stats{}
+	truncations := l.Truncations() // before anything is read
 	segs := closedSegments(l)
 	offs := l.Offsets()
 	if firstDirty < offs.LogStart || firstDirty > offs.LogEnd {
@@ -127,7 +128,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 		return st, nil
 	}
 
-	c := cleaner{l: l, m: m, end: end, now: opts.Now().UnixMilli(),
+	c := cleaner{l: l, m: m, end: end, truncations: truncations, now: opts.Now().UnixMilli(),
 		deleteRetentionMs: l.Config().DeleteRetentionMs, dryRun: opts.DryRun, throttle: opts.Throttle}
 	for _, g := range groupSegments(segs, end, l.Config().SegmentBytes) {
 		if err := c.cleanGroup(ctx, g, &st); err != nil {
@@ -300,6 +301,7 @@ func groupSegments(segs []local.SegmentInfo, end int64, segmentBytes int64) [][]
 
 type cleaner struct {
 	l                 *local.Log
+	truncations       int64 // l.Truncations() when the round began
 	m                 *OffsetMap
 	end               int64
 	now               int64
@@ -367,7 +369,7 @@ func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Sta
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("compaction: %w", err)
 	}
-	return c.l.ReplaceSegments(bases, mtime)
+	return c.l.ReplaceSegments(bases, mtime, c.truncations)
 }
 
 // copySegment writes the batches of s to keep. In the group's last

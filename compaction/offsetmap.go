@@ -67,12 +67,9 @@ func (m *OffsetMap) slotFor(hash *[hashSize]byte, attempt int) int {
 func (m *OffsetMap) slot(i int) []byte { return m.data[i*slotSize : (i+1)*slotSize] }
 
 func isEmpty(s []byte) bool {
-	for _, b := range s {
-		if b != 0 {
-			return false
-		}
-	}
-	return true
+	_ = s[slotSize-1]
+	le := binary.LittleEndian
+	return le.Uint64(s)|le.Uint64(s[8:])|le.Uint64(s[16:]) == 0
 }
 
 // Put records offset as the latest for key. It fails with ErrMapFull when

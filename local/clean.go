@@ -90,6 +90,13 @@ func (r *SegmentReader) Close() error {
 	return nil
 }
 
+// Truncations counts the truncations that removed records from l. A
+// cleaner reads it before it starts: a truncation during its round would
+// make the offsets it mapped point at records that no longer exist, so
+// ReplaceSegments refuses the round's files (Kafka aborts cleaning on
+// truncation for the same reason).
+func (l *Log) Truncations() int64 { return l.truncations.Load() }
+
 // CleanedPath is where a cleaner writes the file replacing the segments
 // from base on: <base>.log.cleaned in the log's directory, which recovery
 // deletes if the process dies before ReplaceSegments.
@@ -103,13 +110,15 @@ func (l *Log) CleanedPath(base int64) string {
 // batch's next offset is the following segment's base. The file is synced
 // here; its mtime is set to mtime (the newest replaced segment's, as Kafka
 // does, so time retention of mtime-only segments does not restart).
+// truncations is Truncations() as read before the cleaner began; if the
+// log was truncated since, nothing changes and ErrSegmentsChanged returns.
 //
 // The replacement is crash-safe: the file becomes <base>.log.swap, the old
 // segments' files become .deleted, and the swap file takes the final name;
 // a crash at any point leaves either the old segments or the new one once
 // the log is reopened (see removeTempFilesAndSwap). Readers holding an old
 // segment finish on its files.
-func (l *Log) ReplaceSegments(bases []int64, mtime time.Time) error {
+func (l *Log) ReplaceSegments(bases []int64, mtime time.Time, truncations int64) error {
 	if l.readOnly {
 		return ErrReadOnly
 	}
@@ -121,6 +130,9 @@ func (l *Log) ReplaceSegments(bases []int64, mtime time.Time) error {
 	defer l.mu.Unlock()
 	if l.closed.Load() {
 		return l.closedErr()
+	}
+	if n := l.truncations.Load(); n != truncations {
+		return fmt.Errorf("%w: %s was truncated during the cleaning round", ErrSegmentsChanged, l.dir)
 	}
 	segs := l.segments()
 	first := -1

@@ -170,7 +170,7 @@ func TestReplaceSegmentsCrashAtEveryStep(t *testing.T) {
 		snaps = append(snaps, snap)
 	}
 	defer func() { replaceHook = nil }()
-	if err := l.ReplaceSegments(bases, time.Time{}); err != nil {
+	if err := l.ReplaceSegments(bases, time.Time{}, l.Truncations()); err != nil {
 		t.Fatal(err)
 	}
 	replaceHook = nil
@@ -233,16 +233,30 @@ func TestReplaceSegmentsRejectsStaleOrShortFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeCleaned(t, l, segs[:1], func(int64) bool { return false })
-	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset, segs[1].BaseOffset}, time.Time{}); err == nil {
+	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset, segs[1].BaseOffset}, time.Time{}, l.Truncations()); err == nil {
 		t.Fatal("a cleaned file covering one segment replaced two")
 	}
 	// Segments that are no longer the log's: ErrSegmentsChanged.
-	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset + 1}, time.Time{}); !errors.Is(err, ErrSegmentsChanged) {
+	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset + 1}, time.Time{}, l.Truncations()); !errors.Is(err, ErrSegmentsChanged) {
 		t.Fatalf("replacing a segment that does not exist: %v", err)
 	}
 	last := segs[len(segs)-1]
-	if err := l.ReplaceSegments([]int64{last.BaseOffset}, time.Time{}); !errors.Is(err, ErrSegmentsChanged) {
+	if err := l.ReplaceSegments([]int64{last.BaseOffset}, time.Time{}, l.Truncations()); !errors.Is(err, ErrSegmentsChanged) {
 		t.Fatalf("replacing the active segment: %v", err)
+	}
+	if got := batchOffsets(t, l); !slices.Equal(got, before) {
+		t.Fatalf("a rejected replacement changed the log: %v", got)
+	}
+	// A truncation since the cleaner began: its map may name offsets that
+	// are gone, so its file must not go in.
+	n := l.Truncations()
+	if err := l.TruncateTo(l.Offsets().LogEnd - 1); err != nil {
+		t.Fatal(err)
+	}
+	before = batchOffsets(t, l)
+	writeCleaned(t, l, segs[:1], func(int64) bool { return false })
+	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset}, time.Time{}, n); !errors.Is(err, ErrSegmentsChanged) {
+		t.Fatalf("replacing after a truncation: %v", err)
 	}
 	if got := batchOffsets(t, l); !slices.Equal(got, before) {
 		t.Fatalf("a rejected replacement changed the log: %v", got)

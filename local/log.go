@@ -84,6 +84,7 @@ type Log struct {
 	leo           atomic.Int64
 	recoveryPoint atomic.Int64
 	closed        atomic.Bool
+	truncations   atomic.Int64 // TruncateTo calls that removed records
 
 	mu         sync.Mutex // the writer lock; guards the fields below
 	dirty      bool       // something was written since the last flush

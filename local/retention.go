@@ -176,6 +176,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	if offset >= leo {
 		return nil
 	}
+	l.truncations.Add(1)
 	segs := l.segments()
 	if offset <= segs[0].base || offset < l.logStart.Load() {
 		return l.truncateFullyLocked(offset)
