@@ -3,10 +3,12 @@ package compaction
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -273,4 +275,118 @@ func cleanToEnd(t *testing.T, l *local.Log, mem int, c *clock) {
 		}
 		cp = st.End
 	}
+}
+
+// TestCleanWhileAppendingAndReading cleans rounds while a writer appends
+// (rolling segments) and a reader reads from the log start: no round
+// fails other than by a changed segment list, no read fails, and the
+// final log matches the model.
+func TestCleanWhileAppendingAndReading(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	l := openCompacted(t, t.TempDir(), c)
+	defer l.Close()
+	var mu sync.Mutex
+	var written []rec
+	done := make(chan struct{})
+	errs := make(chan error, 2)
+	go func() { // writer: appendRandom's records, without t.Fatal
+		defer close(done)
+		rng := rand.New(rand.NewPCG(3, 3))
+		for range 40 {
+			recs := appendRandomErr(l, rng, 10, 50, c)
+			if recs == nil {
+				errs <- errors.New("append failed")
+				return
+			}
+			mu.Lock()
+			written = append(written, recs...)
+			mu.Unlock()
+		}
+		errs <- nil
+	}()
+	go func() { // reader
+		for {
+			select {
+			case <-done:
+				errs <- nil
+				return
+			default:
+			}
+			off := l.Offsets().LogStart
+			rs, err := l.Read(context.Background(), off, backend.ReadOptions{MaxBytes: 64 << 10, MinOneBatch: true})
+			if err != nil {
+				errs <- fmt.Errorf("read at %d: %w", off, err)
+				return
+			}
+			var buf bytes.Buffer
+			_, err = rs.WriteTo(&buf)
+			rs.Close()
+			if err != nil {
+				errs <- fmt.Errorf("read at %d: %w", off, err)
+				return
+			}
+		}
+	}()
+	checkpoint := int64(-1)
+	replaced := 0
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		default:
+		}
+		st, err := Clean(context.Background(), l, checkpoint, Options{MemoryBytes: 1 << 20, Now: c.now})
+		if errors.Is(err, local.ErrSegmentsChanged) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkpoint = st.End
+		replaced += st.SegmentsWritten
+	}
+	if replaced == 0 {
+		t.Fatal("no round replaced segments while the writer ran; the test proves nothing")
+	}
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	cleanToEnd(t, l, 1<<20, c)
+	checkCleaned(t, readAll(t, l), written, l.Offsets().LogEnd)
+}
+
+// appendRandomErr is appendRandom for a goroutine: nil on failure.
+func appendRandomErr(l *local.Log, rng *rand.Rand, n, keys int, c *clock) []rec {
+	var b record.Builder
+	var out []rec
+	for range n {
+		b.Reset(record.NewBatchHeader())
+		var recs []rec
+		for range 1 + rng.IntN(5) {
+			r := rec{hasKey: true, key: fmt.Sprintf("key-%d", rng.IntN(keys)), value: fmt.Sprintf("v-%d", rng.Int64())}
+			b.Append(c.t.UnixMilli(), []byte(r.key), []byte(r.value), nil)
+			recs = append(recs, r)
+		}
+		batch, err := b.Build()
+		if err != nil {
+			return nil
+		}
+		info, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true})
+		if err != nil {
+			return nil
+		}
+		for i := range recs {
+			recs[i].offset = info.FirstOffset + int64(i)
+		}
+		out = append(out, recs...)
+		if err := l.SetHighWatermark(info.LastOffset + 1); err != nil {
+			return nil
+		}
+	}
+	return out
 }
