@@ -193,7 +193,8 @@ func TestUsageErrors(t *testing.T) {
 func TestDemo(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errOut := tierctl(t, "demo", "--records", "5000", "--keep", "--dir", dir)
-	if code != 0 || !strings.Contains(out, "0 with problems") || !strings.Contains(out, "5000 of 5000 records") {
+	if code != 0 || !strings.Contains(out, "0 with problems") || !strings.Contains(out, "5000 of 5000 records") ||
+		!strings.Contains(out, "keys once, at its latest offset") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	// What the demo wrote verifies on its own.
