@@ -266,43 +266,64 @@ func size64(fi os.FileInfo) int64 {
 // readEveryRecord reads from offset to the log end and checks that every
 // offset comes back exactly once, in order.
 func readEveryRecord(ctx context.Context, l backend.Partition, from int64) (records int64, reads int, bytesRead int64, err error) {
+	next := from
+	reads, bytesRead, err = readRecords(ctx, l, from, func(r *record.Record) error {
+		if r.Offset != next {
+			return fmt.Errorf("demo: offset %d missing (got %d)", next, r.Offset)
+		}
+		next++
+		records++
+		return nil
+	})
+	return records, reads, bytesRead, err
+}
+
+// readRecords reads l from offset to its end in reads of up to 1 MiB,
+// validating every batch, and calls fn for each record at or after from.
+// It advances by batches, so gaps and batches emptied by the cleaner are
+// passed over.
+func readRecords(ctx context.Context, l backend.Partition, from int64, fn func(r *record.Record) error) (reads int, bytesRead int64, err error) {
 	var it record.Iterator
 	var buf bytes.Buffer
-	next := from
-	end := l.Offsets().LogEnd
-	for next < end {
+	for next := from; next < l.Offsets().LogEnd; {
 		recs, err := l.Read(ctx, next, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
 		if err != nil {
-			return records, reads, bytesRead, err
+			return reads, bytesRead, err
 		}
 		buf.Reset()
 		n, err := recs.WriteTo(&buf)
 		recs.Close()
 		if err != nil {
-			return records, reads, bytesRead, err
+			return reads, bytesRead, err
+		}
+		if n == 0 {
+			return reads, bytesRead, fmt.Errorf("demo: nothing read at offset %d below the log end", next)
 		}
 		reads++
 		bytesRead += n
 		sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, n, record.ScanOptions{Validate: true})
 		for sc.Next() {
-			if err := it.Reset(sc.Entry().Data); err != nil {
-				return records, reads, bytesRead, err
+			e := sc.Entry()
+			if err := it.Reset(e.Data); err != nil {
+				return reads, bytesRead, err
 			}
 			for it.Next() {
-				if off := it.Record().Offset; off >= next {
-					if off != next {
-						return records, reads, bytesRead, fmt.Errorf("demo: offset %d missing (got %d)", next, off)
+				if it.Record().Offset >= next {
+					if err := fn(it.Record()); err != nil {
+						return reads, bytesRead, err
 					}
-					next++
-					records++
 				}
 			}
+			if err := it.Err(); err != nil {
+				return reads, bytesRead, err
+			}
+			next = e.LastOffset + 1
 		}
 		if sc.Err() != nil {
-			return records, reads, bytesRead, sc.Err()
+			return reads, bytesRead, sc.Err()
 		}
 	}
-	return records, reads, bytesRead, nil
+	return reads, bytesRead, nil
 }
 
 // orderRecords generates readable order records keyed by customer, the
@@ -354,54 +375,19 @@ func demoCompaction(ctx context.Context, w io.Writer, b *local.Backend, records 
 	return nil
 }
 
-// readCompacted reads l to its end, advancing by batches (a cleaned log has
-// gaps, and batches emptied by the cleaner), and checks that below end no
-// key appears twice. It returns the records read and the keys below end.
+// readCompacted reads l to its end and checks that below end no key
+// appears twice. It returns the records read and the keys below end.
 func readCompacted(ctx context.Context, l backend.Partition, end int64) (records int64, keys int, err error) {
-	var it record.Iterator
-	var buf bytes.Buffer
 	seen := map[string]bool{}
-	for next := int64(0); next < l.Offsets().LogEnd; {
-		recs, err := l.Read(ctx, next, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
-		if err != nil {
-			return records, len(seen), err
-		}
-		buf.Reset()
-		n, err := recs.WriteTo(&buf)
-		recs.Close()
-		if err != nil {
-			return records, len(seen), err
-		}
-		if n == 0 {
-			return records, len(seen), fmt.Errorf("demo: nothing read at offset %d", next)
-		}
-		sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, n, record.ScanOptions{Validate: true})
-		for sc.Next() {
-			e := sc.Entry()
-			if err := it.Reset(e.Data); err != nil {
-				return records, len(seen), err
+	_, _, err = readRecords(ctx, l, 0, func(r *record.Record) error {
+		records++
+		if r.Offset < end {
+			if seen[string(r.Key)] {
+				return fmt.Errorf("demo: key %s twice in the cleaned log", r.Key)
 			}
-			for it.Next() {
-				r := it.Record()
-				if r.Offset < next {
-					continue
-				}
-				records++
-				if r.Offset < end {
-					if seen[string(r.Key)] {
-						return records, len(seen), fmt.Errorf("demo: key %s twice in the cleaned log", r.Key)
-					}
-					seen[string(r.Key)] = true
-				}
-			}
-			if err := it.Err(); err != nil {
-				return records, len(seen), err
-			}
-			next = e.LastOffset + 1
+			seen[string(r.Key)] = true
 		}
-		if sc.Err() != nil {
-			return records, len(seen), sc.Err()
-		}
-	}
-	return records, len(seen), nil
+		return nil
+	})
+	return records, len(seen), err
 }
