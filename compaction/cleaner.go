@@ -223,6 +223,12 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 			if e.Magic == 2 && !e.Batch().IsTransactional() && !e.Batch().IsControl() {
 				b := e.Batch()
 				if m.Len()+int(b.NumRecords()) > m.Capacity() {
+					if end == firstDirty {
+						err := fmt.Errorf("%w: the offset map holds %d keys, the batch at offset %d of %s has %d records; raise the cleaner's memory",
+							ErrMapFull, m.Capacity(), e.BaseOffset, r.Path(), b.NumRecords())
+						r.Close()
+						return end, err
+					}
 					full = true
 					break
 				}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -389,4 +391,69 @@ func appendRandomErr(l *local.Log, rng *rand.Rand, n, keys int, c *clock) []rec 
 		}
 	}
 	return out
+}
+
+// TestCleanMapTooSmallForOneBatch: a map that cannot hold a single batch
+// is an error naming the cure, not a round that silently makes no progress.
+func TestCleanMapTooSmallForOneBatch(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	l := openCompacted(t, t.TempDir(), c)
+	defer l.Close()
+	var b record.Builder
+	for range 3 {
+		b.Reset(record.NewBatchHeader())
+		for i := range 100 {
+			b.Append(c.t.UnixMilli(), fmt.Appendf(nil, "k%d", i), make([]byte, 4), nil)
+		}
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetHighWatermark(info.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Clean(context.Background(), l, -1, Options{MemoryBytes: 24 * 50, Now: c.now})
+	if !errors.Is(err, ErrMapFull) || !strings.Contains(err.Error(), "raise") {
+		t.Fatalf("a 45-key map against 100-record batches: %v", err)
+	}
+}
+
+// TestCleanCorruptSegment: a corrupt batch stops the round with an error
+// naming the file; nothing is replaced and no .cleaned file is left.
+func TestCleanCorruptSegment(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	dir := t.TempDir()
+	l := openCompacted(t, dir, c)
+	defer l.Close()
+	appendRandom(t, l, rand.New(rand.NewPCG(5, 5)), 100, 10, c, record.None)
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	segs := l.SegmentInfos()
+	f, err := os.OpenFile(segs[1].Path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xff, 0xfe}, 70); err != nil { // inside the first batch's records
+		t.Fatal(err)
+	}
+	f.Close()
+	_, err = Clean(context.Background(), l, -1, Options{MemoryBytes: 1 << 20, Now: c.now})
+	if !errors.Is(err, record.ErrCorrupt) || !strings.Contains(err.Error(), filepath.Base(segs[1].Path)) {
+		t.Fatalf("cleaning a corrupt segment: %v", err)
+	}
+	if after := l.SegmentInfos(); len(after) != len(segs) {
+		t.Fatalf("%d segments after a failed round, %d before", len(after), len(segs))
+	}
+	if m, _ := filepath.Glob(filepath.Join(dir, "*.cleaned")); len(m) != 0 {
+		t.Fatalf("left behind: %v", m)
+	}
 }

@@ -50,6 +50,7 @@ type SegmentReader struct {
 	s    *segment
 	f    *os.File
 	size int64
+	path string
 }
 
 // OpenSegment opens the closed segment whose base offset is base.
@@ -67,7 +68,7 @@ func (l *Log) OpenSegment(base int64) (*SegmentReader, error) {
 			s.release()
 			return nil, err
 		}
-		return &SegmentReader{s: s, f: f, size: s.size.Load()}, nil
+		return &SegmentReader{s: s, f: f, size: s.size.Load(), path: s.logPath}, nil
 	}
 	return nil, fmt.Errorf("%w: no closed segment with base %d in %s", ErrSegmentsChanged, base, l.dir)
 }
@@ -78,8 +79,9 @@ func (r *SegmentReader) ReadAt(p []byte, off int64) (int, error) { return r.f.Re
 // Size is the .log's length in bytes.
 func (r *SegmentReader) Size() int64 { return r.size }
 
-// Path is the .log's path when it was opened.
-func (r *SegmentReader) Path() string { return r.s.logPath }
+// Path is the .log's path when it was opened (also after Close, for
+// error messages).
+func (r *SegmentReader) Path() string { return r.path }
 
 // Close releases the segment.
 func (r *SegmentReader) Close() error {
