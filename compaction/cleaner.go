@@ -3,6 +3,7 @@ package compaction
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -205,71 +206,84 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 	end := firstDirty
 	var it record.Iterator
 	for _, s := range dirty {
-		r, err := l.OpenSegment(s.BaseOffset)
-		if err != nil {
-			return end, err
-		}
-		full := false
-		sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
-		for sc.Next() {
-			e := sc.Entry()
+		stopped, err := scanSegment(ctx, l, s.BaseOffset, throttle, func(e *record.Entry, _ bool) (int, error) {
 			if e.LastOffset < firstDirty {
-				continue
+				return 0, nil
 			}
-			if err := ctx.Err(); err != nil {
-				r.Close()
-				return end, fmt.Errorf("compaction: %w", err)
-			}
-			if e.Magic == 2 && !e.Batch().IsTransactional() && !e.Batch().IsControl() {
-				b := e.Batch()
+			if b := e.Batch(); e.Magic == 2 && !b.IsTransactional() && !b.IsControl() {
 				if m.Len()+int(b.NumRecords()) > m.Capacity() {
 					if end == firstDirty {
-						err := fmt.Errorf("%w: the offset map holds %d keys, the batch at offset %d of %s has %d records; raise the cleaner's memory",
-							ErrMapFull, m.Capacity(), e.BaseOffset, r.Path(), b.NumRecords())
-						r.Close()
-						return end, err
+						return 0, fmt.Errorf("%w: it holds %d keys, the batch at offset %d has %d records; raise the cleaner's memory",
+							ErrMapFull, m.Capacity(), e.BaseOffset, b.NumRecords())
 					}
-					full = true
-					break
+					return 0, errStop
 				}
 				if err := it.Reset(e.Data); err != nil {
-					r.Close()
-					return end, fmt.Errorf("compaction: %s batch at position %d: %w", r.Path(), e.Position, err)
+					return 0, err
 				}
 				for it.Next() {
-					rec := it.Record()
-					if rec.Key != nil && rec.Offset >= firstDirty {
+					if rec := it.Record(); rec.Key != nil && rec.Offset >= firstDirty {
 						if err := m.Put(rec.Key, rec.Offset); err != nil {
-							r.Close()
-							return end, err // cannot happen: capacity checked above
+							return 0, err // cannot happen: capacity checked above
 						}
 					}
 				}
 				if err := it.Err(); err != nil {
-					r.Close()
-					return end, fmt.Errorf("compaction: %s batch at position %d: %w", r.Path(), e.Position, err)
+					return 0, err
 				}
 			}
 			end = e.LastOffset + 1
-			if throttle != nil {
-				if err := throttle(ctx, int(e.Size)); err != nil {
-					r.Close()
-					return end, err
-				}
-			}
-		}
-		err = sc.Err()
-		r.Close()
+			return 0, nil
+		})
 		if err != nil {
-			return end, fmt.Errorf("compaction: scan %s: %w", r.Path(), err)
+			return end, err
 		}
-		if full {
+		if stopped {
 			break
 		}
 		end = s.NextOffset // the segment is wholly mapped (Kafka: nextSegmentBase-1)
 	}
 	m.SetLatestOffset(end - 1)
 	return end, nil
+}
+
+// errStop ends scanSegment early, without an error.
+var errStop = errors.New("compaction: stop scanning")
+
+// scanSegment validates and visits every batch of the closed segment whose
+// base offset is base, saying whether the batch is its last. fn returns the bytes it wrote, which with the batch's own size go
+// through throttle; errStop ends the scan (stopped is then true); other
+// errors of fn and of the scan are wrapped with the file and position.
+func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(context.Context, int) error,
+	fn func(e *record.Entry, last bool) (int, error)) (stopped bool, err error) {
+	r, err := l.OpenSegment(base)
+	if err != nil {
+		return false, err
+	}
+	defer r.Close()
+	sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
+	for sc.Next() {
+		if err := ctx.Err(); err != nil {
+			return false, fmt.Errorf("compaction: %w", err)
+		}
+		e := sc.Entry()
+		n, err := fn(e, e.Position+e.Size == r.Size())
+		if err == errStop {
+			return true, nil
+		}
+		if err != nil {
+			return false, fmt.Errorf("compaction: %s batch at position %d: %w", r.Path(), e.Position, err)
+		}
+		if throttle != nil {
+			if err := throttle(ctx, int(e.Size)+n); err != nil {
+				return false, err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return false, fmt.Errorf("compaction: scan %s: %w", r.Path(), err)
+	}
+	return false, nil
 }
 
 // groupSegments groups the closed segments below end into runs to recopy
@@ -382,38 +396,20 @@ func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Sta
 // segment, the last batch is kept (as an empty batch if need be) so the
 // cleaned file ends at the offset the group did.
 func (c *cleaner) copySegment(ctx context.Context, s local.SegmentInfo, lastInGroup bool, write func([]byte) error, st *Stats) error {
-	r, err := c.l.OpenSegment(s.BaseOffset)
-	if err != nil {
-		return err
-	}
-	defer r.Close()
-	sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
-	for sc.Next() {
-		if err := ctx.Err(); err != nil {
-			return fmt.Errorf("compaction: %w", err)
-		}
-		e := sc.Entry()
+	_, err := scanSegment(ctx, c.l, s.BaseOffset, c.throttle, func(e *record.Entry, last bool) (int, error) {
 		st.BytesRead += e.Size
-		isLast := lastInGroup && e.Position+e.Size == r.Size()
-		out, err := c.filter(e, isLast, st)
+		out, err := c.filter(e, lastInGroup && last, st)
 		if err != nil {
-			return fmt.Errorf("compaction: %s batch at position %d: %w", r.Path(), e.Position, err)
+			return 0, err
 		}
 		if out != nil {
 			if err := write(out); err != nil {
-				return fmt.Errorf("compaction: %w", err)
+				return 0, err
 			}
 		}
-		if c.throttle != nil {
-			if err := c.throttle(ctx, int(e.Size)+len(out)); err != nil {
-				return err
-			}
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("compaction: scan %s: %w", r.Path(), err)
-	}
-	return nil
+		return len(out), nil
+	})
+	return err
 }
 
 // filter returns what to write for one entry: the entry itself, a
