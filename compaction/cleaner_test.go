@@ -58,6 +58,15 @@ func openCompacted(t testing.TB, dir string, c *clock, kv ...string) *local.Log 
 // wrote.
 func appendRandom(t testing.TB, l *local.Log, rng *rand.Rand, n, keys int, c *clock, codec record.Codec) []rec {
 	t.Helper()
+	out, err := appendRecords(l, rng, n, keys, c, codec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// appendRecords is appendRandom returning its error (for goroutines).
+func appendRecords(l *local.Log, rng *rand.Rand, n, keys int, c *clock, codec record.Codec) ([]rec, error) {
 	var b record.Builder
 	var out []rec
 	for range n {
@@ -83,21 +92,21 @@ func appendRandom(t testing.TB, l *local.Log, rng *rand.Rand, n, keys int, c *cl
 		}
 		batch, err := b.Build()
 		if err != nil {
-			t.Fatal(err)
+			return out, err
 		}
-		info, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 0})
+		info, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true})
 		if err != nil {
-			t.Fatal(err)
+			return out, err
 		}
 		for i := range recs {
 			recs[i].offset = info.FirstOffset + int64(i)
 		}
 		out = append(out, recs...)
 		if err := l.SetHighWatermark(info.LastOffset + 1); err != nil {
-			t.Fatal(err)
+			return out, err
 		}
 	}
-	return out
+	return out, nil
 }
 
 // readAll reads every record of l, checking offsets only increase.
@@ -295,9 +304,9 @@ func TestCleanWhileAppendingAndReading(t *testing.T) {
 		defer close(done)
 		rng := rand.New(rand.NewPCG(3, 3))
 		for range 40 {
-			recs := appendRandomErr(l, rng, 10, 50, c)
-			if recs == nil {
-				errs <- errors.New("append failed")
+			recs, err := appendRecords(l, rng, 10, 50, c, record.None)
+			if err != nil {
+				errs <- err
 				return
 			}
 			mu.Lock()
@@ -360,37 +369,6 @@ func TestCleanWhileAppendingAndReading(t *testing.T) {
 	}
 	cleanToEnd(t, l, 1<<20, c)
 	checkCleaned(t, readAll(t, l), written, l.Offsets().LogEnd)
-}
-
-// appendRandomErr is appendRandom for a goroutine: nil on failure.
-func appendRandomErr(l *local.Log, rng *rand.Rand, n, keys int, c *clock) []rec {
-	var b record.Builder
-	var out []rec
-	for range n {
-		b.Reset(record.NewBatchHeader())
-		var recs []rec
-		for range 1 + rng.IntN(5) {
-			r := rec{hasKey: true, key: fmt.Sprintf("key-%d", rng.IntN(keys)), value: fmt.Sprintf("v-%d", rng.Int64())}
-			b.Append(c.t.UnixMilli(), []byte(r.key), []byte(r.value), nil)
-			recs = append(recs, r)
-		}
-		batch, err := b.Build()
-		if err != nil {
-			return nil
-		}
-		info, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true})
-		if err != nil {
-			return nil
-		}
-		for i := range recs {
-			recs[i].offset = info.FirstOffset + int64(i)
-		}
-		out = append(out, recs...)
-		if err := l.SetHighWatermark(info.LastOffset + 1); err != nil {
-			return nil
-		}
-	}
-	return out
 }
 
 // TestCleanMapTooSmallForOneBatch: a map that cannot hold a single batch
