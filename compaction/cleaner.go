@@ -91,10 +91,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 	st := Stats{}
 	truncations := l.Truncations() // before anything is read
 	segs := closedSegments(l)
-	offs := l.Offsets()
-	if firstDirty < offs.LogStart || firstDirty > offs.LogEnd {
-		firstDirty = offs.LogStart
-	}
+	firstDirty = firstDirtyOf(l, firstDirty)
 	st.FirstDirty, st.End = firstDirty, firstDirty
 	dirty, err := DirtySegments(l, segs, firstDirty, opts.Now())
 	if err != nil {
@@ -138,6 +135,17 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 	}
 	st.Duration = time.Since(start)
 	return st, nil
+}
+
+// firstDirtyOf is where a round starts given a cleaner checkpoint: the log
+// start when the checkpoint is missing (any value below it) or outside the
+// log, as Kafka resets it.
+func firstDirtyOf(l *local.Log, checkpoint int64) int64 {
+	offs := l.Offsets()
+	if checkpoint < offs.LogStart || checkpoint > offs.LogEnd {
+		return offs.LogStart
+	}
+	return checkpoint
 }
 
 // closedSegments lists every segment of l but the active one.

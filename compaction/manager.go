@@ -172,11 +172,8 @@ func (c *Cleaner) RunOnce(ctx context.Context) (bool, error) {
 		c.mu.Unlock()
 	}()
 	c.mu.Lock()
-	first, ok := c.checkpoint[cand.tp]
+	first := c.checkpoint[cand.tp] // a missing entry reads 0: Clean starts at the log start
 	c.mu.Unlock()
-	if !ok {
-		first = -1
-	}
 	var throttle func(context.Context, int) error
 	if c.lim != nil {
 		throttle = c.lim.Wait
@@ -219,19 +216,12 @@ func (c *Cleaner) grab() (*candidate, error) {
 			continue
 		}
 		c.mu.Lock()
-		busy := c.busy[tp]
-		first, ok := c.checkpoint[tp]
+		busy, cp := c.busy[tp], c.checkpoint[tp]
 		c.mu.Unlock()
 		if busy {
 			continue
 		}
-		if !ok {
-			first = -1
-		}
-		offs := l.Offsets()
-		if first < offs.LogStart || first > offs.LogEnd {
-			first = offs.LogStart
-		}
+		first := firstDirtyOf(l, cp)
 		segs := closedSegments(l)
 		dirty, err := DirtySegments(l, segs, first, now)
 		if err != nil {
