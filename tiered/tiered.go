@@ -10,9 +10,11 @@
 // A commit that loses the conditional put means another writer owns the
 // partition: this one is fenced and uploads and deletes nothing more.
 //
-// What is not here yet: total (remote) retention, restore, garbage
-// collection of unreferenced objects, a chunk cache and read-ahead, the
-// on-disk index cache, bounded upload concurrency and rate limits.
+// Reads of remote offsets go through a byte-bounded chunk cache with
+// read-ahead across segment borders, and remote indexes through a memory and
+// on-disk cache. ApplyRetention applies total retention to the bucket
+// (manifest first, then objects); Restore rebuilds a partition directory from
+// the bucket alone; GC removes objects no manifest names.
 package tiered
 
 import (
