@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/record"
@@ -19,6 +20,21 @@ import (
 // Each batch is indexed on its own (Kafka since KAFKA-806), so a follower
 // appending a fetched chunk builds the same index as the leader did.
 func (l *Log) Append(ctx context.Context, batches []byte, opts backend.AppendOptions) (backend.AppendInfo, error) {
+	start := time.Now()
+	info, err := l.append(ctx, batches, opts)
+	m := l.metrics
+	if err != nil {
+		m.AppendErrors.Add(1)
+		return info, err
+	}
+	m.Appends.Add(1)
+	m.AppendBytes.Add(int64(len(batches)))
+	m.AppendRecords.Add(info.LastOffset - info.FirstOffset + 1)
+	m.AppendLatency.Since(start)
+	return info, nil
+}
+
+func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOptions) (backend.AppendInfo, error) {
 	var info backend.AppendInfo
 	if err := checkCtx(ctx); err != nil {
 		return info, err
@@ -205,6 +221,7 @@ func (l *Log) rollLocked(base int64, why string) (*segment, error) {
 	segs := append(append([]*segment(nil), l.segments()...), s)
 	l.setSegments(segs)
 	l.dirty = true
+	l.metrics.Rolls.Add(1)
 	l.logger.Debug("rolled segment", "base", base, "reason", why)
 	if old.acquire() {
 		l.bg.Add(1)

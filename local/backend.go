@@ -45,6 +45,8 @@ type Backend struct {
 	lock   *os.File
 	clean  bool // the directory was shut down cleanly last time
 	budget *fileBudget
+	// metrics is shared by every log the backend opens.
+	metrics Metrics
 
 	mu       sync.Mutex
 	logs     map[TopicPartition]*Log
@@ -146,7 +148,7 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 		return l, nil
 	}
 	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
-		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget}
+		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget, Metrics: &b.metrics}
 	if b.opts.TopicID != nil {
 		opts.TopicID = b.opts.TopicID(topic)
 	}

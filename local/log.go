@@ -51,6 +51,10 @@ type Options struct {
 	MaxOpenSegmentFiles int
 	budget              *fileBudget // set by a Backend: shared by its logs
 
+	// Metrics receives the log's counters (default: a Metrics of its own;
+	// a Backend passes the one its logs share). See Log.Metrics.
+	Metrics *Metrics
+
 	// TopicID, when set, is the topic's id (Kafka's base64url UUID) kept
 	// in partition.metadata: written when the file is absent, and checked
 	// when present (a directory of another topic with the same name is an
@@ -76,6 +80,7 @@ type Log struct {
 	segOpts segmentOptions
 	now     func() time.Time
 	logger  *slog.Logger
+	metrics *Metrics
 
 	readOnly      bool
 	segs          atomic.Pointer[[]*segment] // sorted by base; last is active
@@ -122,6 +127,9 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.Metrics == nil {
+		opts.Metrics = new(Metrics)
+	}
 	if opts.ReadOnly {
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("%w: partition directory %s", backend.ErrNotFound, dir)
@@ -130,7 +138,7 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 		return nil, fmt.Errorf("local: create %s: %w", dir, err)
 	}
 	l := &Log{readOnly: opts.ReadOnly,
-		dir: dir, cfg: opts.Config, now: opts.Now, logger: opts.Logger.With("dir", dir),
+		dir: dir, cfg: opts.Config, now: opts.Now, logger: opts.Logger.With("dir", dir), metrics: opts.Metrics,
 		segOpts: segmentOptions{maxIndexBytes: int(opts.Config.SegmentIndexBytes), intervalBytes: opts.Config.IndexIntervalBytes,
 			budget: opts.budget},
 	}
@@ -747,6 +755,7 @@ func (l *Log) flushLocked() error {
 	if !l.dirty && rp == leo {
 		return l.takeFlushErr() // nothing new: no fsync
 	}
+	start := time.Now()
 	segs := l.segments()
 	var errs []error
 	for i, s := range segs {
@@ -769,6 +778,8 @@ func (l *Log) flushLocked() error {
 	l.unflushed = 0
 	l.dirty = false
 	l.lastFlush = l.now()
+	l.metrics.Flushes.Add(1)
+	l.metrics.FlushLatency.Since(start)
 	return l.takeFlushErr()
 }
 

@@ -2,9 +2,10 @@ package local
 
 import (
 	"fmt"
-	"github.com/tierlog/tierlog/backend"
 	"strconv"
 	"strings"
+
+	"github.com/tierlog/tierlog/backend"
 )
 
 // File suffixes of a Kafka log directory (frozen: Kafka's LogFileUtils).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/record"
@@ -18,6 +19,20 @@ const DefaultMaxBytes = 1 << 20
 // read that reaches a segment's end returns what it has, and the next read
 // continues in the next segment.
 func (l *Log) Read(ctx context.Context, offset int64, opts backend.ReadOptions) (backend.Records, error) {
+	start := time.Now()
+	recs, err := l.read(ctx, offset, opts)
+	m := l.metrics
+	if err != nil {
+		m.ReadErrors.Add(1)
+		return recs, err
+	}
+	m.Reads.Add(1)
+	m.ReadBytes.Add(recs.Len())
+	m.ReadLatency.Since(start)
+	return recs, nil
+}
+
+func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) (backend.Records, error) {
 	if err := checkCtx(ctx); err != nil {
 		return nil, err
 	}

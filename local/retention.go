@@ -120,6 +120,7 @@ func (l *Log) deleteSegmentsLocked(reason string, pred func(s *segment, upperBou
 		}
 	}
 	l.setSegments(append([]*segment(nil), kept...))
+	l.metrics.SegmentsDeleted.Add(int64(len(gone)))
 	for _, s := range gone {
 		if _, err := s.renameDeleted(); err != nil {
 			return n, err
@@ -211,6 +212,7 @@ func (l *Log) TruncateTo(offset int64) error {
 		return err
 	}
 	l.setSegments(kept)
+	l.metrics.SegmentsDeleted.Add(int64(len(segs) - i - 1))
 	for _, s := range segs[i+1:] {
 		s.release()
 		l.removeDeletedFiles(s)
@@ -285,6 +287,7 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 		return err
 	}
 	l.setSegments([]*segment{s})
+	l.metrics.SegmentsDeleted.Add(int64(len(segs)))
 	for _, old := range segs {
 		old.release()
 		l.removeDeletedFiles(old)
