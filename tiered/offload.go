@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
@@ -48,7 +49,15 @@ func (p *Partition) Offload(ctx context.Context) (int, error) {
 			wg.Add(1)
 			go func(i int, si local.SegmentInfo) {
 				defer wg.Done()
+				start := time.Now()
 				segs[i], errs[i] = p.upload(ctx, si)
+				if errs[i] != nil {
+					p.metrics.UploadErrors.Add(1)
+					return
+				}
+				p.metrics.SegmentsUploaded.Add(1)
+				p.metrics.BytesUploaded.Add(segs[i].Size + segs[i].IndexSize + segs[i].TimeIndexSize)
+				p.metrics.UploadLatency.Since(start)
 			}(i, si)
 		}
 		wg.Wait()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
@@ -29,8 +30,26 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 		return p.local.Read(ctx, offset, opts)
 	}
 	if o := p.Offsets(); offset < o.LogStart {
+		p.metrics.RemoteReadErrors.Add(1)
 		return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
 	}
+	start := time.Now()
+	recs, remote, err := p.readRemote(ctx, offset, opts, lo)
+	switch {
+	case err != nil:
+		p.metrics.RemoteReadErrors.Add(1)
+	case remote:
+		p.metrics.RemoteReads.Add(1)
+		p.metrics.RemoteReadBytes.Add(recs.Len())
+		p.metrics.RemoteReadLatency.Since(start)
+	}
+	return recs, err
+}
+
+// readRemote serves a read below the local log start; remote says whether
+// the bucket served it (the manifest may have moved on, leaving the local
+// log to).
+func (p *Partition) readRemote(ctx context.Context, offset int64, opts backend.ReadOptions, lo backend.Offsets) (recs backend.Records, remote bool, err error) {
 	maxBytes := int64(opts.MaxBytes)
 	if maxBytes <= 0 {
 		maxBytes = 1 << 20
@@ -39,12 +58,13 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 	for {
 		i, ok := m.Find(offset)
 		if !ok || m.Segments[i].BaseOffset >= lo.LogStart {
-			return p.local.Read(ctx, max(offset, lo.LogStart), opts)
+			recs, err := p.local.Read(ctx, max(offset, lo.LogStart), opts)
+			return recs, false, err
 		}
 		seg := m.Segments[i]
 		recs, found, err := p.readSegment(ctx, seg, max(offset, seg.BaseOffset), maxBytes, opts)
 		if err != nil || found {
-			return recs, err
+			return recs, true, err
 		}
 		offset = seg.LastOffset + 1 // nothing at or after offset here (compacted): next segment
 	}

@@ -60,6 +60,7 @@ func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
 	if err := p.commitLocked(ctx, st, &next); err != nil {
 		return 0, err
 	}
+	p.metrics.RemoteSegmentsDeleted.Add(int64(n))
 	var keys []string
 	for _, s := range segs[:n] {
 		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {

@@ -70,6 +70,9 @@ type Options struct {
 	// Now is the clock for local retention (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
+	// Metrics receives the partition's counters; share one across a
+	// broker's partitions (default: one of the partition's own).
+	Metrics *Metrics
 }
 
 // Partition is a local log whose old segments also live in a bucket. It
@@ -93,6 +96,7 @@ type Partition struct {
 	uploadRate  *ratelimit.Limiter
 	prefetching atomic.Bool
 	prefetched  atomic.Int64
+	metrics     *Metrics
 }
 
 // manifestState is a committed manifest and the ETag to replace it with.
@@ -131,7 +135,10 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	p := &Partition{local: l, store: opts.Store, prefix: opts.Prefix, opts: opts,
+	if opts.Metrics == nil {
+		opts.Metrics = new(Metrics)
+	}
+	p := &Partition{metrics: opts.Metrics, local: l, store: opts.Store, prefix: opts.Prefix, opts: opts,
 		indexes: newByteCache(opts.IndexCacheBytes), chunks: newRangeCache(opts.ChunkCacheBytes),
 		uploadRate: ratelimit.New(opts.UploadBytesPerSecond)}
 	if opts.IndexCacheDir != "" {
@@ -189,7 +196,10 @@ func (p *Partition) Local() *local.Log { return p.local }
 
 func (p *Partition) fence(cause error) {
 	err := fmt.Errorf("%w: %s: %v", backend.ErrFenced, p.key(ManifestName), cause)
-	p.fenc.CompareAndSwap(nil, &err)
+	if p.fenc.CompareAndSwap(nil, &err) {
+		p.metrics.Fenced.Add(1)
+		p.opts.Logger.Warn("fenced: another writer owns the partition", "err", err)
+	}
 }
 
 // Fenced returns the fencing error, or nil while this writer owns the
@@ -283,6 +293,7 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	switch {
 	case err == nil:
 		p.man.Store(&manifestState{m: next, etag: info.ETag})
+		p.metrics.ManifestCommits.Add(1)
 		return nil
 	case errors.Is(err, objstore.ErrPreconditionFailed):
 		p.unknown = next
@@ -314,6 +325,7 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 	switch {
 	case bytes.Equal(nowBytes, enc(p.unknown)):
 		p.man.Store(now) // our commit landed
+		p.metrics.ManifestCommits.Add(1)
 	case now.etag == cur.etag && bytes.Equal(nowBytes, enc(cur.m)):
 		// Our commit did not land; the manifest is the one we knew.
 	default:

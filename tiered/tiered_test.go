@@ -175,8 +175,16 @@ func TestRequestCounts(t *testing.T) {
 	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0")
 	p := open(t, dir, store, 1, c)
 	produce(t, p, 30_000)
-	if _, err := p.Offload(ctx); err != nil {
+	n, err := p.Offload(ctx)
+	if err != nil {
 		t.Fatal(err)
+	}
+	m := p.Metrics()
+	segs, bytes := p.RemoteSize()
+	if m.SegmentsUploaded.Load() != int64(n) || segs != n || m.UploadLatency.Snapshot().Count != uint64(n) ||
+		m.BytesUploaded.Load() <= bytes || m.ManifestCommits.Load() == 0 || m.UploadErrors.Load() != 0 {
+		t.Fatalf("offloaded %d segments (%d in the manifest, %d B): uploaded %d, %d B, %d commits, %d errors",
+			n, segs, bytes, m.SegmentsUploaded.Load(), m.BytesUploaded.Load(), m.ManifestCommits.Load(), m.UploadErrors.Load())
 	}
 	p.Close()
 	fresh := objstore.New(drv, "mem://counts", objstore.Options{})
@@ -211,6 +219,10 @@ func TestRequestCounts(t *testing.T) {
 	read(2_000) // another segment, cold: index + log
 	if s := fresh.Stats(); s.Requests[objstore.OpGet] != 5 {
 		t.Fatalf("cold read of another segment: %d GETs in all, want 5", s.Requests[objstore.OpGet])
+	}
+	read(q.Offsets().LocalLogStart) // local: not a remote read
+	if m := q.Metrics(); m.RemoteReads.Load() != 4 || m.RemoteReadLatency.Snapshot().Count != 4 || m.RemoteReadBytes.Load() == 0 {
+		t.Fatalf("%d remote reads (%d timed) of %d B, want 4", m.RemoteReads.Load(), m.RemoteReadLatency.Snapshot().Count, m.RemoteReadBytes.Load())
 	}
 }
 
@@ -264,8 +276,8 @@ func TestFencing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := b.Offload(ctx)
-	if !errors.Is(err, backend.ErrFenced) || b.Fenced() == nil {
-		t.Fatalf("second writer: %v, want fenced", err)
+	if !errors.Is(err, backend.ErrFenced) || b.Fenced() == nil || b.Metrics().Fenced.Load() != 1 {
+		t.Fatalf("second writer: %v (counted %d), want fenced", err, b.Metrics().Fenced.Load())
 	}
 	count := func() int {
 		objs, _, _ := drv.List(ctx, "", "", 100000)
