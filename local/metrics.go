@@ -1,6 +1,7 @@
 package local
 
 import (
+	"iter"
 	"sync/atomic"
 
 	"github.com/tierlog/tierlog/stats"
@@ -44,6 +45,31 @@ func (l *Log) Size() (segments int, bytes int64) {
 		bytes += s.size.Load()
 	}
 	return len(segs), bytes
+}
+
+// SegmentSpan is a segment's offsets and size: a SegmentInfo without the
+// paths, which cost three strings to build.
+type SegmentSpan struct {
+	BaseOffset, NextOffset, Size int64
+	Active                       bool
+}
+
+// Spans yields the log's segments in offset order without allocating,
+// from a snapshot of the segment list.
+func (l *Log) Spans() iter.Seq[SegmentSpan] {
+	return func(yield func(SegmentSpan) bool) {
+		segs := l.segments()
+		leo := l.leo.Load()
+		for i, s := range segs {
+			next := leo
+			if i+1 < len(segs) {
+				next = segs[i+1].base
+			}
+			if !yield(SegmentSpan{BaseOffset: s.base, NextOffset: next, Size: s.size.Load(), Active: i == len(segs)-1}) {
+				return
+			}
+		}
+	}
 }
 
 // Metrics returns the counters the log records into (shared with the other

@@ -114,15 +114,26 @@ func (p *Partition) pendingLocked() ([]local.SegmentInfo, error) {
 }
 
 // CopyLag returns how many closed segments below the high watermark, and
-// how many bytes of them, are not in the bucket yet.
+// how many bytes of them, are not in the bucket yet. It takes no lock (an
+// Offload in progress does not hold it up) and allocates nothing, so a
+// metrics scrape over many partitions stays cheap.
 func (p *Partition) CopyLag() (segments int, bytes int64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pending, _ := p.pendingLocked()
-	for _, si := range pending {
-		bytes += si.Size
+	m := p.Manifest()
+	lastRemote := int64(-1)
+	if k := len(m.Segments); k > 0 {
+		lastRemote = m.Segments[k-1].LastOffset
 	}
-	return len(pending), bytes
+	hw := p.local.Offsets().HighWatermark
+	for s := range p.local.Spans() {
+		if s.Active || s.NextOffset > hw {
+			break
+		}
+		if s.NextOffset-1 > lastRemote {
+			segments++
+			bytes += s.Size
+		}
+	}
+	return segments, bytes
 }
 
 // upload puts one closed segment's .log, .index and .timeindex under new

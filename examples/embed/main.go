@@ -1,22 +1,32 @@
 // Command embed shows how a broker embeds tierlog: open a log directory,
 // append as a partition's leader, move the high watermark, serve a fetch,
-// offload old segments to a bucket, read them back, and shut down cleanly.
+// offload old segments to a bucket, read them back, export metrics to
+// Prometheus, and shut down cleanly.
 //
 //	go run ./examples/embed            # uses a temporary directory
 //	go run ./examples/embed -dir /tmp/x
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"flag"
 	"fmt"
 	"log"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/metrics"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/storeurl"
 	"github.com/tierlog/tierlog/record"
@@ -43,7 +53,9 @@ func run(dir string) error {
 	}
 
 	// 1. The broker's log directory: partitions open on first use.
-	logs, err := local.OpenBackend(filepath.Join(dir, "logs"), local.BackendOptions{})
+	// Structured logs (log/slog) go wherever the broker's do.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	logs, err := local.OpenBackend(filepath.Join(dir, "logs"), local.BackendOptions{Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -68,7 +80,10 @@ func run(dir string) error {
 		return err
 	}
 	defer store.Close()
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "payments-0", LeaderEpoch: 1})
+	// Tiered partitions share one set of counters, as a Backend's logs do.
+	tieredMetrics := new(tiered.Metrics)
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "payments-0", LeaderEpoch: 1,
+		Metrics: tieredMetrics, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -138,5 +153,54 @@ func run(dir string) error {
 		return fmt.Errorf("no record at or after timestamp 1700000000100")
 	}
 	fmt.Printf("first offset at or after timestamp 1700000000100: %d\n", off)
+
+	// 6. Metrics: register the collectors and serve them on /metrics.
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		metrics.NewLocal(logs),
+		metrics.NewTiered(tieredMetrics, func() []*tiered.Partition { return []*tiered.Partition{p} }),
+		metrics.NewStore(store),
+	)
+	return scrape(reg)
+}
+
+// scrape serves reg on a loopback port, as a broker would, fetches
+// /metrics once, and prints a few of the series.
+func scrape(reg *prometheus.Registry) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	resp, err := http.Get("http://" + ln.Addr().String() + "/metrics")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	shown := 0
+	for sc.Scan() {
+		line := sc.Text()
+		for _, name := range []string{"tierlog_local_append_records_total ", "tierlog_segments{", "tierlog_tiered_segments_uploaded_total ",
+			"tierlog_tiered_copy_lag_bytes ", `tierlog_objstore_requests_total{op="put"}`} {
+			if strings.HasPrefix(line, name) {
+				fmt.Println("metric:", line)
+				shown++
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	if shown < 6 {
+		return fmt.Errorf("/metrics showed %d of the 6 series looked for", shown)
+	}
 	return nil
 }
