@@ -266,3 +266,33 @@ func Keys() []string {
 	sort.Strings(out)
 	return out
 }
+
+// ConfigKey describes one topic config key the storage layer acts on.
+type ConfigKey struct {
+	Name    string
+	Default string
+}
+
+// ConfigKeys returns the topic config keys the storage layer acts on, in a
+// fixed order, with Kafka's defaults.
+func ConfigKeys() []ConfigKey {
+	out := make([]ConfigKey, len(configKeys))
+	for i, k := range configKeys {
+		out[i] = ConfigKey{Name: k.name, Default: k.def}
+	}
+	return out
+}
+
+// IsConfigKey reports whether ParseConfig accepts name: a key the storage
+// layer acts on, or a broker-owned one it accepts and ignores.
+func IsConfigKey(name string) bool {
+	if brokerOwnedKeys[name] {
+		return true
+	}
+	for _, k := range configKeys {
+		if k.name == name {
+			return true
+		}
+	}
+	return false
+}

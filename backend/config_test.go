@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -56,5 +57,27 @@ func TestOffsetOutOfRangeError(t *testing.T) {
 	err := error(&backend.OffsetOutOfRangeError{Offset: 5, LogStart: 10, LogEnd: 20})
 	if !errors.Is(err, backend.ErrOffsetOutOfRange) || !strings.Contains(err.Error(), "[10, 20]") {
 		t.Fatal(err)
+	}
+}
+
+func TestConfigKeys(t *testing.T) {
+	keys := backend.ConfigKeys()
+	m := map[string]string{}
+	for _, k := range keys {
+		if !backend.IsConfigKey(k.Name) {
+			t.Errorf("backend.IsConfigKey(%q) = false", k.Name)
+		}
+		m[k.Name] = k.Default
+	}
+	// Setting every key to its listed default parses to the defaults.
+	c, err := backend.ParseConfig(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(c, backend.DefaultConfig()) {
+		t.Fatalf("defaults listed by ConfigKeys differ from DefaultConfig:\n%+v\n%+v", c, backend.DefaultConfig())
+	}
+	if len(keys) < 20 || backend.IsConfigKey("segment.byte") || !backend.IsConfigKey("compression.type") {
+		t.Fatalf("%d keys; IsConfigKey wrong on a typo or a broker-owned key", len(keys))
 	}
 }

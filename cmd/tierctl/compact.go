@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 
@@ -52,7 +51,7 @@ writes; stop the broker that owns it first.`,
 }
 
 func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
-	ctx := context.Background()
+	ctx := cmd.Context()
 	tp, err := partitionOf(dir)
 	if err != nil {
 		return err
@@ -89,7 +88,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 		}
 		defer l.Close()
 	} else {
-		b, err := local.OpenBackend(logDir, local.BackendOptions{})
+		b, err := local.OpenBackend(logDir, local.BackendOptions{Logger: loggerFrom(ctx)})
 		if err != nil {
 			return err
 		}

@@ -54,7 +54,7 @@ It removes its files when done unless --keep is given.`,
   tierctl demo --keep --dir /tmp/tierlog-demo`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return runDemo(cmd.OutOrStdout(), o)
+			return runDemo(cmd.Context(), cmd.OutOrStdout(), o)
 		},
 	}
 	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the files and print where they are")
@@ -64,7 +64,7 @@ It removes its files when done unless --keep is given.`,
 	return cmd
 }
 
-func runDemo(out io.Writer, o demoOptions) (err error) {
+func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	if o.records < 1 {
 		return usagef("--records must be at least 1")
 	}
@@ -83,7 +83,6 @@ func runDemo(out io.Writer, o demoOptions) (err error) {
 	}
 	w := bufio.NewWriter(out)
 	defer w.Flush()
-	ctx := context.Background()
 	logDir := filepath.Join(root, "logs")
 	b, err := local.OpenBackend(logDir, local.BackendOptions{})
 	if err != nil {

@@ -103,7 +103,7 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	if _, err := local.PartitionDirName(o.topic, o.partition); err != nil {
 		return usageError{err}
 	}
-	b, err := local.OpenBackend(logDir, local.BackendOptions{})
+	b, err := local.OpenBackend(logDir, local.BackendOptions{Logger: loggerFrom(ctx)})
 	if err != nil {
 		return err
 	}
@@ -254,7 +254,7 @@ else as base64. Control records (transaction markers) are skipped.`,
 func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 	var l backend.Partition
 	if o.store != "" {
-		p, store, err := openTiered(context.Background(), dir, o.store)
+		p, store, err := openTiered(cmd.Context(), dir, o.store)
 		if err != nil {
 			return err
 		}
@@ -280,7 +280,7 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 	defer w.Flush()
 	var it record.Iterator
 	var n int64
-	ctx := context.Background()
+	ctx := cmd.Context()
 	for off < offs.LogEnd && (o.count <= 0 || n < o.count) {
 		recs, err := l.Read(ctx, off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
 		if err != nil {
@@ -375,7 +375,7 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 	var tp *tiered.Partition
 	var loc *local.Log
 	if o.store != "" {
-		p, store, err := openTiered(context.Background(), dir, o.store)
+		p, store, err := openTiered(cmd.Context(), dir, o.store)
 		if err != nil {
 			return err
 		}
@@ -393,7 +393,7 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 	target := o.offset
 	var foundTs int64
 	if byTs {
-		off, ts, found, err := l.OffsetForTimestamp(context.Background(), o.timestamp)
+		off, ts, found, err := l.OffsetForTimestamp(cmd.Context(), o.timestamp)
 		if err != nil {
 			return err
 		}
@@ -447,7 +447,7 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 
 // printRemoteLookup shows the two steps of a lookup in the bucket.
 func printRemoteLookup(cmd *cobra.Command, p *tiered.Partition, target int64, o lookupOptions, byTs bool, foundTs int64) error {
-	r, err := p.LookupRemote(context.Background(), target)
+	r, err := p.LookupRemote(cmd.Context(), target)
 	if err != nil {
 		if errors.Is(err, backend.ErrOffsetOutOfRange) {
 			return usageError{err}

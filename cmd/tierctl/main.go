@@ -7,10 +7,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -40,11 +43,15 @@ func main() {
 
 // run executes tierctl with args and returns the exit code.
 func run(args []string, stdout, stderr io.Writer) int {
+	// Ctrl-C or SIGTERM cancels the command's context: uploads and
+	// cleaning stop at their next step, leaving nothing half-committed.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	root := newRootCmd()
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	switch {
 	case err == nil:
 		return exitOK
@@ -63,10 +70,30 @@ func newRootCmd() *cobra.Command {
 		Long: `tierctl inspects and operates tierlog partitions, whose files are
 byte-compatible with Apache Kafka's log directories.
 
+Settings come from flags, then TIERCTL_<FLAG> environment variables
+(TIERCTL_STORE, TIERCTL_LOG_LEVEL; TIERCTL_CONFIG=k=v,k=v for --config),
+then a Kafka-style .properties file given by --config-file or
+TIERCTL_CONFIG_FILE, whose keys are flag names (store=…) or topic config
+keys (segment.bytes=…).
+
 Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
+			if err := applySettings(cmd); err != nil {
+				return err
+			}
+			level, _ := cmd.Flags().GetString("log-level")
+			l, err := newLogger(cmd.ErrOrStderr(), level)
+			if err != nil {
+				return err
+			}
+			cmd.SetContext(context.WithValue(cmd.Context(), loggerKey{}, l))
+			return nil
+		},
 	}
+	root.PersistentFlags().String("config-file", "", "a .properties file of settings: flag names and topic config keys (env TIERCTL_CONFIG_FILE)")
+	root.PersistentFlags().String("log-level", "warn", "structured log lines on stderr at or above this level: debug, info, warn, error or off")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDumpCmd(), newVerifyCmd(), newProduceCmd(), newConsumeCmd(), newLookupCmd(),
 		newCompactCmd(), newOffloadCmd(), newLsCmd(), newManifestCmd(), newRestoreCmd(), newGCCmd(), newDemoCmd())

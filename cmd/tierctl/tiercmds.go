@@ -74,7 +74,7 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
   tierctl offload logs/orders-0 --store 's3://my-bucket/tierlog?region=eu-west-1' --config local.retention.ms=0`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := context.Background()
+			ctx := cmd.Context()
 			tp, err := partitionOf(args[0])
 			if err != nil {
 				return err
@@ -88,7 +88,7 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 				return err
 			}
 			defer store.Close()
-			b, err := local.OpenBackend(filepath.Dir(filepath.Clean(args[0])), local.BackendOptions{})
+			b, err := local.OpenBackend(filepath.Dir(filepath.Clean(args[0])), local.BackendOptions{Logger: loggerFrom(ctx)})
 			if err != nil {
 				return err
 			}
@@ -98,7 +98,7 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 				return err
 			}
 			before := len(l.SegmentInfos())
-			p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String()})
+			p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
 			if err != nil {
 				return err
 			}
@@ -147,7 +147,7 @@ func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *
 		store.Close()
 		return nil, nil, err
 	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String()})
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
 	if err != nil {
 		l.Close()
 		store.Close()
@@ -166,7 +166,7 @@ func newLsCmd() *cobra.Command {
   tierctl ls logs/orders-0 --json`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := context.Background()
+			ctx := cmd.Context()
 			var m *manifest.Manifest
 			var l *local.Log
 			if storeURL != "" {
@@ -266,7 +266,7 @@ func newManifestCmd() *cobra.Command {
 		Example: `  tierctl manifest show --store file:///var/lib/tierlog/bucket --partition orders-0`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			store, m, _, err := load(context.Background())
+			store, m, _, err := load(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -290,7 +290,7 @@ func newManifestCmd() *cobra.Command {
 		Example: `  tierctl manifest verify --store file:///var/lib/tierlog/bucket --partition orders-0 --deep`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := context.Background()
+			ctx := cmd.Context()
 			store, m, prefix, err := load(ctx)
 			if err != nil {
 				return err
@@ -360,7 +360,7 @@ Use it for a lost disk or a new broker.`,
 		Example: `  tierctl restore /var/lib/tierlog/logs --store file:///var/lib/tierlog/bucket --partition orders-0`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := context.Background()
+			ctx := cmd.Context()
 			tp, store, err := partitionStore(ctx, partition, storeURL)
 			if err != nil {
 				return err
@@ -373,7 +373,7 @@ Use it for a lost disk or a new broker.`,
 			}
 			// Open through the log dir: the restored records were committed
 			// (below the high watermark when uploaded).
-			b, err := local.OpenBackend(args[0], local.BackendOptions{})
+			b, err := local.OpenBackend(args[0], local.BackendOptions{Logger: loggerFrom(ctx)})
 			if err != nil {
 				return err
 			}
@@ -417,7 +417,7 @@ aborts multipart uploads older than --grace. --dry-run only lists them.`,
 		Example: `  tierctl gc --store file:///var/lib/tierlog/bucket --partition orders-0 --dry-run`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := context.Background()
+			ctx := cmd.Context()
 			tp, store, err := partitionStore(ctx, partition, storeURL)
 			if err != nil {
 				return err
