@@ -32,6 +32,33 @@ func (b *limitedBody) Read(p []byte) (int, error) {
 
 func (b *limitedBody) Seek(off int64, whence int) (int64, error) { return b.rs.Seek(off, whence) }
 
+// progressBody reports the bytes read from rs past the furthest position
+// read so far, so a retry that seeks back and reads again reports nothing
+// twice.
+type progressBody struct {
+	rs       io.ReadSeeker
+	pos, max int64
+	report   func(int64)
+}
+
+func (b *progressBody) Read(p []byte) (int, error) {
+	n, err := b.rs.Read(p)
+	b.pos += int64(n)
+	if b.pos > b.max {
+		b.report(b.pos - b.max)
+		b.max = b.pos
+	}
+	return n, err
+}
+
+func (b *progressBody) Seek(off int64, whence int) (int64, error) {
+	pos, err := b.rs.Seek(off, whence)
+	if err == nil {
+		b.pos = pos
+	}
+	return pos, err
+}
+
 // diskCache keeps fetched remote indexes in a directory within a byte
 // budget (Kafka's remote-log-index-cache), so a restart does not fetch them
 // again. Files are named after their object keys; the least recently used

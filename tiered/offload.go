@@ -209,6 +209,9 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo) (manifest.
 		return nil
 	}
 	var body io.ReadSeeker = io.NewSectionReader(f, 0, si.Size)
+	if p.opts.OnUploadProgress != nil {
+		body = &progressBody{rs: body, report: p.opts.OnUploadProgress}
+	}
 	if p.uploadRate != nil {
 		body = &limitedBody{ctx: ctx, rs: body, lim: p.uploadRate}
 	}

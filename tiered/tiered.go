@@ -73,6 +73,11 @@ type Options struct {
 	// Metrics receives the partition's counters; share one across a
 	// broker's partitions (default: one of the partition's own).
 	Metrics *Metrics
+	// OnUploadProgress, when set, is called as Offload sends segment data
+	// with the bytes of .log files sent since its last call (a retried
+	// put does not count its bytes again). Calls come from several
+	// goroutines when segments upload in parallel. For progress displays.
+	OnUploadProgress func(n int64)
 }
 
 // Partition is a local log whose old segments also live in a bucket. It

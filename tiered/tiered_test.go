@@ -7,11 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/record"
@@ -345,7 +347,7 @@ func TestRestoreAndGC(t *testing.T) {
 
 	// Lose the disk; restore from the bucket alone.
 	os.RemoveAll(dir)
-	rm, err := tiered.Restore(ctx, store, "tl/orders-0", dir)
+	rm, err := tiered.Restore(ctx, store, "tl/orders-0", dir, tiered.RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +366,7 @@ func TestRestoreAndGC(t *testing.T) {
 			t.Fatalf("restored batch ending at %d differs", last)
 		}
 	}
-	if _, err := tiered.Restore(ctx, store, "tl/orders-0", dir); err == nil {
+	if _, err := tiered.Restore(ctx, store, "tl/orders-0", dir, tiered.RestoreOptions{}); err == nil {
 		t.Fatal("restore into a non-empty directory")
 	}
 }
@@ -544,5 +546,97 @@ func TestCompactedTopicRejected(t *testing.T) {
 	if _, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/users-0"}); !errors.Is(err, backend.ErrInvalidConfig) ||
 		!strings.Contains(err.Error(), "compact") {
 		t.Fatalf("tiered.Open of a compacted topic: %v", err)
+	}
+}
+
+// TestRestoreStreamsThroughCutBodies: bodies cut short resume where they
+// stopped; progress adds up to every byte restored; a damaged object fails
+// the restore by name and leaves neither a temporary nor a final file.
+func TestRestoreStreamsThroughCutBodies(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://restore-cut", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "300000", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p := open(t, dir, store, 1, c)
+	produce(t, p, 10_000)
+	want := batchesFrom(t, p, 0)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	m := p.Manifest()
+	var total int64
+	for _, s := range m.Segments {
+		total += s.Size + s.IndexSize + s.TimeIndexSize
+	}
+
+	fd := faultstore.Wrap(drv, 7, faultstore.Rule{Op: objstore.OpGet, Fault: faultstore.CutBody, AfterBytes: 50_000, Probability: 0.5})
+	faulty := objstore.New(fd, "faulty", objstore.Options{MaxAttempts: 3, BaseBackoff: time.Millisecond})
+	restored := filepath.Join(t.TempDir(), "orders-0")
+	var progress int64
+	rm, err := tiered.Restore(ctx, faulty, "tl/orders-0", restored, tiered.RestoreOptions{OnProgress: func(n int64) { progress += n }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if progress != total {
+		t.Fatalf("progress reported %d bytes, restored %d", progress, total)
+	}
+	if fd.Injected() == 0 {
+		t.Fatal("no body was cut")
+	}
+	l, err := local.Open(restored, local.Options{Config: c, LogStartOffset: rm.LogStartOffset, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.SetHighWatermark(l.Offsets().LogEnd)
+	got := batchesFrom(t, l, 0)
+	l.Close()
+	for last, b := range want {
+		if last < l.Offsets().LogEnd && !bytes.Equal(got[last], b) {
+			t.Fatalf("restored batch ending at %d differs", last)
+		}
+	}
+
+	// Damage the second segment's log in the bucket.
+	key := "tl/orders-0/" + m.Segments[1].Name(manifest.LogSuffix)
+	data, _ := store.ReadAll(ctx, key, 0, -1)
+	data[len(data)/2] ^= 0xff
+	store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{})
+	bad := filepath.Join(t.TempDir(), "orders-0")
+	_, err = tiered.Restore(ctx, store, "tl/orders-0", bad, tiered.RestoreOptions{})
+	if !errors.Is(err, backend.ErrCorruptRecord) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("restore of a damaged object: %v", err)
+	}
+	name := local.FileName(m.Segments[1].BaseOffset, local.LogSuffix)
+	for _, leftover := range []string{name, name + ".restoring"} {
+		if _, err := os.Stat(filepath.Join(bad, leftover)); !os.IsNotExist(err) {
+			t.Errorf("a failed restore left %s", leftover)
+		}
+	}
+}
+
+// TestUploadProgress: OnUploadProgress adds up to the .log bytes uploaded,
+// even when puts are retried and re-read their bodies.
+func TestUploadProgress(t *testing.T) {
+	fd := faultstore.Wrap(mem.New(), 3, faultstore.Rule{Op: objstore.OpPut, Fault: faultstore.FailAfter, Probability: 0.3})
+	store := objstore.New(fd, "faulty", objstore.Options{MaxAttempts: 10, BaseBackoff: time.Millisecond})
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "100000"), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var progress atomic.Int64
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1,
+		OnUploadProgress: func(n int64) { progress.Add(n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 5000)
+	_, lag := p.CopyLag()
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, remote := p.RemoteSize(); progress.Load() != lag || remote != lag || fd.Injected() == 0 {
+		t.Fatalf("progress %d B, copy lag was %d B, bucket holds %d B (%d faults)", progress.Load(), lag, remote, fd.Injected())
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 
@@ -98,7 +99,11 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 		}
 	}
 
-	opts := compaction.Options{MemoryBytes: o.memory, DryRun: o.dryRun}
+	// The cleaner's I/O (its map pass, then the recopy) drives a bar of
+	// bytes processed; how many rounds it takes is not known up front.
+	bar := newProgress(cmd, -1, "compact", true)
+	opts := compaction.Options{MemoryBytes: o.memory, DryRun: o.dryRun,
+		Throttle: func(_ context.Context, n int) error { bar.Add(int64(n)); return nil }}
 	var total compaction.Stats
 	rounds := 0
 	for {
@@ -132,6 +137,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 			return err
 		}
 	}
+	bar.Finish()
 	if rounds == 0 {
 		total.End = total.FirstDirty
 	}

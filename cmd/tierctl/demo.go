@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -28,6 +29,36 @@ type demoOptions struct {
 	dir     string
 	records int
 	store   string
+	json    bool
+}
+
+// demoSummary is what the demo measured; --json prints it instead of the
+// step-by-step text.
+type demoSummary struct {
+	Records           int              `json:"records"`
+	ProduceMBps       float64          `json:"produceMBps"`
+	LocalSegments     int              `json:"localSegments"`
+	RemoteSegments    int              `json:"remoteSegments"`
+	BytesUploaded     int64            `json:"bytesUploaded"`
+	UploadMBps        float64          `json:"uploadMBps"`
+	Requests          map[string]int64 `json:"requests"`
+	Lookups           []demoLookup     `json:"lookups"`
+	ReadLocalMBps     float64          `json:"readLocalMBps"`
+	ReadTieredMBps    float64          `json:"readTieredMBps"`
+	RecordsRead       int64            `json:"recordsReadThroughBothTiers"`
+	FilesVerified     int              `json:"filesVerified"`
+	FilesWithProblems int              `json:"filesWithProblems"`
+	Seconds           float64          `json:"seconds"`
+	KeptIn            string           `json:"keptIn,omitempty"`
+}
+
+type demoLookup struct {
+	Offset       int64 `json:"offset"`
+	Segment      int   `json:"segment"`
+	IndexEntry   int   `json:"indexEntry"` // -1: none at or below the offset
+	BytesScanned int64 `json:"bytesScanned"`
+	BatchBase    int64 `json:"batchBaseOffset"`
+	BatchLast    int64 `json:"batchLastOffset"`
 }
 
 func newDemoCmd() *cobra.Command {
@@ -61,6 +92,7 @@ It removes its files when done unless --keep is given.`,
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory to work in (default: a new temporary directory)")
 	cmd.Flags().IntVar(&o.records, "records", 50_000, "records to produce")
 	cmd.Flags().StringVar(&o.store, "store", "", "bucket URL to offload to (default: a file:// bucket in the demo directory)")
+	cmd.Flags().BoolVar(&o.json, "json", false, "print only the measured summary, as JSON")
 	return cmd
 }
 
@@ -80,6 +112,16 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	}
 	if !o.keep {
 		defer os.RemoveAll(root)
+	}
+	sum := demoSummary{Records: o.records, Requests: map[string]int64{}}
+	if o.json {
+		jsonOut := out
+		defer func() {
+			if err == nil || errors.Is(err, errProblems) {
+				writeJSON(jsonOut, sum)
+			}
+		}()
+		out = io.Discard
 	}
 	w := bufio.NewWriter(out)
 	defer w.Flush()
@@ -101,11 +143,12 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 
 	fmt.Fprintf(w, "tierlog demo: a Kafka-compatible partition log, end to end\n\n")
 	fmt.Fprintf(w, "1. Producing %d records (200-byte values, keys from 1,000) to orders-0, segment.bytes=1 MiB\n", o.records)
-	st, err := produceRecords(ctx, l, o.records, 16384, record.None, randomRecords(200, 1000))
+	st, err := produceRecords(ctx, l, o.records, 16384, record.None, randomRecords(200, 1000), nil)
 	if err != nil {
 		return err
 	}
 	segs := l.SegmentInfos()
+	sum.ProduceMBps = float64(st.bytes) / 1e6 / st.elapsed.Seconds()
 	fmt.Fprintf(w, "   %d batches, %.1f MB in %v (%.0f MB/s); %d segments\n\n", st.batches, float64(st.bytes)/1e6,
 		st.elapsed.Round(time.Millisecond), float64(st.bytes)/1e6/st.elapsed.Seconds(), len(segs))
 
@@ -138,6 +181,8 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		if r.IndexSlot >= 0 {
 			entry = fmt.Sprintf("entry %d of %d (offset %d, position %d)", r.IndexSlot, r.IndexEntries, r.IndexOffset, r.IndexPosition)
 		}
+		sum.Lookups = append(sum.Lookups, demoLookup{Offset: off, Segment: r.SegmentIndex, IndexEntry: r.IndexSlot,
+			BytesScanned: r.BytesScanned, BatchBase: r.BaseOffset, BatchLast: r.LastOffset})
 		fmt.Fprintf(w, "   offset %-6d -> segment %d of %d, %s, scanned %d header(s) / %d B -> batch %d..%d\n",
 			off, r.SegmentIndex, r.Segments, entry, r.BatchesScanned, r.BytesScanned, r.BaseOffset, r.LastOffset)
 	}
@@ -150,6 +195,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		return err
 	}
 	el := time.Since(readStart)
+	sum.ReadLocalMBps = float64(readBytes) / 1e6 / el.Seconds()
 	fmt.Fprintf(w, "   %d of %d records at their offsets, in %d reads of up to 1 MiB (%.0f MB/s)\n", got, o.records, reads, float64(readBytes)/1e6/el.Seconds())
 	if got != int64(o.records) {
 		return fmt.Errorf("demo: read back %d records, produced %d", got, o.records)
@@ -177,6 +223,8 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	}
 	offEl := time.Since(offStart)
 	m, stats := tp.Manifest(), store.Stats()
+	sum.BytesUploaded = tp.Metrics().BytesUploaded.Load()
+	sum.UploadMBps = float64(m.Size()) / 1e6 / offEl.Seconds()
 	fmt.Fprintf(w, "   %d segments (%.1f MB) uploaded in %v (%.0f MB/s): %d PUTs; manifest generation %d\n",
 		uploaded, float64(m.Size())/1e6, offEl.Round(time.Millisecond), float64(m.Size())/1e6/offEl.Seconds(), stats.Requests[objstore.OpPut], m.Generation)
 	if len(m.Segments) == 0 {
@@ -194,6 +242,11 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		return err
 	}
 	el = time.Since(readStart)
+	sum.ReadTieredMBps, sum.RecordsRead = float64(readBytes)/1e6/el.Seconds(), got
+	sum.RemoteSegments, sum.LocalSegments = len(m.Segments), len(l.SegmentInfos())
+	for op, n := range store.Stats().Requests {
+		sum.Requests[string(op)] = n
+	}
 	fmt.Fprintf(w, "   %d of %d records at their offsets, in %d reads (%.0f MB/s); %d GETs from the bucket\n",
 		got, o.records, reads, float64(readBytes)/1e6/el.Seconds(), store.Stats().Requests[objstore.OpGet]-getsBefore)
 	if got != int64(o.records) {
@@ -216,7 +269,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		if err != nil {
 			return err
 		}
-		cst, err := produceRecords(ctx, cl, 10_000, 16384, c, orderRecords())
+		cst, err := produceRecords(ctx, cl, 10_000, 16384, c, orderRecords(), nil)
 		if err != nil {
 			return err
 		}
@@ -228,7 +281,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	fmt.Fprintln(w)
 
 	fmt.Fprintf(w, "9. tierctl verify %s (every CRC, offset and index entry)\n", logDir)
-	reports, err := verifyPath(logDir)
+	reports, err := verifyPath(logDir, nil)
 	if err != nil {
 		return err
 	}
@@ -244,8 +297,15 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		}
 	}
 	fmt.Fprintf(w, "   %d files verified, %d with problems\n\n", len(reports), bad)
+	sum.FilesVerified, sum.FilesWithProblems = len(reports), bad
+	sum.Seconds = time.Since(start).Seconds()
+	fmt.Fprintf(w, "Summary: %d records; %d segments in the bucket (%.1f MB uploaded at %.0f MB/s), %d local;\n",
+		o.records, sum.RemoteSegments, float64(sum.BytesUploaded)/1e6, sum.UploadMBps, sum.LocalSegments)
+	fmt.Fprintf(w, "         %d PUTs and %d GETs in all; produce %.0f MB/s, read %.0f MB/s local, %.0f MB/s through both tiers.\n",
+		sum.Requests["put"], sum.Requests["get"], sum.ProduceMBps, sum.ReadLocalMBps, sum.ReadTieredMBps)
 	fmt.Fprintf(w, "Done in %v.\n", time.Since(start).Round(time.Millisecond))
 	if o.keep {
+		sum.KeptIn = root
 		fmt.Fprintf(w, "Files kept in %s; try: tierctl lookup %s --offset %d\n", root, l.Dir(), int64(o.records)-10)
 	}
 	if bad > 0 {
@@ -352,7 +412,7 @@ func demoCompaction(ctx context.Context, w io.Writer, b *local.Backend, records 
 		return err
 	}
 	fmt.Fprintf(w, "7. Compaction: %d records over 1,000 keys into users-0 (cleanup.policy=compact)\n", records)
-	if _, err := produceRecords(ctx, l, records, 16384, record.None, randomRecords(200, 1000)); err != nil {
+	if _, err := produceRecords(ctx, l, records, 16384, record.None, randomRecords(200, 1000), nil); err != nil {
 		return err
 	}
 	st, err := compaction.Clean(ctx, l, -1, compaction.Options{MemoryBytes: 8 << 20})

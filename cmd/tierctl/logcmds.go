@@ -112,10 +112,12 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	if err != nil {
 		return err
 	}
-	st, err := produceRecords(ctx, l, o.count, o.batchSize, codec, randomRecords(o.recordSize, o.keySpace))
+	bar := newProgress(cmd, int64(o.count), "produce", false)
+	st, err := produceRecords(ctx, l, o.count, o.batchSize, codec, randomRecords(o.recordSize, o.keySpace), bar)
 	if err != nil {
 		return err
 	}
+	bar.Finish()
 	first, batches, bytesOut, elapsed := st.first, st.batches, st.bytes, st.elapsed
 	offs := l.Offsets()
 	segs := len(l.SegmentInfos())
@@ -169,7 +171,7 @@ func randomRecords(size, keySpace int) recordGen {
 // produceRecords appends count generated records to l as its leader,
 // closing a batch when the next record would not fit in batchSize bytes,
 // and moves the high watermark along.
-func produceRecords(ctx context.Context, l *local.Log, count, batchSize int, codec record.Codec, gen recordGen) (produceStats, error) {
+func produceRecords(ctx context.Context, l *local.Log, count, batchSize int, codec record.Codec, gen recordGen, bar *progress) (produceStats, error) {
 	start := time.Now()
 	st := produceStats{first: l.Offsets().LogEnd}
 	var key, value []byte
@@ -200,6 +202,7 @@ func produceRecords(ctx context.Context, l *local.Log, count, batchSize int, cod
 		}
 		st.batches++
 		st.bytes += int64(len(batch))
+		bar.Add(int64(bl.NumRecords()))
 	}
 	st.elapsed = time.Since(start)
 	return st, nil

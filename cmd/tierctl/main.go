@@ -83,6 +83,9 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 			if err := applySettings(cmd); err != nil {
 				return err
 			}
+			if err := checkProgressFlag(cmd); err != nil {
+				return err
+			}
 			level, _ := cmd.Flags().GetString("log-level")
 			l, err := newLogger(cmd.ErrOrStderr(), level)
 			if err != nil {
@@ -93,6 +96,7 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 		},
 	}
 	root.PersistentFlags().String("config-file", "", "a .properties file of settings: flag names and topic config keys (env TIERCTL_CONFIG_FILE)")
+	root.PersistentFlags().String("progress", "auto", "progress bars on stderr for long work: auto (when stderr is a terminal), always or never")
 	root.PersistentFlags().String("log-level", "warn", "structured log lines on stderr at or above this level: debug, info, warn, error or off")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDumpCmd(), newVerifyCmd(), newProduceCmd(), newConsumeCmd(), newLookupCmd(),

@@ -201,6 +201,13 @@ func TestDemo(t *testing.T) {
 	if code, out, _ := tierctl(t, "verify", filepath.Join(dir, "logs")); code != 0 {
 		t.Fatalf("verify of the demo's files: exit %d\n%s", code, out)
 	}
+	// --json: the measured summary alone.
+	code, out, errOut = tierctl(t, "demo", "--records", "8000", "--json")
+	var sum demoSummary
+	if err := json.Unmarshal([]byte(out), &sum); code != 0 || err != nil || sum.RecordsRead != 8000 || sum.RemoteSegments == 0 ||
+		sum.Requests["put"] == 0 || len(sum.Lookups) != 3 || sum.FilesVerified == 0 || sum.FilesWithProblems != 0 {
+		t.Fatalf("demo --json: exit %d %v\n%s%s", code, err, out, errOut)
+	}
 	// Without --keep nothing is left behind.
 	dir2 := t.TempDir()
 	if code, _, _ := tierctl(t, "demo", "--records", "1000", "--dir", filepath.Join(dir2, "d")); code != 0 {

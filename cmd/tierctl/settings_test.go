@@ -100,3 +100,37 @@ func TestLogLevel(t *testing.T) {
 		t.Fatalf("offload at the default level: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestProgressBars: --progress always draws a bar on stderr for each long
+// command; auto draws none when stderr is not a terminal (as here); a bad
+// mode is a usage error.
+func TestProgressBars(t *testing.T) {
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	part := filepath.Join(logs, "orders-0")
+	store := "file://" + filepath.Join(root, "bucket") + "?create=true"
+	for _, args := range [][]string{
+		{"produce", logs, "--topic", "orders", "--count", "20000", "--config", "segment.bytes=1048576"},
+		{"verify", logs},
+		{"offload", part, "--store", store, "--config", "local.retention.ms=0"},
+		{"restore", filepath.Join(root, "restored"), "--store", store, "--partition", "orders-0"},
+		{"compact", part, "--config", "cleanup.policy=compact"},
+	} {
+		// Each command once with a bar (first: offload and compact then
+		// have work to do), then again with auto.
+		name := args[0]
+		code, _, errOut := tierctl(t, append(args, "--progress", "always")...)
+		if code != 0 || !strings.Contains(errOut, name) || !strings.Contains(errOut, "100%") && name != "compact" {
+			t.Fatalf("%s --progress always: exit %d, stderr %q", name, code, errOut)
+		}
+		if name == "restore" {
+			os.RemoveAll(filepath.Join(root, "restored"))
+		}
+		if code, _, errOut := tierctl(t, args...); code != 0 || errOut != "" {
+			t.Fatalf("%s, progress auto without a terminal: exit %d, stderr %q", name, code, errOut)
+		}
+	}
+	if code, _, errOut := tierctl(t, "verify", logs, "--progress", "sometimes"); code != 2 || !strings.Contains(errOut, "--progress") {
+		t.Fatalf("a bad --progress: exit %d %q", code, errOut)
+	}
+}

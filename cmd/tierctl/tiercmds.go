@@ -98,14 +98,20 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 				return err
 			}
 			before := len(l.SegmentInfos())
-			p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
+			var bar *progress // set before Offload starts its uploads
+			p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx),
+				OnUploadProgress: func(n int64) { bar.Add(n) }})
 			if err != nil {
 				return err
+			}
+			if _, lag := p.CopyLag(); lag > 0 {
+				bar = newProgress(cmd, lag, "offload", true)
 			}
 			n, err := p.Offload(ctx)
 			if err != nil {
 				return err
 			}
+			bar.Finish()
 			retired, err := p.ApplyRetention(ctx)
 			if err != nil {
 				return err
@@ -349,6 +355,7 @@ func newManifestCmd() *cobra.Command {
 
 func newRestoreCmd() *cobra.Command {
 	var storeURL, partition string
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "restore LOGDIR --store URL --partition TOPIC-PARTITION",
 		Short: "Rebuild a partition's local directory from the bucket alone",
@@ -367,10 +374,19 @@ Use it for a lost disk or a new broker.`,
 			}
 			defer store.Close()
 			dir := filepath.Join(args[0], tp.String())
-			m, err := tiered.Restore(ctx, store, tp.String(), dir)
+			var bar *progress
+			if m, err := tiered.ReadManifest(ctx, store, tp.String()); err == nil {
+				var total int64
+				for _, s := range m.Segments {
+					total += s.Size + s.IndexSize + s.TimeIndexSize
+				}
+				bar = newProgress(cmd, total, "restore", true)
+			}
+			m, err := tiered.Restore(ctx, store, tp.String(), dir, tiered.RestoreOptions{OnProgress: bar.Add})
 			if err != nil {
 				return err
 			}
+			bar.Finish()
 			// Open through the log dir: the restored records were committed
 			// (below the high watermark when uploaded).
 			b, err := local.OpenBackend(args[0], local.BackendOptions{Logger: loggerFrom(ctx)})
@@ -394,12 +410,18 @@ Use it for a lost disk or a new broker.`,
 			if err := b.Close(); err != nil {
 				return err
 			}
+			if asJSON {
+				writeJSON(cmd.OutOrStdout(), map[string]any{"partitionDir": dir, "segments": len(m.Segments), "bytes": m.Size(),
+					"logStart": o.LogStart, "logEnd": o.LogEnd, "generation": m.Generation})
+				return nil
+			}
 			fmt.Fprintf(cmd.OutOrStdout(), "restored %d segment(s) (%d bytes) into %s: offsets %d..%d\n", len(m.Segments), m.Size(), dir, o.LogStart, o.LogEnd-1)
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "", "bucket URL")
 	cmd.Flags().StringVar(&partition, "partition", "", "the partition, as TOPIC-PARTITION")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
 

@@ -42,13 +42,15 @@ It prints one line per file and exits 1 when it found any problem.`,
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
 			var reports []fileReport
+			bar := newProgress(cmd, logBytes(args), "verify", true)
 			for _, p := range args {
-				rs, err := verifyPath(p)
+				rs, err := verifyPath(p, bar)
 				if err != nil {
 					return err
 				}
 				reports = append(reports, rs...)
 			}
+			bar.Finish()
 			bad := 0
 			for _, r := range reports {
 				if len(r.Problems) > 0 {
@@ -134,13 +136,13 @@ type logSummary struct {
 	size    int64
 }
 
-func verifyPath(path string) ([]fileReport, error) {
+func verifyPath(path string, bar *progress) ([]fileReport, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, usageError{err}
 	}
 	if !st.IsDir() {
-		return verifyFile(path)
+		return verifyFile(path, bar)
 	}
 	ents, err := os.ReadDir(path)
 	if err != nil {
@@ -156,12 +158,12 @@ func verifyPath(path string) ([]fileReport, error) {
 		}
 	}
 	if hasSegments || len(subdirs) == 0 {
-		return verifyPartitionDir(path, ents)
+		return verifyPartitionDir(path, ents, bar)
 	}
 	// A log directory: verify each partition directory in it.
 	var out []fileReport
 	for _, d := range subdirs {
-		rs, err := verifyPath(d)
+		rs, err := verifyPath(d, bar)
 		if err != nil {
 			return nil, err
 		}
@@ -170,24 +172,41 @@ func verifyPath(path string) ([]fileReport, error) {
 	return out, nil
 }
 
+// logBytes sums the sizes of the .log files under paths (for a progress
+// bar; unreadable paths count nothing here and fail later).
+func logBytes(paths []string) int64 {
+	var n int64
+	for _, p := range paths {
+		filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && strings.HasSuffix(path, local.LogSuffix) {
+				if info, err := d.Info(); err == nil {
+					n += info.Size()
+				}
+			}
+			return nil
+		})
+	}
+	return n
+}
+
 // verifyFile checks one file; a .log brings its sibling indexes along.
-func verifyFile(path string) ([]fileReport, error) {
+func verifyFile(path string, bar *progress) ([]fileReport, error) {
 	switch fileKind(path) {
 	case "log":
-		rep, _ := verifyLog(path)
+		rep, _ := verifyLog(path, bar)
 		return []fileReport{rep}, nil
 	case "index", "timeindex":
 		logPath := strings.TrimSuffix(path, filepath.Ext(path)) + local.LogSuffix
 		var sum *logSummary
 		if _, err := os.Stat(logPath); err == nil {
-			_, sum = verifyLog(logPath)
+			_, sum = verifyLog(logPath, nil)
 		}
 		return []fileReport{verifyIndexFile(path, sum)}, nil
 	}
 	return nil, usagef("%s: not a .log, .index or .timeindex file", path)
 }
 
-func verifyPartitionDir(dir string, ents []os.DirEntry) ([]fileReport, error) {
+func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileReport, error) {
 	type seg struct {
 		base                  int64
 		log, idx, tidx        string
@@ -240,7 +259,7 @@ func verifyPartitionDir(dir string, ents []os.DirEntry) ([]fileReport, error) {
 			}
 			continue
 		}
-		rep, sum := verifyLog(s.log)
+		rep, sum := verifyLog(s.log, bar)
 		if rep.FirstOffset != nil && prevLast >= 0 && *rep.FirstOffset <= prevLast {
 			rep.problemf("first offset %d overlaps %s, which ends at offset %d", *rep.FirstOffset, filepath.Base(prevPath), prevLast)
 		}
@@ -270,7 +289,12 @@ func verifyPartitionDir(dir string, ents []os.DirEntry) ([]fileReport, error) {
 // verifyLog checks a .log file batch by batch and returns what the index
 // checks need. It reports every bad CRC it can reach; an impossible size or
 // magic stops the walk (nothing after it can be framed).
-func verifyLog(path string) (fileReport, *logSummary) {
+func verifyLog(path string, bar *progress) (fileReport, *logSummary) {
+	defer func() {
+		if st, err := os.Stat(path); err == nil {
+			bar.Add(st.Size())
+		}
+	}()
 	rep := fileReport{Path: path, Kind: "log"}
 	f, err := os.Open(path)
 	if err != nil {
