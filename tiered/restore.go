@@ -57,22 +57,9 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tiered: restore: %w", err)
 	}
-	p := &Partition{store: store, prefix: prefix}
-	buf := make([]byte, 1<<20)
 	for _, s := range m.Segments {
-		for _, o := range []struct {
-			suffix, localSuffix string
-			size                int64
-			crc                 uint32
-		}{
-			{manifest.LogSuffix, local.LogSuffix, s.Size, s.LogCRC},
-			{manifest.IndexSuffix, local.IndexSuffix, s.IndexSize, s.IndexCRC},
-			{manifest.TimeIndexSuffix, local.TimeIndexSuffix, s.TimeIndexSize, s.TimeIndexCRC},
-		} {
-			if err := restoreObject(ctx, store, p.key(s.Name(o.suffix)), o.size, o.crc,
-				filepath.Join(dir, local.FileName(s.BaseOffset, o.localSuffix)), buf, opts.OnProgress); err != nil {
-				return nil, err
-			}
+		if err := DownloadSegment(ctx, store, prefix, s, dir, opts); err != nil {
+			return nil, err
 		}
 	}
 	// The renames are durable once the directory is.
@@ -85,6 +72,31 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 		return nil, fmt.Errorf("tiered: restore: sync %s: %w", dir, err)
 	}
 	return m, nil
+}
+
+// DownloadSegment downloads one segment the manifest names (.log, .index,
+// .timeindex) into dir under Kafka's file names, as Restore does: streamed
+// through temporary files, resumed when cut short, and renamed only once
+// size and CRC-32C match the manifest (a mismatch is ErrCorruptRecord
+// naming the object). It does not sync dir.
+func DownloadSegment(ctx context.Context, store *objstore.Store, prefix string, s manifest.Segment, dir string, opts RestoreOptions) error {
+	p := &Partition{store: store, prefix: prefix}
+	buf := make([]byte, 1<<20)
+	for _, o := range []struct {
+		suffix, localSuffix string
+		size                int64
+		crc                 uint32
+	}{
+		{manifest.LogSuffix, local.LogSuffix, s.Size, s.LogCRC},
+		{manifest.IndexSuffix, local.IndexSuffix, s.IndexSize, s.IndexCRC},
+		{manifest.TimeIndexSuffix, local.TimeIndexSuffix, s.TimeIndexSize, s.TimeIndexCRC},
+	} {
+		if err := restoreObject(ctx, store, p.key(s.Name(o.suffix)), o.size, o.crc,
+			filepath.Join(dir, local.FileName(s.BaseOffset, o.localSuffix)), buf, opts.OnProgress); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RestoreOptions tune Restore.

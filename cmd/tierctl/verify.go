@@ -13,11 +13,14 @@ import (
 
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore/storeurl"
 	"github.com/tierlog/tierlog/record"
 )
 
 func newVerifyCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, deep bool
+	var storeURL string
+	var partitions []string
 	cmd := &cobra.Command{
 		Use:   "verify PATH...",
 		Short: "Check segments and indexes: CRCs, offsets, and index entries against the log",
@@ -33,11 +36,30 @@ or a log directory holding partition directories:
   directory   all of the above per segment, segments not overlapping, no
               index without its log
 
-It prints one line per file and exits 1 when it found any problem.`,
+With --store it also checks the partitions' objects in the bucket against
+their manifests: the partitions given with --partition, else those of the
+partition directories given, else every partition with a manifest in the
+bucket. By default each object must exist with the size the manifest
+recorded (one HEAD each); --deep downloads every object, one segment at a
+time into a temporary directory, and checks its CRC-32C against the
+manifest, every batch CRC, that offsets stay in the manifest's range, the
+record count, and every index entry against the log.
+
+It prints one line per file or object and exits 1 when it found any problem.`,
 		Example: `  tierctl verify /var/kafka/orders-0
   tierctl verify 00000000000000000000.log
-  tierctl verify --json /var/kafka | jq 'select(.problems)'`,
-		Args: minArgs(1),
+  tierctl verify --json /var/kafka | jq 'select(.problems)'
+  tierctl verify --store s3://bucket/tierlog?region=eu-west-1 --partition orders-0 --deep
+  tierctl verify /var/lib/tierlog/logs/orders-0 --store file:///var/lib/tierlog/bucket`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 && storeURL == "" {
+				return usagef("verify needs a PATH, or --store; see 'tierctl verify --help'")
+			}
+			if deep && storeURL == "" {
+				return usagef("--deep checks objects in a bucket: it needs --store")
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
@@ -51,6 +73,13 @@ It prints one line per file and exits 1 when it found any problem.`,
 				reports = append(reports, rs...)
 			}
 			bar.Finish()
+			if storeURL != "" {
+				rs, err := verifyBucket(cmd, storeURL, partitions, args, deep)
+				if err != nil {
+					return err
+				}
+				reports = append(reports, rs...)
+			}
 			bad := 0
 			for _, r := range reports {
 				if len(r.Problems) > 0 {
@@ -72,7 +101,58 @@ It prints one line per file and exits 1 when it found any problem.`,
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print one JSON object per file")
+	cmd.Flags().StringVar(&storeURL, "store", "", "bucket URL: check the partitions' objects there too")
+	cmd.Flags().StringArrayVar(&partitions, "partition", nil, "with --store: a partition (TOPIC-PARTITION) to check in the bucket (repeatable)")
+	cmd.Flags().BoolVar(&deep, "deep", false, "with --store: download every object and check its CRC-32C, batches and indexes")
 	return cmd
+}
+
+// verifyBucket runs the remote checks of verify --store.
+func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []string, deep bool) ([]fileReport, error) {
+	ctx := cmd.Context()
+	for _, p := range partitions {
+		if _, err := local.ParsePartitionDirName(p); err != nil {
+			return nil, usagef("--partition: %v", err)
+		}
+	}
+	store, err := openStore(ctx, storeURL)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	prefixes := partitions
+	if len(prefixes) == 0 {
+		for _, p := range paths {
+			name := filepath.Base(filepath.Clean(p))
+			if st, err := os.Stat(p); err == nil && st.IsDir() {
+				if _, err := local.ParsePartitionDirName(name); err == nil {
+					prefixes = append(prefixes, name)
+				}
+			}
+		}
+	}
+	if len(prefixes) == 0 {
+		if prefixes, err = bucketPartitions(ctx, store); err != nil {
+			return nil, err
+		}
+	}
+	tmp, err := os.MkdirTemp("", "tierctl-verify-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	parts, total := loadManifests(ctx, store, prefixes, deep)
+	bar := newProgress(cmd, total, "verify "+storeurl.Redact(storeURL), deep)
+	var out []fileReport
+	for _, rp := range parts {
+		rs, err := verifyRemote(ctx, store, rp, deep, tmp, bar)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rs...)
+	}
+	bar.Finish()
+	return out, nil
 }
 
 // fileReport is what verify found in one file.
@@ -112,6 +192,8 @@ func (r *fileReport) print(w *bufio.Writer) {
 			fmt.Fprintf(w, ", offsets %d..%d", *r.FirstOffset, *r.LastOffset)
 		}
 		fmt.Fprintf(w, ", %d bytes\n", r.Bytes)
+	case "object", "manifest":
+		fmt.Fprintf(w, "%s, %d bytes\n", r.Kind, r.Bytes)
 	default:
 		fmt.Fprintf(w, "%d entries, %d bytes\n", r.Entries, r.Bytes)
 	}
