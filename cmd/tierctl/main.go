@@ -13,6 +13,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -101,7 +102,34 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDumpCmd(), newVerifyCmd(), newProduceCmd(), newConsumeCmd(), newLookupCmd(),
 		newCompactCmd(), newOffloadCmd(), newLsCmd(), newManifestCmd(), newRestoreCmd(), newGCCmd(), newCostCmd(), newDemoCmd())
+	root.InitDefaultCompletionCmd()
+	requireSubcommands(root)
 	return root
+}
+
+// requireSubcommands makes a command that only groups others (manifest,
+// completion) fail with a usage error, exit 2, when called without one of
+// them or with an unknown one; cobra would print its help and exit 0.
+func requireSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		requireSubcommands(sub)
+	}
+	if c == c.Root() || !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		var names []string
+		for _, s := range cmd.Commands() {
+			if s.IsAvailableCommand() {
+				names = append(names, s.Name())
+			}
+		}
+		if len(args) == 0 {
+			return usagef("%s needs a subcommand: %s; see '%s --help'", cmd.CommandPath(), strings.Join(names, ", "), cmd.CommandPath())
+		}
+		return usagef("%s: unknown command %q (want %s); see '%s --help'", cmd.CommandPath(), args[0], strings.Join(names, ", "), cmd.CommandPath())
+	}
 }
 
 // exactArgs is cobra.ExactArgs with a usage error.
