@@ -9,10 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -36,7 +39,7 @@ func TestMain(m *testing.M) {
 }
 
 // tierctlBinary builds tierctl once per test binary.
-func tierctlBinary(t *testing.T) string {
+func tierctlBinary(t testing.TB) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary")
@@ -342,4 +345,30 @@ func TestNoCommandPrintsSecrets(t *testing.T) {
 	if !strings.Contains(runs[len(runs)-2].stderr, "credentials do not belong in the URL") {
 		t.Errorf("credentials in the URL: %s", runs[len(runs)-2].stderr)
 	}
+}
+
+// BenchmarkLookupProcess runs `tierctl lookup` of random offsets in a
+// 50,000-record partition (200-byte values, 1 MiB segments) as a whole
+// process, start to exit, and reports the median.
+func BenchmarkLookupProcess(b *testing.B) {
+	bin := tierctlBinary(b)
+	logs := b.TempDir()
+	if out, err := exec.Command(bin, "produce", logs, "--topic", "orders", "--count", "50000", "--record-size", "200",
+		"--config", "segment.bytes=1048576").CombinedOutput(); err != nil {
+		b.Fatalf("produce: %v\n%s", err, out)
+	}
+	part := filepath.Join(logs, "orders-0")
+	var times []time.Duration
+	i := 0
+	for b.Loop() {
+		off := (i * 7919) % 50000
+		i++
+		start := time.Now()
+		if out, err := exec.Command(bin, "lookup", part, "--offset", strconv.Itoa(off)).CombinedOutput(); err != nil {
+			b.Fatalf("lookup %d: %v\n%s", off, err, out)
+		}
+		times = append(times, time.Since(start))
+	}
+	slices.Sort(times)
+	b.ReportMetric(float64(times[len(times)/2].Microseconds())/1000, "median-ms")
 }
