@@ -51,8 +51,10 @@ type Stats struct {
 	RecordsRead     int64
 	RecordsRemoved  int64 // superseded, keyless or expired tombstones
 	TombstonesKept  int64
-	Keys            int // distinct keys mapped in the dirty section
-	MapBytes        int // the offset map's memory
+	AbortedRemoved  int64 // records of aborted transactions removed
+	MarkersRemoved  int64 // transaction markers removed past their horizon
+	Keys            int   // distinct keys mapped in the dirty section
+	MapBytes        int   // the offset map's memory
 	Duration        time.Duration
 }
 
@@ -73,12 +75,13 @@ func (s Stats) Ratio() float64 {
 // replaces them crash-safely through local.Log.ReplaceSegments. Offsets,
 // producer fields and codecs are preserved.
 //
-// Transactional batches and control batches are copied unchanged, and
-// their records are not mapped: without the transaction index an aborted
-// write must never hide a committed one, so the cleaner never removes
-// transactional data (it may keep superseded transactional records).
+// Transactions follow Kafka's rules (see txn.go): aborted data is
+// removed and never mapped, committed data is cleaned like any other, and
+// markers go once their transaction's data has gone and their delete
+// horizon has passed.
 //
 // The first uncleanable offset is the least of the high watermark, the
+// first offset of a transaction still open (the last stable offset), the
 // active segment's base and, with min.compaction.lag.ms, the first segment
 // holding records younger than the lag; only whole closed segments are
 // cleaned. A firstDirty outside the log (no checkpoint: pass -1) starts
@@ -96,6 +99,15 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 	dirty, err := DirtySegments(l, segs, firstDirty, opts.Now())
 	if err != nil {
 		return st, err
+	}
+	var txns txnScan
+	if len(dirty) > 0 {
+		if txns, err = scanTransactions(ctx, l, segs, dirty[len(dirty)-1].NextOffset); err != nil {
+			return st, err
+		}
+		for len(dirty) > 0 && dirty[len(dirty)-1].NextOffset > txns.firstOpen {
+			dirty = dirty[:len(dirty)-1] // at or after the last stable offset
+		}
 	}
 	if len(dirty) == 0 {
 		st.Duration = time.Since(start)
@@ -115,7 +127,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 		m.Clear()
 	}
 	st.MapBytes = m.MemoryBytes()
-	end, err := buildMap(ctx, l, dirty, firstDirty, m, opts.Throttle)
+	end, err := buildMap(ctx, l, dirty, firstDirty, m, newAbortedIndex(txns.aborted), opts.Throttle)
 	if err != nil {
 		return st, err
 	}
@@ -127,7 +139,8 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 	}
 
 	c := cleaner{l: l, m: m, end: end, truncations: truncations, now: opts.Now().UnixMilli(),
-		deleteRetentionMs: l.Config().DeleteRetentionMs, dryRun: opts.DryRun, throttle: opts.Throttle}
+		deleteRetentionMs: l.Config().DeleteRetentionMs, dryRun: opts.DryRun, throttle: opts.Throttle,
+		txn: newTxnTracker(txns.aborted)}
 	for _, g := range groupSegments(segs, end, l.Config().SegmentBytes) {
 		if err := c.cleanGroup(ctx, g, &st); err != nil {
 			return st, err
@@ -206,11 +219,12 @@ func DirtyRatio(segs []local.SegmentInfo, dirty []local.SegmentInfo) float64 {
 	return float64(d) / float64(total)
 }
 
-// buildMap maps every keyed, non-transactional record at or above
-// firstDirty in the dirty segments and returns one past the last offset
-// mapped. A full map ends the section at the last whole batch that fit.
+// buildMap maps every keyed record at or above firstDirty in the dirty
+// segments, but those of control batches and aborted transactions, and
+// returns one past the last offset mapped. A full map ends the section at
+// the last whole batch that fit.
 func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firstDirty int64, m *OffsetMap,
-	throttle func(context.Context, int) error) (int64, error) {
+	aborted abortedIndex, throttle func(context.Context, int) error) (int64, error) {
 	end := firstDirty
 	var it record.Iterator
 	for _, s := range dirty {
@@ -218,7 +232,7 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 			if e.LastOffset < firstDirty {
 				return 0, nil
 			}
-			if b := e.Batch(); e.Magic == 2 && !b.IsTransactional() && !b.IsControl() {
+			if b := e.Batch(); e.Magic == 2 && !b.IsControl() && !(b.IsTransactional() && aborted.contains(b.ProducerID(), e.BaseOffset)) {
 				if m.Len()+int(b.NumRecords()) > m.Capacity() {
 					if end == firstDirty {
 						return 0, fmt.Errorf("%w: it holds %d keys, the batch at offset %d has %d records; raise the cleaner's memory",
@@ -336,6 +350,7 @@ type cleaner struct {
 	deleteRetentionMs int64
 	dryRun            bool
 	throttle          func(context.Context, int) error
+	txn               *txnTracker // across the round's groups, in offset order
 
 	b  record.Builder
 	it record.Iterator
@@ -427,9 +442,18 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 		return e.Data, nil // legacy message sets are copied as they are
 	}
 	b := e.Batch()
-	if b.IsTransactional() || b.IsControl() || b.BaseOffset() >= c.end {
+	if b.BaseOffset() >= c.end {
 		st.RecordsRead += int64(b.NumRecords())
 		return e.Data, nil
+	}
+	if b.IsControl() {
+		return c.filterMarker(b, keepLast, st)
+	}
+	if b.IsTransactional() && c.txn.dataBatch(b) {
+		st.RecordsRead += int64(b.NumRecords())
+		st.RecordsRemoved += int64(b.NumRecords())
+		st.AbortedRemoved += int64(b.NumRecords())
+		return c.emptyOrNil(b, keepLast), nil
 	}
 	horizon, hasHorizon := b.DeleteHorizon()
 	if err := c.it.Reset(e.Data); err != nil {
@@ -452,32 +476,51 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 	st.RecordsRead += int64(kept + removed)
 	st.RecordsRemoved += int64(removed)
 	st.TombstonesKept += int64(tombstones)
-	h := record.BatchHeader{
-		BaseOffset: b.BaseOffset(), PartitionLeaderEpoch: b.PartitionLeaderEpoch(), Codec: b.Codec(),
-		TimestampType: b.TimestampType(), ProducerID: b.ProducerID(), ProducerEpoch: b.ProducerEpoch(),
-		BaseSequence: b.BaseSequence(), DeleteHorizon: horizon, HasDeleteHorizon: hasHorizon,
-	}
 	if kept == 0 {
-		if !keepLast {
-			return nil, nil
-		}
-		c.b.Reset(h)
-		return c.b.BuildEmpty(b.LastOffsetDelta(), b.MaxTimestamp()), nil
+		return c.emptyOrNil(b, keepLast), nil
 	}
 	setHorizon := tombstones > 0 && !hasHorizon
 	if removed == 0 && !setHorizon {
 		return e.Data, nil
 	}
 	if setHorizon {
-		h.HasDeleteHorizon, h.DeleteHorizon = true, c.now+c.deleteRetentionMs
+		hasHorizon, horizon = true, c.now+c.deleteRetentionMs
 	}
-	c.b.Reset(h)
-	if err := c.it.Reset(e.Data); err != nil {
+	return c.rebuild(b, hasHorizon, horizon, func(r *record.Record) bool { return c.keep(r, hasHorizon, horizon) })
+}
+
+// header returns b's header for a rebuilt batch: offsets, epoch, codec,
+// timestamp type, producer fields and transaction flags kept.
+func header(b record.Batch, hasHorizon bool, horizon int64) record.BatchHeader {
+	return record.BatchHeader{
+		BaseOffset: b.BaseOffset(), PartitionLeaderEpoch: b.PartitionLeaderEpoch(), Codec: b.Codec(),
+		TimestampType: b.TimestampType(), Transactional: b.IsTransactional(), Control: b.IsControl(),
+		ProducerID: b.ProducerID(), ProducerEpoch: b.ProducerEpoch(), BaseSequence: b.BaseSequence(),
+		DeleteHorizon: horizon, HasDeleteHorizon: hasHorizon,
+	}
+}
+
+// emptyOrNil drops b, or, when it must stay (the last batch of a group),
+// returns its header with no records.
+func (c *cleaner) emptyOrNil(b record.Batch, keepLast bool) []byte {
+	if !keepLast {
+		return nil
+	}
+	horizon, hasHorizon := b.DeleteHorizon()
+	c.b.Reset(header(b, hasHorizon, horizon))
+	return c.b.BuildEmpty(b.LastOffsetDelta(), b.MaxTimestamp())
+}
+
+// rebuild writes b again with the records keep accepts and the given
+// delete horizon, at their original offsets.
+func (c *cleaner) rebuild(b record.Batch, hasHorizon bool, horizon int64, keep func(*record.Record) bool) ([]byte, error) {
+	c.b.Reset(header(b, hasHorizon, horizon))
+	if err := c.it.Reset(b); err != nil {
 		return nil, err
 	}
 	for c.it.Next() {
 		r := c.it.Record()
-		if !c.keep(r, hasHorizon, horizon) {
+		if !keep(r) {
 			continue
 		}
 		if err := c.b.AppendAt(int32(r.Offset-b.BaseOffset()), r.Timestamp, r.Key, r.Value, r.Headers); err != nil {
@@ -496,6 +539,31 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 		out.SetLogAppendTime(b.MaxTimestamp())
 	}
 	return out, nil
+}
+
+// filterMarker returns what to write for a control batch: itself while
+// its transaction's data is in the log; once it may go, itself with a
+// delete horizon, and after that horizon nothing.
+func (c *cleaner) filterMarker(b record.Batch, keepLast bool, st *Stats) ([]byte, error) {
+	st.RecordsRead += int64(b.NumRecords())
+	discardable, err := c.txn.marker(b)
+	if err != nil {
+		return nil, err
+	}
+	if !discardable {
+		return b, nil
+	}
+	horizon, hasHorizon := b.DeleteHorizon()
+	switch {
+	case hasHorizon && c.now >= horizon:
+		st.RecordsRemoved += int64(b.NumRecords())
+		st.MarkersRemoved++
+		return c.emptyOrNil(b, keepLast), nil
+	case hasHorizon:
+		return b, nil
+	default:
+		return c.rebuild(b, true, c.now+c.deleteRetentionMs, func(*record.Record) bool { return true })
+	}
 }
 
 // keep is Kafka's shouldRetainRecord for a non-transactional record.

@@ -26,6 +26,9 @@ type rec struct {
 	hasKey bool
 	value  string
 	tomb   bool
+	// aborted: written by a transaction that was aborted (set by the
+	// writer when it aborts; never read back).
+	aborted bool
 }
 
 // clock is a settable test clock.
@@ -137,6 +140,11 @@ func readAll(t testing.TB, l *local.Log) []rec {
 			if err := b.Validate(); err != nil {
 				t.Fatalf("batch at %d: %v", b.BaseOffset(), err)
 			}
+			if b.IsControl() { // a transaction marker, not data
+				off = b.NextOffset()
+				data = data[b.Size():]
+				continue
+			}
 			if err := it.Reset(b); err != nil {
 				t.Fatal(err)
 			}
@@ -161,19 +169,23 @@ func readAll(t testing.TB, l *local.Log) []rec {
 }
 
 // checkCleaned checks the log against everything written: below end, each
-// key keeps only the record with its latest offset below end (a tombstone
-// may be gone), keyless records are gone; from end on, the log holds
-// exactly what was written.
+// key keeps only the record with its latest offset below end among those
+// not aborted (a tombstone may be gone), keyless and aborted records are
+// gone; from end on, the log holds exactly what was written.
 func checkCleaned(t *testing.T, got, written []rec, end int64) {
 	t.Helper()
 	latest := map[string]rec{}
 	for _, r := range written {
-		if r.offset < end && r.hasKey {
+		if r.offset < end && r.hasKey && !r.aborted {
 			latest[r.key] = r
 		}
 	}
 	byOffset := map[int64]rec{}
 	for _, r := range written {
+		if r.aborted && r.offset < end {
+			continue // must be gone
+		}
+		r.aborted = false
 		byOffset[r.offset] = r
 	}
 	seen := map[string]bool{}

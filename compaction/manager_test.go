@@ -1,7 +1,6 @@
 package compaction
 
 import (
-	"bytes"
 	"context"
 	"math/rand/v2"
 	"path/filepath"
@@ -81,80 +80,3 @@ func TestCleanerBackground(t *testing.T) {
 
 // TestCleanKeepsTransactionalBatches: transactional batches and markers
 // are copied unchanged, and their keys never hide other records.
-func TestCleanKeepsTransactionalBatches(t *testing.T) {
-	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
-	l := openCompacted(t, t.TempDir(), c)
-	defer l.Close()
-	var b record.Builder
-	txns := 0
-	for i := range 200 {
-		h := record.NewBatchHeader()
-		if i%10 == 3 {
-			h.Transactional, h.ProducerID, h.ProducerEpoch, h.BaseSequence = true, 9, 0, int32(i)
-		}
-		b.Reset(h)
-		b.Append(c.t.UnixMilli(), []byte("k"), []byte("v"+string(rune('a'+i%26))), nil)
-		batch, err := b.Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true}); err != nil {
-			t.Fatal(err)
-		}
-		if h.Transactional {
-			m, err := b.BuildEndTxnMarker(record.EndTxnMarker{ProducerID: 9, Commit: i%20 == 3, Timestamp: c.t.UnixMilli()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := l.Append(context.Background(), m, backend.AppendOptions{AssignOffsets: true}); err != nil {
-				t.Fatal(err)
-			}
-			txns++
-		}
-		if err := l.SetHighWatermark(l.Offsets().LogEnd); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := l.Roll(); err != nil {
-		t.Fatal(err)
-	}
-	st, err := Clean(context.Background(), l, -1, Options{MemoryBytes: 1 << 20, Now: c.now})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.RecordsRemoved == 0 {
-		t.Fatal("nothing removed; the test proves nothing")
-	}
-	// Read every batch back: all transactional batches and markers remain.
-	var txnLeft, markers int
-	off := l.Offsets().LogStart
-	for off < l.Offsets().LogEnd {
-		rs, err := l.Read(context.Background(), off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var buf bytes.Buffer
-		if _, err := rs.WriteTo(&buf); err != nil {
-			t.Fatal(err)
-		}
-		rs.Close()
-		data := buf.Bytes()
-		for len(data) > 0 {
-			bt, err := record.Parse(data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			switch {
-			case bt.IsControl():
-				markers++
-			case bt.IsTransactional():
-				txnLeft++
-			}
-			off = bt.NextOffset()
-			data = data[bt.Size():]
-		}
-	}
-	if txnLeft != txns || markers != txns {
-		t.Fatalf("%d transactional batches and %d markers left of %d each", txnLeft, markers, txns)
-	}
-}

@@ -28,8 +28,10 @@ a broker's cleaner would for cleanup.policy=compact: from the log dir's
 cleaner-offset-checkpoint (or the log start) up to the high watermark
 (from replication-offset-checkpoint) and the active segment, it keeps the
 latest record of every key, drops keyless records, gives tombstones their
-delete horizon (delete.retention.ms) and removes those past it. Offsets do
-not change. Closed segments are replaced crash-safely, the checkpoint is
+delete horizon (delete.retention.ms) and removes those past it. Aborted
+transactions' records go; transaction markers go once their data has and
+their horizon has passed; nothing at or after an open transaction is
+cleaned. Offsets do not change. Closed segments are replaced crash-safely, the checkpoint is
 updated, and rounds repeat until the dirty section is clean (a map that
 cannot hold every key takes several).
 
@@ -126,6 +128,8 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 		total.RecordsRead += st.RecordsRead
 		total.RecordsRemoved += st.RecordsRemoved
 		total.TombstonesKept = st.TombstonesKept
+		total.AbortedRemoved += st.AbortedRemoved
+		total.MarkersRemoved += st.MarkersRemoved
 		total.Keys = max(total.Keys, st.Keys)
 		total.Duration += st.Duration
 		first = st.End
@@ -151,6 +155,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 			"highWatermark": hw, "segmentsRead": total.SegmentsRead, "segmentsWritten": total.SegmentsWritten,
 			"bytesRead": total.BytesRead, "bytesWritten": total.BytesWritten, "records": total.RecordsRead,
 			"recordsRemoved": total.RecordsRemoved, "tombstonesKept": total.TombstonesKept, "keys": total.Keys,
+			"abortedRecordsRemoved": total.AbortedRemoved, "markersRemoved": total.MarkersRemoved,
 			"seconds": total.Duration.Seconds()})
 		return nil
 	}

@@ -1,0 +1,299 @@
+package compaction
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+// txnWriter appends a random mix of plain batches and transactional ones
+// from three producers, ending transactions with COMMIT or ABORT markers
+// at random (some stay open across rounds), and records what it wrote.
+type txnWriter struct {
+	l       *local.Log
+	rng     *rand.Rand
+	c       *clock
+	keys    int
+	open    map[int64][]int // producer -> indexes in written of its open transaction
+	seq     map[int64]int32
+	written []rec
+	b       record.Builder
+}
+
+func newTxnWriter(l *local.Log, rng *rand.Rand, c *clock, keys int) *txnWriter {
+	return &txnWriter{l: l, rng: rng, c: c, keys: keys, open: map[int64][]int{}, seq: map[int64]int32{}}
+}
+
+func (w *txnWriter) appendBatch(t testing.TB, batch []byte) backend.AppendInfo {
+	t.Helper()
+	info, err := w.l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.l.SetHighWatermark(info.LastOffset + 1); err != nil {
+		t.Fatal(err)
+	}
+	return info
+}
+
+// step appends one batch: plain (60%), transactional data (30%) or a
+// marker ending an open transaction (10%).
+func (w *txnWriter) step(t testing.TB) {
+	t.Helper()
+	switch p := w.rng.IntN(10); {
+	case p < 6:
+		w.written = append(w.written, appendRandom(t, w.l, w.rng, 1, w.keys, w.c, record.None)...)
+	case p < 9:
+		pid := int64(1 + w.rng.IntN(3))
+		h := record.NewBatchHeader()
+		h.Transactional, h.ProducerID, h.ProducerEpoch, h.BaseSequence = true, pid, 0, w.seq[pid]
+		w.b.Reset(h)
+		var recs []rec
+		for range 1 + w.rng.IntN(3) {
+			r := rec{key: fmt.Sprintf("key-%d", w.rng.IntN(w.keys)), hasKey: true}
+			var v []byte
+			if w.rng.IntN(8) == 0 {
+				r.tomb = true
+			} else {
+				r.value = fmt.Sprintf("txn-%d-%d", pid, w.rng.Int64())
+				v = []byte(r.value)
+			}
+			w.b.Append(w.c.t.UnixMilli(), []byte(r.key), v, nil)
+			recs = append(recs, r)
+		}
+		batch, err := w.b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info := w.appendBatch(t, batch)
+		w.seq[pid] += int32(len(recs))
+		for i := range recs {
+			recs[i].offset = info.FirstOffset + int64(i)
+			w.open[pid] = append(w.open[pid], len(w.written))
+			w.written = append(w.written, recs[i])
+		}
+	default:
+		for pid := range w.open {
+			w.end(t, pid, w.rng.IntN(2) == 0)
+			return
+		}
+	}
+}
+
+// end commits or aborts pid's open transaction.
+func (w *txnWriter) end(t testing.TB, pid int64, commit bool) {
+	t.Helper()
+	m, err := w.b.BuildEndTxnMarker(record.EndTxnMarker{ProducerID: pid, Commit: commit, Timestamp: w.c.t.UnixMilli()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.appendBatch(t, m)
+	if !commit {
+		for _, i := range w.open[pid] {
+			w.written[i].aborted = true
+		}
+	}
+	delete(w.open, pid)
+}
+
+// firstOpen is the first offset of a transaction still open.
+func (w *txnWriter) firstOpen() int64 {
+	first := int64(1 << 62)
+	for _, idx := range w.open {
+		first = min(first, w.written[idx[0]].offset)
+	}
+	return first
+}
+
+// markers counts the COMMIT and ABORT markers (with records) in l.
+func markers(t *testing.T, l *local.Log) (commits, aborts int) {
+	t.Helper()
+	var it record.Iterator
+	for off := l.Offsets().LogStart; off < l.Offsets().LogEnd; {
+		rs, err := l.Read(context.Background(), off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var buf bytes.Buffer
+		rs.WriteTo(&buf)
+		rs.Close()
+		data := buf.Bytes()
+		for len(data) > 0 {
+			b, err := record.Parse(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b.IsControl() {
+				switch typ, _ := markerType(&it, b); typ {
+				case record.ControlCommit:
+					commits++
+				case record.ControlAbort:
+					aborts++
+				}
+			}
+			off, data = b.NextOffset(), data[b.Size():]
+		}
+	}
+	return commits, aborts
+}
+
+// TestCleanModelTransactions is the model check with transactions: plain
+// batches, committed and aborted transactions of three producers (some
+// open across rounds), several rounds interleaved with appends. After each
+// round, reading the log as a read_committed consumer gives the latest
+// non-aborted value per key below the round's end, every record at its
+// original offset; nothing at or after an open transaction is cleaned;
+// markers go once their transaction's data has and their horizon passed.
+func TestCleanModelTransactions(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		keys int
+		mem  int
+	}{{"small-keyspace", 8, 1 << 20}, {"large-keyspace", 500, 1 << 20}, {"tiny-map", 200, 24 * 100}} {
+		t.Run(tc.name, func(t *testing.T) {
+			for seed := range uint64(4) {
+				rng := rand.New(rand.NewPCG(seed, 11))
+				c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+				l := openCompacted(t, t.TempDir(), c)
+				w := newTxnWriter(l, rng, c, tc.keys)
+				checkpoint := int64(-1)
+				var aborted int64
+				for round := range 8 {
+					for range 100 + rng.IntN(200) {
+						w.step(t)
+					}
+					c.t = c.t.Add(time.Duration(rng.IntN(2*retentionMs)) * time.Millisecond)
+					st, err := Clean(context.Background(), l, checkpoint, Options{MemoryBytes: tc.mem, Now: c.now})
+					if err != nil {
+						t.Fatalf("seed %d round %d: %v", seed, round, err)
+					}
+					if st.End > w.firstOpen() {
+						t.Fatalf("seed %d round %d: cleaned to %d, past an open transaction at %d", seed, round, st.End, w.firstOpen())
+					}
+					if st.End > checkpoint {
+						checkpoint = st.End
+					}
+					aborted += st.AbortedRemoved
+					checkCleaned(t, readAll(t, l), w.written, checkpoint)
+				}
+				if aborted == 0 {
+					t.Fatalf("seed %d: no aborted record removed; the test proves nothing", seed)
+				}
+				for pid := range w.open {
+					w.end(t, pid, rng.IntN(2) == 0)
+				}
+				if err := l.Roll(); err != nil {
+					t.Fatal(err)
+				}
+				// Data goes, then markers get their horizon, then they go.
+				for range 3 {
+					c.t = c.t.Add(2 * retentionMs * time.Millisecond)
+					cleanToEnd(t, l, tc.mem, c)
+				}
+				checkCleaned(t, readAll(t, l), w.written, l.Offsets().LogEnd)
+				if _, aborts := markers(t, l); aborts != 0 {
+					t.Fatalf("seed %d: %d ABORT markers outlived their transactions' data and horizon", seed, aborts)
+				}
+				if err := l.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// TestCleanTransactionsByRule walks Kafka's rules on a fixed log: aborted
+// data goes whatever its key and hides nothing; its ABORT marker stays
+// while the data is there, then gets a horizon, then goes; a COMMIT marker
+// stays while its transaction's batches do; an open transaction stops the
+// round.
+func TestCleanTransactionsByRule(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	l := openCompacted(t, t.TempDir(), c, "segment.bytes", "1048576")
+	defer l.Close()
+	w := newTxnWriter(l, rand.New(rand.NewPCG(1, 1)), c, 1)
+	plain := func(key, value string) {
+		w.b.Reset(record.NewBatchHeader())
+		w.b.Append(c.t.UnixMilli(), []byte(key), []byte(value), nil)
+		batch, _ := w.b.Build()
+		info := w.appendBatch(t, batch)
+		w.written = append(w.written, rec{offset: info.FirstOffset, key: key, hasKey: true, value: value})
+	}
+	txn := func(pid int64, key, value string) {
+		h := record.NewBatchHeader()
+		h.Transactional, h.ProducerID, h.ProducerEpoch = true, pid, 0
+		w.b.Reset(h)
+		w.b.Append(c.t.UnixMilli(), []byte(key), []byte(value), nil)
+		batch, _ := w.b.Build()
+		info := w.appendBatch(t, batch)
+		w.open[pid] = append(w.open[pid], len(w.written))
+		w.written = append(w.written, rec{offset: info.FirstOffset, key: key, hasKey: true, value: value})
+	}
+	plain("a", "a1")
+	txn(1, "a", "a-aborted") // must not hide a1
+	w.end(t, 1, false)
+	txn(2, "b", "b-committed")
+	w.end(t, 2, true)
+	plain("c", "c1")
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	txn(3, "c", "c-open") // open: the next segment is not cleaned
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	openAt := w.firstOpen()
+
+	clean := func() Stats {
+		t.Helper()
+		st, err := Clean(context.Background(), l, -1, Options{MemoryBytes: 1 << 20, Now: c.now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.End > openAt {
+			t.Fatalf("cleaned to %d, past the open transaction at %d", st.End, openAt)
+		}
+		checkCleaned(t, readAll(t, l), w.written, st.End)
+		return st
+	}
+	st := clean()
+	if st.AbortedRemoved != 1 {
+		t.Fatalf("round 1 removed %d aborted records, want 1", st.AbortedRemoved)
+	}
+	if commits, aborts := markers(t, l); commits != 1 || aborts != 1 {
+		t.Fatalf("round 1: %d COMMIT and %d ABORT markers, want both kept", commits, aborts)
+	}
+	// Round 2: the ABORT marker's data is gone: it gets a horizon. The
+	// COMMIT marker's batch is still there (b is its key's latest).
+	c.t = c.t.Add(time.Second)
+	clean()
+	if commits, aborts := markers(t, l); commits != 1 || aborts != 1 {
+		t.Fatalf("round 2: %d COMMIT and %d ABORT markers, want both kept", commits, aborts)
+	}
+	// Round 3, past the horizon: the ABORT marker goes; the COMMIT stays.
+	c.t = c.t.Add(2 * retentionMs * time.Millisecond)
+	if st := clean(); st.MarkersRemoved != 1 {
+		t.Fatalf("round 3 removed %d markers, want 1", st.MarkersRemoved)
+	}
+	if commits, aborts := markers(t, l); commits != 1 || aborts != 0 {
+		t.Fatalf("round 3: %d COMMIT and %d ABORT markers, want 1 and 0", commits, aborts)
+	}
+	// Commit the open transaction: now everything is cleanable, and c-open
+	// supersedes c1.
+	w.end(t, 3, true)
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	openAt = 1 << 62
+	st = clean()
+	if st.End != l.Offsets().LogEnd-0 && st.End < w.written[len(w.written)-1].offset {
+		t.Fatalf("round 4 ended at %d", st.End)
+	}
+}
