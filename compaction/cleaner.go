@@ -141,7 +141,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 	c := cleaner{l: l, m: m, end: end, truncations: truncations, now: opts.Now().UnixMilli(),
 		deleteRetentionMs: l.Config().DeleteRetentionMs, dryRun: opts.DryRun, throttle: opts.Throttle,
 		txn: newTxnTracker(txns.aborted)}
-	for _, g := range groupSegments(segs, end, l.Config().SegmentBytes) {
+	for _, g := range groupSegments(segs, end, l.Config().SegmentBytes, l.Config().SegmentIndexBytes, indexSizes) {
 		if err := c.cleanGroup(ctx, g, &st); err != nil {
 			return st, err
 		}
@@ -308,20 +308,35 @@ func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(co
 	return false, nil
 }
 
+// indexSizes returns the sizes of a closed segment's offset and time
+// indexes (trimmed to their entries); a missing file counts 0 (it is
+// rebuilt).
+func indexSizes(s local.SegmentInfo) (offsetIndex, timeIndex int64) {
+	if fi, err := os.Stat(s.IndexPath); err == nil {
+		offsetIndex = fi.Size()
+	}
+	if fi, err := os.Stat(s.TimeIndexPath); err == nil {
+		timeIndex = fi.Size()
+	}
+	return offsetIndex, timeIndex
+}
+
 // groupSegments groups the closed segments below end into runs to recopy
-// into one segment each: consecutive, summed size within segmentBytes,
-// and an offset span that fits the index's 32-bit relative offsets. Empty
-// segments are left alone (a cleaned file must end where its last
-// segment does).
-func groupSegments(segs []local.SegmentInfo, end int64, segmentBytes int64) [][]local.SegmentInfo {
+// into one segment each, as Kafka's groupSegmentsBySize: consecutive,
+// summed size within segmentBytes, each index's summed size within
+// maxIndexBytes, and an offset span that fits the index's 32-bit
+// relative offsets. Empty segments are left alone (a cleaned file must
+// end where its last segment does).
+func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes int64,
+	indexSizes func(local.SegmentInfo) (int64, int64)) [][]local.SegmentInfo {
 	var groups [][]local.SegmentInfo
 	var cur []local.SegmentInfo
-	var size int64
+	var size, idx, tidx int64
 	flush := func() {
 		if len(cur) > 0 {
 			groups = append(groups, cur)
 		}
-		cur, size = nil, 0
+		cur, size, idx, tidx = nil, 0, 0, 0
 	}
 	for _, s := range segs {
 		if s.BaseOffset >= end {
@@ -331,11 +346,13 @@ func groupSegments(segs []local.SegmentInfo, end int64, segmentBytes int64) [][]
 			flush()
 			continue
 		}
-		if len(cur) > 0 && (size+s.Size > segmentBytes || s.NextOffset-1-cur[0].BaseOffset > math.MaxInt32) {
+		i, ti := indexSizes(s)
+		if len(cur) > 0 && (size+s.Size > segmentBytes || idx+i > maxIndexBytes || tidx+ti > maxIndexBytes ||
+			s.NextOffset-1-cur[0].BaseOffset > math.MaxInt32) {
 			flush()
 		}
 		cur = append(cur, s)
-		size += s.Size
+		size, idx, tidx = size+s.Size, idx+i, tidx+ti
 	}
 	flush()
 	return groups
