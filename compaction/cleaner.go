@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"time"
@@ -390,7 +391,11 @@ func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Sta
 				os.Remove(path)
 			}
 		}()
-		w = bufio.NewWriterSize(f, 1<<20)
+		var dst io.Writer = f
+		if cleanedWriteHook != nil {
+			dst = hookedWriter{f}
+		}
+		w = bufio.NewWriterSize(dst, cleanedBufferSize)
 	}
 	var written int64
 	write := func(p []byte) error {
@@ -598,4 +603,19 @@ func (c *cleaner) keep(r *record.Record, hasHorizon bool, horizon int64) bool {
 		return true
 	}
 	return !hasHorizon || c.now < horizon
+}
+
+// Test hooks: the crash test writes .cleaned files in small pieces and
+// kills its process at the k-th of them. Production never sets them.
+var (
+	cleanedBufferSize = 1 << 20
+	cleanedWriteHook  func()
+)
+
+// hookedWriter calls cleanedWriteHook before each write to the file.
+type hookedWriter struct{ f *os.File }
+
+func (h hookedWriter) Write(p []byte) (int, error) {
+	cleanedWriteHook()
+	return h.f.Write(p)
 }

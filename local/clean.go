@@ -22,6 +22,12 @@ func replaceStep(step string) {
 	}
 }
 
+// SetReplaceHook installs f to be called at each durable step of
+// ReplaceSegments (nil removes it). It exists for the crash tests of this
+// package and of the cleaner, which kill their process at each step; it
+// is not for production use.
+func SetReplaceHook(f func(step string)) { replaceHook = f }
+
 // ErrSegmentsChanged means the segments a cleaner read are no longer the
 // log's (retention, a truncation or another cleaner replaced them); the
 // cleaned file is discarded and the next round starts over.

@@ -1,0 +1,228 @@
+package compaction
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+)
+
+// The crash test cleans a log in a child process (this test binary,
+// re-executed) that kills itself with SIGKILL at its k-th write: each
+// write to a .cleaned file (in 512-byte pieces) and each durable step of
+// the segment replacement (fsync, renames, index rebuilds). The parent
+// reopens the directory as after a crash and checks, for every group of
+// segments the clean replaces, that the log holds either the old
+// segments' records or the cleaned ones, exactly, never a mix; then that
+// cleaning resumes to the same result a plain map predicts.
+
+const crashEnv = "TIERLOG_CLEAN_CRASH_CHILD"
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(crashEnv); spec != "" {
+		crashChild(spec)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// crashTime is the clock of every clean in the test, so the child and the
+// reference clean decide the same.
+var crashTime = time.UnixMilli(1_700_000_000_000)
+
+func crashOpen(dir string, clean bool) (*local.Log, error) {
+	cfg, err := backend.ParseConfig(map[string]string{"cleanup.policy": "compact", "segment.bytes": "4096",
+		"delete.retention.ms": strconv.Itoa(retentionMs), "file.delete.delay.ms": "0"})
+	if err != nil {
+		return nil, err
+	}
+	l, err := local.Open(dir, local.Options{Config: cfg, CleanShutdown: clean, HighWatermark: -1, LogStartOffset: -1,
+		Now: func() time.Time { return crashTime }})
+	if err != nil {
+		return nil, err
+	}
+	return l, l.SetHighWatermark(l.Offsets().LogEnd)
+}
+
+// crashChild cleans dir once and kills itself at write k; if it gets to
+// the end, it prints how many writes there were.
+func crashChild(spec string) {
+	dir, kArg, _ := strings.Cut(spec, ":")
+	k, _ := strconv.Atoi(kArg)
+	l, err := crashOpen(dir, true)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	n := 0
+	event := func() {
+		if n++; n == k {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+	cleanedBufferSize = 512
+	cleanedWriteHook = event
+	local.SetReplaceHook(func(string) { event() })
+	if _, err := Clean(context.Background(), l, -1, Options{MemoryBytes: 1 << 20, Now: func() time.Time { return crashTime }}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(3)
+	}
+	fmt.Println(n)
+	os.Exit(0)
+}
+
+func runCrashChild(t *testing.T, dir string, k int) (out string, killed bool) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run", "^$")
+	cmd.Env = append(os.Environ(), crashEnv+"="+dir+":"+strconv.Itoa(k))
+	b, err := cmd.Output()
+	if ee, ok := err.(*exec.ExitError); ok {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
+			return "", true
+		}
+		t.Fatalf("child (k=%d): %v\n%s", k, err, ee.Stderr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b)), false
+}
+
+func copyTree(t *testing.T, src, dst string) {
+	t.Helper()
+	if err := os.CopyFS(dst, os.DirFS(src)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// recsIn returns the records of rs with offsets in [lo, hi).
+func recsIn(rs []rec, lo, hi int64) []rec {
+	var out []rec
+	for _, r := range rs {
+		if r.offset >= lo && r.offset < hi {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// crashTempDir is a directory for the crash runs: in memory (/dev/shm)
+// where there is one, since the runs create thousands of files (a SIGKILL
+// leaves the page cache as it is either way).
+func crashTempDir(t *testing.T) string {
+	t.Helper()
+	if st, err := os.Stat("/dev/shm"); err == nil && st.IsDir() {
+		if d, err := os.MkdirTemp("/dev/shm", "tierlog-clean-crash-"); err == nil {
+			t.Cleanup(func() { os.RemoveAll(d) })
+			return d
+		}
+	}
+	return t.TempDir()
+}
+
+func TestCleanCrashAtEveryWrite(t *testing.T) {
+	root := crashTempDir(t)
+	fixture := filepath.Join(root, "fixture", "users-0")
+	c := &clock{t: crashTime}
+	l, err := crashOpen(fixture, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newTxnWriter(l, rand.New(rand.NewPCG(5, 5)), c, 40)
+	for range 600 {
+		w.step(t)
+	}
+	for pid := range w.open {
+		w.end(t, pid, pid%2 == 0)
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	before := readAll(t, l)
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// The reference: the same clean, uninterrupted.
+	ref := filepath.Join(root, "ref", "users-0")
+	copyTree(t, fixture, ref)
+	out, killed := runCrashChild(t, ref, 1<<30)
+	events, _ := strconv.Atoi(out)
+	if killed || events < 50 {
+		t.Fatalf("the reference clean made %q writes (killed %v)", out, killed)
+	}
+	rl, err := crashOpen(ref, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := readAll(t, rl)
+	var bounds []int64
+	for _, s := range rl.SegmentInfos() {
+		bounds = append(bounds, s.BaseOffset)
+	}
+	bounds = append(bounds, rl.Offsets().LogEnd)
+	rl.Close()
+	if reflect.DeepEqual(before, after) {
+		t.Fatal("the clean changed nothing; the test proves nothing")
+	}
+
+	// Every write when there are few enough, else an even spread.
+	runs := min(events, 300)
+	if testing.Short() {
+		runs = min(events, 30)
+	}
+	var ks []int
+	for i := range runs {
+		ks = append(ks, 1+i*events/runs)
+	}
+	mixed := 0
+	for _, k := range ks {
+		dir := filepath.Join(root, fmt.Sprintf("k%d", k), "users-0")
+		copyTree(t, fixture, dir)
+		if _, killed := runCrashChild(t, dir, k); !killed {
+			t.Fatalf("k=%d of %d: the child was not killed", k, events)
+		}
+		l, err := crashOpen(dir, false) // as after a crash: recovery runs
+		if err != nil {
+			t.Fatalf("k=%d: reopen: %v", k, err)
+		}
+		got := readAll(t, l)
+		sawOld, sawNew := false, false
+		for i := 0; i+1 < len(bounds); i++ {
+			lo, hi := bounds[i], bounds[i+1]
+			g, o, n := recsIn(got, lo, hi), recsIn(before, lo, hi), recsIn(after, lo, hi)
+			switch {
+			case reflect.DeepEqual(g, n) && !reflect.DeepEqual(o, n):
+				sawNew = true
+			case reflect.DeepEqual(g, o):
+				sawOld = sawOld || !reflect.DeepEqual(o, n)
+			default:
+				t.Fatalf("k=%d of %d: offsets %d..%d hold neither the old records (%d) nor the cleaned ones (%d), but %d",
+					k, events, lo, hi, len(o), len(n), len(g))
+			}
+		}
+		if sawOld && sawNew {
+			mixed++ // some groups replaced, others not yet: fine, group by group
+		}
+		// Cleaning resumes and ends where the model says.
+		cleanToEnd(t, l, 1<<20, c)
+		checkCleaned(t, readAll(t, l), w.written, l.Offsets().LogEnd)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		os.RemoveAll(filepath.Dir(dir))
+	}
+	t.Logf("%d writes in a clean; killed at %d of them; %d runs died between two groups' replacements", events, len(ks), mixed)
+}
