@@ -59,10 +59,14 @@ type Cleaner struct {
 	mu         sync.Mutex
 	checkpoint map[local.TopicPartition]int64
 	busy       map[local.TopicPartition]bool
-	stats      CleanerStats
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
-	maps       chan *OffsetMap
+	// stuck holds the log end of logs whose last round cleaned nothing
+	// (an open transaction at their first dirty offset): they are not
+	// picked again until their log end moves.
+	stuck  map[local.TopicPartition]int64
+	stats  CleanerStats
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	maps   chan *OffsetMap
 }
 
 // NewCleaner returns a stopped Cleaner for b, reading its checkpoint.
@@ -87,7 +91,7 @@ func NewCleaner(b *local.Backend, opts CleanerOptions) (*Cleaner, error) {
 		return nil, err
 	}
 	c := &Cleaner{b: b, opts: opts, lim: ratelimit.New(opts.IOBytesPerSecond), checkpoint: cp,
-		busy: map[local.TopicPartition]bool{}, maps: make(chan *OffsetMap, opts.Threads)}
+		busy: map[local.TopicPartition]bool{}, stuck: map[local.TopicPartition]int64{}, maps: make(chan *OffsetMap, opts.Threads)}
 	for range opts.Threads {
 		m, err := NewOffsetMap(opts.MemoryBytes / opts.Threads)
 		if err != nil {
@@ -187,6 +191,13 @@ func (c *Cleaner) RunOnce(ctx context.Context) (bool, error) {
 		c.stats.LastError = err
 		return true, fmt.Errorf("clean %s: %w", cand.tp, err)
 	}
+	if st.End == st.FirstDirty {
+		// Nothing was cleanable after all (an open transaction holds the
+		// last stable offset there): wait for the log to move on.
+		c.stuck[cand.tp] = cand.l.Offsets().LogEnd
+		return true, nil
+	}
+	delete(c.stuck, cand.tp)
 	c.stats.BytesRead += st.BytesRead
 	c.stats.BytesWritten += st.BytesWritten
 	c.stats.Removed += st.RecordsRemoved
@@ -217,8 +228,9 @@ func (c *Cleaner) grab() (*candidate, error) {
 		}
 		c.mu.Lock()
 		busy, cp := c.busy[tp], c.checkpoint[tp]
+		stuckAt, stuck := c.stuck[tp]
 		c.mu.Unlock()
-		if busy {
+		if busy || (stuck && l.Offsets().LogEnd == stuckAt) {
 			continue
 		}
 		first := firstDirtyOf(l, cp)

@@ -80,3 +80,53 @@ func TestCleanerBackground(t *testing.T) {
 
 // TestCleanKeepsTransactionalBatches: transactional batches and markers
 // are copied unchanged, and their keys never hide other records.
+
+// TestCleanerSkipsLogHeldByOpenTransaction: a log whose dirty section
+// starts with an open transaction is dirty by its ratio but cleanable by
+// nothing; the cleaner tries it once, then leaves it until its log end
+// moves, instead of spinning on it.
+func TestCleanerSkipsLogHeldByOpenTransaction(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	b, err := local.OpenBackend(t.TempDir(), local.BackendOptions{Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	cfg, _ := backend.ParseConfig(map[string]string{"cleanup.policy": "compact", "segment.bytes": "4096", "file.delete.delay.ms": "0"})
+	l, err := b.OpenLog(context.Background(), "users", 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := newTxnWriter(l, rand.New(rand.NewPCG(1, 2)), c, 5)
+	h := record.NewBatchHeader()
+	h.Transactional, h.ProducerID = true, 7
+	w.b.Reset(h)
+	w.b.Append(c.t.UnixMilli(), []byte("k"), []byte("open"), nil)
+	batch, _ := w.b.Build()
+	w.appendBatch(t, batch) // offset 0: a transaction that stays open
+	for range 300 {
+		w.written = append(w.written, appendRandom(t, l, w.rng, 1, 5, c, record.None)...)
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	cl, err := NewCleaner(b, CleanerOptions{MemoryBytes: 1 << 20, Now: c.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := cl.RunOnce(context.Background()); !ran || err != nil {
+		t.Fatalf("first pass: ran %v, %v", ran, err)
+	}
+	if ran, _ := cl.RunOnce(context.Background()); ran {
+		t.Fatal("the cleaner picked again a log an open transaction holds")
+	}
+	// The transaction commits: the log end moves and the log is cleaned.
+	w.open[7] = nil
+	w.end(t, 7, true)
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	if ran, err := cl.RunOnce(context.Background()); !ran || err != nil || cl.Stats().Removed == 0 {
+		t.Fatalf("after the commit: ran %v, %v, removed %d", ran, err, cl.Stats().Removed)
+	}
+}
