@@ -599,3 +599,48 @@ func TestOpenFileBudget(t *testing.T) {
 		t.Fatalf("read %d records after evictions, want 600", got)
 	}
 }
+
+// TestReadNextOffset: Records.NextOffset is one past the last batch a read
+// returned, whatever the byte limit, so a consumer that fetches from it
+// reads every record once. (A limit that fell inside an indexed batch used
+// to report 0.)
+func TestReadNextOffset(t *testing.T) {
+	l := openLog(t, t.TempDir(), cfg(t, "index.interval.bytes", "512"), false)
+	defer l.Close()
+	for i := range 200 {
+		if _, err := l.Append(ctx, batchOf(1+i%9, 1000, "n"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.SetHighWatermark(l.Offsets().LogEnd)
+	for _, maxBytes := range []int{1, 700, 1500, 4000, 10_500, 1 << 20} {
+		var seen int64
+		for off := int64(0); off < l.Offsets().LogEnd; {
+			r, err := l.Read(ctx, off, backend.ReadOptions{MaxBytes: maxBytes, MinOneBatch: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			r.WriteTo(&buf)
+			r.Close()
+			last := int64(-1)
+			for data := buf.Bytes(); len(data) > 0; {
+				b, err := record.Parse(data)
+				if err != nil {
+					t.Fatal(err)
+				}
+				last = b.LastOffset()
+				seen += int64(b.NextOffset()) - max(int64(b.BaseOffset()), off)
+				data = data[b.Size():]
+			}
+			next := r.(backend.OffsetRange).NextOffset()
+			if next != last+1 || next <= off {
+				t.Fatalf("max %d bytes from %d: NextOffset %d, last offset returned %d", maxBytes, off, next, last)
+			}
+			off = next
+		}
+		if seen != l.Offsets().LogEnd {
+			t.Fatalf("max %d bytes: %d records read through NextOffset, %d in the log", maxBytes, seen, l.Offsets().LogEnd)
+		}
+	}
+}

@@ -606,6 +606,14 @@ func (s *segment) batchEnd(from, limit int64) (end, lastOffset int64, err error)
 		end, lastOffset = e.Position+e.Size, e.LastOffset
 		return true
 	})
+	if err == nil && lastOffset < 0 && start > from {
+		// The indexed batch at start does not fit: the read ends where it
+		// begins, and its last offset is the one before that batch's base.
+		err = s.walkHeaders(start, s.size.Load(), func(e *record.Entry) bool {
+			lastOffset = e.BaseOffset - 1
+			return false
+		})
+	}
 	if err != nil {
 		return from, -1, err
 	}
