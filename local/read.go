@@ -94,9 +94,12 @@ func (l *Log) readSegment(seg *segment, offset, maxBytes int64, opts backend.Rea
 	if err != nil || !ok {
 		return nil, err
 	}
-	end, last, err := seg.batchEnd(p.pos, min(limit, p.pos+maxBytes))
-	if err != nil {
-		return nil, err
+	end, last := p.pos, int64(-1)
+	if p.size <= maxBytes {
+		// More than the first batch may fit: find where the read ends.
+		if end, last, err = seg.batchEnd(p.pos, min(limit, p.pos+maxBytes)); err != nil {
+			return nil, err
+		}
 	}
 	if end == p.pos {
 		if !opts.MinOneBatch {

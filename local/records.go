@@ -69,8 +69,34 @@ func (r *fileRecords) WriteTo(w io.Writer) (int64, error) {
 			return n, err
 		}
 	}
-	return io.Copy(w, io.NewSectionReader(r.f, r.pos, r.n))
+	// Anything else gets the bytes through one pread per MiB (io.Copy
+	// would read once more to find the end).
+	bp := copyBufs.Get().(*[]byte)
+	defer copyBufs.Put(bp)
+	buf := *bp
+	var written int64
+	for written < r.n {
+		chunk := buf[:min(int64(len(buf)), r.n-written)]
+		m, err := r.f.ReadAt(chunk, r.pos+written)
+		if m < len(chunk) && err == nil {
+			err = io.ErrUnexpectedEOF
+		}
+		if m > 0 {
+			k, werr := w.Write(chunk[:m])
+			written += int64(k)
+			if werr != nil {
+				return written, werr
+			}
+		}
+		if err != nil && !(err == io.EOF && m == len(chunk)) {
+			return written, err
+		}
+	}
+	return written, nil
 }
+
+// copyBufs hold the bytes of a WriteTo to a writer that is not a socket.
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, 1<<20); return &b }}
 
 // sendfile copies n bytes of src at pos to dst with sendfile(2). handled is
 // false when sendfile is not possible for this pair (the caller copies).

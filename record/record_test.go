@@ -357,3 +357,51 @@ func TestBuildEmptyKeepsOffsetsAndProducer(t *testing.T) {
 		t.Fatalf("an empty batch yields records (err %v)", it.Err())
 	}
 }
+
+// TestIteratorSkipTo: after SkipTo(k), Next returns the first record at
+// or after k, in every codec, with the records around it unchanged.
+func TestIteratorSkipTo(t *testing.T) {
+	for _, codec := range []record.Codec{record.None, record.GZIP, record.Snappy, record.LZ4, record.ZSTD} {
+		var b record.Builder
+		h := record.NewBatchHeader()
+		h.BaseOffset, h.Codec = 1000, codec
+		b.Reset(h)
+		for i := range 50 {
+			var hdrs []record.Header
+			if i%3 == 0 {
+				hdrs = []record.Header{{Key: []byte("h"), Value: []byte{byte(i)}}}
+			}
+			b.Append(int64(5000+i), []byte(fmt.Sprint("k", i)), []byte(fmt.Sprint("value-", i)), hdrs)
+		}
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var it record.Iterator
+		for _, target := range []int64{0, 1000, 1001, 1025, 1049, 1050, 2000} {
+			if err := it.Reset(batch); err != nil {
+				t.Fatal(err)
+			}
+			it.SkipTo(target)
+			ok := it.Next()
+			want := max(target, 1000)
+			if want > 1049 {
+				if ok {
+					t.Fatalf("%v: SkipTo(%d) then Next gave offset %d, want none", codec, target, it.Record().Offset)
+				}
+				continue
+			}
+			r := it.Record()
+			if !ok || r.Offset != want || string(r.Value) != fmt.Sprint("value-", want-1000) || r.Timestamp != 5000+want-1000 {
+				t.Fatalf("%v: SkipTo(%d) then Next: ok %v, %+v (err %v)", codec, target, ok, r, it.Err())
+			}
+			n := 1
+			for it.Next() {
+				n++
+			}
+			if it.Err() != nil || int64(n) != 1050-want {
+				t.Fatalf("%v: after SkipTo(%d), %d records then %v", codec, target, n, it.Err())
+			}
+		}
+	}
+}

@@ -154,6 +154,35 @@ func (it *Iterator) Next() bool {
 	return true
 }
 
+// SkipTo moves past the records before offset without decoding their
+// keys, values and headers, so that the next Next returns the first record
+// at or after offset: finding one record in a batch reads three varints of
+// each record before it. It stops early at anything malformed, which the
+// next Next then reports. Legacy (magic 0/1) entries are not skipped.
+func (it *Iterator) SkipTo(offset int64) {
+	if it.err != nil || it.isLegacy {
+		return
+	}
+	for it.left > 0 {
+		p := it.data
+		length, n := binary.Varint(p)
+		if n <= 0 || length < minRecordSize-1 || int64(len(p)-n) < length {
+			return
+		}
+		body := p[n : n+int(length)]
+		_, m := binary.Varint(body[1:]) // after the attributes: the timestamp delta
+		if m <= 0 {
+			return
+		}
+		delta, k := binary.Varint(body[1+m:])
+		if k <= 0 || it.base+delta >= offset {
+			return
+		}
+		it.data = p[n+int(length):]
+		it.left--
+	}
+}
+
 // Record returns the current record; valid until the next call to Next.
 func (it *Iterator) Record() *Record { return &it.rec }
 
