@@ -8,7 +8,7 @@ STATICCHECK_VERSION := v0.8.2
 # The S3 server the integration tests start when no Docker engine answers.
 VERSITYGW_VERSION := v1.8.0
 
-.PHONY: all test race lint bench fuzz demo tierctl versitygw clean
+.PHONY: all test race lint bench bench-compare bench-update fuzz demo tierctl versitygw clean
 
 all: lint test
 
@@ -16,6 +16,7 @@ all: lint test
 ## server and the Kafka fixture tests (skipped, with a message, when ../shared is absent)
 test: $(BIN)/versitygw
 	$(GO) test -timeout 20m ./...
+	cd bench && $(GO) test -timeout 10m ./...
 
 ## race: the tests under the race detector
 race: $(BIN)/versitygw
@@ -33,6 +34,7 @@ lint: $(BIN)/staticcheck
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(BIN)/staticcheck ./...
+	cd bench && $(GO) vet ./... && $(BIN)/staticcheck ./...
 
 $(BIN)/staticcheck:
 	GOBIN=$(BIN) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)
@@ -40,6 +42,15 @@ $(BIN)/staticcheck:
 ## bench: every Go benchmark (set BENCHTIME=3s for steadier figures)
 bench: $(BIN)/versitygw
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+## bench-compare: tierlog side by side with Go peers and the machine's limits
+## (bench/, a module of its own; about 15 minutes); prints Markdown tables
+bench-compare: $(BIN)/versitygw
+	cd bench && TIERLOG_VERSITYGW=$(BIN)/versitygw $(GO) run . $(BENCH_FLAGS)
+
+## bench-update: bench-compare, also writing the tables into BENCHMARKS.md
+bench-update: $(BIN)/versitygw
+	cd bench && TIERLOG_VERSITYGW=$(BIN)/versitygw $(GO) run . -update ../BENCHMARKS.md $(BENCH_FLAGS)
 
 ## fuzz: a short run of every fuzz target (FUZZTIME per target, default 10s)
 fuzz:

@@ -1,0 +1,235 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+// runBaselines measures the machine on the same number of bytes the
+// systems store (n 100-byte values): sequential os.File.Write in 16 KiB
+// writes (page cache, then with a final fsync), sendfile of the file to a
+// loopback socket, CRC-32C over the bytes, and copy (memory bandwidth).
+func runBaselines(dir string, n int64) (result, error) {
+	res := result{System: "machine", Values: map[string]float64{}}
+	defer os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return res, err
+	}
+	total := n * 100
+	mb := float64(total) / 1e6
+	// The bytes come from a 64 MiB buffer, walked 16 KiB at a time, as the
+	// systems' appends come from chunks prepared in memory: rewriting one
+	// cache-hot 16 KiB buffer would flatter the baseline.
+	src := make([]byte, 64<<20)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	write := func(path string, sync bool) (float64, error) {
+		f, err := os.Create(path)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		start := time.Now()
+		for done := int64(0); done < total; done += 16 << 10 {
+			at := done % int64(len(src))
+			if _, err := f.Write(src[at : at+min(16<<10, total-done)]); err != nil {
+				return 0, err
+			}
+		}
+		if sync {
+			if err := f.Sync(); err != nil {
+				return 0, err
+			}
+		}
+		return mb / time.Since(start).Seconds(), nil
+	}
+	var err error
+	if res.Values["write"], err = write(filepath.Join(dir, "w1"), false); err != nil {
+		return res, err
+	}
+	if res.Values["writeFsync"], err = write(filepath.Join(dir, "w2"), true); err != nil {
+		return res, err
+	}
+	os.Remove(filepath.Join(dir, "w2"))
+	if res.Values["sendfile"], err = sendfileMBps(filepath.Join(dir, "w1"), total); err != nil {
+		return res, err
+	}
+	os.Remove(filepath.Join(dir, "w1"))
+
+	buf := make([]byte, 16<<20)
+	for i := range buf {
+		buf[i] = byte(i * 7)
+	}
+	tab := crc32.MakeTable(crc32.Castagnoli)
+	start := time.Now()
+	var crc uint32
+	for done := int64(0); done < total; done += int64(len(buf)) {
+		crc = crc32.Update(crc, tab, buf[:min(int64(len(buf)), total-done)])
+	}
+	res.Values["crc32c"] = mb / time.Since(start).Seconds()
+	dst := make([]byte, len(buf))
+	start = time.Now()
+	for done := int64(0); done < total; done += int64(len(buf)) {
+		copy(dst, buf[:min(int64(len(buf)), total-done)])
+	}
+	res.Values["copy"] = mb / time.Since(start).Seconds()
+	runtime.KeepAlive(crc)
+	res.PeakRSSMB = peakRSSMB()
+	return res, nil
+}
+
+// loopback returns a connected TCP pair's sending end, and a channel that
+// yields the bytes the receiving end drained once the sender closes.
+func loopback() (*net.TCPConn, chan int64, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, err
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		n, _ := io.Copy(io.Discard, c)
+		c.Close()
+		got <- n
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		return nil, nil, err
+	}
+	return c.(*net.TCPConn), got, nil
+}
+
+// sendfileMBps sends path to a loopback socket with sendfile(2), 1 MiB a
+// call.
+func sendfileMBps(path string, total int64) (float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	conn, got, err := loopback()
+	if err != nil {
+		return 0, err
+	}
+	raw, err := conn.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var off int64
+	var serr error
+	for off < total && serr == nil {
+		raw.Write(func(fd uintptr) bool {
+			o := off
+			n, err := syscall.Sendfile(int(fd), int(f.Fd()), &o, int(min(1<<20, total-off)))
+			if err == syscall.EAGAIN {
+				return false
+			}
+			if err != nil {
+				serr = err
+			}
+			off += int64(max(n, 0))
+			return true
+		})
+	}
+	conn.Close()
+	if n := <-got; n != total || serr != nil {
+		return 0, fmt.Errorf("sendfile: %d of %d bytes: %v", n, total, serr)
+	}
+	return float64(total) / 1e6 / time.Since(start).Seconds(), nil
+}
+
+// scanToSocket is tierlog's sequential read as a broker serves a fetch:
+// Read then Records.WriteTo a socket (sendfile from the page cache).
+func (s *tierlogSys) scanToSocket() (int64, error) {
+	conn, got, err := loopback()
+	if err != nil {
+		return 0, err
+	}
+	end := s.l.Offsets().LogEnd
+	var sent int64
+	for off := int64(0); off < end; {
+		r, err := s.l.Read(context.Background(), off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+		if err != nil {
+			return 0, err
+		}
+		n, err := r.WriteTo(conn)
+		r.Close()
+		if err != nil {
+			return 0, err
+		}
+		sent += n
+		off = r.(backend.OffsetRange).NextOffset()
+	}
+	conn.Close()
+	if n := <-got; n != sent {
+		return 0, fmt.Errorf("socket drained %d of %d bytes", n, sent)
+	}
+	return sent, nil
+}
+
+// partitionsSetup writes 10,000 one-batch partitions into dir and closes
+// them cleanly.
+func partitionsSetup(dir string) error {
+	b, err := local.OpenBackend(dir, local.BackendOptions{})
+	if err != nil {
+		return err
+	}
+	var bl record.Builder
+	for p := range int32(10_000) {
+		l, err := b.OpenLog(context.Background(), "t", p, backend.DefaultConfig())
+		if err != nil {
+			return err
+		}
+		bl.Reset(record.NewBatchHeader())
+		bl.Append(1_700_000_000_000, nil, make([]byte, 100), nil)
+		batch, _ := bl.Build()
+		if _, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true}); err != nil {
+			return err
+		}
+		l.SetHighWatermark(1)
+	}
+	return b.Close()
+}
+
+// runPartitions opens the 10,000 partitions partitionsSetup wrote and
+// reads one record from each.
+func runPartitions(dir string) (result, error) {
+	res := result{System: "tierlog 10,000 partitions", Values: map[string]float64{}}
+	start := time.Now()
+	b, err := local.OpenBackend(dir, local.BackendOptions{})
+	if err != nil {
+		return res, err
+	}
+	defer b.Close()
+	for p := range int32(10_000) {
+		l, err := b.OpenLog(context.Background(), "t", p, backend.DefaultConfig())
+		if err != nil {
+			return res, err
+		}
+		if l.Offsets().LogEnd != 1 {
+			return res, fmt.Errorf("partition %d: log end %d", p, l.Offsets().LogEnd)
+		}
+	}
+	res.Values["openMs"] = float64(time.Since(start).Microseconds()) / 1000
+	res.PeakRSSMB = peakRSSMB()
+	return res, nil
+}

@@ -1,0 +1,296 @@
+// Command bench runs tierlog side by side with other Go logs and the
+// machine's own limits, and prints the results as Markdown tables; see
+// BENCHMARKS.md at the repository root for what each workload means.
+//
+//	go run . [-size 1GiB] [-runs 3] [-reads 1000000] [-update ../BENCHMARKS.md]
+//
+// Each measurement runs in a child process of its own (so peak RSS is one
+// system's), the systems one after another, each run in turn; figures are
+// medians of the runs with their range.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+func main() {
+	childKind := flag.String("child", "", "internal: run one measurement in this process")
+	dir := flag.String("dir", "", "working directory (default: a temporary one)")
+	size := flag.Int64("size", 1<<30, "bytes of record values per system (100-byte records)")
+	runs := flag.Int("runs", 3, "runs of each measurement")
+	reads := flag.Int64("reads", 1_000_000, "random single-record reads per run")
+	tieredBench := flag.Bool("tiered", true, "run the tiered benchmarks against the S3 server (needs versitygw; see the Makefile)")
+	update := flag.String("update", "", "also write the tables into this Markdown file, between its results markers")
+	flag.Parse()
+	n := *size / 100
+	if *childKind != "" {
+		if err := child(*childKind, *dir, n, *reads); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := parent(*dir, n, *runs, *reads, *tieredBench, *update); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// runChild runs one measurement in a child process.
+func runChild(kind, dir string, n, reads int64) (result, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-child", kind, "-dir", dir, "-size", strconv.FormatInt(n*100, 10), "-reads", strconv.FormatInt(reads, 10))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Run(); err != nil {
+		return result{}, fmt.Errorf("%s: %v\n%s", kind, err, errOut.String())
+	}
+	var res result
+	if kind == "partitions-setup" {
+		return res, nil
+	}
+	err := json.Unmarshal(out.Bytes(), &res)
+	return res, err
+}
+
+func parent(dir string, n int64, runs int, reads int64, tieredBench bool, update string) error {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "tierlog-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	started := time.Now()
+	byKind := map[string][]result{}
+	kinds := []string{"baseline"}
+	for _, s := range systems {
+		kinds = append(kinds, s.name)
+	}
+	for r := range runs {
+		for _, kind := range kinds {
+			fmt.Fprintf(os.Stderr, "run %d/%d: %s\n", r+1, runs, kind)
+			res, err := runChild(kind, filepath.Join(dir, fmt.Sprintf("r%d-%d", r, len(byKind[kind]))), n, reads)
+			if err != nil {
+				return err
+			}
+			byKind[kind] = append(byKind[kind], res)
+		}
+	}
+	parts := filepath.Join(dir, "partitions")
+	fmt.Fprintln(os.Stderr, "10,000 partitions")
+	if _, err := runChild("partitions-setup", parts, n, reads); err != nil {
+		return err
+	}
+	var partRes []result
+	for range runs {
+		res, err := runChild("partitions", parts, n, reads)
+		if err != nil {
+			return err
+		}
+		partRes = append(partRes, res)
+	}
+	os.RemoveAll(parts)
+
+	var tiered []benchLine
+	if tieredBench {
+		fmt.Fprintln(os.Stderr, "tiered (go test ./tiered -bench)")
+		var err error
+		if tiered, err = runTiered(runs); err != nil {
+			return err
+		}
+	}
+
+	var md bytes.Buffer
+	report(&md, byKind, partRes, tiered, n, runs, reads, time.Since(started))
+	os.Stdout.Write(md.Bytes())
+	if update != "" {
+		return updateFile(update, md.Bytes())
+	}
+	return nil
+}
+
+// stat is a median with its range over runs.
+type stat struct{ med, lo, hi float64 }
+
+func statOf(vals []float64) stat {
+	if len(vals) == 0 {
+		return stat{}
+	}
+	v := slices.Clone(vals)
+	slices.Sort(v)
+	return stat{med: v[len(v)/2], lo: v[0], hi: v[len(v)-1]}
+}
+
+func (s stat) String() string {
+	if s.med == 0 {
+		return "n/a"
+	}
+	f := func(x float64) string {
+		switch {
+		case x >= 100:
+			return strconv.FormatFloat(x, 'f', 0, 64)
+		case x >= 10:
+			return strconv.FormatFloat(x, 'f', 1, 64)
+		default:
+			return strconv.FormatFloat(x, 'f', 2, 64)
+		}
+	}
+	return fmt.Sprintf("%s (%s–%s)", f(s.med), f(s.lo), f(s.hi))
+}
+
+// noisy says whether a figure's range exceeds 20% of its median.
+func (s stat) noisy() bool { return s.med > 0 && (s.hi-s.lo)/s.med > 0.2 }
+
+func collect(rs []result, f func(result) float64) stat {
+	var v []float64
+	for _, r := range rs {
+		v = append(v, f(r))
+	}
+	return statOf(v)
+}
+
+func report(w io.Writer, byKind map[string][]result, parts []result, tiered []benchLine, n int64, runs int, reads int64, took time.Duration) {
+	cpu := "unknown CPU"
+	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
+		if m := regexp.MustCompile(`model name\s*:\s*(.*)`).FindSubmatch(b); m != nil {
+			cpu = string(m[1])
+		}
+	}
+	fmt.Fprintf(w, "Run of %s: %s, %d cores, %s; %d records of 100 bytes (%.2f GiB of values) per system; %d runs, median (min–max); %d random reads a run. The whole run took %v.\n\n",
+		time.Now().UTC().Format("2006-01-02"), cpu, runtime.NumCPU(), runtime.Version(), n, float64(n*100)/(1<<30), runs, reads, took.Round(time.Second))
+
+	base := byKind["baseline"]
+	fmt.Fprintf(w, "| machine (same bytes) | MB/s |\n| --- | ---: |\n")
+	var noisy []string
+	for _, b := range []struct{ key, name string }{{"write", "os.File.Write, 16 KiB writes, page cache"}, {"writeFsync", "os.File.Write, then one fsync"},
+		{"sendfile", "sendfile(2) of the file to a loopback socket"}, {"crc32c", "CRC-32C"}, {"copy", "copy (memory bandwidth)"}} {
+		s := collect(base, func(r result) float64 { return r.Values[b.key] })
+		fmt.Fprintf(w, "| %s | %s |\n", b.name, s)
+		if s.noisy() {
+			noisy = append(noisy, b.name)
+		}
+	}
+	fmt.Fprintln(w)
+
+	fmt.Fprintf(w, "| system | append MB/s | append, fsync every 1,000 records, MB/s | random reads/s | read p50 µs | read p99 µs | sequential scan MB/s | reopen after close ms | reopen after crash ms | peak RSS MB |\n")
+	fmt.Fprintf(w, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, s := range systems {
+		rs := byKind[s.name]
+		cols := []stat{
+			collect(rs, func(r result) float64 { return r.AppendMBps }),
+			collect(rs, func(r result) float64 { return r.SyncAppendMBp }),
+			collect(rs, func(r result) float64 { return r.ReadsPerSec }),
+			collect(rs, func(r result) float64 { return r.ReadP50us }),
+			collect(rs, func(r result) float64 { return r.ReadP99us }),
+			collect(rs, func(r result) float64 { return r.ScanMBps }),
+			collect(rs, func(r result) float64 { return r.ReopenCleanMs }),
+			collect(rs, func(r result) float64 { return r.ReopenCrashMs }),
+			collect(rs, func(r result) float64 { return r.PeakRSSMB }),
+		}
+		var cells []string
+		for i, c := range cols {
+			cells = append(cells, c.String())
+			if c.noisy() && i < 6 {
+				noisy = append(noisy, s.name)
+			}
+		}
+		fmt.Fprintf(w, "| %s | %s |\n", s.name, strings.Join(cells, " | "))
+	}
+	tl := byKind["tierlog"]
+	sock := collect(tl, func(r result) float64 { return r.Values["scanSocketMBps"] })
+	fmt.Fprintf(w, "\ntierlog sequential read as a broker serves it (Read, then Records.WriteTo a loopback socket: sendfile): %s MB/s of values.\n", sock)
+	for _, r := range byKind {
+		for _, x := range r {
+			if x.Note != "" {
+				fmt.Fprintf(w, "\nNote (%s): %s\n", x.System, x.Note)
+			}
+		}
+	}
+	fmt.Fprintf(w, "\n| tierlog, 10,000 partitions | median (min–max) |\n| --- | ---: |\n")
+	fmt.Fprintf(w, "| open the log dir and every partition, ms | %s |\n", collect(parts, func(r result) float64 { return r.Values["openMs"] }))
+	fmt.Fprintf(w, "| peak RSS of the process, MB | %s |\n", collect(parts, func(r result) float64 { return r.PeakRSSMB }))
+
+	if len(tiered) > 0 {
+		fmt.Fprintf(w, "\n| tiered, against the S3 server of the tests | median (min–max) |\n| --- | ---: |\n")
+		for _, l := range tiered {
+			fmt.Fprintf(w, "| %s | %s %s |\n", l.label, statOf(l.values), l.unit)
+		}
+	}
+
+	// The goals of issue 8, computed from the medians.
+	med := func(kind string, f func(result) float64) float64 { return collect(byKind[kind], f).med }
+	appendT := med("tierlog", func(r result) float64 { return r.AppendMBps })
+	raw := med("baseline", func(r result) float64 { return r.Values["write"] })
+	var bestPeerAppend, bestPeerScan, bestDiskPeerReads float64
+	for _, s := range systems[1:] {
+		bestPeerAppend = max(bestPeerAppend, med(s.name, func(r result) float64 { return r.AppendMBps }))
+		bestPeerScan = max(bestPeerScan, med(s.name, func(r result) float64 { return r.ScanMBps }))
+		if !strings.HasPrefix(s.name, "tidwall") { // tidwall serves from segments it holds in memory
+			bestDiskPeerReads = max(bestDiskPeerReads, med(s.name, func(r result) float64 { return r.ReadsPerSec }))
+		}
+	}
+	p50 := med("tierlog", func(r result) float64 { return r.ReadP50us })
+	readsT := med("tierlog", func(r result) float64 { return r.ReadsPerSec })
+	scanT := med("tierlog", func(r result) float64 { return r.ScanMBps })
+	sf := med("baseline", func(r result) float64 { return r.Values["sendfile"] })
+	openMs := collect(parts, func(r result) float64 { return r.Values["openMs"] }).med
+	met := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	fmt.Fprintf(w, "\n| goal | figure | |\n| --- | --- | --- |\n")
+	fmt.Fprintf(w, "| append >= 0.8x raw page-cache write | %.2fx (%.0f vs %.0f MB/s) | %s |\n", appendT/raw, appendT, raw, met(appendT >= 0.8*raw))
+	fmt.Fprintf(w, "| append >= 3x the fastest peer | %.2fx (%.0f vs %.0f MB/s) | %s |\n", appendT/bestPeerAppend, appendT, bestPeerAppend, met(appendT >= 3*bestPeerAppend))
+	fmt.Fprintf(w, "| random read p50 < 2 µs | %.2f µs | %s |\n", p50, met(p50 < 2))
+	fmt.Fprintf(w, "| reads/s above every peer that keeps its data on disk | %.0f vs %.0f | %s |\n", readsT, bestDiskPeerReads, met(readsT > bestDiskPeerReads))
+	fmt.Fprintf(w, "| sequential read >= 0.8x raw sendfile | %.2fx (%.0f vs %.0f MB/s, to a socket) | %s |\n", sock.med/sf, sock.med, sf, met(sock.med >= 0.8*sf))
+	fmt.Fprintf(w, "| sequential read above every peer | %.0f vs %.0f MB/s (records decoded) | %s |\n", scanT, bestPeerScan, met(scanT > bestPeerScan))
+	fmt.Fprintf(w, "| 10,000 partitions open < 1 s | %.0f ms | %s |\n", openMs, met(openMs > 0 && openMs < 1000))
+	for _, l := range tiered {
+		if l.goal != "" {
+			fmt.Fprintf(w, "| %s | %s |\n", l.goal, l.goalFigure)
+		}
+	}
+	if len(noisy) > 0 {
+		slices.Sort(noisy)
+		noisy = slices.Compact(noisy)
+		fmt.Fprintf(w, "\nNoisy (range above 20%% of the median): %s.\n", strings.Join(noisy, "; "))
+	}
+}
+
+// updateFile replaces what lies between the results markers of path.
+func updateFile(path string, md []byte) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	const begin, end = "<!-- results: begin -->\n", "<!-- results: end -->"
+	i, j := bytes.Index(b, []byte(begin)), bytes.Index(b, []byte(end))
+	if i < 0 || j < i {
+		return fmt.Errorf("%s has no %q ... %q markers", path, strings.TrimSpace(begin), end)
+	}
+	out := append(append(append([]byte(nil), b[:i+len(begin)]...), md...), b[j:]...)
+	return os.WriteFile(path, out, 0o644)
+}
+
+var _ = bufio.NewReader
