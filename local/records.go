@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime/debug"
 	"sync"
 	"syscall"
 
@@ -162,20 +161,13 @@ func sendfile(dst syscall.Conn, src *os.File, pos, n int64) (written int64, err 
 
 var errNoSendfile = errors.New("sendfile not supported")
 
-// writeMapped writes p, a slice of the segment's mapping, to w. An I/O
-// error under the mapping (or the file cut short from outside) faults;
-// that becomes an error, as in walkMapped.
+// writeMapped writes p, a slice of the segment's mapping, to w (a fault
+// under the mapping is an error; see readMapped).
 func (r *fileRecords) writeMapped(w io.Writer, p []byte) (n int64, err error) {
-	old := debug.SetPanicOnFault(true)
-	defer func() {
-		debug.SetPanicOnFault(old)
-		if e := recover(); e != nil {
-			if _, fault := e.(interface{ Addr() uintptr }); !fault {
-				panic(e)
-			}
-			err = fmt.Errorf("%w: %s: reading the mapped log failed: %v", backend.ErrCorruptRecord, r.seg.path(LogSuffix), e)
-		}
-	}()
-	k, err := w.Write(p)
-	return int64(k), err
+	err = r.seg.readMapped(func() error {
+		k, werr := w.Write(p)
+		n = int64(k)
+		return werr
+	})
+	return n, err
 }

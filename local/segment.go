@@ -558,10 +558,10 @@ func (s *segment) mapLocked() []byte {
 	return m
 }
 
-// walkMapped is walkHeaders over the mapping. Sealed files do not change,
-// but an I/O error or an outside hand truncating the file would turn a read
-// into a fault: that becomes an error, not a crash.
-func (s *segment) walkMapped(m []byte, start, limit int64, fn func(e *record.Entry) bool) (err error) {
+// readMapped runs fn, which reads the segment's mapping. Sealed files do
+// not change, but an I/O error or an outside hand truncating the file
+// would turn a read into a fault: that becomes an error, not a crash.
+func (s *segment) readMapped(fn func() error) (err error) {
 	old := debug.SetPanicOnFault(true)
 	defer func() {
 		debug.SetPanicOnFault(old)
@@ -572,20 +572,27 @@ func (s *segment) walkMapped(m []byte, start, limit int64, fn func(e *record.Ent
 			err = fmt.Errorf("%w: %s: reading the mapped log failed: %v", backend.ErrCorruptRecord, s.path(LogSuffix), r)
 		}
 	}()
-	for pos := start; pos < limit; {
-		e, err := record.HeaderAt(m, pos, limit)
-		if err != nil {
-			if err == io.EOF || errors.Is(err, record.ErrTornTail) {
+	return fn()
+}
+
+// walkMapped is walkHeaders over the mapping.
+func (s *segment) walkMapped(m []byte, start, limit int64, fn func(e *record.Entry) bool) error {
+	return s.readMapped(func() error {
+		for pos := start; pos < limit; {
+			e, err := record.HeaderAt(m, pos, limit)
+			if err != nil {
+				if err == io.EOF || errors.Is(err, record.ErrTornTail) {
+					return nil
+				}
+				return s.corrupt(err)
+			}
+			if !fn(&e) {
 				return nil
 			}
-			return s.corrupt(err)
+			pos += e.Size
 		}
-		if !fn(&e) {
-			return nil
-		}
-		pos += e.Size
-	}
-	return nil
+		return nil
+	})
 }
 
 // batchEnd returns the end position and last offset of the last whole batch
