@@ -69,7 +69,11 @@ func crashChild(spec string) {
 	event := func() {
 		if n++; n == k {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			select {} // the signal is on its way
+			for {
+				// The signal is on its way. (A bare select{} can be
+				// reported as a deadlock before it lands.)
+				time.Sleep(time.Second)
+			}
 		}
 	}
 	cleanedBufferSize = 512
