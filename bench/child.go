@@ -44,6 +44,7 @@ func peakRSSMB() float64 {
 // random reads, scan, unclean reopen, then the durable append.
 func runSystem(name string, open opener, dir string, n, reads int64) (result, error) {
 	res := result{System: name}
+	raftSync = false // the durable workload turns it on below
 	tidwallSegments = int(n*110/int64(tidwal.DefaultOptions.SegmentSize)) + 2
 	data, crash, durable := filepath.Join(dir, "data"), filepath.Join(dir, "crash"), filepath.Join(dir, "durable")
 	defer os.RemoveAll(dir)

@@ -77,7 +77,10 @@ func scanTransactions(ctx context.Context, l *local.Log, segs []local.SegmentInf
 				}
 				continue
 			}
-			buf = append(buf[:0], make([]byte, e.Size)...)
+			if int64(cap(buf)) < e.Size {
+				buf = make([]byte, e.Size)
+			}
+			buf = buf[:e.Size]
 			if _, err := r.ReadAt(buf, e.Position); err != nil {
 				r.Close()
 				return out, fmt.Errorf("compaction: read %s at %d: %w", r.Path(), e.Position, err)
