@@ -38,6 +38,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"RoundTripEveryOffset", testRoundTrip},
 		{"ReadBounds", testReadBounds},
 		{"MaxBytes", testMaxBytes},
+		{"ReadThroughAtByteLimits", testReadThroughAtByteLimits},
 		{"OffsetForTimestamp", testOffsetForTimestamp},
 		{"RollBoundaries", testRollBoundaries},
 		{"DeleteRecordsBefore", testDeleteRecordsBefore},
@@ -134,11 +135,18 @@ func appendBatches(t *testing.T, p backend.Partition, m *model, rng *rand.Rand, 
 // through Read and WriteTo, checking batch CRCs.
 func readFrom(t *testing.T, p backend.Partition, offset int64, limit int) []rec {
 	t.Helper()
+	return readFromBytes(t, p, offset, limit, 32<<10)
+}
+
+// readFromBytes is readFrom with reads of at most maxBytes (at least one
+// batch each).
+func readFromBytes(t *testing.T, p backend.Partition, offset int64, limit, maxBytes int) []rec {
+	t.Helper()
 	var out []rec
 	var it record.Iterator
 	end := p.Offsets().LogEnd
 	for offset < end && (limit <= 0 || len(out) < limit) {
-		r, err := p.Read(ctx, offset, backend.ReadOptions{MaxBytes: 32 << 10, MinOneBatch: true})
+		r, err := p.Read(ctx, offset, backend.ReadOptions{MaxBytes: maxBytes, MinOneBatch: true})
 		if err != nil {
 			t.Fatalf("read %d: %v", offset, err)
 		}
@@ -318,6 +326,22 @@ func testMaxBytes(t *testing.T, h Harness) {
 	}
 	if got == 0 {
 		t.Fatal("MaxOffset read returned nothing")
+	}
+}
+
+// testReadThroughAtByteLimits reads a log of many segments and dense
+// indexes from start to end at several byte limits: every record comes
+// back once, and each read's NextOffset (where Records report one) is
+// where its batches end, wherever the limit falls.
+func testReadThroughAtByteLimits(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t, "segment.bytes", "65536", "index.interval.bytes", "512"))
+	defer p.Close()
+	var m model
+	appendBatches(t, p, &m, rand.New(rand.NewPCG(8, 8)), 300, 10, record.None)
+	commitAll(t, p)
+	start := p.Offsets().LogStart
+	for _, maxBytes := range []int{1, 700, 3000, 10_000, 100_000} {
+		sameRecords(t, fmt.Sprintf("read through at %d bytes a read", maxBytes), readFromBytes(t, p, start, 0, maxBytes), m.from(start))
 	}
 }
 
