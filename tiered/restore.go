@@ -57,6 +57,13 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("tiered: restore: %w", err)
 	}
+	if opts.OnStart != nil {
+		var total int64
+		for _, s := range m.Segments {
+			total += s.Size + s.IndexSize + s.TimeIndexSize
+		}
+		opts.OnStart(total)
+	}
 	for _, s := range m.Segments {
 		if err := DownloadSegment(ctx, store, prefix, s, dir, opts); err != nil {
 			return nil, err
@@ -101,8 +108,10 @@ func DownloadSegment(ctx context.Context, store *objstore.Store, prefix string, 
 
 // RestoreOptions tune Restore.
 type RestoreOptions struct {
-	// OnProgress, when set, is called with the bytes of each object as
-	// they are written to disk. For progress displays.
+	// OnStart, when set, is called once the manifest is read, with the
+	// bytes Restore is about to download; OnProgress with the bytes of
+	// each object as they are written to disk. For progress displays.
+	OnStart    func(total int64)
 	OnProgress func(n int64)
 }
 

@@ -573,13 +573,14 @@ func TestRestoreStreamsThroughCutBodies(t *testing.T) {
 	fd := faultstore.Wrap(drv, 7, faultstore.Rule{Op: objstore.OpGet, Fault: faultstore.CutBody, AfterBytes: 50_000, Probability: 0.5})
 	faulty := objstore.New(fd, "faulty", objstore.Options{MaxAttempts: 3, BaseBackoff: time.Millisecond})
 	restored := filepath.Join(t.TempDir(), "orders-0")
-	var progress int64
-	rm, err := tiered.Restore(ctx, faulty, "tl/orders-0", restored, tiered.RestoreOptions{OnProgress: func(n int64) { progress += n }})
+	var progress, announced int64
+	rm, err := tiered.Restore(ctx, faulty, "tl/orders-0", restored, tiered.RestoreOptions{
+		OnStart: func(n int64) { announced = n }, OnProgress: func(n int64) { progress += n }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if progress != total {
-		t.Fatalf("progress reported %d bytes, restored %d", progress, total)
+	if progress != total || announced != total {
+		t.Fatalf("progress reported %d bytes (announced %d), restored %d", progress, announced, total)
 	}
 	if fd.Injected() == 0 {
 		t.Fatal("no body was cut")

@@ -374,15 +374,11 @@ Use it for a lost disk or a new broker.`,
 			}
 			defer store.Close()
 			dir := filepath.Join(args[0], tp.String())
-			var bar *progress
-			if m, err := tiered.ReadManifest(ctx, store, tp.String()); err == nil {
-				var total int64
-				for _, s := range m.Segments {
-					total += s.Size + s.IndexSize + s.TimeIndexSize
-				}
-				bar = newProgress(cmd, total, "restore", true)
-			}
-			m, err := tiered.Restore(ctx, store, tp.String(), dir, tiered.RestoreOptions{OnProgress: bar.Add})
+			var bar *progress // sized once Restore has read the manifest
+			m, err := tiered.Restore(ctx, store, tp.String(), dir, tiered.RestoreOptions{
+				OnStart:    func(total int64) { bar = newProgress(cmd, total, "restore", true) },
+				OnProgress: func(n int64) { bar.Add(n) },
+			})
 			if err != nil {
 				return err
 			}
