@@ -496,7 +496,9 @@ var headerBufs = sync.Pool{New: func() any { return new([record.BatchHeaderSize]
 // tail ends the walk quietly (it is not served); corruption is an error.
 func (s *segment) walkHeaders(start, limit int64, fn func(e *record.Entry) bool) error {
 	if m := s.mapping(); m != nil {
-		return s.walkMapped(m, start, limit, fn)
+		return s.readMapped(func() error {
+			return s.walk(start, limit, fn, func(pos int64) (record.Entry, error) { return record.HeaderAt(m, pos, limit) })
+		})
 	}
 	f, err := s.file()
 	if err != nil {
@@ -504,8 +506,13 @@ func (s *segment) walkHeaders(start, limit int64, fn func(e *record.Entry) bool)
 	}
 	buf := headerBufs.Get().(*[record.BatchHeaderSize]byte)
 	defer headerBufs.Put(buf)
+	return s.walk(start, limit, fn, func(pos int64) (record.Entry, error) { return record.ReadHeader(f, pos, limit, buf[:]) })
+}
+
+// walk visits the batch headers header reads in [start, limit).
+func (s *segment) walk(start, limit int64, fn func(e *record.Entry) bool, header func(pos int64) (record.Entry, error)) error {
 	for pos := start; pos < limit; {
-		e, err := record.ReadHeader(f, pos, limit, buf[:])
+		e, err := header(pos)
 		if err != nil {
 			if err == io.EOF || errors.Is(err, record.ErrTornTail) {
 				return nil
@@ -573,26 +580,6 @@ func (s *segment) readMapped(fn func() error) (err error) {
 		}
 	}()
 	return fn()
-}
-
-// walkMapped is walkHeaders over the mapping.
-func (s *segment) walkMapped(m []byte, start, limit int64, fn func(e *record.Entry) bool) error {
-	return s.readMapped(func() error {
-		for pos := start; pos < limit; {
-			e, err := record.HeaderAt(m, pos, limit)
-			if err != nil {
-				if err == io.EOF || errors.Is(err, record.ErrTornTail) {
-					return nil
-				}
-				return s.corrupt(err)
-			}
-			if !fn(&e) {
-				return nil
-			}
-			pos += e.Size
-		}
-		return nil
-	})
 }
 
 // batchEnd returns the end position and last offset of the last whole batch
