@@ -31,6 +31,11 @@ var (
 	ErrInvalidName = errors.New("backend: invalid topic or partition name")
 	// ErrInvalidConfig: an unknown config key or a bad value.
 	ErrInvalidConfig = errors.New("backend: invalid config")
+	// ErrStorage: the disk (or the bucket, for remote data) failed: an
+	// I/O error, a full disk, an fsync that failed. Kafka's
+	// KAFKA_STORAGE_ERROR. A log whose fsync failed, or whose failed write
+	// could not be undone, refuses writes with it until it is reopened.
+	ErrStorage = errors.New("backend: storage error")
 )
 
 // OffsetOutOfRangeError says which offset was asked for and the range the

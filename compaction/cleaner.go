@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"math"
-	"os"
 	"time"
 
 	"github.com/tierlog/tierlog/local"
@@ -35,6 +33,9 @@ type Options struct {
 	// each batch; it may sleep to hold an I/O rate, and its error (the
 	// context's, typically) stops the round.
 	Throttle func(ctx context.Context, n int) error
+	// WriteBufferBytes is how much of a cleaned file is buffered before a
+	// write (default 1 MiB).
+	WriteBufferBytes int
 }
 
 // Stats describe one cleaning round.
@@ -93,7 +94,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 		opts.Now = time.Now
 	}
 	st := Stats{}
-	truncations := l.Truncations() // before anything is read
+	cleaning := l.BeginCleaning() // before anything is read
 	segs := closedSegments(l)
 	firstDirty = firstDirtyOf(l, firstDirty)
 	st.FirstDirty, st.End = firstDirty, firstDirty
@@ -139,10 +140,19 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 		return st, nil
 	}
 
-	c := cleaner{l: l, m: m, end: end, truncations: truncations, now: opts.Now().UnixMilli(),
+	c := cleaner{l: l, m: m, end: end, cleaning: cleaning, now: opts.Now().UnixMilli(),
 		deleteRetentionMs: l.Config().DeleteRetentionMs, dryRun: opts.DryRun, throttle: opts.Throttle,
-		txn: newTxnTracker(txns.aborted)}
-	for _, g := range groupSegments(segs, end, l.Config().SegmentBytes, l.Config().SegmentIndexBytes, indexSizes) {
+		txn: newTxnTracker(txns.aborted), bufferBytes: opts.WriteBufferBytes}
+	if c.bufferBytes <= 0 {
+		c.bufferBytes = 1 << 20
+	}
+	groups, err := groupSegments(segs, end, l.Config().SegmentBytes, l.Config().SegmentIndexBytes, func(s local.SegmentInfo) (int64, int64, error) {
+		return l.IndexSizes(s.BaseOffset)
+	})
+	if err != nil {
+		return st, err
+	}
+	for _, g := range groups {
 		if err := c.cleanGroup(ctx, g, &st); err != nil {
 			return st, err
 		}
@@ -309,19 +319,6 @@ func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(co
 	return false, nil
 }
 
-// indexSizes returns the sizes of a closed segment's offset and time
-// indexes (trimmed to their entries); a missing file counts 0 (it is
-// rebuilt).
-func indexSizes(s local.SegmentInfo) (offsetIndex, timeIndex int64) {
-	if fi, err := os.Stat(s.IndexPath); err == nil {
-		offsetIndex = fi.Size()
-	}
-	if fi, err := os.Stat(s.TimeIndexPath); err == nil {
-		timeIndex = fi.Size()
-	}
-	return offsetIndex, timeIndex
-}
-
 // groupSegments groups the closed segments below end into runs to recopy
 // into one segment each, as Kafka's groupSegmentsBySize: consecutive,
 // summed size within segmentBytes, each index's summed size within
@@ -329,7 +326,7 @@ func indexSizes(s local.SegmentInfo) (offsetIndex, timeIndex int64) {
 // relative offsets. Empty segments are left alone (a cleaned file must
 // end where its last segment does).
 func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes int64,
-	indexSizes func(local.SegmentInfo) (int64, int64)) [][]local.SegmentInfo {
+	indexSizes func(local.SegmentInfo) (int64, int64, error)) ([][]local.SegmentInfo, error) {
 	var groups [][]local.SegmentInfo
 	var cur []local.SegmentInfo
 	var size, idx, tidx int64
@@ -347,7 +344,10 @@ func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes in
 			flush()
 			continue
 		}
-		i, ti := indexSizes(s)
+		i, ti, err := indexSizes(s)
+		if err != nil {
+			return nil, err
+		}
 		if len(cur) > 0 && (size+s.Size > segmentBytes || idx+i > maxIndexBytes || tidx+ti > maxIndexBytes ||
 			s.NextOffset-1-cur[0].BaseOffset > math.MaxInt32) {
 			flush()
@@ -356,12 +356,13 @@ func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes in
 		size, idx, tidx = size+s.Size, idx+i, tidx+ti
 	}
 	flush()
-	return groups
+	return groups, nil
 }
 
 type cleaner struct {
 	l                 *local.Log
-	truncations       int64 // l.Truncations() when the round began
+	cleaning          *local.Cleaning // begun before the round read anything
+	bufferBytes       int
 	m                 *OffsetMap
 	end               int64
 	now               int64
@@ -376,26 +377,22 @@ type cleaner struct {
 
 // cleanGroup recopies one group into <base>.log.cleaned and swaps it in.
 func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Stats) (err error) {
+	bases := make([]int64, len(g))
+	for i, s := range g {
+		bases[i] = s.BaseOffset
+	}
+	var r *local.Replacement
 	var w *bufio.Writer
-	var f *os.File
-	path := c.l.CleanedPath(g[0].BaseOffset)
 	if !c.dryRun {
-		if f, err = os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644); err != nil {
+		if r, err = c.cleaning.NewReplacement(bases); err != nil {
 			return fmt.Errorf("compaction: %w", err)
 		}
 		defer func() {
-			if f != nil {
-				f.Close()
-			}
 			if err != nil {
-				os.Remove(path)
+				r.Abort()
 			}
 		}()
-		var dst io.Writer = f
-		if cleanedWriteHook != nil {
-			dst = hookedWriter{f}
-		}
-		w = bufio.NewWriterSize(dst, cleanedBufferSize)
+		w = bufio.NewWriterSize(r, c.bufferBytes)
 	}
 	var written int64
 	write := func(p []byte) error {
@@ -406,13 +403,7 @@ func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Sta
 		_, err := w.Write(p)
 		return err
 	}
-	bases := make([]int64, len(g))
-	var mtime time.Time
 	for i, s := range g {
-		bases[i] = s.BaseOffset
-		if fi, err := os.Stat(s.Path); err == nil && fi.ModTime().After(mtime) {
-			mtime = fi.ModTime()
-		}
 		if err := c.copySegment(ctx, s, i == len(g)-1, write, st); err != nil {
 			return err
 		}
@@ -424,17 +415,12 @@ func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Sta
 		return nil
 	}
 	if err := w.Flush(); err != nil {
-		return fmt.Errorf("compaction: write %s: %w", path, err)
+		return fmt.Errorf("compaction: write %s: %w", r.Path(), err)
 	}
-	if err := f.Close(); err != nil {
-		f = nil
-		return fmt.Errorf("compaction: write %s: %w", path, err)
-	}
-	f = nil
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("compaction: %w", err)
 	}
-	return c.l.ReplaceSegments(bases, mtime, c.truncations)
+	return r.Commit()
 }
 
 // copySegment writes the batches of s to keep. In the group's last
@@ -603,19 +589,4 @@ func (c *cleaner) keep(r *record.Record, hasHorizon bool, horizon int64) bool {
 		return true
 	}
 	return !hasHorizon || c.now < horizon
-}
-
-// Test hooks: the crash test writes .cleaned files in small pieces and
-// kills its process at the k-th of them. Production never sets them.
-var (
-	cleanedBufferSize = 1 << 20
-	cleanedWriteHook  func()
-)
-
-// hookedWriter calls cleanedWriteHook before each write to the file.
-type hookedWriter struct{ f *os.File }
-
-func (h hookedWriter) Write(p []byte) (int, error) {
-	cleanedWriteHook()
-	return h.f.Write(p)
 }

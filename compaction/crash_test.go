@@ -10,18 +10,22 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/testing/faultfs"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // The crash test cleans a log in a child process (this test binary,
-// re-executed) that kills itself with SIGKILL at its k-th write: each
-// write to a .cleaned file (in 512-byte pieces) and each durable step of
-// the segment replacement (fsync, renames, index rebuilds). The parent
+// re-executed) that kills itself with SIGKILL before its k-th operation
+// that changes the disk (through testing/faultfs): each write to a .cleaned
+// file (in 512-byte pieces), each fsync, rename and removal of the segment
+// replacement, each write of the index rebuilds. The parent
 // reopens the directory as after a crash and checks, for every group of
 // segments the clean replaces, that the log holds either the old
 // segments' records or the cleaned ones, exactly, never a mix; then that
@@ -41,14 +45,14 @@ func TestMain(m *testing.M) {
 // reference clean decide the same.
 var crashTime = time.UnixMilli(1_700_000_000_000)
 
-func crashOpen(dir string, clean bool) (*local.Log, error) {
+func crashOpen(dir string, clean bool, fsys vfs.FS) (*local.Log, error) {
 	cfg, err := backend.ParseConfig(map[string]string{"cleanup.policy": "compact", "segment.bytes": "4096",
 		"delete.retention.ms": strconv.Itoa(retentionMs), "file.delete.delay.ms": "0"})
 	if err != nil {
 		return nil, err
 	}
 	l, err := local.Open(dir, local.Options{Config: cfg, CleanShutdown: clean, HighWatermark: -1, LogStartOffset: -1,
-		Now: func() time.Time { return crashTime }})
+		Now: func() time.Time { return crashTime }, FS: fsys})
 	if err != nil {
 		return nil, err
 	}
@@ -60,14 +64,15 @@ func crashOpen(dir string, clean bool) (*local.Log, error) {
 func crashChild(spec string) {
 	dir, kArg, _ := strings.Cut(spec, ":")
 	k, _ := strconv.Atoi(kArg)
-	l, err := crashOpen(dir, true)
+	ffs := faultfs.New(vfs.Default)
+	l, err := crashOpen(dir, true, ffs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
-	n := 0
-	event := func() {
-		if n++; n == k {
+	var n atomic.Int64
+	ffs.SetHook(func(op faultfs.Op) error {
+		if op.Mutates() && n.Add(1) == int64(k) {
 			syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			for {
 				// The signal is on its way. (A bare select{} can be
@@ -75,15 +80,13 @@ func crashChild(spec string) {
 				time.Sleep(time.Second)
 			}
 		}
-	}
-	cleanedBufferSize = 512
-	cleanedWriteHook = event
-	local.SetReplaceHook(func(string) { event() })
-	if _, err := Clean(context.Background(), l, -1, Options{MemoryBytes: 1 << 20, Now: func() time.Time { return crashTime }}); err != nil {
+		return nil
+	})
+	if _, err := Clean(context.Background(), l, -1, Options{MemoryBytes: 1 << 20, Now: func() time.Time { return crashTime }, WriteBufferBytes: 512}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(3)
 	}
-	fmt.Println(n)
+	fmt.Println(n.Load())
 	os.Exit(0)
 }
 
@@ -140,7 +143,7 @@ func TestCleanCrashAtEveryWrite(t *testing.T) {
 	root := crashTempDir(t)
 	fixture := filepath.Join(root, "fixture", "users-0")
 	c := &clock{t: crashTime}
-	l, err := crashOpen(fixture, false)
+	l, err := crashOpen(fixture, false, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +170,7 @@ func TestCleanCrashAtEveryWrite(t *testing.T) {
 	if killed || events < 50 {
 		t.Fatalf("the reference clean made %q writes (killed %v)", out, killed)
 	}
-	rl, err := crashOpen(ref, true)
+	rl, err := crashOpen(ref, true, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +201,7 @@ func TestCleanCrashAtEveryWrite(t *testing.T) {
 		if _, killed := runCrashChild(t, dir, k); !killed {
 			t.Fatalf("k=%d of %d: the child was not killed", k, events)
 		}
-		l, err := crashOpen(dir, false) // as after a crash: recovery runs
+		l, err := crashOpen(dir, false, nil) // as after a crash: recovery runs
 		if err != nil {
 			t.Fatalf("k=%d: reopen: %v", k, err)
 		}

@@ -302,10 +302,10 @@ func TestCleanTransactionsByRule(t *testing.T) {
 // summed size, and at a 32-bit offset span; empty segments stand alone.
 func TestGroupSegments(t *testing.T) {
 	seg := func(base, next, size int64) local.SegmentInfo {
-		return local.SegmentInfo{BaseOffset: base, NextOffset: next, Size: size, IndexPath: fmt.Sprint(base)}
+		return local.SegmentInfo{BaseOffset: base, NextOffset: next, Size: size}
 	}
-	sizes := map[string][2]int64{"0": {40, 12}, "10": {40, 12}, "20": {40, 24}, "30": {8, 12}, "50": {0, 0}, "60": {8, 12}}
-	idx := func(s local.SegmentInfo) (int64, int64) { v := sizes[s.IndexPath]; return v[0], v[1] }
+	sizes := map[int64][2]int64{0: {40, 12}, 10: {40, 12}, 20: {40, 24}, 30: {8, 12}, 50: {0, 0}, 60: {8, 12}}
+	idx := func(s local.SegmentInfo) (int64, int64, error) { v := sizes[s.BaseOffset]; return v[0], v[1], nil }
 	segs := []local.SegmentInfo{seg(0, 10, 100), seg(10, 20, 100), seg(20, 30, 100), seg(30, 50, 100), seg(50, 60, 0), seg(60, 1<<33, 100), seg(1<<33, 1<<33+5, 10)}
 	shape := func(gs [][]local.SegmentInfo) string {
 		var out []string
@@ -327,14 +327,22 @@ func TestGroupSegments(t *testing.T) {
 		{1000, 80, 1 << 40, "[[0 10] [20 30] [60] [8589934592]]"}, // offset index: 40+40 fits, +40 does not
 		{1000, 1000, 25, "[[0 10 20]]"},                           // only segments below end
 	} {
-		got := shape(groupSegments(segs, c.end, c.segBytes, c.indexBytes, idx))
+		groups, err := groupSegments(segs, c.end, c.segBytes, c.indexBytes, idx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := shape(groups)
 		if got != c.want {
 			t.Errorf("segment.bytes %d, index bytes %d, end %d: %s, want %s", c.segBytes, c.indexBytes, c.end, got, c.want)
 		}
 	}
 	// The time index alone can split a group.
-	timeHeavy := func(local.SegmentInfo) (int64, int64) { return 8, 50 }
-	if got := shape(groupSegments(segs[:2], 1<<40, 1000, 80, timeHeavy)); got != "[[0] [10]]" {
+	timeHeavy := func(local.SegmentInfo) (int64, int64, error) { return 8, 50, nil }
+	groups, err := groupSegments(segs[:2], 1<<40, 1000, 80, timeHeavy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := shape(groups); got != "[[0] [10]]" {
 		t.Errorf("time indexes of 50+50 bytes under 80: %s, want [[0] [10]]", got)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"sync"
 
 	"github.com/edsrzf/mmap-go"
+
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // Entry sizes (frozen).
@@ -55,6 +57,8 @@ type table struct {
 	kind kind
 	base int64
 
+	fs vfs.FS // nil for a view
+
 	mu      sync.RWMutex // guards everything below; readers RLock
 	path    string       // "" for a view; the file is closed once mapped
 	mm      mmap.MMap    // nil for a view or an empty file
@@ -73,8 +77,8 @@ type table struct {
 // read-only one keeps its length. The descriptor is closed once the file
 // is mapped, so an open index costs no file handle (10,000 partitions
 // would otherwise hold 20,000 of them).
-func (t *table) openFile(path string, writable bool, maxBytes int) error {
-	t.path, t.writable = path, writable
+func (t *table) openFile(fsys vfs.FS, path string, writable bool, maxBytes int) error {
+	t.fs, t.path, t.writable = fsys, path, writable
 	if writable && maxBytes < t.kind.entrySize {
 		return fmt.Errorf("%w: %s: max index size %d is below one %d-byte entry", ErrInvalidOffset, path, maxBytes, t.kind.entrySize)
 	}
@@ -113,7 +117,7 @@ func (t *table) backSlotLocked(i int) error {
 	}
 	from := t.allocated
 	to := min(roundUp(end, pageSize), len(t.data))
-	f, err := os.OpenFile(t.path, os.O_WRONLY, 0)
+	f, err := t.fs.OpenFile(t.path, os.O_WRONLY, 0)
 	if err != nil {
 		return fmt.Errorf("index: open %s: %w", t.path, err)
 	}
@@ -137,7 +141,7 @@ func (t *table) mapPathLocked(size int64, create bool) (oldSize int64, err error
 			flag |= os.O_CREATE
 		}
 	}
-	f, err := os.OpenFile(t.path, flag, 0o644)
+	f, err := t.fs.OpenFile(t.path, flag, 0o644)
 	if err != nil {
 		return 0, fmt.Errorf("index: open %s: %w", t.path, err)
 	}
@@ -166,7 +170,7 @@ func (t *table) mapPathLocked(size int64, create bool) (oldSize int64, err error
 	if t.writable {
 		prot = mmap.RDWR
 	}
-	m, err := mmap.MapRegion(f, int(usable), prot, 0, 0)
+	m, err := mmap.MapRegion(f.OS(), int(usable), prot, 0, 0)
 	if err != nil {
 		return oldSize, fmt.Errorf("index: mmap %s (%d bytes): %w", t.path, usable, err)
 	}
@@ -450,7 +454,7 @@ func (t *table) flush() error {
 	}
 	// The length (set when the file was created or resized) is metadata
 	// msync does not cover.
-	f, err := os.Open(t.path)
+	f, err := t.fs.OpenFile(t.path, os.O_RDONLY, 0)
 	if err != nil {
 		return fmt.Errorf("index: open %s: %w", t.path, err)
 	}
@@ -468,7 +472,7 @@ func (t *table) rename(newPath string) error {
 	if t.path == "" {
 		return fmt.Errorf("%w: cannot rename a view", ErrReadOnly)
 	}
-	if err := os.Rename(t.path, newPath); err != nil {
+	if err := t.fs.Rename(t.path, newPath); err != nil {
 		return fmt.Errorf("index: rename: %w", err)
 	}
 	t.path = newPath
@@ -481,7 +485,7 @@ func (t *table) sanityCheck(lastOffset int64) error {
 	t.mu.RLock()
 	defer t.mu.RUnlock()
 	if t.path != "" && !t.writable {
-		if st, err := os.Stat(t.path); err == nil && st.Size()%int64(t.kind.entrySize) != 0 {
+		if st, err := t.fs.Stat(t.path); err == nil && st.Size()%int64(t.kind.entrySize) != 0 {
 			return fmt.Errorf("%w: %s: length %d is not a multiple of %d", ErrCorrupt, t.name(), st.Size(), t.kind.entrySize)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // FuzzIndexLoad loads arbitrary bytes as both index kinds: no panic, the
@@ -57,7 +58,7 @@ func FuzzIndexLoad(f *testing.F) {
 // index (1,310,720 entries), mmap'd, as the active segment's index is.
 func BenchmarkLookupFull10MiB(b *testing.B) {
 	dir := b.TempDir()
-	oi, err := index.OpenOffsetIndex(filepath.Join(dir, "00000000000000000000.index"), 0, 10<<20)
+	oi, err := index.OpenOffsetIndex(vfs.Default, filepath.Join(dir, "00000000000000000000.index"), 0, 10<<20)
 	if err != nil {
 		b.Fatal(err)
 	}

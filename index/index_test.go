@@ -12,17 +12,18 @@ import (
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/record"
 	"github.com/tierlog/tierlog/testing/fixtures"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 const tenMiB = 10 << 20
 
 func openPair(t *testing.T, dir string, base int64, max int) (*index.OffsetIndex, *index.TimeIndex) {
 	t.Helper()
-	oi, err := index.OpenOffsetIndex(filepath.Join(dir, "00000000000000000000.index"), base, max)
+	oi, err := index.OpenOffsetIndex(vfs.Default, filepath.Join(dir, "00000000000000000000.index"), base, max)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ti, err := index.OpenTimeIndex(filepath.Join(dir, "00000000000000000000.timeindex"), base, max)
+	ti, err := index.OpenTimeIndex(vfs.Default, filepath.Join(dir, "00000000000000000000.timeindex"), base, max)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestWorkedExample(t *testing.T) {
 
 func TestOffsetIndexRules(t *testing.T) {
 	dir := t.TempDir()
-	oi, err := index.OpenOffsetIndex(filepath.Join(dir, "00000000000000000100.index"), 100, 8*4+5)
+	oi, err := index.OpenOffsetIndex(vfs.Default, filepath.Join(dir, "00000000000000000100.index"), 100, 8*4+5)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +195,7 @@ func TestOffsetIndexRules(t *testing.T) {
 
 func TestTimeIndexRules(t *testing.T) {
 	dir := t.TempDir()
-	ti, err := index.OpenTimeIndex(filepath.Join(dir, "00000000000000000100.timeindex"), 100, 12*3)
+	ti, err := index.OpenTimeIndex(vfs.Default, filepath.Join(dir, "00000000000000000100.timeindex"), 100, 12*3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,7 +252,7 @@ func TestTimeIndexRules(t *testing.T) {
 func TestReopenFindsValidPrefix(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "00000000000000000000.index")
-	oi, err := index.OpenOffsetIndex(p, 0, 4096)
+	oi, err := index.OpenOffsetIndex(vfs.Default, p, 0, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestReopenFindsValidPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	// A second handle sees the untrimmed file, as a restarted process would.
-	ro, err := index.OpenOffsetIndexReadOnly(p, 0)
+	ro, err := index.OpenOffsetIndexReadOnly(vfs.Default, p, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -285,7 +286,7 @@ func TestReopenFindsValidPrefix(t *testing.T) {
 		t.Fatalf("closed index is %d bytes, want 56 (trimmed)", got)
 	}
 	// A writable reopen re-expands to the max size and keeps the entries.
-	oi, err = index.OpenOffsetIndex(p, 0, 4096)
+	oi, err = index.OpenOffsetIndex(vfs.Default, p, 0, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,12 +343,12 @@ func TestViewMatchesFile(t *testing.T) {
 	ob, _ := os.ReadFile(oi.Path())
 	tb, _ := os.ReadFile(ti.Path())
 	ov, tv := index.NewOffsetIndexView(ob, 1000), index.NewTimeIndexView(tb, 1000)
-	of, err := index.OpenOffsetIndexReadOnly(oi.Path(), 1000)
+	of, err := index.OpenOffsetIndexReadOnly(vfs.Default, oi.Path(), 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer of.Close()
-	tf, err := index.OpenTimeIndexReadOnly(ti.Path(), 1000)
+	tf, err := index.OpenTimeIndexReadOnly(vfs.Default, ti.Path(), 1000)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +398,7 @@ func TestClosedIndex(t *testing.T) {
 }
 
 func TestLookupPosition(t *testing.T) {
-	oi, err := index.OpenOffsetIndex(filepath.Join(t.TempDir(), "00000000000000000000.index"), 0, 1024)
+	oi, err := index.OpenOffsetIndex(vfs.Default, filepath.Join(t.TempDir(), "00000000000000000000.index"), 0, 1024)
 	if err != nil {
 		t.Fatal(err)
 	}

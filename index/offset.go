@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // OffsetEntry is an offset index entry with its absolute offset.
@@ -18,9 +20,9 @@ type OffsetIndex struct{ shared }
 // OpenOffsetIndex opens or creates the writable offset index at path for the
 // segment with baseOffset, preallocated to maxIndexSize (segment.index.bytes)
 // rounded down to 8 bytes and memory-mapped. Existing valid entries are kept.
-func OpenOffsetIndex(path string, baseOffset int64, maxIndexSize int) (*OffsetIndex, error) {
+func OpenOffsetIndex(fsys vfs.FS, path string, baseOffset int64, maxIndexSize int) (*OffsetIndex, error) {
 	x := &OffsetIndex{shared{t: table{kind: offsetKind, base: baseOffset}}}
-	if err := x.t.openFile(path, true, maxIndexSize); err != nil {
+	if err := x.t.openFile(fsys, path, true, maxIndexSize); err != nil {
 		return nil, err
 	}
 	return x, nil
@@ -28,9 +30,9 @@ func OpenOffsetIndex(path string, baseOffset int64, maxIndexSize int) (*OffsetIn
 
 // OpenOffsetIndexReadOnly maps an existing offset index file read-only, at
 // its current length (a closed segment's trimmed index).
-func OpenOffsetIndexReadOnly(path string, baseOffset int64) (*OffsetIndex, error) {
+func OpenOffsetIndexReadOnly(fsys vfs.FS, path string, baseOffset int64) (*OffsetIndex, error) {
 	x := &OffsetIndex{shared{t: table{kind: offsetKind, base: baseOffset}}}
-	if err := x.t.openFile(path, false, 0); err != nil {
+	if err := x.t.openFile(fsys, path, false, 0); err != nil {
 		return nil, err
 	}
 	return x, nil

@@ -59,6 +59,17 @@ func (x *Indexer) Append(position, size, lastOffset, maxTimestamp, shallowOffset
 	return nil
 }
 
+// Reserve backs the index slots an append of n batches may fill (one entry
+// per batch at most, plus the time index's roll entry), so the append's
+// index updates cannot fail for want of disk space once its bytes are
+// written.
+func (x *Indexer) Reserve(n int) error {
+	if err := x.Offsets.Reserve(n); err != nil {
+		return err
+	}
+	return x.Times.Reserve(n + 1)
+}
+
 // Roll adds the final time index entry that Kafka writes when a segment
 // becomes inactive or is closed (maybeAppend(maxTimestampSoFar,
 // offsetOfMaxTimestampSoFar, skipFullCheck=true)). It does not trim.

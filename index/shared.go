@@ -1,6 +1,9 @@
 package index
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // shared holds what both index types offer over their table.
 type shared struct{ t table }
@@ -32,6 +35,14 @@ func (x *shared) MaxEntries() int {
 // SizeInBytes returns the bytes the valid entries take (the trimmed size).
 func (x *shared) SizeInBytes() int { return x.Entries() * x.t.kind.entrySize }
 
+// AppendEntries appends the valid entries' bytes (the file as a trimmed
+// index holds them) to dst.
+func (x *shared) AppendEntries(dst []byte) []byte {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	return append(dst, x.t.data[:x.t.n*x.t.kind.entrySize]...)
+}
+
 // TruncateTo removes every entry whose offset is >= offset (for the time
 // index too: Kafka's TimeIndex.truncateTo searches on the offset value).
 func (x *shared) TruncateTo(offset int64) error {
@@ -57,6 +68,26 @@ func (x *shared) TrimToValidSize() error {
 	x.t.mu.Lock()
 	defer x.t.mu.Unlock()
 	return x.t.resizeLocked(x.t.n * x.t.kind.entrySize)
+}
+
+// Reserve makes sure the next n slots (as many as are left) have disk
+// blocks under them, so that appending n entries cannot fail for want of
+// space: a log reserves before it writes a byte of an append, and a full
+// disk then fails the append with nothing written.
+func (x *shared) Reserve(n int) error {
+	x.t.mu.Lock()
+	defer x.t.mu.Unlock()
+	if x.t.closed {
+		return fmt.Errorf("%w: %s", ErrClosed, x.t.name())
+	}
+	if !x.t.writable {
+		return fmt.Errorf("%w: %s", ErrReadOnly, x.t.name())
+	}
+	last := min(x.t.n+n, x.t.maxEntries()) - 1
+	if last < x.t.n {
+		return nil
+	}
+	return x.t.backSlotLocked(last)
 }
 
 // Flush makes the entries durable (msync + fsync).

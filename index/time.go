@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // TimeEntry is a time index entry with its absolute offset.
@@ -17,18 +19,18 @@ type TimeIndex struct{ shared }
 
 // OpenTimeIndex opens or creates the writable time index at path,
 // preallocated to maxIndexSize rounded down to 12 bytes and memory-mapped.
-func OpenTimeIndex(path string, baseOffset int64, maxIndexSize int) (*TimeIndex, error) {
+func OpenTimeIndex(fsys vfs.FS, path string, baseOffset int64, maxIndexSize int) (*TimeIndex, error) {
 	x := &TimeIndex{shared{t: table{kind: timeKind, base: baseOffset}}}
-	if err := x.t.openFile(path, true, maxIndexSize); err != nil {
+	if err := x.t.openFile(fsys, path, true, maxIndexSize); err != nil {
 		return nil, err
 	}
 	return x, nil
 }
 
 // OpenTimeIndexReadOnly maps an existing time index file read-only.
-func OpenTimeIndexReadOnly(path string, baseOffset int64) (*TimeIndex, error) {
+func OpenTimeIndexReadOnly(fsys vfs.FS, path string, baseOffset int64) (*TimeIndex, error) {
 	x := &TimeIndex{shared{t: table{kind: timeKind, base: baseOffset}}}
-	if err := x.t.openFile(path, false, 0); err != nil {
+	if err := x.t.openFile(fsys, path, false, 0); err != nil {
 		return nil, err
 	}
 	return x, nil

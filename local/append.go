@@ -46,21 +46,21 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 	if err != nil {
 		return info, err
 	}
-	if int64(len(batches)) > l.cfg.SegmentBytes {
-		return info, fmt.Errorf("%w: an append of %d bytes is larger than segment.bytes (%d)", backend.ErrRecordTooLarge, len(batches), l.cfg.SegmentBytes)
+	if sb := l.cfg.Load().SegmentBytes; int64(len(batches)) > sb {
+		return info, fmt.Errorf("%w: an append of %d bytes is larger than segment.bytes (%d)", backend.ErrRecordTooLarge, len(batches), sb)
 	}
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed.Load() {
-		return info, l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return info, err
 	}
 	leo := l.leo.Load()
 	now := l.now()
 	if opts.AssignOffsets {
 		next := leo
 		appendTime := int64(-1)
-		if l.cfg.MessageTimestampType == backend.LogAppendTime {
+		if l.cfg.Load().MessageTimestampType == backend.LogAppendTime {
 			appendTime = now.UnixMilli()
 		}
 		info.MaxTimestamp = -1
@@ -84,35 +84,58 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 		info.LogAppendTime = -1
 	}
 
-	seg, err := l.activeForWrite()
+	a, err := l.activeForWriteLocked()
 	if err != nil {
 		return info, err
 	}
-	if roll, why := seg.shouldRoll(l.cfg.SegmentBytes, l.cfg.SegmentMs, int64(len(batches)), info.MaxTimestamp, info.LastOffset, now); roll {
-		var err error
-		if seg, err = l.rollLocked(max(info.FirstOffset, leo), why); err != nil {
+	cfg := l.cfg.Load()
+	if roll, why := a.shouldRoll(cfg.SegmentBytes, cfg.SegmentMs, int64(len(batches)), info.MaxTimestamp, info.LastOffset, now); roll {
+		if a, err = l.rollLocked(max(info.FirstOffset, leo), why); err != nil {
 			return info, err
 		}
 	}
-	written, appendErr := seg.append(batches, metas)
-	if !written {
-		return info, appendErr
+	// The epoch cache first (as Kafka assigns epochs before it appends):
+	// a checkpoint that cannot be written fails the append before a byte
+	// of it is in the log.
+	epochsBefore, err := l.noteEpochs(batches, metas)
+	if err != nil {
+		return info, fmt.Errorf("%w: %w", backend.ErrStorage, err)
+	}
+	undone, err := a.append(batches, metas)
+	if err != nil {
+		if epochsBefore != nil {
+			l.epochs.entries = epochsBefore
+			l.epochs.persist(l) // best effort: a reopen drops entries past the log end
+		}
+		if !undone {
+			return info, l.fail(err)
+		}
+		return info, fmt.Errorf("%w: %w", backend.ErrStorage, err)
 	}
 	l.dirty = true
 	l.leo.Store(info.LastOffset + 1)
-	if err := l.noteEpochs(batches, metas, opts); err != nil {
-		return info, err
-	}
-	if appendErr != nil {
-		return info, appendErr
-	}
 	l.unflushed += int64(info.Records)
-	if l.unflushed >= l.cfg.FlushMessages || (l.cfg.FlushMs < 1<<62 && now.Sub(l.lastFlush).Milliseconds() >= l.cfg.FlushMs) {
+	if l.unflushed >= cfg.FlushMessages || (cfg.FlushMs < 1<<62 && now.Sub(l.lastFlush).Milliseconds() >= cfg.FlushMs) {
 		if err := l.flushLocked(); err != nil {
 			return info, err
 		}
 	}
 	return info, nil
+}
+
+// activeForWriteLocked returns the writable last segment, activating it on
+// the first write after a clean open. REQUIRES: l.mu held.
+func (l *Log) activeForWriteLocked() (*activeSegment, error) {
+	if l.act != nil {
+		return l.act, nil
+	}
+	segs := l.segments()
+	a, err := activate(segs[len(segs)-1], l.jitter())
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", backend.ErrStorage, err)
+	}
+	l.act = a
+	return a, nil
 }
 
 // validate checks every batch before anything is written and returns the
@@ -133,9 +156,9 @@ func (l *Log) validate(data []byte, opts backend.AppendOptions) ([]batchMeta, ba
 		if err != nil {
 			return nil, info, l.recordErr(err, pos)
 		}
-		if int64(len(b)) > l.cfg.MaxMessageBytes {
+		if maxBytes := l.cfg.Load().MaxMessageBytes; int64(len(b)) > maxBytes {
 			return nil, info, fmt.Errorf("%w: batch at byte %d of the append is %d bytes; max.message.bytes is %d",
-				backend.ErrRecordTooLarge, pos, len(b), l.cfg.MaxMessageBytes)
+				backend.ErrRecordTooLarge, pos, len(b), maxBytes)
 		}
 		if opts.AssignOffsets {
 			if b.NumRecords() == 0 {
@@ -176,59 +199,66 @@ func (l *Log) recordErr(err error, pos int) error {
 	return fmt.Errorf("%w: batch at byte %d of the append: %v", backend.ErrInvalidRecord, pos, err)
 }
 
-// noteEpochs updates the leader epoch cache after an append and persists
-// it when it changed. REQUIRES: l.mu held.
-func (l *Log) noteEpochs(data []byte, metas []batchMeta, opts backend.AppendOptions) error {
+// noteEpochs records the leader epochs of an append's batches in the
+// epoch cache and persists it when that changed it; it returns the
+// entries as they were before (nil when unchanged), for an append that
+// fails after it to restore. A failed write leaves the cache unchanged.
+// REQUIRES: l.mu held.
+func (l *Log) noteEpochs(data []byte, metas []batchMeta) ([]EpochEntry, error) {
+	before := l.epochs.entries // appends never write before its length
 	changed := false
-	latest := int32(-1)
-	if n := len(l.epochs); n > 0 {
-		latest = l.epochs[n-1].Epoch
-	}
 	for _, m := range metas {
 		b := record.Batch(data[m.position : m.position+m.size])
-		e := b.PartitionLeaderEpoch()
-		if e > latest {
-			l.epochs = append(l.epochs, EpochEntry{Epoch: e, StartOffset: b.BaseOffset()})
-			latest = e
-			changed = true
-		}
+		changed = l.epochs.assign(b.PartitionLeaderEpoch(), b.BaseOffset()) || changed
 	}
 	if !changed {
-		return nil
+		return nil, nil
 	}
-	return WriteLeaderEpochCheckpoint(l.dir, l.epochs)
-}
-
-// rollLocked closes the active segment and opens a new one at base. The
-// old segment is flushed in the background, which then advances the
-// recovery point (Kafka flushes asynchronously at roll).
-// REQUIRES: l.mu held.
-func (l *Log) rollLocked(base int64, why string) (*segment, error) {
-	old := l.active()
-	if old.size.Load() == 0 && old.base == base {
-		return old, nil
-	}
-	if err := old.onBecomeInactive(); err != nil {
+	if err := l.epochs.persist(l); err != nil {
+		l.epochs.entries = before
 		return nil, err
 	}
-	old.mu.Lock()
-	old.sealed = true
-	old.mu.Unlock()
-	s, err := createSegment(l.dir, base, &l.segOpts, l.now(), l.jitter())
+	return before, nil
+}
+
+// rollLocked seals the active segment and starts a new one at base. The
+// sealed segment is flushed in the background, which then advances the
+// recovery point (Kafka flushes asynchronously at roll). A failure leaves
+// the old segment active, or fails the log when it cannot.
+// REQUIRES: l.mu held.
+func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
+	old, err := l.activeForWriteLocked()
 	if err != nil {
 		return nil, err
 	}
-	segs := append(append([]*segment(nil), l.segments()...), s)
+	if old.f.size.Load() == 0 && old.f.base == base {
+		return old, nil
+	}
+	a, err := createActive(&l.segOpts, base, l.now(), l.jitter())
+	if err != nil {
+		return nil, fmt.Errorf("%w: roll to a segment at %d: %w", backend.ErrStorage, base, err)
+	}
+	if err := old.seal(base); err != nil {
+		a.w.Close()
+		a.f.release()
+		return nil, l.fail(fmt.Errorf("seal segment %s: %w", old.f.logPath, err))
+	}
+	segs := append(append([]*segFile(nil), l.segments()...), a.f)
 	l.setSegments(segs)
+	l.act = a
 	l.dirty = true
 	l.metrics.Rolls.Add(1)
 	l.logger.Debug("rolled segment", "base", base, "reason", why)
-	if old.acquire() {
+	if s := old.f; s.acquire() {
 		l.bg.Add(1)
 		go func() {
 			defer l.bg.Done()
-			defer old.release()
-			if err := old.flush(); err != nil {
+			defer s.release()
+			err := syncSegmentFiles(s, old.w)
+			if cerr := old.w.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("local: close %s: %w", s.logPath, cerr)
+			}
+			if err != nil {
 				l.flushErrMu.Lock()
 				if l.flushErr == nil {
 					l.flushErr = err
@@ -243,8 +273,10 @@ func (l *Log) rollLocked(base int64, why string) (*segment, error) {
 				}
 			}
 		}()
+	} else {
+		old.w.Close()
 	}
-	return s, nil
+	return a, nil
 }
 
 // Roll closes the active segment (if it holds data) and starts a new one at
@@ -255,7 +287,8 @@ func (l *Log) Roll() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.active().size.Load() == 0 {
+	segs := l.segments()
+	if segs[len(segs)-1].size.Load() == 0 {
 		return nil
 	}
 	_, err := l.rollLocked(l.leo.Load(), "requested")

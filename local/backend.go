@@ -4,16 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"sort"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // BackendOptions tune a Backend.
@@ -32,6 +32,8 @@ type BackendOptions struct {
 	// TopicID, when set, returns a topic's id (Kafka's base64url UUID) for
 	// partition.metadata; see Options.TopicID.
 	TopicID func(topic string) string
+	// FS is the filesystem (default vfs.Default); see Options.FS.
+	FS vfs.FS
 }
 
 // Backend is a log directory holding many partitions in Kafka's layout,
@@ -42,7 +44,7 @@ type Backend struct {
 	dir    string
 	opts   BackendOptions
 	logger *slog.Logger
-	lock   *os.File
+	lock   io.Closer
 	clean  bool // the directory was shut down cleanly last time
 	budget *fileBudget
 	// metrics is shared by every log the backend opens.
@@ -70,16 +72,19 @@ func OpenBackend(dir string, opts BackendOptions) (b *Backend, err error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if opts.FS == nil {
+		opts.FS = vfs.Default
+	}
+	fsys := opts.FS
+	if err := fsys.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("local: create log dir: %w", err)
 	}
-	lock, err := os.OpenFile(filepath.Join(dir, LockFile), os.O_CREATE|os.O_RDWR, 0o644)
+	lock, err := fsys.Lock(filepath.Join(dir, LockFile))
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("local: log dir %s is in use by another process (%s is locked): %w", dir, LockFile, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("local: lock %s: %w", dir, err)
-	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
-		lock.Close()
-		return nil, fmt.Errorf("local: log dir %s is in use by another process (%s is locked): %w", dir, LockFile, err)
 	}
 	if opts.MaxOpenSegmentFiles == 0 {
 		opts.MaxOpenSegmentFiles = 4096
@@ -92,17 +97,17 @@ func OpenBackend(dir string, opts BackendOptions) (b *Backend, err error) {
 		}
 	}()
 	marker := filepath.Join(dir, CleanShutdownFile)
-	if _, err := os.Stat(marker); err == nil {
+	if _, err := fsys.Stat(marker); err == nil {
 		b.clean = true
-		if err := os.Remove(marker); err != nil {
+		if err := fsys.Remove(marker); err != nil {
 			return nil, fmt.Errorf("local: remove %s: %w", marker, err)
 		}
-		if err := syncDir(dir); err != nil {
-			return nil, err
+		if err := fsys.SyncDir(dir); err != nil {
+			return nil, fmt.Errorf("local: fsync dir %s: %w", dir, err)
 		}
 	}
 	read := func(name string) map[TopicPartition]int64 {
-		m, err := ReadOffsetCheckpoint(filepath.Join(dir, name))
+		m, err := readOffsetCheckpoint(fsys, filepath.Join(dir, name))
 		if err != nil {
 			// Kafka treats an unreadable checkpoint as empty: every log
 			// is then recovered from its start.
@@ -145,10 +150,15 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 		return nil, fmt.Errorf("%w: log dir %s", backend.ErrClosed, b.dir)
 	}
 	if l, ok := b.logs[tp]; ok && !l.closed.Load() {
+		// The config given applies to the open log, as a topic config
+		// change applies to Kafka's open log.
+		if err := l.SetConfig(cfg); err != nil {
+			return nil, err
+		}
 		return l, nil
 	}
 	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
-		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget, Metrics: &b.metrics}
+		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget, Metrics: &b.metrics, FS: b.opts.FS}
 	if b.opts.TopicID != nil {
 		opts.TopicID = b.opts.TopicID(topic)
 	}
@@ -186,7 +196,7 @@ func (b *Backend) Logs() []*Log {
 
 // Partitions lists the partition directories in the log dir.
 func (b *Backend) Partitions() ([]TopicPartition, error) {
-	ents, err := os.ReadDir(b.dir)
+	ents, err := b.opts.FS.ReadDir(b.dir)
 	if err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
@@ -228,19 +238,20 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 	delete(b.starts, tp)
 	delete(b.hws, tp)
 	dir := filepath.Join(b.dir, name)
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+	fsys := b.opts.FS
+	if _, err := fsys.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("%w: partition %s", backend.ErrNotFound, tp)
 	}
 	// Rename first (Kafka's "-delete" suffix) so a crash mid-removal
 	// never leaves a half-deleted partition that looks live.
 	doomed := dir + "." + fmt.Sprint(b.opts.Now().UnixNano()) + "-delete"
-	if err := os.Rename(dir, doomed); err != nil {
+	if err := fsys.Rename(dir, doomed); err != nil {
 		return fmt.Errorf("local: delete %s: %w", tp, err)
 	}
-	if err := syncDir(b.dir); err != nil {
-		return err
+	if err := fsys.SyncDir(b.dir); err != nil {
+		return fmt.Errorf("local: fsync dir %s: %w", b.dir, err)
 	}
-	if err := os.RemoveAll(doomed); err != nil {
+	if err := fsys.RemoveAll(doomed); err != nil {
 		return fmt.Errorf("local: delete %s: %w", tp, err)
 	}
 	return b.checkpointLocked()
@@ -265,9 +276,9 @@ func (b *Backend) checkpointLocked() error {
 		b.hws[tp] = o.HighWatermark
 	}
 	return errors.Join(
-		WriteOffsetCheckpoint(b.dir, RecoveryPointCheckpoint, b.recovery),
-		WriteOffsetCheckpoint(b.dir, LogStartCheckpoint, b.starts),
-		WriteOffsetCheckpoint(b.dir, ReplicationCheckpoint, b.hws),
+		writeOffsetCheckpoint(b.opts.FS, b.dir, RecoveryPointCheckpoint, b.recovery),
+		writeOffsetCheckpoint(b.opts.FS, b.dir, LogStartCheckpoint, b.starts),
+		writeOffsetCheckpoint(b.opts.FS, b.dir, ReplicationCheckpoint, b.hws),
 	)
 }
 
@@ -326,7 +337,7 @@ func (b *Backend) Close() error {
 		b.lock.Close()
 		return err
 	}
-	err := WriteFileAtomic(b.dir, CleanShutdownFile, []byte(`{"version":0,"brokerEpoch":-1}`))
+	err := vfs.WriteFileAtomic(b.opts.FS, b.dir, CleanShutdownFile, []byte(`{"version":0,"brokerEpoch":-1}`))
 	b.lock.Close()
 	return err
 }
@@ -338,7 +349,7 @@ func (l *Log) maybeFlushByTime() error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cfg.FlushMs >= 1<<62 || l.now().Sub(l.lastFlush).Milliseconds() < l.cfg.FlushMs {
+	if ms := l.cfg.Load().FlushMs; ms >= 1<<62 || l.now().Sub(l.lastFlush).Milliseconds() < ms {
 		return nil
 	}
 	return l.flushLocked()

@@ -15,7 +15,7 @@ type fileBudget struct {
 	max int
 
 	mu   sync.Mutex
-	ring []*segment // segments holding open files, in opening order
+	ring []*segFile // segments holding open files, in opening order
 	hand int
 
 	evictions atomic.Int64
@@ -30,13 +30,13 @@ func newFileBudget(max int) *fileBudget {
 
 // opened records that s opened its files, then evicts others while over
 // budget. It must be called without s.mu held.
-func (b *fileBudget) opened(s *segment) {
+func (b *fileBudget) opened(s *segFile) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	b.ring = append(b.ring, s)
-	var victims []*segment
+	var victims []*segFile
 	for tries := 0; len(b.ring)-len(victims) > b.max && tries < 2*len(b.ring); tries++ {
 		if b.hand >= len(b.ring) {
 			b.hand = 0
@@ -63,7 +63,7 @@ func (b *fileBudget) opened(s *segment) {
 }
 
 // forget drops s (its files were closed for good).
-func (b *fileBudget) forget(s *segment) {
+func (b *fileBudget) forget(s *segFile) {
 	if b == nil {
 		return
 	}
@@ -82,12 +82,12 @@ func (b *fileBudget) forget(s *segment) {
 
 // closeIdleFiles closes a sealed segment's .log descriptor, mapping and
 // indexes when no reader holds it; it reports whether it did.
-func (s *segment) closeIdleFiles() bool {
+func (s *segFile) closeIdleFiles() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.refs.Load() > 1 || s.active || !s.sealed || s.log == nil {
+	if s.refs.Load() != 1 || !s.sealed || s.rd == nil {
 		return false
 	}
-	s.closeFiles()
+	s.closeFilesLocked()
 	return true
 }

@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"os"
-	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // Checkpoint file names (frozen: Kafka's).
@@ -40,47 +40,6 @@ type TopicPartition struct {
 }
 
 func (tp TopicPartition) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
-
-// WriteFileAtomic replaces dir/name with data durably: write name.tmp,
-// fsync it, rename it over name, fsync the directory.
-func WriteFileAtomic(dir, name string, data []byte) (err error) {
-	tmp := filepath.Join(dir, name+".tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return fmt.Errorf("local: write %s: %w", tmp, err)
-	}
-	defer func() {
-		if err != nil {
-			f.Close()
-			os.Remove(tmp)
-		}
-	}()
-	if _, err = f.Write(data); err != nil {
-		return fmt.Errorf("local: write %s: %w", tmp, err)
-	}
-	if err = f.Sync(); err != nil {
-		return fmt.Errorf("local: fsync %s: %w", tmp, err)
-	}
-	if err = f.Close(); err != nil {
-		return fmt.Errorf("local: close %s: %w", tmp, err)
-	}
-	if err = os.Rename(tmp, filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("local: rename %s: %w", tmp, err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("local: open dir %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("local: fsync dir %s: %w", dir, err)
-	}
-	return nil
-}
 
 // parseCheckpoint reads Kafka's generic checkpoint format: a version line
 // ("0"), a count line, then exactly count entry lines of fields separated by
@@ -144,7 +103,11 @@ func parseCheckpoint(path string, data []byte, nfields int) ([][]string, error) 
 // ReadOffsetCheckpoint reads a log-dir offset checkpoint
 // ("topic partition offset" lines). A missing file is an empty map.
 func ReadOffsetCheckpoint(path string) (map[TopicPartition]int64, error) {
-	data, err := os.ReadFile(path)
+	return readOffsetCheckpoint(vfs.Default, path)
+}
+
+func readOffsetCheckpoint(fsys vfs.FS, path string) (map[TopicPartition]int64, error) {
+	data, err := vfs.ReadFile(fsys, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return map[TopicPartition]int64{}, nil
 	}
@@ -169,6 +132,10 @@ func ReadOffsetCheckpoint(path string) (map[TopicPartition]int64, error) {
 
 // WriteOffsetCheckpoint writes m durably in Kafka's format, sorted.
 func WriteOffsetCheckpoint(dir, name string, m map[TopicPartition]int64) error {
+	return writeOffsetCheckpoint(vfs.Default, dir, name, m)
+}
+
+func writeOffsetCheckpoint(fsys vfs.FS, dir, name string, m map[TopicPartition]int64) error {
 	keys := make([]TopicPartition, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
@@ -184,7 +151,10 @@ func WriteOffsetCheckpoint(dir, name string, m map[TopicPartition]int64) error {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "%s %d %d\n", k.Topic, k.Partition, m[k])
 	}
-	return WriteFileAtomic(dir, name, b.Bytes())
+	if err := vfs.WriteFileAtomic(fsys, dir, name, b.Bytes()); err != nil {
+		return fmt.Errorf("local: write %s: %w", name, err)
+	}
+	return nil
 }
 
 // EpochEntry is one leader epoch and the first offset written in it.
@@ -196,14 +166,18 @@ type EpochEntry struct {
 // ReadLeaderEpochCheckpoint reads a partition's leader-epoch-checkpoint. A
 // missing file is an empty list.
 func ReadLeaderEpochCheckpoint(path string) ([]EpochEntry, error) {
-	e, _, err := readLeaderEpochFile(path)
+	return readLeaderEpochs(vfs.Default, path)
+}
+
+func readLeaderEpochs(fsys vfs.FS, path string) ([]EpochEntry, error) {
+	e, _, err := readLeaderEpochFile(fsys, path)
 	return e, err
 }
 
 // readLeaderEpochFile is ReadLeaderEpochCheckpoint that also says whether
 // the file exists.
-func readLeaderEpochFile(path string) ([]EpochEntry, bool, error) {
-	data, err := os.ReadFile(path)
+func readLeaderEpochFile(fsys vfs.FS, path string) ([]EpochEntry, bool, error) {
+	data, err := vfs.ReadFile(fsys, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, false, nil
 	}
@@ -236,18 +210,41 @@ func parseLeaderEpochs(path string, data []byte) ([]EpochEntry, error) {
 
 // WriteLeaderEpochCheckpoint writes entries durably in Kafka's format.
 func WriteLeaderEpochCheckpoint(dir string, entries []EpochEntry) error {
+	return writeLeaderEpochs(vfs.Default, dir, entries)
+}
+
+func writeLeaderEpochs(fsys vfs.FS, dir string, entries []EpochEntry) error {
+	if err := vfs.WriteFileAtomic(fsys, dir, LeaderEpochCheckpoint, FormatLeaderEpochs(entries)); err != nil {
+		return fmt.Errorf("local: write %s: %w", LeaderEpochCheckpoint, err)
+	}
+	return nil
+}
+
+// FormatLeaderEpochs returns entries in leader-epoch-checkpoint's text
+// format.
+func FormatLeaderEpochs(entries []EpochEntry) []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "0\n%d\n", len(entries))
 	for _, e := range entries {
 		fmt.Fprintf(&b, "%d %d\n", e.Epoch, e.StartOffset)
 	}
-	return WriteFileAtomic(dir, LeaderEpochCheckpoint, b.Bytes())
+	return b.Bytes()
+}
+
+// ParseLeaderEpochs parses leader-epoch-checkpoint's text format; name is
+// used in errors.
+func ParseLeaderEpochs(name string, data []byte) ([]EpochEntry, error) {
+	return parseLeaderEpochs(name, data)
 }
 
 // ReadPartitionMetadata returns the topic id in a partition.metadata file
 // ("version: 0\ntopic_id: <base64url>"), or "" when the file is absent.
 func ReadPartitionMetadata(path string) (string, error) {
-	data, err := os.ReadFile(path)
+	return readPartitionMetadata(vfs.Default, path)
+}
+
+func readPartitionMetadata(fsys vfs.FS, path string) (string, error) {
+	data, err := vfs.ReadFile(fsys, path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", nil
 	}
@@ -281,5 +278,12 @@ func ReadPartitionMetadata(path string) (string, error) {
 // WritePartitionMetadata writes partition.metadata as Kafka does (43 bytes
 // for a 22-character id, no trailing newline).
 func WritePartitionMetadata(dir, topicID string) error {
-	return WriteFileAtomic(dir, PartitionMetadataFile, []byte("version: 0\ntopic_id: "+topicID))
+	return writePartitionMetadata(vfs.Default, dir, topicID)
+}
+
+func writePartitionMetadata(fsys vfs.FS, dir, topicID string) error {
+	if err := vfs.WriteFileAtomic(fsys, dir, PartitionMetadataFile, []byte("version: 0\ntopic_id: "+topicID)); err != nil {
+		return fmt.Errorf("local: write %s: %w", PartitionMetadataFile, err)
+	}
+	return nil
 }

@@ -3,35 +3,109 @@ package local
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
-	"path/filepath"
 	"time"
+
+	"github.com/tierlog/tierlog/vfs"
 )
 
-// This file is the local log's side of compaction: what a cleaner needs to
-// read closed segments and to replace a run of them with one cleaned file,
-// crash-safely (Kafka's LocalLog.replaceSegments).
+// This file is the local log's door for the layers above it: a handle that
+// pins a closed segment (the tiered uploader and the cleaner read through
+// it, never by path), and a cleaner's crash-safe replacement of a run of
+// closed segments with one cleaned file (Kafka's LocalLog.replaceSegments).
 
-// replaceHook, when set (by tests), is called at each durable step of
-// ReplaceSegments: a crash there must leave a recoverable directory.
-var replaceHook func(step string)
+// ErrSegmentsChanged means the segments a caller read are no longer the
+// log's (retention, a truncation or another cleaner replaced them): a
+// cleaned file is discarded and the next round starts over.
+var ErrSegmentsChanged = errors.New("local: segments changed")
 
-func replaceStep(step string) {
-	if replaceHook != nil {
-		replaceHook(step)
-	}
+// SegmentHandle pins one closed segment: its .log and indexes stay
+// readable, even after retention, a truncation or a cleaner took the
+// segment out of the log, until Close. A closed segment's bytes never
+// change.
+type SegmentHandle struct {
+	s          *segFile
+	f          vfs.File
+	size, next int64
 }
 
-// SetReplaceHook installs f to be called at each durable step of
-// ReplaceSegments (nil removes it). It exists for the crash tests of this
-// package and of the cleaner, which kill their process at each step; it
-// is not for production use.
-func SetReplaceHook(f func(step string)) { replaceHook = f }
+// OpenSegment pins the closed (not last) segment whose base offset is
+// base. The caller MUST Close the handle.
+func (l *Log) OpenSegment(base int64) (*SegmentHandle, error) {
+	segs := l.segments()
+	for i, s := range segs[:len(segs)-1] {
+		if s.base != base {
+			continue
+		}
+		if !s.acquire() {
+			return nil, l.closedErr()
+		}
+		f, err := s.file()
+		if err != nil {
+			s.release()
+			return nil, err
+		}
+		return &SegmentHandle{s: s, f: f, size: s.size.Load(), next: segs[i+1].base}, nil
+	}
+	return nil, fmt.Errorf("%w: no closed segment with base %d in %s", ErrSegmentsChanged, base, l.dir)
+}
 
-// ErrSegmentsChanged means the segments a cleaner read are no longer the
-// log's (retention, a truncation or another cleaner replaced them); the
-// cleaned file is discarded and the next round starts over.
-var ErrSegmentsChanged = errors.New("local: segments changed during cleaning")
+// ReadAt implements io.ReaderAt over the segment's .log.
+func (h *SegmentHandle) ReadAt(p []byte, off int64) (int, error) { return h.f.ReadAt(p, off) }
+
+// BaseOffset is the segment's base offset.
+func (h *SegmentHandle) BaseOffset() int64 { return h.s.base }
+
+// NextOffset is the base of the segment after it (when it was opened): the
+// segment holds offsets below it.
+func (h *SegmentHandle) NextOffset() int64 { return h.next }
+
+// Size is the .log's length in bytes.
+func (h *SegmentHandle) Size() int64 { return h.size }
+
+// Path is the .log's path when it was opened (for messages).
+func (h *SegmentHandle) Path() string { return h.s.logPath }
+
+// ModTime is the .log's modification time.
+func (h *SegmentHandle) ModTime() time.Time { return h.s.lastModified() }
+
+// IndexBytes returns the segment's offset index (its whole entries, as a
+// closed segment's trimmed .index holds them), checked against the log
+// and rebuilt from it when missing.
+func (h *SegmentHandle) IndexBytes() ([]byte, error) {
+	oi, _, err := h.s.indexes()
+	if err != nil {
+		return nil, err
+	}
+	return oi.AppendEntries(nil), nil
+}
+
+// TimeIndexBytes returns the segment's time index entries; a time index
+// that fails its checks is rebuilt from the log first.
+func (h *SegmentHandle) TimeIndexBytes() ([]byte, error) {
+	_, ti, err := h.s.indexes()
+	if err != nil {
+		return nil, err
+	}
+	return ti.AppendEntries(nil), nil
+}
+
+// LargestTimestamp is the segment's largest record timestamp (-1 when it
+// has none).
+func (h *SegmentHandle) LargestTimestamp() (int64, error) {
+	ts, _, err := h.s.largestTimestamp()
+	return ts, err
+}
+
+// Close releases the segment; it is idempotent.
+func (h *SegmentHandle) Close() error {
+	if h.s != nil {
+		h.s.release()
+		h.s = nil
+	}
+	return nil
+}
 
 // LargestTimestamp returns the largest record timestamp of the segment
 // whose base offset is base (-1 when it has none), from its time index.
@@ -44,100 +118,162 @@ func (l *Log) LargestTimestamp(base int64) (int64, error) {
 			return -1, l.closedErr()
 		}
 		defer s.release()
-		return s.largestTimestamp()
+		ts, _, err := s.largestTimestamp()
+		return ts, err
 	}
 	return -1, fmt.Errorf("%w: no segment with base %d in %s", ErrSegmentsChanged, base, l.dir)
 }
 
-// SegmentReader reads one closed segment's .log. It holds the segment's
-// files: they stay readable (even after a cleaner or retention removed the
-// segment from the log) until Close.
-type SegmentReader struct {
-	s    *segment
-	f    *os.File
-	size int64
-	path string
-}
-
-// OpenSegment opens the closed segment whose base offset is base.
-func (l *Log) OpenSegment(base int64) (*SegmentReader, error) {
-	segs := l.segments()
-	for _, s := range segs[:len(segs)-1] {
+// IndexSizes returns the bytes of the offset and time index entries of
+// the closed segment whose base is base (what a cleaner's grouping bounds
+// by segment.index.bytes); a missing index counts 0 (it is rebuilt).
+func (l *Log) IndexSizes(base int64) (offsetIndex, timeIndex int64, err error) {
+	for _, s := range l.segments() {
 		if s.base != base {
 			continue
 		}
-		if !s.acquire() {
-			return nil, l.closedErr()
+		for i, suf := range []string{IndexSuffix, TimeIndexSuffix} {
+			st, err := l.segOpts.fs.Stat(s.path(suf))
+			if errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			if err != nil {
+				return 0, 0, fmt.Errorf("local: %w", err)
+			}
+			if i == 0 {
+				offsetIndex = st.Size()
+			} else {
+				timeIndex = st.Size()
+			}
 		}
-		f, err := s.file()
-		if err != nil {
-			s.release()
-			return nil, err
-		}
-		return &SegmentReader{s: s, f: f, size: s.size.Load(), path: s.logPath}, nil
+		return offsetIndex, timeIndex, nil
 	}
-	return nil, fmt.Errorf("%w: no closed segment with base %d in %s", ErrSegmentsChanged, base, l.dir)
+	return 0, 0, fmt.Errorf("%w: no segment with base %d in %s", ErrSegmentsChanged, base, l.dir)
 }
 
-// ReadAt implements io.ReaderAt over the segment's .log.
-func (r *SegmentReader) ReadAt(p []byte, off int64) (int, error) { return r.f.ReadAt(p, off) }
+// Cleaning is one round of a log cleaner. It notes how often the log was
+// truncated when the round began: a truncation during the round makes the
+// offsets the cleaner mapped point at records that no longer exist, so
+// every replacement of the round is then refused (Kafka aborts cleaning on
+// truncation for the same reason).
+type Cleaning struct {
+	l           *Log
+	truncations int64
+}
 
-// Size is the .log's length in bytes.
-func (r *SegmentReader) Size() int64 { return r.size }
+// BeginCleaning starts a cleaner's round; call it before reading anything.
+func (l *Log) BeginCleaning() *Cleaning {
+	return &Cleaning{l: l, truncations: l.truncations.Load()}
+}
 
-// Path is the .log's path when it was opened (also after Close, for
-// error messages).
-func (r *SegmentReader) Path() string { return r.path }
+// Replacement is one cleaned file being written to replace consecutive
+// closed segments. Write the batches, then Commit (or Abort). Until Commit
+// the file is <base>.log.cleaned, which a reopen after a crash removes.
+type Replacement struct {
+	c     *Cleaning
+	bases []int64
+	path  string
+	w     vfs.File
+	off   int64
+	err   error
+}
 
-// Close releases the segment.
-func (r *SegmentReader) Close() error {
-	if r.s != nil {
-		r.s.release()
-		r.s = nil
+// NewReplacement creates the cleaned file that will replace the closed
+// segments whose bases are bases (consecutive, in order).
+func (c *Cleaning) NewReplacement(bases []int64) (*Replacement, error) {
+	l := c.l
+	if l.readOnly {
+		return nil, ErrReadOnly
+	}
+	if len(bases) == 0 {
+		return nil, errors.New("local: a replacement needs at least one segment")
+	}
+	path := l.segOpts.path(bases[0], LogSuffix) + CleanedSuffix
+	w, err := l.segOpts.fs.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("local: create %s: %w", path, err)
+	}
+	return &Replacement{c: c, bases: append([]int64(nil), bases...), path: path, w: w}, nil
+}
+
+// Path is the cleaned file's path (for messages).
+func (r *Replacement) Path() string { return r.path }
+
+// Write appends p to the cleaned file.
+func (r *Replacement) Write(p []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	n, err := r.w.WriteAt(p, r.off)
+	r.off += int64(n)
+	if err != nil {
+		r.err = fmt.Errorf("local: write %s: %w", r.path, err)
+		return n, r.err
+	}
+	return n, nil
+}
+
+// Abort removes the cleaned file.
+func (r *Replacement) Abort() error {
+	if r.w == nil {
+		return nil
+	}
+	r.w.Close()
+	r.w = nil
+	if err := r.c.l.segOpts.fs.Remove(r.path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("local: remove %s: %w", r.path, err)
 	}
 	return nil
 }
 
-// Truncations counts the truncations that removed records from l. A
-// cleaner reads it before it starts: a truncation during its round would
-// make the offsets it mapped point at records that no longer exist, so
-// ReplaceSegments refuses the round's files (Kafka aborts cleaning on
-// truncation for the same reason).
-func (l *Log) Truncations() int64 { return l.truncations.Load() }
-
-// CleanedPath is where a cleaner writes the file replacing the segments
-// from base on: <base>.log.cleaned in the log's directory, which recovery
-// deletes if the process dies before ReplaceSegments.
-func (l *Log) CleanedPath(base int64) string {
-	return filepath.Join(l.dir, FileName(base, LogSuffix)+CleanedSuffix)
-}
-
-// ReplaceSegments replaces the consecutive closed segments whose bases are
-// bases with the file at CleanedPath(bases[0]), which must hold batches
-// covering up to (and ending exactly at) the last one's end: its last
-// batch's next offset is the following segment's base. The file is synced
-// here; its mtime is set to mtime (the newest replaced segment's, as Kafka
-// does, so time retention of mtime-only segments does not restart).
-// truncations is Truncations() as read before the cleaner began; if the
-// log was truncated since, nothing changes and ErrSegmentsChanged returns.
+// Commit replaces the segments with the cleaned file, which must hold
+// batches ending exactly where the last replaced segment ends (its last
+// batch's next offset is the following segment's base). It fails with
+// ErrSegmentsChanged, changing nothing, when the log was truncated since
+// BeginCleaning or the segments are no longer the log's; the file is then
+// removed. The cleaned segment takes the newest mtime of the segments it
+// replaces (as Kafka does, so time retention of mtime-only segments does
+// not restart).
 //
-// The replacement is crash-safe: the file becomes <base>.log.swap, the old
+// It is crash-safe: the file is synced and becomes <base>.log.swap, the old
 // segments' files become .deleted, and the swap file takes the final name;
 // a crash at any point leaves either the old segments or the new one once
 // the log is reopened (see removeTempFilesAndSwap). Readers holding an old
 // segment finish on its files.
-func (l *Log) ReplaceSegments(bases []int64, mtime time.Time, truncations int64) error {
-	if l.readOnly {
-		return ErrReadOnly
+func (r *Replacement) Commit() (err error) {
+	if r.w == nil {
+		return errors.New("local: replacement already committed or aborted")
 	}
-	if len(bases) == 0 {
-		return errors.New("local: ReplaceSegments needs at least one segment")
+	defer func() {
+		if err != nil {
+			r.Abort()
+		}
+	}()
+	if r.err != nil {
+		return r.err
 	}
-	cleaned := l.CleanedPath(bases[0])
+	if err := r.w.Sync(); err != nil {
+		return fmt.Errorf("local: fsync %s: %w", r.path, err)
+	}
+	if err := r.w.Close(); err != nil {
+		return fmt.Errorf("local: close %s: %w", r.path, err)
+	}
+	r.w = nil
+	return r.c.l.replaceSegments(r.bases, r.path, r.c.truncations)
+}
+
+// replaceSegments is Commit under the writer lock.
+func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) (err error) {
+	fsys := l.segOpts.fs
+	defer func() {
+		if err != nil {
+			fsys.Remove(cleaned) // a no-op once it was renamed
+		}
+	}()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed.Load() {
-		return l.closedErr()
+	if err := l.checkWritable(); err != nil {
+		return err
 	}
 	if n := l.truncations.Load(); n != truncations {
 		return fmt.Errorf("%w: %s was truncated during the cleaning round", ErrSegmentsChanged, l.dir)
@@ -160,84 +296,74 @@ func (l *Log) ReplaceSegments(bases []int64, mtime time.Time, truncations int64)
 	}
 	old := segs[first : first+len(bases)]
 	next := segs[first+len(bases)].base
-	got, err := nextOffsetOfFile(cleaned, bases[0])
+	got, err := l.nextOffsetOfFile(cleaned, bases[0])
 	if err != nil {
 		return err
 	}
 	if got != next {
 		return fmt.Errorf("local: cleaned file %s ends at offset %d, the segments it replaces at %d", cleaned, got, next)
 	}
-	f, err := os.OpenFile(cleaned, os.O_RDWR, 0)
-	if err != nil {
-		return fmt.Errorf("local: %w", err)
-	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("local: sync %s: %w", cleaned, err)
+	var mtime time.Time
+	for _, s := range old {
+		if t := s.lastModified(); t.After(mtime) {
+			mtime = t
+		}
 	}
 	if !mtime.IsZero() {
-		if err := os.Chtimes(cleaned, mtime, mtime); err != nil {
+		if err := fsys.Chtimes(cleaned, mtime, mtime); err != nil {
 			return fmt.Errorf("local: %w", err)
 		}
 	}
-
-	replaceStep("cleaned")
 	// From here on a crash is resolved by recovery: first the swap file.
-	swap := filepath.Join(l.dir, FileName(bases[0], LogSuffix)+SwapSuffix)
-	if err := os.Rename(cleaned, swap); err != nil {
+	swap := l.segOpts.path(bases[0], LogSuffix) + SwapSuffix
+	if err := fsys.Rename(cleaned, swap); err != nil {
 		return fmt.Errorf("local: %w", err)
 	}
-	if err := syncDir(l.dir); err != nil {
+	if err := l.syncDir(); err != nil {
 		return err
 	}
-	replaceStep("swap")
+	// A failure past this point leaves the directory for a reopen to
+	// complete or roll back: the log must not go on.
 	for _, s := range old {
-		if _, err := s.renameDeleted(); err != nil {
-			return err
+		if _, err := renameDeleted(s); err != nil {
+			return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
 		}
-		replaceStep("deleted")
 	}
-	ns := newSegment(l.dir, bases[0], 0, &l.segOpts, mtime)
-	if err := os.Rename(swap, ns.path(LogSuffix)); err != nil {
-		return fmt.Errorf("local: %w", err)
+	ns := newSegFile(&l.segOpts, bases[0], 0, mtime)
+	if err := fsys.Rename(swap, ns.logPath); err != nil {
+		return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
 	}
-	replaceStep("renamed")
-	ns.mu.Lock()
-	res, err := ns.rebuildLocked(false)
-	if err == nil && res.corruption != nil {
-		err = fmt.Errorf("local: cleaned segment %s: %w", ns.path(LogSuffix), res.corruption)
+	st, err := fsys.Stat(ns.logPath)
+	if err == nil {
+		ns.size.Store(st.Size())
+		ns.mu.Lock()
+		var res recoverResult
+		res, err = rebuildSealed(ns)
+		if err == nil && res.corruption != nil {
+			err = fmt.Errorf("cleaned segment %s: %w", ns.logPath, res.corruption)
+		}
+		ns.sealed, ns.next = true, next
+		cerr := ns.closeFilesLocked() // reopened lazily, under the file budget
+		ns.mu.Unlock()
+		if err == nil {
+			err = cerr
+		}
 	}
 	if err == nil {
-		err = errors.Join(ns.oi.Flush(), ns.ti.Flush())
-	}
-	ns.sealed = true
-	cerr := ns.closeFiles() // reopened lazily, under the file budget
-	ns.mu.Unlock()
-	if err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = syncDir(l.dir)
+		err = l.syncDir()
 	}
 	if err != nil {
-		// The old files are already .deleted: the log must not go on
-		// without them. A reopen completes or rolls back the swap.
-		return fmt.Errorf("local: replace segments from %d (reopen the log to recover): %w", bases[0], err)
+		return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
 	}
-	repl := make([]*segment, 0, len(segs)-len(old)+1)
+	repl := make([]*segFile, 0, len(segs)-len(old)+1)
 	repl = append(repl, segs[:first]...)
 	repl = append(repl, ns)
 	repl = append(repl, segs[first+len(bases):]...)
 	l.setSegments(repl)
-	replaceStep("indexed")
 	for _, s := range old {
 		s.release()
 		l.removeDeletedFiles(s)
 	}
-	replaceStep("done")
-	l.logger.Info("replaced segments with a cleaned one", "base", bases[0], "segments", len(bases), "bytes", res.validBytes)
+	l.logger.Info("replaced segments with a cleaned one", "base", bases[0], "segments", len(bases), "bytes", ns.size.Load())
 	return nil
 }

@@ -4,14 +4,17 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/faultfs"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // batchOffsets reads every batch of l and returns their base offsets.
@@ -69,9 +72,9 @@ func copyDir(t *testing.T, from, to string) {
 	}
 }
 
-// writeCleaned writes CleanedPath(segs[0]) holding the batches of segs
-// except those whose base offset drop says to remove (never the last one).
-func writeCleaned(t *testing.T, l *Log, segs []SegmentInfo, drop func(int64) bool) []int64 {
+// writeCleaned writes a replacement of segs holding their batches except
+// those whose base offset drop says to remove (never the last one).
+func writeCleaned(t *testing.T, c *Cleaning, l *Log, segs []SegmentInfo, drop func(int64) bool) (*Replacement, []int64) {
 	t.Helper()
 	var out bytes.Buffer
 	var kept []int64
@@ -95,19 +98,27 @@ func writeCleaned(t *testing.T, l *Log, segs []SegmentInfo, drop func(int64) boo
 			t.Fatal(sc.Err())
 		}
 	}
-	if err := os.WriteFile(l.CleanedPath(segs[0].BaseOffset), out.Bytes(), 0o644); err != nil {
+	var bases []int64
+	for _, si := range segs {
+		bases = append(bases, si.BaseOffset)
+	}
+	r, err := c.NewReplacement(bases)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return kept
+	if _, err := r.Write(out.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	return r, kept
 }
 
-func newCleanTestLog(t *testing.T, dir string) *Log {
+func newCleanTestLog(t *testing.T, dir string, fsys vfs.FS) *Log {
 	t.Helper()
 	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "2000", "file.delete.delay.ms": "0", "index.interval.bytes": "200"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := Open(dir, Options{Config: cfg, HighWatermark: -1})
+	l, err := Open(dir, Options{Config: cfg, HighWatermark: -1, FS: fsys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,13 +138,15 @@ func newCleanTestLog(t *testing.T, dir string) *Log {
 	return l
 }
 
-// TestReplaceSegmentsCrashAtEveryStep snapshots the directory at every
-// durable step of a replacement (a crash there leaves exactly those files)
-// and at a torn .cleaned file, and checks each reopens holding either the
-// old batches or the new ones, never a mix.
+// TestReplaceSegmentsCrashAtEveryStep snapshots the directory before
+// every operation that changes the disk during a replacement's commit (a
+// crash there leaves exactly those files) and at a torn .cleaned file, and
+// checks each reopens holding either the old batches or the new ones,
+// never a mix.
 func TestReplaceSegmentsCrashAtEveryStep(t *testing.T) {
 	dir := t.TempDir()
-	l := newCleanTestLog(t, filepath.Join(dir, "live"))
+	ffs := faultfs.New(vfs.Default)
+	l := newCleanTestLog(t, filepath.Join(dir, "live"), ffs)
 	defer l.Close()
 	if err := l.Flush(); err != nil {
 		t.Fatal(err)
@@ -145,7 +158,8 @@ func TestReplaceSegmentsCrashAtEveryStep(t *testing.T) {
 	}
 	group := segs[1:4]
 	bases := []int64{group[0].BaseOffset, group[1].BaseOffset, group[2].BaseOffset}
-	kept := writeCleaned(t, l, group, func(o int64) bool { return o%4 == 0 })
+	repl, kept := writeCleaned(t, l.BeginCleaning(), l, group, func(o int64) bool { return o%4 == 0 })
+	cleanedPath := repl.Path()
 	var after []int64
 	for _, o := range before {
 		if o < group[0].BaseOffset || o >= group[2].NextOffset || slices.Contains(kept, o) {
@@ -164,16 +178,20 @@ func TestReplaceSegmentsCrashAtEveryStep(t *testing.T) {
 	defer oldRead.Close()
 
 	var snaps []string
-	replaceHook = func(step string) {
-		snap := filepath.Join(dir, "snap", step+"-"+string(rune('a'+len(snaps))))
-		copyDir(t, l.Dir(), snap)
-		snaps = append(snaps, snap)
-	}
-	defer func() { replaceHook = nil }()
-	if err := l.ReplaceSegments(bases, time.Time{}, l.Truncations()); err != nil {
+	ffs.SetHook(func(op faultfs.Op) error {
+		if op.Mutates() {
+			snap := filepath.Join(dir, "snap", fmt.Sprintf("%03d-%s", len(snaps), op.Kind))
+			copyDir(t, l.Dir(), snap)
+			snaps = append(snaps, snap)
+		}
+		return nil
+	})
+	err = repl.Commit()
+	ffs.SetHook(nil)
+	if err != nil {
 		t.Fatal(err)
 	}
-	replaceHook = nil
+	_ = bases
 	if got := batchOffsets(t, l); !slices.Equal(got, after) {
 		t.Fatalf("after the replacement the log holds batches %v, want %v", got, after)
 	}
@@ -184,14 +202,14 @@ func TestReplaceSegmentsCrashAtEveryStep(t *testing.T) {
 	if first, err := record.Parse(buf.Bytes()); err != nil || first.BaseOffset() != group[0].BaseOffset {
 		t.Fatalf("the read begun before the replacement did not see the old batches: %v", err)
 	}
-	if len(snaps) < 6 {
+	if len(snaps) < 10 {
 		t.Fatalf("only %d steps observed", len(snaps))
 	}
 
 	// The process died while writing .cleaned: a torn file.
 	torn := filepath.Join(dir, "snap", "torn")
 	copyDir(t, snaps[0], torn)
-	cleaned := filepath.Join(torn, filepath.Base(l.CleanedPath(bases[0])))
+	cleaned := filepath.Join(torn, filepath.Base(cleanedPath))
 	st, err := os.Stat(cleaned)
 	if err != nil {
 		t.Fatal(err)
@@ -222,26 +240,34 @@ func TestReplaceSegmentsCrashAtEveryStep(t *testing.T) {
 }
 
 func TestReplaceSegmentsRejectsStaleOrShortFiles(t *testing.T) {
-	l := newCleanTestLog(t, t.TempDir())
+	l := newCleanTestLog(t, t.TempDir(), nil)
 	defer l.Close()
 	segs := l.SegmentInfos()
 	before := batchOffsets(t, l)
 
 	// A cleaned file that ends before the last replaced segment's end
 	// would lose offsets: rejected, and the log is unchanged.
-	if err := os.WriteFile(l.CleanedPath(segs[0].BaseOffset), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	writeCleaned(t, l, segs[:1], func(int64) bool { return false })
-	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset, segs[1].BaseOffset}, time.Time{}, l.Truncations()); err == nil {
+	c := l.BeginCleaning()
+	r, _ := writeCleaned(t, c, l, segs[:1], func(int64) bool { return false })
+	r.bases = append(r.bases, segs[1].BaseOffset)
+	if err := r.Commit(); err == nil {
 		t.Fatal("a cleaned file covering one segment replaced two")
 	}
+	if _, err := os.Stat(r.Path()); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("a refused replacement left %s behind: %v", r.Path(), err)
+	}
 	// Segments that are no longer the log's: ErrSegmentsChanged.
-	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset + 1}, time.Time{}, l.Truncations()); !errors.Is(err, ErrSegmentsChanged) {
+	r, _ = writeCleaned(t, c, l, segs[:1], func(int64) bool { return false })
+	r.bases[0]++
+	if err := r.Commit(); !errors.Is(err, ErrSegmentsChanged) {
 		t.Fatalf("replacing a segment that does not exist: %v", err)
 	}
 	last := segs[len(segs)-1]
-	if err := l.ReplaceSegments([]int64{last.BaseOffset}, time.Time{}, l.Truncations()); !errors.Is(err, ErrSegmentsChanged) {
+	r, err := c.NewReplacement([]int64{last.BaseOffset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(); !errors.Is(err, ErrSegmentsChanged) {
 		t.Fatalf("replacing the active segment: %v", err)
 	}
 	if got := batchOffsets(t, l); !slices.Equal(got, before) {
@@ -249,13 +275,13 @@ func TestReplaceSegmentsRejectsStaleOrShortFiles(t *testing.T) {
 	}
 	// A truncation since the cleaner began: its map may name offsets that
 	// are gone, so its file must not go in.
-	n := l.Truncations()
+	c = l.BeginCleaning()
 	if err := l.TruncateTo(l.Offsets().LogEnd - 1); err != nil {
 		t.Fatal(err)
 	}
 	before = batchOffsets(t, l)
-	writeCleaned(t, l, segs[:1], func(int64) bool { return false })
-	if err := l.ReplaceSegments([]int64{segs[0].BaseOffset}, time.Time{}, n); !errors.Is(err, ErrSegmentsChanged) {
+	r, _ = writeCleaned(t, c, l, segs[:1], func(int64) bool { return false })
+	if err := r.Commit(); !errors.Is(err, ErrSegmentsChanged) {
 		t.Fatalf("replacing after a truncation: %v", err)
 	}
 	if got := batchOffsets(t, l); !slices.Equal(got, before) {

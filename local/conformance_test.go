@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/testing/storagetest"
 )
@@ -24,6 +25,21 @@ func (h *logHarness) Open(t *testing.T, cfg backend.Config) backend.Partition {
 	}
 	h.last = l
 	return l
+}
+
+// Compact cleans the log once (storagetest.Compactor).
+func (h *logHarness) Compact(t *testing.T, p backend.Partition) { compact(t, p) }
+
+func compact(t *testing.T, p backend.Partition) {
+	t.Helper()
+	l := p.(*local.Log)
+	st, err := compaction.Clean(ctx, l, -1, compaction.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.SegmentsRead == 0 {
+		t.Fatal("the cleaning round rewrote nothing: the battery would prove nothing")
+	}
 }
 
 func TestConformance(t *testing.T) {
@@ -54,6 +70,9 @@ func (h *backendHarness) Open(t *testing.T, cfg backend.Config) backend.Partitio
 	}
 	return p
 }
+
+// Compact cleans the log once (storagetest.Compactor).
+func (h *backendHarness) Compact(t *testing.T, p backend.Partition) { compact(t, p) }
 
 func TestConformanceThroughBackend(t *testing.T) {
 	storagetest.Run(t, func(t *testing.T) storagetest.Harness { return &backendHarness{dir: t.TempDir()} })

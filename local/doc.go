@@ -1,4 +1,121 @@
 // Package local keeps partitions on local disk in Apache Kafka's log
-// directory layout: <topic>-<partition> directories of segments named by
-// their base offset (00000000000000000000.log, .index, .timeindex).
+// directory layout, byte for byte: a broker's log directory holds one
+// directory per partition plus Kafka's checkpoint files, and tierlog and
+// Kafka can each open what the other wrote.
+//
+// # Files
+//
+//	<logdir>/
+//	  .lock                                  held while a Backend has the directory
+//	  .kafka_cleanshutdown                   written by a clean Close, removed at open
+//	  recovery-point-offset-checkpoint       "topic partition offset" lines (Kafka's format)
+//	  log-start-offset-checkpoint
+//	  replication-offset-checkpoint          high watermarks
+//	  cleaner-offset-checkpoint              the log cleaner's first dirty offsets
+//	  <topic>-<partition>/
+//	    00000000000000000000.log             batches (record batch v2, or legacy v0/v1)
+//	    00000000000000000000.index           sparse offset index (package index)
+//	    00000000000000000000.timeindex       sparse time index
+//	    00000000000000000000.txnindex        aborted transactions (only when one exists)
+//	    leader-epoch-checkpoint              epoch -> first offset (epochs.go)
+//	    partition.metadata                   the topic id
+//
+// A segment is named by its base offset in 20 digits. Temporary suffixes
+// follow the segment suffix: .deleted (removed after file.delete.delay.ms,
+// and at open), .cleaned (a cleaner's or a truncation's file being
+// written; removed at open), .swap (a finished replacement not yet in
+// place; completed at open). Checkpoints are replaced durably: write
+// name.tmp, fsync, rename, fsync the directory.
+//
+// # The files of the package
+//
+//	log.go       Log: options, offsets, flush, close, retiring segments
+//	loader.go    opening: leftover files, segment list, recovery, the log end
+//	recover.go   rebuilding one segment's indexes from its .log (LogSegment.recover)
+//	segfile.go   segFile: one segment as readers see it (refcounted files)
+//	active.go    activeSegment: the last segment as its writer sees it
+//	lookup.go    step 2 of a lookup inside a segment; checks of a segment's tail
+//	append.go    Append: validation, offsets, epochs, rolls
+//	read.go      Read, Lookup, OffsetForTimestamp
+//	records.go   the Records a Read returns (sendfile to sockets)
+//	retention.go retention, DeleteRecordsBefore, TruncateTo
+//	epochs.go    the leader epoch cache
+//	clean.go     SegmentHandle and Replacement: the door for tiered and compaction
+//	budget.go    the bound on closed segments' open files
+//	backend.go   Backend: many partitions in one log directory, checkpoints
+//
+// All file access goes through a vfs.FS (Options.FS), so tests inject disk
+// faults with testing/faultfs.
+//
+// # The life of a segment
+//
+// A segment is created empty as the log's last segment (createActive) and
+// takes appends: its writer (activeSegment, owned by whoever holds Log.mu)
+// writes through a read-write descriptor of its own and moves the
+// segment's size only after the bytes are written, so readers never see a
+// partial batch. Its indexes are preallocated to segment.index.bytes and
+// memory-mapped. At roll the writer seals it: the final time index entry,
+// both indexes trimmed to their entries, and the .log fsynced in the
+// background before the recovery point moves past it. A sealed segment's
+// files never change again: a truncation into it writes its surviving
+// prefix to a new file (crash-safe, through .cleaned and .swap) and a
+// cleaner replaces whole runs of sealed segments the same way.
+//
+// Readers see a segment as a segFile: an immutable name and base, the
+// size readers may read, a read-only descriptor opened on first use (and,
+// once sealed, a read-only mapping), and the indexes. Each reader holds a
+// reference for as long as it reads (a Records holds one until Close); the
+// log holds one while the segment is part of it. Retention, truncation and
+// the cleaner take a segment out of the list, rename its files to .deleted
+// and drop the log's reference; the last reference closes the descriptor
+// and unmaps. So a reader's bytes stay readable whatever happens to the
+// log meanwhile. The last segment is truncated in place (as Kafka does)
+// only when no reader holds it; otherwise it too is rewritten.
+//
+// After a clean shutdown the last segment is not made writable until the
+// first append (most of a broker's partitions are idle at start). After
+// an unclean one, every segment from the one holding the recovery point on
+// is validated batch by batch and its indexes rebuilt; a torn or corrupt
+// tail is cut, and the segments after a damaged one are deleted, as Kafka
+// does.
+//
+// Closed segments' descriptors and mappings are bounded across a Backend
+// by a clock (second chance) file budget; one a reader holds is never
+// closed.
+//
+// # What reads check
+//
+// Readers check what they can for free: offsets strictly increase from
+// batch to batch and across segment borders, no batch is cut short inside
+// a segment, the batch an index entry points at agrees with it, and a
+// sealed segment's tail ends where the next segment begins (for a topic
+// that is never compacted, exactly there). A time index that fails its
+// sanity check is rebuilt (read-only: bypassed, and the segment scanned).
+// Damage is backend.ErrCorruptRecord naming the file and position.
+//
+// # Locks
+//
+// In the order they may be taken:
+//
+//	Backend.mu     the backend's map of open logs and its checkpoints
+//	Log.mu         the writer lock: Append, TruncateTo, retention, Flush,
+//	               Close, SetConfig and a cleaner's commit; also guards the
+//	               activeSegment, the epoch cache and the pending deletions
+//	segFile.mu     one segment's descriptor, mapping and index pointers;
+//	               never held during I/O of the .log
+//	index locks    inside package index
+//
+// fileBudget.mu is taken alone: the budget releases it before it closes an
+// evicted segment's files (which takes segFile.mu). Readers take no lock
+// of the log: they load the segment list and the offsets atomically and
+// take a segment reference (segFile.acquire). A method named …Locked
+// requires the lock its comment names.
+//
+// # Failures
+//
+// A write that fails is undone (an append is cut back, index slots are
+// reserved before a byte is written) and returns backend.ErrStorage. When
+// it cannot be undone, or an fsync fails (the kernel may have dropped the
+// pages), the log fails: every write returns backend.ErrStorage until the
+// log is reopened and recovered.
 package local

@@ -2,7 +2,6 @@ package local
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -55,7 +54,11 @@ func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 		if err != nil {
 			return nil, err
 		}
-		recs, err := l.readSegment(seg, offset, maxBytes, opts)
+		next := int64(-1)
+		if i+1 < len(segs) {
+			next = segs[i+1].base
+		}
+		recs, err := l.readSegment(seg, next, offset, maxBytes, opts)
 		if _, owns := recs.(*fileRecords); !owns {
 			seg.release()
 		}
@@ -74,11 +77,12 @@ func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 	}
 }
 
-// readSegment reads from one segment, which the caller has acquired. It
-// returns nil Records (and no error) when the segment holds nothing at or
-// after offset. A *fileRecords result takes over the caller's reference;
-// for any other result the caller releases it.
-func (l *Log) readSegment(seg *segment, offset, maxBytes int64, opts backend.ReadOptions) (backend.Records, error) {
+// readSegment reads from one segment, which the caller has acquired; next
+// is the base of the segment after it (-1 for the last). It returns nil
+// Records (and no error) when the segment holds nothing at or after
+// offset. A *fileRecords result takes over the caller's reference; for any
+// other result the caller releases it.
+func (l *Log) readSegment(seg *segFile, next, offset, maxBytes int64, opts backend.ReadOptions) (backend.Records, error) {
 	limit := seg.size.Load()
 	if opts.MaxOffset > 0 {
 		// Stop before the batch holding MaxOffset, as Kafka does.
@@ -97,7 +101,7 @@ func (l *Log) readSegment(seg *segment, offset, maxBytes int64, opts backend.Rea
 	end, last := p.pos, int64(-1)
 	if p.size <= maxBytes {
 		// More than the first batch may fit: find where the read ends.
-		if end, last, err = seg.batchEnd(p.pos, min(limit, p.pos+maxBytes)); err != nil {
+		if end, last, err = seg.batchEnd(p.pos, min(limit, p.pos+maxBytes), p.baseOffset-1); err != nil {
 			return nil, err
 		}
 	}
@@ -106,6 +110,9 @@ func (l *Log) readSegment(seg *segment, offset, maxBytes int64, opts backend.Rea
 			return emptyRecords{next: offset}, nil
 		}
 		end, last = p.pos+p.size, p.lastOffset
+	}
+	if next >= 0 && last >= next {
+		return nil, fmt.Errorf("%w: %s holds offset %d, at or past the next segment's base %d", backend.ErrCorruptRecord, seg.logPath, last, next)
 	}
 	f, err := seg.file()
 	if err != nil {
@@ -146,12 +153,13 @@ func (l *Log) Lookup(offset int64) (LookupResult, error) {
 		return r, err
 	}
 	defer func() { seg.release() }()
+	r.Segments = len(segs)
 	for {
 		p, ok, err := seg.translateOffset(offset, seg.size.Load())
 		if err != nil {
 			return r, err
 		}
-		r.Segments, r.SegmentIndex, r.SegmentPath = len(segs), i, seg.path(LogSuffix)
+		r.SegmentIndex, r.SegmentPath = i, seg.logPath
 		r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = p.indexEntries, p.indexSlot, p.indexEntry.Offset, p.indexEntry.Position
 		r.BatchesScanned, r.BytesScanned = p.scanned, p.scannedBytes
 		if ok {
@@ -192,8 +200,8 @@ func (l *Log) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, b
 }
 
 // searchTimestamp is Kafka's findOffsetByTimestamp for one segment.
-func (l *Log) searchTimestamp(seg *segment, ts int64) (int64, int64, bool, error) {
-	largest, err := seg.largestTimestamp()
+func (l *Log) searchTimestamp(seg *segFile, ts int64) (int64, int64, bool, error) {
+	largest, _, err := seg.largestTimestamp()
 	if err != nil {
 		return 0, 0, false, err
 	}
@@ -219,7 +227,7 @@ func (l *Log) searchTimestamp(seg *segment, ts int64) (int64, int64, bool, error
 			continue
 		}
 		if err := it.Reset(e.Data); err != nil {
-			return 0, 0, false, fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, seg.path(LogSuffix), err)
+			return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
 		}
 		for it.Next() {
 			r := it.Record()
@@ -228,11 +236,11 @@ func (l *Log) searchTimestamp(seg *segment, ts int64) (int64, int64, bool, error
 			}
 		}
 		if err := it.Err(); err != nil {
-			return 0, 0, false, fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, seg.path(LogSuffix), err)
+			return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
 		}
 	}
-	if err := sc.Err(); err != nil && !errors.Is(err, record.ErrTornTail) {
-		return 0, 0, false, fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, seg.path(LogSuffix), err)
+	if err := sc.Err(); err != nil {
+		return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
 	}
 	return 0, 0, false, nil
 }

@@ -10,14 +10,15 @@ import (
 	"syscall"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // fileRecords is a region of a segment's .log returned by Read. It holds a
 // reference to the segment, so the file stays open (and readable, even when
 // retention renames or unlinks it) until Close.
 type fileRecords struct {
-	seg  *segment
-	f    *os.File
+	seg  *segFile
+	f    vfs.File
 	pos  int64
 	n    int64
 	next int64 // one past the last offset returned
@@ -64,7 +65,7 @@ func (r *fileRecords) WriteTo(w io.Writer) (int64, error) {
 		sc = d
 	}
 	if sc != nil {
-		n, err, handled := sendfile(sc, r.f, r.pos, r.n)
+		n, err, handled := sendfile(sc, r.f.OS(), r.pos, r.n)
 		if handled {
 			return n, err
 		}

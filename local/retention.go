@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 
 	"github.com/tierlog/tierlog/backend"
 )
@@ -22,7 +21,8 @@ func (l *Log) DeleteOldSegments() (int, error) {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.deleteOldSegmentsLocked(l.cfg.RetentionMs, l.cfg.RetentionBytes)
+	cfg := l.cfg.Load()
+	return l.deleteOldSegmentsLocked(cfg.RetentionMs, cfg.RetentionBytes)
 }
 
 // deleteOldSegmentsLocked applies the log start rule and, for delete
@@ -30,21 +30,21 @@ func (l *Log) DeleteOldSegments() (int, error) {
 // REQUIRES: l.mu held.
 func (l *Log) deleteOldSegmentsLocked(retentionMs, retentionBytes int64) (int, error) {
 	total := 0
-	n, err := l.deleteSegmentsLocked("log start offset", func(_ *segment, upper int64) (bool, error) {
+	n, err := l.deleteSegmentsLocked("log start offset", func(_ *segFile, upper int64) (bool, error) {
 		return upper <= l.logStart.Load(), nil
 	})
 	total += n
-	if err != nil || !l.cfg.Delete() {
+	if err != nil || !l.cfg.Load().Delete() {
 		return total, err
 	}
 	if retentionMs >= 0 {
 		now := l.now()
-		n, err = l.deleteSegmentsLocked("retention.ms", func(s *segment, _ int64) (bool, error) {
+		n, err = l.deleteSegmentsLocked("retention.ms", func(s *segFile, _ int64) (bool, error) {
 			if !s.acquire() {
 				return false, nil
 			}
 			defer s.release()
-			ts, err := s.largestTimestamp()
+			ts, _, err := s.largestTimestamp()
 			if err != nil {
 				return false, err
 			}
@@ -64,7 +64,7 @@ func (l *Log) deleteOldSegmentsLocked(retentionMs, retentionBytes int64) (int, e
 			size += s.size.Load()
 		}
 		diff := size - retentionBytes
-		n, err = l.deleteSegmentsLocked("retention.bytes", func(s *segment, _ int64) (bool, error) {
+		n, err = l.deleteSegmentsLocked("retention.bytes", func(s *segFile, _ int64) (bool, error) {
 			if diff-s.size.Load() >= 0 {
 				diff -= s.size.Load()
 				return true, nil
@@ -79,7 +79,7 @@ func (l *Log) deleteOldSegmentsLocked(retentionMs, retentionBytes int64) (int, e
 // deleteSegmentsLocked deletes segments from the oldest while pred holds
 // (Kafka's deletableSegments walk), raising the log start offset first.
 // REQUIRES: l.mu held.
-func (l *Log) deleteSegmentsLocked(reason string, pred func(s *segment, upperBound int64) (bool, error)) (int, error) {
+func (l *Log) deleteSegmentsLocked(reason string, pred func(s *segFile, upperBound int64) (bool, error)) (int, error) {
 	segs := l.segments()
 	hw, leo := l.hw.Load(), l.leo.Load()
 	n := 0
@@ -119,17 +119,15 @@ func (l *Log) deleteSegmentsLocked(reason string, pred func(s *segment, upperBou
 			l.hw.Store(kept[0].base)
 		}
 	}
-	l.setSegments(append([]*segment(nil), kept...))
+	l.setSegments(append([]*segFile(nil), kept...))
 	l.metrics.SegmentsDeleted.Add(int64(len(gone)))
 	for _, s := range gone {
-		if _, err := s.renameDeleted(); err != nil {
+		if err := l.retireSegment(s); err != nil {
 			return n, err
 		}
-		s.release()
-		l.removeDeletedFiles(s)
 		l.logger.Info("deleted segment", "base", s.base, "reason", reason)
 	}
-	return n, l.fitEpochsLocked()
+	return n, l.epochs.fit(l)
 }
 
 // DeleteRecordsBefore raises the log start offset to offset and deletes the
@@ -151,10 +149,10 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 		return nil
 	}
 	l.logStart.Store(offset)
-	if err := l.fitEpochsLocked(); err != nil {
+	if err := l.epochs.fit(l); err != nil {
 		return err
 	}
-	_, err := l.deleteSegmentsLocked("log start offset", func(_ *segment, upper int64) (bool, error) {
+	_, err := l.deleteSegmentsLocked("log start offset", func(_ *segFile, upper int64) (bool, error) {
 		return upper <= offset, nil
 	})
 	return err
@@ -186,30 +184,42 @@ func (l *Log) TruncateTo(offset int64) error {
 	for i > 0 && segs[i].base > offset {
 		i--
 	}
+	// The segments after the target go first: a crash from here on
+	// leaves a log that ends with the target, a state on the way.
 	for _, s := range segs[i+1:] {
-		if _, err := s.renameDeleted(); err != nil {
+		if _, err := renameDeleted(s); err != nil {
+			return l.fail(err)
+		}
+	}
+	target, last := segs[i], segs[len(segs)-1]
+	if target == last {
+		if _, err := l.activeForWriteLocked(); err != nil {
 			return err
 		}
 	}
-	target := segs[i]
-	target.mu.Lock()
-	sealed := target.sealed
-	target.mu.Unlock()
+	kept := append([]*segFile(nil), segs[:i+1]...)
 	var newLeo int64
-	var err error
-	kept := append([]*segment(nil), segs[:i+1]...)
-	if sealed {
-		// A sealed segment's file never changes (readers may have it
-		// mapped): write its surviving prefix to a new file instead.
-		var ns *segment
-		if ns, newLeo, err = l.rewritePrefixLocked(target, offset); err != nil {
-			return err
+	if target == last && target.tryExclusive() {
+		// The last segment and no reader holds it: cut it in place, as
+		// Kafka does.
+		var err error
+		newLeo, err = l.act.truncateInPlace(offset)
+		target.endExclusive()
+		if err != nil {
+			return l.fail(err)
 		}
-		kept[i] = ns
-		target.release()
-		l.removeDeletedFiles(target)
-	} else if newLeo, err = target.truncateTo(offset); err != nil {
-		return err
+	} else {
+		// A sealed segment never changes (readers may have it mapped), and
+		// a reader holds this one: its surviving prefix goes to a new file
+		// that takes its place; readers finish on the old one.
+		a, leo, err := l.rewritePrefixLocked(target, offset)
+		if err != nil {
+			return l.fail(err)
+		}
+		if l.act != nil {
+			l.act.w.Close() // the old last segment leaves the log
+		}
+		l.act, kept[i], newLeo = a, a.f, leo
 	}
 	l.setSegments(kept)
 	l.metrics.SegmentsDeleted.Add(int64(len(segs) - i - 1))
@@ -220,12 +230,14 @@ func (l *Log) TruncateTo(offset int64) error {
 	return l.setEndLocked(newLeo)
 }
 
-// rewritePrefixLocked replaces the sealed segment s with a new active
-// segment holding its batches below offset (whole batches: the one holding
-// offset goes too). s's files are renamed to .deleted; readers holding it
-// finish on them. It returns the new segment and the new log end.
-// REQUIRES: l.mu held.
-func (l *Log) rewritePrefixLocked(s *segment, offset int64) (*segment, int64, error) {
+// rewritePrefixLocked replaces s with a new last segment holding its
+// batches below offset (whole batches: the one holding offset goes too) and
+// returns it with the new log end. Crash-safe as a cleaner's replacement:
+// the prefix is written to <base>.log.cleaned and synced, becomes
+// <base>.log.swap, s's files become .deleted, and the swap file takes the
+// name; a reopen completes or rolls back whatever a crash interrupted. s is
+// retired: readers holding it finish on its files. REQUIRES: l.mu held.
+func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int64, error) {
 	if !s.acquire() { // keep its files open while we copy from them
 		return nil, 0, l.closedErr()
 	}
@@ -245,32 +257,50 @@ func (l *Log) rewritePrefixLocked(s *segment, offset int64) (*segment, int64, er
 	if err != nil {
 		return nil, 0, err
 	}
-	if _, err := s.renameDeleted(); err != nil {
-		return nil, 0, err
-	}
-	ns := newSegment(l.dir, s.base, 0, &l.segOpts, l.now())
-	f, err := os.OpenFile(ns.path(LogSuffix), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	fsys := l.segOpts.fs
+	cleaned, swap := s.logPath+CleanedSuffix, s.logPath+SwapSuffix
+	w, err := fsys.OpenFile(cleaned, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o644)
 	if err != nil {
-		return nil, 0, fmt.Errorf("local: rewrite %s: %w", ns.path(LogSuffix), err)
+		return nil, 0, fmt.Errorf("local: rewrite %s: %w", s.logPath, err)
 	}
-	if _, err := io.Copy(f, io.NewSectionReader(src, 0, cut)); err != nil {
-		f.Close()
-		return nil, 0, fmt.Errorf("local: rewrite %s: %w", ns.path(LogSuffix), err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, 0, fmt.Errorf("local: rewrite %s: %w", ns.path(LogSuffix), err)
-	}
-	ns.mu.Lock()
-	res, err := ns.rebuildLocked(true)
+	_, err = io.Copy(io.NewOffsetWriter(w, 0), io.NewSectionReader(src, 0, cut))
 	if err == nil {
-		ns.ix.Restore(0, res.maxTs, res.offsetOfMaxTs)
+		err = w.Sync()
 	}
-	ns.mu.Unlock()
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fsys.Rename(cleaned, swap)
+	}
+	if err != nil {
+		fsys.Remove(cleaned)
+		return nil, 0, fmt.Errorf("local: rewrite %s: %w", s.logPath, err)
+	}
+	if err := l.syncDir(); err != nil {
+		return nil, 0, err
+	}
+	if _, err := renameDeleted(s); err != nil {
+		return nil, 0, err
+	}
+	if err := fsys.Rename(swap, s.logPath); err != nil {
+		return nil, 0, fmt.Errorf("local: rewrite %s: %w", s.logPath, err)
+	}
+	ns := newSegFile(&l.segOpts, s.base, cut, l.now())
+	_, a, err := recoverSegment(ns, true)
 	if err != nil {
 		return nil, 0, err
 	}
-	l.setRollingTs(ns)
-	return ns, newLeo, nil
+	if err := l.syncDir(); err != nil {
+		a.w.Close()
+		ns.release()
+		return nil, 0, err
+	}
+	a.jitterMs = l.jitter()
+	a.loadRollingTs()
+	s.release() // the log's reference: s has left the log
+	l.removeDeletedFiles(s)
+	return a, newLeo, nil
 }
 
 // truncateFullyLocked deletes every segment and restarts the log at offset
@@ -278,15 +308,19 @@ func (l *Log) rewritePrefixLocked(s *segment, offset int64) (*segment, int64, er
 func (l *Log) truncateFullyLocked(offset int64) error {
 	segs := l.segments()
 	for _, s := range segs {
-		if _, err := s.renameDeleted(); err != nil {
-			return err
+		if _, err := renameDeleted(s); err != nil {
+			return l.fail(err)
 		}
 	}
-	s, err := createSegment(l.dir, offset, &l.segOpts, l.now(), l.jitter())
+	a, err := createActive(&l.segOpts, offset, l.now(), l.jitter())
 	if err != nil {
-		return err
+		return l.fail(err)
 	}
-	l.setSegments([]*segment{s})
+	if l.act != nil {
+		l.act.w.Close()
+	}
+	l.act = a
+	l.setSegments([]*segFile{a.f})
 	l.metrics.SegmentsDeleted.Add(int64(len(segs)))
 	for _, old := range segs {
 		old.release()
@@ -310,16 +344,5 @@ func (l *Log) setEndLocked(leo int64) error {
 	if l.logStart.Load() > leo {
 		l.logStart.Store(leo)
 	}
-	return l.fitEpochsLocked()
-}
-
-// fitEpochsLocked fits the epoch cache to the log start and end and
-// persists it when that changed it. REQUIRES: l.mu held.
-func (l *Log) fitEpochsLocked() error {
-	fitted := fitEpochs(l.epochs, l.logStart.Load(), l.leo.Load())
-	if slices.Equal(fitted, l.epochs) {
-		return nil
-	}
-	l.epochs = fitted
-	return WriteLeaderEpochCheckpoint(l.dir, l.epochs)
+	return l.epochs.fit(l)
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -89,7 +90,7 @@ func BenchmarkRawPut(b *testing.B) {
 			if si.Active {
 				continue
 			}
-			for _, path := range []string{si.Path, si.IndexPath, si.TimeIndexPath} {
+			for _, path := range []string{si.Path, strings.TrimSuffix(si.Path, local.LogSuffix) + local.IndexSuffix, strings.TrimSuffix(si.Path, local.LogSuffix) + local.TimeIndexSuffix} {
 				f, err := os.Open(path)
 				if err != nil {
 					b.Fatal(err)

@@ -203,7 +203,7 @@ func checkAfterTieredCrash(t *testing.T, root, what string) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatalf("%s: re-offload: %v", what, err)
 	}
-	if _, err := tiered.GC(ctx, store, "orders-0", 0, false); err != nil {
+	if _, err := tiered.GC(ctx, store, "orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true}); err != nil {
 		t.Fatalf("%s: gc: %v", what, err)
 	}
 	m, _ = tiered.ReadManifest(ctx, store, "orders-0")

@@ -3,12 +3,6 @@ package tiered
 import (
 	"context"
 	"io"
-	"os"
-	"path/filepath"
-	"sort"
-	"strings"
-	"sync"
-	"time"
 
 	"github.com/tierlog/tierlog/internal/ratelimit"
 )
@@ -57,74 +51,4 @@ func (b *progressBody) Seek(off int64, whence int) (int64, error) {
 		b.pos = pos
 	}
 	return pos, err
-}
-
-// diskCache keeps fetched remote indexes in a directory within a byte
-// budget (Kafka's remote-log-index-cache), so a restart does not fetch them
-// again. Files are named after their object keys; the least recently used
-// go first.
-type diskCache struct {
-	dir string
-	max int64
-	mu  sync.Mutex
-}
-
-func (c *diskCache) path(key string) string {
-	return filepath.Join(c.dir, strings.ReplaceAll(key, "/", "%"))
-}
-
-func (c *diskCache) get(key string) ([]byte, bool) {
-	if c == nil {
-		return nil, false
-	}
-	p := c.path(key)
-	b, err := os.ReadFile(p)
-	if err != nil {
-		return nil, false
-	}
-	now := time.Now()
-	os.Chtimes(p, now, now) // recently used
-	return b, true
-}
-
-func (c *diskCache) put(key string, data []byte) {
-	if c == nil || int64(len(data)) > c.max {
-		return
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if err := os.MkdirAll(c.dir, 0o755); err != nil {
-		return
-	}
-	tmp := c.path(key) + ".tmp"
-	if os.WriteFile(tmp, data, 0o644) != nil || os.Rename(tmp, c.path(key)) != nil {
-		os.Remove(tmp)
-		return
-	}
-	ents, err := os.ReadDir(c.dir)
-	if err != nil {
-		return
-	}
-	type file struct {
-		name string
-		size int64
-		used time.Time
-	}
-	var files []file
-	var total int64
-	for _, e := range ents {
-		if info, err := e.Info(); err == nil && !e.IsDir() {
-			files = append(files, file{e.Name(), info.Size(), info.ModTime()})
-			total += info.Size()
-		}
-	}
-	sort.Slice(files, func(i, j int) bool { return files[i].used.Before(files[j].used) })
-	for _, f := range files {
-		if total <= c.max {
-			break
-		}
-		if os.Remove(filepath.Join(c.dir, f.name)) == nil {
-			total -= f.size
-		}
-	}
 }

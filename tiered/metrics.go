@@ -14,9 +14,15 @@ type Metrics struct {
 	SegmentsUploaded atomic.Int64
 	BytesUploaded    atomic.Int64 // .log, .index and .timeindex
 	UploadErrors     atomic.Int64 // segments whose upload failed
-	UploadLatency    stats.Histogram
-	ManifestCommits  atomic.Int64
-	Fenced           atomic.Int64 // partitions fenced by another writer
+	// UploadsRefused counts segments refused for upload because a batch
+	// failed validation (they stay local; see Offload).
+	UploadsRefused atomic.Int64
+	// LocalDeletesRefused counts local segments local retention kept
+	// because the bucket's copy could not be shown to be the same bytes.
+	LocalDeletesRefused atomic.Int64
+	UploadLatency       stats.Histogram
+	ManifestCommits     atomic.Int64
+	Fenced              atomic.Int64 // partitions fenced by another writer
 
 	RemoteReads       atomic.Int64 // reads served from the bucket
 	RemoteReadBytes   atomic.Int64

@@ -8,10 +8,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"os"
 	"sync"
 	"time"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
@@ -29,8 +29,16 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // segments a committed manifest names. It returns how many segments it
 // uploaded.
 func (p *Partition) Offload(ctx context.Context) (int, error) {
+	if err := p.checkOpen(); err != nil {
+		return 0, err
+	}
+	ctx, cancel := p.withClose(ctx)
+	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.checkOpen(); err != nil {
+		return 0, err
+	}
 	if err := p.reconcileLocked(ctx); err != nil {
 		return 0, err
 	}
@@ -42,49 +50,80 @@ func (p *Partition) Offload(ctx context.Context) (int, error) {
 	for len(pending) > 0 {
 		group := pending[:min(len(pending), p.opts.UploadConcurrency)]
 		pending = pending[len(group):]
-		segs := make([]manifest.Segment, len(group))
-		errs := make([]error, len(group))
-		var wg sync.WaitGroup
-		for i, si := range group {
-			wg.Add(1)
-			go func(i int, si local.SegmentInfo) {
-				defer wg.Done()
-				start := time.Now()
-				segs[i], errs[i] = p.upload(ctx, si)
-				if errs[i] != nil {
-					p.metrics.UploadErrors.Add(1)
-					return
-				}
-				p.metrics.SegmentsUploaded.Add(1)
-				p.metrics.BytesUploaded.Add(segs[i].Size + segs[i].IndexSize + segs[i].TimeIndexSize)
-				p.metrics.UploadLatency.Since(start)
-			}(i, si)
-		}
-		wg.Wait()
-		ok := 0
-		for ok < len(group) && errs[ok] == nil {
-			ok++
-		}
-		if ok > 0 {
-			st := p.man.Load()
-			next := *st.m
-			next.Segments = append(append([]manifest.Segment(nil), st.m.Segments...), segs[:ok]...)
-			if len(st.m.Segments) == 0 {
-				next.LogStartOffset = max(segs[0].BaseOffset, p.local.Offsets().LogStart)
-			}
-			if err := p.commitLocked(ctx, st, &next); err != nil {
-				return n, err
-			}
-			for _, seg := range segs[:ok] {
-				p.opts.Logger.Info("offloaded segment", "base", seg.BaseOffset, "last", seg.LastOffset, "bytes", seg.Size)
-			}
-			n += ok
-		}
-		if ok < len(group) {
-			return n, errs[ok]
+		k, err := p.offloadGroupLocked(ctx, group)
+		n += k
+		if err != nil {
+			return n, err
 		}
 	}
 	return n, p.applyLocalRetentionLocked(ctx)
+}
+
+// offloadGroupLocked uploads a group of segments in parallel and commits
+// the manifest naming those that uploaded (a prefix of the group, so the
+// bucket has no hole). An upload intent naming the group's objects goes to
+// the bucket first, so gc leaves them alone while the commit may still
+// happen; it is removed once the commit names them. After the commit the
+// objects are checked to exist before anything may rely on them.
+// REQUIRES: p.mu held.
+func (p *Partition) offloadGroupLocked(ctx context.Context, group []local.SegmentInfo) (int, error) {
+	segs := make([]manifest.Segment, len(group))
+	for i := range segs {
+		if _, err := rand.Read(segs[i].ID[:]); err != nil {
+			return 0, err
+		}
+	}
+	st := p.man.Load()
+	in, err := p.writeIntent(ctx, st.m.Generation, group, segs)
+	if err != nil {
+		return 0, err
+	}
+	errs := make([]error, len(group))
+	var wg sync.WaitGroup
+	for i, si := range group {
+		wg.Add(1)
+		go func(i int, si local.SegmentInfo) {
+			defer wg.Done()
+			start := time.Now()
+			segs[i], errs[i] = p.upload(ctx, si, segs[i].ID)
+			if errs[i] != nil {
+				p.metrics.UploadErrors.Add(1)
+				return
+			}
+			p.metrics.SegmentsUploaded.Add(1)
+			p.metrics.BytesUploaded.Add(segs[i].Size + segs[i].IndexSize + segs[i].TimeIndexSize)
+			p.metrics.UploadLatency.Since(start)
+		}(i, si)
+	}
+	wg.Wait()
+	ok := 0
+	for ok < len(group) && errs[ok] == nil {
+		ok++
+	}
+	if ok > 0 {
+		if err := in.checkWindow(p.opts.Now()); err != nil {
+			return 0, err
+		}
+		next := *st.m
+		next.Segments = append(append([]manifest.Segment(nil), st.m.Segments...), segs[:ok]...)
+		if len(st.m.Segments) == 0 {
+			next.LogStartOffset = max(segs[0].BaseOffset, p.local.Offsets().LogStart)
+		}
+		if err := p.commitLocked(ctx, st, &next); err != nil {
+			return 0, err
+		}
+		for _, seg := range segs[:ok] {
+			p.opts.Logger.Info("offloaded segment", "base", seg.BaseOffset, "last", seg.LastOffset, "bytes", seg.Size)
+		}
+		if err := p.checkObjectsLocked(ctx, segs[:ok]); err != nil {
+			return ok, err
+		}
+	}
+	if ok == len(group) {
+		p.removeIntent(ctx, in)
+		return ok, nil
+	}
+	return ok, errs[ok]
 }
 
 // pendingLocked lists the closed local segments below the high watermark
@@ -103,7 +142,7 @@ func (p *Partition) pendingLocked() ([]local.SegmentInfo, error) {
 			break
 		}
 		if si.NextOffset-1 <= lastRemote {
-			continue // uploaded already
+			continue // in the bucket's range: local retention checks it is the same
 		}
 		if si.BaseOffset <= lastRemote {
 			return nil, fmt.Errorf("tiered: local segment %d..%d overlaps the bucket, which ends at %d", si.BaseOffset, si.NextOffset-1, lastRemote)
@@ -137,59 +176,36 @@ func (p *Partition) CopyLag() (segments int, bytes int64) {
 }
 
 // upload puts one closed segment's .log, .index and .timeindex under new
-// keys and returns its manifest entry. The segment is not visible to
-// readers until a manifest naming it is committed.
-func (p *Partition) upload(ctx context.Context, si local.SegmentInfo) (manifest.Segment, error) {
-	seg := manifest.Segment{BaseOffset: si.BaseOffset, LastOffset: si.NextOffset - 1, UploadTimeMs: p.opts.Now().UnixMilli(), MaxTimestamp: -1}
-	if _, err := rand.Read(seg.ID[:]); err != nil {
-		return seg, err
-	}
-	idx, err := os.ReadFile(si.IndexPath)
+// keys and returns its manifest entry. The segment is read through a handle
+// that pins it, and validated batch by batch before a byte is sent (see
+// scanForUpload): the bucket never receives a copy that is not whole and
+// correct. The segment is not visible to readers until a manifest naming
+// it is committed.
+func (p *Partition) upload(ctx context.Context, si local.SegmentInfo, id [8]byte) (manifest.Segment, error) {
+	seg := manifest.Segment{BaseOffset: si.BaseOffset, LastOffset: si.NextOffset - 1, UploadTimeMs: p.opts.Now().UnixMilli(), MaxTimestamp: -1, ID: id}
+	h, err := p.local.OpenSegment(si.BaseOffset)
 	if err != nil {
 		return seg, fmt.Errorf("tiered: %w", err)
 	}
-	tidx, err := os.ReadFile(si.TimeIndexPath)
+	defer h.Close()
+	idx, err := h.IndexBytes()
 	if err != nil {
 		return seg, fmt.Errorf("tiered: %w", err)
 	}
-	// Trimmed files: whole entries only (a closed segment's always are).
-	idx = idx[:len(idx)/index.OffsetEntrySize*index.OffsetEntrySize]
-	tidx = tidx[:len(tidx)/index.TimeEntrySize*index.TimeEntrySize]
+	tidx, err := h.TimeIndexBytes()
+	if err != nil {
+		return seg, fmt.Errorf("tiered: %w", err)
+	}
 	if t := index.NewTimeIndexView(tidx, si.BaseOffset); t.Entries() > 0 {
 		seg.MaxTimestamp = t.LastEntry().Timestamp
 	}
-	f, err := os.Open(si.Path)
-	if err != nil {
-		return seg, fmt.Errorf("tiered: %w", err)
+	if err := p.scanForUpload(h, &seg); err != nil {
+		p.metrics.UploadsRefused.Add(1)
+		p.opts.Logger.Error("refusing to upload a damaged segment; it stays local", "segment", h.Path(), "err", err)
+		return seg, err
 	}
-	defer f.Close()
-	// One pass over the log: its CRC-32C, record count, epoch and largest
-	// timestamp (when the time index has none).
-	h := crc32.New(castagnoli)
-	if _, err := io.Copy(h, io.NewSectionReader(f, 0, si.Size)); err != nil {
-		return seg, fmt.Errorf("tiered: read %s: %w", si.Path, err)
-	}
-	seg.LogCRC = h.Sum32()
-	sc := record.NewScanner(f, 0, si.Size, record.ScanOptions{HeadersOnly: true})
-	for sc.Next() {
-		e := sc.Entry()
-		if e.Magic == 2 {
-			b := e.Batch()
-			seg.Records += int64(b.NumRecords())
-			seg.LeaderEpoch = max(seg.LeaderEpoch, b.PartitionLeaderEpoch())
-		} else {
-			seg.Records++
-		}
-		seg.MaxTimestamp = max(seg.MaxTimestamp, e.MaxTimestamp)
-	}
-	if err := sc.Err(); err != nil {
-		return seg, fmt.Errorf("tiered: %s: %w", si.Path, err)
-	}
-	seg.Size, seg.IndexSize, seg.TimeIndexSize = si.Size, int64(len(idx)), int64(len(tidx))
+	seg.Size, seg.IndexSize, seg.TimeIndexSize = h.Size(), int64(len(idx)), int64(len(tidx))
 	seg.IndexCRC, seg.TimeIndexCRC = crc32.Checksum(idx, castagnoli), crc32.Checksum(tidx, castagnoli)
-	if seg.Size == 0 {
-		return seg, fmt.Errorf("tiered: %s is empty", si.Path)
-	}
 	put := func(name string, body io.ReadSeeker, size int64, crc uint32) error {
 		_, err := p.store.Put(ctx, p.key(name), body, size, objstore.PutOptions{CRC32C: crc, HasCRC32C: true, IfNoneMatch: true})
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
@@ -200,7 +216,7 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo) (manifest.
 				return nil
 			}
 			if herr != nil {
-				return fmt.Errorf("tiered: upload %s: %w: its outcome is unknown (%v)", name, objstore.ErrRetryable, herr)
+				return fmt.Errorf("tiered: upload %s: %w: its outcome is unknown: %w", name, objstore.ErrRetryable, herr)
 			}
 		}
 		if err != nil {
@@ -208,14 +224,14 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo) (manifest.
 		}
 		return nil
 	}
-	var body io.ReadSeeker = io.NewSectionReader(f, 0, si.Size)
+	var body io.ReadSeeker = io.NewSectionReader(h, 0, h.Size())
 	if p.opts.OnUploadProgress != nil {
 		body = &progressBody{rs: body, report: p.opts.OnUploadProgress}
 	}
 	if p.uploadRate != nil {
 		body = &limitedBody{ctx: ctx, rs: body, lim: p.uploadRate}
 	}
-	if err := put(seg.Name(manifest.LogSuffix), body, si.Size, seg.LogCRC); err != nil {
+	if err := put(seg.Name(manifest.LogSuffix), body, h.Size(), seg.LogCRC); err != nil {
 		return seg, err
 	}
 	if err := put(seg.Name(manifest.IndexSuffix), bytes.NewReader(idx), int64(len(idx)), seg.IndexCRC); err != nil {
@@ -230,10 +246,57 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo) (manifest.
 	return seg, nil
 }
 
-// applyLocalRetentionLocked deletes local copies of segments a committed
-// manifest names, oldest first, while local.retention.ms (by the segment's
-// largest timestamp) or local.retention.bytes says so. It never touches a
-// segment the bucket does not hold. REQUIRES: p.mu held.
+// scanForUpload reads the whole segment once, validating every batch (its
+// CRC, offsets that start at the segment's base, follow one another
+// without a gap and end where the next segment begins) and computing what
+// the manifest records: the .log's CRC-32C, the record count, the highest
+// leader epoch and the largest timestamp. Damage is backend.ErrCorruptRecord
+// naming the file and position.
+func (p *Partition) scanForUpload(h *local.SegmentHandle, seg *manifest.Segment) error {
+	if h.Size() == 0 {
+		return fmt.Errorf("%w: tiered: %s is empty", backend.ErrCorruptRecord, h.Path())
+	}
+	crc := uint32(0)
+	next := h.BaseOffset()
+	sc := record.NewScanner(h, 0, h.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
+	for sc.Next() {
+		e := sc.Entry()
+		first := e.BaseOffset
+		if first < 0 { // a legacy compressed wrapper: its offsets end at LastOffset
+			first = next
+		}
+		if first != next || e.LastOffset < first {
+			return fmt.Errorf("%w: tiered: %s position %d: offsets %d..%d where %d was next",
+				backend.ErrCorruptRecord, h.Path(), e.Position, e.BaseOffset, e.LastOffset, next)
+		}
+		next = e.LastOffset + 1
+		crc = crc32.Update(crc, castagnoli, e.Data)
+		if e.Magic == 2 {
+			b := e.Batch()
+			seg.Records += int64(b.NumRecords())
+			seg.LeaderEpoch = max(seg.LeaderEpoch, b.PartitionLeaderEpoch())
+		} else {
+			seg.Records++
+		}
+		seg.MaxTimestamp = max(seg.MaxTimestamp, e.MaxTimestamp)
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%w: tiered: %s: %w", backend.ErrCorruptRecord, h.Path(), err)
+	}
+	if next != h.NextOffset() {
+		return fmt.Errorf("%w: tiered: %s ends at offset %d, but the next segment starts at %d",
+			backend.ErrCorruptRecord, h.Path(), next-1, h.NextOffset())
+	}
+	seg.LogCRC = crc
+	return nil
+}
+
+// applyLocalRetentionLocked deletes local copies of segments the bucket
+// holds, oldest first, while local.retention.ms (by the segment's largest
+// timestamp) or local.retention.bytes says so. Each one must be shown to be
+// in the bucket as it is on disk first (bucketHoldsLocked); the first that
+// cannot stops local retention with an error, and it and everything after
+// it stay. REQUIRES: p.mu held.
 func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 	cfg := p.local.Config()
 	ms, maxBytes := cfg.EffectiveLocalRetentionMs(), cfg.EffectiveLocalRetentionBytes()
@@ -249,6 +312,7 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 	}
 	now := p.opts.Now().UnixMilli()
 	cut := int64(-1)
+	var refused error
 	for _, si := range infos {
 		if si.Active || si.NextOffset-1 > lastRemote {
 			break
@@ -265,11 +329,24 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		if !del {
 			break
 		}
+		if err := p.bucketHoldsLocked(ctx, m, si); err != nil {
+			p.metrics.LocalDeletesRefused.Add(1)
+			p.opts.Logger.Error("local retention keeps a segment the bucket does not hold as it is", "base", si.BaseOffset, "err", err)
+			refused = fmt.Errorf("tiered: local retention stopped at segment %d: %w", si.BaseOffset, err)
+			break
+		}
 		total -= si.Size
 		cut = si.NextOffset
 	}
-	if cut < 0 {
-		return nil
+	if cut >= 0 {
+		if err := p.local.DeleteRecordsBefore(ctx, cut); err != nil {
+			return err
+		}
+		for base := range p.verified {
+			if base < cut {
+				delete(p.verified, base)
+			}
+		}
 	}
-	return p.local.DeleteRecordsBefore(ctx, cut)
+	return refused
 }

@@ -22,9 +22,13 @@ const readSlack = 64 << 10
 
 // Read serves offsets at or above the local log start from the local log
 // and older ones from the bucket: the manifest picks the segment (step 1),
-// its cached remote offset index the position (step 2), then one ranged GET
-// from there returns whole batches from the one holding the offset.
+// its cached remote offset index the position (step 2), then one window
+// (from the chunk cache, or one ranged GET) returns whole batches from the
+// one holding the offset.
 func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOptions) (backend.Records, error) {
+	if err := p.checkOpen(); err != nil {
+		return nil, err
+	}
 	lo := p.local.Offsets()
 	if offset >= lo.LogStart {
 		return p.local.Read(ctx, offset, opts)
@@ -66,7 +70,7 @@ func (p *Partition) readRemote(ctx context.Context, offset int64, opts backend.R
 		if err != nil || found {
 			return recs, true, err
 		}
-		offset = seg.LastOffset + 1 // nothing at or after offset here (compacted): next segment
+		offset = seg.LastOffset + 1 // nothing at or after offset here: next segment
 	}
 }
 
@@ -102,121 +106,158 @@ func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffi
 	return b, nil
 }
 
+// located is a batch of a remote segment found by locate, and how: the
+// remote index entry step 2 chose, and the window of bytes (from the chunk
+// cache or one ranged GET) that holds the batch.
+type located struct {
+	indexEntry   index.OffsetEntry
+	indexSlot    int // -1: none, the segment's start
+	indexEntries int
+	scanned      int   // batch headers read to get there
+	cached       bool  // the window came from the chunk cache
+	pos          int64 // the window's position in the .log
+	data         []byte
+	at           int64 // the batch's offset in data
+	entry        record.Entry
+}
+
+// whole reports whether the window holds the found batch whole.
+func (l *located) whole() bool { return l.at+l.entry.Size <= int64(len(l.data)) }
+
+// locate finds the first batch of seg holding an offset >= target, as every
+// remote read does: the remote offset index gives the position, then
+// windows of window bytes from there (each from the chunk cache, or one
+// ranged GET that then lands in it) are scanned header by header. found is
+// false when no batch of seg holds target or a later offset. The scan
+// checks, for free, that offsets increase from batch to batch inside the
+// segment's range; damage is backend.ErrCorruptRecord naming the object
+// and position.
+func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, window int64) (l located, found bool, err error) {
+	idx, err := p.remoteIndex(ctx, seg, manifest.IndexSuffix)
+	if err != nil {
+		return l, false, err
+	}
+	l.indexEntry, l.indexSlot, l.indexEntries = index.NewOffsetIndexView(idx, seg.BaseOffset).LookupSlot(target)
+	key := p.key(seg.Name(manifest.LogSuffix))
+	prevLast := seg.BaseOffset - 1
+	for pos := int64(l.indexEntry.Position); pos < seg.Size; {
+		data, cached, err := p.window(ctx, key, pos, min(seg.Size-pos, window))
+		if err != nil {
+			return l, false, err
+		}
+		l.pos, l.data, l.cached = pos, data, cached
+		at := int64(0)
+		for at < int64(len(data)) {
+			e, err := record.HeaderAt(data, at, int64(len(data)))
+			if errors.Is(err, record.ErrTornTail) || err == io.EOF {
+				break // the window ends inside this batch
+			}
+			if err != nil {
+				return l, false, fmt.Errorf("%w: %s at %d: %w", backend.ErrCorruptRecord, key, pos+at, err)
+			}
+			if err := checkOrder(e, prevLast, seg, key, pos+at); err != nil {
+				return l, false, err
+			}
+			l.scanned++
+			if e.LastOffset >= target {
+				l.at, l.entry = at, e
+				return l, true, nil
+			}
+			prevLast = e.LastOffset
+			at += e.Size
+		}
+		if at > 0 {
+			pos += at // the next window starts at the batch the last one cut
+			continue
+		}
+		// The batch at pos is larger than the window: its header says how
+		// large, and the scan fetches it whole.
+		size, err := declaredSize(data, seg.Size-pos, key, pos)
+		if err != nil {
+			return l, false, err
+		}
+		window = size
+	}
+	return l, false, nil
+}
+
+// checkOrder checks a remote batch header against the one before it and
+// the segment's range.
+func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string, pos int64) error {
+	first := e.BaseOffset
+	if first < 0 {
+		first = e.LastOffset // a legacy wrapper: only its last offset is known
+	}
+	if first <= prevLast || e.LastOffset < first || e.LastOffset > seg.LastOffset || first < seg.BaseOffset {
+		return fmt.Errorf("%w: %s at %d: a batch of offsets %d..%d after offset %d, in a segment of offsets %d..%d",
+			backend.ErrCorruptRecord, key, pos, e.BaseOffset, e.LastOffset, prevLast, seg.BaseOffset, seg.LastOffset)
+	}
+	return nil
+}
+
+// window returns n bytes of the object key at pos: the cached range holding
+// pos when it reaches n bytes (or the object's end), else one ranged GET,
+// cached.
+func (p *Partition) window(ctx context.Context, key string, pos, n int64) ([]byte, bool, error) {
+	if data, ok := p.chunks.get(key, pos); ok && int64(len(data)) >= n {
+		return data, true, nil
+	}
+	data, err := p.store.ReadAll(ctx, key, pos, n)
+	if err != nil {
+		return nil, false, fmt.Errorf("tiered: %w", err)
+	}
+	p.chunks.put(key, pos, data)
+	return data, false, nil
+}
+
 // readSegment reads whole batches of seg from the one holding target.
 // found is false when no batch of seg holds target or a later offset.
 func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, target, maxBytes int64, opts backend.ReadOptions) (backend.Records, bool, error) {
-	idx, err := p.remoteIndex(ctx, seg, manifest.IndexSuffix)
-	if err != nil {
+	l, found, err := p.locate(ctx, seg, target, maxBytes+readSlack)
+	if err != nil || !found {
 		return nil, false, err
 	}
-	pos := int64(manifest.OffsetInIndex(seg, idx, target).Position)
-	logKey := p.key(seg.Name(manifest.LogSuffix))
-	for pos < seg.Size {
-		n := min(seg.Size-pos, maxBytes+readSlack)
-		data, cached := p.chunks.get(logKey, pos)
-		if cached && !holdsBatchFor(data, target) {
-			cached = false // the cached range ends before the batch we need
+	if opts.MaxOffset > 0 && l.entry.BaseOffset >= opts.MaxOffset {
+		return &memRecords{next: target}, true, nil
+	}
+	// Take whole batches within MaxBytes (at least one with MinOneBatch).
+	end, next, prevLast := l.at, target, l.entry.BaseOffset-1
+	key := p.key(seg.Name(manifest.LogSuffix))
+	for end < int64(len(l.data)) {
+		e, err := record.HeaderAt(l.data, end, int64(len(l.data)))
+		if err != nil || end+e.Size-l.at > maxBytes || (opts.MaxOffset > 0 && e.BaseOffset >= opts.MaxOffset) {
+			break
 		}
-		if !cached {
-			var err error
-			if data, err = p.store.ReadAll(ctx, logKey, pos, n); err != nil {
-				return nil, false, fmt.Errorf("tiered: %w", err)
-			}
-			p.chunks.put(logKey, pos, data)
+		if err := checkOrder(e, prevLast, seg, key, l.pos+end); err != nil {
+			return nil, false, err
 		}
-		// Skip to the batch holding target.
-		at := int64(0)
-		var first record.Entry
-		found := false
-		for at < int64(len(data)) {
-			e, err := record.HeaderAt(data, at, int64(len(data)))
-			if err != nil {
-				if errors.Is(err, record.ErrTornTail) || err == io.EOF {
-					break // the window ends inside a batch
-				}
-				return nil, false, fmt.Errorf("%w: %s at %d: %v", backend.ErrCorruptRecord, logKey, pos+at, err)
-			}
-			if e.LastOffset >= target {
-				first, found = e, true
-				break
-			}
-			at += e.Size
+		prevLast = e.LastOffset
+		end += e.Size
+		next = e.LastOffset + 1
+	}
+	if end == l.at {
+		if !opts.MinOneBatch {
+			return &memRecords{next: target}, true, nil
 		}
-		if !found && at == 0 {
-			// The batch at pos is larger than the window: read it whole.
-			size, err := declaredSize(data, seg.Size-pos, logKey, pos)
+		if !l.whole() {
+			data, _, err := p.window(ctx, key, l.pos+l.at, l.entry.Size)
 			if err != nil {
 				return nil, false, err
 			}
-			if data, err = p.store.ReadAll(ctx, logKey, pos, size); err != nil {
-				return nil, false, fmt.Errorf("tiered: %w", err)
-			}
-			e, err := record.HeaderAt(data, 0, size)
-			if err != nil {
-				return nil, false, fmt.Errorf("%w: %s at %d: %v", backend.ErrCorruptRecord, logKey, pos, err)
-			}
-			if e.LastOffset < target {
-				pos += size
-				continue
-			}
-			first, found = e, true
+			return &memRecords{data: data[:l.entry.Size], next: l.entry.LastOffset + 1}, true, nil
 		}
-		if !found {
-			pos += at // continue after the last whole batch
-			continue
-		}
-		if opts.MaxOffset > 0 && first.BaseOffset >= opts.MaxOffset {
-			return &memRecords{next: target}, true, nil
-		}
-		// Take whole batches within MaxBytes (at least one with
-		// MinOneBatch), fetching the first again whole if it was cut.
-		end, next := at, target
-		for end < int64(len(data)) {
-			e, err := record.HeaderAt(data, end, int64(len(data)))
-			if err != nil || end+e.Size-at > maxBytes || (opts.MaxOffset > 0 && e.BaseOffset >= opts.MaxOffset) {
-				break
-			}
-			end += e.Size
-			next = e.LastOffset + 1
-		}
-		if end == at {
-			if !opts.MinOneBatch {
-				return &memRecords{next: target}, true, nil
-			}
-			if at+first.Size > int64(len(data)) {
-				whole, err := p.store.ReadAll(ctx, logKey, pos+at, first.Size)
-				if err != nil {
-					return nil, false, fmt.Errorf("tiered: %w", err)
-				}
-				return &memRecords{data: whole, next: first.LastOffset + 1}, true, nil
-			}
-			end, next = at+first.Size, first.LastOffset+1
-		}
-		p.prefetch(seg, pos+int64(len(data)))
-		return &memRecords{data: data[at:end], next: next}, true, nil
+		end, next = l.at+l.entry.Size, l.entry.LastOffset+1
 	}
-	return nil, false, nil
-}
-
-// holdsBatchFor reports whether data (a range of a segment starting at a
-// batch boundary) holds whole the batch with an offset >= target.
-func holdsBatchFor(data []byte, target int64) bool {
-	for at := int64(0); at < int64(len(data)); {
-		e, err := record.HeaderAt(data, at, int64(len(data)))
-		if err != nil {
-			return false
-		}
-		if e.LastOffset >= target {
-			return true
-		}
-		at += e.Size
-	}
-	return false
+	p.prefetch(seg, l.pos+int64(len(l.data)))
+	return &memRecords{data: l.data[l.at:end], next: next}, true, nil
 }
 
 // OffsetForTimestamp searches the bucket's segments (by their largest
 // timestamp, then their remote time index) and then the local log.
 func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, bool, error) {
+	if err := p.checkOpen(); err != nil {
+		return 0, 0, false, err
+	}
 	m := p.Manifest()
 	localStart := p.local.Offsets().LogStart
 	if len(m.Segments) > 0 {
@@ -235,70 +276,52 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 	return p.local.OffsetForTimestamp(ctx, ts)
 }
 
-// remoteTimestamp is Kafka's findOffsetByTimestamp over a remote segment.
+// remoteTimestamp is Kafka's findOffsetByTimestamp over a remote segment:
+// the time index entry only chooses where to start scanning; batches are
+// then read window by window (through locate) and records filtered by the
+// log start offset.
 func (p *Partition) remoteTimestamp(ctx context.Context, seg manifest.Segment, ts int64) (int64, int64, bool, error) {
 	tidx, err := p.remoteIndex(ctx, seg, manifest.TimeIndexSuffix)
 	if err != nil {
 		return 0, 0, false, err
 	}
-	idx, err := p.remoteIndex(ctx, seg, manifest.IndexSuffix)
-	if err != nil {
-		return 0, 0, false, err
-	}
-	// As Kafka: the time index entry only chooses where to start scanning;
-	// records are filtered by the log start offset.
 	start := p.Offsets().LogStart
-	pos := int64(manifest.OffsetInIndex(seg, idx, max(manifest.TimestampInIndex(seg, tidx, ts).Offset, start)).Position)
-	logKey := p.key(seg.Name(manifest.LogSuffix))
+	target := max(manifest.TimestampInIndex(seg, tidx, ts).Offset, start, seg.BaseOffset)
 	var it record.Iterator
-	for pos < seg.Size {
-		data, err := p.store.ReadAll(ctx, logKey, pos, min(seg.Size-pos, 1<<20))
-		if err != nil {
-			return 0, 0, false, fmt.Errorf("tiered: %w", err)
+	key := p.key(seg.Name(manifest.LogSuffix))
+	for target <= seg.LastOffset {
+		l, found, err := p.locate(ctx, seg, target, 1<<20)
+		if err != nil || !found {
+			return 0, 0, false, err
 		}
-		at := int64(0)
-		for at < int64(len(data)) {
-			e, err := record.HeaderAt(data, at, int64(len(data)))
-			if err != nil {
-				break
+		data := l.data
+		if !l.whole() {
+			if data, _, err = p.window(ctx, key, l.pos+l.at, l.entry.Size); err != nil {
+				return 0, 0, false, err
 			}
-			if at+e.Size > int64(len(data)) {
+			l.at = 0
+		}
+		for at := l.at; at < int64(len(data)); {
+			e, err := record.HeaderAt(data, at, int64(len(data)))
+			if err != nil || at+e.Size > int64(len(data)) {
 				break
 			}
 			if e.MaxTimestamp >= ts && e.LastOffset >= start {
 				if err := it.Reset(data[at : at+e.Size]); err != nil {
-					return 0, 0, false, fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, logKey, err)
+					return 0, 0, false, fmt.Errorf("%w: %s at %d: %w", backend.ErrCorruptRecord, key, l.pos+at, err)
 				}
 				for it.Next() {
 					if r := it.Record(); r.Timestamp >= ts && r.Offset >= start {
 						return r.Offset, r.Timestamp, true, nil
 					}
 				}
-			}
-			at += e.Size
-		}
-		if at == 0 {
-			// A batch larger than the window: read it whole.
-			size, err := declaredSize(data, seg.Size-pos, logKey, pos)
-			if err != nil {
-				return 0, 0, false, err
-			}
-			whole, err := p.store.ReadAll(ctx, logKey, pos, size)
-			if err != nil {
-				return 0, 0, false, fmt.Errorf("tiered: %w", err)
-			}
-			if err := it.Reset(whole); err != nil {
-				return 0, 0, false, fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, logKey, err)
-			}
-			for it.Next() {
-				if r := it.Record(); r.Timestamp >= ts && r.Offset >= start {
-					return r.Offset, r.Timestamp, true, nil
+				if err := it.Err(); err != nil {
+					return 0, 0, false, fmt.Errorf("%w: %s at %d: %w", backend.ErrCorruptRecord, key, l.pos+at, err)
 				}
 			}
-			pos += size
-			continue
+			target = e.LastOffset + 1
+			at += e.Size
 		}
-		pos += at
 	}
 	return 0, 0, false, nil
 }
@@ -316,7 +339,9 @@ func declaredSize(data []byte, left int64, key string, pos int64) (int64, error)
 	return size, nil
 }
 
-// RemoteLookup shows the two steps of a lookup in the bucket, for tools.
+// RemoteLookup shows the two steps of a lookup in the bucket, for tools:
+// the same path Read takes (manifest, remote index, window through the
+// chunk cache).
 type RemoteLookup struct {
 	Segments       int    // segments in the manifest (step 1 searched them)
 	SegmentIndex   int    // the one step 1 chose
@@ -326,6 +351,7 @@ type RemoteLookup struct {
 	IndexOffset    int64
 	IndexPosition  int32
 	BatchesScanned int
+	Cached         bool // the window holding the batch came from the chunk cache
 	BaseOffset     int64
 	LastOffset     int64
 	BatchPosition  int64
@@ -335,6 +361,9 @@ type RemoteLookup struct {
 // LookupRemote finds the batch holding offset in the bucket and reports how.
 func (p *Partition) LookupRemote(ctx context.Context, offset int64) (RemoteLookup, error) {
 	var r RemoteLookup
+	if err := p.checkOpen(); err != nil {
+		return r, err
+	}
 	m := p.Manifest()
 	i, ok := m.Find(offset)
 	if !ok {
@@ -342,49 +371,15 @@ func (p *Partition) LookupRemote(ctx context.Context, offset int64) (RemoteLooku
 	}
 	seg := m.Segments[i]
 	r.Segments, r.SegmentIndex, r.Object = len(m.Segments), i, p.key(seg.Name(manifest.LogSuffix))
-	idx, err := p.remoteIndex(ctx, seg, manifest.IndexSuffix)
+	l, found, err := p.locate(ctx, seg, max(offset, seg.BaseOffset), 1<<20+readSlack)
+	r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = l.indexEntries, l.indexSlot, l.indexEntry.Offset, l.indexEntry.Position
+	r.BatchesScanned, r.Cached = l.scanned, l.cached
 	if err != nil {
 		return r, err
 	}
-	target := max(offset, seg.BaseOffset)
-	e, slot, n := index.NewOffsetIndexView(idx, seg.BaseOffset).LookupSlot(target)
-	r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = n, slot, e.Offset, e.Position
-	pos := int64(e.Position)
-	for pos < seg.Size {
-		data, err := p.store.ReadAll(ctx, r.Object, pos, min(seg.Size-pos, readSlack))
-		if err != nil {
-			return r, fmt.Errorf("tiered: %w", err)
-		}
-		at := int64(0)
-		for at < int64(len(data)) {
-			h, err := record.HeaderAt(data, at, int64(len(data)))
-			if err != nil && !errors.Is(err, record.ErrTornTail) {
-				return r, fmt.Errorf("%w: %s at %d: %v", backend.ErrCorruptRecord, r.Object, pos+at, err)
-			}
-			if err != nil {
-				break
-			}
-			r.BatchesScanned++
-			if h.LastOffset >= target {
-				r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize = h.BaseOffset, h.LastOffset, pos+at, h.Size
-				return r, nil
-			}
-			at += h.Size
-		}
-		if at == 0 {
-			// A batch larger than the window: its header says enough.
-			size, err := declaredSize(data, seg.Size-pos, r.Object, pos)
-			if err != nil {
-				return r, err
-			}
-			r.BatchesScanned++
-			if h := record.Batch(data[:record.BatchHeaderSize]); h.LastOffset() >= target {
-				r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize = h.BaseOffset(), h.LastOffset(), pos, size
-				return r, nil
-			}
-			at = size
-		}
-		pos += at
+	if !found {
+		return r, fmt.Errorf("%w: offset %d: no batch at or after it in %s", backend.ErrNotFound, offset, r.Object)
 	}
-	return r, fmt.Errorf("%w: offset %d: no batch at or after it in %s", backend.ErrNotFound, offset, r.Object)
+	r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize = l.entry.BaseOffset, l.entry.LastOffset, l.pos+l.at, l.entry.Size
+	return r, nil
 }

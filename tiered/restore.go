@@ -10,8 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
@@ -194,45 +192,4 @@ func copyBody(f *os.File, h hash.Hash32, r io.Reader, buf []byte, progress func(
 			return n, err, nil
 		}
 	}
-}
-
-// GC finds objects under prefix that the committed manifest does not name
-// and that are older than grace (uploads that crashed before their commit,
-// segments dropped by retention whose delete failed), and deletes them
-// unless dryRun. It also aborts stale multipart uploads. It returns the
-// keys it removed (or would remove).
-func GC(ctx context.Context, store *objstore.Store, prefix string, grace time.Duration, dryRun bool) ([]string, error) {
-	m, err := ReadManifest(ctx, store, prefix)
-	if err != nil {
-		return nil, err
-	}
-	p := &Partition{store: store, prefix: prefix}
-	named := map[string]bool{p.key(ManifestName): true}
-	for _, s := range m.Segments {
-		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
-			named[p.key(s.Name(suf))] = true
-		}
-	}
-	cutoff := time.Now().Add(-grace)
-	var garbage []string
-	listPrefix := prefix
-	if listPrefix != "" && !strings.HasSuffix(listPrefix, "/") {
-		listPrefix += "/"
-	}
-	err = store.List(ctx, listPrefix, func(o objstore.ObjectInfo) bool {
-		if !named[o.Key] && o.LastModified.Before(cutoff) {
-			garbage = append(garbage, o.Key)
-		}
-		return true
-	})
-	if err != nil || dryRun {
-		return garbage, err
-	}
-	if err := store.Delete(ctx, garbage...); err != nil {
-		return nil, err
-	}
-	if _, err := store.AbortStaleUploads(ctx, listPrefix, grace); err != nil {
-		return garbage, err
-	}
-	return garbage, nil
 }

@@ -67,6 +67,11 @@ type Options struct {
 	// background, for the next sequential read, across segment borders
 	// (default 1 MiB; -1 disables read-ahead).
 	PrefetchBytes int64
+	// CommitWindow bounds the time from an upload's intent to the commit
+	// naming its objects (default DefaultCommitWindow): an upload that
+	// takes longer is given up (ErrCommitWindow) and retried, because gc
+	// may remove its objects after that. See GC.
+	CommitWindow time.Duration
 	// Now is the clock for local retention (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
@@ -94,14 +99,25 @@ type Partition struct {
 	// unknown is a manifest whose commit may or may not have happened (the
 	// answer was lost); the next change reconciles it first. Guarded by mu.
 	unknown *manifest.Manifest
+	// verified holds the local segments known to be in the bucket as they
+	// are on disk (see bucketHoldsLocked). Guarded by mu.
+	verified map[int64]verifiedSegment
 
-	indexes     *byteCache
+	indexes     *lru[string, []byte] // remote index objects by key
 	diskIndexes *diskCache
 	chunks      *rangeCache
 	uploadRate  *ratelimit.Limiter
 	prefetching atomic.Bool
 	prefetched  atomic.Int64
 	metrics     *Metrics
+
+	// closed is set by Close; closing is cancelled by it, which stops
+	// read-ahead and an Offload, ApplyRetention or commit in flight; bg
+	// counts the read-ahead goroutine.
+	closed      atomic.Bool
+	closing     context.Context
+	stopClosing context.CancelFunc
+	bg          sync.WaitGroup
 }
 
 // manifestState is a committed manifest and the ETag to replace it with.
@@ -137,6 +153,9 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.CommitWindow <= 0 {
+		opts.CommitWindow = DefaultCommitWindow
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -144,13 +163,14 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 		opts.Metrics = new(Metrics)
 	}
 	p := &Partition{metrics: opts.Metrics, local: l, store: opts.Store, prefix: opts.Prefix, opts: opts,
-		indexes: newByteCache(opts.IndexCacheBytes), chunks: newRangeCache(opts.ChunkCacheBytes),
-		uploadRate: ratelimit.New(opts.UploadBytesPerSecond)}
+		indexes: newLRU[string](opts.IndexCacheBytes, func(b []byte) int64 { return int64(len(b)) }, nil),
+		chunks:  newRangeCache(opts.ChunkCacheBytes), uploadRate: ratelimit.New(opts.UploadBytesPerSecond)}
+	p.closing, p.stopClosing = context.WithCancel(context.Background())
 	if opts.IndexCacheDir != "" {
 		if opts.IndexCacheDiskBytes <= 0 {
 			opts.IndexCacheDiskBytes = 1 << 30
 		}
-		p.diskIndexes = &diskCache{dir: opts.IndexCacheDir, max: opts.IndexCacheDiskBytes}
+		p.diskIndexes = openDiskCache(opts.IndexCacheDir, opts.IndexCacheDiskBytes)
 	}
 	st, err := p.readManifest(ctx)
 	if err != nil {
@@ -229,17 +249,31 @@ func (p *Partition) Offsets() backend.Offsets {
 
 // Append appends to the local log.
 func (p *Partition) Append(ctx context.Context, batches []byte, opts backend.AppendOptions) (backend.AppendInfo, error) {
+	if err := p.checkOpen(); err != nil {
+		return backend.AppendInfo{}, err
+	}
 	return p.local.Append(ctx, batches, opts)
 }
 
 // SetHighWatermark sets the local log's high watermark.
-func (p *Partition) SetHighWatermark(hw int64) error { return p.local.SetHighWatermark(hw) }
+func (p *Partition) SetHighWatermark(hw int64) error {
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	return p.local.SetHighWatermark(hw)
+}
 
-// TruncateTo truncates the local log. Offsets below the local log start
-// live in the bucket, below the high watermark, and are never truncated.
+// TruncateTo truncates the local log. Offsets the bucket holds were
+// committed (below the high watermark when they were offloaded) and are
+// never truncated: the bucket would otherwise hold records the log no
+// longer has, and new appends would reuse their offsets.
 func (p *Partition) TruncateTo(offset int64) error {
-	if ls := p.local.Offsets().LogStart; offset < ls && len(p.Manifest().Segments) > 0 {
-		return fmt.Errorf("%w: truncate to %d: offsets below %d are offloaded and committed", backend.ErrInvalidRecord, offset, ls)
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if m := p.Manifest(); len(m.Segments) > 0 && offset <= m.Segments[len(m.Segments)-1].LastOffset {
+		return fmt.Errorf("%w: truncate to %d: offsets up to %d are offloaded and committed", backend.ErrInvalidRecord,
+			offset, m.Segments[len(m.Segments)-1].LastOffset)
 	}
 	return p.local.TruncateTo(offset)
 }
@@ -247,12 +281,20 @@ func (p *Partition) TruncateTo(offset int64) error {
 // DeleteRecordsBefore raises the log start offset, locally and (when the
 // offset falls in the bucket's range) in the manifest.
 func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error {
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
 	if offset > p.local.Offsets().HighWatermark {
 		o := p.Offsets()
 		return &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.HighWatermark}
 	}
+	ctx, cancel := p.withClose(ctx)
+	defer cancel()
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
 	st := p.man.Load()
 	if n := len(st.m.Segments); n > 0 && offset > st.m.LogStartOffset {
 		next := *st.m
@@ -269,10 +311,44 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 }
 
 // Flush flushes the local log.
-func (p *Partition) Flush() error { return p.local.Flush() }
+func (p *Partition) Flush() error {
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	return p.local.Flush()
+}
 
-// Close closes the local log.
-func (p *Partition) Close() error { return p.local.Close() }
+// Close closes the tiered layer, then the local log: read-ahead stops, an
+// Offload, ApplyRetention or DeleteRecordsBefore in flight is cancelled
+// (an upload it leaves uncommitted is gc's, by its intent), the caches are
+// dropped, and every call after it returns backend.ErrClosed.
+func (p *Partition) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.stopClosing()
+	p.mu.Lock() // wait out a change in flight
+	p.bg.Wait()
+	p.indexes.clear()
+	p.chunks.lru.clear()
+	p.mu.Unlock()
+	return p.local.Close()
+}
+
+// checkOpen returns backend.ErrClosed after Close.
+func (p *Partition) checkOpen() error {
+	if p.closed.Load() {
+		return fmt.Errorf("%w: tiered partition %s", backend.ErrClosed, p.key(""))
+	}
+	return nil
+}
+
+// withClose returns ctx, also cancelled when the partition closes.
+func (p *Partition) withClose(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(p.closing, cancel)
+	return ctx, func() { stop(); cancel() }
+}
 
 // commitLocked replaces the manifest st with next by a conditional put. A
 // lost condition fences this writer, unless the manifest now in the bucket
@@ -340,83 +416,6 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 	}
 	p.unknown = nil
 	return nil
-}
-
-// byteCache is a size-bounded LRU of immutable byte slices.
-type byteCache struct {
-	mu    sync.Mutex
-	max   int64
-	size  int64
-	items map[string]*cacheItem
-	head  *cacheItem // most recent
-	tail  *cacheItem
-
-	hits, misses atomic.Int64
-}
-
-type cacheItem struct {
-	key        string
-	data       []byte
-	prev, next *cacheItem
-}
-
-func newByteCache(max int64) *byteCache { return &byteCache{max: max, items: map[string]*cacheItem{}} }
-
-func (c *byteCache) get(key string) ([]byte, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	it, ok := c.items[key]
-	if !ok {
-		c.misses.Add(1)
-		return nil, false
-	}
-	c.hits.Add(1)
-	c.unlink(it)
-	c.pushFront(it)
-	return it.data, true
-}
-
-func (c *byteCache) put(key string, data []byte) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if _, ok := c.items[key]; ok || int64(len(data)) > c.max {
-		return
-	}
-	it := &cacheItem{key: key, data: data}
-	c.items[key] = it
-	c.pushFront(it)
-	c.size += int64(len(data))
-	for c.size > c.max && c.tail != nil {
-		old := c.tail
-		c.unlink(old)
-		delete(c.items, old.key)
-		c.size -= int64(len(old.data))
-	}
-}
-
-func (c *byteCache) unlink(it *cacheItem) {
-	if it.prev != nil {
-		it.prev.next = it.next
-	} else {
-		c.head = it.next
-	}
-	if it.next != nil {
-		it.next.prev = it.prev
-	} else {
-		c.tail = it.prev
-	}
-	it.prev, it.next = nil, nil
-}
-
-func (c *byteCache) pushFront(it *cacheItem) {
-	it.next = c.head
-	if c.head != nil {
-		c.head.prev = it
-	}
-	c.head = it
-	if c.tail == nil {
-		c.tail = it
-	}
 }
 
 // memRecords are batches read from the bucket, held in memory.

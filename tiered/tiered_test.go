@@ -328,17 +328,17 @@ func TestRestoreAndGC(t *testing.T) {
 	// Garbage: a crashed upload's object, and a stray object.
 	orphan := "tl/orders-0/" + m.Segments[0].Name(".log")[:42] + "ffffffffffffffff.log"
 	store.Put(ctx, orphan, bytes.NewReader([]byte("crashed upload")), 14, objstore.PutOptions{})
-	dry, err := tiered.GC(ctx, store, "tl/orders-0", 0, true)
+	dry, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true, DryRun: true})
 	if err != nil || len(dry) != 1 || dry[0] != orphan {
 		t.Fatalf("gc --dry-run: %v %v", dry, err)
 	}
 	if _, err := store.Head(ctx, orphan); err != nil {
 		t.Fatal("dry run deleted")
 	}
-	if got, err := tiered.GC(ctx, store, "tl/orders-0", time.Hour, false); err != nil || len(got) != 0 {
+	if got, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Hour}); err != nil || len(got) != 0 {
 		t.Fatalf("gc within the grace period removed %v (%v)", got, err)
 	}
-	if got, err := tiered.GC(ctx, store, "tl/orders-0", 0, false); err != nil || len(got) != 1 {
+	if got, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true}); err != nil || len(got) != 1 {
 		t.Fatalf("gc: %v %v", got, err)
 	}
 	if _, err := store.Head(ctx, orphan); !errors.Is(err, objstore.ErrNotFound) {
@@ -488,7 +488,7 @@ func TestRemoteRetention(t *testing.T) {
 	if got := batchesFrom(t, p, m.LogStartOffset); len(got) == 0 {
 		t.Fatal("nothing readable after retention")
 	}
-	if leftovers, _ := tiered.GC(ctx, store, "tl/orders-0", 0, true); len(leftovers) != 0 {
+	if leftovers, _ := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true, DryRun: true}); len(leftovers) != 0 {
 		t.Fatalf("retention left garbage: %v", leftovers)
 	}
 }

@@ -222,11 +222,14 @@ func TestEveryCommandAsBinary(t *testing.T) {
 	fails(2, "memory", "compact", filepath.Join(logs, "users-0"), "--memory", "1")
 
 	// gc and restore
-	gc := ok("gc", "gc", "--store", store, "--partition", "orders-0", "--grace", "0s", "--dry-run", "--json").jsonLines(t)[0]
+	gc := ok("gc", "gc", "--store", store, "--partition", "orders-0", "--grace", "0s", "--force", "--dry-run", "--json").jsonLines(t)[0]
 	if gc["dryRun"] != true {
 		t.Fatalf("gc --json: %v", gc)
 	}
 	fails(2, "--grace", "gc", "--store", store, "--partition", "orders-0", "--grace", "soon")
+	fails(2, "safe floor", "gc", "--store", store, "--partition", "orders-0", "--grace", "0s")
+	fails(2, "negative", "gc", "--store", store, "--partition", "orders-0", "--grace", "-1h", "--force")
+	fails(2, "--no-manifest-ok", "gc", "--store", store, "--partition", "orders-9")
 	restored := filepath.Join(root, "restored")
 	rst := ok("restore", "restore", restored, "--store", store, "--partition", "orders-0", "--json").jsonLines(t)[0]
 	if rst["segments"] != off["remoteSegments"] {

@@ -435,7 +435,7 @@ func TestRestoreAndGCCommands(t *testing.T) {
 	}
 	json.Unmarshal([]byte(out), &m)
 	remoteEnd := m.Segments[len(m.Segments)-1].LastOffset + 1
-	if code, out, _ := tierctl(t, "gc", "--store", "file://"+bucket, "--partition", "orders-0", "--grace", "0s", "--dry-run"); code != 0 || !strings.Contains(out, "would delete 0 object(s)") {
+	if code, out, _ := tierctl(t, "gc", "--store", "file://"+bucket, "--partition", "orders-0", "--grace", "0s", "--force", "--dry-run"); code != 0 || !strings.Contains(out, "would delete 0 object(s)") {
 		t.Fatalf("gc --dry-run on a clean bucket: %d %q", code, out)
 	}
 	os.RemoveAll(part) // the disk is lost

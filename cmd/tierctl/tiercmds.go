@@ -424,14 +424,21 @@ Use it for a lost disk or a new broker.`,
 func newGCCmd() *cobra.Command {
 	var storeURL, partition string
 	var grace time.Duration
-	var dryRun, asJSON bool
+	var dryRun, asJSON, force, noManifestOK bool
 	cmd := &cobra.Command{
 		Use:   "gc --store URL --partition TOPIC-PARTITION [--grace 1h] [--dry-run]",
-		Short: "Delete objects no committed manifest names (crashed uploads) and stale multipart uploads",
-		Long: `gc lists the partition's prefix and removes every object that the
-committed manifest does not name and that is older than --grace (default
-1h, so that uploads in flight, not yet committed, are left alone), then
-aborts multipart uploads older than --grace. --dry-run only lists them.`,
+		Short: "Delete objects no manifest can name (crashed uploads) and stale multipart uploads",
+		Long: `gc lists the partition's prefix and removes the objects no manifest can
+name: those of an upload whose intent shows its commit can no longer
+happen (the manifest moved past the generation it built on, or the
+upload outlasted the commit window), and objects no manifest and no
+intent name that are older than --grace. It reads the manifest again
+after listing, so a commit landing meanwhile protects what it names.
+Then it aborts multipart uploads older than --grace. --dry-run only lists.
+
+--grace may not be below 1h (the commit window) without --force, and gc
+refuses a prefix that has no manifest (a wrong --store or --partition
+would otherwise lose a partition) unless --no-manifest-ok.`,
 		Example: `  tierctl gc --store file:///var/lib/tierlog/bucket --partition orders-0 --dry-run`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -441,7 +448,16 @@ aborts multipart uploads older than --grace. --dry-run only lists them.`,
 				return err
 			}
 			defer store.Close()
-			keys, err := tiered.GC(ctx, store, tp.String(), grace, dryRun)
+			if grace < 0 {
+				return usagef("--grace %v is negative", grace)
+			}
+			if grace < tiered.MinGCGrace && !force {
+				return usagef("--grace %v is below the safe floor of %v (uploads in flight may still commit); pass --force to override", grace, tiered.MinGCGrace)
+			}
+			keys, err := tiered.GC(ctx, store, tp.String(), tiered.GCOptions{Grace: grace, Force: force, DryRun: dryRun, NoManifestOK: noManifestOK})
+			if errors.Is(err, tiered.ErrNoManifest) {
+				return fmt.Errorf("%w; pass --no-manifest-ok to collect anyway", err)
+			}
 			if err != nil {
 				return err
 			}
@@ -464,7 +480,9 @@ aborts multipart uploads older than --grace. --dry-run only lists them.`,
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "", "bucket URL")
 	cmd.Flags().StringVar(&partition, "partition", "", "the partition, as TOPIC-PARTITION")
-	cmd.Flags().DurationVar(&grace, "grace", time.Hour, "leave objects younger than this")
+	cmd.Flags().DurationVar(&grace, "grace", tiered.MinGCGrace, "leave objects no intent names younger than this (at least 1h without --force)")
+	cmd.Flags().BoolVar(&force, "force", false, "allow a --grace below the safe floor")
+	cmd.Flags().BoolVar(&noManifestOK, "no-manifest-ok", false, "collect garbage under a prefix that has no manifest")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be deleted")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd

@@ -29,6 +29,15 @@ type Harness interface {
 	Open(t *testing.T, cfg backend.Config) backend.Partition
 }
 
+// Compactor is implemented by harnesses whose partitions a log cleaner can
+// compact (cleanup.policy=compact). The battery then also holds Records
+// across a cleaning round, which must leave them readable.
+type Compactor interface {
+	// Compact runs one cleaning round over p, opened by this harness with
+	// a config whose cleanup.policy includes compact.
+	Compact(t *testing.T, p backend.Partition)
+}
+
 // Run runs the battery; newHarness is called once per subtest.
 func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 	tests := []struct {
@@ -47,6 +56,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"FollowerAppend", testFollowerAppend},
 		{"BadInput", testBadInput},
 		{"ConcurrentReaders", testConcurrentReaders},
+		{"HeldRecords", testHeldRecords},
 		{"Closed", testClosed},
 	}
 	for _, tc := range tests {
@@ -624,17 +634,29 @@ func testConcurrentReaders(t *testing.T, h Harness) {
 }
 
 func testClosed(t *testing.T, h Harness) {
-	p := h.Open(t, Config(t))
+	p := h.Open(t, Config(t, "segment.bytes", "1024"))
 	var m model
-	appendBatches(t, p, &m, rand.New(rand.NewPCG(11, 11)), 2, 2, record.None)
+	appendBatches(t, p, &m, rand.New(rand.NewPCG(11, 11)), 20, 2, record.None)
+	commitAll(t, p) // a tiered partition offloads: offset 0 is then read from its bucket
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
 	}
-	if _, err := p.Read(ctx, 0, backend.ReadOptions{}); !errors.Is(err, backend.ErrClosed) {
-		t.Errorf("Read after Close: %v", err)
+	for _, off := range []int64{0, m.recs[len(m.recs)-1].offset} {
+		if r, err := p.Read(ctx, off, backend.ReadOptions{}); !errors.Is(err, backend.ErrClosed) {
+			t.Errorf("Read of offset %d after Close: %v (%v)", off, err, r)
+		}
+	}
+	if _, _, _, err := p.OffsetForTimestamp(ctx, 0); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("OffsetForTimestamp after Close: %v", err)
+	}
+	if err := p.SetHighWatermark(1); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("SetHighWatermark after Close: %v", err)
+	}
+	if err := p.DeleteRecordsBefore(ctx, 1); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("DeleteRecordsBefore after Close: %v", err)
 	}
 	if _, err := p.Append(ctx, []byte{1}, backend.AppendOptions{}); !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("Append after Close: %v", err)
@@ -644,5 +666,133 @@ func testClosed(t *testing.T, h Harness) {
 	}
 	if err := p.Flush(); !errors.Is(err, backend.ErrClosed) {
 		t.Errorf("Flush after Close: %v", err)
+	}
+}
+
+// held is a Records a reader holds, with the records it must yield.
+type held struct {
+	what string
+	r    backend.Records
+	want []rec
+}
+
+// hold reads at offset and keeps the Records unread, noting the records
+// the bytes must hold: those of m from the batch holding offset on, as far
+// as the read reaches (checked when it is finally written out).
+func hold(t *testing.T, p backend.Partition, m *model, offset int64, what string) held {
+	t.Helper()
+	r, err := p.Read(ctx, offset, backend.ReadOptions{MaxBytes: 4096, MinOneBatch: true})
+	if err != nil {
+		t.Fatalf("%s: read %d: %v", what, offset, err)
+	}
+	return held{what: what, r: r, want: append([]rec(nil), m.recs...)}
+}
+
+// check writes the held Records out and compares every record they hold
+// with the model as it was when they were read.
+func (h held) check(t *testing.T) {
+	t.Helper()
+	defer h.r.Close()
+	var buf bytes.Buffer
+	n, err := h.r.WriteTo(&buf)
+	if err != nil || n != h.r.Len() {
+		t.Fatalf("%s: WriteTo wrote %d of %d bytes: %v", h.what, n, h.r.Len(), err)
+	}
+	if n == 0 {
+		t.Fatalf("%s: the held read returned nothing", h.what)
+	}
+	byOffset := map[int64]rec{}
+	for _, r := range h.want {
+		byOffset[r.offset] = r
+	}
+	sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, n, record.ScanOptions{Validate: true})
+	var it record.Iterator
+	for sc.Next() {
+		if err := it.Reset(sc.Entry().Data); err != nil {
+			t.Fatalf("%s: %v", h.what, err)
+		}
+		for it.Next() {
+			x := it.Record()
+			w, ok := byOffset[x.Offset]
+			if !ok || x.Timestamp != w.ts || !bytes.Equal(x.Key, w.key) || !bytes.Equal(x.Value, w.value) {
+				t.Fatalf("%s: the held records hold offset %d (ts %d) that is not the record written there", h.what, x.Offset, x.Timestamp)
+			}
+		}
+		if it.Err() != nil {
+			t.Fatalf("%s: %v", h.what, it.Err())
+		}
+	}
+	if sc.Err() != nil {
+		t.Fatalf("%s: the held records are damaged: %v", h.what, sc.Err())
+	}
+}
+
+// testHeldRecords holds Records (read, not yet written out) across a clean
+// reopen's first append, rolls, retention, truncations of the last and of
+// a closed segment, and a cleaning round, then writes each out: every one
+// MUST still hold the bytes it held when it was read (backend.Partition:
+// a Records stays readable until it is closed).
+func testHeldRecords(t *testing.T, h Harness) {
+	kv := []string{"segment.bytes", "2048", "file.delete.delay.ms", "0"}
+	compactor, canCompact := h.(Compactor)
+	if canCompact {
+		kv = append(kv, "cleanup.policy", "compact,delete", "min.cleanable.dirty.ratio", "0.01")
+	}
+	c := Config(t, kv...)
+	p := h.Open(t, c)
+	var m model
+	rng := rand.New(rand.NewPCG(12, 12))
+	appendBatches(t, p, &m, rng, 40, 4, record.None)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Read the last segment after a clean reopen, then append (to a
+	// segment with room: no roll) and write the read out: the first append
+	// makes that segment writable again, and MUST NOT cut its readers.
+	big := Config(t, append(kv, "segment.bytes", "1048576")...)
+	p = h.Open(t, big)
+	first := hold(t, p, &m, p.Offsets().LogEnd-1, "read of the last segment before the first append after a reopen")
+	appendBatches(t, p, &m, rng, 1, 2, record.None)
+	first.check(t)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = h.Open(t, c)
+	defer p.Close()
+	var end int64
+	var hs []held
+	hs = append(hs, hold(t, p, &m, 0, "read of the first segment before retention"))
+	hs = append(hs, hold(t, p, &m, m.recs[len(m.recs)/2].offset, "read of a middle segment before truncations"))
+	appendBatches(t, p, &m, rng, 20, 4, record.None) // rolls
+	// Commit half: truncations happen above the high watermark.
+	if err := p.SetHighWatermark(m.recs[len(m.recs)/2].offset); err != nil {
+		t.Fatal(err)
+	}
+	hs = append(hs, hold(t, p, &m, p.Offsets().LogEnd-1, "read of the last segment before a truncation into it"))
+	// Truncate into the last segment, then into a closed one.
+	if err := p.TruncateTo(p.Offsets().LogEnd - 1); err != nil {
+		t.Fatal(err)
+	}
+	m.recs = m.recs[:len(m.recs)-1]
+	cut := m.recs[len(m.recs)*3/4].offset
+	if err := p.TruncateTo(cut); err != nil {
+		t.Fatal(err)
+	}
+	end = p.Offsets().LogEnd
+	for len(m.recs) > 0 && m.recs[len(m.recs)-1].offset >= end {
+		m.recs = m.recs[:len(m.recs)-1]
+	}
+	appendBatches(t, p, &m, rng, 10, 4, record.None)
+	commitAll(t, p)
+	if canCompact {
+		hs = append(hs, hold(t, p, &m, m.recs[len(m.recs)/3].offset, "read before a cleaning round"))
+		compactor.Compact(t, p)
+	}
+	// Retention: the first segments go.
+	if err := p.DeleteRecordsBefore(ctx, m.recs[len(m.recs)/2].offset); err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range hs {
+		x.check(t)
 	}
 }

@@ -1,0 +1,526 @@
+package local
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/edsrzf/mmap-go"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/vfs"
+)
+
+// segFile is one segment's files as readers see them: the .log through a
+// read-only descriptor (and, once sealed, a read-only mapping) and the
+// segment's offset and time indexes.
+//
+// Lifetime: the log holds one reference while the segment is part of it;
+// each reader holds one more while it uses the segment. The descriptor, the
+// mapping and the indexes are closed only by the last release, so a reader
+// never has a file closed or unmapped under it. A segment that leaves the
+// log has its files renamed to .deleted at once and unlinked later; open
+// descriptors survive both. The writer never uses the reader's descriptor:
+// the active segment opens its own (see activeSegment).
+//
+// Index objects a reader may hold are never closed before the last
+// release: one replaced (a rebuild, the writer's writable copy taking over
+// from a read-only one) is retired and closed with the files.
+type segFile struct {
+	base    int64
+	logPath string
+	opts    *segmentOptions
+
+	refs atomic.Int32
+	// size is the byte length readers may read: the writer writes bytes
+	// before size moves past them.
+	size atomic.Int64
+	// used is set by every use of the files and cleared by the file
+	// budget's clock hand (second chance).
+	used atomic.Bool
+
+	mu sync.Mutex // guards the fields below; no I/O of the .log under it
+	rd vfs.File   // read-only descriptor; nil until first needed
+	oi *index.OffsetIndex
+	ti *index.TimeIndex
+	// tiBypassed: the time index failed its sanity check in a read-only
+	// log: timestamp searches scan the segment instead of trusting it.
+	tiBypassed bool
+	retired    []io.Closer
+	// sealed: no longer the log's last segment. Its files never change
+	// again (a truncation into it writes a new file instead), so reads may
+	// go through a read-only mapping.
+	sealed bool
+	// next is a sealed segment's next segment base (where its offsets
+	// end at the latest); -1 for the last segment.
+	next      int64
+	readOnly  bool // a read-only log: never write, rebuild nothing on disk
+	mapped    mmap.MMap
+	mapFailed bool
+	// maxTs and offsetOfMaxTs are a sealed segment's largest timestamp
+	// and its offset; -2 until loaded.
+	maxTs, offsetOfMaxTs int64
+	// checkedIndex: the offset index was checked against the log (its
+	// last entry lies inside the file, on a batch that agrees with it).
+	checkedIndex bool
+	mtime        time.Time // the .log's mtime when the segment was loaded or created
+}
+
+// segmentOptions are what every segment of a log shares.
+type segmentOptions struct {
+	fs            vfs.FS
+	dir           string
+	maxIndexBytes int
+	intervalBytes int64
+	budget        *fileBudget // bounds sealed segments' open files; nil: none
+	// compact is set while the topic's cleanup.policy includes compact:
+	// offsets may then have gaps (see checkEnd).
+	compact atomic.Bool
+}
+
+func (o *segmentOptions) gapsAllowed() bool { return o.compact.Load() }
+
+func newSegFile(opts *segmentOptions, base, size int64, mtime time.Time) *segFile {
+	s := &segFile{base: base, opts: opts, next: -1, maxTs: -2, offsetOfMaxTs: -1, mtime: mtime,
+		logPath: filepath.Join(opts.dir, FileName(base, LogSuffix))}
+	s.refs.Store(1)
+	s.size.Store(size)
+	return s
+}
+
+func (s *segFile) path(suffix string) string {
+	if suffix == LogSuffix {
+		return s.logPath
+	}
+	return filepath.Join(s.opts.dir, FileName(s.base, suffix))
+}
+
+// exclusiveRefs marks a segment a writer holds alone for an in-place change
+// (see tryExclusive): acquire waits it out.
+const exclusiveRefs = math.MinInt32 / 2
+
+// acquire takes a reader's reference; false when the segment is already
+// gone (the caller retries with a fresh segment list).
+func (s *segFile) acquire() bool {
+	for {
+		n := s.refs.Load()
+		if n == exclusiveRefs {
+			runtime.Gosched() // a writer changes the file in place: brief
+			continue
+		}
+		if n <= 0 {
+			return false
+		}
+		if s.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// tryExclusive succeeds when only the log holds the segment (no reader),
+// and keeps new readers out until endExclusive: the writer may then change
+// the file in place (truncate it) without cutting a reader's bytes.
+func (s *segFile) tryExclusive() bool { return s.refs.CompareAndSwap(1, exclusiveRefs) }
+
+func (s *segFile) endExclusive() { s.refs.Store(1) }
+
+// release drops a reference; the last one closes the files.
+func (s *segFile) release() {
+	if s.refs.Add(-1) == 0 {
+		s.mu.Lock()
+		s.closeFilesLocked()
+		s.mu.Unlock()
+	}
+}
+
+// closeFilesLocked closes the descriptor, the mapping and the indexes
+// (retired ones too). REQUIRES: s.mu held, and no reader (the last release,
+// or the file budget's eviction of an idle segment).
+func (s *segFile) closeFilesLocked() error {
+	var errs []error
+	errs = append(errs, s.closeIndexesLocked())
+	for _, c := range s.retired {
+		errs = append(errs, c.Close())
+	}
+	s.retired = nil
+	if s.mapped != nil {
+		errs = append(errs, s.mapped.Unmap())
+		s.mapped = nil
+	}
+	if s.rd != nil {
+		errs = append(errs, s.rd.Close())
+		s.rd = nil
+	}
+	s.opts.budget.forget(s)
+	return errors.Join(errs...)
+}
+
+func (s *segFile) closeIndexesLocked() error {
+	var errs []error
+	if s.oi != nil {
+		errs = append(errs, s.oi.Close())
+		s.oi = nil
+	}
+	if s.ti != nil {
+		errs = append(errs, s.ti.Close())
+		s.ti = nil
+	}
+	s.checkedIndex, s.tiBypassed = false, false
+	return errors.Join(errs...)
+}
+
+// publishIndexesLocked makes oi and ti the indexes readers use, retiring
+// the ones they replace (a reader may still hold them).
+// REQUIRES: s.mu held.
+func (s *segFile) publishIndexesLocked(oi *index.OffsetIndex, ti *index.TimeIndex) {
+	if s.oi != nil && s.oi != oi {
+		s.retired = append(s.retired, s.oi)
+	}
+	if s.ti != nil && s.ti != ti {
+		s.retired = append(s.retired, s.ti)
+	}
+	s.oi, s.ti = oi, ti
+	s.checkedIndex, s.tiBypassed = false, false
+}
+
+// file returns the read-only descriptor of the .log, opening it if needed.
+func (s *segFile) file() (vfs.File, error) {
+	s.mu.Lock()
+	opened := s.rd == nil
+	f, err := s.fileLocked()
+	count := opened && err == nil && s.sealed
+	s.mu.Unlock()
+	s.used.Store(true)
+	if count {
+		s.opts.budget.opened(s)
+	}
+	return f, err
+}
+
+func (s *segFile) fileLocked() (vfs.File, error) {
+	if s.rd == nil {
+		f, err := s.opts.fs.OpenFile(s.logPath, os.O_RDONLY, 0)
+		if err != nil {
+			return nil, fmt.Errorf("local: open %s: %w", s.logPath, err)
+		}
+		s.rd = f
+	}
+	return s.rd, nil
+}
+
+// offsetIndex returns the segment's offset index, opening (only) it if
+// needed: the open path needs no time index. A sealed segment's index is
+// checked against the log on first use (its last entry must lie inside the
+// file, on a batch that agrees with it); a segment cut short is an error.
+func (s *segFile) offsetIndex() (*index.OffsetIndex, error) {
+	s.mu.Lock()
+	oi := s.oi
+	checked := s.checkedIndex || !s.sealed
+	s.mu.Unlock()
+	if oi == nil {
+		var err error
+		if oi, _, err = s.openIndexes(false); err != nil {
+			return nil, err
+		}
+	}
+	if !checked {
+		if err := s.checkOffsetIndex(oi); err != nil {
+			return nil, err
+		}
+	}
+	return oi, nil
+}
+
+// indexes returns both indexes, opening a closed segment's trimmed files
+// read-only on first use, and rebuilding them when missing or when the
+// time index fails its sanity check (in a read-only log a missing index is
+// an empty view and a bad time index is bypassed: see timeIndex).
+func (s *segFile) indexes() (*index.OffsetIndex, *index.TimeIndex, error) {
+	if _, err := s.offsetIndex(); err != nil {
+		return nil, nil, err
+	}
+	s.mu.Lock()
+	oi, ti := s.oi, s.ti
+	s.mu.Unlock()
+	if oi != nil && ti != nil {
+		return oi, ti, nil
+	}
+	return s.openIndexes(true)
+}
+
+// openIndexes opens the offset index (and the time index when withTime)
+// from their files. REQUIRES: s.mu not held.
+func (s *segFile) openIndexes(withTime bool) (*index.OffsetIndex, *index.TimeIndex, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.oi == nil {
+		oi, err := index.OpenOffsetIndexReadOnly(s.opts.fs, s.path(IndexSuffix), s.base)
+		switch {
+		case err == nil:
+			s.oi = oi
+		case errors.Is(err, fs.ErrNotExist):
+			if err := s.rebuildOrViewLocked("offset index missing"); err != nil {
+				return nil, nil, err
+			}
+			return s.oi, s.ti, nil
+		default:
+			return nil, nil, err
+		}
+	}
+	if !withTime || s.ti != nil {
+		return s.oi, s.ti, nil
+	}
+	ti, err := index.OpenTimeIndexReadOnly(s.opts.fs, s.path(TimeIndexSuffix), s.base)
+	if err == nil {
+		if serr := ti.SanityCheck(); serr != nil || !s.timeIndexFitsLocked(ti) {
+			ti.Close()
+			err = fmt.Errorf("%w: %v", index.ErrCorrupt, serr)
+			if serr == nil {
+				err = fmt.Errorf("%w: %s: entries outside the segment's offsets", index.ErrCorrupt, s.path(TimeIndexSuffix))
+			}
+		}
+	}
+	switch {
+	case err == nil:
+		s.ti = ti
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, index.ErrCorrupt):
+		if err := s.rebuildOrViewLocked(fmt.Sprintf("time index unusable (%v)", err)); err != nil {
+			return nil, nil, err
+		}
+	default:
+		return nil, nil, err
+	}
+	return s.oi, s.ti, nil
+}
+
+// timeIndexFitsLocked checks what a time index's sanity check cannot: its
+// offsets lie in the segment (at or above its base, below its next
+// offset as far as the offset index knows). REQUIRES: s.mu held.
+func (s *segFile) timeIndexFitsLocked(ti *index.TimeIndex) bool {
+	n := ti.Entries()
+	if n == 0 {
+		return true
+	}
+	first, last := ti.Entry(0), ti.LastEntry()
+	if first.Offset < s.base || last.Offset-s.base > math.MaxInt32 {
+		return false
+	}
+	return true
+}
+
+// rebuildOrViewLocked handles a missing or unusable index: a read-write
+// log rebuilds both from the .log (as Kafka does); a read-only one serves
+// without them (lookups scan from the segment's start, timestamp searches
+// scan every batch). REQUIRES: s.mu held.
+func (s *segFile) rebuildOrViewLocked(why string) error {
+	if s.readOnly {
+		if s.oi == nil {
+			s.oi = index.NewOffsetIndexView(nil, s.base)
+		}
+		s.ti, s.tiBypassed = index.NewTimeIndexView(nil, s.base), true
+		return nil
+	}
+	res, err := rebuildSealed(s)
+	if err != nil {
+		return fmt.Errorf("local: rebuild the indexes of %s (%s): %w", s.logPath, why, err)
+	}
+	if res.corruption != nil {
+		return fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, s.logPath, res.corruption)
+	}
+	return nil
+}
+
+// checkOffsetIndex verifies, once, that a sealed segment's offset index
+// agrees with its log: the last entry's position lies inside the file and
+// the batch there ends at or before the entry's offset. A log cut short
+// (its index points past its end) is damage, reported naming both files.
+func (s *segFile) checkOffsetIndex(oi *index.OffsetIndex) error {
+	last, slot, _ := oi.LookupSlot(math.MaxInt64)
+	if slot >= 0 {
+		size := s.size.Load()
+		if int64(last.Position) >= size {
+			return fmt.Errorf("%w: %s is %d bytes, but %s has an entry for offset %d at position %d: the log was cut short",
+				backend.ErrCorruptRecord, s.logPath, size, s.path(IndexSuffix), last.Offset, last.Position)
+		}
+		e, err := s.headerAt(int64(last.Position))
+		if err != nil {
+			return err
+		}
+		if e.LastOffset > last.Offset {
+			return fmt.Errorf("%w: %s position %d holds offsets %d..%d, but %s says offsets up to %d start there",
+				backend.ErrCorruptRecord, s.logPath, last.Position, e.BaseOffset, e.LastOffset, s.path(IndexSuffix), last.Offset)
+		}
+	}
+	if err := s.checkEnd(oi); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	if s.oi == oi {
+		s.checkedIndex = true
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// headerAt reads the header of the entry at pos.
+func (s *segFile) headerAt(pos int64) (record.Entry, error) {
+	var out record.Entry
+	found := false
+	err := s.walkHeaders(pos, s.size.Load(), -1, func(e *record.Entry) bool {
+		out, found = *e, true
+		return false
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("%w: %s: no batch at position %d", backend.ErrCorruptRecord, s.logPath, pos)
+	}
+	return out, err
+}
+
+// headerBufs holds the buffers of walkHeaders, so point lookups allocate
+// nothing.
+var headerBufs = sync.Pool{New: func() any { return new([record.BatchHeaderSize]byte) }}
+
+// walkHeaders calls fn with each entry header from start until fn returns
+// false or the walk reaches limit. A sealed segment's headers are read
+// through its mapping (no system call); others with one pread each.
+//
+// It checks, for free, what a reader can: offsets strictly increase from
+// one batch to the next (and from prevLast, the last offset known to come
+// before start; -1 when unknown), no batch starts below the segment's
+// base, and no batch is cut short inside the file (the segment's bytes
+// are always whole batches). A batch that merely does not fit before a
+// limit below the segment's size ends the walk quietly. Damage is
+// backend.ErrCorruptRecord naming the file and position.
+func (s *segFile) walkHeaders(start, limit, prevLast int64, fn func(e *record.Entry) bool) error {
+	size := s.size.Load()
+	if m := s.mapping(); m != nil {
+		return s.readMapped(func() error {
+			return s.walk(start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.HeaderAt(m, pos, size) })
+		})
+	}
+	f, err := s.file()
+	if err != nil {
+		return err
+	}
+	buf := headerBufs.Get().(*[record.BatchHeaderSize]byte)
+	defer headerBufs.Put(buf)
+	return s.walk(start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.ReadHeader(f, pos, size, buf[:]) })
+}
+
+// walk visits the batch headers header reads in [start, limit).
+func (s *segFile) walk(start, limit, size, prevLast int64, fn func(e *record.Entry) bool, header func(pos int64) (record.Entry, error)) error {
+	for pos := start; pos < limit; {
+		e, err := header(pos)
+		if err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			if errors.Is(err, record.ErrTornTail) && s.readOnly && !s.sealed {
+				return nil // a live log's tail, seen by a tool: not served
+			}
+			return s.corrupt(err)
+		}
+		if pos+e.Size > limit && limit < size {
+			return nil // the batch ends past the caller's limit
+		}
+		if e.Magic == 2 || e.BaseOffset >= 0 {
+			if e.BaseOffset < s.base || e.BaseOffset <= prevLast || e.LastOffset < e.BaseOffset {
+				return fmt.Errorf("%w: %s position %d: a batch of offsets %d..%d after offset %d, in the segment based at %d",
+					backend.ErrCorruptRecord, s.logPath, pos, e.BaseOffset, e.LastOffset, prevLast, s.base)
+			}
+		} else if e.LastOffset <= prevLast {
+			return fmt.Errorf("%w: %s position %d: an entry ending at offset %d after offset %d",
+				backend.ErrCorruptRecord, s.logPath, pos, e.LastOffset, prevLast)
+		}
+		prevLast = e.LastOffset
+		if !fn(&e) {
+			return nil
+		}
+		pos += e.Size
+	}
+	return nil
+}
+
+// mapping returns a sealed segment's .log mapped read-only, mapping it on
+// first use; nil for other segments or when mapping fails (the caller then
+// reads with pread).
+func (s *segFile) mapping() []byte {
+	s.used.Store(true)
+	s.mu.Lock()
+	if s.mapped != nil || !s.sealed || s.readOnly || s.mapFailed {
+		m := s.mapped
+		s.mu.Unlock()
+		return m
+	}
+	opened := s.rd == nil
+	m := s.mapLocked()
+	count := opened && s.rd != nil
+	s.mu.Unlock()
+	if count {
+		s.opts.budget.opened(s)
+	}
+	return m
+}
+
+// mapLocked maps the sealed segment's .log. REQUIRES: s.mu held.
+func (s *segFile) mapLocked() []byte {
+	size := s.size.Load()
+	f, err := s.fileLocked()
+	if err != nil || size <= 0 || size > math.MaxInt32 {
+		s.mapFailed = true
+		return nil
+	}
+	m, err := mmap.MapRegion(f.OS(), int(size), mmap.RDONLY, 0, 0)
+	if err != nil {
+		s.mapFailed = true
+		return nil
+	}
+	s.mapped = m
+	return m
+}
+
+// readMapped runs fn, which reads the segment's mapping. Sealed files do
+// not change, but an I/O error or an outside hand truncating the file
+// would turn a read into a fault: that becomes an error, not a crash.
+func (s *segFile) readMapped(fn func() error) (err error) {
+	old := debug.SetPanicOnFault(true)
+	defer func() {
+		debug.SetPanicOnFault(old)
+		if r := recover(); r != nil {
+			if _, fault := r.(interface{ Addr() uintptr }); !fault {
+				panic(r)
+			}
+			err = fmt.Errorf("%w: %s: reading the mapped log failed: %v", backend.ErrCorruptRecord, s.logPath, r)
+		}
+	}()
+	return fn()
+}
+
+// corrupt wraps a scan error of this segment's log: damaged framing is
+// backend.ErrCorruptRecord, anything else (I/O) stays as it is.
+func (s *segFile) corrupt(err error) error {
+	if errors.Is(err, record.ErrCorrupt) || errors.Is(err, record.ErrTornTail) {
+		return fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, s.logPath, err)
+	}
+	return fmt.Errorf("local: %s: %w", s.logPath, err)
+}
+
+// lastModified returns the .log's mtime.
+func (s *segFile) lastModified() time.Time {
+	st, err := s.opts.fs.Stat(s.logPath)
+	if err != nil {
+		return time.Time{}
+	}
+	return st.ModTime()
+}

@@ -1,0 +1,242 @@
+package tiered
+
+import (
+	"container/list"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// lru is the one cache type of the tiered layer: entries with a size in
+// bytes, the least recently used evicted first once the sizes pass max.
+// onEvict, when set, runs for each entry evicted or replaced (under the
+// cache's lock: it must be quick and must not call back into the cache).
+// It is safe for concurrent use.
+type lru[K comparable, V any] struct {
+	mu      sync.Mutex
+	max     int64
+	size    int64
+	items   map[K]*list.Element
+	order   list.List // of *lruItem[K, V], most recent first
+	sizeOf  func(V) int64
+	onEvict func(K, V)
+
+	hits, misses atomic.Int64
+}
+
+type lruItem[K comparable, V any] struct {
+	key  K
+	val  V
+	size int64
+}
+
+func newLRU[K comparable, V any](max int64, sizeOf func(V) int64, onEvict func(K, V)) *lru[K, V] {
+	return &lru[K, V]{max: max, items: map[K]*list.Element{}, sizeOf: sizeOf, onEvict: onEvict}
+}
+
+// get returns the value under key, marking it recently used.
+func (c *lru[K, V]) get(key K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.items[key]
+	if !ok {
+		c.misses.Add(1)
+		var zero V
+		return zero, false
+	}
+	c.hits.Add(1)
+	c.order.MoveToFront(e)
+	return e.Value.(*lruItem[K, V]).val, true
+}
+
+// put stores val under key (replacing an older value), then evicts the
+// least recently used entries while over budget. A value larger than the
+// whole budget is not kept.
+func (c *lru[K, V]) put(key K, val V) {
+	size := c.sizeOf(val)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if size > c.max {
+		return
+	}
+	if e, ok := c.items[key]; ok {
+		c.removeLocked(e)
+	}
+	c.items[key] = c.order.PushFront(&lruItem[K, V]{key: key, val: val, size: size})
+	c.size += size
+	for c.size > c.max {
+		c.removeLocked(c.order.Back())
+	}
+}
+
+// remove drops key.
+func (c *lru[K, V]) remove(key K) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[key]; ok {
+		c.removeLocked(e)
+	}
+}
+
+// clear drops everything (calling onEvict for each).
+func (c *lru[K, V]) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.order.Len() > 0 {
+		c.removeLocked(c.order.Back())
+	}
+}
+
+func (c *lru[K, V]) removeLocked(e *list.Element) {
+	it := c.order.Remove(e).(*lruItem[K, V])
+	delete(c.items, it.key)
+	c.size -= it.size
+	if c.onEvict != nil {
+		c.onEvict(it.key, it.val)
+	}
+}
+
+// rangeKey names a cached range of a remote .log object.
+type rangeKey struct {
+	object string
+	start  int64
+}
+
+// rangeCache keeps ranges of remote .log objects: repeated reads of the
+// same data cost no GET, and read-ahead lands here. A range is found by
+// any position inside it.
+type rangeCache struct {
+	lru *lru[rangeKey, []byte]
+	// starts lists, per object, the starts of its cached ranges (a few
+	// per object): a lookup by position scans them. Guarded by lru.mu.
+	starts map[string][]int64
+}
+
+func newRangeCache(max int64) *rangeCache {
+	c := &rangeCache{starts: map[string][]int64{}}
+	c.lru = newLRU(max, func(b []byte) int64 { return int64(len(b)) }, func(k rangeKey, _ []byte) {
+		s := slices.DeleteFunc(c.starts[k.object], func(v int64) bool { return v == k.start })
+		if len(s) == 0 {
+			delete(c.starts, k.object)
+		} else {
+			c.starts[k.object] = s
+		}
+	})
+	return c
+}
+
+// findLocked returns the cached range of object holding pos that reaches
+// furthest. REQUIRES: c.lru.mu held.
+func (c *rangeCache) findLocked(object string, pos int64) (*list.Element, int64) {
+	var best *list.Element
+	var bestStart, bestEnd int64
+	for _, s := range c.starts[object] {
+		e := c.lru.items[rangeKey{object, s}]
+		if e == nil {
+			continue
+		}
+		end := s + e.Value.(*lruItem[rangeKey, []byte]).size
+		if s <= pos && pos < end && (best == nil || end > bestEnd) {
+			best, bestStart, bestEnd = e, s, end
+		}
+	}
+	return best, bestStart
+}
+
+// get returns the cached bytes of object from pos to the end of the cached
+// range holding pos that reaches furthest, if any.
+func (c *rangeCache) get(object string, pos int64) ([]byte, bool) {
+	c.lru.mu.Lock()
+	defer c.lru.mu.Unlock()
+	e, start := c.findLocked(object, pos)
+	if e == nil {
+		c.lru.misses.Add(1)
+		return nil, false
+	}
+	c.lru.hits.Add(1)
+	c.lru.order.MoveToFront(e)
+	return e.Value.(*lruItem[rangeKey, []byte]).val[pos-start:], true
+}
+
+// has reports whether pos of object is cached, without counting a hit.
+func (c *rangeCache) has(object string, pos int64) bool {
+	c.lru.mu.Lock()
+	defer c.lru.mu.Unlock()
+	e, _ := c.findLocked(object, pos)
+	return e != nil
+}
+
+func (c *rangeCache) put(object string, start int64, data []byte) {
+	if int64(len(data)) > c.lru.max || len(data) == 0 {
+		return
+	}
+	c.lru.mu.Lock()
+	if !slices.Contains(c.starts[object], start) {
+		c.starts[object] = append(c.starts[object], start)
+	}
+	c.lru.mu.Unlock()
+	c.lru.put(rangeKey{object, start}, data)
+}
+
+// diskCache keeps fetched remote indexes in a directory within a byte
+// budget (Kafka's remote-log-index-cache), so a restart does not fetch them
+// again. Files are named after their object keys. The directory is listed
+// once, at open; from then on the lru tracks the files and removes what it
+// evicts.
+type diskCache struct {
+	dir   string
+	files *lru[string, int64] // file name -> size
+}
+
+func openDiskCache(dir string, max int64) *diskCache {
+	c := &diskCache{dir: dir}
+	c.files = newLRU(max, func(n int64) int64 { return n }, func(name string, _ int64) {
+		os.Remove(filepath.Join(dir, name))
+	})
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			if info, err := e.Info(); err == nil && !e.IsDir() && !strings.HasSuffix(e.Name(), ".tmp") {
+				c.files.put(e.Name(), info.Size())
+			}
+		}
+	}
+	return c
+}
+
+func (c *diskCache) name(key string) string { return strings.ReplaceAll(key, "/", "%") }
+
+func (c *diskCache) get(key string) ([]byte, bool) {
+	if c == nil {
+		return nil, false
+	}
+	name := c.name(key)
+	if _, ok := c.files.get(name); !ok {
+		return nil, false
+	}
+	b, err := os.ReadFile(filepath.Join(c.dir, name))
+	if err != nil {
+		c.files.remove(name)
+		return nil, false
+	}
+	return b, true
+}
+
+func (c *diskCache) put(key string, data []byte) {
+	if c == nil || int64(len(data)) > c.files.max {
+		return
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		return
+	}
+	name := c.name(key)
+	path := filepath.Join(c.dir, name)
+	tmp := path + ".tmp"
+	if os.WriteFile(tmp, data, 0o644) != nil || os.Rename(tmp, path) != nil {
+		os.Remove(tmp)
+		return
+	}
+	c.files.put(name, int64(len(data)))
+}

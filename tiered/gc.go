@@ -1,0 +1,277 @@
+package tiered
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// Upload intents and garbage collection.
+//
+// Objects a writer uploads are named by no manifest until its commit, and
+// gc must never remove an object a commit in flight may still name. So a
+// writer first puts an upload intent, <prefix>/<id>.intent, naming the
+// objects of the group it uploads and the manifest generation its commit
+// builds on; it removes the intent once the commit names them. A commit is
+// a conditional put on that generation's manifest, so it can no longer
+// land once the manifest has moved past that generation; and a writer
+// gives up a commit whose intent is older than the commit window. gc thus
+// removes an object no manifest names only when
+//
+//   - an intent names it and the manifest's generation has moved past the
+//     intent's, or the intent is older than the commit window plus a margin
+//     for clock skew; or
+//   - no intent names it (a segment retention dropped from the manifest
+//     whose delete failed, or an upload of an older tierlog) and it is
+//     older than the grace period, which may not be below the commit window
+//     without Force.
+//
+// gc reads the manifest again after listing the prefix, so a commit that
+// lands during the listing protects what it names. Keys it does not
+// recognize (neither segment objects, intents nor the manifest) are left
+// alone.
+
+// DefaultCommitWindow is how long after its intent a writer may still
+// commit an upload (Options.CommitWindow).
+const DefaultCommitWindow = time.Hour
+
+// clockSkew is the margin gc adds to the commit window for the clocks of
+// the writer, gc and the object store disagreeing.
+const clockSkew = 5 * time.Minute
+
+// IntentSuffix ends the key of an upload intent.
+const IntentSuffix = ".intent"
+
+// ErrNoManifest means a partition has no manifest in the bucket where one
+// must exist (gc without NoManifestOK; a partition whose local log says it
+// was offloaded). A wrong --store URL or prefix is the usual cause.
+var ErrNoManifest = errors.New("tiered: no manifest")
+
+// ErrCommitWindow means an upload took longer than the commit window: its
+// objects are left for gc, and the next offload uploads the segments again.
+var ErrCommitWindow = errors.New("tiered: upload outlasted the commit window")
+
+// intent is an upload intent as stored (JSON).
+type intent struct {
+	key         string
+	Version     int      `json:"version"`
+	Generation  uint64   `json:"generation"` // the manifest generation the commit builds on
+	WriterEpoch int32    `json:"writerEpoch"`
+	CreatedMs   int64    `json:"createdMs"`
+	Window      int64    `json:"commitWindowMs"`
+	Objects     []string `json:"objects"` // names under the partition prefix
+}
+
+// writeIntent puts the intent for a group about to be uploaded.
+func (p *Partition) writeIntent(ctx context.Context, gen uint64, group []local.SegmentInfo, segs []manifest.Segment) (*intent, error) {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, err
+	}
+	in := &intent{key: p.key(hex.EncodeToString(id[:]) + IntentSuffix), Version: 1, Generation: gen,
+		WriterEpoch: p.opts.LeaderEpoch, CreatedMs: p.opts.Now().UnixMilli(), Window: p.opts.CommitWindow.Milliseconds()}
+	for i, si := range group {
+		s := manifest.Segment{BaseOffset: si.BaseOffset, LastOffset: si.NextOffset - 1, ID: segs[i].ID}
+		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+			in.Objects = append(in.Objects, s.Name(suf))
+		}
+	}
+	data, err := json.Marshal(in)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.store.Put(ctx, in.key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+		return nil, fmt.Errorf("tiered: write upload intent %s: %w", in.key, err)
+	}
+	return in, nil
+}
+
+// checkWindow refuses a commit whose intent is older than its window: gc
+// may already have judged its objects garbage.
+func (in *intent) checkWindow(now time.Time) error {
+	if age := now.UnixMilli() - in.CreatedMs; age > in.Window {
+		return fmt.Errorf("%w: %s is %v old, the window is %v; the segments will be uploaded again", ErrCommitWindow, in.key,
+			time.Duration(age)*time.Millisecond, time.Duration(in.Window)*time.Millisecond)
+	}
+	return nil
+}
+
+// removeIntent deletes an intent whose objects a commit names (best
+// effort: gc removes one left behind).
+func (p *Partition) removeIntent(ctx context.Context, in *intent) {
+	if err := p.store.Delete(ctx, in.key); err != nil {
+		p.opts.Logger.Warn("could not remove an upload intent; gc will", "key", in.key, "err", err)
+	}
+}
+
+// GCOptions tune GC.
+type GCOptions struct {
+	// Grace: objects no manifest and no intent name are removed once
+	// older than this (default and floor: DefaultCommitWindow). Multipart
+	// uploads older than it are aborted.
+	Grace time.Duration
+	// Force allows a Grace below the floor (an operator who knows no
+	// writer of an older tierlog is uploading).
+	Force bool
+	// DryRun lists what would be removed, removing nothing.
+	DryRun bool
+	// NoManifestOK lets gc run on a prefix with no manifest (every
+	// segment object there is then unnamed). Without it that is
+	// ErrNoManifest: a wrong prefix would otherwise lose a partition.
+	NoManifestOK bool
+	// CommitWindow is the writers' (default DefaultCommitWindow).
+	CommitWindow time.Duration
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// MinGCGrace is the smallest Grace GC accepts without Force.
+const MinGCGrace = DefaultCommitWindow
+
+// GC removes the objects under prefix that no manifest can name (see the
+// rules above) unless opts.DryRun, and aborts stale multipart uploads. It
+// returns the keys it removed (or would remove).
+func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOptions) ([]string, error) {
+	if opts.Grace == 0 {
+		opts.Grace = MinGCGrace
+	}
+	if opts.Grace < 0 || (opts.Grace < MinGCGrace && !opts.Force) {
+		return nil, fmt.Errorf("tiered: gc grace %v is below the safe floor of %v (uploads of older writers may still commit); pass Force to override", opts.Grace, MinGCGrace)
+	}
+	if opts.CommitWindow <= 0 {
+		opts.CommitWindow = DefaultCommitWindow
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	p := &Partition{store: store, prefix: prefix}
+	first, err := p.readManifest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if first.etag == "" && !opts.NoManifestOK {
+		return nil, fmt.Errorf("%w under %q: refusing to collect garbage there (is the store URL or the partition right?)", ErrNoManifest, prefix)
+	}
+	listPrefix := prefix
+	if listPrefix != "" && !strings.HasSuffix(listPrefix, "/") {
+		listPrefix += "/"
+	}
+	var objects []objstore.ObjectInfo
+	if err := store.List(ctx, listPrefix, func(o objstore.ObjectInfo) bool {
+		objects = append(objects, o)
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	// After the listing: whatever a commit named before the listing ended
+	// is named here.
+	st, err := p.readManifest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	named := map[string]bool{p.key(ManifestName): true}
+	for _, s := range st.m.Segments {
+		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+			named[p.key(s.Name(suf))] = true
+		}
+	}
+	now := opts.Now()
+	protected, byIntent := map[string]bool{}, map[string]bool{}
+	var deadIntents []string
+	for _, o := range objects {
+		if !strings.HasSuffix(o.Key, IntentSuffix) {
+			continue
+		}
+		in, err := readIntent(ctx, store, o.Key)
+		live := true
+		switch {
+		case err != nil:
+			// Unreadable: judged by its age alone.
+			live = now.Sub(o.LastModified) <= opts.CommitWindow+clockSkew
+		case in.Generation < st.m.Generation && st.etag != "":
+			live = false // its commit's condition can no longer hold
+		default:
+			created := time.UnixMilli(in.CreatedMs)
+			if o.LastModified.After(created) {
+				created = o.LastModified
+			}
+			live = now.Sub(created) <= time.Duration(in.Window)*time.Millisecond+clockSkew
+		}
+		if live {
+			protected[o.Key] = true
+		} else {
+			deadIntents = append(deadIntents, o.Key)
+		}
+		if in != nil {
+			for _, name := range in.Objects {
+				if live {
+					protected[p.key(name)] = true
+				}
+				byIntent[p.key(name)] = true
+			}
+		}
+	}
+	var garbage []string
+	for _, o := range objects {
+		k := o.Key
+		if named[k] || protected[k] || strings.HasSuffix(k, IntentSuffix) || !isSegmentObject(p, k) {
+			continue
+		}
+		if byIntent[k] || now.Sub(o.LastModified) > opts.Grace {
+			garbage = append(garbage, k)
+		}
+	}
+	garbage = append(garbage, deadIntents...) // intents last: their objects go first
+	if opts.DryRun {
+		return garbage, nil
+	}
+	if err := store.Delete(ctx, garbage...); err != nil {
+		return nil, err
+	}
+	if _, err := store.AbortStaleUploads(ctx, listPrefix, opts.Grace); err != nil {
+		return garbage, err
+	}
+	return garbage, nil
+}
+
+// readIntent GETs and decodes an upload intent.
+func readIntent(ctx context.Context, store *objstore.Store, key string) (*intent, error) {
+	rc, _, err := store.Get(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	data, err := io.ReadAll(io.LimitReader(rc, 1<<20))
+	if err != nil {
+		return nil, err
+	}
+	var in intent
+	if err := json.Unmarshal(data, &in); err != nil {
+		return nil, fmt.Errorf("tiered: upload intent %s: %w", key, err)
+	}
+	in.key = key
+	return &in, nil
+}
+
+// isSegmentObject reports whether key is a segment object of the
+// partition: <base 20d>-<last 20d>-<id 16 hex>.<log|index|timeindex>.
+func isSegmentObject(p *Partition, key string) bool {
+	name := strings.TrimPrefix(key, p.key(""))
+	for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+		if stem, ok := strings.CutSuffix(name, suf); ok && len(stem) == 20+1+20+1+16 && stem[20] == '-' && stem[41] == '-' {
+			return true
+		}
+	}
+	return false
+}
