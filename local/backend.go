@@ -272,7 +272,7 @@ func (b *Backend) checkpointLocked() error {
 	for tp, l := range b.logs {
 		o := l.Offsets()
 		b.recovery[tp] = l.RecoveryPoint()
-		b.starts[tp] = o.LogStart
+		b.starts[tp] = l.checkpointLogStart()
 		b.hws[tp] = o.HighWatermark
 	}
 	return errors.Join(

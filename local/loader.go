@@ -50,6 +50,11 @@ func (l *Log) load(opts Options) error {
 		s.sealed, s.next = true, segs[i+1].base // not shared yet: no lock needed
 	}
 	leo := l.leo.Load()
+	if opts.LogStartOffset >= 0 && opts.LogStartOffset < segs[0].base {
+		// The checkpoint's log start lies below the local log: the offsets
+		// between live elsewhere (a bucket). Kept for the tiered layer.
+		l.remoteStart.Store(opts.LogStartOffset)
+	}
 	logStart = min(max(logStart, segs[0].base), leo)
 	l.logStart.Store(logStart)
 	l.hw.Store(min(max(opts.HighWatermark, logStart), leo))
@@ -380,6 +385,9 @@ func (l *Log) loadReadOnly(opts Options) error {
 		last.size.Store(sc.ValidEnd())
 	}
 	l.leo.Store(next)
+	if opts.LogStartOffset >= 0 && opts.LogStartOffset < segs[0].base {
+		l.remoteStart.Store(opts.LogStartOffset)
+	}
 	logStart := max(opts.LogStartOffset, segs[0].base)
 	l.logStart.Store(min(logStart, next))
 	hw := opts.HighWatermark

@@ -91,6 +91,10 @@ type Log struct {
 	recoveryPoint atomic.Int64
 	closed        atomic.Bool
 	truncations   atomic.Int64 // TruncateTo calls that removed records
+	// remoteStart is the partition's log start when offsets below the
+	// local log live elsewhere (in a bucket); -1 when the local log start
+	// is the partition's. See RemoteLogStart.
+	remoteStart atomic.Int64
 	// failed is set when a write could not be completed or undone, or an
 	// fsync failed: the page cache may have dropped written bytes, so the
 	// log refuses writes until it is reopened (and recovered).
@@ -154,6 +158,7 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 			intervalBytes: opts.Config.IndexIntervalBytes, budget: opts.budget},
 	}
 	l.storeConfig(opts.Config)
+	l.remoteStart.Store(-1)
 	if l.segOpts.budget == nil {
 		l.segOpts.budget = newFileBudget(opts.MaxOpenSegmentFiles)
 	}
@@ -217,6 +222,32 @@ func (l *Log) jitter() int64 {
 func (l *Log) Offsets() backend.Offsets {
 	ls := l.logStart.Load()
 	return backend.Offsets{LogStart: ls, LocalLogStart: ls, HighWatermark: l.hw.Load(), LogEnd: l.leo.Load()}
+}
+
+// RemoteLogStart returns the partition's log start when offsets below the
+// local log live elsewhere (a tiered partition's bucket), as the log was
+// opened with (log-start-offset-checkpoint holds the partition's log
+// start) or as SetRemoteLogStart last set it; ok is false when the local
+// log start is the partition's.
+func (l *Log) RemoteLogStart() (offset int64, ok bool) {
+	v := l.remoteStart.Load()
+	return v, v >= 0
+}
+
+// SetRemoteLogStart records the partition's log start when offsets below
+// the local log live elsewhere (-1: none). A Backend writes it into
+// log-start-offset-checkpoint in place of the local log start, so a reopen
+// knows the partition begins below its local files.
+func (l *Log) SetRemoteLogStart(offset int64) { l.remoteStart.Store(max(offset, -1)) }
+
+// checkpointLogStart is what log-start-offset-checkpoint records: the
+// partition's log start.
+func (l *Log) checkpointLogStart() int64 {
+	ls := l.logStart.Load()
+	if rs := l.remoteStart.Load(); rs >= 0 && rs < ls {
+		return rs
+	}
+	return ls
 }
 
 // RecoveryPoint returns the offset below which every byte is durable.

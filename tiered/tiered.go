@@ -176,7 +176,13 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.man.Store(st)
+	if st.etag == "" {
+		if rs, ok := l.RemoteLogStart(); ok {
+			return nil, fmt.Errorf("%w under %q: the partition's log start is %d (log-start-offset-checkpoint) but its local log starts at %d, "+
+				"so the offsets between live in a bucket: is the store URL or prefix right?", ErrNoManifest, p.key(ManifestName), rs, l.Offsets().LogStart)
+		}
+	}
+	p.adopt(st)
 	if st.m.WriterEpoch > opts.LeaderEpoch {
 		p.fence(fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, opts.LeaderEpoch))
 	}
@@ -211,6 +217,17 @@ func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
 		return nil, fmt.Errorf("tiered: %s: %w", key, err)
 	}
 	return &manifestState{m: m, etag: info.ETag}, nil
+}
+
+// adopt makes st the committed manifest, and tells the local log where the
+// partition begins (its log-start-offset-checkpoint records that).
+func (p *Partition) adopt(st *manifestState) {
+	p.man.Store(st)
+	if len(st.m.Segments) > 0 {
+		p.local.SetRemoteLogStart(st.m.LogStartOffset)
+	} else {
+		p.local.SetRemoteLogStart(-1)
+	}
 }
 
 // Manifest returns the committed manifest (do not modify it).
@@ -373,7 +390,7 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	info, err := p.store.Put(ctx, p.key(ManifestName), bytes.NewReader(data), int64(len(data)), opts)
 	switch {
 	case err == nil:
-		p.man.Store(&manifestState{m: next, etag: info.ETag})
+		p.adopt(&manifestState{m: next, etag: info.ETag})
 		p.metrics.ManifestCommits.Add(1)
 		return nil
 	case errors.Is(err, objstore.ErrPreconditionFailed):
@@ -405,7 +422,7 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 	nowBytes, cur := enc(now.m), p.man.Load()
 	switch {
 	case bytes.Equal(nowBytes, enc(p.unknown)):
-		p.man.Store(now) // our commit landed
+		p.adopt(now) // our commit landed
 		p.metrics.ManifestCommits.Add(1)
 	case now.etag == cur.etag && bytes.Equal(nowBytes, enc(cur.m)):
 		// Our commit did not land; the manifest is the one we knew.

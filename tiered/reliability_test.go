@@ -1,0 +1,275 @@
+package tiered_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// closedSegments produces n records into a fresh partition in small
+// segments and closes the last one, so every segment can be offloaded.
+func closedSegments(t *testing.T, dir string, store *objstore.Store, c backend.Config, n int) *tiered.Partition {
+	t.Helper()
+	p := open(t, dir, store, 1, c)
+	produce(t, p, n)
+	if err := p.Local().Roll(); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestOffloadRefusesDamagedSegment: a closed segment with four flipped
+// bytes inside a batch is not uploaded, so local retention never deletes
+// the good copy's last trace; the error names the file and the position.
+func TestOffloadRefusesDamagedSegment(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://damaged", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p := closedSegments(t, dir, store, c, 2000)
+	segs := p.Local().SegmentInfos()
+	victim := segs[1]
+	f, err := os.OpenFile(victim.Path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, victim.Size/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	n, err := p.Offload(ctx)
+	if !errors.Is(err, backend.ErrCorruptRecord) || !strings.Contains(err.Error(), victim.Path) {
+		t.Fatalf("offload of a damaged segment: %d uploaded, err %v; want ErrCorruptRecord naming %s", n, err, victim.Path)
+	}
+	if n != 1 || p.Metrics().UploadsRefused.Load() != 1 {
+		t.Fatalf("uploaded %d (want the 1 segment before the damaged one), refused %d", n, p.Metrics().UploadsRefused.Load())
+	}
+	for _, s := range p.Manifest().Segments {
+		if s.BaseOffset >= victim.BaseOffset {
+			t.Fatalf("the manifest names segment %d, at or after the damaged one", s.BaseOffset)
+		}
+	}
+	if _, err := os.Stat(victim.Path); err != nil {
+		t.Fatalf("the damaged segment's local copy is gone: %v", err)
+	}
+	p.Close()
+}
+
+// TestLocalRetentionKeepsDivergedSegments: a second writer whose local log
+// holds other bytes under the same offsets (same epoch) runs offload: it
+// uploads nothing over the bucket's segments, and local retention keeps
+// every local segment, because none is the bucket's copy.
+func TestLocalRetentionKeepsDivergedSegments(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://diverged", objstore.Options{})
+	c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	a := closedSegments(t, filepath.Join(t.TempDir(), "orders-0"), store, c, 2000)
+	if _, err := a.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+
+	// The second writer: the same offsets, other values.
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	produceValue(t, b, 2000, "w")
+	if err := b.Local().Roll(); err != nil {
+		t.Fatal(err)
+	}
+	before := len(b.Local().SegmentInfos())
+	want := batchesFrom(t, b.Local(), 0)
+	n, err := b.Offload(ctx)
+	if !errors.Is(err, tiered.ErrDiverged) {
+		t.Fatalf("offload over a diverged bucket: %d uploaded, err %v; want ErrDiverged", n, err)
+	}
+	if got := len(b.Local().SegmentInfos()); got != before || b.Metrics().LocalDeletesRefused.Load() == 0 {
+		t.Fatalf("local retention deleted %d of the second writer's %d segments", before-got, before)
+	}
+	got := batchesFrom(t, b.Local(), 0)
+	for last, data := range want {
+		if !bytes.Equal(got[last], data) {
+			t.Fatalf("the second writer's batch ending at %d changed", last)
+		}
+	}
+}
+
+// produceValue is produce with values of one repeated letter.
+func produceValue(t *testing.T, p backend.Partition, n int, letter string) {
+	t.Helper()
+	var b record.Builder
+	val := bytes.Repeat([]byte(letter), 200)
+	ts := int64(1_700_000_000_000)
+	for done := 0; done < n; {
+		b.Reset(record.NewBatchHeader())
+		for done < n && (b.NumRecords() == 0 || b.SizeWith(ts, nil, val, nil) <= 16384) {
+			b.Append(ts, nil, val, nil)
+			done++
+		}
+		batch, _ := b.Build()
+		if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+		ts += 10
+	}
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestGCDuringUpload: gc with no grace at all (forced) runs while an
+// offload has uploaded its objects and not yet committed them; the intent
+// protects them, the commit names objects that exist, and every record
+// reads back from the bucket after local retention.
+func TestGCDuringUpload(t *testing.T) {
+	drv := mem.New()
+	var gcRan bool
+	hooked := &hookDriver{Driver: drv}
+	store := objstore.New(hooked, "mem://gc-race", objstore.Options{})
+	c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p := closedSegments(t, filepath.Join(t.TempDir(), "orders-0"), store, c, 2000)
+	defer p.Close()
+	want := batchesFrom(t, p, 0)
+	hooked.beforePut = func(key string) {
+		if strings.HasSuffix(key, "/manifest") && !gcRan {
+			gcRan = true
+			gone, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true, NoManifestOK: true})
+			if err != nil {
+				t.Errorf("gc: %v", err)
+			}
+			for _, k := range gone {
+				if !strings.HasSuffix(k, tiered.IntentSuffix) {
+					t.Errorf("gc removed %s, which a commit in flight names", k)
+				}
+			}
+		}
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !gcRan {
+		t.Fatal("gc never ran during the offload")
+	}
+	for _, s := range p.Manifest().Segments {
+		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+			if _, err := store.Head(ctx, "tl/orders-0/"+s.Name(suf)); err != nil {
+				t.Fatalf("the manifest names %s, which is gone: %v", s.Name(suf), err)
+			}
+		}
+	}
+	got := batchesFrom(t, p, 0)
+	if len(got) != len(want) {
+		t.Fatalf("read back %d batches, want %d", len(got), len(want))
+	}
+	// After the commit the intents are gone or dead; gc removes nothing
+	// the manifest names.
+	if _, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := batchesFrom(t, p, 0); len(got) != len(want) {
+		t.Fatalf("after gc: read back %d batches, want %d", len(got), len(want))
+	}
+}
+
+// TestGCRefusals: no manifest under the prefix, a grace below the floor.
+func TestGCRefusals(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://gc", objstore.Options{})
+	store.Put(ctx, "typo/orders-0/00000000000000000000-00000000000000000009-0123456789abcdef.log", strings.NewReader("x"), 1, objstore.PutOptions{})
+	if _, err := tiered.GC(ctx, store, "typo/orders-0", tiered.GCOptions{}); !errors.Is(err, tiered.ErrNoManifest) {
+		t.Fatalf("gc of a prefix with no manifest: %v", err)
+	}
+	if _, err := tiered.GC(ctx, store, "typo/orders-0", tiered.GCOptions{Grace: time.Minute, NoManifestOK: true}); err == nil {
+		t.Fatal("gc with a grace below the floor and no Force ran")
+	}
+	if _, err := tiered.GC(ctx, store, "typo/orders-0", tiered.GCOptions{Grace: -time.Hour, Force: true, NoManifestOK: true}); err == nil {
+		t.Fatal("gc with a negative grace ran")
+	}
+}
+
+// TestMissingManifestIsAnError: a partition whose checkpoint says its log
+// starts below its local files (it was offloaded) and whose bucket prefix
+// holds no manifest (a typo in the URL) does not open as a partition that
+// simply begins at its local start.
+func TestMissingManifestIsAnError(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://missing", objstore.Options{})
+	c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	logs := t.TempDir()
+	b, err := local.OpenBackend(logs, local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.OpenLog(ctx, "orders", 0, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 2000)
+	p.Local().Roll()
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Offsets().LocalLogStart == 0 {
+		t.Fatal("local retention deleted nothing: the test proves nothing")
+	}
+	if err := b.Close(); err != nil { // checkpoints the partition's log start: 0
+		t.Fatal(err)
+	}
+	starts, err := local.ReadOffsetCheckpoint(filepath.Join(logs, local.LogStartCheckpoint))
+	if err != nil || starts[local.TopicPartition{Topic: "orders", Partition: 0}] != 0 {
+		t.Fatalf("log-start-offset-checkpoint holds %v (%v), want the partition's log start 0", starts, err)
+	}
+	b, err = local.OpenBackend(logs, local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err = b.OpenLog(ctx, "orders", 0, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "typo/orders-0", LeaderEpoch: 1}); !errors.Is(err, tiered.ErrNoManifest) {
+		t.Fatalf("open with a prefix that holds no manifest: %v; want ErrNoManifest", err)
+	}
+	p, err = tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogStart != 0 {
+		t.Fatalf("log start %d through the right prefix, want 0", o.LogStart)
+	}
+}
+
+// hookDriver calls beforePut before each Put reaches the driver.
+type hookDriver struct {
+	objstore.Driver
+	beforePut func(key string)
+}
+
+func (d *hookDriver) Put(c context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	if d.beforePut != nil {
+		d.beforePut(key)
+	}
+	return d.Driver.Put(c, key, body, size, opts)
+}
