@@ -58,25 +58,7 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 	leo := l.leo.Load()
 	now := l.now()
 	if opts.AssignOffsets {
-		next := leo
-		appendTime := int64(-1)
-		if l.cfg.Load().MessageTimestampType == backend.LogAppendTime {
-			appendTime = now.UnixMilli()
-		}
-		info.MaxTimestamp = -1
-		for i := range metas {
-			b := record.Batch(batches[metas[i].position : metas[i].position+metas[i].size])
-			b.SetBaseOffset(next)
-			b.SetPartitionLeaderEpoch(opts.LeaderEpoch)
-			if appendTime >= 0 {
-				b.SetLogAppendTime(appendTime)
-			}
-			metas[i].lastOffset = b.LastOffset()
-			metas[i].maxTs = b.MaxTimestamp()
-			info.MaxTimestamp = max(info.MaxTimestamp, metas[i].maxTs)
-			next = b.NextOffset()
-		}
-		info.FirstOffset, info.LastOffset, info.LogAppendTime = leo, next-1, appendTime
+		l.assignOffsets(batches, metas, &info, leo, opts.LeaderEpoch, now)
 	} else {
 		if info.FirstOffset < leo {
 			return info, fmt.Errorf("%w: follower append starts at offset %d, below the log end offset %d", backend.ErrInvalidRecord, info.FirstOffset, leo)
@@ -121,6 +103,31 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 		}
 	}
 	return info, nil
+}
+
+// assignOffsets is the leader's part of an append: each batch gets its base
+// offset from the log end leo and the leader epoch (both outside the CRC)
+// and, on a LogAppendTime topic, the broker's time (with a new CRC).
+func (l *Log) assignOffsets(batches []byte, metas []batchMeta, info *backend.AppendInfo, leo int64, epoch int32, now time.Time) {
+	next := leo
+	appendTime := int64(-1)
+	if l.cfg.Load().MessageTimestampType == backend.LogAppendTime {
+		appendTime = now.UnixMilli()
+	}
+	info.MaxTimestamp = -1
+	for i := range metas {
+		b := record.Batch(batches[metas[i].position : metas[i].position+metas[i].size])
+		b.SetBaseOffset(next)
+		b.SetPartitionLeaderEpoch(epoch)
+		if appendTime >= 0 {
+			b.SetLogAppendTime(appendTime)
+		}
+		metas[i].lastOffset = b.LastOffset()
+		metas[i].maxTs = b.MaxTimestamp()
+		info.MaxTimestamp = max(info.MaxTimestamp, metas[i].maxTs)
+		next = b.NextOffset()
+	}
+	info.FirstOffset, info.LastOffset, info.LogAppendTime = leo, next-1, appendTime
 }
 
 // activeForWriteLocked returns the writable last segment, activating it on

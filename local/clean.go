@@ -262,6 +262,37 @@ func (r *Replacement) Commit() (err error) {
 	return r.c.l.replaceSegments(r.bases, r.path, r.c.truncations)
 }
 
+// checkReplacementLocked finds the segments a replacement names among segs
+// (consecutive closed segments) and checks that the cleaned file ends
+// exactly where they do; it returns the first one's index and the base of
+// the segment after them. REQUIRES: l.mu held.
+func (l *Log) checkReplacementLocked(segs []*segFile, bases []int64, cleaned string) (first int, next int64, err error) {
+	first = -1
+	for i, s := range segs {
+		if s.base == bases[0] {
+			first = i
+			break
+		}
+	}
+	if first < 0 || first+len(bases) >= len(segs) {
+		return 0, 0, fmt.Errorf("%w: segments from %d are not closed segments of %s", ErrSegmentsChanged, bases[0], l.dir)
+	}
+	for j, b := range bases {
+		if segs[first+j].base != b {
+			return 0, 0, fmt.Errorf("%w: segment %d of %s is gone", ErrSegmentsChanged, b, l.dir)
+		}
+	}
+	next = segs[first+len(bases)].base
+	got, err := l.nextOffsetOfFile(cleaned, bases[0])
+	if err != nil {
+		return 0, 0, err
+	}
+	if got != next {
+		return 0, 0, fmt.Errorf("local: cleaned file %s ends at offset %d, the segments it replaces at %d", cleaned, got, next)
+	}
+	return first, next, nil
+}
+
 // replaceSegments is Commit under the writer lock.
 func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) (err error) {
 	fsys := l.segOpts.fs
@@ -279,30 +310,11 @@ func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) 
 		return fmt.Errorf("%w: %s was truncated during the cleaning round", ErrSegmentsChanged, l.dir)
 	}
 	segs := l.segments()
-	first := -1
-	for i, s := range segs {
-		if s.base == bases[0] {
-			first = i
-			break
-		}
-	}
-	if first < 0 || first+len(bases) >= len(segs) {
-		return fmt.Errorf("%w: segments from %d are not closed segments of %s", ErrSegmentsChanged, bases[0], l.dir)
-	}
-	for j, b := range bases {
-		if segs[first+j].base != b {
-			return fmt.Errorf("%w: segment %d of %s is gone", ErrSegmentsChanged, b, l.dir)
-		}
-	}
-	old := segs[first : first+len(bases)]
-	next := segs[first+len(bases)].base
-	got, err := l.nextOffsetOfFile(cleaned, bases[0])
+	first, next, err := l.checkReplacementLocked(segs, bases, cleaned)
 	if err != nil {
 		return err
 	}
-	if got != next {
-		return fmt.Errorf("local: cleaned file %s ends at offset %d, the segments it replaces at %d", cleaned, got, next)
-	}
+	old := segs[first : first+len(bases)]
 	var mtime time.Time
 	for _, s := range old {
 		if t := s.lastModified(); t.After(mtime) {
@@ -320,7 +332,7 @@ func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) 
 		return fmt.Errorf("local: %w", err)
 	}
 	if err := l.syncDir(); err != nil {
-		return err
+		return l.fail(err) // the swap file is there: a reopen completes it
 	}
 	// A failure past this point leaves the directory for a reopen to
 	// complete or roll back: the log must not go on.
@@ -329,29 +341,7 @@ func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) 
 			return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
 		}
 	}
-	ns := newSegFile(&l.segOpts, bases[0], 0, mtime)
-	if err := fsys.Rename(swap, ns.logPath); err != nil {
-		return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
-	}
-	st, err := fsys.Stat(ns.logPath)
-	if err == nil {
-		ns.size.Store(st.Size())
-		ns.mu.Lock()
-		var res recoverResult
-		res, err = rebuildSealed(ns)
-		if err == nil && res.corruption != nil {
-			err = fmt.Errorf("cleaned segment %s: %w", ns.logPath, res.corruption)
-		}
-		ns.sealed, ns.next = true, next
-		cerr := ns.closeFilesLocked() // reopened lazily, under the file budget
-		ns.mu.Unlock()
-		if err == nil {
-			err = cerr
-		}
-	}
-	if err == nil {
-		err = l.syncDir()
-	}
+	ns, err := l.installCleaned(swap, bases[0], next, mtime)
 	if err != nil {
 		return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
 	}
@@ -366,4 +356,35 @@ func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) 
 	}
 	l.logger.Info("replaced segments with a cleaned one", "base", bases[0], "segments", len(bases), "bytes", ns.size.Load())
 	return nil
+}
+
+// installCleaned renames a replacement's swap file to its segment name,
+// rebuilds its indexes (synced) and syncs the directory; the new segment's
+// files are then closed, to be reopened lazily under the file budget.
+// REQUIRES: l.mu held.
+func (l *Log) installCleaned(swap string, base, next int64, mtime time.Time) (*segFile, error) {
+	fsys := l.segOpts.fs
+	ns := newSegFile(&l.segOpts, base, 0, mtime)
+	if err := fsys.Rename(swap, ns.logPath); err != nil {
+		return nil, err
+	}
+	st, err := fsys.Stat(ns.logPath)
+	if err != nil {
+		return nil, err
+	}
+	ns.size.Store(st.Size())
+	ns.mu.Lock()
+	res, err := rebuildSealed(ns)
+	if err == nil && res.corruption != nil {
+		err = fmt.Errorf("cleaned segment %s: %w", ns.logPath, res.corruption)
+	}
+	ns.sealed, ns.next = true, next
+	if cerr := ns.closeFilesLocked(); err == nil {
+		err = cerr
+	}
+	ns.mu.Unlock()
+	if err == nil {
+		err = l.syncDir()
+	}
+	return ns, err
 }

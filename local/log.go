@@ -155,7 +155,7 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	}
 	l := &Log{readOnly: opts.ReadOnly, dir: dir, now: opts.Now, logger: opts.Logger.With("dir", dir), metrics: opts.Metrics,
 		segOpts: segmentOptions{fs: opts.FS, dir: dir, maxIndexBytes: int(opts.Config.SegmentIndexBytes),
-			intervalBytes: opts.Config.IndexIntervalBytes, budget: opts.budget},
+			intervalBytes: opts.Config.IndexIntervalBytes, budget: opts.budget, logger: opts.Logger.With("dir", dir)},
 	}
 	l.storeConfig(opts.Config)
 	l.remoteStart.Store(-1)

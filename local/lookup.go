@@ -68,17 +68,22 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 
 // batchEnd returns the end position and last offset of the last whole batch
 // that starts at or after from and ends at or before limit (from and -1 when
-// none fits); prevLast is the last offset before from. It uses the offset
-// index to skip near limit, then scans headers.
+// none fits); prevLast is the last offset before from.
 func (s *segFile) batchEnd(from, limit, prevLast int64) (end, lastOffset int64, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
 		return from, -1, err
 	}
 	start := from
-	if pe, ok := oi.LookupPosition(int32(min(limit, math.MaxInt32))); ok && int64(pe.Position) > start {
-		start = int64(pe.Position)
-		prevLast = -1 // the batches skipped are not read
+	// A sealed segment's headers are read through its mapping, so every
+	// one up to limit is walked (and checked) for next to nothing. Others
+	// skip ahead to the last index entry before limit: each header is a
+	// read there, and the bytes are the newest.
+	if s.mapping() == nil {
+		if pe, ok := oi.LookupPosition(int32(min(limit, math.MaxInt32))); ok && int64(pe.Position) > start {
+			start = int64(pe.Position)
+			prevLast = -1 // the batches skipped are not read
+		}
 	}
 	end, lastOffset = start, -1
 	err = s.walkHeaders(start, limit, prevLast, func(h *record.Entry) bool {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"math"
 	"os"
 	"path/filepath"
@@ -84,6 +85,7 @@ type segmentOptions struct {
 	maxIndexBytes int
 	intervalBytes int64
 	budget        *fileBudget // bounds sealed segments' open files; nil: none
+	logger        *slog.Logger
 	// compact is set while the topic's cleanup.policy includes compact:
 	// offsets may then have gaps (see checkEnd).
 	compact atomic.Bool
@@ -283,12 +285,12 @@ func (s *segFile) openIndexes(withTime bool) (*index.OffsetIndex, *index.TimeInd
 	}
 	ti, err := index.OpenTimeIndexReadOnly(s.opts.fs, s.path(TimeIndexSuffix), s.base)
 	if err == nil {
-		if serr := ti.SanityCheck(); serr != nil || !s.timeIndexFitsLocked(ti) {
+		if err = ti.SanityCheck(); err == nil {
+			err = s.timeIndexFitsLocked(ti)
+		}
+		if err != nil {
 			ti.Close()
-			err = fmt.Errorf("%w: %v", index.ErrCorrupt, serr)
-			if serr == nil {
-				err = fmt.Errorf("%w: %s: entries outside the segment's offsets", index.ErrCorrupt, s.path(TimeIndexSuffix))
-			}
+			s.opts.logger.Warn("time index fails its checks; not trusted", "err", err)
 		}
 	}
 	switch {
@@ -305,18 +307,30 @@ func (s *segFile) openIndexes(withTime bool) (*index.OffsetIndex, *index.TimeInd
 }
 
 // timeIndexFitsLocked checks what a time index's sanity check cannot: its
-// offsets lie in the segment (at or above its base, below its next
-// offset as far as the offset index knows). REQUIRES: s.mu held.
-func (s *segFile) timeIndexFitsLocked(ti *index.TimeIndex) bool {
+// offsets lie in the segment, and its first entry (the largest timestamp
+// up to its offset) is not below the first batch's largest timestamp. A
+// damaged entry would otherwise start a timestamp search past the records
+// it should find. REQUIRES: s.mu held.
+func (s *segFile) timeIndexFitsLocked(ti *index.TimeIndex) error {
 	n := ti.Entries()
 	if n == 0 {
-		return true
+		return nil
 	}
 	first, last := ti.Entry(0), ti.LastEntry()
 	if first.Offset < s.base || last.Offset-s.base > math.MaxInt32 {
-		return false
+		return fmt.Errorf("%w: %s: offsets %d..%d outside the segment based at %d", index.ErrCorrupt, s.path(TimeIndexSuffix), first.Offset, last.Offset, s.base)
 	}
-	return true
+	f, err := s.fileLocked()
+	if err != nil {
+		return err
+	}
+	var hdr [record.BatchHeaderSize]byte
+	e, err := record.ReadHeader(f, 0, s.size.Load(), hdr[:])
+	if err == nil && e.Magic == 2 && first.Timestamp < e.MaxTimestamp {
+		return fmt.Errorf("%w: %s: its first entry has timestamp %d, below the first batch's largest %d",
+			index.ErrCorrupt, s.path(TimeIndexSuffix), first.Timestamp, e.MaxTimestamp)
+	}
+	return nil
 }
 
 // rebuildOrViewLocked handles a missing or unusable index: a read-write

@@ -186,42 +186,8 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 			named[p.key(s.Name(suf))] = true
 		}
 	}
+	protected, byIntent, deadIntents := judgeIntents(ctx, p, objects, st, opts)
 	now := opts.Now()
-	protected, byIntent := map[string]bool{}, map[string]bool{}
-	var deadIntents []string
-	for _, o := range objects {
-		if !strings.HasSuffix(o.Key, IntentSuffix) {
-			continue
-		}
-		in, err := readIntent(ctx, store, o.Key)
-		live := true
-		switch {
-		case err != nil:
-			// Unreadable: judged by its age alone.
-			live = now.Sub(o.LastModified) <= opts.CommitWindow+clockSkew
-		case in.Generation < st.m.Generation && st.etag != "":
-			live = false // its commit's condition can no longer hold
-		default:
-			created := time.UnixMilli(in.CreatedMs)
-			if o.LastModified.After(created) {
-				created = o.LastModified
-			}
-			live = now.Sub(created) <= time.Duration(in.Window)*time.Millisecond+clockSkew
-		}
-		if live {
-			protected[o.Key] = true
-		} else {
-			deadIntents = append(deadIntents, o.Key)
-		}
-		if in != nil {
-			for _, name := range in.Objects {
-				if live {
-					protected[p.key(name)] = true
-				}
-				byIntent[p.key(name)] = true
-			}
-		}
-	}
 	var garbage []string
 	for _, o := range objects {
 		k := o.Key
@@ -243,6 +209,49 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 		return garbage, err
 	}
 	return garbage, nil
+}
+
+// judgeIntents reads the upload intents among objects and sorts what they
+// name: protected (a live intent: its commit may still land), byIntent
+// (named by any intent), and the intents that are dead (their commits can
+// no longer land), judged against st, the manifest read after the listing.
+func judgeIntents(ctx context.Context, p *Partition, objects []objstore.ObjectInfo, st *manifestState, opts GCOptions) (protected, byIntent map[string]bool, dead []string) {
+	protected, byIntent = map[string]bool{}, map[string]bool{}
+	now := opts.Now()
+	for _, o := range objects {
+		if !strings.HasSuffix(o.Key, IntentSuffix) {
+			continue
+		}
+		in, err := readIntent(ctx, p.store, o.Key)
+		live := true
+		switch {
+		case err != nil:
+			// Unreadable: judged by its age alone.
+			live = now.Sub(o.LastModified) <= opts.CommitWindow+clockSkew
+		case in.Generation < st.m.Generation && st.etag != "":
+			live = false // its commit's condition can no longer hold
+		default:
+			created := time.UnixMilli(in.CreatedMs)
+			if o.LastModified.After(created) {
+				created = o.LastModified
+			}
+			live = now.Sub(created) <= time.Duration(in.Window)*time.Millisecond+clockSkew
+		}
+		if live {
+			protected[o.Key] = true
+		} else {
+			dead = append(dead, o.Key)
+		}
+		if in != nil {
+			for _, name := range in.Objects {
+				if live {
+					protected[p.key(name)] = true
+				}
+				byIntent[p.key(name)] = true
+			}
+		}
+	}
+	return protected, byIntent, dead
 }
 
 // readIntent GETs and decodes an upload intent.

@@ -273,3 +273,48 @@ func (d *hookDriver) Put(c context.Context, key string, body io.ReadSeeker, size
 	}
 	return d.Driver.Put(c, key, body, size, opts)
 }
+
+// TestRemoteBatchWithChangedBaseOffset: a batch in the bucket whose base
+// offset (outside its CRC) changed after upload is reported, naming the
+// object, by the reads that reach it; never served as duplicated or
+// missing offsets.
+func TestRemoteBatchWithChangedBaseOffset(t *testing.T) {
+	for _, delta := range []int64{-3, 3} {
+		store := objstore.New(mem.New(), "mem://moved", objstore.Options{})
+		dir := filepath.Join(t.TempDir(), "orders-0")
+		c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
+		p := closedSegments(t, dir, store, c, 2000)
+		if _, err := p.Offload(ctx); err != nil {
+			t.Fatal(err)
+		}
+		seg := p.Manifest().Segments[1]
+		p.Close()
+		key := "tl/orders-0/" + seg.Name(manifest.LogSuffix)
+		data, err := store.ReadAll(ctx, key, 0, seg.Size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := record.Parse(data)
+		mid := int64(len(b)) // the second batch
+		base := record.Batch(data[mid:]).BaseOffset()
+		record.Batch(data[mid:]).SetBaseOffset(base + delta)
+		if _, err := store.Put(ctx, key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p = open(t, dir, store, 1, c)
+		var readErr error
+		for off := int64(0); off < p.Offsets().LocalLogStart; {
+			r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+			if err != nil {
+				readErr = err
+				break
+			}
+			off = r.(backend.OffsetRange).NextOffset()
+			r.Close()
+		}
+		p.Close()
+		if !errors.Is(readErr, backend.ErrCorruptRecord) || !strings.Contains(readErr.Error(), seg.Name(manifest.LogSuffix)) {
+			t.Fatalf("base offset moved by %d in the bucket: reading through gave %v; want ErrCorruptRecord naming the object", delta, readErr)
+		}
+	}
+}

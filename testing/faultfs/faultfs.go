@@ -96,7 +96,7 @@ type FS struct {
 
 	mu    sync.Mutex
 	hook  Hook
-	space int64 // bytes writes may still add past the files' ends; <0: no limit
+	space int64 // bytes writes may still write; <0: no limit
 
 	injected atomic.Int64
 }
@@ -113,9 +113,10 @@ func (f *FS) SetHook(h Hook) {
 	f.mu.Unlock()
 }
 
-// SetSpace leaves n bytes of free space: a write that would go past it
-// writes the bytes that fit and fails with ENOSPC, as a full disk does.
-// Only bytes that grow a file count; n < 0 removes the limit.
+// SetSpace leaves n bytes of free space: the writes that follow may write
+// n bytes in all (any file; filling a hole in a sparse file takes space as
+// much as growing one), and the write that would pass that writes what fits
+// and fails with ENOSPC, as a full disk does. n < 0 removes the limit.
 func (f *FS) SetSpace(n int64) {
 	f.mu.Lock()
 	f.space = n
@@ -240,10 +241,7 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	if err := f.fs.check(Op{Kind: OpWrite, Path: f.Name(), Off: off, Len: len(p)}); err != nil {
 		return 0, err
 	}
-	fit, err := f.fs.reserve(f.File, p, off)
-	if err != nil {
-		return 0, err
-	}
+	fit := f.fs.reserve(len(p))
 	n, werr := f.File.WriteAt(p[:fit], off)
 	if werr == nil && fit < len(p) {
 		f.fs.injected.Add(1)
@@ -252,27 +250,17 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	return n, werr
 }
 
-// reserve returns how many bytes of a write of p at off fit in the space
-// left, taking them from it.
-func (f *FS) reserve(in vfs.File, p []byte, off int64) (int, error) {
+// reserve returns how many bytes of a write of n fit in the space left,
+// taking them from it.
+func (f *FS) reserve(n int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.space < 0 {
-		return len(p), nil
+		return n
 	}
-	st, err := in.Stat()
-	if err != nil {
-		return 0, err
-	}
-	grow := max(off+int64(len(p))-st.Size(), 0)
-	if grow <= f.space {
-		f.space -= grow
-		return len(p), nil
-	}
-	// The bytes up to the file's end overwrite; past it, only what is left.
-	fit := max(st.Size()-off, 0) + f.space
-	f.space = 0
-	return int(min(fit, int64(len(p)))), nil
+	fit := int(min(int64(n), f.space))
+	f.space -= int64(fit)
+	return fit
 }
 
 func (f *file) Sync() error {
