@@ -21,6 +21,7 @@ require (
 	github.com/twmb/franz-go v1.22.3
 	github.com/twmb/franz-go/pkg/kmsg v1.15.1
 	golang.org/x/term v0.48.0
+	golang.org/x/time v0.16.0
 )
 
 require (

@@ -199,11 +199,11 @@ func (l *Log) validate(data []byte, opts backend.AppendOptions) ([]batchMeta, ba
 func (l *Log) recordErr(err error, pos int) error {
 	switch {
 	case errors.Is(err, record.ErrBadMagic):
-		return fmt.Errorf("%w: batch at byte %d of the append: %v (only magic 2 is appended)", backend.ErrInvalidRecord, pos, err)
+		return fmt.Errorf("%w: batch at byte %d of the append: %w (only magic 2 is appended)", backend.ErrInvalidRecord, pos, err)
 	case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrTornTail), errors.Is(err, record.ErrUnknownCodec):
-		return fmt.Errorf("%w: batch at byte %d of the append: %v", backend.ErrCorruptRecord, pos, err)
+		return fmt.Errorf("%w: batch at byte %d of the append: %w", backend.ErrCorruptRecord, pos, err)
 	}
-	return fmt.Errorf("%w: batch at byte %d of the append: %v", backend.ErrInvalidRecord, pos, err)
+	return fmt.Errorf("%w: batch at byte %d of the append: %w", backend.ErrInvalidRecord, pos, err)
 }
 
 // noteEpochs records the leader epochs of an append's batches in the

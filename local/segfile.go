@@ -350,7 +350,7 @@ func (s *segFile) rebuildOrViewLocked(why string) error {
 		return fmt.Errorf("local: rebuild the indexes of %s (%s): %w", s.logPath, why, err)
 	}
 	if res.corruption != nil {
-		return fmt.Errorf("%w: %s: %v", backend.ErrCorruptRecord, s.logPath, res.corruption)
+		return fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, s.logPath, res.corruption)
 	}
 	return nil
 }

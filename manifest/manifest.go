@@ -308,7 +308,7 @@ func Decode(data []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, len(d.b))
 	}
 	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return m, nil
 }

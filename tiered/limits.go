@@ -15,8 +15,8 @@ type limitedBody struct {
 }
 
 func (b *limitedBody) Read(p []byte) (int, error) {
-	if len(p) > 64<<10 {
-		p = p[:64<<10]
+	if n := min(64<<10, b.lim.Burst()); len(p) > n {
+		p = p[:n]
 	}
 	if err := b.lim.Wait(b.ctx, len(p)); err != nil {
 		return 0, err

@@ -318,3 +318,37 @@ func TestRemoteBatchWithChangedBaseOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestUploadRateLimit: uploads never go faster than UploadBytesPerSecond
+// (after its one-second burst). Only the lower bound on the time is
+// checked: a busy machine may be slower, never faster.
+func TestUploadRateLimit(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://rate", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "1048576")
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rate = 2 << 20
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, UploadBytesPerSecond: rate})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 20_000) // about 4.2 MB
+	if err := p.Local().Roll(); err != nil {
+		t.Fatal(err)
+	}
+	_, bytes := p.CopyLag()
+	start := time.Now()
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	least := time.Duration(float64(bytes-rate) / rate * float64(time.Second))
+	t.Logf("%d bytes in %v at a cap of %d B/s (at least %v)", bytes, took, rate, least)
+	if took < least*9/10 {
+		t.Fatalf("%d bytes uploaded in %v, faster than the cap of %d B/s allows (%v)", bytes, took, rate, least)
+	}
+}

@@ -237,7 +237,7 @@ func (p *Partition) Manifest() *manifest.Manifest { return p.man.Load().m }
 func (p *Partition) Local() *local.Log { return p.local }
 
 func (p *Partition) fence(cause error) {
-	err := fmt.Errorf("%w: %s: %v", backend.ErrFenced, p.key(ManifestName), cause)
+	err := fmt.Errorf("%w: %s: %w", backend.ErrFenced, p.key(ManifestName), cause)
 	if p.fenc.CompareAndSwap(nil, &err) {
 		p.metrics.Fenced.Add(1)
 		p.opts.Logger.Warn("fenced: another writer owns the partition", "err", err)

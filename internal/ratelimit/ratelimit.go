@@ -1,62 +1,53 @@
 // Package ratelimit paces byte streams (uploads, the cleaner's I/O) to a
-// rate in bytes a second.
+// rate in bytes a second, with golang.org/x/time/rate's token bucket: one
+// second of burst. It adds what byte streams need on top: a nil Limiter
+// that does not limit, and waits for more bytes than the burst.
 package ratelimit
 
 import (
 	"context"
-	"sync"
-	"time"
+
+	"golang.org/x/time/rate"
 )
 
-// Limiter is a token bucket: at most rate bytes a second, with one second
-// of burst. A nil *Limiter does not limit. It is safe for concurrent use.
-type Limiter struct {
-	mu     sync.Mutex
-	rate   float64
-	tokens float64
-	last   time.Time
-	now    func() time.Time
-	sleep  func(ctx context.Context, d time.Duration) error
-}
+// Limiter is a token bucket of bytes. A nil *Limiter does not limit. It is
+// safe for concurrent use; several streams sharing one share its rate.
+type Limiter struct{ lim *rate.Limiter }
 
-// New returns a Limiter of bytesPerSecond, or nil (no limit) when it is
-// not positive.
+// New returns a Limiter of bytesPerSecond with a one-second burst, or nil
+// (no limit) when it is not positive.
 func New(bytesPerSecond int64) *Limiter {
 	if bytesPerSecond <= 0 {
 		return nil
 	}
-	return &Limiter{rate: float64(bytesPerSecond), tokens: float64(bytesPerSecond), last: time.Now(), now: time.Now,
-		sleep: func(ctx context.Context, d time.Duration) error {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}}
+	burst := int(min(bytesPerSecond, 1<<30))
+	return &Limiter{lim: rate.NewLimiter(rate.Limit(bytesPerSecond), burst)}
 }
 
-// Wait blocks until n bytes may go, or ctx is done.
+// Wait blocks until n bytes may go, or ctx is done (its error then). n may
+// exceed the burst: the bytes are taken a burst at a time.
 func (r *Limiter) Wait(ctx context.Context, n int) error {
 	if r == nil {
 		return nil
 	}
-	for {
-		r.mu.Lock()
-		now := r.now()
-		r.tokens = min(r.rate, r.tokens+now.Sub(r.last).Seconds()*r.rate)
-		r.last = now
-		if r.tokens >= float64(n) || r.tokens >= r.rate {
-			r.tokens -= float64(n)
-			r.mu.Unlock()
-			return nil
-		}
-		d := time.Duration((float64(n) - r.tokens) / r.rate * float64(time.Second))
-		r.mu.Unlock()
-		if err := r.sleep(ctx, d); err != nil {
+	for n > 0 {
+		k := min(n, r.lim.Burst())
+		if err := r.lim.WaitN(ctx, k); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return err
 		}
+		n -= k
 	}
+	return nil
+}
+
+// Burst is the most bytes one Wait takes at once: a stream writing
+// through the Limiter writes at most this much per Wait.
+func (r *Limiter) Burst() int {
+	if r == nil {
+		return 1 << 30
+	}
+	return r.lim.Burst()
 }

@@ -6,35 +6,38 @@ import (
 	"time"
 )
 
-// TestRateLimiter drives the token bucket with a fake clock: 5,000 bytes
-// at 1,000 bytes a second, after a one-second burst, take four seconds.
+// TestRateLimiter: 3,000 bytes at 10,000 bytes a second, after the
+// one-second burst is spent, take about 0.3 s; a nil Limiter does not
+// limit; a cancelled context ends a wait.
 func TestRateLimiter(t *testing.T) {
-	r := New(1000)
-	clock := time.Unix(0, 0)
-	r.last = clock
-	r.now = func() time.Time { return clock }
-	var slept time.Duration
-	r.sleep = func(_ context.Context, d time.Duration) error {
-		slept += d
-		clock = clock.Add(d)
-		return nil
+	r := New(10_000)
+	if err := r.Wait(context.Background(), 10_000); err != nil { // the burst
+		t.Fatal(err)
 	}
-	for i := 0; i < 50; i++ {
+	start := time.Now()
+	for range 30 {
 		if err := r.Wait(context.Background(), 100); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if slept < 3900*time.Millisecond || slept > 4100*time.Millisecond {
-		t.Fatalf("slept %v for 5,000 bytes at 1,000 B/s with a 1,000-byte burst, want about 4s", slept)
+	if d := time.Since(start); d < 250*time.Millisecond {
+		t.Fatalf("3,000 bytes at 10,000 B/s went in %v, want about 300ms", d)
 	}
 	if New(0) != nil {
 		t.Fatal("a zero rate must mean no limiter")
 	}
+	var none *Limiter
+	if err := none.Wait(context.Background(), 1<<40); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	r.sleep = New(1).sleep
-	r.tokens = 0
-	if err := r.Wait(ctx, 10_000); err == nil {
+	if err := New(1).Wait(ctx, 10_000); err == nil {
 		t.Fatal("wait ignored a cancelled context")
+	}
+	// More than the burst: taken a burst at a time.
+	r = New(1_000_000)
+	if err := r.Wait(context.Background(), 2_500_000); err != nil {
+		t.Fatal(err)
 	}
 }
