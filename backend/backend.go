@@ -34,9 +34,12 @@ type Partition interface {
 	//
 	// With AssignOffsets (leader), base offsets are rewritten from LogEnd
 	// and the leader epoch is stamped; otherwise (follower) the batches
-	// MUST start at LogEnd and keep their offsets. Append returns when the
-	// bytes are in the operating system; they are durable after Flush (or
-	// per the flush.messages / flush.ms policy).
+	// keep their offsets, which MUST NOT start below LogEnd and MUST
+	// increase from batch to batch; they MAY start above LogEnd or leave
+	// gaps between batches (a leader's log has gaps after compaction, and
+	// Kafka's followers accept them). Append returns when the bytes are in
+	// the operating system; they are durable after Flush (or per the
+	// flush.messages / flush.ms policy).
 	Append(ctx context.Context, batches []byte, opts AppendOptions) (AppendInfo, error)
 
 	// Read returns whole batches starting with the batch that contains
@@ -79,8 +82,9 @@ type Partition interface {
 // Backend holds many partitions (a broker's log directory).
 type Backend interface {
 	// Open returns the partition, creating it when absent. Opening an open
-	// partition returns the same Partition. Names MUST be Kafka-legal
-	// topics and partitions >= 0, else ErrInvalidName.
+	// partition returns the same Partition, with cfg applied to it (a
+	// topic config change applies to the open log, as in Kafka). Names
+	// MUST be Kafka-legal topics and partitions >= 0, else ErrInvalidName.
 	Open(ctx context.Context, topic string, partition int32, cfg Config) (Partition, error)
 	// Delete closes the partition and removes its data.
 	Delete(ctx context.Context, topic string, partition int32) error

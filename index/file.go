@@ -407,6 +407,18 @@ func (t *table) resizeLocked(maxBytes int) error {
 	return nil
 }
 
+// checkWritableLocked refuses a write to a closed or read-only index.
+// REQUIRES: t.mu held.
+func (t *table) checkWritableLocked() error {
+	if t.closed {
+		return fmt.Errorf("%w: %s", ErrClosed, t.name())
+	}
+	if !t.writable {
+		return fmt.Errorf("%w: %s", ErrReadOnly, t.name())
+	}
+	return nil
+}
+
 func (t *table) name() string {
 	if t.path != "" {
 		return t.path

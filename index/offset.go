@@ -105,11 +105,8 @@ func (x *OffsetIndex) LookupSlot(target int64) (OffsetEntry, int, int) {
 func (x *OffsetIndex) Append(offset int64, position int32) error {
 	x.t.mu.Lock()
 	defer x.t.mu.Unlock()
-	if x.t.closed {
-		return fmt.Errorf("%w: %s", ErrClosed, x.t.name())
-	}
-	if !x.t.writable {
-		return fmt.Errorf("%w: %s", ErrReadOnly, x.t.name())
+	if err := x.t.checkWritableLocked(); err != nil {
+		return err
 	}
 	if x.t.n >= x.t.maxEntries() {
 		return fmt.Errorf("%w: %s: %d entries, appending offset %d", ErrFull, x.t.name(), x.t.n, offset)

@@ -1,7 +1,6 @@
 package index
 
 import (
-	"fmt"
 	"math"
 )
 
@@ -77,11 +76,8 @@ func (x *shared) TrimToValidSize() error {
 func (x *shared) Reserve(n int) error {
 	x.t.mu.Lock()
 	defer x.t.mu.Unlock()
-	if x.t.closed {
-		return fmt.Errorf("%w: %s", ErrClosed, x.t.name())
-	}
-	if !x.t.writable {
-		return fmt.Errorf("%w: %s", ErrReadOnly, x.t.name())
+	if err := x.t.checkWritableLocked(); err != nil {
+		return err
 	}
 	last := min(x.t.n+n, x.t.maxEntries()) - 1
 	if last < x.t.n {

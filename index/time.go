@@ -92,11 +92,8 @@ func (x *TimeIndex) Lookup(ts int64) TimeEntry {
 func (x *TimeIndex) MaybeAppend(ts, offset int64, skipFullCheck bool) error {
 	x.t.mu.Lock()
 	defer x.t.mu.Unlock()
-	if x.t.closed {
-		return fmt.Errorf("%w: %s", ErrClosed, x.t.name())
-	}
-	if !x.t.writable {
-		return fmt.Errorf("%w: %s", ErrReadOnly, x.t.name())
+	if err := x.t.checkWritableLocked(); err != nil {
+		return err
 	}
 	max := x.t.maxEntries()
 	if (!skipFullCheck && x.t.n >= max-1) || x.t.n >= max {

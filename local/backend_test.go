@@ -88,3 +88,34 @@ func TestBackendCheckpointsAndCleanShutdown(t *testing.T) {
 		t.Fatalf("second delete: %v", err)
 	}
 }
+
+// TestBackendOpenAppliesConfig: opening an open partition with another
+// config returns the same log, now with that config (the contract:
+// a topic config change applies to the open log).
+func TestBackendOpenAppliesConfig(t *testing.T) {
+	b, err := local.OpenBackend(t.TempDir(), local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	first, err := b.OpenLog(ctx, "orders", 0, cfg(t, "retention.ms", "1000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := b.OpenLog(ctx, "orders", 0, cfg(t, "retention.ms", "5000", "max.message.bytes", "100"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again != first {
+		t.Fatal("a second Open returned another log")
+	}
+	if c := first.Config(); c.RetentionMs != 5000 || c.MaxMessageBytes != 100 {
+		t.Fatalf("config after the second Open: retention.ms %d, max.message.bytes %d", c.RetentionMs, c.MaxMessageBytes)
+	}
+	if _, err := first.Append(ctx, batchOf(3, 0, "x"), backend.AppendOptions{AssignOffsets: true}); !errors.Is(err, backend.ErrRecordTooLarge) {
+		t.Fatalf("append above the new max.message.bytes: %v", err)
+	}
+	if _, err := b.OpenLog(ctx, "orders", 0, backend.Config{SegmentBytes: -1}); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("a bad config for an open log: %v", err)
+	}
+}

@@ -29,16 +29,11 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // segments a committed manifest names. It returns how many segments it
 // uploaded.
 func (p *Partition) Offload(ctx context.Context) (int, error) {
-	if err := p.checkOpen(); err != nil {
+	ctx, done, err := p.beginChange(ctx)
+	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := p.withClose(ctx)
-	defer cancel()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.checkOpen(); err != nil {
-		return 0, err
-	}
+	defer done()
 	if err := p.reconcileLocked(ctx); err != nil {
 		return 0, err
 	}

@@ -113,29 +113,6 @@ func TestLocalRetentionKeepsDivergedSegments(t *testing.T) {
 	}
 }
 
-// produceValue is produce with values of one repeated letter.
-func produceValue(t *testing.T, p backend.Partition, n int, letter string) {
-	t.Helper()
-	var b record.Builder
-	val := bytes.Repeat([]byte(letter), 200)
-	ts := int64(1_700_000_000_000)
-	for done := 0; done < n; {
-		b.Reset(record.NewBatchHeader())
-		for done < n && (b.NumRecords() == 0 || b.SizeWith(ts, nil, val, nil) <= 16384) {
-			b.Append(ts, nil, val, nil)
-			done++
-		}
-		batch, _ := b.Build()
-		if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
-			t.Fatal(err)
-		}
-		ts += 10
-	}
-	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestGCDuringUpload: gc with no grace at all (forced) runs while an
 // offload has uploaded its objects and not yet committed them; the intent
 // protects them, the commit names objects that exist, and every record

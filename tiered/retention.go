@@ -16,16 +16,11 @@ import (
 // leaves garbage for GC, never a manifest naming a missing object. It
 // returns how many segments it removed.
 func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
-	if err := p.checkOpen(); err != nil {
+	ctx, done, err := p.beginChange(ctx)
+	if err != nil {
 		return 0, err
 	}
-	ctx, cancel := p.withClose(ctx)
-	defer cancel()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.checkOpen(); err != nil {
-		return 0, err
-	}
+	defer done()
 	if err := p.reconcileLocked(ctx); err != nil {
 		return 0, err
 	}

@@ -305,13 +305,11 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		o := p.Offsets()
 		return &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.HighWatermark}
 	}
-	ctx, cancel := p.withClose(ctx)
-	defer cancel()
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if err := p.checkOpen(); err != nil {
+	ctx, done, err := p.beginChange(ctx)
+	if err != nil {
 		return err
 	}
+	defer done()
 	st := p.man.Load()
 	if n := len(st.m.Segments); n > 0 && offset > st.m.LogStartOffset {
 		next := *st.m
@@ -358,6 +356,23 @@ func (p *Partition) checkOpen() error {
 		return fmt.Errorf("%w: tiered partition %s", backend.ErrClosed, p.key(""))
 	}
 	return nil
+}
+
+// beginChange starts a change of the bucket (an offload, retention, a new
+// log start): it takes p.mu, with ctx also cancelled by Close, and fails
+// with ErrClosed once the partition is closed. done releases both.
+func (p *Partition) beginChange(ctx context.Context) (_ context.Context, done func(), err error) {
+	if err := p.checkOpen(); err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := p.withClose(ctx)
+	p.mu.Lock()
+	if err := p.checkOpen(); err != nil {
+		p.mu.Unlock()
+		cancel()
+		return nil, nil, err
+	}
+	return ctx, func() { p.mu.Unlock(); cancel() }, nil
 }
 
 // withClose returns ctx, also cancelled when the partition closes.

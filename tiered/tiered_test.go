@@ -36,9 +36,12 @@ func cfg(t testing.TB, kv ...string) backend.Config {
 }
 
 // produce appends n records of 200-byte values in producer-sized batches.
-func produce(t testing.TB, p backend.Partition, n int) {
+func produce(t testing.TB, p backend.Partition, n int) { produceValue(t, p, n, "v") }
+
+// produceValue is produce with values of one repeated letter.
+func produceValue(t testing.TB, p backend.Partition, n int, letter string) {
 	var b record.Builder
-	val := bytes.Repeat([]byte("v"), 200)
+	val := bytes.Repeat([]byte(letter), 200)
 	ts := int64(1_700_000_000_000)
 	for done := 0; done < n; {
 		b.Reset(record.NewBatchHeader())
