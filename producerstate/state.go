@@ -544,11 +544,12 @@ func parseError(err error) error {
 // checkClientBatch applies the checks of Kafka's LogValidator.validateBatch
 // that concern producer state, for OriginClient.
 func checkClientBatch(b record.Batch) error {
-	bi := infoOf(b)
-	if bi.control {
+	if b.IsControl() {
+		bi := infoOf(b)
 		return newAppendError(backend.ErrInvalidRecord, &bi, "clients are not allowed to write control records")
 	}
-	if bi.producerID != record.NoProducerID && bi.baseSeq < 0 {
+	if b.ProducerID() != record.NoProducerID && b.BaseSequence() < 0 {
+		bi := infoOf(b)
 		e := newAppendError(backend.ErrInvalidRecord, &bi, "a batch with a producer id must have a sequence")
 		e.FirstSeq = bi.baseSeq
 		return e
@@ -584,12 +585,13 @@ func (s *State) prepareBatch(p *Plan, b record.Batch, opts Options) error {
 	if u == nil {
 		p.updates = append(p.updates, update{pid: bi.producerID, cur: cur})
 		u = &p.updates[len(p.updates)-1]
-		if cur != nil {
-			u.upd = *cur
-		} else {
-			u.upd = emptyEntry
+		// Kafka's updated entry starts from the current one without its
+		// batches (withProducerIdAndBatchMetadata).
+		c := cur
+		if c == nil {
+			c = &emptyEntry
 		}
-		u.upd.nb = 0
+		u.upd.epoch, u.upd.coordEpoch, u.upd.lastTimestamp, u.upd.txnFirst = c.epoch, c.coordEpoch, c.lastTimestamp, c.txnFirst
 		if v := s.verifications[bi.producerID]; v != nil {
 			u.hasVerif, u.verifLow = true, v.lowestSeq
 		}
