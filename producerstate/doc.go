@@ -91,8 +91,11 @@
 //     fails the log must stop and recover the segment, as Kafka does.
 //  5. Publish the new LastStableOffset(highWatermark, logStart).
 //
-// Nothing may change the State between Prepare and Apply (Apply returns
-// ErrStalePlan otherwise, changing nothing).
+// Between Prepare and Apply the log may roll (SetEndOffset, Snapshot) and
+// move its offsets (SetHighWatermark, OnLogStartIncremented); anything that
+// changes producers (another Apply, Replay, Load, Reset, SetConfig,
+// StartVerification, RemoveExpiredProducers) makes Apply return
+// ErrStalePlan, changing nothing.
 //
 // Offsets: call SetHighWatermark whenever the high watermark moves,
 // OnLogStartIncremented whenever the log start offset rises, and read
@@ -114,9 +117,12 @@
 // remaining snapshot at or below it (on ErrCorruptSnapshot delete it and
 // try the next older; with none, Reset(logStart)), then Replay every batch
 // from EndOffset() to the log end (a header-only scan; control batches
-// read whole), rebuilding the .txnindex of each recovered segment from the
-// aborted transactions Replay returns, and finally SetEndOffset(logEnd)
-// and take a snapshot. A full truncation is Reset(newOffset).
+// read whole; a segment being recovered past the recovery point gets its
+// .txnindex rebuilt from the aborted transactions Replay returns, as
+// Kafka's LogSegment.recover does), and finally SetEndOffset(logEnd),
+// take a snapshot and SetHighWatermark with the recovered high watermark
+// (completed transactions replayed wait for it). A full truncation is
+// Reset(newOffset).
 //
 // Expiry: call RemoveExpiredProducers(now) periodically (Kafka: every
 // producer.id.expiration.check.interval.ms, 10 minutes). Open

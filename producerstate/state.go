@@ -757,8 +757,11 @@ func completedBefore(done []CompletedTxn, first int64) bool {
 // updated entries, the transactions it starts and completes (completed
 // ones wait for the high watermark before the first unstable offset moves
 // past them), and EndOffset = p.NextOffset(). It fails with ErrStalePlan,
-// changing nothing, unless p is the last plan Prepare filled from this
-// State with no change in between and is not a duplicate.
+// changing nothing, unless p was filled by Prepare on this State, is not a
+// duplicate, and none of Apply, Replay, Load, Reset, SetConfig,
+// StartVerification or RemoveExpiredProducers ran since. (The calls a log
+// makes around a write, such as SetEndOffset and Snapshot at a roll,
+// SetHighWatermark and OnLogStartIncremented, keep a plan valid.)
 func (s *State) Apply(p *Plan) error {
 	if !p.ready || p.s != s || p.gen != s.gen || p.Duplicate {
 		return ErrStalePlan

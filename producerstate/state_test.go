@@ -560,8 +560,23 @@ func TestStalePlan(t *testing.T) {
 	if err := l.s.Apply(&p); !errors.Is(err, producerstate.ErrStalePlan) {
 		t.Fatalf("applied twice: %v", err)
 	}
+	// A roll (SetEndOffset and Snapshot) and offset moves between Prepare
+	// and Apply keep the plan.
+	if err := l.s.Prepare(&p, buildBatch(t, &b, 1, spec{pid: 1, seq: 1}), client()); err != nil {
+		t.Fatal(err)
+	}
+	l.s.SetEndOffset(1)
+	l.s.Snapshot(nil)
+	l.s.SetHighWatermark(1)
+	l.s.OnLogStartIncremented(0)
+	if err := l.s.Apply(&p); err != nil {
+		t.Fatal(err)
+	}
+	if l.s.EndOffset() != 2 {
+		t.Fatal(l.s.EndOffset())
+	}
 	// A failed Prepare leaves nothing to apply.
-	if err := l.s.Prepare(&p, buildBatch(t, &b, 1, spec{pid: 1, seq: 5}), client()); err == nil {
+	if err := l.s.Prepare(&p, buildBatch(t, &b, 2, spec{pid: 1, seq: 5}), client()); err == nil {
 		t.Fatal("gap accepted")
 	}
 	if err := l.s.Apply(&p); !errors.Is(err, producerstate.ErrStalePlan) {
