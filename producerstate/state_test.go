@@ -666,3 +666,22 @@ func TestOnLogStartIncremented(t *testing.T) {
 		t.Fatal(l.s.EndOffset())
 	}
 }
+
+func TestAppendErrorFields(t *testing.T) {
+	l := newLog(t, noVerify())
+	l.produce(client(), spec{pid: 7, epoch: 3, txn: true})
+	l.mark(producerstate.OriginCoordinator, mspec{pid: 7, epoch: 3, coord: 5, commit: true})
+	l.produce(client(), spec{pid: 7, epoch: 3, seq: 1, txn: true})
+	var ae *producerstate.AppendError
+	o := l.mark(producerstate.OriginCoordinator, mspec{pid: 7, epoch: 3, coord: 4})
+	if !errors.As(o.err, &ae) || ae.CoordinatorEpoch != 4 || ae.CurrentCoordinatorEpoch != 5 || ae.Offset != 3 || ae.ProducerID != 7 {
+		t.Fatalf("%+v", o.err)
+	}
+	if msg := ae.Error(); !strings.Contains(msg, "coordinator epoch 4 (current 5)") || !strings.HasPrefix(msg, backend.ErrTransactionCoordinatorFenced.Error()) {
+		t.Fatal(msg)
+	}
+	o = l.produce(client(), spec{pid: 7, epoch: 2, seq: 2, txn: true})
+	if !errors.As(o.err, &ae) || ae.Epoch != 2 || ae.CurrentEpoch != 3 || !strings.Contains(ae.Error(), "epoch 2 (current 3)") {
+		t.Fatalf("%v", o.err)
+	}
+}
