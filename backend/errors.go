@@ -36,6 +36,28 @@ var (
 	// KAFKA_STORAGE_ERROR. A log whose fsync failed, or whose failed write
 	// could not be undone, refuses writes with it until it is reopened.
 	ErrStorage = errors.New("backend: storage error")
+
+	// The producer-state errors below each map one to one to a Kafka
+	// error code; appends that return them write nothing.
+
+	// ErrOutOfOrderSequence: an idempotent producer's batch does not
+	// continue the producer's sequence (a gap, a retry older than the
+	// last five batches, or a new epoch not starting at 0). Kafka's
+	// OUT_OF_ORDER_SEQUENCE_NUMBER (45).
+	ErrOutOfOrderSequence = errors.New("backend: out of order sequence number")
+	// ErrInvalidProducerEpoch: a batch or transaction marker carries a
+	// producer epoch older than the one the partition has seen. Kafka's
+	// INVALID_PRODUCER_EPOCH (47).
+	ErrInvalidProducerEpoch = errors.New("backend: invalid producer epoch")
+	// ErrInvalidTxnState: a producer wrote outside the transaction state
+	// the partition knows (a non-transactional batch while its transaction
+	// is open, or a transactional batch the coordinator has not verified).
+	// Kafka's INVALID_TXN_STATE (48).
+	ErrInvalidTxnState = errors.New("backend: invalid transaction state")
+	// ErrTransactionCoordinatorFenced: a transaction marker carries a
+	// coordinator epoch older than one the partition has seen (a zombie
+	// coordinator). Kafka's TRANSACTION_COORDINATOR_FENCED (52).
+	ErrTransactionCoordinatorFenced = errors.New("backend: transaction coordinator fenced")
 )
 
 // OffsetOutOfRangeError says which offset was asked for and the range the
