@@ -159,8 +159,8 @@ func (s *Store) do(ctx context.Context, op Op, key string, fn func(ctx context.C
 		var n int64
 		n, err = fn(actx)
 		cancel()
-		if err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
-			err = fmt.Errorf("%w: request timed out after %v: %v", ErrRetryable, s.opts.Timeout, err)
+		if err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil && !isAnswer(err) {
+			err = fmt.Errorf("%w: request timed out after %v: %w", ErrRetryable, s.opts.Timeout, err)
 		}
 		s.record(op, attempt, err)
 		if s.opts.OnRequest != nil {
@@ -173,18 +173,33 @@ func (s *Store) do(ctx context.Context, op Op, key string, fn func(ctx context.C
 		delay := time.Duration(rand.Int64N(int64(backoff) + 1))
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("objstore: %s %s on %s: %w (after %v)", op, key, s.name, ctx.Err(), err)
+			return fmt.Errorf("objstore: %s %s on %s: %w (after %w)", op, key, s.name, ctx.Err(), err)
 		case <-time.After(delay):
 		}
 		backoff = min(backoff*2, s.opts.MaxBackoff)
 	}
 	if err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = fmt.Errorf("%w: %v", ctx.Err(), err)
+		// A context done after the driver answered does not change the
+		// answer: a not-found stays ErrNotFound. Only an error that is
+		// not an answer (a timeout, a reset) is blamed on the context.
+		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) && !isAnswer(err) {
+			err = fmt.Errorf("%w: %w", ctx.Err(), err)
 		}
 		return fmt.Errorf("objstore: %s %s on %s: %w", op, key, s.name, err)
 	}
 	return nil
+}
+
+// isAnswer reports whether err is the server's answer about the request
+// (not found, a lost condition, refused credentials, a bad checksum or
+// range, a refused key) rather than a failure to get one.
+func isAnswer(err error) bool {
+	for _, sentinel := range []error{ErrNotFound, ErrPreconditionFailed, ErrAccessDenied, ErrChecksumMismatch, ErrInvalidRange, ErrInvalidKey} {
+		if errors.Is(err, sentinel) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) record(op Op, attempt int, err error) {
@@ -317,11 +332,11 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.left -= int64(n)
 	switch {
 	case err == io.EOF && c.left > 0:
-		err = fmt.Errorf("%w: the body ended %d bytes early: %v", ErrRetryable, c.left, io.ErrUnexpectedEOF)
+		err = fmt.Errorf("%w: the body ended %d bytes early: %w", ErrRetryable, c.left, io.ErrUnexpectedEOF)
 	case err == nil && c.left == 0 && n > 0:
 		err = io.EOF
 	case err != nil && err != io.EOF && !errors.Is(err, ErrRetryable):
-		err = fmt.Errorf("%w: reading the body: %v", ErrRetryable, err)
+		err = fmt.Errorf("%w: reading the body: %w", ErrRetryable, err)
 	}
 	return n, err
 }

@@ -127,35 +127,35 @@ func mapErr(err error) error {
 	r := mc.ToErrorResponse(err)
 	switch r.Code {
 	case "NoSuchKey", "NotFound":
-		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+		return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 	case "NoSuchBucket":
-		return fmt.Errorf("%w: %v", objstore.ErrBucketNotFound, err)
+		return fmt.Errorf("%w: %w", objstore.ErrBucketNotFound, err)
 	case "PreconditionFailed", "ConditionalRequestConflict":
-		return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+		return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken":
-		return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+		return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 	case "BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch":
-		return fmt.Errorf("%w: %v", objstore.ErrChecksumMismatch, err)
+		return fmt.Errorf("%w: %w", objstore.ErrChecksumMismatch, err)
 	case "InvalidRange":
-		return fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+		return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized":
-		return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	}
 	switch code := r.StatusCode; {
 	case code == http.StatusNotFound:
-		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+		return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 	case code == http.StatusPreconditionFailed:
-		return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+		return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 	case code == http.StatusForbidden:
-		return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+		return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 	case code == http.StatusRequestedRangeNotSatisfiable:
-		return fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+		return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 	case code == http.StatusTooManyRequests || code >= 500:
-		return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	case code == 0:
 		var ne net.Error
 		if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "connection reset") {
-			return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 		}
 	}
 	return err
@@ -189,11 +189,14 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 	}
 	info, err := d.c.PutObject(ctx, d.cfg.Bucket, d.prefix+key, body, size, po)
 	if err != nil {
-		err = mapErr(err)
-		if opts.IfMatch != "" && errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
-			return objstore.ObjectInfo{}, fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+		// S3 answers If-Match on a missing key with NoSuchKey: for the
+		// seam a lost condition (wrapping minio-go's error, not the
+		// mapped one, so it is not also ErrNotFound).
+		mapped := mapErr(err)
+		if opts.IfMatch != "" && errors.Is(mapped, objstore.ErrNotFound) && !errors.Is(mapped, objstore.ErrBucketNotFound) {
+			return objstore.ObjectInfo{}, fmt.Errorf("%w: If-Match on a missing key: %w", objstore.ErrPreconditionFailed, err)
 		}
-		return objstore.ObjectInfo{}, err
+		return objstore.ObjectInfo{}, mapped
 	}
 	return objstore.ObjectInfo{Key: key, Size: size, ETag: quote(info.ETag), LastModified: time.Now()}, nil
 }
@@ -225,7 +228,7 @@ func (d *Driver) Get(ctx context.Context, key string, offset, length int64) (io.
 			end = offset + length - 1
 		}
 		if err := getOpts.SetRange(offset, end); err != nil {
-			return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+			return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 		}
 	}
 	// Core.GetObject gives the response headers: a ranged get's total size

@@ -136,7 +136,7 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 	if _, err := d.c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(c.Bucket)}); err != nil {
 		err = mapErr(err)
 		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s: %v", objstore.ErrBucketNotFound, c.Bucket, err)
+			return nil, fmt.Errorf("%w: %s: %w", objstore.ErrBucketNotFound, c.Bucket, err)
 		}
 		return nil, fmt.Errorf("objstore/s3: bucket %s: %w", c.Bucket, err)
 	}
@@ -173,54 +173,56 @@ func mapErr(err error) error {
 	if errors.As(err, &api) {
 		switch api.ErrorCode() {
 		case "NoSuchKey", "NotFound":
-			return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+			return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 		case "NoSuchBucket":
-			return fmt.Errorf("%w: %v", objstore.ErrBucketNotFound, err)
+			return fmt.Errorf("%w: %w", objstore.ErrBucketNotFound, err)
 		case "PreconditionFailed", "ConditionalRequestConflict":
-			return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+			return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden", "ExpiredToken", "InvalidToken":
-			return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+			return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 		case "BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch":
-			return fmt.Errorf("%w: %v", objstore.ErrChecksumMismatch, err)
+			return fmt.Errorf("%w: %w", objstore.ErrChecksumMismatch, err)
 		case "InvalidRange":
-			return fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+			return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 		case "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
 			"InternalError", "ServiceUnavailable", "OperationAborted":
-			return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 		}
 	}
 	var re *smithyhttp.ResponseError
 	if errors.As(err, &re) {
 		switch code := re.HTTPStatusCode(); {
 		case code == http.StatusNotFound:
-			return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+			return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 		case code == http.StatusPreconditionFailed:
-			return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+			return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 		case code == http.StatusForbidden || code == http.StatusUnauthorized:
-			return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+			return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 		case code == http.StatusRequestedRangeNotSatisfiable:
-			return fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+			return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 		case code == http.StatusTooManyRequests || code >= 500:
-			return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 		}
 		return err
 	}
 	// No HTTP response at all: the connection failed or broke.
 	var ne net.Error
 	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset") {
-		return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	}
 	return err
 }
 
 // putErr maps a put's error: S3 answers If-Match on a missing key with
 // NoSuchKey, which for the seam is a lost condition.
+// The result wraps the SDK's error, not the mapped one, so it is not also
+// ErrNotFound.
 func putErr(err error, opts objstore.PutOptions) error {
-	err = mapErr(err)
-	if opts.IfMatch != "" && errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
-		return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+	mapped := mapErr(err)
+	if opts.IfMatch != "" && errors.Is(mapped, objstore.ErrNotFound) && !errors.Is(mapped, objstore.ErrBucketNotFound) {
+		return fmt.Errorf("%w: If-Match on a missing key: %w", objstore.ErrPreconditionFailed, err)
 	}
-	return err
+	return mapped
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
