@@ -124,3 +124,32 @@ func TestShortBodyKeepsUnexpectedEOF(t *testing.T) {
 		t.Fatalf("a body 7 bytes short: %v", err)
 	}
 }
+
+func TestBound(t *testing.T) {
+	if got, want := (objstore.Options{}).Bound(), 151500*time.Millisecond; got != want {
+		t.Errorf("the default bound is %v, the docs say %v", got, want)
+	}
+	o := objstore.Options{Timeout: time.Second, MaxAttempts: 4, BaseBackoff: time.Second, MaxBackoff: 1500 * time.Millisecond}
+	if got, want := o.Bound(), 4*time.Second+time.Second+1500*time.Millisecond+1500*time.Millisecond; got != want {
+		t.Errorf("Bound() = %v, want %v", got, want)
+	}
+}
+
+// TestReadAllStartsOverOnANewVersion: a read resumed after a break that
+// finds another ETag starts over, so the bytes are all of one version.
+func TestReadAllStartsOverOnANewVersion(t *testing.T) {
+	calls := 0
+	d := &scripted{Driver: mem.New(), get: func(context.Context) (io.ReadCloser, objstore.ObjectInfo, error) {
+		calls++
+		switch calls {
+		case 1: // version a, cut after 3 of 6 bytes
+			return io.NopCloser(strings.NewReader("abc")), objstore.ObjectInfo{Key: "k", Size: 6, ETag: `"a"`}, nil
+		default: // version b, whole (the resumed read asked for 3.., and is refused)
+			return io.NopCloser(strings.NewReader("uvwxyz")), objstore.ObjectInfo{Key: "k", Size: 6, ETag: `"b"`}, nil
+		}
+	}}
+	got, err := objstore.New(d, "scripted", fast).ReadAll(context.Background(), "k", 0, -1)
+	if err != nil || string(got) != "uvwxyz" {
+		t.Fatalf("ReadAll across an overwrite: %q, %v (want version b whole)", got, err)
+	}
+}

@@ -51,9 +51,21 @@ type Driver struct {
 	prefix string
 }
 
-// Open connects and checks the bucket: missing is ErrBucketNotFound, wrong
-// credentials ErrAccessDenied.
+// Open is New and CheckBucket, under ctx alone: give ctx a deadline, or
+// use New and objstore.Store.CheckBucket (as storeurl.Open does).
 func Open(ctx context.Context, c Config) (*Driver, error) {
+	d, err := New(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.CheckBucket(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// New builds the driver without touching the network.
+func New(c Config) (*Driver, error) {
 	client, err := newClient(c)
 	if err != nil {
 		return nil, err
@@ -68,14 +80,20 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 	if c.Concurrency == 0 {
 		d.cfg.Concurrency = 4
 	}
-	ok, err := client.BucketExists(ctx, c.Bucket)
+	return d, nil
+}
+
+// CheckBucket implements objstore.BucketChecker: a missing bucket is
+// objstore.ErrBucketNotFound, wrong credentials objstore.ErrAccessDenied.
+func (d *Driver) CheckBucket(ctx context.Context) error {
+	ok, err := d.c.BucketExists(ctx, d.cfg.Bucket)
 	if err != nil {
-		return nil, fmt.Errorf("objstore/minio: bucket %s: %w", c.Bucket, mapErr(err))
+		return fmt.Errorf("objstore/minio: bucket %s: %w", d.cfg.Bucket, mapErr(err))
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", objstore.ErrBucketNotFound, c.Bucket)
+		return fmt.Errorf("%w: %s", objstore.ErrBucketNotFound, d.cfg.Bucket)
 	}
-	return d, nil
+	return nil
 }
 
 func newClient(c Config) (*mc.Client, error) {

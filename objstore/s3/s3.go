@@ -69,8 +69,11 @@ type Driver struct {
 	prefix string
 }
 
-// openClient builds the client without touching the network.
-func openClient(ctx context.Context, c Config) (*Driver, error) {
+// New builds the driver without touching the network (the AWS
+// configuration is read from the environment and files). Check the
+// bucket with CheckBucket, or with objstore.Store.CheckBucket to have it
+// held to the store's bound.
+func New(ctx context.Context, c Config) (*Driver, error) {
 	if c.Bucket == "" {
 		return nil, fmt.Errorf("%w: no bucket named", objstore.ErrInvalidURL)
 	}
@@ -125,28 +128,37 @@ func openClient(ctx context.Context, c Config) (*Driver, error) {
 	return d, nil
 }
 
-// Open connects and checks that the bucket exists and is reachable with
-// the credentials: a missing bucket is objstore.ErrBucketNotFound, wrong
-// credentials objstore.ErrAccessDenied.
+// Open is New and CheckBucket, under ctx alone: give ctx a deadline, or
+// use New and objstore.Store.CheckBucket (as storeurl.Open does).
 func Open(ctx context.Context, c Config) (*Driver, error) {
-	d, err := openClient(ctx, c)
+	d, err := New(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(c.Bucket)}); err != nil {
-		err = mapErr(err)
-		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s: %w", objstore.ErrBucketNotFound, c.Bucket, err)
-		}
-		return nil, fmt.Errorf("objstore/s3: bucket %s: %w", c.Bucket, err)
+	if err := d.CheckBucket(ctx); err != nil {
+		return nil, err
 	}
 	return d, nil
+}
+
+// CheckBucket implements objstore.BucketChecker with HeadBucket: a missing
+// bucket is objstore.ErrBucketNotFound, wrong credentials
+// objstore.ErrAccessDenied.
+func (d *Driver) CheckBucket(ctx context.Context) error {
+	if _, err := d.c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(d.cfg.Bucket)}); err != nil {
+		err = mapErr(err)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("%w: %s: %w", objstore.ErrBucketNotFound, d.cfg.Bucket, err)
+		}
+		return fmt.Errorf("objstore/s3: bucket %s: %w", d.cfg.Bucket, err)
+	}
+	return nil
 }
 
 // CreateBucket creates c.Bucket (for tests and first-time setup); a bucket
 // that already exists and is ours is not an error.
 func CreateBucket(ctx context.Context, c Config) error {
-	d, err := openClient(ctx, c)
+	d, err := New(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -304,10 +316,15 @@ func (d *Driver) putMultipart(ctx context.Context, key string, body io.ReadSeeke
 		return objstore.ObjectInfo{}, mapErr(err)
 	}
 	uploadID := created.UploadId
+	// A failed upload is aborted in the background, so the put returns
+	// within its deadline; an abort that fails leaves a stale upload for
+	// AbortStaleUploads (tierctl gc).
 	abort := func() {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		d.c.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: aws.String(d.cfg.Bucket), Key: aws.String(full), UploadId: uploadID})
+		go func() {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			d.c.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: aws.String(d.cfg.Bucket), Key: aws.String(full), UploadId: uploadID})
+		}()
 	}
 	nparts := int((size + d.cfg.PartSize - 1) / d.cfg.PartSize)
 	parts := make([]types.CompletedPart, nparts)
