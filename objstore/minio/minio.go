@@ -5,6 +5,7 @@
 package minio
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	mc "github.com/minio/minio-go/v7"
@@ -205,7 +207,13 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 	if d.cfg.SSE == "AES256" {
 		po.ServerSideEncryption = encrypt.NewSSE()
 	}
-	info, err := d.c.PutObject(ctx, d.cfg.Bucket, d.prefix+key, body, size, po)
+	var info mc.UploadInfo
+	var err error
+	if (opts.IfNoneMatch || opts.IfMatch != "") && uint64(size) > d.cfg.PartSize {
+		info, err = d.putConditionalMultipart(ctx, d.prefix+key, body, size, opts, po.ServerSideEncryption)
+	} else {
+		info, err = d.c.PutObject(ctx, d.cfg.Bucket, d.prefix+key, body, size, po)
+	}
 	if err != nil {
 		// S3 answers If-Match on a missing key with NoSuchKey: for the
 		// seam a lost condition (wrapping minio-go's error, not the
@@ -217,6 +225,103 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 		return objstore.ObjectInfo{}, mapped
 	}
 	return objstore.ObjectInfo{Key: key, Size: size, ETag: quote(info.ETag), LastModified: time.Now()}, nil
+}
+
+// putConditionalMultipart uploads a conditional put above the part size
+// in parts, Concurrency at a time, and completes it with the conditions.
+//
+// minio-go's PutObject sends If-None-Match and If-Match on
+// CreateMultipartUpload only: a MinIO extension, checked there by MinIO.
+// Amazon S3 and versitygw check them on CompleteMultipartUpload (versitygw
+// v1.8.0 ignores them at create: a create-only put over an existing key
+// succeeded). So the conditions go on both: MinIO fails early, every
+// server fails at completion.
+func (d *Driver) putConditionalMultipart(ctx context.Context, full string, body io.ReadSeeker, size int64, opts objstore.PutOptions, sse encrypt.ServerSide) (mc.UploadInfo, error) {
+	var conditions mc.PutObjectOptions
+	if opts.IfNoneMatch {
+		conditions.SetMatchETagExcept("*")
+	}
+	if opts.IfMatch != "" {
+		conditions.SetMatchETag(strings.Trim(opts.IfMatch, `"`))
+	}
+	create := conditions
+	create.ServerSideEncryption = sse
+	uploadID, err := d.core.NewMultipartUpload(ctx, d.cfg.Bucket, full, create)
+	if err != nil {
+		return mc.UploadInfo{}, err
+	}
+	abort := func() { // in the background: the put returns within its deadline
+		go func() {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			d.core.AbortMultipartUpload(actx, d.cfg.Bucket, full, uploadID)
+		}()
+	}
+	ra, isReaderAt := body.(io.ReaderAt)
+	partSize := int64(d.cfg.PartSize)
+	nparts := int((size + partSize - 1) / partSize)
+	parts := make([]mc.CompletePart, nparts)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		cancel()
+	}
+	sem := make(chan struct{}, d.cfg.Concurrency)
+	for i := 0; i < nparts && pctx.Err() == nil; i++ {
+		off := int64(i) * partSize
+		n := min(partSize, size-off)
+		var part io.Reader
+		if isReaderAt {
+			part = io.NewSectionReader(ra, off, n)
+		} else {
+			buf := make([]byte, n)
+			if _, err := io.ReadFull(body, buf); err != nil {
+				fail(fmt.Errorf("reading part %d of the body: %w", i+1, err))
+				break
+			}
+			part = bytes.NewReader(buf)
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-pctx.Done():
+			continue
+		}
+		wg.Add(1)
+		go func(i int, part io.Reader, n int64) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			p, err := d.core.PutObjectPart(pctx, d.cfg.Bucket, full, uploadID, i+1, part, n, mc.PutObjectPartOptions{})
+			if err != nil {
+				fail(fmt.Errorf("part %d: %w", i+1, err))
+				return
+			}
+			parts[i] = mc.CompletePart{PartNumber: i + 1, ETag: p.ETag}
+		}(i, part, n)
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		abort()
+		return mc.UploadInfo{}, firstErr
+	}
+	info, err := d.core.CompleteMultipartUpload(ctx, d.cfg.Bucket, full, uploadID, parts, conditions)
+	if err != nil {
+		abort()
+		return mc.UploadInfo{}, err
+	}
+	return info, nil
 }
 
 // quote gives ETags the quotes S3 returns them with, as the other drivers.

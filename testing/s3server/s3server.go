@@ -258,7 +258,8 @@ func startMinIOContainer(ctx context.Context) (*Server, error) {
 		testcontainers.WithExposedPorts("9000/tcp"),
 		testcontainers.WithCmd("server", "/data"),
 		testcontainers.WithEnv(map[string]string{"MINIO_ROOT_USER": access, "MINIO_ROOT_PASSWORD": secret}),
-		testcontainers.WithWaitStrategy(wait.ForHTTP("/minio/health/live").WithPort("9000/tcp").WithStartupTimeout(90*time.Second)),
+		testcontainers.WithWaitStrategy(wait.ForHTTP("/minio/health/live").WithPort("9000/tcp").
+			WithResponseHeadersMatcher(minioReady).WithStartupTimeout(90*time.Second)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("s3server: start %s: %w", MinIOImage, err)
@@ -313,14 +314,19 @@ func freePort() (int, error) {
 }
 
 func startVersitygw(ctx context.Context, bin string) (*Server, error) {
-	return startProcess(ctx, VersityGW, bin, "/health", func(dir, access, secret string, port, _ int) ([]string, []string) {
+	return startProcess(ctx, VersityGW, bin, "/health", nil, func(dir, access, secret string, port, _ int) ([]string, []string) {
 		return []string{"--port", fmt.Sprintf("127.0.0.1:%d", port), "--access", access, "--secret", secret,
 			"--region", "us-east-1", "--health", "/health", "--quiet", "posix", dir}, nil
 	})
 }
 
+// minioReady: MinIO's liveness check answers 200 before its object layer
+// is up (S3 requests then get 503 XMinioServerNotInitialized) and says so
+// in X-Minio-Server-Status: offline. Ready is 200 without that header.
+func minioReady(h http.Header) bool { return h.Get("X-Minio-Server-Status") == "" }
+
 func startMinIOBinary(ctx context.Context, bin string) (*Server, error) {
-	return startProcess(ctx, MinIO, bin, "/minio/health/live", func(dir, access, secret string, port, console int) ([]string, []string) {
+	return startProcess(ctx, MinIO, bin, "/minio/health/live", minioReady, func(dir, access, secret string, port, console int) ([]string, []string) {
 		return []string{"server", dir, "--address", fmt.Sprintf("127.0.0.1:%d", port),
 				"--console-address", fmt.Sprintf("127.0.0.1:%d", console), "--quiet"},
 			[]string{"MINIO_ROOT_USER=" + access, "MINIO_ROOT_PASSWORD=" + secret, "MINIO_REGION=us-east-1",
@@ -333,7 +339,7 @@ func startMinIOBinary(ctx context.Context, bin string) (*Server, error) {
 // is started from a goroutine locked to its OS thread for the server's
 // life, so Pdeathsig (tied to the starting thread, not the process) kills
 // it only when the test process dies, and then surely.
-func startProcess(ctx context.Context, kind Kind, bin, health string,
+func startProcess(ctx context.Context, kind Kind, bin, health string, ready func(http.Header) bool,
 	args func(dir, access, secret string, port, console int) (argv, env []string)) (*Server, error) {
 	dir, err := os.MkdirTemp("", "tierlog-"+string(kind)+"-")
 	if err != nil {
@@ -381,7 +387,7 @@ func startProcess(ctx context.Context, kind Kind, bin, health string,
 			return nil, fmt.Errorf("s3server: start %s: %w", bin, err)
 		}
 		endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
-		if err := waitHealthy(ctx, endpoint+health, exited); err != nil {
+		if err := waitHealthy(ctx, endpoint+health, ready, exited); err != nil {
 			close(kill)
 			<-exited
 			lastErr = fmt.Errorf("s3server: %s on port %d: %w\n%s", kind, port, err, strings.TrimSpace(out.String()))
@@ -419,9 +425,10 @@ func (b *syncBuffer) String() string {
 	return b.b.String()
 }
 
-// waitHealthy polls url until it answers 200 while the process is alive (a
-// stale server on the same port could answer for a dead one).
-func waitHealthy(ctx context.Context, url string, exited <-chan error) error {
+// waitHealthy polls url until it answers 200 (and ready, when not nil,
+// accepts the headers) while the process is alive (a stale server on the
+// same port could answer for a dead one).
+func waitHealthy(ctx context.Context, url string, ready func(http.Header) bool, exited <-chan error) error {
 	client := &http.Client{Timeout: time.Second}
 	for {
 		select {
@@ -434,7 +441,7 @@ func waitHealthy(ctx context.Context, url string, exited <-chan error) error {
 		resp, err := client.Get(url)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && (ready == nil || ready(resp.Header)) {
 				select {
 				case err := <-exited:
 					return fmt.Errorf("exited right after answering: %v", err)

@@ -132,7 +132,7 @@ func TestHealthyNeedsALiveProcess(t *testing.T) {
 	exited <- errors.New("exit status 1")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if err := waitHealthy(ctx, "http://127.0.0.1:1/health", exited); err == nil || !strings.Contains(err.Error(), "exited") {
+	if err := waitHealthy(ctx, "http://127.0.0.1:1/health", nil, exited); err == nil || !strings.Contains(err.Error(), "exited") {
 		t.Fatalf("waitHealthy with a dead process: %v", err)
 	}
 }
