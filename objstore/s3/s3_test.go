@@ -18,7 +18,6 @@ func config(t *testing.T, srv *s3server.Server, bucket string) s3.Config {
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, PartSize: 5 << 20}
 }
 
-
 var buckets = map[*objstore.Store]string{}
 
 func bucketOf(s *objstore.Store) string {
