@@ -17,6 +17,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	mc "github.com/minio/minio-go/v7"
@@ -174,7 +175,8 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	case code == 0:
 		var ne net.Error
-		if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "connection reset") {
+		if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || strings.Contains(err.Error(), "connection reset") {
 			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 		}
 	}

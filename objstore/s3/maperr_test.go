@@ -2,7 +2,9 @@ package s3
 
 import (
 	"errors"
+	"io"
 	"net/http"
+	"syscall"
 	"testing"
 
 	"github.com/aws/smithy-go"
@@ -34,5 +36,16 @@ func TestMapErrKeepsTheCause(t *testing.T) {
 	err := putErr(&smithy.GenericAPIError{Code: "NoSuchKey"}, objstore.PutOptions{IfMatch: `"x"`})
 	if !errors.Is(err, objstore.ErrPreconditionFailed) || errors.Is(err, objstore.ErrNotFound) {
 		t.Errorf("If-Match on a missing key: %v", err)
+	}
+}
+
+// TestMapErrNoResponse: a request whose connection was reset or closed
+// before any response (status 0) is retryable.
+func TestMapErrNoResponse(t *testing.T) {
+	for _, cause := range []error{io.EOF, syscall.ECONNRESET, io.ErrUnexpectedEOF} {
+		err := mapErr(&smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{}}, Err: &smithyhttp.RequestSendError{Err: cause}})
+		if !errors.Is(err, objstore.ErrRetryable) || !errors.Is(err, cause) {
+			t.Errorf("%v: %v", cause, err)
+		}
 	}
 }

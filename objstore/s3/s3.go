@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -214,12 +215,16 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 		case code == http.StatusTooManyRequests || code >= 500:
 			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
+		case code != 0:
+			return err
 		}
-		return err
+		// Status 0: the SDK got no response (a reset or closed
+		// connection); the checks below apply.
 	}
 	// No HTTP response at all: the connection failed or broke.
 	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset") {
+	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || strings.Contains(err.Error(), "connection reset") {
 		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	}
 	return err
