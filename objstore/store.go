@@ -331,7 +331,7 @@ func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.R
 	if length >= 0 {
 		want = min(want, length)
 	}
-	return &countingReader{rc: rc, n: &s.bytesIn, left: want}, info, nil
+	return &countingReader{rc: rc, n: &s.bytesIn, left: want, what: fmt.Sprintf("get %s on %s", key, s.name)}, info, nil
 }
 
 // getWithin starts the get under ctx (the body stays readable after the
@@ -411,7 +411,8 @@ func (b *guardedBody) Close() error {
 type countingReader struct {
 	rc   io.ReadCloser
 	n    *atomic.Int64
-	left int64 // bytes the body still owes
+	left int64  // bytes the body still owes
+	what string // "get key on store", for errors
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
@@ -426,11 +427,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.left -= int64(n)
 	switch {
 	case err == io.EOF && c.left > 0:
-		err = fmt.Errorf("%w: the body ended %d bytes early: %w", ErrRetryable, c.left, io.ErrUnexpectedEOF)
+		err = fmt.Errorf("%w: %s: the body ended %d bytes early: %w", ErrRetryable, c.what, c.left, io.ErrUnexpectedEOF)
 	case err == nil && c.left == 0 && n > 0:
 		err = io.EOF
-	case err != nil && err != io.EOF && !errors.Is(err, ErrRetryable):
-		err = fmt.Errorf("%w: reading the body: %w", ErrRetryable, err)
+	case err != nil && err != io.EOF && errors.Is(err, ErrRetryable):
+		err = fmt.Errorf("%s: reading the body: %w", c.what, err)
+	case err != nil && err != io.EOF:
+		err = fmt.Errorf("%w: %s: reading the body: %w", ErrRetryable, c.what, err)
 	}
 	return n, err
 }
@@ -491,7 +494,7 @@ func (s *Store) ReadAll(ctx context.Context, key string, offset, length int64) (
 		case rerr == nil:
 			return nil, fmt.Errorf("objstore: get %s on %s: %w: %d bytes from %d, the object ends first", key, s.name, ErrInvalidRange, length, offset)
 		case !errors.Is(rerr, ErrRetryable) || attempt >= s.opts.MaxAttempts || ctx.Err() != nil:
-			return nil, fmt.Errorf("objstore: get %s on %s: %w", key, s.name, rerr)
+			return nil, fmt.Errorf("objstore: %w", rerr) // rerr names the key and store
 		}
 	}
 }

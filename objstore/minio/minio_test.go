@@ -7,6 +7,7 @@ import (
 
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/minio"
+	"github.com/tierlog/tierlog/testing/faultproxy"
 	"github.com/tierlog/tierlog/testing/objstoretest"
 	"github.com/tierlog/tierlog/testing/s3server"
 )
@@ -70,5 +71,26 @@ func TestConformanceBehindFaults(t *testing.T) {
 		objstoretest.RunBehindFaults(t, func(t *testing.T) (objstore.Driver, string) {
 			return newStoreOn(t, srv(t)).Driver(), "minio"
 		}, objstoretest.Options{})
+	})
+}
+
+// TestNetworkFaults runs the network battery through toxiproxy in front of
+// each server: every operation succeeds or fails retryably within the
+// store's bound under each fault, and succeeds once it is gone.
+func TestNetworkFaults(t *testing.T) {
+	eachKind(t, func(t *testing.T, server func(testing.TB) *s3server.Server) {
+		srv := server(t)
+		p := faultproxy.Start(t, srv.Endpoint)
+		objstoretest.RunNetworkFaults(t, p, func(t *testing.T, opts objstore.Options) *objstore.Store {
+			c := config(srv, srv.NewBucket(t))
+			c.Endpoint = p.Endpoint
+			d, err := minio.New(c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := objstore.New(d, "minio://"+c.Bucket+"?endpoint="+p.Endpoint, opts)
+			t.Cleanup(func() { s.Close() })
+			return s
+		})
 	})
 }
