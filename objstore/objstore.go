@@ -7,6 +7,30 @@
 // validation, closed checks, a deadline on every request, retries with
 // backoff and jitter for retryable errors, and metrics hooks.
 //
+// # The bound: no request waits forever
+//
+// Every request a Store makes carries a deadline derived from its
+// Options. One attempt is bounded by Timeout; a retryable failure is
+// retried up to MaxAttempts in all, after a random delay of up to
+// min(BaseBackoff × 2^(i-1), MaxBackoff) before retry i. So a call that
+// makes one request (Put, Head, Get up to its response headers, one page
+// of List, one batch of up to 1000 keys of Delete, AbortStaleUploads,
+// CheckBucket) returns within
+//
+//	Bound = MaxAttempts × Timeout + Σ_{i=1}^{MaxAttempts-1} min(BaseBackoff × 2^(i-1), MaxBackoff)
+//
+// (Options.Bound), whatever the server does: answers, resets, trickles or
+// accepts and never answers. With the defaults (30 s, 5 attempts, 100 ms
+// doubling up to 5 s) that is 5 × 30 s + 1.5 s = 151.5 s. ReadAll, its
+// resumptions included, is held to the same bound as a whole. Each Read of
+// a Get's body returns within Timeout (a body that stops sending fails
+// with ErrRetryable); the body as a whole has no deadline, as a reader
+// may hold it open. A List or Delete of many pages makes one request per
+// page, each within the bound. Errors that the bound cuts short wrap
+// ErrRetryable and context.DeadlineExceeded, and name the store (the
+// storeurl name holds the endpoint). storeurl.Open checks the bucket
+// within the same bound.
+//
 // Keys are slash-separated paths. A key is never the "directory" of another
 // key (a/b and a/b/c cannot both exist on a filesystem-backed server), each
 // path component is under 255 bytes, and "." and ".." components are
@@ -74,8 +98,10 @@ type PutOptions struct {
 }
 
 // Driver is one provider. Implementations MUST be safe for concurrent use,
-// MUST map their errors to the sentinels above (in one function), and need
-// not validate keys or check for Close: Store does both.
+// MUST map their errors to the sentinels above (in one function), MUST
+// return promptly once ctx is done (within milliseconds, whatever the
+// server does: Store's bound rests on it), and need not validate keys or
+// check for Close: Store does both.
 type Driver interface {
 	// Put stores size bytes of body under key. body is seekable so the
 	// driver may compute checksums and retry. On return without error
@@ -98,4 +124,12 @@ type Driver interface {
 	AbortStaleUploads(ctx context.Context, prefix string, olderThan time.Time) (int, error)
 	// Close releases the driver's resources.
 	Close() error
+}
+
+// BucketChecker is a Driver that can check, in one request, that its
+// bucket exists and that the credentials reach it. A missing bucket is
+// ErrBucketNotFound, refused credentials ErrAccessDenied.
+// Store.CheckBucket runs it within the store's bound.
+type BucketChecker interface {
+	CheckBucket(ctx context.Context) error
 }

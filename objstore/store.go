@@ -35,10 +35,13 @@ type Event struct {
 	Err      error // nil on success
 }
 
-// Options tune a Store.
+// Options tune a Store. Together they set its bound (see Bound and the
+// package doc): the longest any one request may take.
 type Options struct {
-	// Timeout bounds each request attempt (default 30 s; a get's body
-	// read is bounded too, from the request's start).
+	// Timeout bounds each request attempt, from sending it to the end of
+	// its answer (default 30 s). A get's attempt ends when the response
+	// headers arrive; each Read of its body must then make progress
+	// within Timeout.
 	Timeout time.Duration
 	// MaxAttempts is how many times a retryable error is tried in all
 	// (default 5).
@@ -63,6 +66,23 @@ func (o *Options) fill() {
 	if o.MaxBackoff <= 0 {
 		o.MaxBackoff = 5 * time.Second
 	}
+}
+
+// Bound returns the longest a Store call that makes one request may take
+// with these options, all its retries included:
+//
+//	Bound = MaxAttempts × Timeout + Σ_{i=1}^{MaxAttempts-1} min(BaseBackoff × 2^(i-1), MaxBackoff)
+//
+// With the defaults: 5 × 30 s + (0.1 + 0.2 + 0.4 + 0.8) s = 151.5 s.
+func (o Options) Bound() time.Duration {
+	o.fill()
+	b := time.Duration(o.MaxAttempts) * o.Timeout
+	backoff := o.BaseBackoff
+	for i := 1; i < o.MaxAttempts; i++ {
+		b += backoff
+		backoff = min(backoff*2, o.MaxBackoff)
+	}
+	return b
 }
 
 // Stats counts what a Store did, by operation.
@@ -98,6 +118,10 @@ func New(d Driver, name string, opts Options) *Store {
 
 // Timeout returns the per-attempt request deadline.
 func (s *Store) Timeout() time.Duration { return s.opts.Timeout }
+
+// Bound returns the longest one request may take, retries included (see
+// Options.Bound).
+func (s *Store) Bound() time.Duration { return s.opts.Bound() }
 
 // Name returns the store's name.
 func (s *Store) Name() string { return s.name }
@@ -145,46 +169,89 @@ func validatePrefix(prefix string) error {
 	return ValidateKey(strings.TrimSuffix(prefix, "/"))
 }
 
-// do runs one operation with a deadline per attempt and retries for
-// retryable errors.
+// errBound is the cause of a context that a Store's own bound ended, as
+// against one the caller cancelled or gave a deadline.
+var errBound = fmt.Errorf("objstore: the store's bound on one request passed: %w", context.DeadlineExceeded)
+
+// bounded returns ctx with the store's bound as its deadline (an earlier
+// deadline of the caller's stays).
+func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, s.opts.Bound(), errBound)
+}
+
+// callerDone reports whether ctx is done for the caller's reasons: a
+// cancel or a deadline of the caller's, not a Store's bound.
+func callerDone(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errBound)
+}
+
+// do runs one operation: each attempt under a deadline of Timeout, all of
+// them under the store's bound, retrying retryable errors with backoff
+// and jitter.
 func (s *Store) do(ctx context.Context, op Op, key string, fn func(ctx context.Context) (int64, error)) error {
 	if s.closed.Load() {
 		return fmt.Errorf("%w: %s", ErrClosed, s.name)
 	}
+	octx, cancel := s.bounded(ctx)
+	defer cancel()
 	backoff := s.opts.BaseBackoff
 	var err error
 	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+		actx, acancel := context.WithTimeout(octx, s.opts.Timeout)
 		start := time.Now()
 		var n int64
 		n, err = fn(actx)
-		cancel()
-		if err != nil && actx.Err() == context.DeadlineExceeded && ctx.Err() == nil {
-			err = fmt.Errorf("%w: request timed out after %v: %v", ErrRetryable, s.opts.Timeout, err)
+		expired := actx.Err() != nil
+		acancel()
+		if err != nil && expired && !callerDone(ctx) && !isAnswer(err) {
+			// This store's deadline, not the caller's, ended the attempt.
+			err = fmt.Errorf("%w: no answer within %v (attempt %d of %d): %w", ErrRetryable, s.opts.Timeout, attempt, s.opts.MaxAttempts, err)
 		}
 		s.record(op, attempt, err)
 		if s.opts.OnRequest != nil {
 			s.opts.OnRequest(Event{Op: op, Key: key, Bytes: n, Duration: time.Since(start), Attempt: attempt, Err: err})
 		}
-		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= s.opts.MaxAttempts || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, ErrRetryable) || attempt >= s.opts.MaxAttempts || octx.Err() != nil {
 			break
 		}
 		// Full jitter: a random delay up to the backoff.
-		delay := time.Duration(rand.Int64N(int64(backoff) + 1))
+		delay := time.NewTimer(time.Duration(rand.Int64N(int64(backoff) + 1)))
 		select {
-		case <-ctx.Done():
-			return fmt.Errorf("objstore: %s %s on %s: %w (after %v)", op, key, s.name, ctx.Err(), err)
-		case <-time.After(delay):
+		case <-octx.Done():
+		case <-delay.C:
+		}
+		delay.Stop()
+		if octx.Err() != nil {
+			break
 		}
 		backoff = min(backoff*2, s.opts.MaxBackoff)
 	}
 	if err != nil {
-		if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-			err = fmt.Errorf("%w: %v", ctx.Err(), err)
+		// A context done after the driver answered does not change the
+		// answer: a not-found stays ErrNotFound. Only an error that is
+		// not an answer (a timeout, a reset) is blamed on the context.
+		switch {
+		case isAnswer(err):
+		case callerDone(ctx) && !errors.Is(err, ctx.Err()):
+			err = fmt.Errorf("%w: %w", ctx.Err(), err)
+		case octx.Err() != nil && !callerDone(octx):
+			err = fmt.Errorf("%w: gave up after the store's bound of %v: %w", ErrRetryable, s.opts.Bound(), err)
 		}
 		return fmt.Errorf("objstore: %s %s on %s: %w", op, key, s.name, err)
 	}
 	return nil
+}
+
+// isAnswer reports whether err is the server's answer about the request
+// (not found, a lost condition, refused credentials, a bad checksum or
+// range, a refused key) rather than a failure to get one.
+func isAnswer(err error) bool {
+	for _, sentinel := range []error{ErrNotFound, ErrPreconditionFailed, ErrAccessDenied, ErrChecksumMismatch, ErrInvalidRange, ErrInvalidKey} {
+		if errors.Is(err, sentinel) {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Store) record(op Op, attempt int, err error) {
@@ -197,6 +264,20 @@ func (s *Store) record(op Op, attempt int, err error) {
 	if err != nil {
 		s.errs[op]++
 	}
+}
+
+// CheckBucket checks, within the store's bound, that the bucket exists
+// and the credentials reach it: ErrBucketNotFound, ErrAccessDenied, or
+// an error wrapping ErrRetryable when the server did not answer in time.
+// Drivers that are not a BucketChecker pass. The check counts as a head.
+func (s *Store) CheckBucket(ctx context.Context) error {
+	bc, ok := s.d.(BucketChecker)
+	if !ok {
+		return nil
+	}
+	return s.do(ctx, OpHead, "(bucket)", func(ctx context.Context) (int64, error) {
+		return 0, bc.CheckBucket(ctx)
+	})
 }
 
 // Put stores size bytes of body under key; see Driver.Put. body is rewound
@@ -239,7 +320,7 @@ func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.R
 	err := s.do(ctx, OpGet, key, func(actx context.Context) (int64, error) {
 		// The body outlives this attempt's deadline: use the caller's
 		// context for the request, and the timeout for getting headers.
-		r, i, err := getWithin(ctx, actx, s.d, key, offset, length)
+		r, i, err := getWithin(ctx, actx, s.d, key, offset, length, s.opts.Timeout)
 		rc, info = r, i
 		return 0, err
 	})
@@ -250,12 +331,13 @@ func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.R
 	if length >= 0 {
 		want = min(want, length)
 	}
-	return &countingReader{rc: rc, n: &s.bytesIn, left: want}, info, nil
+	return &countingReader{rc: rc, n: &s.bytesIn, left: want, what: fmt.Sprintf("get %s on %s", key, s.name)}, info, nil
 }
 
 // getWithin starts the get under ctx (the body stays readable after the
-// attempt ends) but gives up when attempt expires before it answers.
-func getWithin(ctx, attempt context.Context, d Driver, key string, offset, length int64) (io.ReadCloser, ObjectInfo, error) {
+// attempt ends) but gives up when attempt expires before it answers. Each
+// Read of the body must make progress within idle.
+func getWithin(ctx, attempt context.Context, d Driver, key string, offset, length int64, idle time.Duration) (io.ReadCloser, ObjectInfo, error) {
 	type result struct {
 		rc   io.ReadCloser
 		info ObjectInfo
@@ -273,7 +355,7 @@ func getWithin(ctx, attempt context.Context, d Driver, key string, offset, lengt
 			cancel()
 			return nil, r.info, r.err
 		}
-		return &cancelOnClose{ReadCloser: r.rc, cancel: cancel}, r.info, nil
+		return newGuardedBody(r.rc, cancel, idle), r.info, nil
 	case <-attempt.Done():
 		cancel()
 		go func() {
@@ -285,14 +367,41 @@ func getWithin(ctx, attempt context.Context, d Driver, key string, offset, lengt
 	}
 }
 
-type cancelOnClose struct {
-	io.ReadCloser
-	cancel context.CancelFunc
+// guardedBody is a get's body that cancels its request on Close, and when
+// a Read makes no progress for idle (a server that sent headers and then
+// went silent must not hang the reader).
+type guardedBody struct {
+	rc      io.ReadCloser
+	cancel  context.CancelFunc
+	idle    time.Duration
+	timer   *time.Timer
+	stalled atomic.Bool
 }
 
-func (c *cancelOnClose) Close() error {
-	err := c.ReadCloser.Close()
-	c.cancel()
+func newGuardedBody(rc io.ReadCloser, cancel context.CancelFunc, idle time.Duration) *guardedBody {
+	b := &guardedBody{rc: rc, cancel: cancel, idle: idle}
+	b.timer = time.AfterFunc(idle, func() {
+		b.stalled.Store(true)
+		cancel()
+	})
+	b.timer.Stop()
+	return b
+}
+
+func (b *guardedBody) Read(p []byte) (int, error) {
+	b.timer.Reset(b.idle)
+	n, err := b.rc.Read(p)
+	b.timer.Stop()
+	if err != nil && err != io.EOF && b.stalled.Load() {
+		err = fmt.Errorf("%w: the body stalled: no byte for %v: %w (%w)", ErrRetryable, b.idle, context.DeadlineExceeded, err)
+	}
+	return n, err
+}
+
+func (b *guardedBody) Close() error {
+	b.timer.Stop()
+	err := b.rc.Close()
+	b.cancel()
 	return err
 }
 
@@ -302,7 +411,8 @@ func (c *cancelOnClose) Close() error {
 type countingReader struct {
 	rc   io.ReadCloser
 	n    *atomic.Int64
-	left int64 // bytes the body still owes
+	left int64  // bytes the body still owes
+	what string // "get key on store", for errors
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
@@ -317,11 +427,13 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	c.left -= int64(n)
 	switch {
 	case err == io.EOF && c.left > 0:
-		err = fmt.Errorf("%w: the body ended %d bytes early: %v", ErrRetryable, c.left, io.ErrUnexpectedEOF)
+		err = fmt.Errorf("%w: %s: the body ended %d bytes early: %w", ErrRetryable, c.what, c.left, io.ErrUnexpectedEOF)
 	case err == nil && c.left == 0 && n > 0:
 		err = io.EOF
-	case err != nil && err != io.EOF && !errors.Is(err, ErrRetryable):
-		err = fmt.Errorf("%w: reading the body: %v", ErrRetryable, err)
+	case err != nil && err != io.EOF && errors.Is(err, ErrRetryable):
+		err = fmt.Errorf("%s: reading the body: %w", c.what, err)
+	case err != nil && err != io.EOF:
+		err = fmt.Errorf("%w: %s: reading the body: %w", ErrRetryable, c.what, err)
 	}
 	return n, err
 }
@@ -330,8 +442,14 @@ func (c *countingReader) Close() error { return c.rc.Close() }
 
 // ReadAll gets length bytes of key from offset (length < 0: to the end)
 // into memory, resuming a body that breaks mid-read from where it broke.
+// The whole call, resumptions included, is held to the store's bound; a
+// resumption that finds another version of the object (a new ETag) starts
+// over, so the bytes returned are always of one version.
 func (s *Store) ReadAll(ctx context.Context, key string, offset, length int64) ([]byte, error) {
+	ctx, cancel := s.bounded(ctx)
+	defer cancel()
 	var out []byte
+	etag := ""
 	for attempt := 1; ; attempt++ {
 		want := int64(-1)
 		if length >= 0 {
@@ -340,13 +458,23 @@ func (s *Store) ReadAll(ctx context.Context, key string, offset, length int64) (
 				return out, nil
 			}
 		}
-		rc, _, err := s.Get(ctx, key, offset+int64(len(out)), want)
+		rc, info, err := s.Get(ctx, key, offset+int64(len(out)), want)
 		if err != nil {
 			if len(out) > 0 && length < 0 && errors.Is(err, ErrInvalidRange) {
 				return out, nil // the break fell exactly at the end
 			}
 			return nil, err
 		}
+		if etag != "" && info.ETag != etag {
+			// The object changed under a resumed read: start over.
+			rc.Close()
+			out, etag = out[:0], ""
+			if attempt >= s.opts.MaxAttempts {
+				return nil, fmt.Errorf("objstore: get %s on %s: %w: the object kept changing while it was read", key, s.name, ErrRetryable)
+			}
+			continue
+		}
+		etag = info.ETag
 		// The body's length is known: read it straight into place.
 		n := rc.(*countingReader).left
 		if out == nil {
@@ -365,8 +493,8 @@ func (s *Store) ReadAll(ctx context.Context, key string, offset, length int64) (
 			return out, nil
 		case rerr == nil:
 			return nil, fmt.Errorf("objstore: get %s on %s: %w: %d bytes from %d, the object ends first", key, s.name, ErrInvalidRange, length, offset)
-		case !errors.Is(rerr, ErrRetryable) || attempt >= s.opts.MaxAttempts:
-			return nil, fmt.Errorf("objstore: get %s on %s: %w", key, s.name, rerr)
+		case !errors.Is(rerr, ErrRetryable) || attempt >= s.opts.MaxAttempts || ctx.Err() != nil:
+			return nil, fmt.Errorf("objstore: %w", rerr) // rerr names the key and store
 		}
 	}
 }

@@ -56,11 +56,11 @@ func mapErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, iofs.ErrNotExist):
-		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+		return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 	case errors.Is(err, iofs.ErrPermission):
-		return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+		return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENAMETOOLONG):
-		return fmt.Errorf("%w: %v", objstore.ErrInvalidKey, err)
+		return fmt.Errorf("%w: %w", objstore.ErrInvalidKey, err)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	}

@@ -5,6 +5,7 @@
 package minio
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -15,6 +16,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
+	"syscall"
 	"time"
 
 	mc "github.com/minio/minio-go/v7"
@@ -51,9 +54,21 @@ type Driver struct {
 	prefix string
 }
 
-// Open connects and checks the bucket: missing is ErrBucketNotFound, wrong
-// credentials ErrAccessDenied.
+// Open is New and CheckBucket, under ctx alone: give ctx a deadline, or
+// use New and objstore.Store.CheckBucket (as storeurl.Open does).
 func Open(ctx context.Context, c Config) (*Driver, error) {
+	d, err := New(c)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.CheckBucket(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+// New builds the driver without touching the network.
+func New(c Config) (*Driver, error) {
 	client, err := newClient(c)
 	if err != nil {
 		return nil, err
@@ -68,14 +83,20 @@ func Open(ctx context.Context, c Config) (*Driver, error) {
 	if c.Concurrency == 0 {
 		d.cfg.Concurrency = 4
 	}
-	ok, err := client.BucketExists(ctx, c.Bucket)
+	return d, nil
+}
+
+// CheckBucket implements objstore.BucketChecker: a missing bucket is
+// objstore.ErrBucketNotFound, wrong credentials objstore.ErrAccessDenied.
+func (d *Driver) CheckBucket(ctx context.Context) error {
+	ok, err := d.c.BucketExists(ctx, d.cfg.Bucket)
 	if err != nil {
-		return nil, fmt.Errorf("objstore/minio: bucket %s: %w", c.Bucket, mapErr(err))
+		return fmt.Errorf("objstore/minio: bucket %s: %w", d.cfg.Bucket, mapErr(err))
 	}
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", objstore.ErrBucketNotFound, c.Bucket)
+		return fmt.Errorf("%w: %s", objstore.ErrBucketNotFound, d.cfg.Bucket)
 	}
-	return d, nil
+	return nil
 }
 
 func newClient(c Config) (*mc.Client, error) {
@@ -127,35 +148,36 @@ func mapErr(err error) error {
 	r := mc.ToErrorResponse(err)
 	switch r.Code {
 	case "NoSuchKey", "NotFound":
-		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+		return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 	case "NoSuchBucket":
-		return fmt.Errorf("%w: %v", objstore.ErrBucketNotFound, err)
+		return fmt.Errorf("%w: %w", objstore.ErrBucketNotFound, err)
 	case "PreconditionFailed", "ConditionalRequestConflict":
-		return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+		return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken":
-		return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+		return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 	case "BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch":
-		return fmt.Errorf("%w: %v", objstore.ErrChecksumMismatch, err)
+		return fmt.Errorf("%w: %w", objstore.ErrChecksumMismatch, err)
 	case "InvalidRange":
-		return fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+		return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized":
-		return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	}
 	switch code := r.StatusCode; {
 	case code == http.StatusNotFound:
-		return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+		return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 	case code == http.StatusPreconditionFailed:
-		return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+		return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 	case code == http.StatusForbidden:
-		return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+		return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 	case code == http.StatusRequestedRangeNotSatisfiable:
-		return fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+		return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 	case code == http.StatusTooManyRequests || code >= 500:
-		return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	case code == 0:
 		var ne net.Error
-		if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "connection reset") {
-			return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+		if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+			errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || strings.Contains(err.Error(), "connection reset") {
+			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 		}
 	}
 	return err
@@ -187,15 +209,121 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 	if d.cfg.SSE == "AES256" {
 		po.ServerSideEncryption = encrypt.NewSSE()
 	}
-	info, err := d.c.PutObject(ctx, d.cfg.Bucket, d.prefix+key, body, size, po)
+	var info mc.UploadInfo
+	var err error
+	if (opts.IfNoneMatch || opts.IfMatch != "") && uint64(size) > d.cfg.PartSize {
+		info, err = d.putConditionalMultipart(ctx, d.prefix+key, body, size, opts, po.ServerSideEncryption)
+	} else {
+		info, err = d.c.PutObject(ctx, d.cfg.Bucket, d.prefix+key, body, size, po)
+	}
 	if err != nil {
-		err = mapErr(err)
-		if opts.IfMatch != "" && errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
-			return objstore.ObjectInfo{}, fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+		// S3 answers If-Match on a missing key with NoSuchKey: for the
+		// seam a lost condition (wrapping minio-go's error, not the
+		// mapped one, so it is not also ErrNotFound).
+		mapped := mapErr(err)
+		if opts.IfMatch != "" && errors.Is(mapped, objstore.ErrNotFound) && !errors.Is(mapped, objstore.ErrBucketNotFound) {
+			return objstore.ObjectInfo{}, fmt.Errorf("%w: If-Match on a missing key: %w", objstore.ErrPreconditionFailed, err)
 		}
-		return objstore.ObjectInfo{}, err
+		return objstore.ObjectInfo{}, mapped
 	}
 	return objstore.ObjectInfo{Key: key, Size: size, ETag: quote(info.ETag), LastModified: time.Now()}, nil
+}
+
+// putConditionalMultipart uploads a conditional put above the part size
+// in parts, Concurrency at a time, and completes it with the conditions.
+//
+// minio-go's PutObject sends If-None-Match and If-Match on
+// CreateMultipartUpload only: a MinIO extension, checked there by MinIO.
+// Amazon S3 and versitygw check them on CompleteMultipartUpload (versitygw
+// v1.8.0 ignores them at create: a create-only put over an existing key
+// succeeded). So the conditions go on both: MinIO fails early, every
+// server fails at completion.
+func (d *Driver) putConditionalMultipart(ctx context.Context, full string, body io.ReadSeeker, size int64, opts objstore.PutOptions, sse encrypt.ServerSide) (mc.UploadInfo, error) {
+	var conditions mc.PutObjectOptions
+	if opts.IfNoneMatch {
+		conditions.SetMatchETagExcept("*")
+	}
+	if opts.IfMatch != "" {
+		conditions.SetMatchETag(strings.Trim(opts.IfMatch, `"`))
+	}
+	create := conditions
+	create.ServerSideEncryption = sse
+	uploadID, err := d.core.NewMultipartUpload(ctx, d.cfg.Bucket, full, create)
+	if err != nil {
+		return mc.UploadInfo{}, err
+	}
+	abort := func() { // in the background: the put returns within its deadline
+		go func() {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			d.core.AbortMultipartUpload(actx, d.cfg.Bucket, full, uploadID)
+		}()
+	}
+	ra, isReaderAt := body.(io.ReaderAt)
+	partSize := int64(d.cfg.PartSize)
+	nparts := int((size + partSize - 1) / partSize)
+	parts := make([]mc.CompletePart, nparts)
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+		}
+		cancel()
+	}
+	sem := make(chan struct{}, d.cfg.Concurrency)
+	for i := 0; i < nparts && pctx.Err() == nil; i++ {
+		off := int64(i) * partSize
+		n := min(partSize, size-off)
+		var part io.Reader
+		if isReaderAt {
+			part = io.NewSectionReader(ra, off, n)
+		} else {
+			buf := make([]byte, n)
+			if _, err := io.ReadFull(body, buf); err != nil {
+				fail(fmt.Errorf("reading part %d of the body: %w", i+1, err))
+				break
+			}
+			part = bytes.NewReader(buf)
+		}
+		select {
+		case sem <- struct{}{}:
+		case <-pctx.Done():
+			continue
+		}
+		wg.Add(1)
+		go func(i int, part io.Reader, n int64) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			p, err := d.core.PutObjectPart(pctx, d.cfg.Bucket, full, uploadID, i+1, part, n, mc.PutObjectPartOptions{})
+			if err != nil {
+				fail(fmt.Errorf("part %d: %w", i+1, err))
+				return
+			}
+			parts[i] = mc.CompletePart{PartNumber: i + 1, ETag: p.ETag}
+		}(i, part, n)
+	}
+	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = ctx.Err()
+	}
+	if firstErr != nil {
+		abort()
+		return mc.UploadInfo{}, firstErr
+	}
+	info, err := d.core.CompleteMultipartUpload(ctx, d.cfg.Bucket, full, uploadID, parts, conditions)
+	if err != nil {
+		abort()
+		return mc.UploadInfo{}, err
+	}
+	return info, nil
 }
 
 // quote gives ETags the quotes S3 returns them with, as the other drivers.
@@ -225,7 +353,7 @@ func (d *Driver) Get(ctx context.Context, key string, offset, length int64) (io.
 			end = offset + length - 1
 		}
 		if err := getOpts.SetRange(offset, end); err != nil {
-			return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+			return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 		}
 	}
 	// Core.GetObject gives the response headers: a ranged get's total size

@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -69,8 +70,11 @@ type Driver struct {
 	prefix string
 }
 
-// openClient builds the client without touching the network.
-func openClient(ctx context.Context, c Config) (*Driver, error) {
+// New builds the driver without touching the network (the AWS
+// configuration is read from the environment and files). Check the
+// bucket with CheckBucket, or with objstore.Store.CheckBucket to have it
+// held to the store's bound.
+func New(ctx context.Context, c Config) (*Driver, error) {
 	if c.Bucket == "" {
 		return nil, fmt.Errorf("%w: no bucket named", objstore.ErrInvalidURL)
 	}
@@ -125,28 +129,37 @@ func openClient(ctx context.Context, c Config) (*Driver, error) {
 	return d, nil
 }
 
-// Open connects and checks that the bucket exists and is reachable with
-// the credentials: a missing bucket is objstore.ErrBucketNotFound, wrong
-// credentials objstore.ErrAccessDenied.
+// Open is New and CheckBucket, under ctx alone: give ctx a deadline, or
+// use New and objstore.Store.CheckBucket (as storeurl.Open does).
 func Open(ctx context.Context, c Config) (*Driver, error) {
-	d, err := openClient(ctx, c)
+	d, err := New(ctx, c)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := d.c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(c.Bucket)}); err != nil {
-		err = mapErr(err)
-		if errors.Is(err, objstore.ErrNotFound) {
-			return nil, fmt.Errorf("%w: %s: %v", objstore.ErrBucketNotFound, c.Bucket, err)
-		}
-		return nil, fmt.Errorf("objstore/s3: bucket %s: %w", c.Bucket, err)
+	if err := d.CheckBucket(ctx); err != nil {
+		return nil, err
 	}
 	return d, nil
+}
+
+// CheckBucket implements objstore.BucketChecker with HeadBucket: a missing
+// bucket is objstore.ErrBucketNotFound, wrong credentials
+// objstore.ErrAccessDenied.
+func (d *Driver) CheckBucket(ctx context.Context) error {
+	if _, err := d.c.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: aws.String(d.cfg.Bucket)}); err != nil {
+		err = mapErr(err)
+		if errors.Is(err, objstore.ErrNotFound) {
+			return fmt.Errorf("%w: %s: %w", objstore.ErrBucketNotFound, d.cfg.Bucket, err)
+		}
+		return fmt.Errorf("objstore/s3: bucket %s: %w", d.cfg.Bucket, err)
+	}
+	return nil
 }
 
 // CreateBucket creates c.Bucket (for tests and first-time setup); a bucket
 // that already exists and is ours is not an error.
 func CreateBucket(ctx context.Context, c Config) error {
-	d, err := openClient(ctx, c)
+	d, err := New(ctx, c)
 	if err != nil {
 		return err
 	}
@@ -173,54 +186,60 @@ func mapErr(err error) error {
 	if errors.As(err, &api) {
 		switch api.ErrorCode() {
 		case "NoSuchKey", "NotFound":
-			return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+			return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 		case "NoSuchBucket":
-			return fmt.Errorf("%w: %v", objstore.ErrBucketNotFound, err)
+			return fmt.Errorf("%w: %w", objstore.ErrBucketNotFound, err)
 		case "PreconditionFailed", "ConditionalRequestConflict":
-			return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+			return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 		case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden", "ExpiredToken", "InvalidToken":
-			return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+			return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 		case "BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch":
-			return fmt.Errorf("%w: %v", objstore.ErrChecksumMismatch, err)
+			return fmt.Errorf("%w: %w", objstore.ErrChecksumMismatch, err)
 		case "InvalidRange":
-			return fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+			return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 		case "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
 			"InternalError", "ServiceUnavailable", "OperationAborted":
-			return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 		}
 	}
 	var re *smithyhttp.ResponseError
 	if errors.As(err, &re) {
 		switch code := re.HTTPStatusCode(); {
 		case code == http.StatusNotFound:
-			return fmt.Errorf("%w: %v", objstore.ErrNotFound, err)
+			return fmt.Errorf("%w: %w", objstore.ErrNotFound, err)
 		case code == http.StatusPreconditionFailed:
-			return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+			return fmt.Errorf("%w: %w", objstore.ErrPreconditionFailed, err)
 		case code == http.StatusForbidden || code == http.StatusUnauthorized:
-			return fmt.Errorf("%w: %v", objstore.ErrAccessDenied, err)
+			return fmt.Errorf("%w: %w", objstore.ErrAccessDenied, err)
 		case code == http.StatusRequestedRangeNotSatisfiable:
-			return fmt.Errorf("%w: %v", objstore.ErrInvalidRange, err)
+			return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 		case code == http.StatusTooManyRequests || code >= 500:
-			return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
+		case code != 0:
+			return err
 		}
-		return err
+		// Status 0: the SDK got no response (a reset or closed
+		// connection); the checks below apply.
 	}
 	// No HTTP response at all: the connection failed or broke.
 	var ne net.Error
-	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || strings.Contains(err.Error(), "connection reset") {
-		return fmt.Errorf("%w: %v", objstore.ErrRetryable, err)
+	if errors.As(err, &ne) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) || strings.Contains(err.Error(), "connection reset") {
+		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	}
 	return err
 }
 
 // putErr maps a put's error: S3 answers If-Match on a missing key with
 // NoSuchKey, which for the seam is a lost condition.
+// The result wraps the SDK's error, not the mapped one, so it is not also
+// ErrNotFound.
 func putErr(err error, opts objstore.PutOptions) error {
-	err = mapErr(err)
-	if opts.IfMatch != "" && errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
-		return fmt.Errorf("%w: %v", objstore.ErrPreconditionFailed, err)
+	mapped := mapErr(err)
+	if opts.IfMatch != "" && errors.Is(mapped, objstore.ErrNotFound) && !errors.Is(mapped, objstore.ErrBucketNotFound) {
+		return fmt.Errorf("%w: If-Match on a missing key: %w", objstore.ErrPreconditionFailed, err)
 	}
-	return err
+	return mapped
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -302,10 +321,15 @@ func (d *Driver) putMultipart(ctx context.Context, key string, body io.ReadSeeke
 		return objstore.ObjectInfo{}, mapErr(err)
 	}
 	uploadID := created.UploadId
+	// A failed upload is aborted in the background, so the put returns
+	// within its deadline; an abort that fails leaves a stale upload for
+	// AbortStaleUploads (tierctl gc).
 	abort := func() {
-		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
-		defer cancel()
-		d.c.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: aws.String(d.cfg.Bucket), Key: aws.String(full), UploadId: uploadID})
+		go func() {
+			actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+			defer cancel()
+			d.c.AbortMultipartUpload(actx, &s3.AbortMultipartUploadInput{Bucket: aws.String(d.cfg.Bucket), Key: aws.String(full), UploadId: uploadID})
+		}()
 	}
 	nparts := int((size + d.cfg.PartSize - 1) / d.cfg.PartSize)
 	parts := make([]types.CompletedPart, nparts)

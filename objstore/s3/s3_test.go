@@ -9,6 +9,7 @@ import (
 
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/s3"
+	"github.com/tierlog/tierlog/testing/faultproxy"
 	"github.com/tierlog/tierlog/testing/objstoretest"
 	"github.com/tierlog/tierlog/testing/s3server"
 )
@@ -17,9 +18,6 @@ func config(t *testing.T, srv *s3server.Server, bucket string) s3.Config {
 	return s3.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, PartSize: 5 << 20}
 }
-
-// newStore creates a fresh bucket on the shared server and opens it.
-func newStore(t *testing.T) *objstore.Store { return newStoreB(t, 5<<20) }
 
 var buckets = map[*objstore.Store]string{}
 
@@ -32,7 +30,23 @@ func bucketOf(s *objstore.Store) string {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 func newStoreB(t testing.TB, partSize int64) *objstore.Store {
-	srv := s3server.Shared(t)
+	return newStoreOn(t, s3server.Shared(t), partSize)
+}
+
+// kinds are the servers every suite runs against; one that cannot be
+// started here is skipped with a message.
+var kinds = []s3server.Kind{s3server.MinIO, s3server.VersityGW}
+
+// eachKind runs fn as a subtest per server kind.
+func eachKind(t *testing.T, fn func(t *testing.T, srv func(t testing.TB) *s3server.Server)) {
+	for _, k := range kinds {
+		t.Run(string(k), func(t *testing.T) {
+			fn(t, func(t testing.TB) *s3server.Server { return s3server.SharedKind(t, k) })
+		})
+	}
+}
+
+func newStoreOn(t testing.TB, srv *s3server.Server, partSize int64) *objstore.Store {
 	c := s3.Config{Bucket: s3server.BucketName(t), Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true,
 		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, PartSize: partSize}
 	ctx := context.Background()
@@ -54,27 +68,51 @@ func newStoreB(t testing.TB, partSize int64) *objstore.Store {
 var bucketsMu sync.Mutex
 
 func TestConformance(t *testing.T) {
-	objstoretest.Run(t, newStore, objstoretest.Options{})
+	eachKind(t, func(t *testing.T, srv func(testing.TB) *s3server.Server) {
+		objstoretest.Run(t, func(t *testing.T) *objstore.Store { return newStoreOn(t, srv(t), 5<<20) }, objstoretest.Options{})
+	})
 }
 
 func TestOpenErrors(t *testing.T) {
-	srv := s3server.Shared(t)
-	ctx := context.Background()
-	if _, err := s3.Open(ctx, config(t, srv, "no-such-bucket-here")); !errors.Is(err, objstore.ErrBucketNotFound) {
-		t.Errorf("missing bucket: %v", err)
-	}
-	c := config(t, srv, s3server.BucketName(t))
-	if err := s3.CreateBucket(ctx, c); err != nil {
-		t.Fatal(err)
-	}
-	c.SecretKey = "wrong"
-	if _, err := s3.Open(ctx, c); !errors.Is(err, objstore.ErrAccessDenied) {
-		t.Errorf("wrong credentials: %v", err)
-	}
+	eachKind(t, func(t *testing.T, server func(testing.TB) *s3server.Server) {
+		srv := server(t)
+		ctx := context.Background()
+		if _, err := s3.Open(ctx, config(t, srv, "no-such-bucket-here")); !errors.Is(err, objstore.ErrBucketNotFound) {
+			t.Errorf("missing bucket: %v", err)
+		}
+		c := config(t, srv, srv.NewBucket(t))
+		c.SecretKey = "wrong"
+		if _, err := s3.Open(ctx, c); !errors.Is(err, objstore.ErrAccessDenied) {
+			t.Errorf("wrong credentials: %v", err)
+		}
+	})
 }
 
 func TestConformanceBehindFaults(t *testing.T) {
-	objstoretest.RunBehindFaults(t, func(t *testing.T) (objstore.Driver, string) {
-		return newStore(t).Driver(), "s3"
-	}, objstoretest.Options{})
+	eachKind(t, func(t *testing.T, srv func(testing.TB) *s3server.Server) {
+		objstoretest.RunBehindFaults(t, func(t *testing.T) (objstore.Driver, string) {
+			return newStoreOn(t, srv(t), 5<<20).Driver(), "s3"
+		}, objstoretest.Options{})
+	})
+}
+
+// TestNetworkFaults runs the network battery through toxiproxy in front of
+// each server: every operation succeeds or fails retryably within the
+// store's bound under each fault, and succeeds once it is gone.
+func TestNetworkFaults(t *testing.T) {
+	eachKind(t, func(t *testing.T, server func(testing.TB) *s3server.Server) {
+		srv := server(t)
+		p := faultproxy.Start(t, srv.Endpoint)
+		objstoretest.RunNetworkFaults(t, p, func(t *testing.T, opts objstore.Options) *objstore.Store {
+			c := config(t, srv, srv.NewBucket(t))
+			c.Endpoint = p.Endpoint
+			d, err := s3.New(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := objstore.New(d, "s3://"+c.Bucket+"?endpoint="+p.Endpoint, opts)
+			t.Cleanup(func() { s.Close() })
+			return s
+		})
+	})
 }

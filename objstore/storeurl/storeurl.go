@@ -8,9 +8,18 @@
 //
 // Query options: endpoint, region, path-style (s3), profile (s3), sse
 // (AES256 or aws:kms), kms-key (s3), insecure (skip TLS verification),
-// part-size (bytes), concurrency; file:// takes create. Unknown options are
-// errors that name them. Credentials never go in the URL: they come from
-// the usual AWS (and MinIO) environment, profiles and instance metadata.
+// part-size (bytes), concurrency, timeout (each attempt's deadline, a Go
+// duration such as 5s: objstore.Options.Timeout) and attempts
+// (objstore.Options.MaxAttempts); file:// takes create. timeout and
+// attempts, when given, replace the Options passed to Open. Unknown
+// options are errors that name them. Credentials never go in the URL:
+// they come from the usual AWS (and MinIO) environment, profiles and
+// instance metadata.
+//
+// Opening an s3:// or minio:// store checks the bucket with one request
+// held to the store's bound (objstore.Options.Bound), so Open returns
+// within it even from a server that accepts connections and never
+// answers.
 package storeurl
 
 import (
@@ -21,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/fs"
@@ -38,8 +48,8 @@ var (
 var allowed = map[string][]string{
 	"file":  {"create"},
 	"mem":   {},
-	"s3":    {"endpoint", "region", "path-style", "profile", "sse", "kms-key", "insecure", "part-size", "concurrency"},
-	"minio": {"endpoint", "region", "sse", "insecure", "part-size", "concurrency"},
+	"s3":    {"endpoint", "region", "path-style", "profile", "sse", "kms-key", "insecure", "part-size", "concurrency", "timeout", "attempts"},
+	"minio": {"endpoint", "region", "sse", "insecure", "part-size", "concurrency", "timeout", "attempts"},
 }
 
 func bad(raw, format string, args ...any) error {
@@ -107,6 +117,20 @@ func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Sto
 	if err != nil {
 		return nil, err
 	}
+	attempts, err := num("attempts")
+	if err != nil {
+		return nil, err
+	}
+	if attempts > 0 {
+		opts.MaxAttempts = int(attempts)
+	}
+	if v := q.Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return nil, bad(raw, "option timeout=%q: want a positive duration such as 5s", v)
+		}
+		opts.Timeout = d
+	}
 	name := Redact(raw)
 	switch u.Scheme {
 	case "file":
@@ -150,25 +174,39 @@ func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Sto
 		if err != nil {
 			return nil, err
 		}
-		d, err := s3.Open(ctx, s3.Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Endpoint: q.Get("endpoint"),
+		// Reading the AWS configuration touches no network; bound it
+		// all the same.
+		cctx, cancel := context.WithTimeout(ctx, opts.Bound())
+		d, err := s3.New(cctx, s3.Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Endpoint: q.Get("endpoint"),
 			Region: q.Get("region"), PathStyle: pathStyle, Profile: q.Get("profile"), InsecureSkipVerify: insecure,
 			SSE: q.Get("sse"), KMSKeyID: q.Get("kms-key"), PartSize: partSize, Concurrency: int(conc)})
+		cancel()
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		return objstore.New(d, name, opts), nil
+		return checked(ctx, objstore.New(d, name, opts))
 	default: // minio
 		if u.Host == "" || q.Get("endpoint") == "" {
 			return nil, bad(raw, "want minio://bucket/prefix?endpoint=http://host:port")
 		}
-		d, err := minio.Open(ctx, minio.Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Endpoint: q.Get("endpoint"),
+		d, err := minio.New(minio.Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Endpoint: q.Get("endpoint"),
 			Region: q.Get("region"), AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
 			InsecureSkipVerify: insecure, SSE: q.Get("sse"), PartSize: uint64(partSize), Concurrency: uint(conc)})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
-		return objstore.New(d, name, opts), nil
+		return checked(ctx, objstore.New(d, name, opts))
 	}
+}
+
+// checked checks s's bucket within the store's bound, closing s when the
+// check fails.
+func checked(ctx context.Context, s *objstore.Store) (*objstore.Store, error) {
+	if err := s.CheckBucket(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Redact returns raw without user info, safe to log.

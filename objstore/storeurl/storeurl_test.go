@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/tierlog/tierlog/objstore"
-	"github.com/tierlog/tierlog/objstore/s3"
 	"github.com/tierlog/tierlog/objstore/storeurl"
 	"github.com/tierlog/tierlog/testing/s3server"
 )
@@ -60,12 +59,13 @@ func TestFileAndMem(t *testing.T) {
 }
 
 func TestS3AndMinIOURLs(t *testing.T) {
-	srv := s3server.Shared(t)
-	bucket := s3server.BucketName(t)
-	if err := s3.CreateBucket(ctx, s3.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true,
-		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}); err != nil {
-		t.Fatal(err)
+	for _, k := range []s3server.Kind{s3server.MinIO, s3server.VersityGW} {
+		t.Run(string(k), func(t *testing.T) { testS3AndMinIOURLs(t, s3server.SharedKind(t, k)) })
 	}
+}
+
+func testS3AndMinIOURLs(t *testing.T, srv *s3server.Server) {
+	bucket := srv.NewBucket(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", srv.AccessKey)
 	t.Setenv("AWS_SECRET_ACCESS_KEY", srv.SecretKey)
 	t.Setenv("AWS_REGION", srv.Region)

@@ -44,6 +44,7 @@ func Run(t *testing.T, newStore func(t *testing.T) *objstore.Store, opts Options
 		{"NotFound", testNotFound},
 		{"RoundTripAndRanges", testRanges},
 		{"Large", func(t *testing.T, s *objstore.Store) { testLarge(t, s, opts.LargeSize) }},
+		{"LargeConditional", func(t *testing.T, s *objstore.Store) { testLargeConditional(t, s, opts.LargeSize) }},
 		{"ListPagination", testList},
 		{"UnusualKeys", testUnusualKeys},
 		{"BatchDelete", testBatchDelete},
@@ -160,6 +161,51 @@ func testLarge(t *testing.T, s *objstore.Store, size int) {
 	got, err = s.ReadAll(ctx, "large/obj", off, 1<<20)
 	if err != nil || !bytes.Equal(got, data[off:off+1<<20]) {
 		t.Fatalf("1 MiB range of the large object: %v", err)
+	}
+}
+
+// testLargeConditional: the conditions hold for objects past the
+// multipart threshold too (S3 checks them at CompleteMultipartUpload), and
+// a large object's ETag from its put is the one Head and List give.
+func testLargeConditional(t *testing.T, s *objstore.Store, size int) {
+	data := randBytes(size, 3)
+	crc := crc32.Checksum(data, castagnoli)
+	info := put(t, s, "lc/obj", data, objstore.PutOptions{IfNoneMatch: true, CRC32C: crc, HasCRC32C: true})
+	h, err := s.Head(ctx, "lc/obj")
+	if err != nil || h.ETag != info.ETag || h.Size != int64(size) {
+		t.Fatalf("head %+v %v; the put said %+v", h, err, info)
+	}
+	var listed objstore.ObjectInfo
+	s.List(ctx, "lc/", func(o objstore.ObjectInfo) bool { listed = o; return false })
+	if listed.ETag != info.ETag || listed.Size != int64(size) {
+		t.Fatalf("list %+v; the put said %+v", listed, info)
+	}
+	if _, err := s.Put(ctx, "lc/obj", bytes.NewReader(data), int64(size), objstore.PutOptions{IfNoneMatch: true}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("create-only of a large object over an existing key: %v", err)
+	}
+	next := randBytes(size, 4)
+	info2, err := s.Put(ctx, "lc/obj", bytes.NewReader(next), int64(size), objstore.PutOptions{IfMatch: info.ETag})
+	if err != nil {
+		t.Fatalf("If-Match with the current ETag: %v", err)
+	}
+	if _, err := s.Put(ctx, "lc/obj", bytes.NewReader(data), int64(size), objstore.PutOptions{IfMatch: info.ETag}); !errors.Is(err, objstore.ErrPreconditionFailed) {
+		t.Fatalf("If-Match with a stale ETag: %v", err)
+	}
+	got, err := s.ReadAll(ctx, "lc/obj", 0, -1)
+	if err != nil || !bytes.Equal(got, next) {
+		t.Fatalf("the object after the swap: %d bytes, %v", len(got), err)
+	}
+	if h, _ := s.Head(ctx, "lc/obj"); h.ETag != info2.ETag {
+		t.Fatalf("head ETag %s after a put that said %s", h.ETag, info2.ETag)
+	}
+	// Racing create-only writers of a large object: the condition is
+	// checked when the upload completes, so one wins.
+	wins, lost := race(t, 3, func(i int) error {
+		_, err := s.Put(ctx, "lc/race", bytes.NewReader(data), int64(size), objstore.PutOptions{IfNoneMatch: true})
+		return err
+	})
+	if wins != 1 || lost != 2 {
+		t.Fatalf("create-only of a large object: %d winners, %d lost; want exactly one winner", wins, lost)
 	}
 }
 

@@ -1,13 +1,23 @@
-// Package s3server starts a real S3 server for tests and tears it down.
+// Package s3server starts real S3 servers for tests and tears them down.
 //
-// Where a Docker engine answers, it runs the MinIO image through
-// testcontainers-go. Otherwise (this project's machines and CI have no
-// engine) it starts versitygw, an Apache-2.0 S3 server, with its posix
-// backend on a temporary directory. `make test` installs versitygw into the
-// repository's .cache/bin; tests never download anything.
+// Two kinds of server, so that every suite can run against both:
 //
-// One server serves a whole test binary (Shared); each test gets a fresh
-// bucket (NewBucket).
+//   - MinIO: where a Docker engine answers, the MinIO image through
+//     testcontainers-go; otherwise the MinIO server binary, built from the
+//     Go module proxy into the repository's .cache/bin by `make test` (or
+//     named by $TIERLOG_MINIO).
+//   - versitygw: an Apache-2.0 S3 server with its posix backend on a
+//     temporary directory, installed into .cache/bin the same way (or
+//     named by $TIERLOG_VERSITYGW).
+//
+// Shared gives a test binary's preferred server (MinIO where it can be
+// started, else versitygw); SharedKind a server of a given kind, and Kinds
+// the kinds this machine can start. One server of each kind serves a whole
+// test binary; each test gets a fresh bucket (BucketName, NewBucket). A
+// test whose server cannot be had is skipped with a message saying how to
+// get it. Tests never download anything; servers die with the test
+// process (RunTests stops them; a killed test process takes its servers
+// with it).
 package s3server
 
 import (
@@ -22,6 +32,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -30,6 +41,8 @@ import (
 
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
+
+	"github.com/tierlog/tierlog/objstore/s3"
 )
 
 // MinIOImage is the pinned image used where a Docker engine exists.
@@ -39,14 +52,30 @@ const MinIOImage = "minio/minio:RELEASE.2025-04-22T22-12-26Z"
 // by default it is looked for in <repo>/.cache/bin, then on PATH.
 const EnvBinary = "TIERLOG_VERSITYGW"
 
+// EnvMinIO names an environment variable pointing at a MinIO server
+// binary; by default it is looked for in <repo>/.cache/bin, then on PATH.
+const EnvMinIO = "TIERLOG_MINIO"
+
+// Kind names an S3 server implementation.
+type Kind string
+
+// The kinds of server.
+const (
+	// MinIO: a container where Docker answers, else the binary.
+	MinIO Kind = "minio"
+	// VersityGW: versitygw's posix backend.
+	VersityGW Kind = "versitygw"
+)
+
 // Server is a running S3 server.
 type Server struct {
 	Endpoint  string // http://127.0.0.1:port
 	AccessKey string
 	SecretKey string
 	Region    string
-	Kind      string // "versitygw" or "minio"
+	Kind      Kind
 
+	pid  int // the server process, when not a container
 	stop func()
 }
 
@@ -57,45 +86,152 @@ func (s *Server) Close() {
 	}
 }
 
-var (
-	sharedOnce sync.Once
-	shared     *Server
-	sharedErr  error
-)
+// NewBucket creates a fresh bucket named for the test (BucketName) and
+// returns its name.
+func (s *Server) NewBucket(t testing.TB) string {
+	t.Helper()
+	name := BucketName(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s3.CreateBucket(ctx, s3.Config{Bucket: name, Endpoint: s.Endpoint, Region: s.Region, PathStyle: true,
+		AccessKey: s.AccessKey, SecretKey: s.SecretKey}); err != nil {
+		t.Fatalf("s3server: create bucket %s on %s: %v", name, s.Kind, err)
+	}
+	return name
+}
 
-// Shared returns the test binary's server, starting it on first use. When
-// no server can be started (no Docker engine and no versitygw binary) the
-// test is skipped with a message saying how to get one: `make test`
-// installs it. The server dies with the test process.
+// shared holds the test binary's servers, one per kind.
+var shared struct {
+	mu      sync.Mutex
+	servers map[Kind]*sharedServer
+}
+
+type sharedServer struct {
+	once sync.Once
+	srv  *Server
+	err  error
+}
+
+// Shared returns the test binary's preferred server (the first of Kinds),
+// starting it on first use. When none can be started (no Docker engine
+// and neither binary) the test is skipped with a message saying how to
+// get one: `make test` installs both. The server dies with the test
+// process.
 func Shared(t testing.TB) *Server {
 	t.Helper()
-	sharedOnce.Do(func() {
+	kinds := Kinds()
+	if len(kinds) == 0 {
+		t.Skipf("s3server: %v: no Docker engine, no MinIO and no versitygw binary (run `make test`, or `make s3servers` to install them into .cache/bin)", errNoServer)
+	}
+	return SharedKind(t, kinds[0])
+}
+
+// SharedKind returns the test binary's server of kind k, starting it on
+// first use; a test whose kind cannot be started here is skipped with a
+// message saying why and how to get it.
+func SharedKind(t testing.TB, k Kind) *Server {
+	t.Helper()
+	shared.mu.Lock()
+	if shared.servers == nil {
+		shared.servers = map[Kind]*sharedServer{}
+	}
+	ss := shared.servers[k]
+	if ss == nil {
+		ss = &sharedServer{}
+		shared.servers[k] = ss
+	}
+	shared.mu.Unlock()
+	ss.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		shared, sharedErr = Start(ctx)
+		ss.srv, ss.err = StartKind(ctx, k)
 	})
-	if errors.Is(sharedErr, errNoServer) {
-		t.Skipf("s3server: %v", sharedErr)
+	if errors.Is(ss.err, errNoServer) {
+		t.Skipf("s3server: %v", ss.err)
 	}
-	if sharedErr != nil {
-		t.Fatalf("s3server: %v", sharedErr)
+	if ss.err != nil {
+		t.Fatalf("s3server: %v", ss.err)
 	}
-	return shared
+	return ss.srv
+}
+
+// Kinds returns the kinds of server this machine can start, MinIO first.
+func Kinds() []Kind {
+	var out []Kind
+	for _, k := range []Kind{MinIO, VersityGW} {
+		if available(k) == nil {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// available says why kind k cannot be started here (an error wrapping
+// errNoServer), or nil.
+func available(k Kind) error {
+	switch k {
+	case MinIO:
+		if hasDocker() {
+			return nil
+		}
+		_, err := findBinary("minio", EnvMinIO, "make minio")
+		return err
+	case VersityGW:
+		_, err := findBinary("versitygw", EnvBinary, "make versitygw")
+		return err
+	}
+	return fmt.Errorf("%w: unknown kind %q (want %s or %s)", errNoServer, k, MinIO, VersityGW)
 }
 
 var errNoServer = errors.New("no S3 server available")
 
-// Start starts a server: MinIO in a container when a Docker engine answers,
-// else versitygw.
+// Start starts the preferred server (the first of Kinds).
 func Start(ctx context.Context) (*Server, error) {
-	if dockerAvailable(ctx) {
-		return startMinIO(ctx)
+	kinds := Kinds()
+	if len(kinds) == 0 {
+		return nil, fmt.Errorf("%w: no Docker engine, no MinIO and no versitygw binary", errNoServer)
 	}
-	bin, err := findVersitygw()
-	if err != nil {
+	return StartKind(ctx, kinds[0])
+}
+
+// StartKind starts a server of kind k: for MinIO a container when a
+// Docker engine answers, else the binary. The caller closes it.
+func StartKind(ctx context.Context, k Kind) (*Server, error) {
+	if err := available(k); err != nil {
 		return nil, err
 	}
-	return startVersitygw(ctx, bin)
+	switch k {
+	case MinIO:
+		if hasDocker() {
+			return startMinIOContainer(ctx)
+		}
+		bin, err := findBinary("minio", EnvMinIO, "make minio")
+		if err != nil {
+			return nil, err
+		}
+		return startMinIOBinary(ctx, bin)
+	default:
+		bin, err := findBinary("versitygw", EnvBinary, "make versitygw")
+		if err != nil {
+			return nil, err
+		}
+		return startVersitygw(ctx, bin)
+	}
+}
+
+var (
+	dockerOnce sync.Once
+	dockerOK   bool
+)
+
+// hasDocker reports, once per test binary, whether a Docker engine answers.
+func hasDocker() bool {
+	dockerOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		dockerOK = dockerAvailable(ctx)
+	})
+	return dockerOK
 }
 
 // dockerAvailable asks testcontainers for a provider and its health; with
@@ -116,13 +252,14 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-func startMinIO(ctx context.Context) (*Server, error) {
+func startMinIOContainer(ctx context.Context) (*Server, error) {
 	access, secret := "tierlog"+randomHex(4), randomHex(16)
 	c, err := testcontainers.Run(ctx, MinIOImage,
 		testcontainers.WithExposedPorts("9000/tcp"),
 		testcontainers.WithCmd("server", "/data"),
 		testcontainers.WithEnv(map[string]string{"MINIO_ROOT_USER": access, "MINIO_ROOT_PASSWORD": secret}),
-		testcontainers.WithWaitStrategy(wait.ForHTTP("/minio/health/live").WithPort("9000/tcp").WithStartupTimeout(90*time.Second)),
+		testcontainers.WithWaitStrategy(wait.ForHTTP("/minio/health/live").WithPort("9000/tcp").
+			WithResponseHeadersMatcher(minioReady).WithStartupTimeout(90*time.Second)),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("s3server: start %s: %w", MinIOImage, err)
@@ -132,21 +269,23 @@ func startMinIO(ctx context.Context) (*Server, error) {
 		testcontainers.TerminateContainer(c)
 		return nil, fmt.Errorf("s3server: %w", err)
 	}
-	return &Server{Endpoint: ep, AccessKey: access, SecretKey: secret, Region: "us-east-1", Kind: "minio",
+	return &Server{Endpoint: ep, AccessKey: access, SecretKey: secret, Region: "us-east-1", Kind: MinIO,
 		stop: func() { testcontainers.TerminateContainer(c) }}, nil
 }
 
-func findVersitygw() (string, error) {
-	if p := os.Getenv(EnvBinary); p != "" {
+// findBinary finds a server binary: $env, else <repo>/.cache/bin/name,
+// else name on PATH.
+func findBinary(name, env, target string) (string, error) {
+	if p := os.Getenv(env); p != "" {
 		if _, err := os.Stat(p); err != nil {
-			return "", fmt.Errorf("%w: %s=%s: %v", errNoServer, EnvBinary, p, err)
+			return "", fmt.Errorf("%w: %s=%s: %w", errNoServer, env, p, err)
 		}
 		return p, nil
 	}
 	if dir, err := os.Getwd(); err == nil {
 		for {
 			if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-				p := filepath.Join(dir, ".cache", "bin", "versitygw")
+				p := filepath.Join(dir, ".cache", "bin", name)
 				if _, err := os.Stat(p); err == nil {
 					return p, nil
 				}
@@ -159,10 +298,10 @@ func findVersitygw() (string, error) {
 			dir = parent
 		}
 	}
-	if p, err := exec.LookPath("versitygw"); err == nil {
+	if p, err := exec.LookPath(name); err == nil {
 		return p, nil
 	}
-	return "", fmt.Errorf("%w: no Docker engine and no versitygw binary (run `make test`, or `make versitygw` to install it into .cache/bin)", errNoServer)
+	return "", fmt.Errorf("%w: no %s binary in .cache/bin, $%s or PATH (run `make test`, or `%s` to install it into .cache/bin)", errNoServer, name, env, target)
 }
 
 func freePort() (int, error) {
@@ -175,7 +314,34 @@ func freePort() (int, error) {
 }
 
 func startVersitygw(ctx context.Context, bin string) (*Server, error) {
-	dir, err := os.MkdirTemp("", "tierlog-s3-")
+	return startProcess(ctx, VersityGW, bin, "/health", nil, func(dir, access, secret string, port, _ int) ([]string, []string) {
+		return []string{"--port", fmt.Sprintf("127.0.0.1:%d", port), "--access", access, "--secret", secret,
+			"--region", "us-east-1", "--health", "/health", "--quiet", "posix", dir}, nil
+	})
+}
+
+// minioReady: MinIO's liveness check answers 200 before its object layer
+// is up (S3 requests then get 503 XMinioServerNotInitialized) and says so
+// in X-Minio-Server-Status: offline. Ready is 200 without that header.
+func minioReady(h http.Header) bool { return h.Get("X-Minio-Server-Status") == "" }
+
+func startMinIOBinary(ctx context.Context, bin string) (*Server, error) {
+	return startProcess(ctx, MinIO, bin, "/minio/health/live", minioReady, func(dir, access, secret string, port, console int) ([]string, []string) {
+		return []string{"server", dir, "--address", fmt.Sprintf("127.0.0.1:%d", port),
+				"--console-address", fmt.Sprintf("127.0.0.1:%d", console), "--quiet"},
+			[]string{"MINIO_ROOT_USER=" + access, "MINIO_ROOT_PASSWORD=" + secret, "MINIO_REGION=us-east-1",
+				"MINIO_UPDATE=off", "MINIO_BROWSER=off"}
+	})
+}
+
+// startProcess runs a server binary on a temporary directory and free
+// ports until health answers 200 while the process is alive. The process
+// is started from a goroutine locked to its OS thread for the server's
+// life, so Pdeathsig (tied to the starting thread, not the process) kills
+// it only when the test process dies, and then surely.
+func startProcess(ctx context.Context, kind Kind, bin, health string, ready func(http.Header) bool,
+	args func(dir, access, secret string, port, console int) (argv, env []string)) (*Server, error) {
+	dir, err := os.MkdirTemp("", "tierlog-"+string(kind)+"-")
 	if err != nil {
 		return nil, err
 	}
@@ -186,37 +352,83 @@ func startVersitygw(ctx context.Context, bin string) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		var out bytes.Buffer
-		cmd := exec.Command(bin, "--port", fmt.Sprintf("127.0.0.1:%d", port), "--access", access, "--secret", secret,
-			"--region", "us-east-1", "--health", "/health", "--quiet", "posix", dir)
+		console, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		argv, env := args(dir, access, secret, port, console)
+		var out syncBuffer
+		cmd := exec.Command(bin, argv...)
+		cmd.Env = append(os.Environ(), env...)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test process
-		if err := cmd.Start(); err != nil {
+		started := make(chan error, 1)
+		exited := make(chan error, 1)
+		kill := make(chan struct{})
+		go func() {
+			runtime.LockOSThread() // never unlocked: the thread lives as long as the server
+			if err := cmd.Start(); err != nil {
+				started <- err
+				return
+			}
+			started <- nil
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			select {
+			case err := <-done:
+				exited <- err
+			case <-kill:
+				cmd.Process.Kill()
+				exited <- <-done
+			}
+		}()
+		if err := <-started; err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("s3server: start %s: %w", bin, err)
 		}
-		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
 		endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
-		if err := waitHealthy(ctx, endpoint+"/health", exited); err != nil {
-			cmd.Process.Kill()
-			lastErr = fmt.Errorf("s3server: versitygw on port %d: %w\n%s", port, err, strings.TrimSpace(out.String()))
+		if err := waitHealthy(ctx, endpoint+health, ready, exited); err != nil {
+			close(kill)
+			<-exited
+			lastErr = fmt.Errorf("s3server: %s on port %d: %w\n%s", kind, port, err, strings.TrimSpace(out.String()))
 			continue
 		}
-		return &Server{Endpoint: endpoint, AccessKey: access, SecretKey: secret, Region: "us-east-1", Kind: "versitygw",
+		var stopOnce sync.Once
+		return &Server{Endpoint: endpoint, AccessKey: access, SecretKey: secret, Region: "us-east-1", Kind: kind, pid: cmd.Process.Pid,
 			stop: func() {
-				cmd.Process.Kill()
-				<-exited
-				os.RemoveAll(dir)
+				stopOnce.Do(func() {
+					close(kill)
+					<-exited
+					os.RemoveAll(dir)
+				})
 			}}, nil
 	}
 	os.RemoveAll(dir)
 	return nil, lastErr
 }
 
-// waitHealthy polls url until it answers 200 while the process is alive (a
-// stale server on the same port could answer for a dead one).
-func waitHealthy(ctx context.Context, url string, exited <-chan error) error {
+// syncBuffer is a bytes.Buffer safe for the process's writes and our read.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// waitHealthy polls url until it answers 200 (and ready, when not nil,
+// accepts the headers) while the process is alive (a stale server on the
+// same port could answer for a dead one).
+func waitHealthy(ctx context.Context, url string, ready func(http.Header) bool, exited <-chan error) error {
 	client := &http.Client{Timeout: time.Second}
 	for {
 		select {
@@ -229,7 +441,7 @@ func waitHealthy(ctx context.Context, url string, exited <-chan error) error {
 		resp, err := client.Get(url)
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK && (ready == nil || ready(resp.Header)) {
 				select {
 				case err := <-exited:
 					return fmt.Errorf("exited right after answering: %v", err)
@@ -259,14 +471,18 @@ func BucketName(t testing.TB) string {
 	return strings.Trim("t-"+n+"-"+randomHex(6), "-")
 }
 
-// RunTests runs a test binary's tests and then stops the shared server (if
-// one was started), removing its data. Use it from TestMain:
+// RunTests runs a test binary's tests and then stops the shared servers
+// (those that were started), removing their data. Use it from TestMain:
 //
 //	func TestMain(m *testing.M) { os.Exit(s3server.RunTests(m)) }
 func RunTests(m *testing.M) int {
 	code := m.Run()
-	if shared != nil {
-		shared.Close()
+	shared.mu.Lock()
+	defer shared.mu.Unlock()
+	for _, ss := range shared.servers {
+		if ss.srv != nil {
+			ss.srv.Close()
+		}
 	}
 	return code
 }

@@ -1,0 +1,155 @@
+package objstore_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+)
+
+// scripted is a driver whose Head and Get run a test's function; the rest
+// is an in-memory bucket.
+type scripted struct {
+	*mem.Driver
+	head func(ctx context.Context) error
+	get  func(ctx context.Context) (io.ReadCloser, objstore.ObjectInfo, error)
+}
+
+func (d *scripted) Head(ctx context.Context, key string) (objstore.ObjectInfo, error) {
+	if d.head != nil {
+		return objstore.ObjectInfo{}, d.head(ctx)
+	}
+	return d.Driver.Head(ctx, key)
+}
+
+func (d *scripted) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, error) {
+	if d.get != nil {
+		return d.get(ctx)
+	}
+	return d.Driver.Get(ctx, key, offset, length)
+}
+
+var fast = objstore.Options{Timeout: 50 * time.Millisecond, MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 2 * time.Millisecond}
+
+// errCause stands for a driver's own error (an SDK's) under a sentinel.
+var errCause = errors.New("the driver's own error")
+
+// TestNotFoundSurvivesACancelAfterTheAnswer: the driver answers not-found,
+// and the caller's context is cancelled before Store looks at it. The
+// answer stays ErrNotFound.
+func TestNotFoundSurvivesACancelAfterTheAnswer(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &scripted{Driver: mem.New(), head: func(context.Context) error {
+		cancel()
+		return fmt.Errorf("%w: %w", objstore.ErrNotFound, errCause)
+	}}
+	_, err := objstore.New(d, "scripted", fast).Head(ctx, "k")
+	if !errors.Is(err, objstore.ErrNotFound) || !errors.Is(err, errCause) {
+		t.Fatalf("head answered not-found, then the context was cancelled: %v", err)
+	}
+	if errors.Is(err, objstore.ErrRetryable) {
+		t.Fatalf("a not-found answer became retryable: %v", err)
+	}
+}
+
+// TestTimeoutKeepsBothCauses: an attempt that runs out of time is
+// ErrRetryable and still context.DeadlineExceeded and the driver's error.
+func TestTimeoutKeepsBothCauses(t *testing.T) {
+	d := &scripted{Driver: mem.New(), head: func(ctx context.Context) error {
+		<-ctx.Done()
+		return fmt.Errorf("head: %w (%w)", ctx.Err(), errCause)
+	}}
+	_, err := objstore.New(d, "scripted", fast).Head(context.Background(), "k")
+	for _, want := range []error{objstore.ErrRetryable, context.DeadlineExceeded, errCause} {
+		if !errors.Is(err, want) {
+			t.Errorf("errors.Is(%v, %v) = false", err, want)
+		}
+	}
+}
+
+// TestMappedErrorKeepsTheCause: a driver's "%w: %w" mapping is found both
+// ways after Store's wrapping and retries.
+func TestMappedErrorKeepsTheCause(t *testing.T) {
+	for _, sentinel := range []error{objstore.ErrRetryable, objstore.ErrAccessDenied, objstore.ErrNotFound} {
+		d := &scripted{Driver: mem.New(), head: func(context.Context) error { return fmt.Errorf("%w: %w", sentinel, errCause) }}
+		_, err := objstore.New(d, "scripted", fast).Head(context.Background(), "k")
+		if !errors.Is(err, sentinel) || !errors.Is(err, errCause) {
+			t.Errorf("%v: got %v", sentinel, err)
+		}
+		if !strings.Contains(err.Error(), "scripted") {
+			t.Errorf("the error does not name the store: %v", err)
+		}
+	}
+}
+
+// TestCancelDuringRetries: a caller who cancels while Store retries gets
+// context.Canceled and the last retryable error.
+func TestCancelDuringRetries(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	n := 0
+	d := &scripted{Driver: mem.New(), head: func(context.Context) error {
+		if n++; n == 2 {
+			cancel()
+		}
+		return fmt.Errorf("%w: %w", objstore.ErrRetryable, errCause)
+	}}
+	_, err := objstore.New(d, "scripted", objstore.Options{MaxAttempts: 10, BaseBackoff: time.Millisecond}).Head(ctx, "k")
+	for _, want := range []error{context.Canceled, objstore.ErrRetryable, errCause} {
+		if !errors.Is(err, want) {
+			t.Errorf("errors.Is(%v, %v) = false", err, want)
+		}
+	}
+}
+
+// TestShortBodyKeepsUnexpectedEOF: a body that ends early is retryable and
+// io.ErrUnexpectedEOF.
+func TestShortBodyKeepsUnexpectedEOF(t *testing.T) {
+	d := &scripted{Driver: mem.New(), get: func(context.Context) (io.ReadCloser, objstore.ObjectInfo, error) {
+		return io.NopCloser(bytes.NewReader([]byte("abc"))), objstore.ObjectInfo{Key: "k", Size: 10}, nil
+	}}
+	rc, _, err := objstore.New(d, "scripted", fast).Get(context.Background(), "k", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	_, err = io.ReadAll(rc)
+	if !errors.Is(err, objstore.ErrRetryable) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a body 7 bytes short: %v", err)
+	}
+}
+
+func TestBound(t *testing.T) {
+	if got, want := (objstore.Options{}).Bound(), 151500*time.Millisecond; got != want {
+		t.Errorf("the default bound is %v, the docs say %v", got, want)
+	}
+	o := objstore.Options{Timeout: time.Second, MaxAttempts: 4, BaseBackoff: time.Second, MaxBackoff: 1500 * time.Millisecond}
+	if got, want := o.Bound(), 4*time.Second+time.Second+1500*time.Millisecond+1500*time.Millisecond; got != want {
+		t.Errorf("Bound() = %v, want %v", got, want)
+	}
+}
+
+// TestReadAllStartsOverOnANewVersion: a read resumed after a break that
+// finds another ETag starts over, so the bytes are all of one version.
+func TestReadAllStartsOverOnANewVersion(t *testing.T) {
+	calls := 0
+	d := &scripted{Driver: mem.New(), get: func(context.Context) (io.ReadCloser, objstore.ObjectInfo, error) {
+		calls++
+		switch calls {
+		case 1: // version a, cut after 3 of 6 bytes
+			return io.NopCloser(strings.NewReader("abc")), objstore.ObjectInfo{Key: "k", Size: 6, ETag: `"a"`}, nil
+		default: // version b, whole (the resumed read asked for 3.., and is refused)
+			return io.NopCloser(strings.NewReader("uvwxyz")), objstore.ObjectInfo{Key: "k", Size: 6, ETag: `"b"`}, nil
+		}
+	}}
+	got, err := objstore.New(d, "scripted", fast).ReadAll(context.Background(), "k", 0, -1)
+	if err != nil || string(got) != "uvwxyz" {
+		t.Fatalf("ReadAll across an overwrite: %q, %v (want version b whole)", got, err)
+	}
+}

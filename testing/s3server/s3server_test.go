@@ -1,0 +1,138 @@
+package s3server
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/s3"
+)
+
+const childEnv = "TIERLOG_S3SERVER_CHILD"
+
+func TestMain(m *testing.M) {
+	if k := os.Getenv(childEnv); k != "" {
+		// A child that starts a server, says its pid, and waits to be
+		// killed.
+		srv, err := StartKind(context.Background(), Kind(k))
+		if err != nil {
+			fmt.Println("ERR", err)
+			os.Exit(1)
+		}
+		fmt.Println("PID", srv.pid)
+		time.Sleep(time.Hour)
+		return
+	}
+	os.Exit(RunTests(m))
+}
+
+func TestKinds(t *testing.T) {
+	kinds := Kinds()
+	t.Logf("kinds available: %v", kinds)
+	if len(kinds) == 0 {
+		t.Skip("no S3 server can be started here (run `make s3servers`)")
+	}
+	if got := Shared(t); got.Kind != kinds[0] {
+		t.Errorf("Shared is %s, want the first kind %s", got.Kind, kinds[0])
+	}
+	for _, k := range []Kind{MinIO, VersityGW} {
+		t.Run(string(k), func(t *testing.T) {
+			srv := SharedKind(t, k)
+			if srv.Kind != k {
+				t.Fatalf("SharedKind(%s) gave a %s", k, srv.Kind)
+			}
+			if again := SharedKind(t, k); again != srv {
+				t.Fatalf("a second SharedKind(%s) started another server", k)
+			}
+			bucket := srv.NewBucket(t)
+			c := s3.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
+			if _, err := s3.Open(context.Background(), c); err != nil {
+				t.Fatalf("open the new bucket: %v", err)
+			}
+			c.Bucket = "no-such-bucket-here"
+			if _, err := s3.Open(context.Background(), c); !errors.Is(err, objstore.ErrBucketNotFound) {
+				t.Fatalf("a missing bucket: %v", err)
+			}
+		})
+	}
+}
+
+func TestUnknownKindSkips(t *testing.T) {
+	if err := available("ceph"); !errors.Is(err, errNoServer) {
+		t.Fatalf("an unknown kind: %v", err)
+	}
+}
+
+// TestServerDiesWithTheTestProcess kills a test process that started a
+// server (SIGKILL: no cleanup runs) and checks the server goes with it.
+func TestServerDiesWithTheTestProcess(t *testing.T) {
+	if hasDocker() {
+		t.Skip("containers are reaped by testcontainers' reaper, not by this process")
+	}
+	for _, k := range Kinds() {
+		t.Run(string(k), func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run", "^$")
+			cmd.Env = append(os.Environ(), childEnv+"="+string(k))
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			line, err := bufio.NewReader(out).ReadString('\n')
+			if err != nil || !strings.HasPrefix(line, "PID ") {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("child: %q %v", line, err)
+			}
+			pid, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "PID ")))
+			if !alive(pid) {
+				t.Fatalf("server %d is not running while its test process is", pid)
+			}
+			cmd.Process.Signal(syscall.SIGKILL)
+			cmd.Wait()
+			deadline := time.Now().Add(10 * time.Second)
+			for alive(pid) {
+				if time.Now().After(deadline) {
+					syscall.Kill(pid, syscall.SIGKILL)
+					t.Fatalf("%s server %d outlived its killed test process", k, pid)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// alive reports whether pid runs (a zombie waiting for its reaper does
+// not count).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}
+
+// TestHealthyNeedsALiveProcess: a health answer from a process that has
+// exited (a stale server on the port) is not readiness.
+func TestHealthyNeedsALiveProcess(t *testing.T) {
+	exited := make(chan error, 1)
+	exited <- errors.New("exit status 1")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := waitHealthy(ctx, "http://127.0.0.1:1/health", nil, exited); err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("waitHealthy with a dead process: %v", err)
+	}
+}
