@@ -11,6 +11,9 @@
 //	               retention raise it)
 //	LocalLogStart  first offset held on local disk (above LogStart when old
 //	               segments live only in a bucket)
+//	LastStableOffset  first offset of the oldest transaction still open
+//	               (read_committed reads stop there); the high watermark
+//	               when none is
 //	HighWatermark  first offset not yet replicated to every in-sync replica;
 //	               set by the broker, never above LogEnd
 //	LogEnd         offset the next appended record gets
@@ -97,10 +100,17 @@ type Backend interface {
 type AppendOptions struct {
 	// AssignOffsets is the leader's append: base offsets are rewritten
 	// from LogEnd, the leader epoch is stamped, and LogAppendTime topics get
-	// their timestamps set.
+	// their timestamps set. The batches' producer state is checked as
+	// Kafka's leader checks a produce request (duplicates, sequences,
+	// epochs, transactions).
 	AssignOffsets bool
 	// LeaderEpoch is stamped into each batch when AssignOffsets is set.
 	LeaderEpoch int32
+	// Coordinator says the batches are transaction markers (COMMIT or
+	// ABORT control batches) written by the broker's transaction
+	// coordinator (Kafka's WriteTxnMarkers). Only such an append may hold
+	// control batches; a client's is ErrInvalidRecord.
+	Coordinator bool
 }
 
 // AppendInfo describes what Append wrote.
@@ -114,7 +124,27 @@ type AppendInfo struct {
 	Batches       int
 	Records       int
 	Bytes         int
+	// Duplicate says the batch repeated one of its idempotent producer's
+	// last five batches (a retry): nothing was written, and FirstOffset,
+	// LastOffset and LogAppendTime are the original batch's, the answer
+	// Kafka gives the producer.
+	Duplicate bool
 }
+
+// Isolation says how far a Read may go (Kafka's FetchIsolation).
+type Isolation int8
+
+const (
+	// ReadLogEnd reads to the log end: a follower replicating.
+	ReadLogEnd Isolation = iota
+	// ReadHighWatermark reads to the high watermark: a consumer with
+	// isolation.level=read_uncommitted.
+	ReadHighWatermark
+	// ReadCommitted reads to the last stable offset, and the Records
+	// report the aborted transactions they overlap (AbortedTransactions):
+	// a consumer with isolation.level=read_committed.
+	ReadCommitted
+)
 
 // ReadOptions bound a Read.
 type ReadOptions struct {
@@ -124,9 +154,11 @@ type ReadOptions struct {
 	// MinOneBatch returns the first batch even when it is larger than
 	// MaxBytes (Kafka's fetch semantics when it is the first partition).
 	MinOneBatch bool
-	// MaxOffset, when > 0, stops the read at the first batch whose base
-	// offset is >= MaxOffset (a consumer reading up to the high watermark).
-	MaxOffset int64
+	// Isolation bounds the read (the zero value: the log end). A read
+	// stops before the batch that holds the bound, as Kafka's does; an
+	// offset at or past the bound (and at or below LogEnd) returns empty
+	// Records.
+	Isolation Isolation
 }
 
 // Records are batches returned by Read. WriteTo writes them (local backends
@@ -146,10 +178,30 @@ type OffsetRange interface {
 	NextOffset() int64
 }
 
+// AbortedTxn is an aborted transaction: its producer and first offset, as
+// a Fetch response's AbortedTransaction carries it.
+type AbortedTxn struct {
+	ProducerID  int64
+	FirstOffset int64
+}
+
+// Aborted is implemented by the Records of every ReadCommitted Read.
+type Aborted interface {
+	// AbortedTransactions lists the aborted transactions whose records
+	// the Records may hold (those that began before the Records' end and
+	// were aborted at or after the offset read), by first offset: what a
+	// read_committed consumer skips. Empty when there are none.
+	AbortedTransactions() []AbortedTxn
+}
+
 // Offsets are a partition's offsets; see the package doc.
 type Offsets struct {
 	LogStart      int64
 	LocalLogStart int64
 	HighWatermark int64
-	LogEnd        int64
+	// LastStableOffset is the first offset of the oldest transaction not
+	// yet decided (or decided with its marker not yet below the high
+	// watermark), else the high watermark: where read_committed stops.
+	LastStableOffset int64
+	LogEnd           int64
 }

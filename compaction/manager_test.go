@@ -99,7 +99,7 @@ func TestCleanerSkipsLogHeldByOpenTransaction(t *testing.T) {
 	}
 	w := newTxnWriter(l, rand.New(rand.NewPCG(1, 2)), c, 5)
 	h := record.NewBatchHeader()
-	h.Transactional, h.ProducerID = true, 7
+	h.Transactional, h.ProducerID, h.ProducerEpoch, h.BaseSequence = true, 7, 0, 0
 	w.b.Reset(h)
 	w.b.Append(c.t.UnixMilli(), []byte("k"), []byte("open"), nil)
 	batch, _ := w.b.Build()

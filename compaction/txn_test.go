@@ -33,7 +33,8 @@ func newTxnWriter(l *local.Log, rng *rand.Rand, c *clock, keys int) *txnWriter {
 
 func (w *txnWriter) appendBatch(t testing.TB, batch []byte) backend.AppendInfo {
 	t.Helper()
-	info, err := w.l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true})
+	// Markers come from the transaction coordinator.
+	info, err := w.l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true, Coordinator: record.Batch(batch).IsControl()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,11 +229,12 @@ func TestCleanTransactionsByRule(t *testing.T) {
 	}
 	txn := func(pid int64, key, value string) {
 		h := record.NewBatchHeader()
-		h.Transactional, h.ProducerID, h.ProducerEpoch = true, pid, 0
+		h.Transactional, h.ProducerID, h.ProducerEpoch, h.BaseSequence = true, pid, 0, w.seq[pid]
 		w.b.Reset(h)
 		w.b.Append(c.t.UnixMilli(), []byte(key), []byte(value), nil)
 		batch, _ := w.b.Build()
 		info := w.appendBatch(t, batch)
+		w.seq[pid]++
 		w.open[pid] = append(w.open[pid], len(w.written))
 		w.written = append(w.written, rec{offset: info.FirstOffset, key: key, hasKey: true, value: value})
 	}

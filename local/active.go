@@ -20,9 +20,10 @@ import (
 // every method. Readers reach the same segment through f, whose size the
 // writer moves only after the bytes are written.
 type activeSegment struct {
-	f  *segFile
-	w  vfs.File
-	ix *index.Indexer
+	f    *segFile
+	w    vfs.File
+	txnw vfs.File // the .txnindex, once the segment has one
+	ix   *index.Indexer
 	// rollingBasedTs is the first batch's max timestamp (the segment.ms
 	// clock); -1 when unknown or empty.
 	rollingBasedTs int64
@@ -225,10 +226,24 @@ func (a *activeSegment) sync(withIndexes bool) error {
 	if err := a.w.Sync(); err != nil {
 		return fmt.Errorf("local: fsync %s: %w", a.f.logPath, err)
 	}
+	if a.txnw != nil {
+		if err := a.txnw.Sync(); err != nil {
+			return fmt.Errorf("local: fsync %s: %w", a.f.path(TxnIndexSuffix), err)
+		}
+	}
 	if !withIndexes {
 		return nil
 	}
-	return errors.Join(a.ix.Offsets.Flush(), a.ix.Times.Flush())
+	return errors.Join(flushIndex(a.ix.Offsets), flushIndex(a.ix.Times))
+}
+
+// flushIndex makes an index durable; one renamed away meanwhile (its
+// segment deleted by retention) needs nothing.
+func flushIndex(x interface{ Flush() error }) error {
+	if err := x.Flush(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // truncateInPlace removes every batch whose last offset is >= offset from
@@ -272,12 +287,25 @@ func (a *activeSegment) truncateInPlace(offset int64) (int64, error) {
 }
 
 // close closes the writer's side at the log's Close: the final time index
-// entry and trimmed indexes (as Kafka's close), and the descriptor. The
+// entry and trimmed indexes (as Kafka's close), and the descriptors. The
 // segment's files (the reader side) close with its last reference.
 func (a *activeSegment) close() error {
 	errs := []error{a.ix.Roll(), a.ix.Offsets.TrimToValidSize(), a.ix.Times.TrimToValidSize()}
+	errs = append(errs, a.closeFiles())
+	return errors.Join(errs...)
+}
+
+// closeFiles closes the writer's descriptors.
+func (a *activeSegment) closeFiles() error {
+	var errs []error
 	if err := a.w.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("local: close %s: %w", a.f.logPath, err))
+	}
+	if a.txnw != nil {
+		if err := a.txnw.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("local: close %s: %w", a.f.path(TxnIndexSuffix), err))
+		}
+		a.txnw = nil
 	}
 	return errors.Join(errs...)
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -66,6 +67,13 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 		info.LogAppendTime = -1
 	}
 
+	// The producer state checks the batches as they will be written.
+	if err := l.ps.Prepare(&l.plan, batches, producerstate.Options{Origin: originOf(opts)}); err != nil {
+		return info, err
+	}
+	if l.plan.Duplicate {
+		return l.duplicateInfo(info), nil
+	}
 	a, err := l.activeForWriteLocked()
 	if err != nil {
 		return info, err
@@ -96,6 +104,9 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 	}
 	l.dirty = true
 	l.leo.Store(info.LastOffset + 1)
+	if err := l.applyProducers(a); err != nil {
+		return info, l.fail(err)
+	}
 	l.unflushed += int64(info.Records)
 	if l.unflushed >= cfg.FlushMessages || (cfg.FlushMs < 1<<62 && now.Sub(l.lastFlush).Milliseconds() >= cfg.FlushMs) {
 		if err := l.flushLocked(); err != nil {
@@ -103,6 +114,41 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 		}
 	}
 	return info, nil
+}
+
+// duplicateInfo is the answer to an append that repeated a batch of its
+// producer's last five: the original batch's offsets, nothing written.
+// REQUIRES: l.mu held.
+func (l *Log) duplicateInfo(info backend.AppendInfo) backend.AppendInfo {
+	o := l.plan.Original
+	info.FirstOffset, info.LastOffset, info.Duplicate = o.FirstOffset(), o.LastOffset, true
+	info.LogAppendTime = -1
+	if l.cfg.Load().MessageTimestampType == backend.LogAppendTime {
+		info.LogAppendTime = o.Timestamp
+	}
+	info.Batches, info.Records, info.Bytes = 0, 0, 0
+	l.metrics.DuplicateAppends.Add(1)
+	return info
+}
+
+// applyProducers commits an append's producer state once its bytes are in
+// the log: aborted transactions go to the .txnindex of the segment the
+// markers went to, and the last stable offset moves. A failure here leaves
+// the log and its .txnindex apart: the caller fails the log (as Kafka
+// does), and a reopen rebuilds it. REQUIRES: l.mu held.
+func (l *Log) applyProducers(a *activeSegment) error {
+	if err := l.ps.Apply(&l.plan); err != nil {
+		return err
+	}
+	for _, c := range l.plan.Completed {
+		if c.Aborted {
+			if err := l.appendAborted(a.f, a, c.AbortedTxn()); err != nil {
+				return err
+			}
+		}
+	}
+	l.publishLSO()
+	return nil
 }
 
 // assignOffsets is the leader's part of an append: each batch gets its base
@@ -241,12 +287,18 @@ func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
 	if old.f.size.Load() == 0 && old.f.base == base {
 		return old, nil
 	}
+	// The producer state as of the new segment's base, so a recovery of
+	// that segment starts from it (Kafka takes it at every roll).
+	l.ps.SetEndOffset(base)
+	if _, err := l.writeSnapshot(false); err != nil {
+		return nil, fmt.Errorf("%w: roll to a segment at %d: %w", backend.ErrStorage, base, err)
+	}
 	a, err := createActive(&l.segOpts, base, l.now(), l.jitter())
 	if err != nil {
 		return nil, fmt.Errorf("%w: roll to a segment at %d: %w", backend.ErrStorage, base, err)
 	}
 	if err := old.seal(base); err != nil {
-		a.w.Close()
+		a.closeFiles()
 		a.f.release()
 		return nil, l.fail(fmt.Errorf("seal segment %s: %w", old.f.logPath, err))
 	}
@@ -256,33 +308,28 @@ func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
 	l.dirty = true
 	l.metrics.Rolls.Add(1)
 	l.logger.Debug("rolled segment", "base", base, "reason", why)
-	if s := old.f; s.acquire() {
-		l.bg.Add(1)
-		go func() {
-			defer l.bg.Done()
-			defer s.release()
-			err := syncSegmentFiles(s, old.w)
-			if cerr := old.w.Close(); err == nil && cerr != nil {
-				err = fmt.Errorf("local: close %s: %w", s.logPath, cerr)
+	s := old.f
+	s.acquire() // the log holds it: this cannot fail
+	l.bg.Add(1)
+	go func() {
+		defer l.bg.Done()
+		defer s.release()
+		err := errors.Join(old.sync(true), l.syncSnapshot(base), old.closeFiles())
+		if err != nil {
+			l.flushErrMu.Lock()
+			if l.flushErr == nil {
+				l.flushErr = err
 			}
-			if err != nil {
-				l.flushErrMu.Lock()
-				if l.flushErr == nil {
-					l.flushErr = err
-				}
-				l.flushErrMu.Unlock()
+			l.flushErrMu.Unlock()
+			return
+		}
+		for {
+			rp := l.recoveryPoint.Load()
+			if rp >= base || l.recoveryPoint.CompareAndSwap(rp, base) {
 				return
 			}
-			for {
-				rp := l.recoveryPoint.Load()
-				if rp >= base || l.recoveryPoint.CompareAndSwap(rp, base) {
-					return
-				}
-			}
-		}()
-	} else {
-		old.w.Close()
-	}
+		}
+	}()
 	return a, nil
 }
 

@@ -62,7 +62,12 @@ func (l *Log) load(opts Options) error {
 	if err := l.checkTopicID(opts.TopicID); err != nil {
 		return err
 	}
-	return l.epochs.load(l)
+	if err := l.epochs.load(l); err != nil {
+		return err
+	}
+	err = l.rebuildProducerState(l.rebuilt)
+	l.rebuilt = nil
+	return err
 }
 
 // listSegments opens a segFile for every .log in the directory, sorted by
@@ -251,12 +256,14 @@ func (l *Log) recover(opts Options) error {
 			from = i
 		}
 	}
+	l.rebuilt = map[int64]bool{}
 	for i := from; i <= last; i++ {
 		s := segs[i]
 		res, a, err := recoverSegment(s, i == last)
 		if err != nil {
 			return err
 		}
+		l.rebuilt[s.base] = true
 		if res.truncated > 0 {
 			l.logger.Warn("truncated a torn or corrupt segment tail", "base", s.base, "bytes", res.truncated, "cause", res.corruption)
 		}
@@ -324,6 +331,7 @@ func (l *Log) findEndAfterCleanShutdown(s *segFile) error {
 	if err != nil {
 		return err
 	}
+	l.rebuilt = map[int64]bool{s.base: true}
 	a.jitterMs = l.jitter()
 	a.loadRollingTs()
 	l.act = a
@@ -399,5 +407,5 @@ func (l *Log) loadReadOnly(opts Options) error {
 	if epochs, err := readLeaderEpochs(l.segOpts.fs, filepath.Join(l.dir, LeaderEpochCheckpoint)); err == nil {
 		l.epochs.entries = epochs
 	}
-	return nil
+	return l.rebuildProducerState(nil)
 }

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/vfs"
 )
 
@@ -60,6 +61,13 @@ type Options struct {
 	// FS is the filesystem (default vfs.Default, the operating system's).
 	// Tests pass testing/faultfs to inject disk faults.
 	FS vfs.FS
+
+	// ProducerState holds the broker settings the producer state follows
+	// (producer.id.expiration.ms, transaction.max.timeout.ms,
+	// transaction.partition.verification.enable). The zero value is
+	// Kafka's defaults but for verification, which is off (a broker that
+	// verifies transactions with its coordinator turns it on).
+	ProducerState producerstate.Config
 }
 
 // ErrTopicIDMismatch means partition.metadata names another topic id than
@@ -100,10 +108,21 @@ type Log struct {
 	// log refuses writes until it is reopened (and recovered).
 	failed atomic.Pointer[error]
 
+	// lso is the last stable offset (see backend.Offsets).
+	lso atomic.Int64
+
 	mu sync.Mutex // the writer lock; guards the fields below
 	// act is the writable last segment; nil until the first write after a
 	// clean open (see activeForWriteLocked).
-	act       *activeSegment
+	act *activeSegment
+	// ps is the producer state (producers.go); plan is reused by every
+	// append, snapBuf by every snapshot.
+	ps      *producerstate.State
+	plan    producerstate.Plan
+	snapBuf []byte
+	// rebuilt lists the segments recovery rewrote while the log opens (the
+	// producer state's replay writes their .txnindex again).
+	rebuilt   map[int64]bool
 	dirty     bool // something was written since the last flush
 	epochs    epochCache
 	unflushed int64 // records appended since the last flush
@@ -146,6 +165,14 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	if opts.FS == nil {
 		opts.FS = vfs.Default
 	}
+	if opts.ProducerState == (producerstate.Config{}) {
+		opts.ProducerState = producerstate.DefaultConfig()
+		opts.ProducerState.TransactionVerification = false
+	}
+	ps, err := producerstate.New(opts.ProducerState)
+	if err != nil {
+		return nil, err
+	}
 	if opts.ReadOnly {
 		if st, err := opts.FS.Stat(dir); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("%w: partition directory %s", backend.ErrNotFound, dir)
@@ -153,7 +180,7 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	} else if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("local: create %s: %w", dir, err)
 	}
-	l := &Log{readOnly: opts.ReadOnly, dir: dir, now: opts.Now, logger: opts.Logger.With("dir", dir), metrics: opts.Metrics,
+	l := &Log{readOnly: opts.ReadOnly, dir: dir, now: opts.Now, ps: ps, logger: opts.Logger.With("dir", dir), metrics: opts.Metrics,
 		segOpts: segmentOptions{fs: opts.FS, dir: dir, maxIndexBytes: int(opts.Config.SegmentIndexBytes),
 			intervalBytes: opts.Config.IndexIntervalBytes, budget: opts.budget, logger: opts.Logger.With("dir", dir)},
 	}
@@ -221,7 +248,7 @@ func (l *Log) jitter() int64 {
 // Offsets returns the partition's offsets.
 func (l *Log) Offsets() backend.Offsets {
 	ls := l.logStart.Load()
-	return backend.Offsets{LogStart: ls, LocalLogStart: ls, HighWatermark: l.hw.Load(), LogEnd: l.leo.Load()}
+	return backend.Offsets{LogStart: ls, LocalLogStart: ls, HighWatermark: l.hw.Load(), LastStableOffset: l.lso.Load(), LogEnd: l.leo.Load()}
 }
 
 // RemoteLogStart returns the partition's log start when offsets below the
@@ -262,6 +289,8 @@ func (l *Log) SetHighWatermark(hw int64) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.hw.Store(min(max(hw, l.logStart.Load()), l.leo.Load()))
+	l.ps.SetHighWatermark(l.hw.Load())
+	l.publishLSO()
 	return nil
 }
 
@@ -413,16 +442,14 @@ func syncSegmentFiles(s *segFile, f vfs.File) error {
 	s.mu.Lock()
 	oi, ti := s.oi, s.ti
 	s.mu.Unlock()
-	for _, x := range []interface{ Flush() error }{oi, ti} {
-		if x == nil {
-			continue
-		}
-		// An index renamed away meanwhile (retention) needs no sync.
-		if err := x.Flush(); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
-		}
+	var errs []error
+	if oi != nil {
+		errs = append(errs, flushIndex(oi))
 	}
-	return nil
+	if ti != nil {
+		errs = append(errs, flushIndex(ti))
+	}
+	return errors.Join(errs...)
 }
 
 func (l *Log) takeFlushErr() error {
@@ -458,6 +485,15 @@ func (l *Log) Close() error {
 	defer l.mu.Unlock()
 	var err error
 	if l.failed.Load() == nil {
+		// The producer state at the log end, so the next open loads it
+		// instead of replaying (durable with the flush's directory sync;
+		// one lost to a crash is only a longer replay).
+		l.ps.SetEndOffset(l.leo.Load())
+		wrote, serr := l.writeSnapshot(false)
+		if serr != nil {
+			l.logger.Warn("could not write the producer snapshot at close", "err", serr)
+		}
+		l.dirty = l.dirty || wrote
 		err = l.flushLocked()
 	}
 	l.bg.Wait()
@@ -490,7 +526,7 @@ func (l *Log) closeSegments() {
 		}
 	}
 	if l.act != nil {
-		l.act.w.Close()
+		l.act.closeFiles()
 		l.act = nil
 	}
 }

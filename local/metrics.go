@@ -23,6 +23,9 @@ type Metrics struct {
 	AppendBytes   atomic.Int64
 	AppendRecords atomic.Int64
 	AppendLatency stats.Histogram
+	// DuplicateAppends counts appends that repeated a batch of their
+	// idempotent producer's last five (retries): nothing was written.
+	DuplicateAppends atomic.Int64
 
 	Reads       atomic.Int64 // Read calls that returned records (possibly none)
 	ReadErrors  atomic.Int64 // out of range included

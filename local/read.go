@@ -47,7 +47,8 @@ func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 		if offset < ls || offset > leo {
 			return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: ls, LogEnd: leo}
 		}
-		if offset == leo || (opts.MaxOffset > 0 && offset >= opts.MaxOffset) {
+		bound := l.readBound(opts.Isolation, leo)
+		if offset >= bound {
 			return emptyRecords{next: offset}, nil
 		}
 		seg, segs, i, err := l.acquireSegmentFor(offset)
@@ -58,9 +59,16 @@ func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 		if i+1 < len(segs) {
 			next = segs[i+1].base
 		}
-		recs, err := l.readSegment(seg, next, offset, maxBytes, opts)
-		if _, owns := recs.(*fileRecords); !owns {
+		recs, err := l.readSegment(seg, next, offset, maxBytes, bound, opts)
+		fr, owns := recs.(*fileRecords)
+		if !owns {
 			seg.release()
+		}
+		if err == nil && owns && opts.Isolation == backend.ReadCommitted {
+			if fr.aborted, err = l.abortedFor(segs, i, offset, fr.next); err != nil {
+				fr.Close()
+				return nil, err
+			}
 		}
 		if err != nil || recs != nil {
 			return recs, err
@@ -77,16 +85,28 @@ func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 	}
 }
 
+// readBound is the first offset a read with isolation may not return:
+// the log end, the high watermark or the last stable offset.
+func (l *Log) readBound(isolation backend.Isolation, leo int64) int64 {
+	switch isolation {
+	case backend.ReadHighWatermark:
+		return min(l.hw.Load(), leo)
+	case backend.ReadCommitted:
+		return min(l.lso.Load(), leo)
+	}
+	return leo
+}
+
 // readSegment reads from one segment, which the caller has acquired; next
-// is the base of the segment after it (-1 for the last). It returns nil
-// Records (and no error) when the segment holds nothing at or after
-// offset. A *fileRecords result takes over the caller's reference; for any
-// other result the caller releases it.
-func (l *Log) readSegment(seg *segFile, next, offset, maxBytes int64, opts backend.ReadOptions) (backend.Records, error) {
+// is the base of the segment after it (-1 for the last), bound the first
+// offset the read may not return (it stops before the batch holding it, as
+// Kafka's does). It returns nil Records (and no error) when the segment
+// holds nothing at or after offset. A *fileRecords result takes over the
+// caller's reference; for any other result the caller releases it.
+func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opts backend.ReadOptions) (backend.Records, error) {
 	limit := seg.size.Load()
-	if opts.MaxOffset > 0 {
-		// Stop before the batch holding MaxOffset, as Kafka does.
-		p, ok, err := seg.translateOffset(opts.MaxOffset, limit)
+	if bound < l.leo.Load() {
+		p, ok, err := seg.translateOffset(bound, limit)
 		if err != nil {
 			return nil, err
 		}

@@ -17,22 +17,25 @@ import (
 // reference to the segment, so the file stays open (and readable, even when
 // retention renames or unlinks it) until Close.
 type fileRecords struct {
-	seg  *segFile
-	f    vfs.File
-	pos  int64
-	n    int64
-	next int64 // one past the last offset returned
-	once sync.Once
+	seg     *segFile
+	f       vfs.File
+	pos     int64
+	n       int64
+	next    int64                // one past the last offset returned
+	aborted []backend.AbortedTxn // a read_committed read's
+	once    sync.Once
 }
 
-// emptyRecords is what a read at the log end (or one asking for less than
+// emptyRecords is what a read at its bound (or one asking for less than
 // a batch) returns.
 type emptyRecords struct{ next int64 }
 
-func (emptyRecords) WriteTo(io.Writer) (int64, error) { return 0, nil }
-func (emptyRecords) Len() int64                       { return 0 }
-func (emptyRecords) Close() error                     { return nil }
-func (e emptyRecords) NextOffset() int64              { return e.next }
+func (emptyRecords) WriteTo(io.Writer) (int64, error)            { return 0, nil }
+func (emptyRecords) Len() int64                                  { return 0 }
+func (emptyRecords) Close() error                                { return nil }
+func (e emptyRecords) NextOffset() int64                         { return e.next }
+func (emptyRecords) AbortedTransactions() []backend.AbortedTxn   { return nil }
+func (r *fileRecords) AbortedTransactions() []backend.AbortedTxn { return r.aborted }
 
 func (r *fileRecords) Len() int64 { return r.n }
 
@@ -42,6 +45,8 @@ func (r *fileRecords) NextOffset() int64 { return r.next }
 var (
 	_ backend.OffsetRange = (*fileRecords)(nil)
 	_ backend.OffsetRange = emptyRecords{}
+	_ backend.Aborted     = (*fileRecords)(nil)
+	_ backend.Aborted     = emptyRecords{}
 )
 
 // Close releases the segment; it is idempotent.

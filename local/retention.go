@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/producerstate"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // DeleteOldSegments applies retention as Kafka's deleteOldSegments does:
@@ -127,7 +129,28 @@ func (l *Log) deleteSegmentsLocked(reason string, pred func(s *segFile, upperBou
 		}
 		l.logger.Info("deleted segment", "base", s.base, "reason", reason)
 	}
-	return n, l.epochs.fit(l)
+	return n, l.logStartMovedLocked()
+}
+
+// logStartMovedLocked fits what follows the log start to it: the epoch
+// cache, the producer state (and its snapshots below it) and the last
+// stable offset. REQUIRES: l.mu held.
+func (l *Log) logStartMovedLocked() error {
+	ls := l.logStart.Load()
+	l.ps.OnLogStartIncremented(ls)
+	l.publishLSO()
+	snaps, err := l.listSnapshots()
+	if err != nil {
+		return err
+	}
+	for _, off := range snaps {
+		if off < ls {
+			if err := l.removeSnapshot(off); err != nil {
+				return err
+			}
+		}
+	}
+	return l.epochs.fit(l)
 }
 
 // DeleteRecordsBefore raises the log start offset to offset and deletes the
@@ -149,7 +172,7 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 		return nil
 	}
 	l.logStart.Store(offset)
-	if err := l.epochs.fit(l); err != nil {
+	if err := l.logStartMovedLocked(); err != nil {
 		return err
 	}
 	_, err := l.deleteSegmentsLocked("log start offset", func(_ *segFile, upper int64) (bool, error) {
@@ -205,6 +228,9 @@ func (l *Log) TruncateTo(offset int64) error {
 		var err error
 		newLeo, err = l.act.truncateInPlace(offset)
 		target.endExclusive()
+		if err == nil {
+			err = target.truncateTxnIndex(newLeo)
+		}
 		if err != nil {
 			return l.fail(err)
 		}
@@ -217,7 +243,7 @@ func (l *Log) TruncateTo(offset int64) error {
 			return l.fail(err)
 		}
 		if l.act != nil {
-			l.act.w.Close() // the old last segment leaves the log
+			l.act.closeFiles() // the old last segment leaves the log
 		}
 		l.act, kept[i], newLeo = a, a.f, leo
 	}
@@ -227,7 +253,13 @@ func (l *Log) TruncateTo(offset int64) error {
 		s.release()
 		l.removeDeletedFiles(s)
 	}
-	return l.setEndLocked(newLeo)
+	if err := l.setEndLocked(newLeo); err != nil {
+		return err
+	}
+	if err := l.rebuildProducerState(nil); err != nil {
+		return l.fail(err)
+	}
+	return nil
 }
 
 // rewritePrefixLocked replaces s with a new last segment holding its
@@ -254,6 +286,10 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 		}
 	}
 	src, err := s.file()
+	if err != nil {
+		return nil, 0, err
+	}
+	txns, err := s.txnIndexBytes() // read before its file is renamed away
 	if err != nil {
 		return nil, 0, err
 	}
@@ -286,13 +322,16 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 	if err := fsys.Rename(swap, s.logPath); err != nil {
 		return nil, 0, fmt.Errorf("local: rewrite %s: %w", s.logPath, err)
 	}
+	if err := l.carryTxnIndex(s.base, txns, newLeo); err != nil {
+		return nil, 0, err
+	}
 	ns := newSegFile(&l.segOpts, s.base, cut, l.now())
 	_, a, err := recoverSegment(ns, true)
 	if err != nil {
 		return nil, 0, err
 	}
 	if err := l.syncDir(); err != nil {
-		a.w.Close()
+		a.closeFiles()
 		ns.release()
 		return nil, 0, err
 	}
@@ -301,6 +340,35 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 	s.release() // the log's reference: s has left the log
 	l.removeDeletedFiles(s)
 	return a, newLeo, nil
+}
+
+// txnIndexBytes returns a copy of s's .txnindex entries.
+func (s *segFile) txnIndexBytes() ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	x, err := s.txnIndexLocked()
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), x.Bytes()...), nil
+}
+
+// carryTxnIndex writes the .txnindex of the segment at base that replaces
+// another after a truncation to end: the old one's entries (data) whose
+// markers lie below end.
+func (l *Log) carryTxnIndex(base int64, data []byte, end int64) error {
+	keep, err := producerstate.NewTxnIndex(base, data)
+	if err != nil {
+		return err
+	}
+	if keep.TruncateTo(end) == 0 {
+		return nil
+	}
+	name := FileName(base, TxnIndexSuffix)
+	if err := vfs.WriteFileAtomic(l.segOpts.fs, l.dir, name, keep.Bytes()); err != nil {
+		return fmt.Errorf("local: write %s: %w", name, err)
+	}
+	return nil
 }
 
 // truncateFullyLocked deletes every segment and restarts the log at offset
@@ -317,7 +385,7 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 		return l.fail(err)
 	}
 	if l.act != nil {
-		l.act.w.Close()
+		l.act.closeFiles()
 	}
 	l.act = a
 	l.setSegments([]*segFile{a.f})
@@ -327,7 +395,23 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 		l.removeDeletedFiles(old)
 	}
 	l.logStart.Store(offset)
-	return l.setEndLocked(offset)
+	// The producer state starts over (Kafka's truncateFullyAndStartAt).
+	l.ps.Reset(offset)
+	snaps, err := l.listSnapshots()
+	if err != nil {
+		return l.fail(err)
+	}
+	for _, off := range snaps {
+		if err := l.removeSnapshot(off); err != nil {
+			return l.fail(err)
+		}
+	}
+	if err := l.setEndLocked(offset); err != nil {
+		return err
+	}
+	l.ps.SetHighWatermark(l.hw.Load())
+	l.publishLSO()
+	return nil
 }
 
 // setEndLocked moves the log end after a truncation and fits the other

@@ -19,6 +19,7 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 	"github.com/tierlog/tierlog/vfs"
 )
@@ -75,6 +76,10 @@ type segFile struct {
 	// checkedIndex: the offset index was checked against the log (its
 	// last entry lies inside the file, on a batch that agrees with it).
 	checkedIndex bool
+	// txn is the segment's aborted transactions (its .txnindex), read on
+	// first use when txnLoaded is false.
+	txn       *producerstate.TxnIndex
+	txnLoaded bool
 	mtime        time.Time // the .log's mtime when the segment was loaded or created
 }
 

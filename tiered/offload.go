@@ -22,7 +22,8 @@ import (
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Offload uploads, in offset order, every closed local segment that lies
-// wholly below the high watermark and that the manifest does not name yet,
+// wholly below the last stable offset (so below the high watermark, and
+// holding no undecided transaction) and that the manifest does not name yet,
 // up to UploadConcurrency segments at a time, committing the manifest once
 // per group (a group that fails part-way commits the segments before the
 // failure); then it applies local retention (local.retention.ms/bytes) to
@@ -130,7 +131,9 @@ func (p *Partition) pendingLocked() ([]local.SegmentInfo, error) {
 	if k := len(m.Segments); k > 0 {
 		lastRemote = m.Segments[k-1].LastOffset
 	}
-	hw := p.local.Offsets().HighWatermark
+	// Only what is committed and decided: segments wholly below the last
+	// stable offset (itself at most the high watermark).
+	hw := p.local.Offsets().LastStableOffset
 	var out []local.SegmentInfo
 	for _, si := range p.local.SegmentInfos() {
 		if si.Active || si.NextOffset > hw {
@@ -147,8 +150,9 @@ func (p *Partition) pendingLocked() ([]local.SegmentInfo, error) {
 	return out, nil
 }
 
-// CopyLag returns how many closed segments below the high watermark, and
-// how many bytes of them, are not in the bucket yet. It takes no lock (an
+// CopyLag returns how many closed segments below the last stable offset
+// (at most the high watermark), and how many bytes of them, are not in the
+// bucket yet. It takes no lock (an
 // Offload in progress does not hold it up) and allocates nothing, so a
 // metrics scrape over many partitions stays cheap.
 func (p *Partition) CopyLag() (segments int, bytes int64) {
@@ -157,7 +161,7 @@ func (p *Partition) CopyLag() (segments int, bytes int64) {
 	if k := len(m.Segments); k > 0 {
 		lastRemote = m.Segments[k-1].LastOffset
 	}
-	hw := p.local.Offsets().HighWatermark
+	hw := p.local.Offsets().LastStableOffset
 	for s := range p.local.Spans() {
 		if s.Active || s.NextOffset > hw {
 			break

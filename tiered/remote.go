@@ -217,7 +217,8 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 	if err != nil || !found {
 		return nil, false, err
 	}
-	if opts.MaxOffset > 0 && l.entry.BaseOffset >= opts.MaxOffset {
+	bound := p.readBound(opts.Isolation)
+	if l.entry.BaseOffset >= bound {
 		return &memRecords{next: target}, true, nil
 	}
 	// Take whole batches within MaxBytes (at least one with MinOneBatch).
@@ -225,7 +226,7 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 	key := p.key(seg.Name(manifest.LogSuffix))
 	for end < int64(len(l.data)) {
 		e, err := record.HeaderAt(l.data, end, int64(len(l.data)))
-		if err != nil || end+e.Size-l.at > maxBytes || (opts.MaxOffset > 0 && e.BaseOffset >= opts.MaxOffset) {
+		if err != nil || end+e.Size-l.at > maxBytes || e.LastOffset >= bound {
 			break
 		}
 		if err := checkOrder(e, prevLast, seg, key, l.pos+end); err != nil {
@@ -250,6 +251,18 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 	}
 	p.prefetch(seg, l.pos+int64(len(l.data)))
 	return &memRecords{data: l.data[l.at:end], next: next}, true, nil
+}
+
+// readBound is the first offset a read with isolation may not return.
+func (p *Partition) readBound(isolation backend.Isolation) int64 {
+	o := p.local.Offsets()
+	switch isolation {
+	case backend.ReadHighWatermark:
+		return o.HighWatermark
+	case backend.ReadCommitted:
+		return o.LastStableOffset
+	}
+	return o.LogEnd
 }
 
 // OffsetForTimestamp searches the bucket's segments (by their largest

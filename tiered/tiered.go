@@ -452,8 +452,9 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 
 // memRecords are batches read from the bucket, held in memory.
 type memRecords struct {
-	data []byte
-	next int64
+	data    []byte
+	next    int64
+	aborted []backend.AbortedTxn // a read_committed read's
 }
 
 func (r *memRecords) WriteTo(w io.Writer) (int64, error) {
@@ -463,3 +464,6 @@ func (r *memRecords) WriteTo(w io.Writer) (int64, error) {
 func (r *memRecords) Len() int64        { return int64(len(r.data)) }
 func (r *memRecords) Close() error      { return nil }
 func (r *memRecords) NextOffset() int64 { return r.next }
+
+// AbortedTransactions implements backend.Aborted.
+func (r *memRecords) AbortedTransactions() []backend.AbortedTxn { return r.aborted }

@@ -119,7 +119,7 @@ func run(dir string) error {
 		n, o.LogStart, o.LocalLogStart, o.HighWatermark, o.LogEnd)
 
 	// 5. A fetch of an old offset: served from the bucket, same API.
-	recs, err := p.Read(ctx, 5, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true, MaxOffset: o.HighWatermark})
+	recs, err := p.Read(ctx, 5, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true, Isolation: backend.ReadHighWatermark})
 	if err != nil {
 		return err
 	}

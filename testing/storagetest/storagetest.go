@@ -48,6 +48,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ReadBounds", testReadBounds},
 		{"MaxBytes", testMaxBytes},
 		{"ReadThroughAtByteLimits", testReadThroughAtByteLimits},
+		{"Isolation", testIsolation},
 		{"OffsetForTimestamp", testOffsetForTimestamp},
 		{"RollBoundaries", testRollBoundaries},
 		{"DeleteRecordsBefore", testDeleteRecordsBefore},
@@ -57,6 +58,8 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"BadInput", testBadInput},
 		{"ConcurrentReaders", testConcurrentReaders},
 		{"HeldRecords", testHeldRecords},
+		{"IdempotentProducers", testIdempotentProducers},
+		{"Transactions", testTransactions},
 		{"Closed", testClosed},
 	}
 	for _, tc := range tests {
@@ -311,31 +314,68 @@ func testMaxBytes(t *testing.T, h Harness) {
 			t.Fatalf("MaxBytes %d: not whole batches: %v", max, sc.Err())
 		}
 	}
-	// MaxOffset stops before the batch holding it.
-	hw := m.recs[len(m.recs)/2].offset
-	got := 0
-	for off := int64(0); off < hw; {
-		r, err := p.Read(ctx, off, backend.ReadOptions{MaxOffset: hw, MaxBytes: 1 << 20})
+}
+
+// testIsolation: a read stops at its isolation's bound, before the batch
+// that holds it; ReadHighWatermark with a high watermark of 0 returns
+// nothing (the zero a broker passes for a new partition); ReadCommitted
+// without transactions reads to the high watermark and reports no aborted
+// transactions.
+func testIsolation(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t, "segment.bytes", "4096"))
+	defer p.Close()
+	var m model
+	appendBatches(t, p, &m, rand.New(rand.NewPCG(31, 31)), 20, 10, record.None)
+	for _, iso := range []backend.Isolation{backend.ReadHighWatermark, backend.ReadCommitted} {
+		r, err := p.Read(ctx, 0, backend.ReadOptions{Isolation: iso, MinOneBatch: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var buf bytes.Buffer
-		r.WriteTo(&buf)
+		if r.Len() != 0 {
+			t.Fatalf("isolation %d with the high watermark at 0 returned %d bytes", iso, r.Len())
+		}
 		r.Close()
-		if buf.Len() == 0 {
-			break
-		}
-		sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, int64(buf.Len()), record.ScanOptions{})
-		for sc.Next() {
-			if sc.Entry().BaseOffset >= hw {
-				t.Fatalf("read with MaxOffset %d returned a batch at %d", hw, sc.Entry().BaseOffset)
-			}
-			off = sc.Entry().LastOffset + 1
-			got++
-		}
 	}
-	if got == 0 {
-		t.Fatal("MaxOffset read returned nothing")
+	if r, err := p.Read(ctx, 0, backend.ReadOptions{}); err != nil || r.Len() == 0 {
+		t.Fatalf("a read to the log end returned %v, %v", r, err)
+	} else {
+		r.Close()
+	}
+	hw := m.recs[len(m.recs)/2].offset
+	if err := p.SetHighWatermark(hw); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LastStableOffset != o.HighWatermark {
+		t.Fatalf("without transactions the last stable offset %d is not the high watermark %d", o.LastStableOffset, o.HighWatermark)
+	}
+	for _, iso := range []backend.Isolation{backend.ReadHighWatermark, backend.ReadCommitted} {
+		got := 0
+		for off := int64(0); off < hw; {
+			r, err := p.Read(ctx, off, backend.ReadOptions{Isolation: iso, MaxBytes: 1 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a, ok := r.(backend.Aborted); iso == backend.ReadCommitted && (!ok || len(a.AbortedTransactions()) != 0) {
+				t.Fatalf("a read_committed Records does not report aborted transactions (implements Aborted: %v)", ok)
+			}
+			var buf bytes.Buffer
+			r.WriteTo(&buf)
+			r.Close()
+			if buf.Len() == 0 {
+				break
+			}
+			sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, int64(buf.Len()), record.ScanOptions{})
+			for sc.Next() {
+				if sc.Entry().LastOffset >= hw {
+					t.Fatalf("isolation %d with the high watermark at %d returned a batch ending at %d", iso, hw, sc.Entry().LastOffset)
+				}
+				off = sc.Entry().LastOffset + 1
+				got++
+			}
+		}
+		if got == 0 {
+			t.Fatalf("isolation %d returned nothing below the high watermark", iso)
+		}
 	}
 }
 
