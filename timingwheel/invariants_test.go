@@ -1,6 +1,10 @@
 package timingwheel
 
-import "fmt"
+import (
+	"fmt"
+	"testing"
+	"time"
+)
 
 // checkInvariants walks the whole structure: the heap is a heap of
 // exactly the buckets whose expiration is set, every non-empty bucket is
@@ -74,4 +78,34 @@ func (t *Timer) checkInvariants() error {
 		return fmt.Errorf("%d tasks in the buckets, pending %d", total, t.pending)
 	}
 	return nil
+}
+
+// Overflow wheels are made on first need, one for each factor of
+// WheelSize a deadline reaches past the finest wheel.
+func TestOverflowWheelsLazy(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	m, err := NewManual(Options{Clock: ClockFunc(func() time.Time { return now })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	levels := func() int { m.mu.Lock(); defer m.mu.Unlock(); return len(m.levels) }
+	for _, tc := range []struct {
+		d      time.Duration
+		levels int
+	}{
+		{19 * time.Millisecond, 1},
+		{20 * time.Millisecond, 2},
+		{399 * time.Millisecond, 2},
+		{time.Hour, 6},                // 20^5 ms = 53 min < 1h < 20^6 ms
+		{365 * 24 * time.Hour, 9},     // 20^8 ms = 296 days < 1 year
+		{365 * 24 * time.Hour / 2, 9}, // no new wheel for a nearer deadline
+	} {
+		if _, err := m.AfterFunc(tc.d, func() {}); err != nil {
+			t.Fatal(err)
+		}
+		if got := levels(); got != tc.levels {
+			t.Fatalf("after a task %v ahead: %d wheels, want %d", tc.d, got, tc.levels)
+		}
+	}
 }
