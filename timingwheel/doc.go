@@ -9,8 +9,8 @@
 // bucket of the finest wheel spans one tick, so that wheel covers
 // WheelSize ticks ahead of its clock. A deadline beyond that goes to an
 // overflow wheel whose buckets span a whole wheel below (20 ticks, then
-// 400, 8,000, …); overflow wheels are made on first need, so a 1 ms wheel
-// reaches a week with 7 of them. A task goes into the finest wheel that
+// 400, 8,000, …); overflow wheels are made on first need, and seven wheels
+// in all reach two weeks ahead. A task goes into the finest wheel that
 // covers its deadline rounded up to a tick, in the bucket for that tick
 // range; a bucket is an intrusive doubly linked list, and a task knows its
 // bucket, so insert costs O(number of wheels) and cancel O(1).
@@ -63,4 +63,22 @@
 // A pending task is one 48-byte Task (plus what its callback captures);
 // nothing is allocated per tick. The wheels are levels×WheelSize buckets
 // of 24 bytes, made once. Reset moves a task without allocating.
+//
+// # Performance
+//
+// Beside time.AfterFunc and a container/heap scheduler with one driver
+// goroutine (bench_test.go; medians of 3 runs on 2 shared cores; ns per
+// task at 1,000 / 100,000 / 1,000,000 pending):
+//
+//	                        wheel           AfterFunc          heap
+//	schedule+cancel         135/274/222     297/335/281        237/382/411
+//	reset a pending task    72/218/309      47/173/571         105/152/786
+//	schedule+fire, CPU      192/435/525     574/1078/1634      338/605/938
+//	bytes per pending task  48              115-128            33
+//
+// Go's runtime timers reset a pending timer faster up to 100,000 pending,
+// and fire to the nanosecond rather than the tick. The wheel costs a third
+// of AfterFunc's CPU a firing (no goroutine a firing: the bulk expiry of
+// parked requests), less than half its memory a pending task, and cancels
+// in O(1) whatever the count.
 package timingwheel
