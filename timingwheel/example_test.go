@@ -19,9 +19,9 @@ func Example() {
 	}
 	defer timer.Close()
 
-	const segmentMs = 5 * time.Millisecond
+	const segmentRoll = 5 * time.Millisecond
 	due := make(chan struct{}, 1)
-	roll, err := timer.AfterFunc(segmentMs, func() {
+	roll, err := timer.AfterFunc(segmentRoll, func() {
 		select {
 		case due <- struct{}{}:
 		default: // a roll is already waiting
@@ -33,7 +33,7 @@ func Example() {
 	for n := 1; n <= 3; n++ {
 		<-due
 		fmt.Println("roll", n) // the heavy work, off the driver goroutine
-		if err := roll.Reset(timer.Now().Add(segmentMs)); err != nil {
+		if err := roll.Reset(timer.Now().Add(segmentRoll)); err != nil {
 			panic(err)
 		}
 	}

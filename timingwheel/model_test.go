@@ -12,7 +12,7 @@ import (
 // seedEnv replays one seed of TestModel: TIMINGWHEEL_SEED=123 go test -run TestModel ./timingwheel
 const seedEnv = "TIMINGWHEEL_SEED"
 
-// seedsEnv sets how many seeds TestModel runs (150, or 20 with -short).
+// seedsEnv sets how many seeds TestModel runs (150, or 20 with -short or -race).
 const seedsEnv = "TIMINGWHEEL_SEEDS"
 
 // TestModel runs random schedules, cancels, resets (also from callbacks)
@@ -34,7 +34,7 @@ func TestModel(t *testing.T) {
 	} else {
 		base := uint64(time.Now().UnixNano())
 		n := 150
-		if testing.Short() {
+		if testing.Short() || raceEnabled {
 			n = 20
 		}
 		if s := os.Getenv(seedsEnv); s != "" {

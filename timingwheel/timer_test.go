@@ -307,16 +307,21 @@ func TestConcurrentUse(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(w), 1))
 			for i := range each {
 				r := &recs[w][i]
-				k, err := tm.AfterFunc(time.Duration(rng.Int64N(int64(5*time.Millisecond))), func() { r.fired.Add(1) })
+				action := rng.IntN(4)
+				d := time.Duration(rng.Int64N(int64(5 * time.Millisecond)))
+				if action == 1 {
+					d = time.Hour // still pending when it is reset below
+				}
+				k, err := tm.AfterFunc(d, func() { r.fired.Add(1) })
 				if err != nil {
 					t.Error(err)
 					return
 				}
-				switch rng.IntN(4) {
+				switch action {
 				case 0:
 					r.cancelled = k.Cancel()
-				case 1: // moved far, then back near, while pending: fires once
-					if err := k.Reset(time.Now().Add(time.Hour)); err != nil {
+				case 1: // moved while pending, twice: fires once, at the last deadline
+					if err := k.Reset(time.Now().Add(2 * time.Hour)); err != nil {
 						t.Error(err)
 					}
 					if err := k.Reset(time.Now().Add(time.Millisecond)); err != nil {
