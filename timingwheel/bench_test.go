@@ -121,28 +121,35 @@ func heapBytes() int64 {
 // cancelled, with n others pending: a request parked in the purgatory that
 // completes before its timeout.
 func BenchmarkScheduleCancel(b *testing.B) {
+	benchEach(b, func(b *testing.B, s scheduler, n int) {
+		hs, per := fill(s, n)
+		ds := delays(time.Millisecond, time.Hour)
+		fn := func() {}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if !s.cancel(s.schedule(ds[i&(len(ds)-1)], fn)) {
+				b.Fatal("cancel failed")
+			}
+			i++
+		}
+		b.StopTimer()
+		b.ReportMetric(per, "B/pending") // after the loop: b.Loop's start clears metrics
+		for _, h := range hs {
+			s.cancel(h)
+		}
+	})
+}
+
+// benchEach runs body for each pending size and scheduler, closing the
+// scheduler after it.
+func benchEach(b *testing.B, body func(b *testing.B, s scheduler, n int)) {
 	for _, n := range pendingSizes {
 		for j, mk := range schedulers(b) {
-			name := schedulerNames[j]
-			b.Run(fmt.Sprintf("pending=%d/%s", n, name), func(b *testing.B) {
+			b.Run(fmt.Sprintf("pending=%d/%s", n, schedulerNames[j]), func(b *testing.B) {
 				s := mk()
 				defer s.close()
-				hs, per := fill(s, n)
-				ds := delays(time.Millisecond, time.Hour)
-				fn := func() {}
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					if !s.cancel(s.schedule(ds[i&(len(ds)-1)], fn)) {
-						b.Fatal("cancel failed")
-					}
-					i++
-				}
-				b.StopTimer()
-				b.ReportMetric(per, "B/pending") // after the loop: b.Loop's start clears metrics
-				for _, h := range hs {
-					s.cancel(h)
-				}
+				body(b, s, n)
 			})
 		}
 	}
@@ -151,32 +158,25 @@ func BenchmarkScheduleCancel(b *testing.B) {
 // BenchmarkReset: one pending task moved to a new deadline (1 ms to 1 h
 // ahead), with n pending: a partition rescheduling its next segment roll.
 func BenchmarkReset(b *testing.B) {
-	for _, n := range pendingSizes {
-		for j, mk := range schedulers(b) {
-			name := schedulerNames[j]
-			b.Run(fmt.Sprintf("pending=%d/%s", n, name), func(b *testing.B) {
-				s := mk()
-				defer s.close()
-				hs, _ := fill(s, n)
-				ds := delays(time.Millisecond, time.Hour)
-				rng := rand.New(rand.NewPCG(3, 3))
-				idx := make([]int, 1<<16)
-				for i := range idx {
-					idx[i] = rng.IntN(n)
-				}
-				b.ReportAllocs()
-				i := 0
-				for b.Loop() {
-					s.reset(hs[idx[i&(len(idx)-1)]], ds[i&(len(ds)-1)])
-					i++
-				}
-				b.StopTimer()
-				for _, h := range hs {
-					s.cancel(h)
-				}
-			})
+	benchEach(b, func(b *testing.B, s scheduler, n int) {
+		hs, _ := fill(s, n)
+		ds := delays(time.Millisecond, time.Hour)
+		rng := rand.New(rand.NewPCG(3, 3))
+		idx := make([]int, 1<<16)
+		for i := range idx {
+			idx[i] = rng.IntN(n)
 		}
-	}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			s.reset(hs[idx[i&(len(idx)-1)]], ds[i&(len(ds)-1)])
+			i++
+		}
+		b.StopTimer()
+		for _, h := range hs {
+			s.cancel(h)
+		}
+	})
 }
 
 // BenchmarkScheduleFire: tasks fire and each firing schedules a new one at
@@ -186,46 +186,40 @@ func BenchmarkReset(b *testing.B) {
 // while a scheduler keeps up), cpu-ns/op the process's CPU time a firing
 // (user+system, its GC included): the cost.
 func BenchmarkScheduleFire(b *testing.B) {
-	for _, n := range pendingSizes {
-		for j, mk := range schedulers(b) {
-			name := schedulerNames[j]
-			b.Run(fmt.Sprintf("pending=%d/%s", n, name), func(b *testing.B) {
-				s := mk()
-				ds := delays(0, time.Duration(n)*2*time.Microsecond)
-				var fired, next atomic.Int64
-				var counting, stop atomic.Bool
-				var once sync.Once
-				done := make(chan struct{})
-				target := int64(b.N)
-				var fn func()
-				fn = func() {
-					if stop.Load() {
-						return
-					}
-					if counting.Load() && fired.Add(1) >= target {
-						once.Do(func() { close(done) })
-					}
-					s.schedule(ds[next.Add(1)&(1<<16-1)], fn)
-				}
-				for i := range n {
-					s.schedule(ds[i&(len(ds)-1)], fn)
-				}
-				b.ReportAllocs()
-				b.ResetTimer()
-				cpu0 := cpuTime()
-				counting.Store(true)
-				<-done
-				cpu := cpuTime() - cpu0
-				b.StopTimer()
-				stop.Store(true)
-				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
-				s.close()
-				if name == "afterfunc" { // let the last timers run out
-					time.Sleep(time.Duration(n) * 2 * time.Microsecond)
-				}
-			})
+	benchEach(b, func(b *testing.B, s scheduler, n int) {
+		ds := delays(0, time.Duration(n)*2*time.Microsecond)
+		var fired, next atomic.Int64
+		var counting, stop atomic.Bool
+		var once sync.Once
+		done := make(chan struct{})
+		target := int64(b.N)
+		var fn func()
+		fn = func() {
+			if stop.Load() {
+				return
+			}
+			if counting.Load() && fired.Add(1) >= target {
+				once.Do(func() { close(done) })
+			}
+			s.schedule(ds[next.Add(1)&(1<<16-1)], fn)
 		}
-	}
+		for i := range n {
+			s.schedule(ds[i&(len(ds)-1)], fn)
+		}
+		b.ReportAllocs()
+		b.ResetTimer()
+		cpu0 := cpuTime()
+		counting.Store(true)
+		<-done
+		cpu := cpuTime() - cpu0
+		b.StopTimer()
+		stop.Store(true)
+		b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
+		s.close()
+		if s.name == "afterfunc" { // let the last timers run out
+			time.Sleep(time.Duration(n) * 2 * time.Microsecond)
+		}
+	})
 }
 
 func cpuTime() time.Duration {
