@@ -208,9 +208,36 @@ func produceRecords(ctx context.Context, l *local.Log, count, batchSize int, cod
 	return st, nil
 }
 
-// openPartitionReadOnly opens a partition directory without changing it.
-func openPartitionReadOnly(dir string) (*local.Log, error) {
-	l, err := local.Open(dir, local.Options{ReadOnly: true, LogStartOffset: -1, HighWatermark: -1})
+// openPartitionReadOnly opens a partition directory without changing it,
+// with the partition's log start and high watermark from its log
+// directory's checkpoints (log-start-offset-checkpoint,
+// replication-offset-checkpoint) when they name it, as a broker opens it:
+// records below a log start that DeleteRecords or retention moved are
+// not served, and a log start below the first local segment marks the
+// partition as offloaded (local.Log.RemoteLogStart). An unreadable
+// checkpoint counts as empty, with a warning, as it does for a broker.
+// A directory whose name is not <topic>-<partition> is opened without
+// checkpoints.
+func openPartitionReadOnly(ctx context.Context, dir string, cfg backend.Config) (*local.Log, error) {
+	opts := local.Options{Config: cfg, ReadOnly: true, LogStartOffset: -1, HighWatermark: -1}
+	clean := filepath.Clean(dir)
+	if tp, err := local.ParsePartitionDirName(filepath.Base(clean)); err == nil {
+		logDir := filepath.Dir(clean)
+		for _, c := range []struct {
+			name string
+			into *int64
+		}{{local.LogStartCheckpoint, &opts.LogStartOffset}, {local.ReplicationCheckpoint, &opts.HighWatermark}} {
+			m, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, c.name))
+			if err != nil {
+				loggerFrom(ctx).Warn("checkpoint unreadable; treating it as empty", "file", filepath.Join(logDir, c.name), "err", err)
+				continue
+			}
+			if v, ok := m[tp]; ok {
+				*c.into = v
+			}
+		}
+	}
+	l, err := local.Open(dir, opts)
 	if err != nil {
 		if errors.Is(err, backend.ErrNotFound) {
 			return nil, usageError{err}
@@ -264,7 +291,7 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 		defer store.Close()
 		l = p
 	} else {
-		ll, err := openPartitionReadOnly(dir)
+		ll, err := openPartitionReadOnly(cmd.Context(), dir, backend.Config{})
 		if err != nil {
 			return err
 		}
@@ -279,6 +306,7 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 	if off < offs.LogStart || off > offs.LogEnd {
 		return usageError{&backend.OffsetOutOfRangeError{Offset: off, LogStart: offs.LogStart, LogEnd: offs.LogEnd}}
 	}
+	from := off // a read returns the whole batch holding it: skip what comes before
 	w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 	defer w.Flush()
 	var it record.Iterator
@@ -311,7 +339,7 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 			}
 			for it.Next() && (o.count <= 0 || n < o.count) {
 				r := it.Record()
-				if r.Offset < o.from {
+				if r.Offset < from {
 					continue
 				}
 				n++
@@ -385,7 +413,7 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 		defer store.Close()
 		l, tp, loc = p, p, p.Local()
 	} else {
-		ll, err := openPartitionReadOnly(dir)
+		ll, err := openPartitionReadOnly(cmd.Context(), dir, backend.Config{})
 		if err != nil {
 			return err
 		}

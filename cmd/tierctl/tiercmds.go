@@ -148,7 +148,7 @@ func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := openPartitionReadOnly(dir)
+	l, err := openPartitionReadOnly(ctx, dir, backend.Config{})
 	if err != nil {
 		store.Close()
 		return nil, nil, err
@@ -185,7 +185,7 @@ func newLsCmd() *cobra.Command {
 				m, l = p.Manifest(), p.Local()
 			} else {
 				var err error
-				if l, err = openPartitionReadOnly(args[0]); err != nil {
+				if l, err = openPartitionReadOnly(ctx, args[0], backend.Config{}); err != nil {
 					return err
 				}
 				defer l.Close()

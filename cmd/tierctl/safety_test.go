@@ -1,0 +1,77 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tierlog/tierlog/local"
+)
+
+// bin runs the built tierctl in a test and checks exit codes and messages.
+type bin struct{ t *testing.T }
+
+// ok runs tierctl and fails the test unless it exits 0.
+func (b bin) ok(args ...string) invocation {
+	b.t.Helper()
+	inv := binRun(b.t, nil, args...)
+	if inv.code != 0 {
+		b.t.Fatalf("tierctl %v: exit %d\nstdout: %s\nstderr: %s", args, inv.code, inv.stdout, inv.stderr)
+	}
+	return inv
+}
+
+// fails runs tierctl and fails the test unless it exits with code and
+// prints every one of want (on stderr or stdout).
+func (b bin) fails(code int, want []string, args ...string) invocation {
+	b.t.Helper()
+	inv := binRun(b.t, nil, args...)
+	out := inv.stderr + inv.stdout
+	missing := ""
+	for _, w := range want {
+		if !strings.Contains(out, w) {
+			missing = w
+			break
+		}
+	}
+	if inv.code != code || missing != "" {
+		b.t.Fatalf("tierctl %v: exit %d, want %d naming %q\nstdout: %s\nstderr: %s", args, inv.code, code, missing, inv.stdout, inv.stderr)
+	}
+	return inv
+}
+
+// setCheckpoint sets the partition's entry in one of the log directory's
+// offset checkpoints, as a broker would have written it.
+func setCheckpoint(t *testing.T, logDir, name string, tp local.TopicPartition, offset int64) {
+	t.Helper()
+	m, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m[tp] = offset
+	if err := local.WriteOffsetCheckpoint(logDir, name, m); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReadOnlyCommandsReadCheckpoints: consume and lookup open a partition
+// with the log start its log directory's checkpoint records (5000 here,
+// inside the first segment, as DeleteRecords leaves it), as a broker does:
+// nothing below it is served.
+func TestReadOnlyCommandsReadCheckpoints(t *testing.T) {
+	b := bin{t}
+	logs := filepath.Join(t.TempDir(), "logs")
+	part := filepath.Join(logs, "orders-0")
+	b.ok("produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	setCheckpoint(t, logs, local.LogStartCheckpoint, local.TopicPartition{Topic: "orders", Partition: 0}, 5000)
+
+	if out := strings.TrimSpace(b.ok("consume", part, "--quiet").stdout); out != "15000" {
+		t.Fatalf("consume --quiet with log start 5000: %s records, want 15000", out)
+	}
+	if first := b.ok("consume", part, "--count", "1", "--json").jsonLines(t)[0]; first["offset"] != 5000.0 {
+		t.Fatalf("consume printed offset %v first, want the log start 5000", first["offset"])
+	}
+	b.fails(2, []string{"out of range", "100"}, "consume", part, "--from", "100")
+	b.fails(2, []string{"out of range"}, "lookup", part, "--offset", "100")
+	b.ok("lookup", part, "--offset", "5000")
+}
