@@ -77,6 +77,11 @@ then a Kafka-style .properties file given by --config-file or
 TIERCTL_CONFIG_FILE, whose keys are flag names (store=…) or topic config
 keys (segment.bytes=…).
 
+Bucket URLs (--store): file:///dir, s3://bucket/prefix?region=…,
+minio://bucket/prefix?endpoint=…. Every command but demo refuses mem://:
+an in-memory bucket would start empty and vanish, with what was written to
+it, when the command exits.
+
 Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,

@@ -75,3 +75,36 @@ func TestReadOnlyCommandsReadCheckpoints(t *testing.T) {
 	b.fails(2, []string{"out of range"}, "lookup", part, "--offset", "100")
 	b.ok("lookup", part, "--offset", "5000")
 }
+
+// TestMemStoreRefused: a mem:// bucket lives only inside one tierctl
+// process, so every command that takes --store refuses it (offload would
+// otherwise upload into it, delete the local copies, and exit, losing the
+// data); demo may use one, but not with --keep.
+func TestMemStoreRefused(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	part := filepath.Join(logs, "orders-0")
+	b.ok("produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	before := len(b.ok("ls", part, "--json").jsonLines(t))
+	mem := "mem://x"
+	for _, args := range [][]string{
+		{"offload", part, "--store", mem, "--config", "local.retention.ms=0"},
+		{"gc", "--store", mem, "--partition", "orders-0", "--no-manifest-ok"},
+		{"restore", filepath.Join(root, "restored"), "--store", mem, "--partition", "orders-0"},
+		{"consume", part, "--store", mem, "--quiet"},
+		{"lookup", part, "--store", mem, "--offset", "1"},
+		{"ls", part, "--store", "MEM://x"},
+		{"manifest", "show", "--store", mem, "--partition", "orders-0"},
+		{"manifest", "verify", "--store", mem, "--partition", "orders-0"},
+		{"verify", part, "--store", mem},
+		{"cost", "--store", mem},
+		{"demo", "--records", "1000", "--store", mem, "--keep", "--dir", filepath.Join(root, "demo")},
+	} {
+		b.fails(2, []string{"--store", "mem://", "vanish"}, args...)
+	}
+	if after := len(b.ok("ls", part, "--json").jsonLines(t)); after != before {
+		t.Fatalf("the partition had %d segments, now %d", before, after)
+	}
+	b.ok("demo", "--records", "1000", "--store", mem)
+}

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,16 +21,40 @@ import (
 	"github.com/tierlog/tierlog/tiered"
 )
 
-// openStore opens --store, mapping a bad URL to a usage error.
+// openStore opens --store, mapping a bad URL to a usage error. It refuses
+// mem:// (see refuseMemStore).
 func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
 	if raw == "" {
 		return nil, usagef("--store is required (file:///dir, s3://bucket/prefix?…, minio://bucket/prefix?endpoint=…)")
+	}
+	if err := refuseMemStore(raw, ""); err != nil {
+		return nil, err
 	}
 	s, err := storeurl.Open(ctx, raw, objstore.Options{})
 	if errors.Is(err, objstore.ErrInvalidURL) {
 		return nil, usageError{err}
 	}
 	return s, err
+}
+
+// refuseMemStore returns a usage error when raw is a mem:// URL. An
+// in-memory bucket lives only inside one tierctl process: it starts empty
+// and is gone when the command exits, with whatever was written to it. An
+// offload would delete local copies of segments only that bucket held; a
+// restore, gc or read would find nothing and say so misleadingly. Only
+// demo, whose data lives and dies with the process, may use one (why
+// says what demo would lose otherwise).
+func refuseMemStore(raw, why string) error {
+	u, err := url.Parse(raw)
+	if err != nil || !strings.EqualFold(u.Scheme, "mem") {
+		return nil
+	}
+	if why == "" {
+		why = "it starts empty and vanishes when this command exits, with everything written to it " +
+			"(an offload would have deleted local segments only that bucket held)"
+	}
+	return usagef("--store %s: a mem:// bucket lives only inside one tierctl process: %s; use a file://, s3:// or minio:// URL",
+		storeurl.Redact(raw), why)
 }
 
 // partitionStore parses --partition and opens --store.
