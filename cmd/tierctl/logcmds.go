@@ -263,7 +263,13 @@ func newConsumeCmd() *cobra.Command {
 		Long: `consume reads records from a partition directory (tierlog's or Kafka's)
 without changing it, starting at --from (default: the log start) for --count
 records (default: to the end). Keys and values print as text when printable,
-else as base64. Control records (transaction markers) are skipped.`,
+else as base64. Control records (transaction markers) are skipped.
+
+The log start and high watermark come from the log directory's
+checkpoints, as a broker reads them. With --store, offsets below the local
+files are read from the bucket; a partition whose log-start checkpoint
+says it was offloaded but that has no manifest in the bucket is an error
+(exit 2), not a partition that starts at its local files.`,
 		Example: `  tierctl consume /tmp/logs/orders-0 --from 25000 --count 3
   tierctl consume /var/kafka/orders-0 --json | jq .value
   tierctl consume /tmp/logs/orders-0 --quiet`,
@@ -382,7 +388,10 @@ search over the segments' base offsets, step 2 a binary search of that
 segment's sparse offset index, then a forward scan of batch headers to the
 batch that holds the offset. With --timestamp it first finds the earliest
 offset whose record timestamp is >= T, through the time indexes.
-The directory is opened read-only.`,
+The directory is opened read-only, with its log directory's checkpoints.
+With --store, an offset below the local files is looked up in the bucket
+(manifest, then remote index); a partition that was offloaded but has no
+manifest there is an error (exit 2).`,
 		Example: `  tierctl lookup /tmp/logs/orders-0 --offset 25000
   tierctl lookup /tmp/logs/orders-0 --timestamp 1788026072512 --json`,
 		Args: exactArgs(1),

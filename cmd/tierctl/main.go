@@ -26,9 +26,17 @@ const (
 	exitUsage    = 2
 )
 
-// errProblems is returned by a command that ran to the end and reported
-// problems; main maps it to exit code 1 without printing it again.
-var errProblems = errors.New("problems found")
+var (
+	// errProblems is returned by a command that ran to the end and
+	// reported problems; main maps it to exit code 1 without printing it
+	// again.
+	errProblems = errors.New("problems found")
+	// errEmptyBucket is returned when a command that lists the bucket's
+	// partitions (verify --store, cost) finds none: a wrong URL is
+	// likelier than an empty bucket, and nothing checked must not read as
+	// nothing wrong.
+	errEmptyBucket = errors.New("no partition has a manifest")
+)
 
 // usageError marks errors caused by how the command was called.
 type usageError struct{ err error }

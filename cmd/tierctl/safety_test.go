@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -107,4 +108,54 @@ func TestMemStoreRefused(t *testing.T) {
 		t.Fatalf("the partition had %d segments, now %d", before, after)
 	}
 	b.ok("demo", "--records", "1000", "--store", mem)
+}
+
+// TestMissingManifestIsNotAnEmptyBucket: with a --store that is not the
+// bucket a partition was offloaded to (a typo in the prefix), commands
+// fail and name the partition and the URL, instead of reading the
+// partition as if nothing had been offloaded.
+func TestMissingManifestIsNotAnEmptyBucket(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	part := filepath.Join(logs, "orders-0")
+	good, wrong := "file://"+filepath.Join(root, "bucket"), "file://"+filepath.Join(root, "bucket-typo")
+	b.ok("produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	b.ok("produce", logs, "--topic", "payments", "--count", "100")
+	b.ok("offload", part, "--store", good+"?create=true", "--config", "local.retention.ms=0")
+	if err := os.Mkdir(filepath.Join(root, "bucket-typo"), 0o755); err != nil { // there, but empty
+		t.Fatal(err)
+	}
+
+	// The right bucket serves every offset.
+	if n := strings.TrimSpace(b.ok("consume", part, "--store", good, "--quiet").stdout); n != "20000" {
+		t.Fatalf("consume --store: %s records, want 20000", n)
+	}
+	b.ok("verify", logs, "--store", good, "--deep")
+
+	// The wrong one: the offloaded partition's checkpoint says its log
+	// starts below the local files.
+	named := []string{"orders-0", "no manifest", wrong, "right"}
+	b.fails(2, named, "consume", part, "--store", wrong, "--quiet")
+	b.fails(2, named, "lookup", part, "--store", wrong, "--offset", "1")
+	b.fails(2, named, "ls", part, "--store", wrong)
+	b.fails(2, named, "verify", part, "--store", wrong, "--deep")
+	b.fails(2, named, "verify", logs, "--store", wrong, "--deep")
+	b.fails(2, named, "manifest", "show", "--store", wrong, "--partition", "orders-0")
+	b.fails(2, named, "manifest", "verify", "--store", wrong, "--partition", "orders-0")
+	b.fails(2, named, "cost", "--store", wrong, "--partition", "orders-0")
+	// Nothing at all under the URL is said, not "0 with problems".
+	b.fails(2, []string{"no partition has a manifest", wrong}, "verify", "--store", wrong, "--deep")
+	b.fails(2, []string{"no partition has a manifest", wrong}, "cost", "--store", wrong)
+	// A partition named with --partition and missing is a problem.
+	inv := b.fails(1, []string{"FAIL orders-9/manifest", "no manifest"}, "verify", "--store", good, "--partition", "orders-0", "--partition", "orders-9")
+	if !strings.Contains(inv.stdout, "ok   orders-0/") {
+		t.Fatalf("verify did not check orders-0 too:\n%s", inv.stdout)
+	}
+
+	// A partition that was never offloaded has nothing in any bucket.
+	if n := strings.TrimSpace(b.ok("consume", filepath.Join(logs, "payments-0"), "--store", wrong, "--quiet").stdout); n != "100" {
+		t.Fatalf("consume of a partition never offloaded: %s records, want 100", n)
+	}
+	b.ok("verify", filepath.Join(logs, "payments-0"), "--store", wrong)
 }

@@ -166,26 +166,56 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 
 // openTiered opens a partition directory read-only and its manifest.
 func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *objstore.Store, error) {
-	tp, err := partitionOf(dir)
-	if err != nil {
+	if _, err := partitionOf(dir); err != nil {
 		return nil, nil, err
 	}
 	store, err := openStore(ctx, storeURL)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := openPartitionReadOnly(ctx, dir, backend.Config{})
+	p, err := openTieredIn(ctx, dir, store, storeURL)
 	if err != nil {
-		store.Close()
-		return nil, nil, err
-	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
-	if err != nil {
-		l.Close()
 		store.Close()
 		return nil, nil, err
 	}
 	return p, store, nil
+}
+
+// openTieredIn opens a partition directory read-only (with its log dir's
+// checkpoints) over store. A partition whose checkpoint says it was
+// offloaded while store has no manifest for it is an error wrapping
+// tiered.ErrNoManifest that names the URL and the partition: the usual
+// cause is a wrong --store.
+func openTieredIn(ctx context.Context, dir string, store *objstore.Store, storeURL string) (*tiered.Partition, error) {
+	tp, err := partitionOf(dir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := openPartitionReadOnly(ctx, dir, backend.Config{})
+	if err != nil {
+		return nil, err
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
+	if err != nil {
+		l.Close()
+		if errors.Is(err, tiered.ErrNoManifest) {
+			return nil, fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(storeURL), tp, dir, err)
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// errNoManifestAt is the error for a partition named by --partition whose
+// manifest the bucket does not have.
+func errNoManifestAt(storeURL, partition string) error {
+	return fmt.Errorf("%w for partition %s under --store %s (no object %s/%s): is the --store URL (bucket and prefix) or --partition right?",
+		tiered.ErrNoManifest, partition, storeurl.Redact(storeURL), partition, tiered.ManifestName)
+}
+
+// errNoPartitions wraps errEmptyBucket with the URL.
+func errNoPartitions(storeURL string) error {
+	return fmt.Errorf("%w under --store %s: is the URL (bucket and prefix) right?", errEmptyBucket, storeurl.Redact(storeURL))
 }
 
 func newLsCmd() *cobra.Command {
@@ -194,6 +224,11 @@ func newLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls PARTITION_DIR [--store URL]",
 		Short: "List a partition's segments and the tier each lives in: local, remote or both",
+		Long: `ls lists a partition's segments, oldest first, and the tier each lives in:
+local, remote (only in the bucket) or both. The directory is opened
+read-only, with its log directory's checkpoints. With --store, a partition
+whose log-start checkpoint says it was offloaded but that has no manifest
+in the bucket is an error (exit 2): the URL or its prefix is likely wrong.`,
 		Example: `  tierctl ls logs/orders-0 --store file:///var/lib/tierlog/bucket
   tierctl ls logs/orders-0 --json`,
 		Args: exactArgs(1),
@@ -274,6 +309,9 @@ func newManifestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "manifest (show|verify) --store URL --partition TOPIC-PARTITION",
 		Short: "Show or verify a partition's manifest in a bucket",
+		Long: `manifest show prints a partition's committed manifest; manifest verify
+checks the objects it names. A partition with no manifest under --store is
+an error (exit 2).`,
 	}
 	var storeURL, partition string
 	var asJSON, deep bool
@@ -282,15 +320,15 @@ func newManifestCmd() *cobra.Command {
 		if err != nil {
 			return nil, nil, "", err
 		}
-		data, err := store.ReadAll(ctx, tp.String()+"/"+tiered.ManifestName, 0, -1)
-		if err == nil {
-			var m *manifest.Manifest
-			if m, err = manifest.Decode(data); err == nil {
-				return store, m, tp.String(), nil
-			}
+		m, err := tiered.ReadManifest(ctx, store, tp.String())
+		if err == nil && !manifestExists(m) {
+			err = errNoManifestAt(storeURL, tp.String())
 		}
-		store.Close()
-		return nil, nil, "", err
+		if err != nil {
+			store.Close()
+			return nil, nil, "", err
+		}
+		return store, m, tp.String(), nil
 	}
 	show := &cobra.Command{
 		Use:     "show --store URL --partition TOPIC-PARTITION",
