@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -47,7 +48,7 @@ writes; stop the broker that owns it first.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.dryRun, "dry-run", false, "report what would be removed; change nothing")
-	f.IntVar(&o.memory, "memory", 128<<20, "offset map memory in bytes (log.cleaner.dedupe.buffer.size)")
+	f.IntVar(&o.memory, "memory", 128<<20, "offset map memory in bytes, at most 2 GiB (log.cleaner.dedupe.buffer.size)")
 	f.StringArrayVar(&o.configs, "config", nil, "topic config key=value (repeatable), e.g. delete.retention.ms=0")
 	f.BoolVar(&o.json, "json", false, "print the result as JSON")
 	return cmd
@@ -63,8 +64,12 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 	if err != nil {
 		return err
 	}
+	if o.memory > math.MaxInt32 {
+		// Kafka's cap per cleaner thread; more would only allocate.
+		return usagef("--memory %d: want at most %d bytes (2 GiB)", o.memory, math.MaxInt32)
+	}
 	if _, err := compaction.NewOffsetMap(o.memory); err != nil {
-		return usageError{err}
+		return usagef("--memory %d: %w", o.memory, err)
 	}
 	logDir := filepath.Dir(filepath.Clean(dir))
 	cps, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.CleanerCheckpoint))

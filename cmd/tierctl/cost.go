@@ -22,6 +22,20 @@ type prices struct {
 	TransferGB     float64 `json:"transferPerGB"`
 }
 
+// validate refuses a price that is negative, not a number or infinite,
+// naming its flag.
+func (p prices) validate() error {
+	for _, f := range []struct {
+		flag string
+		v    float64
+	}{{"--price-storage", p.StorageGBMonth}, {"--price-put", p.PutPer1000}, {"--price-get", p.GetPer1000}, {"--price-transfer", p.TransferGB}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 1) {
+			return usagef("%s %v: want a price in USD >= 0", f.flag, f.v)
+		}
+	}
+	return nil
+}
+
 // gb is the unit S3 bills storage and transfer in (2^30 bytes).
 const gb = 1 << 30
 
@@ -104,7 +118,10 @@ no transfer charge (reads from the same region). Set your own with the
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if fetchBytes < 1 {
-				return usagef("--fetch-bytes must be at least 1")
+				return usagef("--fetch-bytes %d: want at least 1 byte", fetchBytes)
+			}
+			if err := p.validate(); err != nil {
+				return err
 			}
 			for _, tp := range partitions {
 				if _, err := local.ParsePartitionDirName(tp); err != nil {

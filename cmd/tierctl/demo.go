@@ -98,7 +98,7 @@ It removes its files when done unless --keep is given.`,
 
 func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	if o.records < 1 {
-		return usagef("--records must be at least 1")
+		return usagef("--records %d: want at least 1 record", o.records)
 	}
 	if o.keep {
 		// The kept partition has only its active segment locally: the

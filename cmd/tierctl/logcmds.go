@@ -86,11 +86,15 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	if o.topic == "" {
 		return usagef("--topic is required")
 	}
-	if o.count <= 0 {
-		return usagef("--count must be at least 1")
-	}
-	if o.recordSize < 0 || o.batchSize <= record.BatchHeaderSize || o.keySpace < 0 {
-		return usagef("--record-size must be >= 0, --batch-size > %d and --key-space >= 0", record.BatchHeaderSize)
+	switch {
+	case o.count <= 0:
+		return usagef("--count %d: want at least 1 record", o.count)
+	case o.recordSize < 0:
+		return usagef("--record-size %d: want >= 0 bytes", o.recordSize)
+	case o.batchSize <= record.BatchHeaderSize:
+		return usagef("--batch-size %d: want more than a batch header's %d bytes", o.batchSize, record.BatchHeaderSize)
+	case o.keySpace < 0:
+		return usagef("--key-space %d: want >= 0 keys (0: null keys)", o.keySpace)
 	}
 	codec, err := record.ParseCodec(o.codec)
 	if err != nil {
@@ -248,7 +252,7 @@ func openPartitionReadOnly(ctx context.Context, dir string, cfg backend.Config) 
 }
 
 type consumeOptions struct {
-	from  int64
+	from  offsetValue
 	count int64
 	json  bool
 	quiet bool
@@ -256,7 +260,7 @@ type consumeOptions struct {
 }
 
 func newConsumeCmd() *cobra.Command {
-	var o consumeOptions
+	o := consumeOptions{from: offsetValue{unit: "offset"}}
 	cmd := &cobra.Command{
 		Use:   "consume PARTITION_DIR [--from OFFSET] [--count N]",
 		Short: "Print records of a partition: offset, timestamp, key, value",
@@ -279,8 +283,8 @@ says it was offloaded but that has no manifest in the bucket is an error
 		},
 	}
 	f := cmd.Flags()
-	f.Int64Var(&o.from, "from", -1, "first offset (default: the log start)")
-	f.Int64Var(&o.count, "count", 0, "records to print (default: all)")
+	f.Var(&o.from, "from", "first offset, >= 0 (default: the log start)")
+	f.Int64Var(&o.count, "count", 0, "records to print (0: all)")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per record")
 	f.BoolVar(&o.quiet, "quiet", false, "print only the number of records")
 	f.StringVar(&o.store, "store", "", "bucket URL: read offloaded offsets from it too")
@@ -288,6 +292,9 @@ says it was offloaded but that has no manifest in the bucket is an error
 }
 
 func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
+	if o.count < 0 {
+		return usagef("--count %d: want >= 0 records (0: all)", o.count)
+	}
 	var l backend.Partition
 	if o.store != "" {
 		p, store, err := openTiered(cmd.Context(), dir, o.store)
@@ -305,9 +312,9 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 	}
 	defer l.Close()
 	offs := l.Offsets()
-	off := o.from
-	if off < 0 {
-		off = offs.LogStart
+	off := offs.LogStart
+	if o.from.set {
+		off = o.from.v
 	}
 	if off < offs.LogStart || off > offs.LogEnd {
 		return usageError{&backend.OffsetOutOfRangeError{Offset: off, LogStart: offs.LogStart, LogEnd: offs.LogEnd}}
@@ -372,14 +379,14 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 }
 
 type lookupOptions struct {
-	offset    int64
-	timestamp int64
+	offset    offsetValue
+	timestamp offsetValue
 	json      bool
 	store     string
 }
 
 func newLookupCmd() *cobra.Command {
-	var o lookupOptions
+	o := lookupOptions{offset: offsetValue{unit: "offset"}, timestamp: offsetValue{unit: "ms"}}
 	cmd := &cobra.Command{
 		Use:   "lookup PARTITION_DIR (--offset N | --timestamp T)",
 		Short: "Show the two-step lookup of an offset or a timestamp",
@@ -396,15 +403,15 @@ manifest there is an error (exit 2).`,
   tierctl lookup /tmp/logs/orders-0 --timestamp 1788026072512 --json`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			byOffset, byTs := cmd.Flags().Changed("offset"), cmd.Flags().Changed("timestamp")
+			byOffset, byTs := o.offset.set, o.timestamp.set
 			if byOffset == byTs {
 				return usagef("give exactly one of --offset and --timestamp")
 			}
 			return runLookup(cmd, args[0], o, byTs)
 		},
 	}
-	cmd.Flags().Int64Var(&o.offset, "offset", 0, "offset to find")
-	cmd.Flags().Int64Var(&o.timestamp, "timestamp", 0, "find the first offset with a timestamp >= this (ms)")
+	cmd.Flags().Var(&o.offset, "offset", "offset to find (>= 0)")
+	cmd.Flags().Var(&o.timestamp, "timestamp", "find the first offset with a timestamp >= this (ms since the epoch, >= 0)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&o.store, "store", "", "bucket URL: look offloaded offsets up in it (manifest, then remote index)")
 	return cmd
@@ -430,18 +437,18 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 	}
 	defer l.Close()
 	w := cmd.OutOrStdout()
-	target := o.offset
+	target := o.offset.v
 	var foundTs int64
 	if byTs {
-		off, ts, found, err := l.OffsetForTimestamp(cmd.Context(), o.timestamp)
+		off, ts, found, err := l.OffsetForTimestamp(cmd.Context(), o.timestamp.v)
 		if err != nil {
 			return err
 		}
 		if !found {
 			if o.json {
-				writeJSON(w, map[string]any{"timestamp": o.timestamp, "found": false})
+				writeJSON(w, map[string]any{"timestamp": o.timestamp.v, "found": false})
 			} else {
-				fmt.Fprintf(w, "no record has a timestamp >= %d\n", o.timestamp)
+				fmt.Fprintf(w, "no record has a timestamp >= %d\n", o.timestamp.v)
 			}
 			return nil
 		}
@@ -465,13 +472,13 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 			"batch": map[string]any{"baseOffset": r.BaseOffset, "lastOffset": r.LastOffset, "position": r.BatchPosition, "size": r.BatchSize, "maxTimestamp": r.MaxTimestamp},
 		}
 		if byTs {
-			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp, foundTs, true
+			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp.v, foundTs, true
 		}
 		writeJSON(w, m)
 		return nil
 	}
 	if byTs {
-		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d), via the time indexes\n", o.timestamp, target, foundTs)
+		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d), via the time indexes\n", o.timestamp.v, target, foundTs)
 	}
 	fmt.Fprintf(w, "offset %d in %s\n", target, dir)
 	fmt.Fprintf(w, "step 1: binary search over %d segment base offsets -> segment %d: %s\n", r.Segments, r.SegmentIndex, filepath.Base(r.SegmentPath))
@@ -501,13 +508,13 @@ func printRemoteLookup(cmd *cobra.Command, p *tiered.Partition, target int64, o 
 			"batchesScanned": r.BatchesScanned,
 			"batch":          map[string]any{"baseOffset": r.BaseOffset, "lastOffset": r.LastOffset, "position": r.BatchPosition, "size": r.BatchSize}}
 		if byTs {
-			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp, foundTs, true
+			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp.v, foundTs, true
 		}
 		writeJSON(w, m)
 		return nil
 	}
 	if byTs {
-		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d)\n", o.timestamp, target, foundTs)
+		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d)\n", o.timestamp.v, target, foundTs)
 	}
 	fmt.Fprintf(w, "offset %d is offloaded (below the local log start)\n", target)
 	fmt.Fprintf(w, "step 1: binary search over %d segments in the manifest -> segment %d: %s\n", r.Segments, r.SegmentIndex, r.Object)

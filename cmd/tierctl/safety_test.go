@@ -159,3 +159,53 @@ func TestMissingManifestIsNotAnEmptyBucket(t *testing.T) {
 	}
 	b.ok("verify", filepath.Join(logs, "payments-0"), "--store", wrong)
 }
+
+// TestNegativeNumbersRefused: every numeric flag refuses values it has no
+// meaning for (negative offsets, counts, sizes and prices), naming the flag
+// and the value, wherever the value comes from.
+func TestNegativeNumbersRefused(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	part := filepath.Join(logs, "orders-0")
+	store := "file://" + filepath.Join(root, "bucket")
+	b.ok("produce", logs, "--topic", "orders", "--count", "5000", "--config", "segment.bytes=100000")
+	b.ok("offload", part, "--store", store+"?create=true")
+	idx := filepath.Join(part, "00000000000000000000.index")
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"consume", part, "--from", "-5"}, []string{"--from", "-5", "negative"}},
+		{[]string{"consume", part, "--from", "-1"}, []string{"--from", "-1", "negative"}},
+		{[]string{"consume", part, "--count", "-1"}, []string{"--count", "-1"}},
+		{[]string{"lookup", part, "--offset", "-1"}, []string{"--offset", "-1", "negative"}},
+		{[]string{"lookup", part, "--timestamp", "-5"}, []string{"--timestamp", "-5", "negative"}},
+		{[]string{"dump", idx, "--base-offset", "-3"}, []string{"--base-offset", "-3", "negative"}},
+		{[]string{"produce", logs, "--topic", "x", "--count", "-1"}, []string{"--count", "-1"}},
+		{[]string{"produce", logs, "--topic", "x", "--count", "1", "--record-size", "-1"}, []string{"--record-size", "-1"}},
+		{[]string{"produce", logs, "--topic", "x", "--count", "1", "--batch-size", "10"}, []string{"--batch-size", "10"}},
+		{[]string{"produce", logs, "--topic", "x", "--count", "1", "--key-space", "-2"}, []string{"--key-space", "-2"}},
+		{[]string{"cost", "--store", store, "--price-storage", "-5"}, []string{"--price-storage", "-5"}},
+		{[]string{"cost", "--store", store, "--price-put", "-0.01"}, []string{"--price-put", "-0.01"}},
+		{[]string{"cost", "--store", store, "--price-get", "NaN"}, []string{"--price-get", "NaN"}},
+		{[]string{"cost", "--store", store, "--price-transfer", "+Inf"}, []string{"--price-transfer", "Inf"}},
+		{[]string{"cost", "--store", store, "--fetch-bytes", "0"}, []string{"--fetch-bytes", "0"}},
+		{[]string{"compact", part, "--memory", "-1"}, []string{"--memory", "-1"}},
+		{[]string{"compact", part, "--memory", "4294967296"}, []string{"--memory", "4294967296"}},
+		{[]string{"demo", "--records", "-1"}, []string{"--records", "-1"}},
+		{[]string{"gc", "--store", store, "--partition", "orders-0", "--grace", "-1h", "--force"}, []string{"--grace", "-1h", "negative"}},
+	} {
+		b.fails(2, c.want, c.args...)
+	}
+	// From the environment too, named by its variable.
+	if inv := binRun(t, []string{"TIERCTL_FROM=-5"}, "consume", part); inv.code != 2 || !strings.Contains(inv.stderr, "TIERCTL_FROM") || !strings.Contains(inv.stderr, "negative") {
+		t.Fatalf("TIERCTL_FROM=-5: exit %d: %s", inv.code, inv.stderr)
+	}
+	// Zero is an offset like any other.
+	if lines := b.ok("consume", part, "--from", "0", "--count", "2", "--json").jsonLines(t); len(lines) != 2 || lines[0]["offset"] != 0.0 {
+		t.Fatalf("consume --from 0: %v", lines)
+	}
+	b.ok("lookup", part, "--offset", "0")
+	b.ok("cost", "--store", store, "--price-storage", "0", "--price-transfer", "0.09")
+}
