@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // bin runs the built tierctl in a test and checks exit codes and messages.
@@ -208,4 +209,76 @@ func TestNegativeNumbersRefused(t *testing.T) {
 	}
 	b.ok("lookup", part, "--offset", "0")
 	b.ok("cost", "--store", store, "--price-storage", "0", "--price-transfer", "0.09")
+}
+
+// TestRestoreIsAllOrNothing: restore locks the log directory before it
+// writes, and a restore that fails on a damaged object leaves no partition
+// directory (which verify would pass and a rerun would refuse): the rerun
+// after the object is repaired succeeds. A killed restore's leftover goes.
+func TestRestoreIsAllOrNothing(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
+	store := "file://" + bucket
+	b.ok("produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	b.ok("offload", filepath.Join(logs, "orders-0"), "--store", store+"?create=true")
+	ents, err := os.ReadDir(filepath.Join(bucket, "orders-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logObjects []string
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".log") {
+			logObjects = append(logObjects, filepath.Join(bucket, "orders-0", e.Name()))
+		}
+	}
+	if len(logObjects) < 2 {
+		t.Fatalf("offloaded %d segments, want 2 or more", len(logObjects))
+	}
+	victim := logObjects[1] // the first segment restores before it fails
+	good, err := os.ReadFile(victim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), good...)
+	bad[len(bad)/2] ^= 0xff
+	if err := os.WriteFile(victim, bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	restored := filepath.Join(root, "restored")
+	part := filepath.Join(restored, "orders-0")
+	b.fails(2, []string{"CRC-32C", filepath.Base(victim)}, "restore", restored, "--store", store, "--partition", "orders-0")
+	left, _ := os.ReadDir(restored)
+	for _, e := range left {
+		if e.IsDir() {
+			t.Errorf("a failed restore left %s in the log directory", e.Name())
+		}
+	}
+
+	// A broker holds the log directory: restore writes nothing.
+	if err := os.WriteFile(victim, good, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := vfs.Default.Lock(filepath.Join(restored, local.LockFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.fails(2, []string{"in use", restored}, "restore", restored, "--store", store, "--partition", "orders-0")
+	lock.Close()
+	if _, err := os.Stat(part); !os.IsNotExist(err) {
+		t.Fatalf("restore into a locked log directory wrote %s", part)
+	}
+
+	// A killed restore's leftover is removed; the rerun restores it all.
+	leftover := filepath.Join(restored, "orders-0.restoring-00000000000000ff-delete")
+	if err := os.MkdirAll(leftover, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b.ok("restore", restored, "--store", store, "--partition", "orders-0")
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Fatalf("restore left the leftover %s", leftover)
+	}
+	b.ok("verify", part)
+	b.ok("verify", restored)
 }

@@ -427,7 +427,14 @@ func newRestoreCmd() *cobra.Command {
 <LOGDIR>/<topic>-<partition> (which must not exist or be empty), checking
 each object's CRC-32C, then opens it through the log directory so its
 checkpoints (log start, high watermark) are written, and closes it cleanly.
-Use it for a lost disk or a new broker.`,
+Use it for a lost disk or a new broker.
+
+It locks the log directory before it writes anything (stop the broker that
+owns it first) and builds the partition in a temporary directory,
+<topic>-<partition>.restoring-<id>-delete, renamed into place only once
+every object is downloaded and checked: a restore that fails (a full disk,
+a damaged object, a lost connection) leaves no partition directory, and
+can simply be run again. It removes what a killed restore left.`,
 		Example: `  tierctl restore /var/lib/tierlog/logs --store file:///var/lib/tierlog/bucket --partition orders-0`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -438,22 +445,28 @@ Use it for a lost disk or a new broker.`,
 			}
 			defer store.Close()
 			dir := filepath.Join(args[0], tp.String())
+			// The log dir's lock, from before anything is written until
+			// the checkpoints are.
+			b, err := local.OpenBackend(args[0], local.BackendOptions{Logger: loggerFrom(ctx)})
+			if err != nil {
+				return err
+			}
+			defer b.Close()
 			var bar *progress // sized once Restore has read the manifest
 			m, err := tiered.Restore(ctx, store, tp.String(), dir, tiered.RestoreOptions{
+				Backend:    b,
 				OnStart:    func(total int64) { bar = newProgress(cmd, total, "restore", true) },
 				OnProgress: func(n int64) { bar.Add(n) },
 			})
+			if errors.Is(err, tiered.ErrNoManifest) {
+				return errNoManifestAt(storeURL, tp.String())
+			}
 			if err != nil {
 				return err
 			}
 			bar.Finish()
 			// Open through the log dir: the restored records were committed
 			// (below the high watermark when uploaded).
-			b, err := local.OpenBackend(args[0], local.BackendOptions{Logger: loggerFrom(ctx)})
-			if err != nil {
-				return err
-			}
-			defer b.Close()
 			l, err := b.OpenLog(ctx, tp.Topic, tp.Partition, backend.DefaultConfig())
 			if err != nil {
 				return err
