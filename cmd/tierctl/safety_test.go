@@ -282,3 +282,29 @@ func TestRestoreIsAllOrNothing(t *testing.T) {
 	b.ok("verify", part)
 	b.ok("verify", restored)
 }
+
+// TestCompactRefusesTieredPartition: the cleaner rewrites closed segments,
+// which a bucket holds as immutable copies, so compact refuses a partition
+// that was offloaded, or whose config enables remote storage, and changes
+// nothing, dry run or not.
+func TestCompactRefusesTieredPartition(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	part := filepath.Join(logs, "users-0")
+	b.ok("produce", logs, "--topic", "users", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
+	b.ok("offload", part, "--store", "file://"+filepath.Join(root, "bucket")+"?create=true", "--config", "local.retention.ms=0")
+	// Closed local segments the cleaner would rewrite.
+	b.ok("produce", logs, "--topic", "users", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
+	before := b.ok("ls", part, "--json").stdout
+	for _, args := range [][]string{{"compact", part}, {"compact", part, "--dry-run"}} {
+		b.fails(2, []string{part, "offloaded", "immutable"}, args...)
+	}
+	if after := b.ok("ls", part, "--json").stdout; after != before {
+		t.Fatalf("compact of an offloaded partition changed it:\n%s\n%s", before, after)
+	}
+
+	b.ok("produce", logs, "--topic", "profiles", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
+	b.fails(2, []string{"remote.storage.enable", "immutable"}, "compact", filepath.Join(logs, "profiles-0"), "--config", "remote.storage.enable=true")
+	b.ok("compact", filepath.Join(logs, "profiles-0"), "--dry-run")
+}
