@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +37,8 @@ func parseConfigFlags(kvs []string) (backend.Config, error) {
 }
 
 type produceOptions struct {
-	topic      string
-	partition  int32
+	partition  string
+	topic      string // deprecated spelling: --topic T --partition N
 	count      int
 	recordSize int
 	batchSize  int
@@ -50,16 +51,20 @@ type produceOptions struct {
 func newProduceCmd() *cobra.Command {
 	var o produceOptions
 	cmd := &cobra.Command{
-		Use:   "produce LOGDIR --topic T --partition P --count N --record-size B",
+		Use:   "produce LOGDIR --partition TOPIC-PARTITION --count N [--record-size B]",
 		Short: "Append generated records to a partition as its leader would",
 		Long: `produce appends --count records of --record-size value bytes to
 <LOGDIR>/<topic>-<partition>, batching them as Kafka's producer does: a
 batch closes when the next record would not fit in --batch-size bytes. Each
 record's timestamp is the wall clock when it is added. It writes through the
 local backend as the leader of a single-replica partition, so the high
-watermark follows the log end, and closes the log dir cleanly.`,
-		Example: `  tierctl produce /tmp/logs --topic orders --partition 0 --count 50000 --record-size 200
-  tierctl produce /tmp/logs --topic users --partition 0 --count 1000000 --record-size 100 \
+watermark follows the log end, and closes the log dir cleanly.
+
+The partition is named as everywhere in tierctl, by its directory's name:
+--partition orders-0. The old spelling --topic orders --partition 0 (a
+number) still works, with a warning.`,
+		Example: `  tierctl produce /tmp/logs --partition orders-0 --count 50000 --record-size 200
+  tierctl produce /tmp/logs --partition users-0 --count 1000000 --record-size 100 \
       --key-space 10000 --codec zstd --config segment.bytes=1048576`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -67,8 +72,9 @@ watermark follows the log end, and closes the log dir cleanly.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.topic, "topic", "", "topic name (required)")
-	f.Int32Var(&o.partition, "partition", 0, "partition number")
+	f.StringVar(&o.partition, "partition", "", "the partition, as TOPIC-PARTITION (its directory name), e.g. orders-0 (required)")
+	f.StringVar(&o.topic, "topic", "", "topic name, with a numeric --partition (default 0)")
+	f.MarkHidden("topic") // the old spelling; see producePartition
 	f.IntVar(&o.count, "count", 0, "records to produce (required)")
 	f.IntVar(&o.recordSize, "record-size", 100, "value bytes per record")
 	f.IntVar(&o.batchSize, "batch-size", 16384, "close a batch when the next record would not fit in this many bytes")
@@ -83,8 +89,12 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if o.topic == "" {
-		return usagef("--topic is required")
+	tp, err := producePartition(o.partition, o.topic)
+	if err != nil {
+		return err
+	}
+	if o.topic != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "tierctl: --topic is deprecated: name the partition as --partition %s\n", tp)
 	}
 	switch {
 	case o.count <= 0:
@@ -104,15 +114,12 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	if err != nil {
 		return err
 	}
-	if _, err := local.PartitionDirName(o.topic, o.partition); err != nil {
-		return usageError{err}
-	}
 	b, err := local.OpenBackend(logDir, local.BackendOptions{Logger: loggerFrom(ctx)})
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	l, err := b.OpenLog(ctx, o.topic, o.partition, cfg)
+	l, err := b.OpenLog(ctx, tp.Topic, tp.Partition, cfg)
 	if err != nil {
 		return err
 	}
@@ -141,6 +148,37 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	fmt.Fprintf(w, "offsets %d..%d, %d segment(s), %v (%.1f MB/s)\n", first, offs.LogEnd-1, segs,
 		elapsed.Round(time.Millisecond), float64(bytesOut)/1e6/elapsed.Seconds())
 	return nil
+}
+
+// producePartition reads produce's partition: --partition TOPIC-PARTITION,
+// or the deprecated --topic T with --partition N (a number, default 0). The
+// two cannot be confused: a TOPIC-PARTITION has a '-', a number has none,
+// and --topic says which spelling is meant.
+func producePartition(partition, topic string) (local.TopicPartition, error) {
+	if topic == "" {
+		if partition == "" {
+			return local.TopicPartition{}, usagef("--partition is required: the partition as TOPIC-PARTITION, e.g. orders-0")
+		}
+		tp, err := local.ParsePartitionDirName(partition)
+		if err != nil {
+			if _, nerr := strconv.ParseUint(partition, 10, 31); nerr == nil {
+				return tp, usagef("--partition %s: want TOPIC-PARTITION, e.g. orders-%s (a partition number goes with the old --topic)", partition, partition)
+			}
+			return tp, usagef("--partition %q: want TOPIC-PARTITION, e.g. orders-0: %w", partition, err)
+		}
+		return tp, nil
+	}
+	n := int64(0)
+	if partition != "" {
+		var err error
+		if n, err = strconv.ParseInt(partition, 10, 32); err != nil {
+			return local.TopicPartition{}, usagef("--topic %s with --partition %q: give --partition TOPIC-PARTITION alone (with --topic, --partition is a number)", topic, partition)
+		}
+	}
+	if _, err := local.PartitionDirName(topic, int32(n)); err != nil {
+		return local.TopicPartition{}, usagef("--topic %q --partition %d: %w", topic, n, err)
+	}
+	return local.TopicPartition{Topic: topic, Partition: int32(n)}, nil
 }
 
 type produceStats struct {

@@ -85,6 +85,9 @@ then a Kafka-style .properties file given by --config-file or
 TIERCTL_CONFIG_FILE, whose keys are flag names (store=…) or topic config
 keys (segment.bytes=…).
 
+A partition is named TOPIC-PARTITION everywhere, as its directory is:
+--partition orders-0, or a PARTITION_DIR path ending in it (logs/orders-0).
+
 Bucket URLs (--store): file:///dir, s3://bucket/prefix?region=…,
 minio://bucket/prefix?endpoint=…. Every command but demo refuses mem://:
 an in-memory bucket would start empty and vanish, with what was written to

@@ -64,7 +64,7 @@ func TestReadOnlyCommandsReadCheckpoints(t *testing.T) {
 	b := bin{t}
 	logs := filepath.Join(t.TempDir(), "logs")
 	part := filepath.Join(logs, "orders-0")
-	b.ok("produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	b.ok("produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
 	setCheckpoint(t, logs, local.LogStartCheckpoint, local.TopicPartition{Topic: "orders", Partition: 0}, 5000)
 
 	if out := strings.TrimSpace(b.ok("consume", part, "--quiet").stdout); out != "15000" {
@@ -87,7 +87,7 @@ func TestMemStoreRefused(t *testing.T) {
 	root := t.TempDir()
 	logs := filepath.Join(root, "logs")
 	part := filepath.Join(logs, "orders-0")
-	b.ok("produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	b.ok("produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
 	before := len(b.ok("ls", part, "--json").jsonLines(t))
 	mem := "mem://x"
 	for _, args := range [][]string{
@@ -121,8 +121,8 @@ func TestMissingManifestIsNotAnEmptyBucket(t *testing.T) {
 	logs := filepath.Join(root, "logs")
 	part := filepath.Join(logs, "orders-0")
 	good, wrong := "file://"+filepath.Join(root, "bucket"), "file://"+filepath.Join(root, "bucket-typo")
-	b.ok("produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
-	b.ok("produce", logs, "--topic", "payments", "--count", "100")
+	b.ok("produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	b.ok("produce", logs, "--partition", "payments-0", "--count", "100")
 	b.ok("offload", part, "--store", good+"?create=true", "--config", "local.retention.ms=0")
 	if err := os.Mkdir(filepath.Join(root, "bucket-typo"), 0o755); err != nil { // there, but empty
 		t.Fatal(err)
@@ -170,7 +170,7 @@ func TestNegativeNumbersRefused(t *testing.T) {
 	logs := filepath.Join(root, "logs")
 	part := filepath.Join(logs, "orders-0")
 	store := "file://" + filepath.Join(root, "bucket")
-	b.ok("produce", logs, "--topic", "orders", "--count", "5000", "--config", "segment.bytes=100000")
+	b.ok("produce", logs, "--partition", "orders-0", "--count", "5000", "--config", "segment.bytes=100000")
 	b.ok("offload", part, "--store", store+"?create=true")
 	idx := filepath.Join(part, "00000000000000000000.index")
 	for _, c := range []struct {
@@ -183,10 +183,10 @@ func TestNegativeNumbersRefused(t *testing.T) {
 		{[]string{"lookup", part, "--offset", "-1"}, []string{"--offset", "-1", "negative"}},
 		{[]string{"lookup", part, "--timestamp", "-5"}, []string{"--timestamp", "-5", "negative"}},
 		{[]string{"dump", idx, "--base-offset", "-3"}, []string{"--base-offset", "-3", "negative"}},
-		{[]string{"produce", logs, "--topic", "x", "--count", "-1"}, []string{"--count", "-1"}},
-		{[]string{"produce", logs, "--topic", "x", "--count", "1", "--record-size", "-1"}, []string{"--record-size", "-1"}},
-		{[]string{"produce", logs, "--topic", "x", "--count", "1", "--batch-size", "10"}, []string{"--batch-size", "10"}},
-		{[]string{"produce", logs, "--topic", "x", "--count", "1", "--key-space", "-2"}, []string{"--key-space", "-2"}},
+		{[]string{"produce", logs, "--partition", "x-0", "--count", "-1"}, []string{"--count", "-1"}},
+		{[]string{"produce", logs, "--partition", "x-0", "--count", "1", "--record-size", "-1"}, []string{"--record-size", "-1"}},
+		{[]string{"produce", logs, "--partition", "x-0", "--count", "1", "--batch-size", "10"}, []string{"--batch-size", "10"}},
+		{[]string{"produce", logs, "--partition", "x-0", "--count", "1", "--key-space", "-2"}, []string{"--key-space", "-2"}},
 		{[]string{"cost", "--store", store, "--price-storage", "-5"}, []string{"--price-storage", "-5"}},
 		{[]string{"cost", "--store", store, "--price-put", "-0.01"}, []string{"--price-put", "-0.01"}},
 		{[]string{"cost", "--store", store, "--price-get", "NaN"}, []string{"--price-get", "NaN"}},
@@ -220,7 +220,7 @@ func TestRestoreIsAllOrNothing(t *testing.T) {
 	root := t.TempDir()
 	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
 	store := "file://" + bucket
-	b.ok("produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	b.ok("produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
 	b.ok("offload", filepath.Join(logs, "orders-0"), "--store", store+"?create=true")
 	ents, err := os.ReadDir(filepath.Join(bucket, "orders-0"))
 	if err != nil {
@@ -292,10 +292,10 @@ func TestCompactRefusesTieredPartition(t *testing.T) {
 	root := t.TempDir()
 	logs := filepath.Join(root, "logs")
 	part := filepath.Join(logs, "users-0")
-	b.ok("produce", logs, "--topic", "users", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
+	b.ok("produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
 	b.ok("offload", part, "--store", "file://"+filepath.Join(root, "bucket")+"?create=true", "--config", "local.retention.ms=0")
 	// Closed local segments the cleaner would rewrite.
-	b.ok("produce", logs, "--topic", "users", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
+	b.ok("produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
 	before := b.ok("ls", part, "--json").stdout
 	for _, args := range [][]string{{"compact", part}, {"compact", part, "--dry-run"}} {
 		b.fails(2, []string{part, "offloaded", "immutable"}, args...)
@@ -304,7 +304,42 @@ func TestCompactRefusesTieredPartition(t *testing.T) {
 		t.Fatalf("compact of an offloaded partition changed it:\n%s\n%s", before, after)
 	}
 
-	b.ok("produce", logs, "--topic", "profiles", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
+	b.ok("produce", logs, "--partition", "profiles-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
 	b.fails(2, []string{"remote.storage.enable", "immutable"}, "compact", filepath.Join(logs, "profiles-0"), "--config", "remote.storage.enable=true")
 	b.ok("compact", filepath.Join(logs, "profiles-0"), "--dry-run")
+}
+
+// TestProducePartitionSpellings: produce names its partition as every
+// other command does, --partition TOPIC-PARTITION; the old --topic T
+// --partition N still works, with a warning, and mixing the two is an
+// error rather than a guess.
+func TestProducePartitionSpellings(t *testing.T) {
+	b := bin{t}
+	logs := t.TempDir()
+	b.ok("produce", logs, "--partition", "orders-3", "--count", "10")
+	old := b.ok("produce", logs, "--topic", "orders", "--partition", "3", "--count", "10")
+	if !strings.Contains(old.stderr, "--topic") || !strings.Contains(old.stderr, "deprecated") {
+		t.Errorf("the old spelling ran without a warning: %q", old.stderr)
+	}
+	b.ok("produce", logs, "--topic", "payments", "--count", "10") // partition 0
+	if n := strings.TrimSpace(b.ok("consume", filepath.Join(logs, "orders-3"), "--quiet").stdout); n != "20" {
+		t.Fatalf("orders-3 holds %s records, want 20 (10 from each spelling)", n)
+	}
+	b.ok("consume", filepath.Join(logs, "payments-0"), "--quiet")
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--count", "1"}, []string{"--partition", "required", "TOPIC-PARTITION"}},
+		{[]string{"--partition", "3", "--count", "1"}, []string{"--partition 3", "TOPIC-PARTITION", "orders-3"}},
+		{[]string{"--partition", "orders", "--count", "1"}, []string{"--partition", "orders", "TOPIC-PARTITION"}},
+		{[]string{"--topic", "orders", "--partition", "orders-1", "--count", "1"}, []string{"--topic", "--partition", "orders-1"}},
+		{[]string{"--topic", "orders", "--partition", "-1", "--count", "1"}, []string{"--partition", "-1"}},
+		{[]string{"--topic", "bad/name", "--count", "1"}, []string{"--topic", "bad/name"}},
+	} {
+		b.fails(2, c.want, append([]string{"produce", logs}, c.args...)...)
+	}
+	if help := b.ok("produce", "--help").stdout; strings.Contains(help, "--topic string") || !strings.Contains(help, "--partition TOPIC-PARTITION") {
+		t.Errorf("produce --help:\n%s", help)
+	}
 }
