@@ -62,7 +62,8 @@ watermark follows the log end, and closes the log dir cleanly.
 
 The partition is named as everywhere in tierctl, by its directory's name:
 --partition orders-0. The old spelling --topic orders --partition 0 (a
-number) still works, with a warning.`,
+number) still works, with a warning. LOGDIR is the log directory: one
+that holds segment files (a partition directory) is refused.`,
 		Example: `  tierctl produce /tmp/logs --partition orders-0 --count 50000 --record-size 200
   tierctl produce /tmp/logs --partition users-0 --count 1000000 --record-size 100 \
       --key-space 10000 --codec zstd --config segment.bytes=1048576`,
@@ -91,6 +92,9 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	}
 	tp, err := producePartition(o.partition, o.topic)
 	if err != nil {
+		return err
+	}
+	if err := notAPartitionDir(logDir); err != nil {
 		return err
 	}
 	if o.topic != "" {

@@ -137,6 +137,7 @@ func TestMissingManifestIsNotAnEmptyBucket(t *testing.T) {
 	// The wrong one: the offloaded partition's checkpoint says its log
 	// starts below the local files.
 	named := []string{"orders-0", "no manifest", wrong, "right"}
+	b.fails(2, named, "offload", part, "--store", wrong)
 	b.fails(2, named, "consume", part, "--store", wrong, "--quiet")
 	b.fails(2, named, "lookup", part, "--store", wrong, "--offset", "1")
 	b.fails(2, named, "ls", part, "--store", wrong)
@@ -342,4 +343,24 @@ func TestProducePartitionSpellings(t *testing.T) {
 	if help := b.ok("produce", "--help").stdout; strings.Contains(help, "--topic string") || !strings.Contains(help, "--partition TOPIC-PARTITION") {
 		t.Errorf("produce --help:\n%s", help)
 	}
+}
+
+// TestLogDirIsNotAPartitionDir: produce and restore take a log directory;
+// given a partition directory instead they refuse rather than nest a
+// partition (and a lock and checkpoints) inside it. verify's --partition
+// names a partition in a bucket and needs --store.
+func TestLogDirIsNotAPartitionDir(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	part := filepath.Join(logs, "orders-0")
+	store := "file://" + filepath.Join(root, "bucket")
+	b.ok("produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	b.ok("offload", part, "--store", store+"?create=true")
+	b.fails(2, []string{part, "partition directory"}, "produce", part, "--partition", "orders-0", "--count", "1")
+	b.fails(2, []string{part, "partition directory"}, "restore", part, "--store", store, "--partition", "orders-0")
+	if _, err := os.Stat(filepath.Join(part, "orders-0")); !os.IsNotExist(err) {
+		t.Fatalf("a partition was nested in %s", part)
+	}
+	b.fails(2, []string{"--partition", "--store"}, "verify", part, "--partition", "orders-0")
 }

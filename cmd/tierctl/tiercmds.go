@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -127,6 +128,9 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 			var bar *progress // set before Offload starts its uploads
 			p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx),
 				OnUploadProgress: func(n int64) { bar.Add(n) }})
+			if errors.Is(err, tiered.ErrNoManifest) {
+				return fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(storeURL), tp, args[0], err)
+			}
 			if err != nil {
 				return err
 			}
@@ -162,6 +166,21 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 	cmd.Flags().StringArrayVar(&configs, "config", nil, "topic config key=value (repeatable), e.g. local.retention.ms=0")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
+}
+
+// notAPartitionDir refuses a LOGDIR argument that holds segment files: a
+// partition directory given where its log directory is meant.
+func notAPartitionDir(logDir string) error {
+	ents, err := os.ReadDir(logDir)
+	if err != nil {
+		return nil // missing: created; unreadable: the open says why
+	}
+	for _, e := range ents {
+		if _, suffix, err := local.ParseFileName(e.Name()); err == nil && suffix == local.LogSuffix {
+			return usagef("LOGDIR %s holds segment files (%s): it is a partition directory; give the log directory that holds it", logDir, e.Name())
+		}
+	}
+	return nil
 }
 
 // openTiered opens a partition directory read-only and its manifest.
@@ -434,7 +453,9 @@ owns it first) and builds the partition in a temporary directory,
 <topic>-<partition>.restoring-<id>-delete, renamed into place only once
 every object is downloaded and checked: a restore that fails (a full disk,
 a damaged object, a lost connection) leaves no partition directory, and
-can simply be run again. It removes what a killed restore left.`,
+can simply be run again. It removes what a killed restore left. LOGDIR is
+the log directory: one that holds segment files (a partition directory)
+is refused.`,
 		Example: `  tierctl restore /var/lib/tierlog/logs --store file:///var/lib/tierlog/bucket --partition orders-0`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -444,6 +465,9 @@ can simply be run again. It removes what a killed restore left.`,
 				return err
 			}
 			defer store.Close()
+			if err := notAPartitionDir(args[0]); err != nil {
+				return err
+			}
 			dir := filepath.Join(args[0], tp.String())
 			// The log dir's lock, from before anything is written until
 			// the checkpoints are.

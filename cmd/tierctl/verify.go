@@ -63,6 +63,9 @@ It prints one line per file or object and exits 1 when it found any problem.`,
 			if deep && storeURL == "" {
 				return usagef("--deep checks objects in a bucket: it needs --store")
 			}
+			if len(partitions) > 0 && storeURL == "" {
+				return usagef("--partition %s names a partition in a bucket: it needs --store", partitions[0])
+			}
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
