@@ -116,7 +116,9 @@ func TestProgressBars(t *testing.T) {
 		{"verify", logs},
 		{"offload", part, "--store", store, "--config", "local.retention.ms=0"},
 		{"restore", filepath.Join(root, "restored"), "--store", store, "--partition", "orders-0"},
-		{"compact", part, "--config", "cleanup.policy=compact"},
+		// (compact refuses orders-0 once offloaded: a partition of its own)
+		{"produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144"},
+		{"compact", filepath.Join(logs, "users-0"), "--config", "cleanup.policy=compact"},
 	} {
 		// Each command once with a bar (first: offload and compact then
 		// have work to do), then again with auto.
