@@ -2,6 +2,8 @@ package tiered
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
@@ -10,11 +12,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // ReadManifest reads the committed manifest under prefix from store; a
@@ -30,16 +34,45 @@ func ReadManifest(ctx context.Context, store *objstore.Store, prefix string) (*m
 
 // Restore rebuilds a partition directory from the bucket alone (a lost disk,
 // a new broker): every segment the committed manifest names is downloaded
-// into dir under Kafka's file names, each object checked against the
-// CRC-32C the manifest recorded. dir must not exist or be empty. It
-// returns the manifest it restored; the caller opens dir as a local log
-// with the manifest's LogStartOffset.
+// under Kafka's file names, each object checked against the CRC-32C the
+// manifest recorded. dir is <log dir>/<topic>-<partition>; it must not
+// exist or be empty. It returns the manifest it restored; the caller opens
+// dir as a local log with the manifest's LogStartOffset.
 //
-// Objects stream to disk (memory stays bounded whatever the segment size)
-// under temporary names, are fsynced, and take their final names only
-// once their size and CRC-32C match; a body cut short resumes where it
-// stopped. A failed restore removes the object it was writing.
-func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opts RestoreOptions) (*manifest.Manifest, error) {
+// Restore holds the log directory's lock (local.LockFile) from before it
+// writes anything: it takes it itself, failing with vfs.ErrLocked while
+// another process (a broker, another restore) holds it, unless
+// opts.Backend says the caller holds it. It builds the partition in a
+// temporary directory beside dir ("<name>.restoring-<id>-delete", which
+// tierlog does not list as a partition and Kafka deletes), fsyncs every
+// file and the directory, and renames it to dir (fsyncing the log
+// directory) only once every object is downloaded and checked: dir either
+// does not exist or holds the whole restore. On any failure the temporary
+// directory is removed; one left by a restore that was killed is removed
+// by the next restore of the partition.
+//
+// Objects stream to disk (memory stays bounded whatever the segment size),
+// and a body cut short resumes where it stopped.
+func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opts RestoreOptions) (_ *manifest.Manifest, err error) {
+	dir = filepath.Clean(dir)
+	logDir, name := filepath.Dir(dir), filepath.Base(dir)
+	if opts.Backend != nil {
+		if filepath.Clean(opts.Backend.Dir()) != logDir {
+			return nil, fmt.Errorf("tiered: restore into %s: RestoreOptions.Backend is the log directory %s, not %s", dir, opts.Backend.Dir(), logDir)
+		}
+	} else {
+		if err := os.MkdirAll(logDir, 0o755); err != nil {
+			return nil, fmt.Errorf("tiered: restore: create log dir: %w", err)
+		}
+		lock, err := vfs.Default.Lock(filepath.Join(logDir, local.LockFile))
+		if err != nil {
+			return nil, fmt.Errorf("tiered: restore into %s: lock the log directory: %w", dir, err)
+		}
+		defer lock.Close()
+	}
+	if err := removeRestoring(logDir, name); err != nil {
+		return nil, err
+	}
 	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
 		return nil, fmt.Errorf("tiered: restore into %s: the directory is not empty", dir)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -49,12 +82,25 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 	if err != nil {
 		return nil, err
 	}
-	if len(m.Segments) == 0 {
-		return nil, fmt.Errorf("tiered: restore: no manifest (or no segments) under %s", prefix)
+	if m.Generation == 0 { // every commit has a generation >= 1
+		return nil, fmt.Errorf("%w under %q: nothing to restore (is the store URL or the partition right?)", ErrNoManifest, prefix)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if len(m.Segments) == 0 {
+		return nil, fmt.Errorf("tiered: restore: the manifest under %q (generation %d) names no segments: nothing to restore", prefix, m.Generation)
+	}
+	var rnd [8]byte
+	if _, err := rand.Read(rnd[:]); err != nil {
 		return nil, fmt.Errorf("tiered: restore: %w", err)
 	}
+	tmp := filepath.Join(logDir, restoringDirName(name, hex.EncodeToString(rnd[:])))
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return nil, fmt.Errorf("tiered: restore: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(tmp)
+		}
+	}()
 	if opts.OnStart != nil {
 		var total int64
 		for _, s := range m.Segments {
@@ -63,20 +109,75 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 		opts.OnStart(total)
 	}
 	for _, s := range m.Segments {
-		if err := DownloadSegment(ctx, store, prefix, s, dir, opts); err != nil {
+		if err := DownloadSegment(ctx, store, prefix, s, tmp, opts); err != nil {
 			return nil, err
 		}
 	}
-	// The renames are durable once the directory is.
-	d, err := os.Open(dir)
-	if err != nil {
+	// Each file was fsynced before its rename; the renames are durable
+	// once the directory is, and the partition once the log dir is.
+	if err := syncDir(tmp); err != nil {
+		return nil, err
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) { // empty, checked above
 		return nil, fmt.Errorf("tiered: restore: %w", err)
 	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return nil, fmt.Errorf("tiered: restore: sync %s: %w", dir, err)
+	if err := os.Rename(tmp, dir); err != nil {
+		return nil, fmt.Errorf("tiered: restore: %w", err)
+	}
+	if err := syncDir(logDir); err != nil {
+		return nil, err
 	}
 	return m, nil
+}
+
+// restoringDirName is the temporary directory Restore builds the partition
+// directory name in, id (16 hex digits) making it unique:
+// "<name>.restoring-<id>-delete". tierlog does not take it for a partition
+// directory (local.ParsePartitionDirName fails on it: its partition would
+// be "delete"), and it has the form of a partition directory Kafka is
+// deleting (<topic>-<partition>.<id>-delete), so a Kafka broker that finds
+// one left by a killed restore deletes it rather than failing on an
+// unknown directory. As Kafka does for its own, the topic is cut short
+// when the name would pass 255 bytes.
+func restoringDirName(name, id string) string { return restoringPrefix(name) + id + "-delete" }
+
+const restoringInfix = ".restoring-"
+
+// restoringPrefix is what every restoringDirName of name starts with.
+func restoringPrefix(name string) string {
+	const room = 255 - len(restoringInfix) - 16 - len("-delete")
+	if len(name) <= room {
+		return name + restoringInfix
+	}
+	if i := strings.LastIndexByte(name, '-'); i > 0 && len(name)-i < room { // keep "-<partition>"
+		return name[:room-(len(name)-i)] + name[i:] + restoringInfix
+	}
+	return name[:room] + restoringInfix
+}
+
+// removeRestoring removes what restores of the partition name in logDir
+// left behind when they were killed. REQUIRES: the log dir's lock held.
+func removeRestoring(logDir, name string) error {
+	ents, err := os.ReadDir(logDir)
+	if err != nil {
+		return fmt.Errorf("tiered: restore: %w", err)
+	}
+	prefix := restoringPrefix(name)
+	for _, e := range ents {
+		if e.IsDir() && strings.HasPrefix(e.Name(), prefix) && strings.HasSuffix(e.Name(), "-delete") {
+			if err := os.RemoveAll(filepath.Join(logDir, e.Name())); err != nil {
+				return fmt.Errorf("tiered: restore: remove %s, left by a restore that was killed: %w", e.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	if err := vfs.Default.SyncDir(dir); err != nil {
+		return fmt.Errorf("tiered: restore: %w", err)
+	}
+	return nil
 }
 
 // DownloadSegment downloads one segment the manifest names (.log, .index,
@@ -106,6 +207,10 @@ func DownloadSegment(ctx context.Context, store *objstore.Store, prefix string, 
 
 // RestoreOptions tune Restore.
 type RestoreOptions struct {
+	// Backend, when set, is the open log directory the partition directory
+	// lies in: its owner holds the directory's lock, so Restore does not
+	// take it. When nil, Restore takes the lock for its duration.
+	Backend *local.Backend
 	// OnStart, when set, is called once the manifest is read, with the
 	// bytes Restore is about to download; OnProgress with the bytes of
 	// each object as they are written to disk. For progress displays.

@@ -152,13 +152,14 @@ func TestEveryCommandAsBinary(t *testing.T) {
 	}
 
 	// produce
-	res := ok("produce", "produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576", "--json").jsonLines(t)
+	res := ok("produce", "produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576", "--json").jsonLines(t)
 	if res[0]["records"] != 20000.0 || res[0]["segments"].(float64) < 3 {
 		t.Fatalf("produce --json: %v", res)
 	}
-	fails(2, "--topic", "produce", logs, "--count", "10")
-	fails(2, "segment.bytes", "produce", logs, "--topic", "x", "--count", "1", "--config", "segment.bytes=-5")
-	fails(2, "brotli", "produce", logs, "--topic", "x", "--count", "1", "--codec", "brotli")
+	fails(2, "--partition", "produce", logs, "--count", "10")
+	fails(2, "TOPIC-PARTITION", "produce", logs, "--partition", "3", "--count", "10")
+	fails(2, "segment.bytes", "produce", logs, "--partition", "x-0", "--count", "1", "--config", "segment.bytes=-5")
+	fails(2, "brotli", "produce", logs, "--partition", "x-0", "--count", "1", "--codec", "brotli")
 
 	// dump
 	seg := filepath.Join(part, "00000000000000000000.log")
@@ -214,7 +215,7 @@ func TestEveryCommandAsBinary(t *testing.T) {
 	fails(2, "--store", "verify", "--deep", logs)
 
 	// compact (a keyed topic of its own)
-	ok("produce", "produce", logs, "--topic", "users", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
+	ok("produce", "produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
 	cres := ok("compact", "compact", filepath.Join(logs, "users-0"), "--json").jsonLines(t)[0]
 	if cres["recordsRemoved"].(float64) == 0 {
 		t.Fatalf("compact --json: %v", cres)
@@ -307,7 +308,7 @@ func TestNoCommandPrintsSecrets(t *testing.T) {
 		}
 		runs = append(runs, inv)
 	}
-	run(env, true, "produce", logs, "--topic", "orders", "--count", "20000", "--config", "segment.bytes=1048576")
+	run(env, true, "produce", logs, "--partition", "orders-0", "--count", "20000", "--config", "segment.bytes=1048576")
 	run(env, true, "offload", part, "--store", store, "--config", "local.retention.ms=0")
 	run(env, true, "ls", part, "--store", store)
 	run(env, true, "ls", part, "--store", minioStore)
@@ -356,7 +357,7 @@ func TestNoCommandPrintsSecrets(t *testing.T) {
 func BenchmarkLookupProcess(b *testing.B) {
 	bin := tierctlBinary(b)
 	logs := b.TempDir()
-	if out, err := exec.Command(bin, "produce", logs, "--topic", "orders", "--count", "50000", "--record-size", "200",
+	if out, err := exec.Command(bin, "produce", logs, "--partition", "orders-0", "--count", "50000", "--record-size", "200",
 		"--config", "segment.bytes=1048576").CombinedOutput(); err != nil {
 		b.Fatalf("produce: %v\n%s", err, out)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
@@ -10,6 +11,10 @@ import (
 	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
 )
+
+// compactTieredWhy says why compact refuses a tiered partition.
+const compactTieredWhy = "the cleaner rewrites closed segments, which the bucket holds as immutable copies " +
+	"(tiered storage is not supported for compacted topics, as in Kafka)"
 
 type compactOptions struct {
 	dryRun  bool
@@ -37,7 +42,14 @@ cannot hold every key takes several).
 
 --dry-run opens the directory read-only and reports what the first round
 would remove, changing nothing. The directory is locked while compact
-writes; stop the broker that owns it first.`,
+writes; stop the broker that owns it first.
+
+compact refuses a tiered partition, as Kafka refuses tiered storage for a
+compacted topic (the cleaner would rewrite segments the bucket holds as
+immutable copies): one that was offloaded (its log-start-offset-checkpoint
+is below its first local segment), or one given --config
+remote.storage.enable=true. It cannot tell an offloaded partition whose
+local copies all remain: give it the topic's config.`,
 		Example: `  tierctl compact /var/lib/tierlog/logs/users-0 --dry-run
   tierctl compact logs/users-0 --config delete.retention.ms=0 --json`,
 		Args: exactArgs(1),
@@ -47,7 +59,7 @@ writes; stop the broker that owns it first.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&o.dryRun, "dry-run", false, "report what would be removed; change nothing")
-	f.IntVar(&o.memory, "memory", 128<<20, "offset map memory in bytes (log.cleaner.dedupe.buffer.size)")
+	f.IntVar(&o.memory, "memory", 128<<20, "offset map memory in bytes, at most 2 GiB (log.cleaner.dedupe.buffer.size)")
 	f.StringArrayVar(&o.configs, "config", nil, "topic config key=value (repeatable), e.g. delete.retention.ms=0")
 	f.BoolVar(&o.json, "json", false, "print the result as JSON")
 	return cmd
@@ -63,8 +75,15 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 	if err != nil {
 		return err
 	}
+	if cfg.RemoteStorageEnable {
+		return usagef("--config remote.storage.enable=true: %s is a tiered partition, and compact refuses one: %s", dir, compactTieredWhy)
+	}
+	if o.memory > math.MaxInt32 {
+		// Kafka's cap per cleaner thread; more would only allocate.
+		return usagef("--memory %d: want at most %d bytes (2 GiB)", o.memory, math.MaxInt32)
+	}
 	if _, err := compaction.NewOffsetMap(o.memory); err != nil {
-		return usageError{err}
+		return usagef("--memory %d: %w", o.memory, err)
 	}
 	logDir := filepath.Dir(filepath.Clean(dir))
 	cps, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.CleanerCheckpoint))
@@ -78,15 +97,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 
 	var l *local.Log
 	if o.dryRun {
-		hws, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.ReplicationCheckpoint))
-		if err != nil {
-			return err
-		}
-		hw, ok := hws[tp]
-		if !ok {
-			hw = -1
-		}
-		if l, err = local.Open(dir, local.Options{Config: cfg, ReadOnly: true, LogStartOffset: -1, HighWatermark: hw}); err != nil {
+		if l, err = openPartitionReadOnly(ctx, dir, cfg); err != nil {
 			return err
 		}
 		defer l.Close()
@@ -99,6 +110,10 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 		if l, err = b.OpenLog(ctx, tp.Topic, tp.Partition, cfg); err != nil {
 			return err
 		}
+	}
+	if rs, ok := l.RemoteLogStart(); ok {
+		return usagef("%s was offloaded to a bucket (its log starts at %d, per %s, below its first local segment at %d), and compact refuses a tiered partition: %s",
+			dir, rs, local.LogStartCheckpoint, l.Offsets().LogStart, compactTieredWhy)
 	}
 
 	// The cleaner's I/O (its map pass, then the recopy) drives a bar of

@@ -22,6 +22,20 @@ type prices struct {
 	TransferGB     float64 `json:"transferPerGB"`
 }
 
+// validate refuses a price that is negative, not a number or infinite,
+// naming its flag.
+func (p prices) validate() error {
+	for _, f := range []struct {
+		flag string
+		v    float64
+	}{{"--price-storage", p.StorageGBMonth}, {"--price-put", p.PutPer1000}, {"--price-get", p.GetPer1000}, {"--price-transfer", p.TransferGB}} {
+		if !(f.v >= 0) || math.IsInf(f.v, 1) {
+			return usagef("%s %v: want a price in USD >= 0", f.flag, f.v)
+		}
+	}
+	return nil
+}
+
 // gb is the unit S3 bills storage and transfer in (2^30 bytes).
 const gb = 1 << 30
 
@@ -89,7 +103,9 @@ an estimate at list prices: storage per month, the PUTs the upload took
 (three objects per segment, one manifest write per generation), the GETs
 of reading everything once from the bucket (one per remote index, one per
 --fetch-bytes of log), of a restore (one per object), and of a gc pass
-(one LIST per 1,000 objects).
+(one LIST per 1,000 objects). A partition given that has no manifest, and
+a bucket with none at all, are errors (exit 2): a wrong URL must not
+price as $0.
 
 The default prices are Amazon S3 Standard's in us-east-1: $0.023 per
 GB-month, $0.005 per 1,000 PUT/COPY/POST/LIST, $0.0004 per 1,000 GET, and
@@ -102,7 +118,10 @@ no transfer charge (reads from the same region). Set your own with the
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			if fetchBytes < 1 {
-				return usagef("--fetch-bytes must be at least 1")
+				return usagef("--fetch-bytes %d: want at least 1 byte", fetchBytes)
+			}
+			if err := p.validate(); err != nil {
+				return err
 			}
 			for _, tp := range partitions {
 				if _, err := local.ParsePartitionDirName(tp); err != nil {
@@ -119,6 +138,9 @@ no transfer charge (reads from the same region). Set your own with the
 				if prefixes, err = bucketPartitions(ctx, store); err != nil {
 					return err
 				}
+				if len(prefixes) == 0 {
+					return errNoPartitions(storeURL)
+				}
 			}
 			parts, _ := loadManifests(ctx, store, prefixes, false)
 			total := partitionCost{Partition: "total"}
@@ -126,6 +148,9 @@ no transfer charge (reads from the same region). Set your own with the
 			for _, rp := range parts {
 				if rp.err != nil {
 					return fmt.Errorf("%s: %w", rp.prefix, rp.err)
+				}
+				if !manifestExists(rp.m) {
+					return errNoManifestAt(storeURL, rp.prefix)
 				}
 				c := estimate(rp.prefix, rp.m, p, fetchBytes)
 				rows = append(rows, c)
@@ -148,10 +173,6 @@ no transfer charge (reads from the same region). Set your own with the
 			if asJSON {
 				writeJSON(w, map[string]any{"store": storeurl.Redact(storeURL), "prices": p, "fetchBytes": fetchBytes,
 					"partitions": rows, "total": total})
-				return nil
-			}
-			if len(rows) == 0 {
-				fmt.Fprintf(w, "no partition has a manifest in %s\n", storeurl.Redact(storeURL))
 				return nil
 			}
 			if len(rows) > 1 {

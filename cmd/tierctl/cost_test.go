@@ -37,7 +37,7 @@ func TestEstimate(t *testing.T) {
 func TestCostCommand(t *testing.T) {
 	root := t.TempDir()
 	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
-	tierctl(t, "produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
 	if code, _, errOut := tierctl(t, "offload", filepath.Join(logs, "orders-0"), "--store", "file://"+bucket+"?create=true"); code != 0 {
 		t.Fatal(errOut)
 	}

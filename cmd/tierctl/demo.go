@@ -91,14 +91,21 @@ It removes its files when done unless --keep is given.`,
 	cmd.Flags().BoolVar(&o.keep, "keep", false, "keep the files and print where they are")
 	cmd.Flags().StringVar(&o.dir, "dir", "", "directory to work in (default: a new temporary directory)")
 	cmd.Flags().IntVar(&o.records, "records", 50_000, "records to produce")
-	cmd.Flags().StringVar(&o.store, "store", "", "bucket URL to offload to (default: a file:// bucket in the demo directory)")
+	cmd.Flags().StringVar(&o.store, "store", "", "bucket URL to offload to (default: a file:// bucket in the demo directory; mem://name keeps it in this process, so not with --keep)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print only the measured summary, as JSON")
 	return cmd
 }
 
 func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	if o.records < 1 {
-		return usagef("--records must be at least 1")
+		return usagef("--records %d: want at least 1 record", o.records)
+	}
+	if o.keep {
+		// The kept partition has only its active segment locally: the
+		// rest would vanish with an in-memory bucket.
+		if err := refuseMemStore(o.store, "with --keep, the kept orders-0 would lose its offloaded segments when the bucket vanishes as demo exits (or drop --keep)"); err != nil {
+			return err
+		}
 	}
 	start := time.Now()
 	root := o.dir

@@ -24,11 +24,11 @@ import (
 type dumpOptions struct {
 	printData  bool
 	json       bool
-	baseOffset int64
+	baseOffset offsetValue
 }
 
 func newDumpCmd() *cobra.Command {
-	var o dumpOptions
+	o := dumpOptions{baseOffset: offsetValue{unit: "offset"}}
 	cmd := &cobra.Command{
 		Use:   "dump FILE...",
 		Short: "Print the batches of a .log, or the entries of a .index or .timeindex",
@@ -52,7 +52,7 @@ The base offset comes from the 20-digit file name (or --base-offset).`,
 			defer w.Flush()
 			problems := false
 			for _, path := range args {
-				p, err := dumpFile(w, path, o, cmd.Flags().Changed("base-offset"))
+				p, err := dumpFile(w, path, o, o.baseOffset.set)
 				if err != nil {
 					w.Flush()
 					return err
@@ -70,7 +70,7 @@ The base offset comes from the 20-digit file name (or --base-offset).`,
 	}
 	cmd.Flags().BoolVar(&o.printData, "print-data", false, "print every record (offset, timestamp, key, value, headers)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print JSON lines instead of text")
-	cmd.Flags().Int64Var(&o.baseOffset, "base-offset", 0, "base offset of an index file whose name does not carry it")
+	cmd.Flags().Var(&o.baseOffset, "base-offset", "base offset (>= 0) of an index file whose name does not carry it")
 	return cmd
 }
 
@@ -94,7 +94,7 @@ func fileKind(path string) string {
 
 func baseOffsetOf(path string, o dumpOptions, given bool) (int64, error) {
 	if given {
-		return o.baseOffset, nil
+		return o.baseOffset.v, nil
 	}
 	base, _, err := local.ParseFileName(filepath.Base(path))
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +37,8 @@ func parseConfigFlags(kvs []string) (backend.Config, error) {
 }
 
 type produceOptions struct {
-	topic      string
-	partition  int32
+	partition  string
+	topic      string // deprecated spelling: --topic T --partition N
 	count      int
 	recordSize int
 	batchSize  int
@@ -50,16 +51,21 @@ type produceOptions struct {
 func newProduceCmd() *cobra.Command {
 	var o produceOptions
 	cmd := &cobra.Command{
-		Use:   "produce LOGDIR --topic T --partition P --count N --record-size B",
+		Use:   "produce LOGDIR --partition TOPIC-PARTITION --count N [--record-size B]",
 		Short: "Append generated records to a partition as its leader would",
 		Long: `produce appends --count records of --record-size value bytes to
 <LOGDIR>/<topic>-<partition>, batching them as Kafka's producer does: a
 batch closes when the next record would not fit in --batch-size bytes. Each
 record's timestamp is the wall clock when it is added. It writes through the
 local backend as the leader of a single-replica partition, so the high
-watermark follows the log end, and closes the log dir cleanly.`,
-		Example: `  tierctl produce /tmp/logs --topic orders --partition 0 --count 50000 --record-size 200
-  tierctl produce /tmp/logs --topic users --partition 0 --count 1000000 --record-size 100 \
+watermark follows the log end, and closes the log dir cleanly.
+
+The partition is named as everywhere in tierctl, by its directory's name:
+--partition orders-0. The old spelling --topic orders --partition 0 (a
+number) still works, with a warning. LOGDIR is the log directory: one
+that holds segment files (a partition directory) is refused.`,
+		Example: `  tierctl produce /tmp/logs --partition orders-0 --count 50000 --record-size 200
+  tierctl produce /tmp/logs --partition users-0 --count 1000000 --record-size 100 \
       --key-space 10000 --codec zstd --config segment.bytes=1048576`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -67,8 +73,9 @@ watermark follows the log end, and closes the log dir cleanly.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.topic, "topic", "", "topic name (required)")
-	f.Int32Var(&o.partition, "partition", 0, "partition number")
+	f.StringVar(&o.partition, "partition", "", "the partition, as TOPIC-PARTITION (its directory name), e.g. orders-0 (required)")
+	f.StringVar(&o.topic, "topic", "", "topic name, with a numeric --partition (default 0)")
+	f.MarkHidden("topic") // the old spelling; see producePartition
 	f.IntVar(&o.count, "count", 0, "records to produce (required)")
 	f.IntVar(&o.recordSize, "record-size", 100, "value bytes per record")
 	f.IntVar(&o.batchSize, "batch-size", 16384, "close a batch when the next record would not fit in this many bytes")
@@ -83,14 +90,25 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if o.topic == "" {
-		return usagef("--topic is required")
+	tp, err := producePartition(o.partition, o.topic)
+	if err != nil {
+		return err
 	}
-	if o.count <= 0 {
-		return usagef("--count must be at least 1")
+	if err := notAPartitionDir(logDir); err != nil {
+		return err
 	}
-	if o.recordSize < 0 || o.batchSize <= record.BatchHeaderSize || o.keySpace < 0 {
-		return usagef("--record-size must be >= 0, --batch-size > %d and --key-space >= 0", record.BatchHeaderSize)
+	if o.topic != "" {
+		fmt.Fprintf(cmd.ErrOrStderr(), "tierctl: --topic is deprecated: name the partition as --partition %s\n", tp)
+	}
+	switch {
+	case o.count <= 0:
+		return usagef("--count %d: want at least 1 record", o.count)
+	case o.recordSize < 0:
+		return usagef("--record-size %d: want >= 0 bytes", o.recordSize)
+	case o.batchSize <= record.BatchHeaderSize:
+		return usagef("--batch-size %d: want more than a batch header's %d bytes", o.batchSize, record.BatchHeaderSize)
+	case o.keySpace < 0:
+		return usagef("--key-space %d: want >= 0 keys (0: null keys)", o.keySpace)
 	}
 	codec, err := record.ParseCodec(o.codec)
 	if err != nil {
@@ -100,15 +118,12 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	if err != nil {
 		return err
 	}
-	if _, err := local.PartitionDirName(o.topic, o.partition); err != nil {
-		return usageError{err}
-	}
 	b, err := local.OpenBackend(logDir, local.BackendOptions{Logger: loggerFrom(ctx)})
 	if err != nil {
 		return err
 	}
 	defer b.Close()
-	l, err := b.OpenLog(ctx, o.topic, o.partition, cfg)
+	l, err := b.OpenLog(ctx, tp.Topic, tp.Partition, cfg)
 	if err != nil {
 		return err
 	}
@@ -137,6 +152,37 @@ func runProduce(ctx context.Context, cmd *cobra.Command, logDir string, o produc
 	fmt.Fprintf(w, "offsets %d..%d, %d segment(s), %v (%.1f MB/s)\n", first, offs.LogEnd-1, segs,
 		elapsed.Round(time.Millisecond), float64(bytesOut)/1e6/elapsed.Seconds())
 	return nil
+}
+
+// producePartition reads produce's partition: --partition TOPIC-PARTITION,
+// or the deprecated --topic T with --partition N (a number, default 0). The
+// two cannot be confused: a TOPIC-PARTITION has a '-', a number has none,
+// and --topic says which spelling is meant.
+func producePartition(partition, topic string) (local.TopicPartition, error) {
+	if topic == "" {
+		if partition == "" {
+			return local.TopicPartition{}, usagef("--partition is required: the partition as TOPIC-PARTITION, e.g. orders-0")
+		}
+		tp, err := local.ParsePartitionDirName(partition)
+		if err != nil {
+			if _, nerr := strconv.ParseUint(partition, 10, 31); nerr == nil {
+				return tp, usagef("--partition %s: want TOPIC-PARTITION, e.g. orders-%s (a partition number goes with the old --topic)", partition, partition)
+			}
+			return tp, usagef("--partition %q: want TOPIC-PARTITION, e.g. orders-0: %w", partition, err)
+		}
+		return tp, nil
+	}
+	n := int64(0)
+	if partition != "" {
+		var err error
+		if n, err = strconv.ParseInt(partition, 10, 32); err != nil {
+			return local.TopicPartition{}, usagef("--topic %s with --partition %q: give --partition TOPIC-PARTITION alone (with --topic, --partition is a number)", topic, partition)
+		}
+	}
+	if _, err := local.PartitionDirName(topic, int32(n)); err != nil {
+		return local.TopicPartition{}, usagef("--topic %q --partition %d: %w", topic, n, err)
+	}
+	return local.TopicPartition{Topic: topic, Partition: int32(n)}, nil
 }
 
 type produceStats struct {
@@ -208,9 +254,36 @@ func produceRecords(ctx context.Context, l *local.Log, count, batchSize int, cod
 	return st, nil
 }
 
-// openPartitionReadOnly opens a partition directory without changing it.
-func openPartitionReadOnly(dir string) (*local.Log, error) {
-	l, err := local.Open(dir, local.Options{ReadOnly: true, LogStartOffset: -1, HighWatermark: -1})
+// openPartitionReadOnly opens a partition directory without changing it,
+// with the partition's log start and high watermark from its log
+// directory's checkpoints (log-start-offset-checkpoint,
+// replication-offset-checkpoint) when they name it, as a broker opens it:
+// records below a log start that DeleteRecords or retention moved are
+// not served, and a log start below the first local segment marks the
+// partition as offloaded (local.Log.RemoteLogStart). An unreadable
+// checkpoint counts as empty, with a warning, as it does for a broker.
+// A directory whose name is not <topic>-<partition> is opened without
+// checkpoints.
+func openPartitionReadOnly(ctx context.Context, dir string, cfg backend.Config) (*local.Log, error) {
+	opts := local.Options{Config: cfg, ReadOnly: true, LogStartOffset: -1, HighWatermark: -1}
+	clean := filepath.Clean(dir)
+	if tp, err := local.ParsePartitionDirName(filepath.Base(clean)); err == nil {
+		logDir := filepath.Dir(clean)
+		for _, c := range []struct {
+			name string
+			into *int64
+		}{{local.LogStartCheckpoint, &opts.LogStartOffset}, {local.ReplicationCheckpoint, &opts.HighWatermark}} {
+			m, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, c.name))
+			if err != nil {
+				loggerFrom(ctx).Warn("checkpoint unreadable; treating it as empty", "file", filepath.Join(logDir, c.name), "err", err)
+				continue
+			}
+			if v, ok := m[tp]; ok {
+				*c.into = v
+			}
+		}
+	}
+	l, err := local.Open(dir, opts)
 	if err != nil {
 		if errors.Is(err, backend.ErrNotFound) {
 			return nil, usageError{err}
@@ -221,7 +294,7 @@ func openPartitionReadOnly(dir string) (*local.Log, error) {
 }
 
 type consumeOptions struct {
-	from  int64
+	from  offsetValue
 	count int64
 	json  bool
 	quiet bool
@@ -229,14 +302,20 @@ type consumeOptions struct {
 }
 
 func newConsumeCmd() *cobra.Command {
-	var o consumeOptions
+	o := consumeOptions{from: offsetValue{unit: "offset"}}
 	cmd := &cobra.Command{
 		Use:   "consume PARTITION_DIR [--from OFFSET] [--count N]",
 		Short: "Print records of a partition: offset, timestamp, key, value",
 		Long: `consume reads records from a partition directory (tierlog's or Kafka's)
 without changing it, starting at --from (default: the log start) for --count
 records (default: to the end). Keys and values print as text when printable,
-else as base64. Control records (transaction markers) are skipped.`,
+else as base64. Control records (transaction markers) are skipped.
+
+The log start and high watermark come from the log directory's
+checkpoints, as a broker reads them. With --store, offsets below the local
+files are read from the bucket; a partition whose log-start checkpoint
+says it was offloaded but that has no manifest in the bucket is an error
+(exit 2), not a partition that starts at its local files.`,
 		Example: `  tierctl consume /tmp/logs/orders-0 --from 25000 --count 3
   tierctl consume /var/kafka/orders-0 --json | jq .value
   tierctl consume /tmp/logs/orders-0 --quiet`,
@@ -246,8 +325,8 @@ else as base64. Control records (transaction markers) are skipped.`,
 		},
 	}
 	f := cmd.Flags()
-	f.Int64Var(&o.from, "from", -1, "first offset (default: the log start)")
-	f.Int64Var(&o.count, "count", 0, "records to print (default: all)")
+	f.Var(&o.from, "from", "first offset, >= 0 (default: the log start)")
+	f.Int64Var(&o.count, "count", 0, "records to print (0: all)")
 	f.BoolVar(&o.json, "json", false, "print one JSON object per record")
 	f.BoolVar(&o.quiet, "quiet", false, "print only the number of records")
 	f.StringVar(&o.store, "store", "", "bucket URL: read offloaded offsets from it too")
@@ -255,6 +334,9 @@ else as base64. Control records (transaction markers) are skipped.`,
 }
 
 func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
+	if o.count < 0 {
+		return usagef("--count %d: want >= 0 records (0: all)", o.count)
+	}
 	var l backend.Partition
 	if o.store != "" {
 		p, store, err := openTiered(cmd.Context(), dir, o.store)
@@ -264,7 +346,7 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 		defer store.Close()
 		l = p
 	} else {
-		ll, err := openPartitionReadOnly(dir)
+		ll, err := openPartitionReadOnly(cmd.Context(), dir, backend.Config{})
 		if err != nil {
 			return err
 		}
@@ -272,13 +354,14 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 	}
 	defer l.Close()
 	offs := l.Offsets()
-	off := o.from
-	if off < 0 {
-		off = offs.LogStart
+	off := offs.LogStart
+	if o.from.set {
+		off = o.from.v
 	}
 	if off < offs.LogStart || off > offs.LogEnd {
 		return usageError{&backend.OffsetOutOfRangeError{Offset: off, LogStart: offs.LogStart, LogEnd: offs.LogEnd}}
 	}
+	from := off // a read returns the whole batch holding it: skip what comes before
 	w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
 	defer w.Flush()
 	var it record.Iterator
@@ -311,7 +394,7 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 			}
 			for it.Next() && (o.count <= 0 || n < o.count) {
 				r := it.Record()
-				if r.Offset < o.from {
+				if r.Offset < from {
 					continue
 				}
 				n++
@@ -338,14 +421,14 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 }
 
 type lookupOptions struct {
-	offset    int64
-	timestamp int64
+	offset    offsetValue
+	timestamp offsetValue
 	json      bool
 	store     string
 }
 
 func newLookupCmd() *cobra.Command {
-	var o lookupOptions
+	o := lookupOptions{offset: offsetValue{unit: "offset"}, timestamp: offsetValue{unit: "ms"}}
 	cmd := &cobra.Command{
 		Use:   "lookup PARTITION_DIR (--offset N | --timestamp T)",
 		Short: "Show the two-step lookup of an offset or a timestamp",
@@ -354,20 +437,23 @@ search over the segments' base offsets, step 2 a binary search of that
 segment's sparse offset index, then a forward scan of batch headers to the
 batch that holds the offset. With --timestamp it first finds the earliest
 offset whose record timestamp is >= T, through the time indexes.
-The directory is opened read-only.`,
+The directory is opened read-only, with its log directory's checkpoints.
+With --store, an offset below the local files is looked up in the bucket
+(manifest, then remote index); a partition that was offloaded but has no
+manifest there is an error (exit 2).`,
 		Example: `  tierctl lookup /tmp/logs/orders-0 --offset 25000
   tierctl lookup /tmp/logs/orders-0 --timestamp 1788026072512 --json`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			byOffset, byTs := cmd.Flags().Changed("offset"), cmd.Flags().Changed("timestamp")
+			byOffset, byTs := o.offset.set, o.timestamp.set
 			if byOffset == byTs {
 				return usagef("give exactly one of --offset and --timestamp")
 			}
 			return runLookup(cmd, args[0], o, byTs)
 		},
 	}
-	cmd.Flags().Int64Var(&o.offset, "offset", 0, "offset to find")
-	cmd.Flags().Int64Var(&o.timestamp, "timestamp", 0, "find the first offset with a timestamp >= this (ms)")
+	cmd.Flags().Var(&o.offset, "offset", "offset to find (>= 0)")
+	cmd.Flags().Var(&o.timestamp, "timestamp", "find the first offset with a timestamp >= this (ms since the epoch, >= 0)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&o.store, "store", "", "bucket URL: look offloaded offsets up in it (manifest, then remote index)")
 	return cmd
@@ -385,7 +471,7 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 		defer store.Close()
 		l, tp, loc = p, p, p.Local()
 	} else {
-		ll, err := openPartitionReadOnly(dir)
+		ll, err := openPartitionReadOnly(cmd.Context(), dir, backend.Config{})
 		if err != nil {
 			return err
 		}
@@ -393,18 +479,18 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 	}
 	defer l.Close()
 	w := cmd.OutOrStdout()
-	target := o.offset
+	target := o.offset.v
 	var foundTs int64
 	if byTs {
-		off, ts, found, err := l.OffsetForTimestamp(cmd.Context(), o.timestamp)
+		off, ts, found, err := l.OffsetForTimestamp(cmd.Context(), o.timestamp.v)
 		if err != nil {
 			return err
 		}
 		if !found {
 			if o.json {
-				writeJSON(w, map[string]any{"timestamp": o.timestamp, "found": false})
+				writeJSON(w, map[string]any{"timestamp": o.timestamp.v, "found": false})
 			} else {
-				fmt.Fprintf(w, "no record has a timestamp >= %d\n", o.timestamp)
+				fmt.Fprintf(w, "no record has a timestamp >= %d\n", o.timestamp.v)
 			}
 			return nil
 		}
@@ -428,13 +514,13 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 			"batch": map[string]any{"baseOffset": r.BaseOffset, "lastOffset": r.LastOffset, "position": r.BatchPosition, "size": r.BatchSize, "maxTimestamp": r.MaxTimestamp},
 		}
 		if byTs {
-			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp, foundTs, true
+			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp.v, foundTs, true
 		}
 		writeJSON(w, m)
 		return nil
 	}
 	if byTs {
-		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d), via the time indexes\n", o.timestamp, target, foundTs)
+		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d), via the time indexes\n", o.timestamp.v, target, foundTs)
 	}
 	fmt.Fprintf(w, "offset %d in %s\n", target, dir)
 	fmt.Fprintf(w, "step 1: binary search over %d segment base offsets -> segment %d: %s\n", r.Segments, r.SegmentIndex, filepath.Base(r.SegmentPath))
@@ -464,13 +550,13 @@ func printRemoteLookup(cmd *cobra.Command, p *tiered.Partition, target int64, o 
 			"batchesScanned": r.BatchesScanned,
 			"batch":          map[string]any{"baseOffset": r.BaseOffset, "lastOffset": r.LastOffset, "position": r.BatchPosition, "size": r.BatchSize}}
 		if byTs {
-			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp, foundTs, true
+			m["timestamp"], m["recordTimestamp"], m["found"] = o.timestamp.v, foundTs, true
 		}
 		writeJSON(w, m)
 		return nil
 	}
 	if byTs {
-		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d)\n", o.timestamp, target, foundTs)
+		fmt.Fprintf(w, "timestamp %d: first record at or after it is offset %d (timestamp %d)\n", o.timestamp.v, target, foundTs)
 	}
 	fmt.Fprintf(w, "offset %d is offloaded (below the local log start)\n", target)
 	fmt.Fprintf(w, "step 1: binary search over %d segments in the manifest -> segment %d: %s\n", r.Segments, r.SegmentIndex, r.Object)

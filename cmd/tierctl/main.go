@@ -26,9 +26,17 @@ const (
 	exitUsage    = 2
 )
 
-// errProblems is returned by a command that ran to the end and reported
-// problems; main maps it to exit code 1 without printing it again.
-var errProblems = errors.New("problems found")
+var (
+	// errProblems is returned by a command that ran to the end and
+	// reported problems; main maps it to exit code 1 without printing it
+	// again.
+	errProblems = errors.New("problems found")
+	// errEmptyBucket is returned when a command that lists the bucket's
+	// partitions (verify --store, cost) finds none: a wrong URL is
+	// likelier than an empty bucket, and nothing checked must not read as
+	// nothing wrong.
+	errEmptyBucket = errors.New("no partition has a manifest")
+)
 
 // usageError marks errors caused by how the command was called.
 type usageError struct{ err error }
@@ -76,6 +84,14 @@ Settings come from flags, then TIERCTL_<FLAG> environment variables
 then a Kafka-style .properties file given by --config-file or
 TIERCTL_CONFIG_FILE, whose keys are flag names (store=…) or topic config
 keys (segment.bytes=…).
+
+A partition is named TOPIC-PARTITION everywhere, as its directory is:
+--partition orders-0, or a PARTITION_DIR path ending in it (logs/orders-0).
+
+Bucket URLs (--store): file:///dir, s3://bucket/prefix?region=…,
+minio://bucket/prefix?endpoint=…. Every command but demo refuses mem://:
+an in-memory bucket would start empty and vanish, with what was written to
+it, when the command exits.
 
 Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 		SilenceUsage:  true,

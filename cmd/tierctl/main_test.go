@@ -253,7 +253,7 @@ func TestBinary(t *testing.T) {
 
 func TestProduceConsumeLookup(t *testing.T) {
 	logs := t.TempDir()
-	code, out, errOut := tierctl(t, "produce", logs, "--topic", "orders", "--partition", "2", "--count", "20000",
+	code, out, errOut := tierctl(t, "produce", logs, "--partition", "orders-2", "--count", "20000",
 		"--record-size", "200", "--key-space", "100", "--config", "segment.bytes=1048576", "--json")
 	if code != 0 {
 		t.Fatalf("produce: exit %d: %s", code, errOut)
@@ -315,10 +315,10 @@ func TestProduceConsumeLookup(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"produce", logs, "--topic", "orders", "--count", "1", "--config", "segment.bytez=1"}, "segment.bytez"},
-		{[]string{"produce", logs, "--topic", "orders", "--count", "1", "--codec", "brotli"}, "brotli"},
-		{[]string{"produce", logs, "--topic", "bad/name", "--count", "1"}, "bad/name"},
-		{[]string{"produce", logs, "--count", "1"}, "--topic"},
+		{[]string{"produce", logs, "--partition", "orders-0", "--count", "1", "--config", "segment.bytez=1"}, "segment.bytez"},
+		{[]string{"produce", logs, "--partition", "orders-0", "--count", "1", "--codec", "brotli"}, "brotli"},
+		{[]string{"produce", logs, "--partition", "bad/name-0", "--count", "1"}, "bad/name"},
+		{[]string{"produce", logs, "--count", "1"}, "--partition"},
 		{[]string{"lookup", part}, "exactly one"},
 		{[]string{"lookup", part, "--offset", "1", "--timestamp", "1"}, "exactly one"},
 		{[]string{"lookup", part, "--offset", "20000"}, "out of range"},
@@ -365,7 +365,7 @@ func TestConsumeKafkaFixtureReadOnly(t *testing.T) {
 func TestOffloadLsManifestConsume(t *testing.T) {
 	root := t.TempDir()
 	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
-	if code, _, errOut := tierctl(t, "produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200",
+	if code, _, errOut := tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200",
 		"--config", "segment.bytes=1048576"); code != 0 {
 		t.Fatalf("produce: %s", errOut)
 	}
@@ -424,7 +424,7 @@ func TestOffloadLsManifestConsume(t *testing.T) {
 func TestRestoreAndGCCommands(t *testing.T) {
 	root := t.TempDir()
 	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
-	tierctl(t, "produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200", "--config", "segment.bytes=1048576")
 	part := filepath.Join(logs, "orders-0")
 	if code, _, errOut := tierctl(t, "offload", part, "--store", "file://"+bucket+"?create=true"); code != 0 {
 		t.Fatalf("offload: %s", errOut)
@@ -456,7 +456,7 @@ func TestRestoreAndGCCommands(t *testing.T) {
 
 func TestCompact(t *testing.T) {
 	logs := t.TempDir()
-	if code, _, errOut := tierctl(t, "produce", logs, "--topic", "users", "--count", "30000", "--record-size", "100",
+	if code, _, errOut := tierctl(t, "produce", logs, "--partition", "users-0", "--count", "30000", "--record-size", "100",
 		"--key-space", "500", "--config", "segment.bytes=262144"); code != 0 {
 		t.Fatalf("produce: exit %d: %s", code, errOut)
 	}
@@ -515,7 +515,7 @@ func TestVerifyStore(t *testing.T) {
 	root := t.TempDir()
 	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
 	for _, topic := range []string{"orders", "payments"} {
-		if code, _, errOut := tierctl(t, "produce", logs, "--topic", topic, "--count", "20000", "--record-size", "200",
+		if code, _, errOut := tierctl(t, "produce", logs, "--partition", topic+"-0", "--count", "20000", "--record-size", "200",
 			"--config", "segment.bytes=1048576"); code != 0 {
 			t.Fatalf("produce: %s", errOut)
 		}

@@ -13,7 +13,7 @@ import (
 func TestSettingsPrecedence(t *testing.T) {
 	root := t.TempDir()
 	logs := filepath.Join(root, "logs")
-	if code, _, errOut := tierctl(t, "produce", logs, "--topic", "orders", "--count", "20000", "--record-size", "200",
+	if code, _, errOut := tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200",
 		"--config", "segment.bytes=1048576"); code != 0 {
 		t.Fatalf("produce: %s", errOut)
 	}
@@ -39,7 +39,9 @@ log-level=off
 	// The environment overrides the file (TIERCTL_CONFIG_FILE names it).
 	t.Setenv("TIERCTL_CONFIG_FILE", props)
 	t.Setenv("TIERCTL_STORE", "file://"+envBucket+"?create=true")
-	if code, out, errOut := tierctl(t, "ls", part); code != 0 || !strings.Contains(out, "local (active)") || strings.Contains(out, "remote") {
+	// (The env's bucket is empty: ls of the offloaded partition says it
+	// has no manifest there.)
+	if code, out, errOut := tierctl(t, "ls", part); code != 2 || !strings.Contains(errOut, envBucket) || !strings.Contains(errOut, "no manifest") {
 		t.Fatalf("ls with an empty env bucket: exit %d\n%s%s", code, out, errOut)
 	}
 	// A flag overrides both.
@@ -48,10 +50,10 @@ log-level=off
 	}
 	// TIERCTL_CONFIG adds topic config under the command line's.
 	t.Setenv("TIERCTL_CONFIG", "segment.bytes=notanumber")
-	if code, _, errOut := tierctl(t, "produce", logs, "--topic", "x", "--count", "1"); code != 2 || !strings.Contains(errOut, "segment.bytes") {
+	if code, _, errOut := tierctl(t, "produce", logs, "--partition", "x-0", "--count", "1"); code != 2 || !strings.Contains(errOut, "segment.bytes") {
 		t.Fatalf("a bad TIERCTL_CONFIG value: exit %d %s", code, errOut)
 	}
-	if code, _, errOut := tierctl(t, "produce", logs, "--topic", "x", "--count", "1", "--config", "segment.bytes=1048576"); code != 0 {
+	if code, _, errOut := tierctl(t, "produce", logs, "--partition", "x-0", "--count", "1", "--config", "segment.bytes=1048576"); code != 0 {
 		t.Fatalf("--config over TIERCTL_CONFIG: exit %d %s", code, errOut)
 	}
 	os.Unsetenv("TIERCTL_CONFIG")
@@ -88,14 +90,14 @@ log-level=off
 func TestLogLevel(t *testing.T) {
 	root := t.TempDir()
 	logs := filepath.Join(root, "logs")
-	tierctl(t, "produce", logs, "--topic", "orders", "--count", "10000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "10000", "--record-size", "200", "--config", "segment.bytes=1048576")
 	part := filepath.Join(logs, "orders-0")
 	store := "file://" + filepath.Join(root, "bucket") + "?create=true"
 	code, _, errOut := tierctl(t, "offload", part, "--store", store, "--log-level", "info")
 	if code != 0 || !strings.Contains(errOut, "level=INFO") || !strings.Contains(errOut, `msg="offloaded segment"`) {
 		t.Fatalf("offload --log-level info: exit %d\n%s", code, errOut)
 	}
-	tierctl(t, "produce", logs, "--topic", "orders", "--count", "10000", "--record-size", "200", "--config", "segment.bytes=1048576")
+	tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "10000", "--record-size", "200", "--config", "segment.bytes=1048576")
 	if code, _, errOut := tierctl(t, "offload", part, "--store", store); code != 0 || errOut != "" {
 		t.Fatalf("offload at the default level: exit %d, stderr %q", code, errOut)
 	}
@@ -110,11 +112,13 @@ func TestProgressBars(t *testing.T) {
 	part := filepath.Join(logs, "orders-0")
 	store := "file://" + filepath.Join(root, "bucket") + "?create=true"
 	for _, args := range [][]string{
-		{"produce", logs, "--topic", "orders", "--count", "20000", "--config", "segment.bytes=1048576"},
+		{"produce", logs, "--partition", "orders-0", "--count", "20000", "--config", "segment.bytes=1048576"},
 		{"verify", logs},
 		{"offload", part, "--store", store, "--config", "local.retention.ms=0"},
 		{"restore", filepath.Join(root, "restored"), "--store", store, "--partition", "orders-0"},
-		{"compact", part, "--config", "cleanup.policy=compact"},
+		// (compact refuses orders-0 once offloaded: a partition of its own)
+		{"produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144"},
+		{"compact", filepath.Join(logs, "users-0"), "--config", "cleanup.policy=compact"},
 	} {
 		// Each command once with a bar (first: offload and compact then
 		// have work to do), then again with auto.

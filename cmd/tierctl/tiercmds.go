@@ -6,7 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"net/url"
+	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -19,16 +22,40 @@ import (
 	"github.com/tierlog/tierlog/tiered"
 )
 
-// openStore opens --store, mapping a bad URL to a usage error.
+// openStore opens --store, mapping a bad URL to a usage error. It refuses
+// mem:// (see refuseMemStore).
 func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
 	if raw == "" {
 		return nil, usagef("--store is required (file:///dir, s3://bucket/prefix?…, minio://bucket/prefix?endpoint=…)")
+	}
+	if err := refuseMemStore(raw, ""); err != nil {
+		return nil, err
 	}
 	s, err := storeurl.Open(ctx, raw, objstore.Options{})
 	if errors.Is(err, objstore.ErrInvalidURL) {
 		return nil, usageError{err}
 	}
 	return s, err
+}
+
+// refuseMemStore returns a usage error when raw is a mem:// URL. An
+// in-memory bucket lives only inside one tierctl process: it starts empty
+// and is gone when the command exits, with whatever was written to it. An
+// offload would delete local copies of segments only that bucket held; a
+// restore, gc or read would find nothing and say so misleadingly. Only
+// demo, whose data lives and dies with the process, may use one (why
+// says what demo would lose otherwise).
+func refuseMemStore(raw, why string) error {
+	u, err := url.Parse(raw)
+	if err != nil || !strings.EqualFold(u.Scheme, "mem") {
+		return nil
+	}
+	if why == "" {
+		why = "it starts empty and vanishes when this command exits, with everything written to it " +
+			"(an offload would have deleted local segments only that bucket held)"
+	}
+	return usagef("--store %s: a mem:// bucket lives only inside one tierctl process: %s; use a file://, s3:// or minio:// URL",
+		storeurl.Redact(raw), why)
 }
 
 // partitionStore parses --partition and opens --store.
@@ -101,6 +128,9 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 			var bar *progress // set before Offload starts its uploads
 			p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx),
 				OnUploadProgress: func(n int64) { bar.Add(n) }})
+			if errors.Is(err, tiered.ErrNoManifest) {
+				return fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(storeURL), tp, args[0], err)
+			}
 			if err != nil {
 				return err
 			}
@@ -138,28 +168,73 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 	return cmd
 }
 
+// notAPartitionDir refuses a LOGDIR argument that holds segment files: a
+// partition directory given where its log directory is meant.
+func notAPartitionDir(logDir string) error {
+	ents, err := os.ReadDir(logDir)
+	if err != nil {
+		return nil // missing: created; unreadable: the open says why
+	}
+	for _, e := range ents {
+		if _, suffix, err := local.ParseFileName(e.Name()); err == nil && suffix == local.LogSuffix {
+			return usagef("LOGDIR %s holds segment files (%s): it is a partition directory; give the log directory that holds it", logDir, e.Name())
+		}
+	}
+	return nil
+}
+
 // openTiered opens a partition directory read-only and its manifest.
 func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *objstore.Store, error) {
-	tp, err := partitionOf(dir)
-	if err != nil {
+	if _, err := partitionOf(dir); err != nil {
 		return nil, nil, err
 	}
 	store, err := openStore(ctx, storeURL)
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := openPartitionReadOnly(dir)
+	p, err := openTieredIn(ctx, dir, store, storeURL)
 	if err != nil {
-		store.Close()
-		return nil, nil, err
-	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
-	if err != nil {
-		l.Close()
 		store.Close()
 		return nil, nil, err
 	}
 	return p, store, nil
+}
+
+// openTieredIn opens a partition directory read-only (with its log dir's
+// checkpoints) over store. A partition whose checkpoint says it was
+// offloaded while store has no manifest for it is an error wrapping
+// tiered.ErrNoManifest that names the URL and the partition: the usual
+// cause is a wrong --store.
+func openTieredIn(ctx context.Context, dir string, store *objstore.Store, storeURL string) (*tiered.Partition, error) {
+	tp, err := partitionOf(dir)
+	if err != nil {
+		return nil, err
+	}
+	l, err := openPartitionReadOnly(ctx, dir, backend.Config{})
+	if err != nil {
+		return nil, err
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
+	if err != nil {
+		l.Close()
+		if errors.Is(err, tiered.ErrNoManifest) {
+			return nil, fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(storeURL), tp, dir, err)
+		}
+		return nil, err
+	}
+	return p, nil
+}
+
+// errNoManifestAt is the error for a partition named by --partition whose
+// manifest the bucket does not have.
+func errNoManifestAt(storeURL, partition string) error {
+	return fmt.Errorf("%w for partition %s under --store %s (no object %s/%s): is the --store URL (bucket and prefix) or --partition right?",
+		tiered.ErrNoManifest, partition, storeurl.Redact(storeURL), partition, tiered.ManifestName)
+}
+
+// errNoPartitions wraps errEmptyBucket with the URL.
+func errNoPartitions(storeURL string) error {
+	return fmt.Errorf("%w under --store %s: is the URL (bucket and prefix) right?", errEmptyBucket, storeurl.Redact(storeURL))
 }
 
 func newLsCmd() *cobra.Command {
@@ -168,6 +243,11 @@ func newLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls PARTITION_DIR [--store URL]",
 		Short: "List a partition's segments and the tier each lives in: local, remote or both",
+		Long: `ls lists a partition's segments, oldest first, and the tier each lives in:
+local, remote (only in the bucket) or both. The directory is opened
+read-only, with its log directory's checkpoints. With --store, a partition
+whose log-start checkpoint says it was offloaded but that has no manifest
+in the bucket is an error (exit 2): the URL or its prefix is likely wrong.`,
 		Example: `  tierctl ls logs/orders-0 --store file:///var/lib/tierlog/bucket
   tierctl ls logs/orders-0 --json`,
 		Args: exactArgs(1),
@@ -185,7 +265,7 @@ func newLsCmd() *cobra.Command {
 				m, l = p.Manifest(), p.Local()
 			} else {
 				var err error
-				if l, err = openPartitionReadOnly(args[0]); err != nil {
+				if l, err = openPartitionReadOnly(ctx, args[0], backend.Config{}); err != nil {
 					return err
 				}
 				defer l.Close()
@@ -248,6 +328,9 @@ func newManifestCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "manifest (show|verify) --store URL --partition TOPIC-PARTITION",
 		Short: "Show or verify a partition's manifest in a bucket",
+		Long: `manifest show prints a partition's committed manifest; manifest verify
+checks the objects it names. A partition with no manifest under --store is
+an error (exit 2).`,
 	}
 	var storeURL, partition string
 	var asJSON, deep bool
@@ -256,15 +339,15 @@ func newManifestCmd() *cobra.Command {
 		if err != nil {
 			return nil, nil, "", err
 		}
-		data, err := store.ReadAll(ctx, tp.String()+"/"+tiered.ManifestName, 0, -1)
-		if err == nil {
-			var m *manifest.Manifest
-			if m, err = manifest.Decode(data); err == nil {
-				return store, m, tp.String(), nil
-			}
+		m, err := tiered.ReadManifest(ctx, store, tp.String())
+		if err == nil && !manifestExists(m) {
+			err = errNoManifestAt(storeURL, tp.String())
 		}
-		store.Close()
-		return nil, nil, "", err
+		if err != nil {
+			store.Close()
+			return nil, nil, "", err
+		}
+		return store, m, tp.String(), nil
 	}
 	show := &cobra.Command{
 		Use:     "show --store URL --partition TOPIC-PARTITION",
@@ -363,7 +446,16 @@ func newRestoreCmd() *cobra.Command {
 <LOGDIR>/<topic>-<partition> (which must not exist or be empty), checking
 each object's CRC-32C, then opens it through the log directory so its
 checkpoints (log start, high watermark) are written, and closes it cleanly.
-Use it for a lost disk or a new broker.`,
+Use it for a lost disk or a new broker.
+
+It locks the log directory before it writes anything (stop the broker that
+owns it first) and builds the partition in a temporary directory,
+<topic>-<partition>.restoring-<id>-delete, renamed into place only once
+every object is downloaded and checked: a restore that fails (a full disk,
+a damaged object, a lost connection) leaves no partition directory, and
+can simply be run again. It removes what a killed restore left. LOGDIR is
+the log directory: one that holds segment files (a partition directory)
+is refused.`,
 		Example: `  tierctl restore /var/lib/tierlog/logs --store file:///var/lib/tierlog/bucket --partition orders-0`,
 		Args:    exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -373,23 +465,32 @@ Use it for a lost disk or a new broker.`,
 				return err
 			}
 			defer store.Close()
+			if err := notAPartitionDir(args[0]); err != nil {
+				return err
+			}
 			dir := filepath.Join(args[0], tp.String())
+			// The log dir's lock, from before anything is written until
+			// the checkpoints are.
+			b, err := local.OpenBackend(args[0], local.BackendOptions{Logger: loggerFrom(ctx)})
+			if err != nil {
+				return err
+			}
+			defer b.Close()
 			var bar *progress // sized once Restore has read the manifest
 			m, err := tiered.Restore(ctx, store, tp.String(), dir, tiered.RestoreOptions{
+				Backend:    b,
 				OnStart:    func(total int64) { bar = newProgress(cmd, total, "restore", true) },
 				OnProgress: func(n int64) { bar.Add(n) },
 			})
+			if errors.Is(err, tiered.ErrNoManifest) {
+				return errNoManifestAt(storeURL, tp.String())
+			}
 			if err != nil {
 				return err
 			}
 			bar.Finish()
 			// Open through the log dir: the restored records were committed
 			// (below the high watermark when uploaded).
-			b, err := local.OpenBackend(args[0], local.BackendOptions{Logger: loggerFrom(ctx)})
-			if err != nil {
-				return err
-			}
-			defer b.Close()
 			l, err := b.OpenLog(ctx, tp.Topic, tp.Partition, backend.DefaultConfig())
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore/storeurl"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/tiered"
 )
 
 func newVerifyCmd() *cobra.Command {
@@ -37,9 +38,13 @@ or a log directory holding partition directories:
               index without its log
 
 With --store it also checks the partitions' objects in the bucket against
-their manifests: the partitions given with --partition, else those of the
-partition directories given, else every partition with a manifest in the
-bucket. By default each object must exist with the size the manifest
+their manifests: the partitions given with --partition (one without a
+manifest is a problem), else those of the partition directories given,
+else every partition with a manifest in the bucket (finding none is an
+error, exit 2: the URL is likely wrong). A local partition given (or in a
+log directory given) whose log-start-offset-checkpoint says it was
+offloaded, but that has no manifest in the bucket, is an error (exit 2)
+naming it: the --store URL or its prefix is likely wrong. By default each object must exist with the size the manifest
 recorded (one HEAD each); --deep downloads every object, one segment at a
 time into a temporary directory, and checks its CRC-32C against the
 manifest, every batch CRC, that offsets stay in the manifest's range, the
@@ -57,6 +62,9 @@ It prints one line per file or object and exits 1 when it found any problem.`,
 			}
 			if deep && storeURL == "" {
 				return usagef("--deep checks objects in a bucket: it needs --store")
+			}
+			if len(partitions) > 0 && storeURL == "" {
+				return usagef("--partition %s names a partition in a bucket: it needs --store", partitions[0])
 			}
 			return nil
 		},
@@ -107,7 +115,13 @@ It prints one line per file or object and exits 1 when it found any problem.`,
 	return cmd
 }
 
-// verifyBucket runs the remote checks of verify --store.
+// verifyBucket runs the remote checks of verify --store. It checks the
+// partitions given with --partition (a missing manifest is a problem),
+// else the partition directories among paths, else every partition with a
+// manifest in the bucket (none at all is an error: the URL is likely
+// wrong). A local partition among paths, or in a log directory among
+// them, whose checkpoint says it was offloaded while the bucket has no
+// manifest for it is an error wrapping tiered.ErrNoManifest.
 func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []string, deep bool) ([]fileReport, error) {
 	ctx := cmd.Context()
 	for _, p := range partitions {
@@ -120,28 +134,58 @@ func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []strin
 		return nil, err
 	}
 	defer store.Close()
+	explicit := len(partitions) > 0
 	prefixes := partitions
-	if len(prefixes) == 0 {
-		for _, p := range paths {
-			name := filepath.Base(filepath.Clean(p))
-			if st, err := os.Stat(p); err == nil && st.IsDir() {
-				if _, err := local.ParsePartitionDirName(name); err == nil {
-					prefixes = append(prefixes, name)
-				}
+	localDirs := map[string]string{} // partition name -> directory among paths
+	for _, p := range paths {
+		for _, d := range localPartitionDirs(p) {
+			name := filepath.Base(filepath.Clean(d))
+			if _, dup := localDirs[name]; !dup && !explicit && filepath.Clean(d) == filepath.Clean(p) {
+				prefixes = append(prefixes, name)
 			}
+			localDirs[name] = d
 		}
 	}
-	if len(prefixes) == 0 {
+	listed := len(prefixes) == 0
+	if listed {
 		if prefixes, err = bucketPartitions(ctx, store); err != nil {
 			return nil, err
 		}
+	}
+	parts, total := loadManifests(ctx, store, prefixes, deep)
+	if !explicit {
+		// An offloaded local partition without a manifest: the bucket
+		// is not the one it went to.
+		have := map[string]bool{}
+		for _, rp := range parts {
+			have[rp.prefix] = rp.err != nil || manifestExists(rp.m)
+		}
+		for name, dir := range localDirs {
+			if have[name] {
+				continue
+			}
+			// Only the missing manifest matters here: a partition that
+			// does not open is reported by the local checks.
+			p, err := openTieredIn(ctx, dir, store, storeURL)
+			if errors.Is(err, tiered.ErrNoManifest) {
+				return nil, err
+			}
+			if err == nil {
+				p.Close()
+			}
+		}
+	}
+	if listed && len(parts) == 0 {
+		return nil, errNoPartitions(storeURL)
+	}
+	for i := range parts {
+		parts[i].mustExist = explicit
 	}
 	tmp, err := os.MkdirTemp("", "tierctl-verify-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	parts, total := loadManifests(ctx, store, prefixes, deep)
 	bar := newProgress(cmd, total, "verify "+storeurl.Redact(storeURL), deep)
 	var out []fileReport
 	for _, rp := range parts {
@@ -153,6 +197,29 @@ func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []strin
 	}
 	bar.Finish()
 	return out, nil
+}
+
+// localPartitionDirs returns path when it is a partition directory (a
+// directory named <topic>-<partition>), else the partition directories in
+// it when it is a directory, else nothing.
+func localPartitionDirs(path string) []string {
+	if st, err := os.Stat(path); err != nil || !st.IsDir() {
+		return nil
+	}
+	if _, err := local.ParsePartitionDirName(filepath.Base(filepath.Clean(path))); err == nil {
+		return []string{path}
+	}
+	ents, err := os.ReadDir(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		if _, err := local.ParsePartitionDirName(e.Name()); err == nil && e.IsDir() {
+			out = append(out, filepath.Join(path, e.Name()))
+		}
+	}
+	return out
 }
 
 // fileReport is what verify found in one file.

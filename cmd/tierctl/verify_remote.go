@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
@@ -43,9 +44,18 @@ func verifyRemote(ctx context.Context, store *objstore.Store, rp remotePartition
 		r.problemf("%v", rp.err)
 		return []fileReport{r}, nil
 	}
+	if !manifestExists(m) {
+		r := fileReport{Path: prefix + "/" + tiered.ManifestName, Kind: "manifest"}
+		if rp.mustExist {
+			r.problemf("no manifest: is the --store URL (bucket and prefix) or --partition right?")
+		} else {
+			r.Notes = append(r.Notes, "no manifest: the partition was not offloaded")
+		}
+		return []fileReport{r}, nil
+	}
 	if len(m.Segments) == 0 {
 		r := fileReport{Path: prefix + "/" + tiered.ManifestName, Kind: "manifest"}
-		r.Notes = append(r.Notes, "no manifest, or one naming no segments")
+		r.Notes = append(r.Notes, fmt.Sprintf("manifest generation %d names no segments", m.Generation))
 		return []fileReport{r}, nil
 	}
 	var out []fileReport
@@ -116,7 +126,15 @@ type remotePartition struct {
 	prefix string
 	m      *manifest.Manifest
 	err    error
+	// mustExist: the partition was named by --partition, so a missing
+	// manifest is a problem.
+	mustExist bool
 }
+
+// manifestExists tells a committed manifest from the empty one
+// tiered.ReadManifest returns when there is none: every commit has a
+// generation of 1 or more.
+func manifestExists(m *manifest.Manifest) bool { return m.Generation > 0 }
 
 // loadManifests reads each prefix's manifest once (one GET each) and
 // returns what a check of them will move: objects (shallow) or bytes
