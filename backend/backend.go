@@ -21,14 +21,22 @@ package backend
 
 import (
 	"context"
+	"fmt"
 	"io"
 )
 
-// Partition is one partition's log. A Partition MUST allow one writer
-// (Append, TruncateTo, SetHighWatermark, DeleteRecordsBefore, Flush) and any
-// number of concurrent readers (Read, OffsetForTimestamp, Offsets), and MUST
-// keep every Records a reader holds readable until that Records is closed,
-// whatever retention, truncation or compaction does meanwhile.
+// Partition is one partition's log.
+//
+// Concurrency: every method MAY be called from any goroutine. The writers
+// (Append, TruncateTo, SetHighWatermark, DeleteRecordsBefore, Flush,
+// SetConfig) are serialized by the partition; a broker calls them from one
+// goroutine per partition (its request handling) while the partition's own
+// background work (a tiered partition's uploads and retention, the log
+// cleaner, time-based rolls and flushes) runs beside them. The readers
+// (Read, OffsetForTimestamp, EndOffsetForEpoch, Offsets, Changed) never
+// wait for a writer's I/O. A Partition MUST keep every Records a reader
+// holds readable until that Records is closed, whatever retention,
+// truncation or compaction does meanwhile.
 type Partition interface {
 	// Append validates batches (one or more record batch v2, back to back)
 	// and appends them. Every batch MUST be validated (size, magic, CRC-32C,
@@ -52,10 +60,36 @@ type Partition interface {
 	// caller MUST Close the Records.
 	Read(ctx context.Context, offset int64, opts ReadOptions) (Records, error)
 
-	// OffsetForTimestamp returns the first offset whose record timestamp is
-	// >= ts and that record's timestamp (Kafka's ListOffsets). found is
-	// false when no record has such a timestamp.
+	// OffsetForTimestamp answers ListOffsets: the first offset whose record
+	// timestamp is >= ts and that record's timestamp; found is false when
+	// no record has such a timestamp. The special times are Kafka's:
+	// LatestTimestamp (-1: the high watermark; read_committed brokers use
+	// Offsets().LastStableOffset), EarliestTimestamp (-2: LogStart),
+	// MaxTimestamp (-3: the record with the largest timestamp, the first
+	// such), EarliestLocalTimestamp (-4: LocalLogStart) and
+	// LatestTieredTimestamp (-5: the last offset in the bucket; found is
+	// false when nothing is). For the times other than -3 the timestamp
+	// returned is -1.
 	OffsetForTimestamp(ctx context.Context, ts int64) (offset, timestamp int64, found bool, err error)
+
+	// EndOffsetForEpoch answers OffsetsForLeaderEpoch over every offset the
+	// partition holds (a tiered partition's bucket included): the largest
+	// epoch <= epoch that has records, and the first offset of the epoch
+	// after it (LogEnd for the latest). found is false when epoch is below
+	// every epoch known (Kafka answers UNDEFINED_EPOCH_OFFSET).
+	EndOffsetForEpoch(ctx context.Context, epoch int32) (foundEpoch int32, endOffset int64, found bool, err error)
+
+	// Changed returns a channel that is closed the next time LogEnd,
+	// HighWatermark or LastStableOffset moves, or the partition closes. A
+	// broker's long-poll Fetch selects on it, then reads Offsets (and asks
+	// Changed again). It MUST NOT block and MAY be called from any
+	// goroutine.
+	Changed() <-chan struct{}
+
+	// SetConfig applies a topic config change to the open partition (Kafka
+	// applies a topic's new config to its open log): retention and flush
+	// settings from the next pass, segment sizes from the next segment.
+	SetConfig(cfg Config) error
 
 	// Offsets returns the partition's offsets; see the package doc.
 	Offsets() Offsets
@@ -82,8 +116,28 @@ type Partition interface {
 	Close() error
 }
 
+// The special times of OffsetForTimestamp (Kafka's ListOffsets).
+const (
+	LatestTimestamp        int64 = -1
+	EarliestTimestamp      int64 = -2
+	MaxTimestamp           int64 = -3
+	EarliestLocalTimestamp int64 = -4
+	LatestTieredTimestamp  int64 = -5
+)
+
+// TopicPartition names a partition.
+type TopicPartition struct {
+	Topic     string
+	Partition int32
+}
+
+func (tp TopicPartition) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
+
 // Backend holds many partitions (a broker's log directory).
 type Backend interface {
+	// Partitions lists the partitions present (opened or not), in topic
+	// then partition order: what a broker opens at startup.
+	Partitions(ctx context.Context) ([]TopicPartition, error)
 	// Open returns the partition, creating it when absent. Opening an open
 	// partition returns the same Partition, with cfg applied to it (a
 	// topic config change applies to the open log, as in Kafka). Names
@@ -154,6 +208,11 @@ type ReadOptions struct {
 	// MinOneBatch returns the first batch even when it is larger than
 	// MaxBytes (Kafka's fetch semantics when it is the first partition).
 	MinOneBatch bool
+	// Replica says a follower is fetching: an offset the partition holds
+	// only in its bucket is an *OffsetMovedToTieredStorageError (Kafka's
+	// OFFSET_MOVED_TO_TIERED_STORAGE), and the follower builds that part
+	// of its state from the bucket instead.
+	Replica bool
 	// Isolation bounds the read (the zero value: the log end). A read
 	// stops before the batch that holds the bound, as Kafka's does; an
 	// offset at or past the bound (and at or below LogEnd) returns empty

@@ -18,8 +18,21 @@ var (
 	// a follower batch that does not continue the log, an unsupported
 	// magic, offsets out of order.
 	ErrInvalidRecord = errors.New("backend: invalid record")
-	// ErrRecordTooLarge: a batch larger than max.message.bytes.
+	// ErrRecordTooLarge: a batch larger than max.message.bytes. Kafka's
+	// MESSAGE_TOO_LARGE (10).
 	ErrRecordTooLarge = errors.New("backend: record too large")
+	// ErrRecordListTooLarge: an append larger than segment.bytes. Kafka's
+	// RECORD_LIST_TOO_LARGE (18).
+	ErrRecordListTooLarge = errors.New("backend: record list too large")
+	// ErrUnsupportedForMessageFormat: a leader append of a batch in a
+	// message format older than v2. Kafka's UNSUPPORTED_FOR_MESSAGE_FORMAT
+	// (43).
+	ErrUnsupportedForMessageFormat = errors.New("backend: unsupported for message format")
+	// ErrOffsetMovedToTieredStorage: a follower fetched an offset the
+	// partition holds only in its bucket. Returned as an
+	// *OffsetMovedToTieredStorageError. Kafka's
+	// OFFSET_MOVED_TO_TIERED_STORAGE (109).
+	ErrOffsetMovedToTieredStorage = errors.New("backend: offset moved to tiered storage")
 	// ErrFenced: another writer owns the partition (a manifest commit lost
 	// its conditional write); this one must stop writing.
 	ErrFenced = errors.New("backend: fenced by another writer")
@@ -92,3 +105,17 @@ func (e *ConfigError) Error() string {
 
 // Unwrap lets errors.Is match ErrInvalidConfig.
 func (e *ConfigError) Unwrap() error { return ErrInvalidConfig }
+
+// OffsetMovedToTieredStorageError says which offset a follower asked for
+// and where the local log starts. It matches ErrOffsetMovedToTieredStorage.
+type OffsetMovedToTieredStorageError struct {
+	Offset        int64
+	LocalLogStart int64
+}
+
+func (e *OffsetMovedToTieredStorageError) Error() string {
+	return fmt.Sprintf("backend: offset %d moved to tiered storage (the local log starts at %d)", e.Offset, e.LocalLogStart)
+}
+
+// Unwrap lets errors.Is match ErrOffsetMovedToTieredStorage.
+func (e *OffsetMovedToTieredStorageError) Unwrap() error { return ErrOffsetMovedToTieredStorage }

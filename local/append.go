@@ -48,7 +48,7 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 		return info, err
 	}
 	if sb := l.cfg.Load().SegmentBytes; int64(len(batches)) > sb {
-		return info, fmt.Errorf("%w: an append of %d bytes is larger than segment.bytes (%d)", backend.ErrRecordTooLarge, len(batches), sb)
+		return info, fmt.Errorf("%w: an append of %d bytes is larger than segment.bytes (%d)", backend.ErrRecordListTooLarge, len(batches), sb)
 	}
 
 	l.mu.Lock()
@@ -207,7 +207,7 @@ func (l *Log) validate(data []byte, opts backend.AppendOptions) ([]batchMeta, ba
 			err = b.Validate()
 		}
 		if err != nil {
-			return nil, info, l.recordErr(err, pos)
+			return nil, info, l.recordErr(err, pos, data)
 		}
 		if maxBytes := l.cfg.Load().MaxMessageBytes; int64(len(b)) > maxBytes {
 			return nil, info, fmt.Errorf("%w: batch at byte %d of the append is %d bytes; max.message.bytes is %d",
@@ -242,10 +242,12 @@ func (l *Log) validate(data []byte, opts backend.AppendOptions) ([]batchMeta, ba
 }
 
 // recordErr maps a record package error to the backend's sentinels.
-func (l *Log) recordErr(err error, pos int) error {
+func (l *Log) recordErr(err error, pos int, data []byte) error {
 	switch {
+	case errors.Is(err, record.ErrBadMagic) && len(data) > pos+16 && (data[pos+16] == 0 || data[pos+16] == 1):
+		return fmt.Errorf("%w: batch at byte %d of the append: %w (only magic 2 is appended)", backend.ErrUnsupportedForMessageFormat, pos, err)
 	case errors.Is(err, record.ErrBadMagic):
-		return fmt.Errorf("%w: batch at byte %d of the append: %w (only magic 2 is appended)", backend.ErrInvalidRecord, pos, err)
+		return fmt.Errorf("%w: batch at byte %d of the append: %w", backend.ErrInvalidRecord, pos, err)
 	case errors.Is(err, record.ErrCorrupt), errors.Is(err, record.ErrTornTail), errors.Is(err, record.ErrUnknownCodec):
 		return fmt.Errorf("%w: batch at byte %d of the append: %w", backend.ErrCorruptRecord, pos, err)
 	}

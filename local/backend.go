@@ -194,8 +194,12 @@ func (b *Backend) Logs() []*Log {
 	return logs
 }
 
-// Partitions lists the partition directories in the log dir.
-func (b *Backend) Partitions() ([]TopicPartition, error) {
+// Partitions lists the partition directories in the log dir; see
+// backend.Backend.
+func (b *Backend) Partitions(ctx context.Context) ([]TopicPartition, error) {
+	if err := checkCtx(ctx); err != nil {
+		return nil, err
+	}
 	ents, err := b.opts.FS.ReadDir(b.dir)
 	if err != nil {
 		return nil, fmt.Errorf("local: %w", err)

@@ -67,7 +67,7 @@ func TestBackendCheckpointsAndCleanShutdown(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, local.CleanShutdownFile)); !os.IsNotExist(err) {
 		t.Fatal("clean shutdown marker not removed on open")
 	}
-	parts, _ := b.Partitions()
+	parts, _ := b.Partitions(ctx)
 	if len(parts) != 1 || parts[0] != (local.TopicPartition{Topic: "orders", Partition: 3}) {
 		t.Fatalf("partitions %v", parts)
 	}

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/vfs"
 )
 
@@ -33,13 +34,8 @@ var ErrBadCheckpoint = errors.New("local: malformed checkpoint file")
 // it sizes anything.
 const maxCheckpointEntries = 10_000_000
 
-// TopicPartition names a partition.
-type TopicPartition struct {
-	Topic     string
-	Partition int32
-}
-
-func (tp TopicPartition) String() string { return fmt.Sprintf("%s-%d", tp.Topic, tp.Partition) }
+// TopicPartition names a partition (backend.TopicPartition).
+type TopicPartition = backend.TopicPartition
 
 // parseCheckpoint reads Kafka's generic checkpoint format: a version line
 // ("0"), a count line, then exactly count entry lines of fields separated by

@@ -91,6 +91,30 @@ func (h *SegmentHandle) TimeIndexBytes() ([]byte, error) {
 	return ti.AppendEntries(nil), nil
 }
 
+// TxnIndexBytes returns the segment's .txnindex entries (nil when it has
+// no aborted transactions).
+func (h *SegmentHandle) TxnIndexBytes() ([]byte, error) {
+	b, err := h.s.txnIndexBytes()
+	if len(b) == 0 {
+		b = nil
+	}
+	return b, err
+}
+
+// SnapshotBytes returns the producer snapshot describing the log up to the
+// segment's end (taken when the next segment began), or nil when there is
+// none (a log written before snapshots, or one whose snapshot was lost).
+func (h *SegmentHandle) SnapshotBytes() ([]byte, error) {
+	b, err := vfs.ReadFile(h.s.opts.fs, h.s.opts.path(h.next, SnapshotSuffix))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("local: read %s: %w", h.s.opts.path(h.next, SnapshotSuffix), err)
+	}
+	return b, nil
+}
+
 // LargestTimestamp is the segment's largest record timestamp (-1 when it
 // has none).
 func (h *SegmentHandle) LargestTimestamp() (int64, error) {

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"context"
 	"path/filepath"
 	"slices"
 
@@ -135,10 +136,17 @@ func (l *Log) LeaderEpochs() []EpochEntry {
 }
 
 // EndOffsetForEpoch answers OffsetForLeaderEpoch: the largest epoch <=
-// epoch, and the start offset of the epoch after it (or the log end). found
-// is false when epoch is below every cached epoch.
-func (l *Log) EndOffsetForEpoch(epoch int32) (foundEpoch int32, endOffset int64, found bool) {
+// epoch, and the start offset of the epoch after it (or the log end); see
+// backend.Partition. found is false when epoch is below every cached epoch.
+func (l *Log) EndOffsetForEpoch(ctx context.Context, epoch int32) (foundEpoch int32, endOffset int64, found bool, err error) {
+	if err := checkCtx(ctx); err != nil {
+		return -1, -1, false, err
+	}
+	if l.closed.Load() {
+		return -1, -1, false, l.closedErr()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.epochs.endOffsetFor(epoch, l.leo.Load())
+	foundEpoch, endOffset, found = l.epochs.endOffsetFor(epoch, l.leo.Load())
+	return foundEpoch, endOffset, found, nil
 }

@@ -111,6 +111,9 @@ type Log struct {
 	// lso is the last stable offset (see backend.Offsets).
 	lso atomic.Int64
 
+	changeMu sync.Mutex
+	changeCh chan struct{} // closed at the next change of the offsets; nil until asked for
+
 	mu sync.Mutex // the writer lock; guards the fields below
 	// act is the writable last segment; nil until the first write after a
 	// clean open (see activeForWriteLocked).
@@ -249,6 +252,34 @@ func (l *Log) jitter() int64 {
 func (l *Log) Offsets() backend.Offsets {
 	ls := l.logStart.Load()
 	return backend.Offsets{LogStart: ls, LocalLogStart: ls, HighWatermark: l.hw.Load(), LastStableOffset: l.lso.Load(), LogEnd: l.leo.Load()}
+}
+
+// Changed returns a channel closed the next time the log end, the high
+// watermark or the last stable offset moves, or the log closes; see
+// backend.Partition.
+func (l *Log) Changed() <-chan struct{} {
+	l.changeMu.Lock()
+	defer l.changeMu.Unlock()
+	if l.changeCh == nil {
+		l.changeCh = make(chan struct{})
+		if l.closed.Load() {
+			close(l.changeCh)
+			ch := l.changeCh
+			l.changeCh = nil
+			return ch
+		}
+	}
+	return l.changeCh
+}
+
+// notifyChanged wakes what waits on Changed.
+func (l *Log) notifyChanged() {
+	l.changeMu.Lock()
+	if l.changeCh != nil {
+		close(l.changeCh)
+		l.changeCh = nil
+	}
+	l.changeMu.Unlock()
 }
 
 // RemoteLogStart returns the partition's log start when offsets below the
@@ -477,6 +508,7 @@ func (l *Log) Close() error {
 	if l.closed.Swap(true) {
 		return nil
 	}
+	defer l.notifyChanged()
 	if l.readOnly {
 		l.closeSegments()
 		return nil

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"slices"
+	"sort"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/producerstate"
@@ -32,9 +33,12 @@ func originOf(opts backend.AppendOptions) producerstate.Origin {
 	return producerstate.OriginClient
 }
 
-// publishLSO recomputes the last stable offset readers see.
+// publishLSO recomputes the last stable offset readers see, and wakes
+// what waits on Changed: every change of the log end, the high watermark
+// or the last stable offset ends here.
 func (l *Log) publishLSO() {
 	l.lso.Store(l.ps.LastStableOffset(l.hw.Load(), l.logStart.Load()))
+	l.notifyChanged()
 }
 
 // snapshotPath names the producer snapshot describing the log up to offset.
@@ -400,23 +404,38 @@ func (a *activeSegment) txnFile() (vfs.File, error) {
 }
 
 // abortedFor collects the aborted transactions a read_committed read from
-// fetch up to upper must report: from the segment holding fetch on, until
-// a segment's index says no later one can add any (Kafka's
-// collectAbortedTransactions).
-func (l *Log) abortedFor(segs []*segFile, i int, fetch, upper int64) ([]backend.AbortedTxn, error) {
+// fetch up to upper must report: from the segment holding fetch (segs[i])
+// on, until a segment's index says no later one can add any (Kafka's
+// collectAbortedTransactions); complete says one did.
+func (l *Log) abortedFor(segs []*segFile, i int, fetch, upper int64) (out []backend.AbortedTxn, complete bool, err error) {
 	var found []producerstate.AbortedTxn
-	for ; i < len(segs); i++ {
-		var complete bool
-		var err error
-		if found, complete, err = segs[i].collectAborted(found, fetch, upper); err != nil {
-			return nil, err
+	for ; i < len(segs) && !complete; i++ {
+		if !segs[i].acquire() {
+			continue // retired meanwhile: its offsets are below the log start now
 		}
-		if complete {
-			break
+		found, complete, err = segs[i].collectAborted(found, fetch, upper)
+		segs[i].release()
+		if err != nil {
+			return nil, false, err
 		}
 	}
+	return toBackendAborted(found), complete, nil
+}
+
+// CollectAborted returns the aborted transactions a read_committed read
+// from fetch up to upper overlaps, from the local segments (from the one
+// holding fetch on); complete says a segment's index showed no later one
+// can add any. A tiered partition asks its bucket's segments first.
+func (l *Log) CollectAborted(fetch, upper int64) ([]backend.AbortedTxn, bool, error) {
+	segs := l.segments()
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > fetch }) - 1
+	return l.abortedFor(segs, max(i, 0), fetch, upper)
+}
+
+// toBackendAborted converts and sorts aborted transactions by first offset.
+func toBackendAborted(found []producerstate.AbortedTxn) []backend.AbortedTxn {
 	if len(found) == 0 {
-		return nil, nil
+		return nil
 	}
 	out := make([]backend.AbortedTxn, len(found))
 	for j, a := range found {
@@ -428,7 +447,7 @@ func (l *Log) abortedFor(segs []*segFile, i int, fetch, upper int64) ([]backend.
 		}
 		return int(a.ProducerID - b.ProducerID)
 	})
-	return out, nil
+	return out
 }
 
 // RemoveExpiredProducers removes the producers without an open

@@ -65,7 +65,7 @@ func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 			seg.release()
 		}
 		if err == nil && owns && opts.Isolation == backend.ReadCommitted {
-			if fr.aborted, err = l.abortedFor(segs, i, offset, fr.next); err != nil {
+			if fr.aborted, _, err = l.abortedFor(segs, i, offset, fr.next); err != nil {
 				fr.Close()
 				return nil, err
 			}
@@ -206,6 +206,20 @@ func (l *Log) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, b
 	if l.closed.Load() {
 		return 0, 0, false, l.closedErr()
 	}
+	o := l.Offsets()
+	switch ts {
+	case backend.LatestTimestamp:
+		return o.HighWatermark, -1, true, nil
+	case backend.EarliestTimestamp, backend.EarliestLocalTimestamp:
+		return o.LogStart, -1, true, nil
+	case backend.LatestTieredTimestamp:
+		return -1, -1, false, nil // nothing of a local log is tiered
+	case backend.MaxTimestamp:
+		return l.maxTimestampOffset()
+	}
+	if ts < 0 {
+		return 0, 0, false, fmt.Errorf("%w: timestamp %d", backend.ErrInvalidRecord, ts)
+	}
 	for _, seg := range l.segments() {
 		if !seg.acquire() {
 			continue
@@ -217,6 +231,39 @@ func (l *Log) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, b
 		}
 	}
 	return 0, 0, false, nil
+}
+
+// maxTimestampOffset answers ListOffsets' MAX_TIMESTAMP: the first record
+// with the log's largest timestamp, found in the first segment whose
+// largest timestamp it is.
+func (l *Log) maxTimestampOffset() (int64, int64, bool, error) {
+	var best *segFile
+	bestTs := int64(-1)
+	for _, seg := range l.segments() {
+		if !seg.acquire() {
+			continue
+		}
+		ts, _, err := seg.largestTimestamp()
+		if err == nil && ts > bestTs {
+			if best != nil {
+				best.release()
+			}
+			best, bestTs = seg, ts
+			continue
+		}
+		seg.release()
+		if err != nil {
+			if best != nil {
+				best.release()
+			}
+			return 0, 0, false, err
+		}
+	}
+	if best == nil {
+		return 0, 0, false, nil
+	}
+	defer best.release()
+	return l.searchTimestamp(best, bestTs)
 }
 
 // searchTimestamp is Kafka's findOffsetByTimestamp for one segment.

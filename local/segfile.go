@@ -80,7 +80,7 @@ type segFile struct {
 	// first use when txnLoaded is false.
 	txn       *producerstate.TxnIndex
 	txnLoaded bool
-	mtime        time.Time // the .log's mtime when the segment was loaded or created
+	mtime     time.Time // the .log's mtime when the segment was loaded or created
 }
 
 // segmentOptions are what every segment of a log shares.

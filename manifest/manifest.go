@@ -9,15 +9,23 @@
 //	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.log
 //	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.index
 //	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.timeindex
+//	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.txnindex    when it has aborted transactions
+//	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.snapshot    producer state at last+1
+//	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.leader-epoch-checkpoint   epochs up to last
+//
+// What Kafka's LogSegmentData carries (KIP-405): the log, its three
+// indexes, the producer snapshot at its end and the leader epochs up to its
+// end, in the same file formats.
 //
 // <id> is 16 hex digits, new for every upload attempt, so a retried or
 // racing upload never overwrites another's objects.
 //
-// # Encoding, version 1 (frozen once released; all integers big-endian or
-// unsigned/zigzag varints as marked)
+// # Encoding, version 2 (frozen once released; all integers big-endian or
+// unsigned/zigzag varints as marked). Version 1 is version 2 without the
+// fields marked v2; both are read, version 2 is written.
 //
 //	"TLMF"             4 bytes magic
-//	version            uint16 (1)
+//	version            uint16 (2)
 //	generation         uvarint  (incremented by every commit)
 //	writerEpoch        varint   (leader epoch of the committing writer)
 //	logStartOffset     varint   (the partition's remote log start)
@@ -34,6 +42,15 @@
 //	  id               8 bytes
 //	  indexSize        uvarint, timeIndexSize uvarint
 //	  logCRC, indexCRC, timeIndexCRC   uint32 each (CRC-32C of the objects)
+//	  epochCount       uvarint  (v2) the segment's leader epochs, each:
+//	    epoch          varint   (delta from the previous one's; the first's from 0)
+//	    start          uvarint  (delta from the previous start; the first's from base)
+//	  txnIndexSize     uvarint  (v2) .txnindex bytes, 0: none; then, when not 0,
+//	  txnIndexCRC      uint32
+//	  snapshotSize     uvarint  (v2) producer snapshot bytes, 0: none; then
+//	  snapshotCRC      uint32
+//	  epochsSize       uvarint  (v2) leader-epoch-checkpoint bytes, 0: none; then
+//	  epochsCRC        uint32
 //	crc                uint32   CRC-32C of every byte before it
 //
 // The first segment's base is encoded as a delta from offset 0 (previous
@@ -63,14 +80,20 @@ var (
 	ErrInvalid = errors.New("manifest: invalid manifest")
 )
 
-// Version is the encoding this package writes.
-const Version = 1
+// Version is the encoding this package writes; it reads 1 and 2.
+const Version = 2
 
 var magic = [4]byte{'T', 'L', 'M', 'F'}
 
 // minEntryBytes is the smallest encoded segment: flags, nine one-byte
 // varints, the id and three CRCs. Used to cap the count before allocating.
 const minEntryBytes = 1 + 7 + 8 + 2 + 12
+
+// EpochStart is a leader epoch and the first offset written in it.
+type EpochStart struct {
+	Epoch       int32
+	StartOffset int64
+}
 
 // Segment is one segment in the bucket.
 type Segment struct {
@@ -87,6 +110,14 @@ type Segment struct {
 	LogCRC        uint32
 	IndexCRC      uint32
 	TimeIndexCRC  uint32
+	// Epochs are the leader epochs of the segment's records, each with the
+	// first offset written in it, the first one's clamped to BaseOffset
+	// (KIP-405's segment leader-epoch map). A version 1 manifest has none:
+	// LeaderEpoch is then all it knows (the highest).
+	Epochs []EpochStart
+	// The optional objects: size 0 means the segment has none.
+	TxnIndexSize, SnapshotSize, EpochsSize int64
+	TxnIndexCRC, SnapshotCRC, EpochsCRC    uint32
 }
 
 // Suffixes of a segment's objects.
@@ -94,7 +125,49 @@ const (
 	LogSuffix       = ".log"
 	IndexSuffix     = ".index"
 	TimeIndexSuffix = ".timeindex"
+	TxnIndexSuffix  = ".txnindex"
+	SnapshotSuffix  = ".snapshot"
+	EpochsSuffix    = ".leader-epoch-checkpoint"
 )
+
+// AllSuffixes lists every suffix a segment's objects may have.
+var AllSuffixes = []string{LogSuffix, IndexSuffix, TimeIndexSuffix, TxnIndexSuffix, SnapshotSuffix, EpochsSuffix}
+
+// Objects lists the suffixes of the objects the segment has, the three
+// always present first.
+func (s Segment) Objects() []string {
+	out := []string{LogSuffix, IndexSuffix, TimeIndexSuffix}
+	if s.TxnIndexSize > 0 {
+		out = append(out, TxnIndexSuffix)
+	}
+	if s.SnapshotSize > 0 {
+		out = append(out, SnapshotSuffix)
+	}
+	if s.EpochsSize > 0 {
+		out = append(out, EpochsSuffix)
+	}
+	return out
+}
+
+// Object returns the size and CRC-32C the manifest records for the
+// object with suffix (0, 0 for one the segment does not have).
+func (s Segment) Object(suffix string) (size int64, crc uint32) {
+	switch suffix {
+	case LogSuffix:
+		return s.Size, s.LogCRC
+	case IndexSuffix:
+		return s.IndexSize, s.IndexCRC
+	case TimeIndexSuffix:
+		return s.TimeIndexSize, s.TimeIndexCRC
+	case TxnIndexSuffix:
+		return s.TxnIndexSize, s.TxnIndexCRC
+	case SnapshotSuffix:
+		return s.SnapshotSize, s.SnapshotCRC
+	case EpochsSuffix:
+		return s.EpochsSize, s.EpochsCRC
+	}
+	return 0, 0
+}
 
 // Name returns the object name (without the partition prefix) of the
 // segment's file with suffix: <base 20d>-<last 20d>-<id><suffix>.
@@ -137,6 +210,14 @@ func (m *Manifest) Validate() error {
 			return fmt.Errorf("%w: segment %d (base %d) has %d records for offsets %d..%d", ErrInvalid, i, s.BaseOffset, s.Records, s.BaseOffset, s.LastOffset)
 		case s.IndexSize < 0 || s.IndexSize%8 != 0 || s.TimeIndexSize < 0 || s.TimeIndexSize%12 != 0:
 			return fmt.Errorf("%w: segment %d (base %d) has index sizes %d and %d", ErrInvalid, i, s.BaseOffset, s.IndexSize, s.TimeIndexSize)
+		case s.TxnIndexSize < 0 || s.TxnIndexSize%34 != 0 || s.SnapshotSize < 0 || s.SnapshotSize > math.MaxInt32 || s.EpochsSize < 0 || s.EpochsSize > math.MaxInt32:
+			return fmt.Errorf("%w: segment %d (base %d) has object sizes %d, %d and %d", ErrInvalid, i, s.BaseOffset, s.TxnIndexSize, s.SnapshotSize, s.EpochsSize)
+		}
+		for j, e := range s.Epochs {
+			if (j == 0 && e.StartOffset != s.BaseOffset) || e.StartOffset > s.LastOffset || e.Epoch < 0 ||
+				(j > 0 && (e.Epoch <= s.Epochs[j-1].Epoch || e.StartOffset <= s.Epochs[j-1].StartOffset)) {
+				return fmt.Errorf("%w: segment %d (base %d): leader epoch %d from offset %d out of order", ErrInvalid, i, s.BaseOffset, e.Epoch, e.StartOffset)
+			}
 		}
 		prevLast = s.LastOffset
 		maxTs = max(maxTs, s.MaxTimestamp)
@@ -183,6 +264,19 @@ func (m *Manifest) Encode() ([]byte, error) {
 		b = binary.BigEndian.AppendUint32(b, s.LogCRC)
 		b = binary.BigEndian.AppendUint32(b, s.IndexCRC)
 		b = binary.BigEndian.AppendUint32(b, s.TimeIndexCRC)
+		b = binary.AppendUvarint(b, uint64(len(s.Epochs)))
+		pe, ps := int64(0), s.BaseOffset
+		for _, e := range s.Epochs {
+			b = binary.AppendVarint(b, int64(e.Epoch)-pe)
+			b = binary.AppendUvarint(b, uint64(e.StartOffset-ps))
+			pe, ps = int64(e.Epoch), e.StartOffset
+		}
+		for _, o := range [][2]int64{{s.TxnIndexSize, int64(s.TxnIndexCRC)}, {s.SnapshotSize, int64(s.SnapshotCRC)}, {s.EpochsSize, int64(s.EpochsCRC)}} {
+			b = binary.AppendUvarint(b, uint64(o[0]))
+			if o[0] > 0 {
+				b = binary.BigEndian.AppendUint32(b, uint32(o[1]))
+			}
+		}
 		prevLast, prevTs, prevEpoch, prevTime = s.LastOffset, s.MaxTimestamp, int64(s.LeaderEpoch), s.UploadTimeMs
 	}
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
@@ -240,6 +334,34 @@ func (d *decoder) bytes(n int, what string) []byte {
 	return v
 }
 
+// decodeV2 reads a segment's version 2 fields.
+func (d *decoder) decodeV2(s *Segment) {
+	n := d.uvarint("epoch count")
+	if n > uint64(len(d.b)/2) {
+		d.fail(fmt.Sprintf("%d epochs cannot fit in %d bytes", n, len(d.b)))
+		return
+	}
+	pe, ps := int64(0), s.BaseOffset
+	for j := uint64(0); j < n && d.err == nil; j++ {
+		e := pe + d.varint("epoch")
+		start := ps + d.int63("epoch start")
+		if e < 0 || e > math.MaxInt32 || start < ps {
+			d.fail("epoch out of range")
+			return
+		}
+		s.Epochs = append(s.Epochs, EpochStart{Epoch: int32(e), StartOffset: start})
+		pe, ps = e, start
+	}
+	sizes := []*int64{&s.TxnIndexSize, &s.SnapshotSize, &s.EpochsSize}
+	crcs := []*uint32{&s.TxnIndexCRC, &s.SnapshotCRC, &s.EpochsCRC}
+	for k := range sizes {
+		*sizes[k] = d.int63("object size")
+		if *sizes[k] > 0 {
+			*crcs[k] = binary.BigEndian.Uint32(d.bytes(4, "object crc"))
+		}
+	}
+}
+
 // Decode parses and validates a manifest.
 func Decode(data []byte) (*Manifest, error) {
 	if len(data) < len(magic)+2+4 {
@@ -248,8 +370,9 @@ func Decode(data []byte) (*Manifest, error) {
 	if [4]byte(data[:4]) != magic {
 		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, data[:4])
 	}
-	if v := binary.BigEndian.Uint16(data[4:]); v != Version {
-		return nil, fmt.Errorf("%w: version %d (this build reads %d)", ErrUnsupportedVersion, v, Version)
+	version := binary.BigEndian.Uint16(data[4:])
+	if version < 1 || version > Version {
+		return nil, fmt.Errorf("%w: version %d (this build reads 1 to %d)", ErrUnsupportedVersion, version, Version)
 	}
 	body, stored := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
 	if got := crc32.Checksum(body, castagnoli); got != stored {
@@ -296,6 +419,9 @@ func Decode(data []byte) (*Manifest, error) {
 		s.TimeIndexSize = d.int63("time index size")
 		crcs := d.bytes(12, "object crcs")
 		s.LogCRC, s.IndexCRC, s.TimeIndexCRC = binary.BigEndian.Uint32(crcs), binary.BigEndian.Uint32(crcs[4:]), binary.BigEndian.Uint32(crcs[8:])
+		if version >= 2 {
+			d.decodeV2(s)
+		}
 		if d.err != nil {
 			return nil, fmt.Errorf("%w (segment %d)", d.err, i)
 		}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"math/rand/v2"
+	"reflect"
 	"testing"
 
 	"github.com/tierlog/tierlog/manifest"
@@ -25,6 +27,17 @@ func randomManifest(rng *rand.Rand, n int) *manifest.Manifest {
 		}
 		if s.Records > span+1 {
 			s.Records = span + 1
+		}
+		if rng.IntN(3) > 0 { // a version 2 segment: epochs and objects
+			s.Epochs = []manifest.EpochStart{{Epoch: epoch, StartOffset: base}}
+			if span > 10 && rng.IntN(2) == 0 {
+				s.Epochs = append(s.Epochs, manifest.EpochStart{Epoch: epoch + 1 + int32(rng.IntN(3)), StartOffset: base + 1 + rng.Int64N(span)})
+			}
+			s.SnapshotSize, s.SnapshotCRC = 10+46*rng.Int64N(100), rng.Uint32()
+			s.EpochsSize, s.EpochsCRC = 6+rng.Int64N(100), rng.Uint32()
+			if rng.IntN(4) == 0 {
+				s.TxnIndexSize, s.TxnIndexCRC = 34*(1+rng.Int64N(50)), rng.Uint32()
+			}
 		}
 		for j := range s.ID {
 			s.ID[j] = byte(rng.Uint32())
@@ -62,7 +75,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Fatalf("%d segments: header differs", n)
 		}
 		for i := range m.Segments {
-			if got.Segments[i] != m.Segments[i] {
+			if !reflect.DeepEqual(got.Segments[i], m.Segments[i]) {
 				t.Fatalf("segment %d differs:\n got %+v\nwant %+v", i, got.Segments[i], m.Segments[i])
 			}
 		}
@@ -87,6 +100,35 @@ func TestEveryByteFlipDetected(t *testing.T) {
 		if _, err := manifest.Decode(b[:cut]); !errors.Is(err, manifest.ErrCorrupt) {
 			t.Fatalf("manifest cut at %d: %v", cut, err)
 		}
+	}
+}
+
+// TestReadsVersion1: a version 1 manifest (no epochs, no optional
+// objects) still decodes; it re-encodes as version 2.
+func TestReadsVersion1(t *testing.T) {
+	m := &manifest.Manifest{Generation: 3, LogStartOffset: 10, Segments: []manifest.Segment{{BaseOffset: 10, LastOffset: 99,
+		MaxTimestamp: 5, Size: 4096, Records: 90, LeaderEpoch: 2, IndexSize: 8, TimeIndexSize: 12, LogCRC: 1, IndexCRC: 2, TimeIndexCRC: 3}}}
+	v2, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Version 1 is version 2 without a segment's last four bytes (no
+	// epochs, three object sizes of 0).
+	body := append([]byte(nil), v2[:len(v2)-4-4]...)
+	if !bytes.Equal(v2[len(v2)-8:len(v2)-4], []byte{0, 0, 0, 0}) {
+		t.Fatalf("version 2 tail %x", v2[len(v2)-8:len(v2)-4])
+	}
+	binary.BigEndian.PutUint16(body[4:], 1)
+	v1 := binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
+	got, err := manifest.Decode(v1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got.Segments, m.Segments) || got.LogStartOffset != 10 {
+		t.Fatalf("version 1 decoded as %+v", got)
+	}
+	if again, _ := got.Encode(); !bytes.Equal(again, v2) {
+		t.Fatal("a version 1 manifest does not re-encode as the version 2 bytes")
 	}
 }
 

@@ -209,7 +209,7 @@ func checkAfterTieredCrash(t *testing.T, root, what string) {
 	m, _ = tiered.ReadManifest(ctx, store, "orders-0")
 	named := map[string]bool{"orders-0/manifest": true}
 	for _, s := range m.Segments {
-		for _, suf := range []string{".log", ".index", ".timeindex"} {
+		for _, suf := range s.Objects() {
 			named["orders-0/"+s.Name(suf)] = true
 		}
 	}

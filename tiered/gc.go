@@ -83,7 +83,7 @@ func (p *Partition) writeIntent(ctx context.Context, gen uint64, group []local.S
 		WriterEpoch: p.opts.LeaderEpoch, CreatedMs: p.opts.Now().UnixMilli(), Window: p.opts.CommitWindow.Milliseconds()}
 	for i, si := range group {
 		s := manifest.Segment{BaseOffset: si.BaseOffset, LastOffset: si.NextOffset - 1, ID: segs[i].ID}
-		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+		for _, suf := range manifest.AllSuffixes { // those it will have are among them
 			in.Objects = append(in.Objects, s.Name(suf))
 		}
 	}
@@ -182,7 +182,7 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	}
 	named := map[string]bool{p.key(ManifestName): true}
 	for _, s := range st.m.Segments {
-		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+		for _, suf := range s.Objects() {
 			named[p.key(s.Name(suf))] = true
 		}
 	}
@@ -274,10 +274,11 @@ func readIntent(ctx context.Context, store *objstore.Store, key string) (*intent
 }
 
 // isSegmentObject reports whether key is a segment object of the
-// partition: <base 20d>-<last 20d>-<id 16 hex>.<log|index|timeindex>.
+// partition: <base 20d>-<last 20d>-<id 16 hex> and one of
+// manifest.AllSuffixes.
 func isSegmentObject(p *Partition, key string) bool {
 	name := strings.TrimPrefix(key, p.key(""))
-	for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+	for _, suf := range manifest.AllSuffixes {
 		if stem, ok := strings.CutSuffix(name, suf); ok && len(stem) == 20+1+20+1+16 && stem[20] == '-' && stem[41] == '-' {
 			return true
 		}

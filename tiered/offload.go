@@ -203,6 +203,10 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo, id [8]byte
 		p.opts.Logger.Error("refusing to upload a damaged segment; it stays local", "segment", h.Path(), "err", err)
 		return seg, err
 	}
+	extras, err := p.segmentExtras(h, &seg)
+	if err != nil {
+		return seg, err
+	}
 	seg.Size, seg.IndexSize, seg.TimeIndexSize = h.Size(), int64(len(idx)), int64(len(tidx))
 	seg.IndexCRC, seg.TimeIndexCRC = crc32.Checksum(idx, castagnoli), crc32.Checksum(tidx, castagnoli)
 	put := func(name string, body io.ReadSeeker, size int64, crc uint32) error {
@@ -239,10 +243,64 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo, id [8]byte
 	if err := put(seg.Name(manifest.TimeIndexSuffix), bytes.NewReader(tidx), int64(len(tidx)), seg.TimeIndexCRC); err != nil {
 		return seg, err
 	}
+	for _, suf := range []string{manifest.TxnIndexSuffix, manifest.SnapshotSuffix, manifest.EpochsSuffix} {
+		if data := extras[suf]; len(data) > 0 {
+			if err := put(seg.Name(suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
+				return seg, err
+			}
+		}
+	}
 	// Warm the index cache: the first remote read needs it.
 	p.indexes.put(p.key(seg.Name(manifest.IndexSuffix)), idx)
 	p.indexes.put(p.key(seg.Name(manifest.TimeIndexSuffix)), tidx)
 	return seg, nil
+}
+
+// segmentExtras gathers the rest of what Kafka's LogSegmentData carries
+// for a segment: its .txnindex (when it has aborted transactions), the
+// producer snapshot at its end (when the log has one), and the leader
+// epochs up to its end, in leader-epoch-checkpoint's text; seg records
+// their sizes, CRCs and the segment's epochs.
+func (p *Partition) segmentExtras(h *local.SegmentHandle, seg *manifest.Segment) (map[string][]byte, error) {
+	txn, err := h.TxnIndexBytes()
+	if err != nil {
+		return nil, fmt.Errorf("tiered: %w", err)
+	}
+	snap, err := h.SnapshotBytes()
+	if err != nil {
+		return nil, fmt.Errorf("tiered: %w", err)
+	}
+	var upTo []local.EpochEntry
+	for _, e := range p.local.LeaderEpochs() {
+		if e.StartOffset < h.NextOffset() {
+			upTo = append(upTo, e)
+		}
+	}
+	seg.Epochs = segmentEpochs(upTo, seg.BaseOffset)
+	epochs := local.FormatLeaderEpochs(upTo)
+	out := map[string][]byte{manifest.TxnIndexSuffix: txn, manifest.SnapshotSuffix: snap, manifest.EpochsSuffix: epochs}
+	seg.TxnIndexSize, seg.TxnIndexCRC = int64(len(txn)), crc32.Checksum(txn, castagnoli)
+	seg.SnapshotSize, seg.SnapshotCRC = int64(len(snap)), crc32.Checksum(snap, castagnoli)
+	seg.EpochsSize, seg.EpochsCRC = int64(len(epochs)), crc32.Checksum(epochs, castagnoli)
+	return out, nil
+}
+
+// segmentEpochs is the segment's leader-epoch map from the epochs up to
+// its end: the epoch in effect at base (its start clamped to base), then
+// each that began inside the segment.
+func segmentEpochs(upTo []local.EpochEntry, base int64) []manifest.EpochStart {
+	var out []manifest.EpochStart
+	for i, e := range upTo {
+		if e.StartOffset <= base && (i+1 == len(upTo) || upTo[i+1].StartOffset > base) {
+			out = append(out, manifest.EpochStart{Epoch: e.Epoch, StartOffset: base})
+		} else if e.StartOffset > base {
+			out = append(out, manifest.EpochStart{Epoch: e.Epoch, StartOffset: e.StartOffset})
+		}
+	}
+	if len(out) > 0 && out[0].StartOffset > base {
+		out[0].StartOffset = base // records before the first known epoch: take it as theirs
+	}
+	return out
 }
 
 // scanForUpload reads the whole segment once, validating every batch (its

@@ -1,17 +1,20 @@
 package tiered
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -31,14 +34,32 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 	}
 	lo := p.local.Offsets()
 	if offset >= lo.LogStart {
-		return p.local.Read(ctx, offset, opts)
+		recs, err := p.local.Read(ctx, offset, opts)
+		var oor *backend.OffsetOutOfRangeError
+		if !errors.As(err, &oor) {
+			return recs, err
+		}
+		if offset > oor.LogEnd { // past the end: say the partition's range, not the local one
+			return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: p.Offsets().LogStart, LogEnd: oor.LogEnd}
+		}
+		// Local retention raised the local log start under this read: the
+		// offset is the bucket's now (never an out-of-range for a reader
+		// of a partition that still holds it).
+		lo = p.local.Offsets()
 	}
 	if o := p.Offsets(); offset < o.LogStart {
 		p.metrics.RemoteReadErrors.Add(1)
 		return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
 	}
+	if opts.Replica {
+		return nil, &backend.OffsetMovedToTieredStorageError{Offset: offset, LocalLogStart: lo.LogStart}
+	}
 	start := time.Now()
 	recs, remote, err := p.readRemote(ctx, offset, opts, lo)
+	if err == nil && remote && opts.Isolation == backend.ReadCommitted {
+		mr := recs.(*memRecords)
+		mr.aborted, err = p.abortedFor(ctx, offset, mr.next)
+	}
 	switch {
 	case err != nil:
 		p.metrics.RemoteReadErrors.Add(1)
@@ -74,17 +95,60 @@ func (p *Partition) readRemote(ctx context.Context, offset int64, opts backend.R
 	}
 }
 
-// remoteIndex returns one of the segment's index objects, from the cache or
-// by one GET, checked against the CRC-32C the manifest recorded.
+// abortedFor collects the aborted transactions a read_committed read from
+// fetch up to upper overlaps: from the bucket's segments (their .txnindex,
+// fetched once and cached like the offset indexes) from the one holding
+// fetch on, then the local log's, until an index shows no later one can
+// add any (Kafka's collectAbortedTransactions over both tiers).
+func (p *Partition) abortedFor(ctx context.Context, fetch, upper int64) ([]backend.AbortedTxn, error) {
+	var found []producerstate.AbortedTxn
+	m := p.Manifest()
+	localStart := p.local.Offsets().LogStart
+	i, ok := m.Find(fetch)
+	for ; ok && i < len(m.Segments) && m.Segments[i].BaseOffset < localStart; i++ {
+		seg := m.Segments[i]
+		if seg.TxnIndexSize == 0 {
+			continue
+		}
+		data, err := p.remoteIndex(ctx, seg, manifest.TxnIndexSuffix)
+		if err != nil {
+			return nil, err
+		}
+		var complete bool
+		if found, complete, err = producerstate.CollectAbortedTxns(found, data, fetch, upper); err != nil {
+			return nil, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, p.key(seg.Name(manifest.TxnIndexSuffix)), err)
+		}
+		if complete {
+			return toAborted(found, nil), nil
+		}
+	}
+	more, _, err := p.local.CollectAborted(max(fetch, localStart), upper)
+	if err != nil {
+		return nil, err
+	}
+	return toAborted(found, more), nil
+}
+
+// toAborted merges the bucket's and the local log's aborted transactions,
+// sorted by first offset.
+func toAborted(remote []producerstate.AbortedTxn, local []backend.AbortedTxn) []backend.AbortedTxn {
+	out := local
+	for _, a := range remote {
+		out = append(out, backend.AbortedTxn{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
+	}
+	slices.SortFunc(out, func(a, b backend.AbortedTxn) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
+	return slices.Compact(out)
+}
+
+// remoteIndex returns one of the segment's small objects (an index, its
+// .txnindex), from the cache or by one GET, checked against the size and
+// CRC-32C the manifest recorded.
 func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffix string) ([]byte, error) {
 	key := p.key(seg.Name(suffix))
 	if b, ok := p.indexes.get(key); ok {
 		return b, nil
 	}
-	size, want := seg.IndexSize, seg.IndexCRC
-	if suffix == manifest.TimeIndexSuffix {
-		size, want = seg.TimeIndexSize, seg.TimeIndexCRC
-	}
+	size, want := seg.Object(suffix)
 	valid := func(b []byte) bool { return int64(len(b)) == size && crc32.Checksum(b, castagnoli) == want }
 	if b, ok := p.diskIndexes.get(key); ok && valid(b) {
 		p.indexes.put(key, b)
@@ -273,6 +337,20 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 	}
 	m := p.Manifest()
 	localStart := p.local.Offsets().LogStart
+	switch ts {
+	case backend.EarliestTimestamp:
+		return p.Offsets().LogStart, -1, true, nil
+	case backend.LatestTieredTimestamp:
+		if n := len(m.Segments); n > 0 {
+			return m.Segments[n-1].LastOffset, -1, true, nil
+		}
+		return -1, -1, false, nil
+	case backend.MaxTimestamp:
+		return p.maxTimestampOffset(ctx, m, localStart)
+	}
+	if ts < 0 {
+		return p.local.OffsetForTimestamp(ctx, ts)
+	}
 	if len(m.Segments) > 0 {
 		i, ok := m.FindTimestamp(ts)
 		for ; ok && i < len(m.Segments) && m.Segments[i].BaseOffset < localStart; i++ {
@@ -287,6 +365,25 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 		}
 	}
 	return p.local.OffsetForTimestamp(ctx, ts)
+}
+
+// maxTimestampOffset answers MAX_TIMESTAMP over both tiers: the first
+// record carrying the partition's largest timestamp.
+func (p *Partition) maxTimestampOffset(ctx context.Context, m *manifest.Manifest, localStart int64) (int64, int64, bool, error) {
+	best := -1
+	for i, s := range m.Segments {
+		if s.BaseOffset < localStart && s.LastOffset >= m.LogStartOffset && (best < 0 || s.MaxTimestamp > m.Segments[best].MaxTimestamp) {
+			best = i
+		}
+	}
+	lOff, lTs, lFound, err := p.local.OffsetForTimestamp(ctx, backend.MaxTimestamp)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	if best < 0 || (lFound && lTs > m.Segments[best].MaxTimestamp) {
+		return lOff, lTs, lFound, nil
+	}
+	return p.remoteTimestamp(ctx, m.Segments[best], m.Segments[best].MaxTimestamp)
 }
 
 // remoteTimestamp is Kafka's findOffsetByTimestamp over a remote segment:

@@ -104,7 +104,12 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 	if opts.OnStart != nil {
 		var total int64
 		for _, s := range m.Segments {
-			total += s.Size + s.IndexSize + s.TimeIndexSize
+			for _, suf := range s.Objects() {
+				if suf != manifest.EpochsSuffix { // written from the manifest
+					size, _ := s.Object(suf)
+					total += size
+				}
+			}
 		}
 		opts.OnStart(total)
 	}
@@ -112,6 +117,9 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 		if err := DownloadSegment(ctx, store, prefix, s, tmp, opts); err != nil {
 			return nil, err
 		}
+	}
+	if err := restoreEpochs(m, tmp); err != nil {
+		return nil, err
 	}
 	// Each file was fsynced before its rename; the renames are durable
 	// once the directory is, and the partition once the log dir is.
@@ -188,19 +196,56 @@ func syncDir(dir string) error {
 func DownloadSegment(ctx context.Context, store *objstore.Store, prefix string, s manifest.Segment, dir string, opts RestoreOptions) error {
 	p := &Partition{store: store, prefix: prefix}
 	buf := make([]byte, 1<<20)
-	for _, o := range []struct {
-		suffix, localSuffix string
-		size                int64
-		crc                 uint32
-	}{
-		{manifest.LogSuffix, local.LogSuffix, s.Size, s.LogCRC},
-		{manifest.IndexSuffix, local.IndexSuffix, s.IndexSize, s.IndexCRC},
-		{manifest.TimeIndexSuffix, local.TimeIndexSuffix, s.TimeIndexSize, s.TimeIndexCRC},
-	} {
-		if err := restoreObject(ctx, store, p.key(s.Name(o.suffix)), o.size, o.crc,
-			filepath.Join(dir, local.FileName(s.BaseOffset, o.localSuffix)), buf, opts.OnProgress); err != nil {
+	for _, suf := range s.Objects() {
+		name := local.FileName(s.BaseOffset, localSuffix(suf))
+		if suf == manifest.SnapshotSuffix { // named by the offset it describes
+			name = local.FileName(s.LastOffset+1, local.SnapshotSuffix)
+		}
+		if suf == manifest.EpochsSuffix {
+			continue // the partition's checkpoint is written once, from the manifest
+		}
+		size, crc := s.Object(suf)
+		if err := restoreObject(ctx, store, p.key(s.Name(suf)), size, crc, filepath.Join(dir, name), buf, opts.OnProgress); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// localSuffix is the local file suffix of a segment object's.
+func localSuffix(objectSuffix string) string {
+	switch objectSuffix {
+	case manifest.IndexSuffix:
+		return local.IndexSuffix
+	case manifest.TimeIndexSuffix:
+		return local.TimeIndexSuffix
+	case manifest.TxnIndexSuffix:
+		return local.TxnIndexSuffix
+	case manifest.SnapshotSuffix:
+		return local.SnapshotSuffix
+	}
+	return local.LogSuffix
+}
+
+// restoreEpochs writes the restored partition's leader-epoch-checkpoint
+// from the manifest's leader-epoch maps (a version 1 manifest has only
+// each segment's highest epoch; the log rebuilds the rest from its
+// batches when the file is missing, so then none is written).
+func restoreEpochs(m *manifest.Manifest, dir string) error {
+	var entries []local.EpochEntry
+	for _, s := range m.Segments {
+		if len(s.Epochs) == 0 {
+			return nil
+		}
+		for _, e := range s.Epochs {
+			if n := len(entries); n > 0 && e.Epoch <= entries[n-1].Epoch {
+				continue
+			}
+			entries = append(entries, local.EpochEntry{Epoch: e.Epoch, StartOffset: max(e.StartOffset, m.LogStartOffset)})
+		}
+	}
+	if err := vfs.WriteFileAtomic(vfs.Default, dir, local.LeaderEpochCheckpoint, local.FormatLeaderEpochs(entries)); err != nil {
+		return fmt.Errorf("tiered: restore: %w", err)
 	}
 	return nil
 }

@@ -147,7 +147,7 @@ func TestRestoreRemovesKilledLeftover(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tps, err := b.Partitions(); err != nil || len(tps) != 0 {
+	if tps, err := b.Partitions(ctx); err != nil || len(tps) != 0 {
 		t.Fatalf("the log dir lists partitions %v (%v) with only a restore's leftover in it", tps, err)
 	}
 	b.Close()

@@ -66,7 +66,7 @@ func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
 	p.metrics.RemoteSegmentsDeleted.Add(int64(n))
 	var keys []string
 	for _, s := range segs[:n] {
-		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
+		for _, suf := range s.Objects() {
 			keys = append(keys, p.key(s.Name(suf)))
 		}
 	}

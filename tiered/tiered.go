@@ -325,6 +325,70 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 	return nil
 }
 
+// Changed is the local log's: every offset a broker waits on moves there.
+func (p *Partition) Changed() <-chan struct{} { return p.local.Changed() }
+
+// SetConfig applies a topic config change; a tiered partition cannot
+// become a compacted one (the bucket holds immutable copies).
+func (p *Partition) SetConfig(cfg backend.Config) error {
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if cfg.Compact() {
+		return fmt.Errorf("%w: tiered storage is not supported for cleanup.policy=compact (%s)", backend.ErrInvalidConfig, p.local.Dir())
+	}
+	return p.local.SetConfig(cfg)
+}
+
+// EndOffsetForEpoch answers OffsetsForLeaderEpoch over both tiers: the
+// bucket's segments keep their leader-epoch maps in the manifest, the
+// local log its epoch cache.
+func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, int64, bool, error) {
+	if err := p.checkOpen(); err != nil {
+		return -1, -1, false, err
+	}
+	epochs := p.epochs()
+	leo := p.local.Offsets().LogEnd
+	for i := len(epochs) - 1; i >= 0; i-- {
+		if epochs[i].Epoch <= epoch {
+			end := leo
+			if i+1 < len(epochs) {
+				end = epochs[i+1].StartOffset
+			}
+			return epochs[i].Epoch, end, true, nil
+		}
+	}
+	return -1, -1, false, nil
+}
+
+// epochs merges the bucket's leader epochs (from the manifest) with the
+// local cache's: each epoch once, with the first offset written in it.
+func (p *Partition) epochs() []local.EpochEntry {
+	var out []local.EpochEntry
+	add := func(epoch int32, start int64) {
+		if n := len(out); n > 0 && epoch <= out[n-1].Epoch {
+			return // an epoch seen already (or older): its first start stands
+		}
+		out = append(out, local.EpochEntry{Epoch: epoch, StartOffset: start})
+	}
+	m := p.Manifest()
+	for _, s := range m.Segments {
+		if s.LastOffset < m.LogStartOffset {
+			continue
+		}
+		if len(s.Epochs) == 0 { // a version 1 manifest: the highest epoch only
+			add(s.LeaderEpoch, max(s.BaseOffset, m.LogStartOffset))
+		}
+		for _, e := range s.Epochs {
+			add(e.Epoch, max(e.StartOffset, m.LogStartOffset))
+		}
+	}
+	for _, e := range p.local.LeaderEpochs() {
+		add(e.Epoch, e.StartOffset)
+	}
+	return out
+}
+
 // Flush flushes the local log.
 func (p *Partition) Flush() error {
 	if err := p.checkOpen(); err != nil {

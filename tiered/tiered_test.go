@@ -574,7 +574,7 @@ func TestRestoreStreamsThroughCutBodies(t *testing.T) {
 	m := p.Manifest()
 	var total int64
 	for _, s := range m.Segments {
-		total += s.Size + s.IndexSize + s.TimeIndexSize
+		total += s.Size + s.IndexSize + s.TimeIndexSize + s.SnapshotSize + s.TxnIndexSize
 	}
 
 	fd := faultstore.Wrap(drv, 7, faultstore.Rule{Op: objstore.OpGet, Fault: faultstore.CutBody, AfterBytes: 50_000, Probability: 0.5})

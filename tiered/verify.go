@@ -51,20 +51,17 @@ func (p *Partition) markVerifiedLocked(seg manifest.Segment) {
 	p.verified[seg.BaseOffset] = verifiedSegment{id: seg.ID, size: seg.Size, last: seg.LastOffset}
 }
 
-// headObjects checks that a segment's three objects exist with the sizes
-// the manifest records.
+// headObjects checks that a segment's objects exist with the sizes the
+// manifest records.
 func (p *Partition) headObjects(ctx context.Context, seg manifest.Segment) error {
-	for _, o := range []struct {
-		suffix string
-		size   int64
-	}{{manifest.LogSuffix, seg.Size}, {manifest.IndexSuffix, seg.IndexSize}, {manifest.TimeIndexSuffix, seg.TimeIndexSize}} {
-		key := p.key(seg.Name(o.suffix))
+	for _, suf := range seg.Objects() {
+		key := p.key(seg.Name(suf))
 		info, err := p.store.Head(ctx, key)
 		if err != nil {
 			return fmt.Errorf("tiered: check %s after its commit: %w", key, err)
 		}
-		if info.Size != o.size {
-			return fmt.Errorf("%w: tiered: %s is %d bytes, the manifest says %d", backend.ErrCorruptRecord, key, info.Size, o.size)
+		if size, _ := seg.Object(suf); info.Size != size {
+			return fmt.Errorf("%w: tiered: %s is %d bytes, the manifest says %d", backend.ErrCorruptRecord, key, info.Size, size)
 		}
 	}
 	return nil

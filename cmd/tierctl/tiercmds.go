@@ -389,12 +389,13 @@ an error (exit 2).`,
 			defer w.Flush()
 			problems := 0
 			for _, s := range m.Segments {
-				for _, o := range []struct {
-					suffix string
-					size   int64
-					crc    uint32
-				}{{manifest.LogSuffix, s.Size, s.LogCRC}, {manifest.IndexSuffix, s.IndexSize, s.IndexCRC}, {manifest.TimeIndexSuffix, s.TimeIndexSize, s.TimeIndexCRC}} {
-					key := prefix + "/" + s.Name(o.suffix)
+				for _, suf := range s.Objects() {
+					var o struct {
+						size int64
+						crc  uint32
+					}
+					o.size, o.crc = s.Object(suf)
+					key := prefix + "/" + s.Name(suf)
 					info, err := store.Head(ctx, key)
 					switch {
 					case err != nil:

@@ -63,19 +63,16 @@ func verifyRemote(ctx context.Context, store *objstore.Store, rp remotePartition
 		if err := ctx.Err(); err != nil {
 			return out, err
 		}
-		objects := []struct {
-			suffix string
-			size   int64
-		}{{manifest.LogSuffix, s.Size}, {manifest.IndexSuffix, s.IndexSize}, {manifest.TimeIndexSuffix, s.TimeIndexSize}}
 		if !deep {
-			for _, o := range objects {
-				key := prefix + "/" + s.Name(o.suffix)
-				r := fileReport{Path: key, Kind: "object", Bytes: o.size}
+			for _, suf := range s.Objects() {
+				key := prefix + "/" + s.Name(suf)
+				size, _ := s.Object(suf)
+				r := fileReport{Path: key, Kind: "object", Bytes: size}
 				switch info, err := store.Head(ctx, key); {
 				case err != nil:
 					r.problemf("%v", err)
-				case info.Size != o.size:
-					r.problemf("%d bytes, the manifest says %d", info.Size, o.size)
+				case info.Size != size:
+					r.problemf("%d bytes, the manifest says %d", info.Size, size)
 				}
 				bar.Add(1)
 				out = append(out, r)
@@ -97,7 +94,10 @@ func verifyRemoteSegment(ctx context.Context, store *objstore.Store, prefix stri
 	}
 	keys := []string{prefix + "/" + s.Name(manifest.LogSuffix), prefix + "/" + s.Name(manifest.IndexSuffix), prefix + "/" + s.Name(manifest.TimeIndexSuffix)}
 	defer func() {
-		for _, p := range paths {
+		// The .txnindex and snapshot (checked against their CRC-32C by the
+		// download) go too.
+		for _, p := range append(paths, filepath.Join(tmp, local.FileName(s.BaseOffset, local.TxnIndexSuffix)),
+			filepath.Join(tmp, local.FileName(s.LastOffset+1, local.SnapshotSuffix))) {
 			os.Remove(p)
 		}
 	}()

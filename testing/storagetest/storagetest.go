@@ -60,6 +60,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"HeldRecords", testHeldRecords},
 		{"IdempotentProducers", testIdempotentProducers},
 		{"Transactions", testTransactions},
+		{"LeaderEpochs", testLeaderEpochs},
+		{"ListOffsetsSpecial", testListOffsetsSpecial},
+		{"Changed", testChanged},
+		{"ReplicaRead", testReplicaRead},
 		{"Closed", testClosed},
 	}
 	for _, tc := range tests {

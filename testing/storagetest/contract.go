@@ -1,0 +1,169 @@
+package storagetest
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/record"
+)
+
+// The broker's half of the contract: leader epochs over the whole
+// partition, ListOffsets' special times, the change notification, and
+// follower reads of offloaded offsets.
+
+// testLeaderEpochs: EndOffsetForEpoch answers for every epoch the
+// partition holds records of, also once old segments left the local disk
+// (a tiered partition's bucket keeps their epochs).
+func testLeaderEpochs(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t, "segment.bytes", "2048"))
+	defer p.Close()
+	rng := rand.New(rand.NewPCG(41, 41))
+	var m model
+	starts := map[int32]int64{}
+	for _, epoch := range []int32{1, 2, 4} {
+		starts[epoch] = p.Offsets().LogEnd
+		appendEpoch(t, p, &m, rng, 15, epoch)
+	}
+	commitAll(t, p) // a tiered partition offloads, keeping only the active segment
+	end := p.Offsets().LogEnd
+	for _, c := range []struct {
+		ask, epoch int32
+		end        int64
+		found      bool
+	}{{0, -1, -1, false}, {1, 1, starts[2], true}, {2, 2, starts[4], true}, {3, 2, starts[4], true}, {4, 4, end, true}, {9, 4, end, true}} {
+		e, off, found, err := p.EndOffsetForEpoch(ctx, c.ask)
+		if err != nil || found != c.found || (found && (e != c.epoch || off != c.end)) {
+			t.Fatalf("EndOffsetForEpoch(%d) = %d, %d, %v, %v; want %d, %d, %v (offsets %+v)", c.ask, e, off, found, err, c.epoch, c.end, c.found, p.Offsets())
+		}
+	}
+}
+
+// appendEpoch appends n batches as the leader of epoch.
+func appendEpoch(t *testing.T, p backend.Partition, m *model, rng *rand.Rand, n int, epoch int32) {
+	t.Helper()
+	var b record.Builder
+	for range n {
+		b.Reset(record.NewBatchHeader())
+		for range 1 + rng.IntN(5) {
+			b.Append(time.Now().UnixMilli(), []byte("k"), make([]byte, 50+rng.IntN(100)), nil)
+		}
+		data, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := p.Append(ctx, append([]byte(nil), data...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: epoch})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for o := info.FirstOffset; o <= info.LastOffset; o++ {
+			m.recs = append(m.recs, rec{offset: o})
+		}
+	}
+}
+
+// testListOffsetsSpecial: Kafka's special ListOffsets times.
+func testListOffsetsSpecial(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t, "segment.bytes", "2048"))
+	defer p.Close()
+	var m model
+	appendBatches(t, p, &m, rand.New(rand.NewPCG(42, 42)), 40, 5, record.None)
+	commitAll(t, p)
+	o := p.Offsets()
+	maxTs, maxOff := int64(-1), int64(-1)
+	for _, r := range m.recs {
+		if r.ts > maxTs {
+			maxTs, maxOff = r.ts, r.offset
+		}
+	}
+	check := func(ts, wantOff int64, wantFound bool) {
+		t.Helper()
+		off, _, found, err := p.OffsetForTimestamp(ctx, ts)
+		if err != nil || found != wantFound || (found && off != wantOff) {
+			t.Fatalf("OffsetForTimestamp(%d) = %d, %v, %v; want %d, %v (offsets %+v)", ts, off, found, err, wantOff, wantFound, o)
+		}
+	}
+	check(backend.LatestTimestamp, o.HighWatermark, true)
+	check(backend.EarliestTimestamp, o.LogStart, true)
+	check(backend.EarliestLocalTimestamp, o.LocalLogStart, true)
+	check(backend.MaxTimestamp, maxOff, true)
+	if o.LocalLogStart > o.LogStart {
+		check(backend.LatestTieredTimestamp, o.LocalLogStart-1, true)
+	} else {
+		check(backend.LatestTieredTimestamp, -1, false)
+	}
+}
+
+// testChanged: Changed fires on an append, on a high watermark move and on
+// Close, and not before.
+func testChanged(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t))
+	var m model
+	rng := rand.New(rand.NewPCG(43, 43))
+	fired := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		case <-time.After(2 * time.Second):
+			return false
+		}
+	}
+	ch := p.Changed()
+	select {
+	case <-ch:
+		t.Fatal("Changed fired with nothing changed")
+	default:
+	}
+	appendBatches(t, p, &m, rng, 1, 3, record.None)
+	if !fired(ch) {
+		t.Fatal("an append did not fire Changed")
+	}
+	ch = p.Changed()
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(ch) {
+		t.Fatal("a high watermark move did not fire Changed")
+	}
+	ch = p.Changed()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !fired(ch) {
+		t.Fatal("Close did not fire Changed")
+	}
+	if !fired(p.Changed()) {
+		t.Fatal("Changed after Close does not fire at once")
+	}
+}
+
+// testReplicaRead: a follower's read of an offset the partition holds
+// only in its bucket is OFFSET_MOVED_TO_TIERED_STORAGE; a consumer's is
+// served.
+func testReplicaRead(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t, "segment.bytes", "2048"))
+	defer p.Close()
+	var m model
+	appendBatches(t, p, &m, rand.New(rand.NewPCG(44, 44)), 30, 5, record.None)
+	commitAll(t, p)
+	o := p.Offsets()
+	r, err := p.Read(ctx, o.LocalLogStart, backend.ReadOptions{Replica: true})
+	if err != nil {
+		t.Fatalf("a follower's read of the local log start: %v", err)
+	}
+	r.Close()
+	if o.LocalLogStart == o.LogStart {
+		return // nothing offloaded: nothing else to check
+	}
+	var moved *backend.OffsetMovedToTieredStorageError
+	if _, err := p.Read(ctx, o.LogStart, backend.ReadOptions{Replica: true}); !errors.As(err, &moved) || moved.LocalLogStart != o.LocalLogStart {
+		t.Fatalf("a follower's read of offloaded offset %d: %v; want an OffsetMovedToTieredStorageError", o.LogStart, err)
+	}
+	r, err = p.Read(ctx, o.LogStart, backend.ReadOptions{})
+	if err != nil || r.Len() == 0 {
+		t.Fatalf("a consumer's read of offloaded offset %d: %v", o.LogStart, err)
+	}
+	r.Close()
+}
