@@ -288,8 +288,9 @@ func ValidateForLeader(b Batch, now int64, opts LeaderOptions) (LeaderResult, er
 //
 // On success the result's Batch is what to write: b itself, or b's
 // records recompressed with the topic's codec when compression.type names
-// a codec other than b's. An uncompressed batch that needs no rewrite is
-// validated without allocating.
+// a codec other than b's. A batch that needs no rewrite is validated
+// without allocating: uncompressed always, compressed once the
+// Validator's buffer and decoders exist.
 //
 // A batch Kafka refuses is a *ValidationError matching its Kind and one
 // class (ErrCorrupt, ErrMessageTooLarge, ErrInvalidTimestamp or
