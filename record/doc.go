@@ -104,6 +104,8 @@
 //     exactly its offsets.
 //   - A varint whose fifth byte has bits past 32 is refused; Kafka drops
 //     those bits (and would then read another value than a Go reader).
+//     So is a key, value or header value length below -1, which Kafka
+//     reads as null and the Iterator refuses.
 //   - A LogAppendTime batch on a CreateTime topic whose maxTimestamp is in
 //     range is accepted, as in Kafka, but keeps its flag (every record
 //     still reads maxTimestamp, the timestamp that was checked); Kafka
