@@ -91,6 +91,21 @@ type Partition interface {
 	// settings from the next pass, segment sizes from the next segment.
 	SetConfig(cfg Config) error
 
+	// BecomeLeader tells the partition this broker leads it from epoch on
+	// (Kafka's LeaderAndIsr, or a KRaft partition change), before the
+	// first append of the epoch. The epoch's start is recorded at LogEnd,
+	// so EndOffsetForEpoch answers for it at once; a tiered partition
+	// takes over the bucket: it fences the previous leader's writes and
+	// starts uploading and applying remote retention. An epoch older than
+	// one already seen is an error matching ErrFenced.
+	BecomeLeader(ctx context.Context, epoch int32) error
+
+	// BecomeFollower tells the partition this broker follows it from
+	// epoch on: a tiered partition stops uploading and applying remote
+	// retention (the leader's work) and follows the bucket's manifest for
+	// its log start and local retention.
+	BecomeFollower(ctx context.Context, epoch int32) error
+
 	// Offsets returns the partition's offsets; see the package doc.
 	Offsets() Offsets
 
@@ -114,6 +129,21 @@ type Partition interface {
 	// Close flushes, writes what a clean reopen needs and releases files.
 	// Calls after Close return ErrClosed.
 	Close() error
+}
+
+// Tiered is implemented by partitions that keep old segments in a bucket
+// (KIP-405).
+type Tiered interface {
+	Partition
+	// BuildFromBucket is a follower's answer to an
+	// *OffsetMovedToTieredStorageError from its leader (Kafka's
+	// buildRemoteLogAuxState): its log end is below leaderLocalLogStart,
+	// the first offset the leader holds locally, so it cannot fetch from
+	// there. It empties its log and starts it where the bucket's segment
+	// holding leaderLocalLogStart-1 ends, with the producer state and
+	// leader epochs the bucket keeps for that point, and returns that
+	// offset: the follower fetches from the leader from there.
+	BuildFromBucket(ctx context.Context, leaderLocalLogStart int64) (next int64, err error)
 }
 
 // The special times of OffsetForTimestamp (Kafka's ListOffsets).

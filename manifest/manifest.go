@@ -29,6 +29,9 @@
 //	generation         uvarint  (incremented by every commit)
 //	writerEpoch        varint   (leader epoch of the committing writer)
 //	logStartOffset     varint   (the partition's remote log start)
+//	flags              uvarint  (v2) bit 0: the partition is deleted (no
+//	                   segments; its objects are being removed); other bits
+//	                   must be 0
 //	count              uvarint
 //	count segments, each:
 //	  flags            byte     (bit 0: a gap precedes this segment)
@@ -84,6 +87,9 @@ var (
 const Version = 2
 
 var magic = [4]byte{'T', 'L', 'M', 'F'}
+
+// flagDeleted is the header flag of Manifest.Deleted.
+const flagDeleted = 1
 
 // minEntryBytes is the smallest encoded segment: flags, nine one-byte
 // varints, the id and three CRCs. Used to cap the count before allocating.
@@ -182,7 +188,11 @@ type Manifest struct {
 	Generation     uint64
 	WriterEpoch    int32
 	LogStartOffset int64
-	Segments       []Segment
+	// Deleted marks a partition whose deletion has begun (KIP-405's
+	// DELETE_PARTITION_MARKED): it names no segment, its objects are being
+	// removed, and no writer commits over it.
+	Deleted  bool
+	Segments []Segment
 
 	// prefixMaxTs[i] is the largest MaxTimestamp of Segments[0..i]; it
 	// makes the timestamp search a binary search. Built by Validate.
@@ -226,6 +236,9 @@ func (m *Manifest) Validate() error {
 	if m.LogStartOffset < 0 {
 		return fmt.Errorf("%w: log start offset %d", ErrInvalid, m.LogStartOffset)
 	}
+	if m.Deleted && len(m.Segments) > 0 {
+		return fmt.Errorf("%w: a deleted partition names %d segments", ErrInvalid, len(m.Segments))
+	}
 	if n := len(m.Segments); n > 0 && m.LogStartOffset > m.Segments[n-1].LastOffset+1 {
 		return fmt.Errorf("%w: log start offset %d is past the last segment (ends at %d)", ErrInvalid, m.LogStartOffset, m.Segments[n-1].LastOffset)
 	}
@@ -243,6 +256,11 @@ func (m *Manifest) Encode() ([]byte, error) {
 	b = binary.AppendUvarint(b, m.Generation)
 	b = binary.AppendVarint(b, int64(m.WriterEpoch))
 	b = binary.AppendVarint(b, m.LogStartOffset)
+	var flags uint64
+	if m.Deleted {
+		flags |= flagDeleted
+	}
+	b = binary.AppendUvarint(b, flags)
 	b = binary.AppendUvarint(b, uint64(len(m.Segments)))
 	prevLast, prevTs, prevEpoch, prevTime := int64(-1), int64(0), int64(0), int64(0)
 	for _, s := range m.Segments {
@@ -387,6 +405,13 @@ func Decode(data []byte) (*Manifest, error) {
 	}
 	m.WriterEpoch = int32(we)
 	m.LogStartOffset = d.varint("log start offset")
+	if version >= 2 {
+		flags := d.uvarint("flags")
+		if flags&^flagDeleted != 0 {
+			return nil, fmt.Errorf("%w: manifest flags 0x%x (this build knows 0x%x)", ErrUnsupportedVersion, flags, flagDeleted)
+		}
+		m.Deleted = flags&flagDeleted != 0
+	}
 	count := d.uvarint("segment count")
 	if d.err != nil {
 		return nil, d.err

@@ -112,9 +112,15 @@ func TestReadsVersion1(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Version 1 is version 2 without a segment's last four bytes (no
-	// epochs, three object sizes of 0).
-	body := append([]byte(nil), v2[:len(v2)-4-4]...)
+	// Version 1 is version 2 without the header's flags (the byte after
+	// magic, version, generation, writer epoch and log start: 4+2+1+1+1)
+	// and without a segment's last four bytes (no epochs, three object
+	// sizes of 0).
+	const flagsAt = 9
+	if v2[flagsAt] != 0 {
+		t.Fatalf("version 2 header flags %x", v2[flagsAt])
+	}
+	body := append(append([]byte(nil), v2[:flagsAt]...), v2[flagsAt+1:len(v2)-4-4]...)
 	if !bytes.Equal(v2[len(v2)-8:len(v2)-4], []byte{0, 0, 0, 0}) {
 		t.Fatalf("version 2 tail %x", v2[len(v2)-8:len(v2)-4])
 	}
@@ -129,6 +135,32 @@ func TestReadsVersion1(t *testing.T) {
 	}
 	if again, _ := got.Encode(); !bytes.Equal(again, v2) {
 		t.Fatal("a version 1 manifest does not re-encode as the version 2 bytes")
+	}
+}
+
+// TestDeletedFlag: a deleted partition's manifest round-trips, may name no
+// segment, and a flag this build does not know is refused as a newer
+// writer's.
+func TestDeletedFlag(t *testing.T) {
+	m := &manifest.Manifest{Generation: 7, WriterEpoch: 3, LogStartOffset: 500, Deleted: true}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := manifest.Decode(b)
+	if err != nil || !got.Deleted || got.Generation != 7 || got.LogStartOffset != 500 {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	m.Segments = []manifest.Segment{{BaseOffset: 500, LastOffset: 501, Size: 10, Records: 2}}
+	if _, err := m.Encode(); !errors.Is(err, manifest.ErrInvalid) {
+		t.Fatalf("a deleted manifest naming a segment encoded: %v", err)
+	}
+	const flagsAt = 4 + 2 + 1 + 1 + 2 // magic, version, generation 7, epoch 3, log start 500
+	b[flagsAt] = 2
+	body := b[:len(b)-4]
+	b = binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
+	if _, err := manifest.Decode(b); !errors.Is(err, manifest.ErrUnsupportedVersion) {
+		t.Fatalf("an unknown flag: %v", err)
 	}
 }
 

@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 )
@@ -74,15 +73,14 @@ type intent struct {
 }
 
 // writeIntent puts the intent for a group about to be uploaded.
-func (p *Partition) writeIntent(ctx context.Context, gen uint64, group []local.SegmentInfo, segs []manifest.Segment) (*intent, error) {
+func (p *Partition) writeIntent(ctx context.Context, gen uint64, segs []manifest.Segment) (*intent, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
 	in := &intent{key: p.key(hex.EncodeToString(id[:]) + IntentSuffix), Version: 1, Generation: gen,
-		WriterEpoch: p.opts.LeaderEpoch, CreatedMs: p.opts.Now().UnixMilli(), Window: p.opts.CommitWindow.Milliseconds()}
-	for i, si := range group {
-		s := manifest.Segment{BaseOffset: si.BaseOffset, LastOffset: si.NextOffset - 1, ID: segs[i].ID}
+		WriterEpoch: p.epoch.Load(), CreatedMs: p.opts.Now().UnixMilli(), Window: p.opts.CommitWindow.Milliseconds()}
+	for _, s := range segs {
 		for _, suf := range manifest.AllSuffixes { // those it will have are among them
 			in.Objects = append(in.Objects, s.Name(suf))
 		}

@@ -23,7 +23,12 @@ func TestMain(m *testing.M) {
 // the minio driver.
 func realStore(t testing.TB, kind string) *objstore.Store {
 	t.Helper()
-	srv := s3server.Shared(t)
+	return realStoreOn(t, s3server.Shared(t), kind)
+}
+
+// realStoreOn is realStore on a given server.
+func realStoreOn(t testing.TB, srv *s3server.Server, kind string) *objstore.Store {
+	t.Helper()
 	bucket := s3server.BucketName(t)
 	ctx := context.Background()
 	var d objstore.Driver

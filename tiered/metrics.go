@@ -20,9 +20,13 @@ type Metrics struct {
 	// LocalDeletesRefused counts local segments local retention kept
 	// because the bucket's copy could not be shown to be the same bytes.
 	LocalDeletesRefused atomic.Int64
-	UploadLatency       stats.Histogram
-	ManifestCommits     atomic.Int64
-	Fenced              atomic.Int64 // partitions fenced by another writer
+	// VerifyBytes counts bytes read back from the bucket to compare with
+	// local segments whose boundaries no manifest entry shares (see
+	// bucketHoldsLocked), before local retention deleted them.
+	VerifyBytes     atomic.Int64
+	UploadLatency   stats.Histogram
+	ManifestCommits atomic.Int64
+	Fenced          atomic.Int64 // partitions fenced by another writer
 
 	RemoteReads       atomic.Int64 // reads served from the bucket
 	RemoteReadBytes   atomic.Int64

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -16,6 +17,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -27,32 +29,61 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // up to UploadConcurrency segments at a time, committing the manifest once
 // per group (a group that fails part-way commits the segments before the
 // failure); then it applies local retention (local.retention.ms/bytes) to
-// segments a committed manifest names. It returns how many segments it
+// segments a committed manifest names, once their objects are seen in the
+// bucket. It returns how many segments it
 // uploaded.
+//
+// Only the leader uploads (ErrNotLeader otherwise). A segment that begins
+// below the bucket's last offset (a new leader whose segments do not line
+// up with the old leader's) uploads from the first offset the bucket lacks.
 func (p *Partition) Offload(ctx context.Context) (int, error) {
-	ctx, done, err := p.beginChange(ctx)
+	n, _, err := p.offload(ctx, -1)
+	return n, err
+}
+
+// CopyTurn is one turn of a Backend's copier: at most one segment
+// uploaded and committed, then local retention. more says whether another
+// segment waits, so the copier can queue the partition again behind the
+// others (fair turns: a long backlog holds no other partition back).
+func (p *Partition) CopyTurn(ctx context.Context) (uploaded int, more bool, err error) {
+	return p.offload(ctx, 1)
+}
+
+// offload uploads up to limit segments (all with -1).
+func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, err error) {
+	ctx, done, err := p.beginLeaderChange(ctx)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer done()
-	if err := p.reconcileLocked(ctx); err != nil {
-		return 0, err
+	want := limit
+	if limit > 0 {
+		want = limit + 1 // one more, to tell whether more wait
 	}
-	pending, err := p.pendingLocked()
+	pending, err := p.pendingLocked(want)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	n := 0
+	if limit > 0 && len(pending) > limit {
+		pending, more = pending[:limit], true
+	}
 	for len(pending) > 0 {
 		group := pending[:min(len(pending), p.opts.UploadConcurrency)]
 		pending = pending[len(group):]
 		k, err := p.offloadGroupLocked(ctx, group)
 		n += k
 		if err != nil {
-			return n, err
+			return n, true, err
 		}
 	}
-	return n, p.applyLocalRetentionLocked(ctx)
+	return n, more, p.applyLocalRetentionLocked(ctx)
+}
+
+// pendingSegment is a closed local segment to upload: the whole of it, or
+// its part from the first offset the bucket lacks.
+type pendingSegment struct {
+	base, next, size int64
+	from             int64 // the first offset to upload: base, or inside the segment
 }
 
 // offloadGroupLocked uploads a group of segments in parallel and commits
@@ -62,26 +93,27 @@ func (p *Partition) Offload(ctx context.Context) (int, error) {
 // happen; it is removed once the commit names them. After the commit the
 // objects are checked to exist before anything may rely on them.
 // REQUIRES: p.mu held.
-func (p *Partition) offloadGroupLocked(ctx context.Context, group []local.SegmentInfo) (int, error) {
+func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegment) (int, error) {
 	segs := make([]manifest.Segment, len(group))
-	for i := range segs {
+	for i, ps := range group {
+		segs[i].BaseOffset, segs[i].LastOffset = ps.from, ps.next-1
 		if _, err := rand.Read(segs[i].ID[:]); err != nil {
 			return 0, err
 		}
 	}
 	st := p.man.Load()
-	in, err := p.writeIntent(ctx, st.m.Generation, group, segs)
+	in, err := p.writeIntent(ctx, st.m.Generation, segs)
 	if err != nil {
 		return 0, err
 	}
 	errs := make([]error, len(group))
 	var wg sync.WaitGroup
-	for i, si := range group {
+	for i, ps := range group {
 		wg.Add(1)
-		go func(i int, si local.SegmentInfo) {
+		go func(i int, ps pendingSegment) {
 			defer wg.Done()
 			start := time.Now()
-			segs[i], errs[i] = p.upload(ctx, si, segs[i].ID)
+			segs[i], errs[i] = p.upload(ctx, ps, segs[i].ID)
 			if errs[i] != nil {
 				p.metrics.UploadErrors.Add(1)
 				return
@@ -89,7 +121,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []local.Segmen
 			p.metrics.SegmentsUploaded.Add(1)
 			p.metrics.BytesUploaded.Add(segs[i].Size + segs[i].IndexSize + segs[i].TimeIndexSize)
 			p.metrics.UploadLatency.Since(start)
-		}(i, si)
+		}(i, ps)
 	}
 	wg.Wait()
 	ok := 0
@@ -111,41 +143,55 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []local.Segmen
 		for _, seg := range segs[:ok] {
 			p.opts.Logger.Info("offloaded segment", "base", seg.BaseOffset, "last", seg.LastOffset, "bytes", seg.Size)
 		}
-		if err := p.checkObjectsLocked(ctx, segs[:ok]); err != nil {
-			return ok, err
-		}
+		p.uploadedLocked(segs[:ok])
 	}
 	if ok == len(group) {
 		p.removeIntent(ctx, in)
 		return ok, nil
 	}
+	p.abandonLocked(in, segs[ok:])
 	return ok, errs[ok]
 }
 
-// pendingLocked lists the closed local segments below the high watermark
-// that the manifest does not name yet, in offset order.
-// REQUIRES: p.mu held.
-func (p *Partition) pendingLocked() ([]local.SegmentInfo, error) {
-	m := p.Manifest()
-	lastRemote := int64(-1)
-	if k := len(m.Segments); k > 0 {
-		lastRemote = m.Segments[k-1].LastOffset
+// abandonLocked removes what failed or cancelled uploads left (their
+// objects, then the intent naming them), best effort and even when the
+// upload's context has ended: a stopped upload leaves nothing behind, or,
+// when this fails too, an intent that tells gc exactly what to remove.
+// The segments are none a commit names. REQUIRES: p.mu held.
+func (p *Partition) abandonLocked(in *intent, segs []manifest.Segment) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.store.Timeout())
+	defer cancel()
+	var keys []string
+	for _, seg := range segs {
+		for _, suf := range manifest.AllSuffixes {
+			keys = append(keys, p.key(seg.Name(suf)))
+		}
 	}
+	if err := p.store.Delete(ctx, keys...); err != nil {
+		p.opts.Logger.Warn("could not remove an abandoned upload's objects; gc will, by its intent", "intent", in.key, "err", err)
+		return
+	}
+	p.removeIntent(ctx, in)
+}
+
+// pendingLocked lists, in offset order, up to max (all with -1) closed
+// local segments below the last stable offset holding offsets past the
+// bucket's last one. It finds the first by binary search, so a partition
+// whose local log holds many uploaded segments costs no scan of them.
+// REQUIRES: p.mu held.
+func (p *Partition) pendingLocked(limit int) ([]pendingSegment, error) {
+	lastRemote := lastOffset(p.Manifest())
 	// Only what is committed and decided: segments wholly below the last
 	// stable offset (itself at most the high watermark).
-	hw := p.local.Offsets().LastStableOffset
-	var out []local.SegmentInfo
-	for _, si := range p.local.SegmentInfos() {
-		if si.Active || si.NextOffset > hw {
+	lso := p.local.Offsets().LastStableOffset
+	var out []pendingSegment
+	for after := lastRemote; limit < 0 || len(out) < limit; {
+		s, ok := p.local.SpanAfter(after)
+		if !ok || s.Active || s.NextOffset > lso {
 			break
 		}
-		if si.NextOffset-1 <= lastRemote {
-			continue // in the bucket's range: local retention checks it is the same
-		}
-		if si.BaseOffset <= lastRemote {
-			return nil, fmt.Errorf("tiered: local segment %d..%d overlaps the bucket, which ends at %d", si.BaseOffset, si.NextOffset-1, lastRemote)
-		}
-		out = append(out, si)
+		out = append(out, pendingSegment{base: s.BaseOffset, next: s.NextOffset, size: s.Size, from: max(s.BaseOffset, lastRemote+1)})
+		after = s.NextOffset - 1
 	}
 	return out, nil
 }
@@ -162,16 +208,15 @@ func (p *Partition) CopyLag() (segments int, bytes int64) {
 		lastRemote = m.Segments[k-1].LastOffset
 	}
 	hw := p.local.Offsets().LastStableOffset
-	for s := range p.local.Spans() {
-		if s.Active || s.NextOffset > hw {
-			break
+	for after := lastRemote; ; {
+		s, ok := p.local.SpanAfter(after)
+		if !ok || s.Active || s.NextOffset > hw {
+			return segments, bytes
 		}
-		if s.NextOffset-1 > lastRemote {
-			segments++
-			bytes += s.Size
-		}
+		segments++
+		bytes += s.Size
+		after = s.NextOffset - 1
 	}
-	return segments, bytes
 }
 
 // upload puts one closed segment's .log, .index and .timeindex under new
@@ -180,34 +225,49 @@ func (p *Partition) CopyLag() (segments int, bytes int64) {
 // scanForUpload): the bucket never receives a copy that is not whole and
 // correct. The segment is not visible to readers until a manifest naming
 // it is committed.
-func (p *Partition) upload(ctx context.Context, si local.SegmentInfo, id [8]byte) (manifest.Segment, error) {
-	seg := manifest.Segment{BaseOffset: si.BaseOffset, LastOffset: si.NextOffset - 1, UploadTimeMs: p.opts.Now().UnixMilli(), MaxTimestamp: -1, ID: id}
-	h, err := p.local.OpenSegment(si.BaseOffset)
+//
+// A segment that begins below the bucket's end uploads from ps.from, the
+// first offset the bucket lacks: its bytes from the batch starting there,
+// with indexes built for them by Kafka's rule.
+func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (manifest.Segment, error) {
+	seg := manifest.Segment{BaseOffset: ps.from, LastOffset: ps.next - 1, UploadTimeMs: p.opts.Now().UnixMilli(), MaxTimestamp: -1, ID: id}
+	h, err := p.local.OpenSegment(ps.base)
 	if err != nil {
 		return seg, fmt.Errorf("tiered: %w", err)
 	}
 	defer h.Close()
-	idx, err := h.IndexBytes()
-	if err != nil {
-		return seg, fmt.Errorf("tiered: %w", err)
+	var idx, tidx []byte
+	var ix *indexBuilder
+	start := int64(0)
+	if ps.from > ps.base {
+		if start, err = batchStart(h, ps.from); err != nil {
+			return seg, err
+		}
+		ix = newIndexBuilder(ps.from, p.local.Config().IndexIntervalBytes)
+	} else {
+		if idx, err = h.IndexBytes(); err != nil {
+			return seg, fmt.Errorf("tiered: %w", err)
+		}
+		if tidx, err = h.TimeIndexBytes(); err != nil {
+			return seg, fmt.Errorf("tiered: %w", err)
+		}
+		if t := index.NewTimeIndexView(tidx, ps.base); t.Entries() > 0 {
+			seg.MaxTimestamp = t.LastEntry().Timestamp
+		}
 	}
-	tidx, err := h.TimeIndexBytes()
-	if err != nil {
-		return seg, fmt.Errorf("tiered: %w", err)
-	}
-	if t := index.NewTimeIndexView(tidx, si.BaseOffset); t.Entries() > 0 {
-		seg.MaxTimestamp = t.LastEntry().Timestamp
-	}
-	if err := p.scanForUpload(h, &seg); err != nil {
+	if err := p.scanForUpload(h, start, &seg, ix); err != nil {
 		p.metrics.UploadsRefused.Add(1)
 		p.opts.Logger.Error("refusing to upload a damaged segment; it stays local", "segment", h.Path(), "err", err)
 		return seg, err
+	}
+	if ix != nil {
+		idx, tidx = ix.finish()
 	}
 	extras, err := p.segmentExtras(h, &seg)
 	if err != nil {
 		return seg, err
 	}
-	seg.Size, seg.IndexSize, seg.TimeIndexSize = h.Size(), int64(len(idx)), int64(len(tidx))
+	seg.Size, seg.IndexSize, seg.TimeIndexSize = h.Size()-start, int64(len(idx)), int64(len(tidx))
 	seg.IndexCRC, seg.TimeIndexCRC = crc32.Checksum(idx, castagnoli), crc32.Checksum(tidx, castagnoli)
 	put := func(name string, body io.ReadSeeker, size int64, crc uint32) error {
 		_, err := p.store.Put(ctx, p.key(name), body, size, objstore.PutOptions{CRC32C: crc, HasCRC32C: true, IfNoneMatch: true})
@@ -227,14 +287,14 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo, id [8]byte
 		}
 		return nil
 	}
-	var body io.ReadSeeker = io.NewSectionReader(h, 0, h.Size())
+	var body io.ReadSeeker = io.NewSectionReader(h, start, seg.Size)
 	if p.opts.OnUploadProgress != nil {
 		body = &progressBody{rs: body, report: p.opts.OnUploadProgress}
 	}
-	if p.uploadRate != nil {
-		body = &limitedBody{ctx: ctx, rs: body, lim: p.uploadRate}
+	for _, lim := range p.uploadRate {
+		body = &limitedBody{ctx: ctx, rs: body, lim: lim}
 	}
-	if err := put(seg.Name(manifest.LogSuffix), body, h.Size(), seg.LogCRC); err != nil {
+	if err := put(seg.Name(manifest.LogSuffix), body, seg.Size, seg.LogCRC); err != nil {
 		return seg, err
 	}
 	if err := put(seg.Name(manifest.IndexSuffix), bytes.NewReader(idx), int64(len(idx)), seg.IndexCRC); err != nil {
@@ -251,8 +311,8 @@ func (p *Partition) upload(ctx context.Context, si local.SegmentInfo, id [8]byte
 		}
 	}
 	// Warm the index cache: the first remote read needs it.
-	p.indexes.put(p.key(seg.Name(manifest.IndexSuffix)), idx)
-	p.indexes.put(p.key(seg.Name(manifest.TimeIndexSuffix)), tidx)
+	p.caches.indexes.put(p.key(seg.Name(manifest.IndexSuffix)), idx)
+	p.caches.indexes.put(p.key(seg.Name(manifest.TimeIndexSuffix)), tidx)
 	return seg, nil
 }
 
@@ -265,6 +325,19 @@ func (p *Partition) segmentExtras(h *local.SegmentHandle, seg *manifest.Segment)
 	txn, err := h.TxnIndexBytes()
 	if err != nil {
 		return nil, fmt.Errorf("tiered: %w", err)
+	}
+	if seg.BaseOffset > h.BaseOffset() && len(txn) > 0 {
+		// Part of the segment: the transactions aborted in that part.
+		all, err := producerstate.DecodeTxnIndex(txn)
+		if err != nil {
+			return nil, fmt.Errorf("%w: tiered: %s: %w", backend.ErrCorruptRecord, h.Path(), err)
+		}
+		txn = nil
+		for _, a := range all {
+			if a.LastOffset >= seg.BaseOffset {
+				txn = a.AppendTo(txn)
+			}
+		}
 	}
 	snap, err := h.SnapshotBytes()
 	if err != nil {
@@ -309,15 +382,21 @@ func segmentEpochs(upTo []local.EpochEntry, base int64) []manifest.EpochStart {
 // the manifest records: the .log's CRC-32C, the record count, the highest
 // leader epoch and the largest timestamp. Damage is backend.ErrCorruptRecord
 // naming the file and position.
-func (p *Partition) scanForUpload(h *local.SegmentHandle, seg *manifest.Segment) error {
-	if h.Size() == 0 {
-		return fmt.Errorf("%w: tiered: %s is empty", backend.ErrCorruptRecord, h.Path())
+//
+// The scan starts at position start, where the batch holding seg's base
+// offset begins; ix, when set, builds the indexes of that part as it goes.
+func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *manifest.Segment, ix *indexBuilder) error {
+	if h.Size() <= start {
+		return fmt.Errorf("%w: tiered: %s holds nothing from position %d", backend.ErrCorruptRecord, h.Path(), start)
 	}
 	crc := uint32(0)
-	next := h.BaseOffset()
-	sc := record.NewScanner(h, 0, h.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
+	next := seg.BaseOffset
+	sc := record.NewScanner(h, start, h.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
 	for sc.Next() {
 		e := sc.Entry()
+		if ix != nil {
+			ix.add(e.Position-start, e.Size, e.LastOffset, e.MaxTimestamp)
+		}
 		first := e.BaseOffset
 		if first < 0 { // a legacy compressed wrapper: its offsets end at LastOffset
 			first = next
@@ -406,4 +485,70 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		}
 	}
 	return refused
+}
+
+// batchStart returns the position of the batch of h that begins at offset
+// from. A segment whose batches do not begin there holds other batches
+// than the bucket's copy ends with: ErrDiverged.
+func batchStart(h *local.SegmentHandle, from int64) (int64, error) {
+	sc := record.NewScanner(h, 0, h.Size(), record.ScanOptions{BufferSize: 64 << 10})
+	for sc.Next() {
+		e := sc.Entry()
+		switch {
+		case e.BaseOffset == from:
+			return e.Position, nil
+		case e.LastOffset >= from:
+			return 0, fmt.Errorf("%w: %s: the bucket ends at offset %d, inside the local batch of offsets %d..%d",
+				ErrDiverged, h.Path(), from-1, e.BaseOffset, e.LastOffset)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return 0, fmt.Errorf("%w: tiered: %s: %w", backend.ErrCorruptRecord, h.Path(), err)
+	}
+	return 0, fmt.Errorf("%w: %s: no batch begins at offset %d", ErrDiverged, h.Path(), from)
+}
+
+// indexBuilder builds the offset and time index of part of a segment, by
+// Kafka's rule (index.Indexer's, one batch per append), in memory.
+type indexBuilder struct {
+	base, interval   int64
+	idx, tidx        []byte
+	since            int64 // bytes since the last offset index entry
+	maxTs, offsetMax int64 // the largest timestamp so far and its batch's last offset
+	lastTs           int64 // the last time index entry's timestamp
+}
+
+func newIndexBuilder(base, interval int64) *indexBuilder {
+	return &indexBuilder{base: base, interval: interval, maxTs: -1, lastTs: -1}
+}
+
+// add records a batch at pos (relative to the part's start).
+func (b *indexBuilder) add(pos, size, lastOffset, maxTs int64) {
+	if maxTs > b.maxTs {
+		b.maxTs, b.offsetMax = maxTs, lastOffset
+	}
+	if b.since > b.interval {
+		b.idx = binary.BigEndian.AppendUint32(b.idx, uint32(lastOffset-b.base))
+		b.idx = binary.BigEndian.AppendUint32(b.idx, uint32(pos))
+		b.appendTime()
+		b.since = 0
+	}
+	b.since += size
+}
+
+// appendTime adds a time index entry for the largest timestamp so far, if
+// it is larger than the last entry's (TimeIndex.MaybeAppend).
+func (b *indexBuilder) appendTime() {
+	if b.maxTs < 0 || (len(b.tidx) > 0 && b.maxTs <= b.lastTs) {
+		return
+	}
+	b.tidx = binary.BigEndian.AppendUint64(b.tidx, uint64(b.maxTs))
+	b.tidx = binary.BigEndian.AppendUint32(b.tidx, uint32(b.offsetMax-b.base))
+	b.lastTs = b.maxTs
+}
+
+// finish adds the time index entry a roll writes and returns both indexes.
+func (b *indexBuilder) finish() (idx, tidx []byte) {
+	b.appendTime()
+	return b.idx, b.tidx
 }

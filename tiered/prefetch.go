@@ -12,11 +12,9 @@ type CacheStats struct {
 	IndexHits, IndexMisses int64
 }
 
-// CacheStats returns the caches' counters.
-func (p *Partition) CacheStats() CacheStats {
-	return CacheStats{ChunkHits: p.chunks.lru.hits.Load(), ChunkMisses: p.chunks.lru.misses.Load(),
-		IndexHits: p.indexes.hits.Load(), IndexMisses: p.indexes.misses.Load()}
-}
+// CacheStats returns the counters of the caches the partition uses
+// (shared with other partitions when Options.Caches was set).
+func (p *Partition) CacheStats() CacheStats { return p.caches.Stats() }
 
 // prefetch reads the range after end of seg (or the start of the next
 // segment) into the chunk cache in the background, one at a time, so a
@@ -36,7 +34,7 @@ func (p *Partition) prefetch(seg manifest.Segment, end int64) {
 		seg, end = m.Segments[i], 0
 	}
 	key := p.key(seg.Name(manifest.LogSuffix))
-	if p.chunks.has(key, end) {
+	if p.caches.chunks.has(key, end) {
 		p.prefetching.Store(false)
 		return
 	}
@@ -48,7 +46,7 @@ func (p *Partition) prefetch(seg manifest.Segment, end int64) {
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()
 		if data, err := p.store.ReadAll(ctx, key, end, n); err == nil {
-			p.chunks.put(key, end, data)
+			p.caches.chunks.put(key, end, data)
 			p.prefetched.Add(1)
 		}
 		if end == 0 { // a new segment: its index too

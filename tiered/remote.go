@@ -54,6 +54,22 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 	if opts.Replica {
 		return nil, &backend.OffsetMovedToTieredStorageError{Offset: offset, LocalLogStart: lo.LogStart}
 	}
+	if !p.attached.Load() {
+		if err := p.attach(ctx); err != nil {
+			p.metrics.RemoteReadErrors.Add(1)
+			return nil, err
+		}
+		if o := p.Offsets(); offset < o.LogStart { // the manifest's start may be past the checkpoint's
+			p.metrics.RemoteReadErrors.Add(1)
+			return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
+		}
+	}
+	release, err := p.opts.Readers.acquire(ctx)
+	if err != nil {
+		p.metrics.RemoteReadErrors.Add(1)
+		return nil, err
+	}
+	defer release()
 	start := time.Now()
 	recs, remote, err := p.readRemote(ctx, offset, opts, lo)
 	if err == nil && remote && opts.Isolation == backend.ReadCommitted {
@@ -62,6 +78,7 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 	}
 	switch {
 	case err != nil:
+		err = storageError(ctx, err)
 		p.metrics.RemoteReadErrors.Add(1)
 	case remote:
 		p.metrics.RemoteReads.Add(1)
@@ -69,6 +86,23 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 		p.metrics.RemoteReadLatency.Since(start)
 	}
 	return recs, err
+}
+
+// storageError types a failure to reach the bucket as backend.ErrStorage
+// (Kafka's KAFKA_STORAGE_ERROR, which clients retry); errors that already
+// say what went wrong in the partition's terms (out of range, corrupt
+// data, closed, the caller's context ending) pass as they are; a request
+// that timed out under the store's own deadline is a storage error.
+func storageError(ctx context.Context, err error) error {
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return err
+	}
+	for _, typed := range []error{backend.ErrStorage, backend.ErrOffsetOutOfRange, backend.ErrCorruptRecord, backend.ErrClosed, backend.ErrFenced} {
+		if errors.Is(err, typed) {
+			return err
+		}
+	}
+	return fmt.Errorf("%w: %w", backend.ErrStorage, err)
 }
 
 // readRemote serves a read below the local log start; remote says whether
@@ -145,13 +179,13 @@ func toAborted(remote []producerstate.AbortedTxn, local []backend.AbortedTxn) []
 // CRC-32C the manifest recorded.
 func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffix string) ([]byte, error) {
 	key := p.key(seg.Name(suffix))
-	if b, ok := p.indexes.get(key); ok {
+	if b, ok := p.caches.indexes.get(key); ok {
 		return b, nil
 	}
 	size, want := seg.Object(suffix)
 	valid := func(b []byte) bool { return int64(len(b)) == size && crc32.Checksum(b, castagnoli) == want }
-	if b, ok := p.diskIndexes.get(key); ok && valid(b) {
-		p.indexes.put(key, b)
+	if b, ok := p.caches.disk.get(key); ok && valid(b) {
+		p.caches.indexes.put(key, b)
 		return b, nil
 	}
 	var b []byte
@@ -165,8 +199,8 @@ func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffi
 		return nil, fmt.Errorf("%w: %s: %d bytes with CRC-32C 0x%08x, the manifest recorded %d and 0x%08x",
 			backend.ErrCorruptRecord, key, len(b), crc32.Checksum(b, castagnoli), size, want)
 	}
-	p.indexes.put(key, b)
-	p.diskIndexes.put(key, b)
+	p.caches.indexes.put(key, b)
+	p.caches.disk.put(key, b)
 	return b, nil
 }
 
@@ -263,14 +297,14 @@ func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string
 // pos when it reaches n bytes (or the object's end), else one ranged GET,
 // cached.
 func (p *Partition) window(ctx context.Context, key string, pos, n int64) ([]byte, bool, error) {
-	if data, ok := p.chunks.get(key, pos); ok && int64(len(data)) >= n {
+	if data, ok := p.caches.chunks.get(key, pos); ok && int64(len(data)) >= n {
 		return data, true, nil
 	}
 	data, err := p.store.ReadAll(ctx, key, pos, n)
 	if err != nil {
 		return nil, false, fmt.Errorf("tiered: %w", err)
 	}
-	p.chunks.put(key, pos, data)
+	p.caches.chunks.put(key, pos, data)
 	return data, false, nil
 }
 
@@ -334,6 +368,11 @@ func (p *Partition) readBound(isolation backend.Isolation) int64 {
 func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, bool, error) {
 	if err := p.checkOpen(); err != nil {
 		return 0, 0, false, err
+	}
+	if _, remote := p.local.RemoteLogStart(); remote {
+		if err := p.attach(ctx); err != nil {
+			return 0, 0, false, err
+		}
 	}
 	m := p.Manifest()
 	localStart := p.local.Offsets().LogStart
@@ -472,6 +511,9 @@ type RemoteLookup struct {
 func (p *Partition) LookupRemote(ctx context.Context, offset int64) (RemoteLookup, error) {
 	var r RemoteLookup
 	if err := p.checkOpen(); err != nil {
+		return r, err
+	}
+	if err := p.attach(ctx); err != nil {
 		return r, err
 	}
 	m := p.Manifest()

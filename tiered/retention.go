@@ -16,14 +16,11 @@ import (
 // leaves garbage for GC, never a manifest naming a missing object. It
 // returns how many segments it removed.
 func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
-	ctx, done, err := p.beginChange(ctx)
+	ctx, done, err := p.beginLeaderChange(ctx)
 	if err != nil {
 		return 0, err
 	}
 	defer done()
-	if err := p.reconcileLocked(ctx); err != nil {
-		return 0, err
-	}
 	st := p.man.Load()
 	segs := st.m.Segments
 	if len(segs) == 0 {

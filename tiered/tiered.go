@@ -15,6 +15,14 @@
 // on-disk cache. ApplyRetention applies total retention to the bucket
 // (manifest first, then objects); Restore rebuilds a partition directory from
 // the bucket alone; GC removes objects no manifest names.
+//
+// A broker uses a Backend (OpenBackend): a log directory whose topics with
+// remote.storage.enable=true open as Partitions sharing one set of caches,
+// one upload quota and one remote reader pool, with a background service
+// doing Kafka's RemoteLogManager's work (service.go). Only the leader of a
+// partition writes to its bucket prefix; leadership and fencing are
+// described in leader.go. Opening needs no bucket: a partition attaches to
+// it when first needed.
 package tiered
 
 import (
@@ -44,9 +52,17 @@ type Options struct {
 	// ("<prefix>/<topic>-<partition>").
 	Store  *objstore.Store
 	Prefix string
-	// LeaderEpoch is written into the manifests this writer commits; a
-	// manifest committed by a higher epoch fences this writer.
+	// LeaderEpoch is the epoch this partition leads at from Open, written
+	// into the manifests it commits; a manifest committed by a higher
+	// epoch fences it. (A Backend's partitions open with no role instead,
+	// until the broker calls BecomeLeader or BecomeFollower.)
 	LeaderEpoch int32
+	// OpenWithoutBucket opens without reading the manifest, so a broker
+	// starts and serves local data while the bucket is unreachable. The
+	// partition attaches to the bucket (one GET) at its first remote read,
+	// upload or other change, and until then remote reads fail with a
+	// retryable backend.ErrStorage.
+	OpenWithoutBucket bool
 	// IndexCacheBytes bounds the remote indexes kept in memory (default
 	// 64 MiB).
 	IndexCacheBytes int64
@@ -78,11 +94,31 @@ type Options struct {
 	// Metrics receives the partition's counters; share one across a
 	// broker's partitions (default: one of the partition's own).
 	Metrics *Metrics
+	// Caches, when set, are the remote read caches to use, shared with
+	// other partitions (a Backend shares one across the broker); the
+	// cache sizes above then do not apply. Without it the partition makes
+	// its own.
+	Caches *Caches
+	// UploadQuota, when set, is an upload rate shared with other
+	// partitions (Kafka's remote.log.manager.copy.max.bytes.per.second),
+	// applied on top of UploadBytesPerSecond.
+	UploadQuota *Quota
+	// Readers, when set, bounds the remote reads in flight and queued,
+	// shared with other partitions (Kafka's remote.log.reader.threads and
+	// remote.log.reader.max.pending.tasks). Without it remote reads are
+	// not bounded beyond the caller's own concurrency.
+	Readers *ReaderPool
 	// OnUploadProgress, when set, is called as Offload sends segment data
 	// with the bytes of .log files sent since its last call (a retried
 	// put does not count its bytes again). Calls come from several
 	// goroutines when segments upload in parallel. For progress displays.
 	OnUploadProgress func(n int64)
+
+	// noRole opens the partition neither leader nor follower (a Backend's).
+	noRole bool
+	// onWork, when set, is told when the partition may have a segment to
+	// upload (its high watermark moved; it became leader).
+	onWork func(*Partition)
 }
 
 // Partition is a local log whose old segments also live in a bucket. It
@@ -95,7 +131,19 @@ type Partition struct {
 
 	mu   sync.Mutex // serializes Offload and manifest changes
 	man  atomic.Pointer[manifestState]
-	fenc atomic.Pointer[error]
+	fenc atomic.Pointer[fencing]
+	// attached says the manifest was read (see Options.OpenWithoutBucket);
+	// attachMu serializes the reading.
+	attached atomic.Bool
+	attachMu sync.Mutex
+	// epoch is the leader epoch the partition leads or follows at; role
+	// says which (roleNone until told).
+	epoch atomic.Int32
+	role  atomic.Int32
+	// claimed is the leader epoch this writer has written into the
+	// bucket's manifest (-1: none yet): until it is the current one, the
+	// next change claims the bucket first. Written with mu held.
+	claimed atomic.Int32
 	// unknown is a manifest whose commit may or may not have happened (the
 	// answer was lost); the next change reconciles it first. Guarded by mu.
 	unknown *manifest.Manifest
@@ -103,10 +151,9 @@ type Partition struct {
 	// are on disk (see bucketHoldsLocked). Guarded by mu.
 	verified map[int64]verifiedSegment
 
-	indexes     *lru[string, []byte] // remote index objects by key
-	diskIndexes *diskCache
-	chunks      *rangeCache
-	uploadRate  *ratelimit.Limiter
+	caches      *Caches
+	ownCaches   bool                 // made by this partition: Close clears them
+	uploadRate  []*ratelimit.Limiter // the partition's cap, the shared quota
 	prefetching atomic.Bool
 	prefetched  atomic.Int64
 	metrics     *Metrics
@@ -126,9 +173,23 @@ type manifestState struct {
 	etag string // "" when no manifest exists yet
 }
 
-var _ backend.Partition = (*Partition)(nil)
+// The roles of a partition.
+const (
+	roleNone int32 = iota
+	roleLeader
+	roleFollower
+)
 
-// Open reads the partition's manifest (one GET) and wraps l.
+// fencing is why a writer was fenced, and by which epoch.
+type fencing struct {
+	err   error
+	epoch int32 // the writer epoch that fenced this one
+}
+
+var _ backend.Tiered = (*Partition)(nil)
+
+// Open reads the partition's manifest (one GET; none with
+// OpenWithoutBucket) and wraps l, leading at opts.LeaderEpoch.
 func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Store == nil {
 		return nil, fmt.Errorf("tiered: no store")
@@ -146,12 +207,6 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 		if err := l.SetConfig(cfg); err != nil && !errors.Is(err, local.ErrReadOnly) {
 			return nil, err
 		}
-	}
-	if opts.IndexCacheBytes <= 0 {
-		opts.IndexCacheBytes = 64 << 20
-	}
-	if opts.ChunkCacheBytes == 0 {
-		opts.ChunkCacheBytes = 64 << 20
 	}
 	if opts.UploadConcurrency <= 0 {
 		opts.UploadConcurrency = 4
@@ -171,29 +226,30 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = new(Metrics)
 	}
-	p := &Partition{metrics: opts.Metrics, local: l, store: opts.Store, prefix: opts.Prefix, opts: opts,
-		indexes: newLRU[string](opts.IndexCacheBytes, func(b []byte) int64 { return int64(len(b)) }, nil),
-		chunks:  newRangeCache(opts.ChunkCacheBytes), uploadRate: ratelimit.New(opts.UploadBytesPerSecond)}
+	p := &Partition{metrics: opts.Metrics, local: l, store: opts.Store, prefix: opts.Prefix, opts: opts, caches: opts.Caches}
+	if p.caches == nil {
+		p.caches, p.ownCaches = NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes,
+			IndexDir: opts.IndexCacheDir, IndexDiskBytes: opts.IndexCacheDiskBytes}), true
+	}
+	if lim := ratelimit.New(opts.UploadBytesPerSecond); lim != nil {
+		p.uploadRate = append(p.uploadRate, lim)
+	}
+	if opts.UploadQuota != nil && opts.UploadQuota.lim != nil {
+		p.uploadRate = append(p.uploadRate, opts.UploadQuota.lim)
+	}
 	p.closing, p.stopClosing = context.WithCancel(context.Background())
-	if opts.IndexCacheDir != "" {
-		if opts.IndexCacheDiskBytes <= 0 {
-			opts.IndexCacheDiskBytes = 1 << 30
+	p.claimed.Store(-1)
+	p.epoch.Store(opts.LeaderEpoch)
+	if !opts.noRole {
+		p.role.Store(roleLeader)
+	}
+	// Until attached, the manifest is an empty one (the local log keeps the
+	// log start its checkpoint recorded).
+	p.man.Store(&manifestState{m: &manifest.Manifest{}})
+	if !opts.OpenWithoutBucket {
+		if err := p.attach(ctx); err != nil {
+			return nil, err
 		}
-		p.diskIndexes = openDiskCache(opts.IndexCacheDir, opts.IndexCacheDiskBytes)
-	}
-	st, err := p.readManifest(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if st.etag == "" {
-		if rs, ok := l.RemoteLogStart(); ok {
-			return nil, fmt.Errorf("%w under %q: the partition's log start is %d (log-start-offset-checkpoint) but its local log starts at %d, "+
-				"so the offsets between live in a bucket: is the store URL or prefix right?", ErrNoManifest, p.key(ManifestName), rs, l.Offsets().LogStart)
-		}
-	}
-	p.adopt(st)
-	if st.m.WriterEpoch > opts.LeaderEpoch {
-		p.fence(fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, opts.LeaderEpoch))
 	}
 	return p, nil
 }
@@ -242,12 +298,17 @@ func (p *Partition) adopt(st *manifestState) {
 // Manifest returns the committed manifest (do not modify it).
 func (p *Partition) Manifest() *manifest.Manifest { return p.man.Load().m }
 
+// Prefix returns the partition's key prefix in the bucket.
+func (p *Partition) Prefix() string { return p.prefix }
+
 // Local returns the wrapped local log.
 func (p *Partition) Local() *local.Log { return p.local }
 
-func (p *Partition) fence(cause error) {
+// fence stops this writer: the manifest was committed by writerEpoch
+// (another writer). BecomeLeader with a higher epoch lifts it.
+func (p *Partition) fence(writerEpoch int32, cause error) {
 	err := fmt.Errorf("%w: %s: %w", backend.ErrFenced, p.key(ManifestName), cause)
-	if p.fenc.CompareAndSwap(nil, &err) {
+	if p.fenc.CompareAndSwap(nil, &fencing{err: err, epoch: writerEpoch}) {
 		p.metrics.Fenced.Add(1)
 		p.opts.Logger.Warn("fenced: another writer owns the partition", "err", err)
 	}
@@ -256,8 +317,8 @@ func (p *Partition) fence(cause error) {
 // Fenced returns the fencing error, or nil while this writer owns the
 // partition.
 func (p *Partition) Fenced() error {
-	if e := p.fenc.Load(); e != nil {
-		return *e
+	if f := p.fenc.Load(); f != nil {
+		return f.err
 	}
 	return nil
 }
@@ -266,6 +327,13 @@ func (p *Partition) Fenced() error {
 // when old segments live in the bucket; LocalLogStart the local one.
 func (p *Partition) Offsets() backend.Offsets {
 	o := p.local.Offsets()
+	if !p.attached.Load() {
+		// The log start the checkpoint recorded, until the manifest says.
+		if rs, ok := p.local.RemoteLogStart(); ok && rs < o.LogStart {
+			o.LogStart = rs
+		}
+		return o
+	}
 	m := p.Manifest()
 	if n := len(m.Segments); n > 0 && m.LogStartOffset < o.LogStart && m.Segments[n-1].LastOffset+1 >= o.LogStart {
 		o.LogStart = m.LogStartOffset
@@ -286,7 +354,21 @@ func (p *Partition) SetHighWatermark(hw int64) error {
 	if err := p.checkOpen(); err != nil {
 		return err
 	}
-	return p.local.SetHighWatermark(hw)
+	if err := p.local.SetHighWatermark(hw); err != nil {
+		return err
+	}
+	if p.opts.onWork != nil {
+		p.opts.onWork(p)
+	}
+	return nil
+}
+
+// hasCopyWork says whether a closed segment below the last stable offset
+// holds offsets the bucket lacks: one binary search of the local
+// segments, no allocation.
+func (p *Partition) hasCopyWork() bool {
+	s, ok := p.local.SpanAfter(lastOffset(p.Manifest()))
+	return ok && !s.Active && s.NextOffset <= p.local.Offsets().LastStableOffset
 }
 
 // TruncateTo truncates the local log. Offsets the bucket holds were
@@ -296,6 +378,15 @@ func (p *Partition) SetHighWatermark(hw int64) error {
 func (p *Partition) TruncateTo(offset int64) error {
 	if err := p.checkOpen(); err != nil {
 		return err
+	}
+	if offset < p.local.Offsets().LogEnd {
+		// What the bucket holds must be known first.
+		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
+		err := p.attach(ctx)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("tiered: truncate to %d: %w", offset, err)
+		}
 	}
 	if m := p.Manifest(); len(m.Segments) > 0 && offset <= m.Segments[len(m.Segments)-1].LastOffset {
 		return fmt.Errorf("%w: truncate to %d: offsets up to %d are offloaded and committed", backend.ErrInvalidRecord,
@@ -314,7 +405,15 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		o := p.Offsets()
 		return &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.HighWatermark}
 	}
-	ctx, done, err := p.beginChange(ctx)
+	if p.role.Load() != roleLeader {
+		// A follower follows the leader's log start (the manifest's, and
+		// the one the leader's fetch responses carry) locally only.
+		if offset > p.local.Offsets().LogStart {
+			return p.local.DeleteRecordsBefore(ctx, offset)
+		}
+		return nil
+	}
+	ctx, done, err := p.beginLeaderChange(ctx)
 	if err != nil {
 		return err
 	}
@@ -361,6 +460,12 @@ func (p *Partition) SetConfig(cfg backend.Config) error {
 func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, int64, bool, error) {
 	if err := p.checkOpen(); err != nil {
 		return -1, -1, false, err
+	}
+	if _, remote := p.local.RemoteLogStart(); remote {
+		// Epochs of offsets only the bucket holds are in the manifest.
+		if err := p.attach(ctx); err != nil {
+			return -1, -1, false, err
+		}
 	}
 	epochs := p.epochs()
 	leo := p.local.Offsets().LogEnd
@@ -423,8 +528,9 @@ func (p *Partition) Close() error {
 	p.stopClosing()
 	p.mu.Lock() // wait out a change in flight
 	p.bg.Wait()
-	p.indexes.clear()
-	p.chunks.lru.clear()
+	if p.ownCaches {
+		p.caches.clear()
+	}
 	p.mu.Unlock()
 	return p.local.Close()
 }
@@ -451,7 +557,34 @@ func (p *Partition) beginChange(ctx context.Context) (_ context.Context, done fu
 		cancel()
 		return nil, nil, err
 	}
+	if err := p.attach(ctx); err != nil {
+		p.mu.Unlock()
+		cancel()
+		return nil, nil, err
+	}
 	return ctx, func() { p.mu.Unlock(); cancel() }, nil
+}
+
+// beginLeaderChange is beginChange for the leader's changes (uploads,
+// retention, the log start): it fails with ErrNotLeader unless the
+// partition leads, and claims the bucket for the current epoch first.
+func (p *Partition) beginLeaderChange(ctx context.Context) (_ context.Context, done func(), err error) {
+	if p.role.Load() != roleLeader {
+		return nil, nil, p.notLeader()
+	}
+	ctx, done, err = p.beginChange(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := p.reconcileLocked(ctx); err != nil {
+		done()
+		return nil, nil, err
+	}
+	if err := p.claimLocked(ctx); err != nil {
+		done()
+		return nil, nil, err
+	}
+	return ctx, done, nil
 }
 
 // withClose returns ctx, also cancelled when the partition closes.
@@ -474,8 +607,19 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	if st != p.man.Load() {
 		return fmt.Errorf("%w: the manifest changed while this commit was prepared", objstore.ErrRetryable)
 	}
+	epoch := p.epoch.Load()
+	if p.role.Load() != roleLeader {
+		return p.notLeader()
+	}
+	if st.m.WriterEpoch > epoch {
+		p.fence(st.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, epoch))
+		return p.Fenced()
+	}
+	if st.m.Deleted {
+		return fmt.Errorf("%w: partition %s: its deletion has begun", backend.ErrNotFound, p.prefix)
+	}
 	next.Generation = st.m.Generation + 1
-	next.WriterEpoch = p.opts.LeaderEpoch
+	next.WriterEpoch = epoch
 	data, err := next.Encode()
 	if err != nil {
 		return err
@@ -485,6 +629,7 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	switch {
 	case err == nil:
 		p.adopt(&manifestState{m: next, etag: info.ETag})
+		p.claimed.Store(epoch)
 		p.metrics.ManifestCommits.Add(1)
 		return nil
 	case errors.Is(err, objstore.ErrPreconditionFailed):
@@ -517,12 +662,20 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 	switch {
 	case bytes.Equal(nowBytes, enc(p.unknown)):
 		p.adopt(now) // our commit landed
+		p.claimed.Store(now.m.WriterEpoch)
 		p.metrics.ManifestCommits.Add(1)
 	case now.etag == cur.etag && bytes.Equal(nowBytes, enc(cur.m)):
 		// Our commit did not land; the manifest is the one we knew.
+	case now.m.WriterEpoch < p.epoch.Load() && p.claimed.Load() != p.epoch.Load() && !now.m.Deleted:
+		// An older leader committed before this one claimed the bucket:
+		// its commit stands (what it uploaded was below its high
+		// watermark); this one claims over it and tries again.
+		p.unknown = nil
+		p.adopt(now)
+		return fmt.Errorf("%w: an older leader (epoch %d) committed generation %d first", objstore.ErrRetryable, now.m.WriterEpoch, now.m.Generation)
 	default:
 		p.unknown = nil
-		p.fence(fmt.Errorf("the manifest moved from generation %d to %d, written by leader epoch %d", cur.m.Generation, now.m.Generation, now.m.WriterEpoch))
+		p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest moved from generation %d to %d, written by leader epoch %d", cur.m.Generation, now.m.Generation, now.m.WriterEpoch))
 		return p.Fenced()
 	}
 	p.unknown = nil

@@ -1,9 +1,11 @@
 package tiered
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
@@ -14,8 +16,11 @@ import (
 // that segment, byte for byte: a manifest entry with the same base and
 // last offset, size and CRC-32C as the local file (the CRC computed from
 // the local file, never taken from the manifest alone), whose objects
-// exist. A writer whose local log diverged from the bucket's (another
-// writer's data under the same offsets) keeps its own.
+// exist. When no entry lines up with the local segment (a follower, or a
+// leader whose segments were rolled elsewhere than the bucket's), the
+// bucket's bytes for the same offsets are read back and compared with the
+// local file's. A writer whose local log diverged from the bucket's
+// (another writer's data under the same offsets) keeps its own.
 
 // ErrDiverged means a local segment differs from the bucket's copy of the
 // same offsets: local retention keeps it, and an operator must decide
@@ -25,30 +30,31 @@ var ErrDiverged = errors.New("tiered: local log and bucket disagree")
 // verifiedSegment is a local segment known to be in the bucket: the
 // manifest entry (by id) and the local file's size.
 type verifiedSegment struct {
-	id   [8]byte
-	size int64
-	last int64
+	id     [8]byte
+	size   int64
+	last   int64
+	ranged bool // compared with the bucket's bytes, not one entry's
+	// headed says the objects were seen in the bucket; until then only
+	// the bytes are known to match (the upload's CRC was the local file's).
+	headed bool
 }
 
-// checkObjectsLocked HEADs the objects of just-committed segments: they
-// must exist with the sizes the manifest records. Those that do are
-// verified (their CRC was computed from the local file at upload).
-// REQUIRES: p.mu held.
-func (p *Partition) checkObjectsLocked(ctx context.Context, segs []manifest.Segment) error {
+// uploadedLocked records segments this writer just committed from its own
+// local files: their CRCs were computed from those files, so only the
+// objects' presence is left to check, when local retention is about to
+// rely on them (a PUT that succeeded is durable; the check guards against
+// anything that removed them since). REQUIRES: p.mu held.
+func (p *Partition) uploadedLocked(segs []manifest.Segment) {
 	for _, seg := range segs {
-		if err := p.headObjects(ctx, seg); err != nil {
-			return err
-		}
-		p.markVerifiedLocked(seg)
+		p.markVerifiedLocked(seg, false)
 	}
-	return nil
 }
 
-func (p *Partition) markVerifiedLocked(seg manifest.Segment) {
+func (p *Partition) markVerifiedLocked(seg manifest.Segment, headed bool) {
 	if p.verified == nil {
 		p.verified = map[int64]verifiedSegment{}
 	}
-	p.verified[seg.BaseOffset] = verifiedSegment{id: seg.ID, size: seg.Size, last: seg.LastOffset}
+	p.verified[seg.BaseOffset] = verifiedSegment{id: seg.ID, size: seg.Size, last: seg.LastOffset, headed: headed}
 }
 
 // headObjects checks that a segment's objects exist with the sizes the
@@ -71,12 +77,22 @@ func (p *Partition) headObjects(ctx context.Context, seg manifest.Segment) error
 // segment si; an error says why not (ErrDiverged when the copies differ).
 // REQUIRES: p.mu held.
 func (p *Partition) bucketHoldsLocked(ctx context.Context, m *manifest.Manifest, si local.SegmentInfo) error {
+	v, known := p.verified[si.BaseOffset]
+	if known && v.ranged && v.size == si.Size && v.last == si.NextOffset-1 {
+		return nil
+	}
 	i, ok := m.Find(si.BaseOffset)
 	if !ok || m.Segments[i].BaseOffset != si.BaseOffset || m.Segments[i].LastOffset != si.NextOffset-1 {
-		return fmt.Errorf("%w: local segment %d..%d is not one segment of the bucket", ErrDiverged, si.BaseOffset, si.NextOffset-1)
+		return p.compareWithBucketLocked(ctx, m, si)
 	}
 	seg := m.Segments[i]
-	if v, ok := p.verified[si.BaseOffset]; ok && v.id == seg.ID && v.size == si.Size && v.last == si.NextOffset-1 {
+	if known && v.id == seg.ID && v.size == si.Size && v.last == si.NextOffset-1 {
+		if !v.headed {
+			if err := p.headObjects(ctx, seg); err != nil {
+				return err
+			}
+			p.markVerifiedLocked(seg, true)
+		}
 		return nil
 	}
 	h, err := p.local.OpenSegment(si.BaseOffset)
@@ -86,7 +102,7 @@ func (p *Partition) bucketHoldsLocked(ctx context.Context, m *manifest.Manifest,
 	defer h.Close()
 	var mine manifest.Segment
 	mine.BaseOffset, mine.MaxTimestamp = si.BaseOffset, -1
-	if err := p.scanForUpload(h, &mine); err != nil {
+	if err := p.scanForUpload(h, 0, &mine, nil); err != nil {
 		return err
 	}
 	if h.Size() != seg.Size || mine.LogCRC != seg.LogCRC {
@@ -96,6 +112,92 @@ func (p *Partition) bucketHoldsLocked(ctx context.Context, m *manifest.Manifest,
 	if err := p.headObjects(ctx, seg); err != nil {
 		return err
 	}
-	p.markVerifiedLocked(seg)
+	p.markVerifiedLocked(seg, true)
 	return nil
+}
+
+// compareWithBucketLocked shows that the bucket holds the local segment
+// si's offsets as the same bytes when no manifest entry lines up with it:
+// for each remote segment covering part of it, from the batch where that
+// part begins, the bucket's bytes are read (streamed, never held whole)
+// and compared with the local file's. REQUIRES: p.mu held.
+func (p *Partition) compareWithBucketLocked(ctx context.Context, m *manifest.Manifest, si local.SegmentInfo) error {
+	if last := lastOffset(m); si.NextOffset-1 > last {
+		return fmt.Errorf("%w: local segment %d..%d is not wholly in the bucket, which ends at %d", ErrDiverged, si.BaseOffset, si.NextOffset-1, last)
+	}
+	h, err := p.local.OpenSegment(si.BaseOffset)
+	if err != nil {
+		return fmt.Errorf("tiered: %w", err)
+	}
+	defer h.Close()
+	off, localPos := si.BaseOffset, int64(0)
+	if len(m.Segments) > 0 && m.Segments[0].BaseOffset > off {
+		// The bucket starts inside the segment: what lies below it is below
+		// the partition's log start, deletable without a copy.
+		if localPos, err = batchStart(h, m.Segments[0].BaseOffset); err != nil {
+			return err
+		}
+		off = m.Segments[0].BaseOffset
+	}
+	buf := make([]byte, 2*compareChunk)
+	for localPos < h.Size() {
+		i, ok := m.Find(off)
+		if !ok || m.Segments[i].BaseOffset > off {
+			return fmt.Errorf("%w: the bucket does not hold offset %d of local segment %s", ErrDiverged, off, h.Path())
+		}
+		seg := m.Segments[i]
+		l, found, err := p.locate(ctx, seg, off, 64<<10)
+		if err != nil {
+			return err
+		}
+		key := p.key(seg.Name(manifest.LogSuffix))
+		if !found || l.entry.BaseOffset != off {
+			return fmt.Errorf("%w: %s has no batch beginning at offset %d, where local segment %s has one", ErrDiverged, key, off, h.Path())
+		}
+		remotePos := l.pos + l.at
+		n := min(seg.Size-remotePos, h.Size()-localPos)
+		if err := p.compareRange(ctx, key, remotePos, h, localPos, n, buf); err != nil {
+			return err
+		}
+		localPos += n
+		off = seg.LastOffset + 1
+	}
+	p.markRangeVerifiedLocked(si)
+	return nil
+}
+
+// compareChunk is how much of a remote range compareRange compares at once.
+const compareChunk = 1 << 20
+
+// compareRange compares n bytes of the object key from remotePos with the
+// local segment's from localPos.
+func (p *Partition) compareRange(ctx context.Context, key string, remotePos int64, h *local.SegmentHandle, localPos, n int64, buf []byte) error {
+	rc, _, err := p.store.Get(ctx, key, remotePos, n)
+	if err != nil {
+		return fmt.Errorf("tiered: compare %s with the local segment: %w", key, err)
+	}
+	defer rc.Close()
+	remote, mine := buf[:compareChunk], buf[compareChunk:]
+	for done := int64(0); done < n; {
+		k := int(min(n-done, compareChunk))
+		if _, err := io.ReadFull(rc, remote[:k]); err != nil {
+			return fmt.Errorf("tiered: compare %s with the local segment: %w", key, err)
+		}
+		if _, err := h.ReadAt(mine[:k], localPos+done); err != nil {
+			return fmt.Errorf("tiered: %s: %w", h.Path(), err)
+		}
+		if !bytes.Equal(remote[:k], mine[:k]) {
+			return fmt.Errorf("%w: %s at %d and local segment %s at %d differ", ErrDiverged, key, remotePos+done, h.Path(), localPos+done)
+		}
+		done += int64(k)
+		p.metrics.VerifyBytes.Add(int64(k))
+	}
+	return nil
+}
+
+func (p *Partition) markRangeVerifiedLocked(si local.SegmentInfo) {
+	if p.verified == nil {
+		p.verified = map[int64]verifiedSegment{}
+	}
+	p.verified[si.BaseOffset] = verifiedSegment{size: si.Size, last: si.NextOffset - 1, ranged: true}
 }

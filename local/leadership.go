@@ -1,0 +1,116 @@
+package local
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	"github.com/tierlog/tierlog/producerstate"
+	"github.com/tierlog/tierlog/vfs"
+)
+
+// BecomeLeader records that this broker leads the partition from epoch on:
+// the epoch's start is the log end (Kafka's maybeAssignEpochStartOffset on
+// becoming leader), so OffsetsForLeaderEpoch answers for it before its first
+// append. An epoch not above the latest cached one changes nothing. The
+// entry lasts while the log end stays there: like Kafka's, it is dropped by
+// a reopen before the first append, when the next BecomeLeader restores it.
+func (l *Log) BecomeLeader(ctx context.Context, epoch int32) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if err := l.checkWritable(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	before := l.epochs.entries
+	if !l.epochs.assign(epoch, l.leo.Load()) {
+		return nil
+	}
+	if err := l.epochs.persist(l); err != nil {
+		l.epochs.entries = before
+		return err
+	}
+	return nil
+}
+
+// BecomeFollower records that this broker follows the partition from
+// epoch on. A local log has nothing to change: a follower's epochs come
+// with the batches it replicates.
+func (l *Log) BecomeFollower(ctx context.Context, epoch int32) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if l.closed.Load() {
+		return l.closedErr()
+	}
+	return nil
+}
+
+// StartAt empties the log and starts it at offset, with the producer state
+// of snapshot (a producer snapshot describing the log up to offset, in
+// Kafka's format; empty: no producers): Kafka's truncateFullyAndStartAt,
+// as a follower does after building its state from a bucket whose copy of
+// the partition ends at offset. The epoch cache starts empty; the first
+// batches appended bring their epochs. Segments readers hold stay readable
+// until released.
+func (l *Log) StartAt(ctx context.Context, offset int64, snapshot []byte) error {
+	if err := checkCtx(ctx); err != nil {
+		return err
+	}
+	if offset < 0 {
+		return fmt.Errorf("local: start at offset %d", offset)
+	}
+	if len(snapshot) > 0 {
+		// Refuse a damaged snapshot before changing anything.
+		if _, err := producerstate.DecodeSnapshot(snapshot); err != nil {
+			return fmt.Errorf("local: start at %d: producer snapshot: %w", offset, err)
+		}
+	}
+	if err := l.checkWritable(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.truncateFullyLocked(offset); err != nil {
+		return err
+	}
+	l.epochs.entries = nil
+	if err := l.epochs.persist(l); err != nil {
+		return l.fail(err)
+	}
+	if len(snapshot) > 0 {
+		if err := vfs.WriteFileAtomic(l.segOpts.fs, l.dir, FileName(offset, SnapshotSuffix), snapshot); err != nil {
+			return l.fail(fmt.Errorf("local: write %s: %w", l.snapshotPath(offset), err))
+		}
+		if err := l.ps.Load(snapshot, offset, l.now().UnixMilli()); err != nil {
+			return l.fail(fmt.Errorf("local: load %s: %w", l.snapshotPath(offset), err))
+		}
+		l.ps.SetEndOffset(offset)
+		l.ps.SetHighWatermark(l.hw.Load())
+		l.publishLSO()
+	}
+	l.dirty = true
+	return nil
+}
+
+// SpanAfter returns the first segment holding an offset above offset (the
+// segment after a bucket's copy that ends at offset), by binary search; ok
+// is false when the log ends at or before offset+1.
+func (l *Log) SpanAfter(offset int64) (span SegmentSpan, ok bool) {
+	segs := l.segments()
+	leo := l.leo.Load()
+	next := func(i int) int64 {
+		if i+1 < len(segs) {
+			return segs[i+1].base
+		}
+		return leo
+	}
+	i := sort.Search(len(segs), func(i int) bool { return next(i) > offset+1 })
+	if i == len(segs) || next(i) <= segs[i].base {
+		return SegmentSpan{}, false
+	}
+	s := segs[i]
+	return SegmentSpan{BaseOffset: s.base, NextOffset: next(i), Size: s.size.Load(), Active: i == len(segs)-1}, true
+}

@@ -1,0 +1,126 @@
+package local_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+)
+
+// TestBecomeLeaderRecordsEpochStart: a new leader's epoch starts at the log
+// end at once, so OffsetsForLeaderEpoch answers for it before the epoch's
+// first append (Kafka's maybeAssignEpochStartOffset); an older epoch
+// changes nothing.
+func TestBecomeLeaderRecordsEpochStart(t *testing.T) {
+	l := openLog(t, filepath.Join(t.TempDir(), "orders-0"), cfg(t), false)
+	defer l.Close()
+	if _, err := l.Append(ctx, batchOf(5, 1, "a"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.BecomeLeader(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if e, end, found, err := l.EndOffsetForEpoch(ctx, 4); err != nil || !found || e != 3 || end != 5 {
+		t.Fatalf("EndOffsetForEpoch(4) = %d, %d, %v, %v; want epoch 3 ending at 5", e, end, found, err)
+	}
+	if e, end, found, _ := l.EndOffsetForEpoch(ctx, 5); !found || e != 5 || end != 5 {
+		t.Fatalf("EndOffsetForEpoch(5) = %d, %d, %v; want 5, 5", e, end, found)
+	}
+	if err := l.BecomeLeader(ctx, 2); err != nil || len(l.LeaderEpochs()) != 2 {
+		t.Fatalf("an older epoch: %v, %v", err, l.LeaderEpochs())
+	}
+	if err := l.BecomeFollower(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStartAt: a follower's log emptied and started at an offset, with the
+// producers of a snapshot: duplicates of their last batches are found,
+// the old segments are gone, reads start there; a damaged snapshot is
+// refused before anything changes.
+func TestStartAt(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	src := openLog(t, filepath.Join(t.TempDir(), "src"), cfg(t), false)
+	defer src.Close()
+	dup := idemBatch(7, 0, 4)
+	if _, err := src.Append(ctx, append([]byte(nil), dup...), backend.AppendOptions{AssignOffsets: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Roll(); err != nil { // writes the snapshot at 4
+		t.Fatal(err)
+	}
+	snap, err := os.ReadFile(filepath.Join(src.Dir(), "00000000000000000004.snapshot"))
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	l := openLog(t, dir, cfg(t, "segment.bytes", "1024"), false)
+	defer l.Close()
+	for range 10 {
+		if _, err := l.Append(ctx, batchOf(5, 1, "old"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := len(l.SegmentInfos())
+	if err := l.StartAt(ctx, 100, snap[:len(snap)-3]); err == nil || len(l.SegmentInfos()) != before {
+		t.Fatalf("a damaged snapshot: %v, %d segments of %d", err, len(l.SegmentInfos()), before)
+	}
+	if err := l.StartAt(ctx, 100, snap); err != nil {
+		t.Fatal(err)
+	}
+	o := l.Offsets()
+	if o.LogStart != 100 || o.LogEnd != 100 || len(l.SegmentInfos()) != 1 {
+		t.Fatalf("after StartAt(100): %+v, %d segments", o, len(l.SegmentInfos()))
+	}
+	if ps := l.Producers(); len(ps) != 1 || ps[0].ProducerID != 7 {
+		t.Fatalf("producers after StartAt: %+v", ps)
+	}
+	if _, err := l.Read(ctx, 50, backend.ReadOptions{}); !errors.Is(err, backend.ErrOffsetOutOfRange) {
+		t.Fatalf("read below the new start: %v", err)
+	}
+	// The follower replicates on from 100; the producer's next batch follows
+	// its sequence.
+	next := idemBatch(7, 4, 2)
+	record.Batch(next).SetBaseOffset(100)
+	if _, err := l.Append(ctx, next, backend.AppendOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	l.SetHighWatermark(102)
+	if err := l.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	info, err := l.Append(ctx, idemBatch(7, 4, 2), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1})
+	if err != nil || !info.Duplicate || info.FirstOffset != 100 {
+		t.Fatalf("a retry of the batch at 100: %+v, %v", info, err)
+	}
+}
+
+// TestSpanAfter: the first segment holding an offset past the given one,
+// by binary search.
+func TestSpanAfter(t *testing.T) {
+	l := openLog(t, filepath.Join(t.TempDir(), "orders-0"), cfg(t, "segment.bytes", "1024"), false)
+	defer l.Close()
+	for range 10 {
+		if _, err := l.Append(ctx, batchOf(5, 1, "x"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	infos := l.SegmentInfos()
+	for off := int64(-1); off <= l.Offsets().LogEnd; off++ {
+		var want *local.SegmentInfo
+		for i := range infos {
+			if infos[i].NextOffset-1 > off && infos[i].NextOffset > infos[i].BaseOffset {
+				want = &infos[i]
+				break
+			}
+		}
+		got, ok := l.SpanAfter(off)
+		if ok != (want != nil) || (ok && (got.BaseOffset != want.BaseOffset || got.NextOffset != want.NextOffset || got.Active != want.Active)) {
+			t.Fatalf("SpanAfter(%d) = %+v, %v; want %+v", off, got, ok, want)
+		}
+	}
+}

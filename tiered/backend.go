@@ -1,0 +1,334 @@
+package tiered
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// BackendOptions configure a Backend.
+type BackendOptions struct {
+	// Store is the bucket. Each partition's objects live under
+	// "<Prefix>/<topic>-<partition>/" (Prefix may be empty).
+	Store  *objstore.Store
+	Prefix string
+	// Local tunes the local log directory (its RemoteStorage is set).
+	Local local.BackendOptions
+	// Manager is the tiering service's configuration: Kafka's
+	// remote.log.manager.* and remote.log.reader.* (ParseManagerConfig
+	// reads them by name); zero fields take Kafka's defaults.
+	Manager ManagerConfig
+	// IndexCacheBytes and ChunkCacheBytes bound the memory of remote reads,
+	// for all partitions together (default 64 MiB each; ChunkCacheBytes
+	// -1 disables the chunk cache). See CacheOptions.
+	IndexCacheBytes int64
+	ChunkCacheBytes int64
+	// PrefetchBytes and CommitWindow are each partition's; see Options.
+	PrefetchBytes int64
+	CommitWindow  time.Duration
+	// GCInterval is how often the service collects the garbage of each
+	// partition it leads (default 1 hour; -1: never), with GC's rules and
+	// GC's options (Grace at least MinGCGrace).
+	GCInterval time.Duration
+	GC         GCOptions
+	// Metrics receives every partition's counters (default: the
+	// Backend's own, see Backend.Metrics).
+	Metrics *Metrics
+	Logger  *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Backend is a log directory whose topics with remote.storage.enable=true
+// keep their closed segments in a bucket; it implements backend.Backend.
+// Other topics are local (a *local.Log). A background service does
+// Kafka's RemoteLogManager's work: it uploads the segments of the
+// partitions this broker leads once they lie below the last stable offset,
+// applies remote retention, follows the bucket as a follower, collects
+// garbage, and serves remote reads through a bounded reader pool.
+//
+// Opening needs no bucket: with the bucket unreachable the Backend opens
+// and serves local data, remote reads and uploads fail with a retryable
+// backend.ErrStorage, and the service catches up when the bucket returns.
+// A tiered partition neither uploads nor applies remote retention until the
+// broker calls BecomeLeader on it.
+type Backend struct {
+	local   *local.Backend
+	store   *objstore.Store
+	prefix  string
+	opts    BackendOptions
+	logger  *slog.Logger
+	metrics *Metrics
+
+	caches  *Caches
+	quota   *Quota
+	readers *ReaderPool
+
+	mu     sync.Mutex
+	parts  map[backend.TopicPartition]*Partition // the tiered partitions open
+	closed bool
+
+	svc *service
+}
+
+var _ backend.Backend = (*Backend)(nil)
+
+// RemoteIndexCacheDir is where a Backend keeps fetched remote indexes, in
+// its log directory (Kafka's name).
+const RemoteIndexCacheDir = "remote-log-index-cache"
+
+// OpenBackend opens (creating when needed) the log directory dir, locking
+// it against a second process, and starts the tiering service. It reads no
+// object: partitions attach to the bucket when first needed.
+func OpenBackend(dir string, opts BackendOptions) (*Backend, error) {
+	if opts.Store == nil {
+		return nil, fmt.Errorf("tiered: OpenBackend: no store")
+	}
+	opts.Manager = opts.Manager.withDefaults()
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = new(Metrics)
+	}
+	if opts.GCInterval == 0 {
+		opts.GCInterval = time.Hour
+	}
+	opts.Local.RemoteStorage = true
+	if opts.Local.Now == nil {
+		opts.Local.Now = opts.Now
+	}
+	if opts.Local.Logger == nil {
+		opts.Local.Logger = opts.Logger
+	}
+	lb, err := local.OpenBackend(dir, opts.Local)
+	if err != nil {
+		return nil, err
+	}
+	b := &Backend{local: lb, store: opts.Store, prefix: strings.Trim(opts.Prefix, "/"), opts: opts, logger: opts.Logger.With("logdir", dir),
+		metrics: opts.Metrics, parts: map[backend.TopicPartition]*Partition{},
+		caches: NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes,
+			IndexDir: filepath.Join(dir, RemoteIndexCacheDir), IndexDiskBytes: opts.Manager.IndexFileCacheBytes}),
+		quota:   NewQuota(opts.Manager.CopyBytesPerSecond),
+		readers: NewReaderPool(opts.Manager.ReaderThreads, opts.Manager.ReaderMaxPendingTasks)}
+	b.svc = newService(b)
+	return b, nil
+}
+
+// Store returns the bucket.
+func (b *Backend) Store() *objstore.Store { return b.store }
+
+// Local returns the local log directory underneath.
+func (b *Backend) Local() *local.Backend { return b.local }
+
+// Metrics returns the counters every tiered partition records into.
+func (b *Backend) Metrics() *Metrics { return b.metrics }
+
+// Caches returns the remote read caches the partitions share.
+func (b *Backend) Caches() *Caches { return b.caches }
+
+// Readers returns the remote reader pool the partitions share.
+func (b *Backend) Readers() *ReaderPool { return b.readers }
+
+// PartitionPrefix is the key prefix of tp's objects.
+func (b *Backend) PartitionPrefix(tp backend.TopicPartition) string {
+	if b.prefix == "" {
+		return tp.String()
+	}
+	return b.prefix + "/" + tp.String()
+}
+
+// Partitions lists the partitions in the log directory; see
+// backend.Backend.
+func (b *Backend) Partitions(ctx context.Context) ([]backend.TopicPartition, error) {
+	return b.local.Partitions(ctx)
+}
+
+// Open returns the partition, opening or creating it: a *Partition when
+// cfg has remote.storage.enable=true, else the *local.Log. Opening an open
+// partition returns the same one with cfg applied; a local topic whose
+// config turns remote storage on becomes tiered from then on (its old
+// segments upload once below the last stable offset), while a tiered one
+// cannot turn it off (Kafka refuses that too).
+func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg backend.Config) (backend.Partition, error) {
+	tp := backend.TopicPartition{Topic: topic, Partition: partition}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, fmt.Errorf("%w: tiered backend %s", backend.ErrClosed, b.local.Dir())
+	}
+	if p, ok := b.parts[tp]; ok && p.checkOpen() == nil {
+		if err := p.SetConfig(cfg); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	l, err := b.local.OpenLog(ctx, topic, partition, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if !cfg.RemoteStorageEnable {
+		return l, nil
+	}
+	p, err := Open(ctx, l, b.partitionOptions(tp))
+	if err != nil {
+		return nil, err
+	}
+	b.parts[tp] = p
+	return p, nil
+}
+
+// partitionOptions are the Options of tp's Partition: shared caches,
+// quota, reader pool and metrics, opened without the bucket and with no
+// role until the broker gives one.
+func (b *Backend) partitionOptions(tp backend.TopicPartition) Options {
+	return Options{Store: b.store, Prefix: b.PartitionPrefix(tp), Caches: b.caches, UploadQuota: b.quota, Readers: b.readers,
+		Metrics: b.metrics, Logger: b.opts.Logger.With("partition", tp.String()), Now: b.opts.Now,
+		PrefetchBytes: b.opts.PrefetchBytes, CommitWindow: b.opts.CommitWindow, OpenWithoutBucket: true, noRole: true,
+		onWork: b.svc.wake}
+}
+
+// TieredPartitions returns the tiered partitions open now.
+func (b *Backend) TieredPartitions() []*Partition {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*Partition, 0, len(b.parts))
+	for _, p := range b.parts {
+		if p.checkOpen() == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Delete closes the partition and removes its data. A tiered partition's
+// bucket data goes too (KIP-405's partition deletion): first its manifest
+// is committed as deleted, so no writer can commit over it and a crash
+// leaves a deletion to finish rather than a partition; then the local
+// directory and the objects under its prefix (the deleted manifest stays,
+// see removeObjects). The bucket is read first (one GET): with it
+// unreachable Delete fails with a retryable backend.ErrStorage and removes
+// nothing.
+func (b *Backend) Delete(ctx context.Context, topic string, partition int32) error {
+	tp := backend.TopicPartition{Topic: topic, Partition: partition}
+	if _, err := local.PartitionDirName(topic, partition); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	p := b.parts[tp]
+	delete(b.parts, tp)
+	b.mu.Unlock()
+	prefix := b.PartitionPrefix(tp)
+	epoch := int32(0)
+	if p != nil {
+		epoch = p.epoch.Load()
+		p.Close()
+	}
+	// The bucket first: it must say deleted before anything goes.
+	ps := &Partition{store: b.store, prefix: prefix}
+	st, err := ps.readManifest(ctx)
+	if err != nil {
+		return storageError(ctx, fmt.Errorf("tiered: delete %s: cannot tell whether the bucket holds it: %w", tp, err))
+	}
+	tiered, wasDeleted := st.etag != "", st.m.Deleted
+	if tiered {
+		if err := b.markDeleted(ctx, prefix, epoch); err != nil {
+			return fmt.Errorf("tiered: delete %s: %w", tp, err)
+		}
+	}
+	err = b.local.Delete(ctx, topic, partition)
+	if err != nil && !(tiered && !wasDeleted && errors.Is(err, backend.ErrNotFound)) {
+		return err
+	}
+	if tiered {
+		if err := b.removeObjects(ctx, prefix); err != nil {
+			// The manifest says deleted: a later Delete finishes.
+			return fmt.Errorf("tiered: delete %s: the partition is deleted, but not all its objects yet: %w", tp, err)
+		}
+	}
+	return nil
+}
+
+// markDeleted commits the manifest under prefix as deleted.
+func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) error {
+	ps := &Partition{store: b.store, prefix: prefix}
+	for attempt := 0; ; attempt++ {
+		st, err := ps.readManifest(ctx)
+		if err != nil {
+			return storageError(ctx, err)
+		}
+		if st.etag == "" || st.m.Deleted {
+			return nil
+		}
+		next := &manifest.Manifest{Generation: st.m.Generation + 1, WriterEpoch: max(st.m.WriterEpoch, epoch), Deleted: true,
+			LogStartOffset: max(st.m.LogStartOffset, lastOffset(st.m)+1)}
+		data, err := next.Encode()
+		if err != nil {
+			return err
+		}
+		_, err = b.store.Put(ctx, ps.key(ManifestName), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: st.etag})
+		if err == nil {
+			b.logger.Info("partition marked deleted in the bucket", "prefix", prefix, "generation", next.Generation)
+			return nil
+		}
+		if !errors.Is(err, objstore.ErrPreconditionFailed) || attempt >= 5 {
+			return storageError(ctx, err)
+		}
+	}
+}
+
+// removeObjects deletes every object under a deleted partition's prefix
+// but its manifest, which stays as the deletion's record: a writer from
+// before the deletion finds it and is refused, while a new, empty
+// partition of the same name starts over from it (see claimLocked).
+func (b *Backend) removeObjects(ctx context.Context, prefix string) error {
+	var keys []string
+	manifestKey := prefix + "/" + ManifestName
+	if err := b.store.List(ctx, prefix+"/", func(o objstore.ObjectInfo) bool {
+		if o.Key != manifestKey {
+			keys = append(keys, o.Key)
+		}
+		return true
+	}); err != nil {
+		return err
+	}
+	return b.store.Delete(ctx, keys...)
+}
+
+// Close stops the service (uploads in flight are cancelled; what they
+// leave is named by their intents), closes every partition and writes the
+// log directory's checkpoints and clean-shutdown marker.
+func (b *Backend) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return nil
+	}
+	b.closed = true
+	parts := b.parts
+	b.mu.Unlock()
+	b.svc.stop()
+	var errs []error
+	for tp, p := range parts {
+		if err := p.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("tiered: close %s: %w", tp, err))
+		}
+	}
+	errs = append(errs, b.local.Close())
+	b.caches.clear()
+	return errors.Join(errs...)
+}

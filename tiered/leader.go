@@ -1,0 +1,328 @@
+package tiered
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// Leadership and the bucket.
+//
+// One writer owns a partition's manifest: the leader. BecomeLeader(epoch)
+// makes this partition that writer; before its first change it claims the
+// bucket, committing the manifest it finds with its own epoch (a
+// conditional put on the ETag it read). From then on an older leader's
+// commit fails its condition, and that writer, reading the manifest back,
+// finds a newer epoch and is fenced; a writer finding an older epoch's
+// commit that landed before its claim keeps it (those segments were below
+// the old leader's high watermark) and claims over it. A follower uploads
+// nothing: it reads the manifest for the partition's log start and for its
+// own local retention, and a follower too far behind the leader builds its
+// start from the bucket (BuildFromBucket).
+
+// ErrNotLeader means a change only the leader makes (an upload, remote
+// retention, a new log start in the bucket) was asked of a partition this
+// broker does not lead. Kafka's NOT_LEADER_OR_FOLLOWER.
+var ErrNotLeader = errors.New("tiered: not the partition's leader")
+
+func (p *Partition) notLeader() error {
+	return fmt.Errorf("%w: %s (epoch %d)", ErrNotLeader, p.prefix, p.epoch.Load())
+}
+
+// attach reads the manifest the first time it is needed (see
+// Options.OpenWithoutBucket). Its failure to reach the bucket is a
+// retryable backend.ErrStorage.
+func (p *Partition) attach(ctx context.Context) error {
+	if p.attached.Load() {
+		return nil
+	}
+	p.attachMu.Lock()
+	defer p.attachMu.Unlock()
+	if p.attached.Load() {
+		return nil
+	}
+	st, err := p.readManifest(ctx)
+	if err != nil {
+		return storageError(ctx, fmt.Errorf("tiered: %s: the bucket cannot be read (local data is served meanwhile): %w", p.key(ManifestName), err))
+	}
+	if st.etag == "" {
+		if rs, ok := p.local.RemoteLogStart(); ok {
+			return fmt.Errorf("%w under %q: the partition's log start is %d (log-start-offset-checkpoint) but its local log starts at %d, "+
+				"so the offsets between live in a bucket: is the store URL or prefix right?", ErrNoManifest, p.key(ManifestName), rs, p.local.Offsets().LogStart)
+		}
+	}
+	p.adopt(st)
+	if epoch := p.epoch.Load(); p.role.Load() == roleLeader && st.m.WriterEpoch > epoch {
+		p.fence(st.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, epoch))
+	}
+	p.attached.Store(true)
+	return nil
+}
+
+// Attached says whether the partition has read its manifest (see
+// Options.OpenWithoutBucket).
+func (p *Partition) Attached() bool { return p.attached.Load() }
+
+// Attach reads the manifest now if it was not read yet: a Backend's
+// service attaches partitions opened while the bucket was unreachable.
+func (p *Partition) Attach(ctx context.Context) error {
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	ctx, cancel := p.withClose(ctx)
+	defer cancel()
+	return p.attach(ctx)
+}
+
+// claimLocked makes the bucket's manifest carry this leader's epoch before
+// its first change in the epoch (see the top of this file); with no
+// manifest yet it creates an empty one. REQUIRES: p.mu held, attached.
+func (p *Partition) claimLocked(ctx context.Context) error {
+	if err := p.Fenced(); err != nil {
+		return err
+	}
+	epoch := p.epoch.Load()
+	if p.claimed.Load() == epoch {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		now, err := p.readManifest(ctx)
+		if err != nil {
+			return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", epoch, err)
+		}
+		var next *manifest.Manifest
+		switch {
+		case now.etag == "":
+			// No manifest yet: create one carrying this epoch, so an
+			// older leader cannot create it after this one took over.
+			next = &manifest.Manifest{Generation: 1, WriterEpoch: epoch}
+		case now.m.Deleted && now.etag != p.man.Load().etag:
+			// A writer that knew the partition before its deletion: it
+			// must not bring it back.
+			p.adopt(now)
+			p.fence(now.m.WriterEpoch, fmt.Errorf("the partition was deleted (manifest generation %d)", now.m.Generation))
+			return p.Fenced()
+		case now.m.Deleted:
+			// A new partition of the same name, which has known only the
+			// deleted manifest: it starts over from it.
+			next = &manifest.Manifest{Generation: now.m.Generation + 1, WriterEpoch: epoch}
+		case now.m.WriterEpoch > epoch:
+			p.adopt(now)
+			p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.m.WriterEpoch, epoch))
+			return p.Fenced()
+		case now.m.WriterEpoch == epoch && now.etag == p.man.Load().etag:
+			// This writer's own manifest (a restart at the same epoch).
+			p.claimed.Store(epoch)
+			return nil
+		case now.m.WriterEpoch == epoch:
+			// Another writer at this epoch moved the manifest since this
+			// one read it: two leaders of one epoch; this one steps back.
+			p.adopt(now)
+			p.fence(epoch, fmt.Errorf("the manifest moved to generation %d, written by another writer of leader epoch %d", now.m.Generation, epoch))
+			return p.Fenced()
+		default:
+			m := *now.m
+			m.Segments = append([]manifest.Segment(nil), now.m.Segments...)
+			m.Generation, m.WriterEpoch = now.m.Generation+1, epoch
+			next = &m
+		}
+		err = p.claimPut(ctx, now, next)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, objstore.ErrPreconditionFailed):
+			// Another writer, or a retry of this put whose first try
+			// landed: reconciling tells which.
+			if err := p.reconcileLocked(ctx); err != nil {
+				if errors.Is(err, objstore.ErrRetryable) && attempt < 3 {
+					continue // an older leader's commit landed first: claim over it
+				}
+				return err
+			}
+			if p.claimed.Load() == epoch {
+				return nil
+			}
+			if attempt >= 3 {
+				return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", epoch, objstore.ErrRetryable)
+			}
+		default:
+			// A lost answer is settled by the next change, which
+			// reconciles it as it does a commit's.
+			return err
+		}
+	}
+}
+
+// claimPut commits next over now, conditionally, as this writer's claim.
+// On a failure the outcome is left for reconcileLocked: the manifest held
+// is now's and the attempt is next. REQUIRES: p.mu held.
+func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *manifest.Manifest) error {
+	data, err := next.Encode()
+	if err != nil {
+		return err
+	}
+	info, err := p.store.Put(ctx, p.key(ManifestName), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: now.etag, IfNoneMatch: now.etag == ""})
+	if err != nil {
+		p.adopt(now)
+		p.unknown = next
+		return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", next.WriterEpoch, err)
+	}
+	p.adopt(&manifestState{m: next, etag: info.ETag})
+	p.claimed.Store(next.WriterEpoch)
+	p.metrics.ManifestCommits.Add(1)
+	p.opts.Logger.Info("claimed the bucket", "prefix", p.prefix, "epoch", next.WriterEpoch, "generation", next.Generation,
+		"previous_epoch", now.m.WriterEpoch)
+	return nil
+}
+
+// BecomeLeader makes this partition the leader at epoch; see
+// backend.Partition. The bucket is claimed at the first change of the
+// epoch (an upload, retention), so this call needs no bucket. An epoch
+// above the one that fenced this writer lifts the fencing.
+func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if cur := p.epoch.Load(); epoch < cur {
+		return fmt.Errorf("%w: %s: leader epoch %d is older than %d, seen already", backend.ErrFenced, p.prefix, epoch, cur)
+	}
+	if err := p.local.BecomeLeader(ctx, epoch); err != nil {
+		return err
+	}
+	p.epoch.Store(epoch)
+	p.role.Store(roleLeader)
+	if f := p.fenc.Load(); f != nil && epoch > f.epoch {
+		p.fenc.CompareAndSwap(f, nil)
+	}
+	p.opts.Logger.Info("became leader", "prefix", p.prefix, "epoch", epoch)
+	if p.opts.onWork != nil {
+		p.opts.onWork(p)
+	}
+	return nil
+}
+
+// BecomeFollower makes this partition a follower at epoch; see
+// backend.Partition. An upload in flight finishes or fails its commit; no
+// new one starts.
+func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if cur := p.epoch.Load(); epoch < cur {
+		return fmt.Errorf("%w: %s: leader epoch %d is older than %d, seen already", backend.ErrFenced, p.prefix, epoch, cur)
+	}
+	if err := p.local.BecomeFollower(ctx, epoch); err != nil {
+		return err
+	}
+	p.epoch.Store(epoch)
+	p.role.Store(roleFollower)
+	p.opts.Logger.Info("became follower", "prefix", p.prefix, "epoch", epoch)
+	return nil
+}
+
+// needsClaim says whether the partition leads at an epoch it has not yet
+// claimed the bucket for (read without p.mu: a hint for the service).
+func (p *Partition) needsClaim() bool {
+	return p.role.Load() == roleLeader && p.claimed.Load() != p.epoch.Load() && p.Fenced() == nil
+}
+
+// IsLeader says whether the partition leads (BecomeLeader, or Open with
+// its LeaderEpoch).
+func (p *Partition) IsLeader() bool { return p.role.Load() == roleLeader }
+
+// Refresh reads the manifest again and adopts it when it moved on: a
+// follower follows the leader's commits this way (the partition's log
+// start, what local retention may delete). A leader's own commits keep it
+// current already.
+func (p *Partition) Refresh(ctx context.Context) error {
+	ctx, done, err := p.beginChange(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return p.refreshLocked(ctx)
+}
+
+// refreshLocked adopts the bucket's manifest when its generation is newer
+// than the one held. REQUIRES: p.mu held.
+func (p *Partition) refreshLocked(ctx context.Context) error {
+	now, err := p.readManifest(ctx)
+	if err != nil {
+		return storageError(ctx, fmt.Errorf("tiered: refresh %s: %w", p.key(ManifestName), err))
+	}
+	if cur := p.man.Load(); now.etag != cur.etag && now.m.Generation >= cur.m.Generation {
+		p.adopt(now)
+		if p.role.Load() == roleLeader && now.m.WriterEpoch > p.epoch.Load() {
+			p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.m.WriterEpoch, p.epoch.Load()))
+		}
+	}
+	return nil
+}
+
+// FollowerStep is a follower's periodic work: follow the manifest, then
+// delete local segments the bucket holds (verified against it) as
+// local.retention.* says.
+func (p *Partition) FollowerStep(ctx context.Context) error {
+	ctx, done, err := p.beginChange(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := p.refreshLocked(ctx); err != nil {
+		return err
+	}
+	return p.applyLocalRetentionLocked(ctx)
+}
+
+// BuildFromBucket starts a follower's log where the bucket's segment
+// holding leaderLocalLogStart-1 ends, with the producer snapshot the bucket
+// keeps there; see backend.Tiered. The leader epochs below that point are
+// the manifest's, which EndOffsetForEpoch reads.
+func (p *Partition) BuildFromBucket(ctx context.Context, leaderLocalLogStart int64) (int64, error) {
+	if p.role.Load() == roleLeader {
+		return 0, fmt.Errorf("tiered: %s: the leader builds nothing from the bucket", p.prefix)
+	}
+	ctx, done, err := p.beginChange(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer done()
+	if err := p.refreshLocked(ctx); err != nil {
+		return 0, err
+	}
+	m := p.Manifest()
+	i, ok := m.Find(leaderLocalLogStart - 1)
+	if leaderLocalLogStart < 1 || !ok || m.Segments[i].BaseOffset > leaderLocalLogStart-1 {
+		return 0, fmt.Errorf("%w: tiered: %s: the bucket does not hold offset %d (its segments end at %d): the leader's upload may not be committed yet",
+			backend.ErrStorage, p.prefix, leaderLocalLogStart-1, lastOffset(m))
+	}
+	seg := m.Segments[i]
+	var snap []byte
+	if seg.SnapshotSize > 0 {
+		if snap, err = p.remoteIndex(ctx, seg, manifest.SnapshotSuffix); err != nil {
+			return 0, storageError(ctx, err)
+		}
+	}
+	next := seg.LastOffset + 1
+	if err := p.local.StartAt(ctx, next, snap); err != nil {
+		return 0, err
+	}
+	p.verified = nil
+	p.adopt(p.man.Load()) // the local log's checkpointed start follows the bucket's
+	p.opts.Logger.Info("built the follower's start from the bucket", "prefix", p.prefix, "next", next,
+		"leader_local_log_start", leaderLocalLogStart, "log_start", m.LogStartOffset)
+	return next, nil
+}
+
+// lastOffset is the last offset the manifest's segments hold, or -1.
+func lastOffset(m *manifest.Manifest) int64 {
+	if n := len(m.Segments); n > 0 {
+		return m.Segments[n-1].LastOffset
+	}
+	return -1
+}

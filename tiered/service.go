@@ -1,0 +1,328 @@
+package tiered
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+)
+
+// The tiering service: a Backend's RemoteLogManager.
+//
+// Copiers (ManagerConfig.CopierThreads) take partitions from one FIFO of
+// partitions with segments to upload; a partition is in it at most once.
+// Each turn uploads one segment (CopyTurn) and, if more wait, puts the
+// partition back at the end: a partition with a long backlog takes one
+// turn per round, and every other partition waits at most one round of
+// turns. Every upload goes through the broker-wide quota.
+//
+// A partition is queued when the broker moves its high watermark past a
+// closed segment the bucket lacks (SetHighWatermark, BecomeLeader), and by
+// the periodic pass every TaskInterval, which also hands each partition's
+// other work to the expiration pool: remote retention for a leader, the
+// manifest and local retention for a follower, attaching a partition
+// opened while the bucket was unreachable, and gc every GCInterval. A
+// failed task is retried after a backoff that doubles up to
+// RetryBackoffMax.
+
+// service runs a Backend's background work.
+type service struct {
+	b      *Backend
+	cfg    ManagerConfig
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	queue   []*Partition // partitions waiting for a copier turn, FIFO
+	queued  map[*Partition]bool
+	state   map[*Partition]*taskState
+	wakeup  chan struct{} // capacity 1: the queue has work
+	tasks   chan func()   // the expiration pool's work
+	running map[*Partition]bool
+}
+
+// taskState is the service's memory of one partition.
+type taskState struct {
+	failures  int       // consecutive failed copy turns
+	notBefore time.Time // no copy turn before (backoff)
+	lastGC    time.Time
+}
+
+func newService(b *Backend) *service {
+	s := &service{b: b, cfg: b.opts.Manager, queued: map[*Partition]bool{}, state: map[*Partition]*taskState{},
+		wakeup: make(chan struct{}, 1), tasks: make(chan func()), running: map[*Partition]bool{}}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	for range s.cfg.CopierThreads {
+		s.wg.Add(1)
+		go s.copier()
+	}
+	for range s.cfg.ExpirationThreads {
+		s.wg.Add(1)
+		go s.expirer()
+	}
+	s.wg.Add(1)
+	go s.periodic()
+	return s
+}
+
+// stop cancels every task and waits for the goroutines.
+func (s *service) stop() {
+	s.cancel()
+	s.wg.Wait()
+}
+
+// wake queues p for a copier turn if it leads and has a segment to upload
+// (cheap: a binary search of its segments), or has yet to claim the bucket
+// for its epoch (which fences the previous leader); see
+// Partition.SetHighWatermark and BecomeLeader.
+func (s *service) wake(p *Partition) {
+	if s.ctx.Err() != nil || !p.IsLeader() || (!p.hasCopyWork() && !p.needsClaim()) {
+		return
+	}
+	s.enqueue(p)
+}
+
+func (s *service) enqueue(p *Partition) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.queued[p] {
+		return
+	}
+	s.queued[p] = true
+	s.queue = append(s.queue, p)
+	select {
+	case s.wakeup <- struct{}{}:
+	default:
+	}
+}
+
+// next takes the first partition of the queue whose backoff has passed,
+// waiting for one.
+func (s *service) next() (*Partition, bool) {
+	for {
+		s.mu.Lock()
+		now := time.Now()
+		for i, p := range s.queue {
+			if st := s.state[p]; st != nil && now.Before(st.notBefore) {
+				continue
+			}
+			s.queue = append(s.queue[:i:i], s.queue[i+1:]...)
+			delete(s.queued, p)
+			if len(s.queue) > 0 {
+				select { // let another copier look too
+				case s.wakeup <- struct{}{}:
+				default:
+				}
+			}
+			s.mu.Unlock()
+			return p, true
+		}
+		wait := time.Duration(-1)
+		for _, p := range s.queue {
+			if st := s.state[p]; st != nil {
+				if d := st.notBefore.Sub(now); wait < 0 || d < wait {
+					wait = d
+				}
+			}
+		}
+		s.mu.Unlock()
+		var timer *time.Timer
+		var fired <-chan time.Time
+		if wait >= 0 {
+			timer = time.NewTimer(wait)
+			fired = timer.C
+		}
+		select {
+		case <-s.ctx.Done():
+		case <-s.wakeup:
+		case <-fired:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+		if s.ctx.Err() != nil {
+			return nil, false
+		}
+	}
+}
+
+// copier runs copy turns until the service stops.
+func (s *service) copier() {
+	defer s.wg.Done()
+	for {
+		p, ok := s.next()
+		if !ok {
+			return
+		}
+		_, more, err := p.CopyTurn(s.ctx)
+		s.mu.Lock()
+		st := s.stateLocked(p)
+		switch {
+		case err == nil:
+			st.failures = 0
+		case errors.Is(err, backend.ErrClosed) || errors.Is(err, ErrNotLeader) || errors.Is(err, backend.ErrFenced) || s.ctx.Err() != nil:
+			more = false // nothing to retry: the partition went, or is not this broker's to upload
+		default:
+			st.failures++
+			st.notBefore = time.Now().Add(s.backoff(st.failures))
+			s.b.logger.Warn("tiering: copy failed; retrying after a backoff", "prefix", p.prefix, "failures", st.failures,
+				"retry_in", time.Until(st.notBefore).Round(time.Millisecond), "err", err)
+			more = true
+		}
+		s.mu.Unlock()
+		if more {
+			s.enqueue(p)
+		}
+	}
+}
+
+func (s *service) stateLocked(p *Partition) *taskState {
+	st := s.state[p]
+	if st == nil {
+		st = &taskState{}
+		s.state[p] = st
+	}
+	return st
+}
+
+// backoff is Kafka's exponential backoff with jitter for the n-th failure.
+func (s *service) backoff(n int) time.Duration {
+	d := s.cfg.RetryBackoff
+	for i := 1; i < n && d < s.cfg.RetryBackoffMax; i++ {
+		d *= 2
+	}
+	d = min(d, s.cfg.RetryBackoffMax)
+	j := 1 + s.cfg.RetryJitter*(2*rand.Float64()-1)
+	return time.Duration(float64(d) * j)
+}
+
+// expirer runs the expiration pool's tasks.
+func (s *service) expirer() {
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case task := <-s.tasks:
+			task()
+		}
+	}
+}
+
+// periodic looks at every tiered partition each TaskInterval.
+func (s *service) periodic() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.TaskInterval)
+	defer t.Stop()
+	for {
+		s.pass()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pass queues what each partition needs: a copier turn for a leader with
+// segments waiting; remote retention (and gc when due) for a leader, the
+// manifest and local retention for a follower, attaching for one opened
+// while the bucket was unreachable. It forgets closed partitions.
+func (s *service) pass() {
+	parts := s.b.TieredPartitions()
+	live := make(map[*Partition]bool, len(parts))
+	for _, p := range parts {
+		live[p] = true
+	}
+	s.mu.Lock()
+	for p := range s.state {
+		if !live[p] {
+			delete(s.state, p)
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range parts {
+		if s.ctx.Err() != nil {
+			return
+		}
+		s.wake(p)
+		if !s.startTask(p) {
+			continue // its previous task is still running
+		}
+		select {
+		case s.tasks <- func() { defer s.endTask(p); s.maintain(p) }:
+		case <-s.ctx.Done():
+			s.endTask(p)
+			return
+		}
+	}
+}
+
+func (s *service) startTask(p *Partition) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.running[p] {
+		return false
+	}
+	s.running[p] = true
+	return true
+}
+
+func (s *service) endTask(p *Partition) {
+	s.mu.Lock()
+	delete(s.running, p)
+	s.mu.Unlock()
+}
+
+// maintain is one partition's periodic task, on the expiration pool.
+func (s *service) maintain(p *Partition) {
+	ctx := s.ctx
+	log := s.b.logger.With("prefix", p.prefix)
+	if !p.Attached() {
+		if err := p.Attach(ctx); err != nil {
+			if ctx.Err() == nil && !errors.Is(err, backend.ErrClosed) {
+				log.Warn("tiering: the bucket is unreachable; local data is served meanwhile", "err", err)
+			}
+			return
+		}
+	}
+	var err error
+	switch {
+	case p.IsLeader():
+		_, err = p.ApplyRetention(ctx)
+		if err == nil && s.b.opts.GCInterval > 0 && p.man.Load().etag != "" && s.gcDue(p) {
+			var gone []string
+			gone, err = GC(ctx, s.b.store, p.prefix, s.b.opts.GC)
+			if len(gone) > 0 {
+				log.Info("tiering: gc removed unreferenced objects", "objects", len(gone))
+			}
+		}
+	case p.role.Load() == roleFollower:
+		err = p.FollowerStep(ctx)
+	}
+	if err != nil && ctx.Err() == nil && !errors.Is(err, backend.ErrClosed) && !errors.Is(err, ErrNotLeader) {
+		log.Warn("tiering: periodic task failed; the next pass retries", "err", err)
+	}
+}
+
+// gcDue says whether p's gc is due, and if so records it as done now.
+func (s *service) gcDue(p *Partition) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stateLocked(p)
+	if now := time.Now(); st.lastGC.IsZero() || now.Sub(st.lastGC) >= s.b.opts.GCInterval {
+		if st.lastGC.IsZero() {
+			// The first gc of a partition waits one interval: a broker
+			// restarting often would otherwise list every prefix each time.
+			st.lastGC = now
+			return false
+		}
+		st.lastGC = now
+		return true
+	}
+	return false
+}

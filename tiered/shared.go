@@ -1,0 +1,158 @@
+package tiered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/internal/ratelimit"
+)
+
+// What a broker's tiered partitions share: the remote read caches, the
+// upload quota and the remote reader pool. A Backend makes one of each and
+// hands them to every partition it opens, so memory, upload bandwidth and
+// concurrent remote reads are bounded per broker, not per partition. A
+// Partition opened without them makes its own.
+
+// Caches are the remote read caches: remote indexes (in memory and,
+// optionally, on disk) and ranges of remote .log objects. Keys are object
+// keys, which name their partition and upload, so partitions share one
+// safely.
+type Caches struct {
+	indexes *lru[string, []byte] // remote index objects by key
+	disk    *diskCache           // nil: none
+	chunks  *rangeCache
+}
+
+// CacheOptions size Caches.
+type CacheOptions struct {
+	// IndexBytes bounds the remote indexes kept in memory (default 64 MiB).
+	IndexBytes int64
+	// ChunkBytes bounds the ranges of remote .log objects kept in memory,
+	// so repeated and read-ahead reads cost no GET (default 64 MiB; -1
+	// disables it).
+	ChunkBytes int64
+	// IndexDir, when set, keeps fetched remote indexes on disk too, within
+	// IndexDiskBytes (default 1 GiB, Kafka's
+	// remote.log.index.file.cache.total.size.bytes), so a restarted broker
+	// does not fetch them again.
+	IndexDir       string
+	IndexDiskBytes int64
+}
+
+// NewCaches returns empty caches sized by o.
+func NewCaches(o CacheOptions) *Caches {
+	if o.IndexBytes <= 0 {
+		o.IndexBytes = 64 << 20
+	}
+	if o.ChunkBytes == 0 {
+		o.ChunkBytes = 64 << 20
+	}
+	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(b []byte) int64 { return int64(len(b)) }, nil),
+		chunks: newRangeCache(o.ChunkBytes)}
+	if o.IndexDir != "" {
+		if o.IndexDiskBytes <= 0 {
+			o.IndexDiskBytes = 1 << 30
+		}
+		c.disk = openDiskCache(o.IndexDir, o.IndexDiskBytes)
+	}
+	return c
+}
+
+// Stats returns the caches' hit and miss counters.
+func (c *Caches) Stats() CacheStats {
+	return CacheStats{ChunkHits: c.chunks.lru.hits.Load(), ChunkMisses: c.chunks.lru.misses.Load(),
+		IndexHits: c.indexes.hits.Load(), IndexMisses: c.indexes.misses.Load()}
+}
+
+// Bytes returns the bytes the in-memory caches hold now.
+func (c *Caches) Bytes() (indexes, chunks int64) {
+	c.indexes.mu.Lock()
+	indexes = c.indexes.size
+	c.indexes.mu.Unlock()
+	c.chunks.lru.mu.Lock()
+	chunks = c.chunks.lru.size
+	c.chunks.lru.mu.Unlock()
+	return indexes, chunks
+}
+
+// clear drops everything held in memory.
+func (c *Caches) clear() {
+	c.indexes.clear()
+	c.chunks.lru.clear()
+}
+
+// Quota is an upload byte rate shared by every partition that holds it:
+// Kafka's remote.log.manager.copy.max.bytes.per.second, one broker-wide
+// cap.
+type Quota struct {
+	lim *ratelimit.Limiter // nil: no cap
+}
+
+// NewQuota returns a quota of bytesPerSecond (<= 0: no cap).
+func NewQuota(bytesPerSecond int64) *Quota { return &Quota{lim: ratelimit.New(bytesPerSecond)} }
+
+// ErrRemoteReadsBusy means a remote read found the reader pool and its
+// queue full (Kafka's remote.log.reader.max.pending.tasks): it was not
+// attempted. It matches backend.ErrStorage (KAFKA_STORAGE_ERROR, which
+// clients retry); Kafka answers UNKNOWN_SERVER_ERROR here.
+var ErrRemoteReadsBusy = errors.New("tiered: remote reader pool and queue full")
+
+// ReaderPool bounds the remote reads in flight (Kafka's
+// remote.log.reader.threads) and those waiting for one
+// (remote.log.reader.max.pending.tasks): a burst of cold fetches queues,
+// and past the queue fails at once, instead of opening a GET each and
+// holding their bytes at the same time.
+type ReaderPool struct {
+	slots      chan struct{}
+	waiting    atomic.Int64 // reads in flight or queued
+	maxWaiting int64
+	rejected   atomic.Int64
+}
+
+// NewReaderPool returns a pool of threads concurrent remote reads with
+// maxPending more queued (defaults, for values <= 0: Kafka's 10 and 100).
+func NewReaderPool(threads, maxPending int) *ReaderPool {
+	if threads <= 0 {
+		threads = 10
+	}
+	if maxPending <= 0 {
+		maxPending = 100
+	}
+	return &ReaderPool{slots: make(chan struct{}, threads), maxWaiting: int64(threads + maxPending)}
+}
+
+// acquire takes a reader, queueing while all are busy; it fails with
+// ErrRemoteReadsBusy when the queue is full too, and with ctx's error when
+// ctx ends first. release returns the reader.
+func (r *ReaderPool) acquire(ctx context.Context) (release func(), err error) {
+	if r == nil {
+		return func() {}, nil
+	}
+	if r.waiting.Add(1) > r.maxWaiting {
+		r.waiting.Add(-1)
+		r.rejected.Add(1)
+		return nil, fmt.Errorf("%w: %w (%d reading, %d queued)", backend.ErrStorage, ErrRemoteReadsBusy, cap(r.slots), r.maxWaiting-int64(cap(r.slots)))
+	}
+	select {
+	case r.slots <- struct{}{}:
+		return func() { <-r.slots; r.waiting.Add(-1) }, nil
+	case <-ctx.Done():
+		r.waiting.Add(-1)
+		return nil, ctx.Err()
+	}
+}
+
+// ReaderStats says how busy a pool is.
+type ReaderStats struct {
+	Reading, Queued int
+	Rejected        int64 // reads refused with ErrRemoteReadsBusy, ever
+}
+
+// Stats returns the pool's load now.
+func (r *ReaderPool) Stats() ReaderStats {
+	reading := len(r.slots)
+	return ReaderStats{Reading: reading, Queued: max(int(r.waiting.Load())-reading, 0), Rejected: r.rejected.Load()}
+}
