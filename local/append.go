@@ -224,8 +224,10 @@ func (l *Log) activeForWriteLocked() (*activeSegment, error) {
 	return a, nil
 }
 
-// validate checks every batch before anything is written and returns the
-// per-batch facts the append needs.
+// validate checks every batch of a follower's or the coordinator's append
+// (headers and CRCs; a client's leader append goes through
+// validateLeaderLocked instead) before anything is written and returns
+// the per-batch facts the append needs.
 func (l *Log) validate(data []byte, opts backend.AppendOptions) ([]batchMeta, backend.AppendInfo, error) {
 	var info backend.AppendInfo
 	if len(data) == 0 {
