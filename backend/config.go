@@ -1,6 +1,7 @@
 package backend
 
 import (
+	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -19,6 +20,18 @@ const (
 const (
 	CreateTime    = "CreateTime"
 	LogAppendTime = "LogAppendTime"
+)
+
+// Compression types (compression.type): producer keeps the codec each
+// batch was produced with; the others name the codec the topic stores, and
+// a leader recompresses batches produced with another one, as Kafka does.
+const (
+	CompressionProducer     = "producer"
+	CompressionUncompressed = "uncompressed"
+	CompressionGzip         = "gzip"
+	CompressionSnappy       = "snappy"
+	CompressionLZ4          = "lz4"
+	CompressionZstd         = "zstd"
 )
 
 // Special values of local.retention.*: use retention.* instead.
@@ -49,9 +62,15 @@ type Config struct {
 	LocalRetentionMs       int64    // local.retention.ms: -2 = retention.ms
 	LocalRetentionBytes    int64    // local.retention.bytes: -2 = retention.bytes
 
+	// The settings a leader append is validated against (Kafka's
+	// LogValidator; see backend.Partition's Append).
+	CompressionType             string // compression.type: producer, uncompressed, gzip, snappy, lz4 or zstd
+	MessageTimestampBeforeMaxMs int64  // message.timestamp.before.max.ms: how far before now a CreateTime timestamp may be
+	MessageTimestampAfterMaxMs  int64  // message.timestamp.after.max.ms: how far after now (Kafka 4.0's default: 1 h)
+
 	// BrokerOwned holds Kafka topic configs that are the broker's business
-	// (min.insync.replicas, compression.type, …): accepted and kept, never
-	// used by the storage layer.
+	// (min.insync.replicas, compression.gzip.level, …): accepted and kept,
+	// never used by the storage layer.
 	BrokerOwned map[string]string
 }
 
@@ -142,17 +161,43 @@ var configKeys = []configKey{
 	}},
 	longKey("local.retention.ms", LocalRetentionUseTotal, -2, maxLong, func(c *Config) *int64 { return &c.LocalRetentionMs }),
 	longKey("local.retention.bytes", LocalRetentionUseTotal, -2, maxLong, func(c *Config) *int64 { return &c.LocalRetentionBytes }),
+	{name: "compression.type", def: CompressionProducer, set: func(c *Config, v string) error {
+		v = strings.TrimSpace(v)
+		if !validCompressionType(v) {
+			return errCompressionType
+		}
+		c.CompressionType = v
+		return nil
+	}},
+	// Kafka 3.6 (KIP-937) split message.timestamp.difference.max.ms in two;
+	// Kafka 4.0 removed it and made after.max.ms default to one hour.
+	longKey("message.timestamp.before.max.ms", maxLong, 0, maxLong, func(c *Config) *int64 { return &c.MessageTimestampBeforeMaxMs }),
+	longKey("message.timestamp.after.max.ms", 3600000, 0, maxLong, func(c *Config) *int64 { return &c.MessageTimestampAfterMaxMs }),
+}
+
+var errCompressionType = errors.New("want producer, uncompressed, gzip, snappy, lz4 or zstd")
+
+func validCompressionType(v string) bool {
+	switch v {
+	case CompressionProducer, CompressionUncompressed, CompressionGzip, CompressionSnappy, CompressionLZ4, CompressionZstd:
+		return true
+	}
+	return false
 }
 
 // brokerOwnedKeys are Kafka topic configs the storage layer accepts and
 // ignores: replication, producer-side and format-conversion settings.
+// message.timestamp.difference.max.ms is Kafka 3.x's (removed in 4.0,
+// whose before/after limits tierlog applies): accepted so a config
+// carried over from 3.x still parses, and ignored, as Kafka 4.0 does.
+// The compression levels are ignored: a recompressing leader uses each
+// codec's default level.
 var brokerOwnedKeys = map[string]bool{
-	"compression.type": true, "compression.gzip.level": true, "compression.lz4.level": true,
+	"compression.gzip.level": true, "compression.lz4.level": true,
 	"compression.zstd.level": true, "min.insync.replicas": true, "unclean.leader.election.enable": true,
 	"message.downconversion.enable": true, "message.format.version": true, "preallocate": true,
 	"leader.replication.throttled.replicas": true, "follower.replication.throttled.replicas": true,
-	"message.timestamp.difference.max.ms": true, "message.timestamp.before.max.ms": true,
-	"message.timestamp.after.max.ms": true, "remote.log.copy.disable": true, "remote.log.delete.on.disable": true,
+	"message.timestamp.difference.max.ms": true, "remote.log.copy.disable": true, "remote.log.delete.on.disable": true,
 }
 
 // ParseConfig returns Kafka's defaults overridden by m. Unknown keys and bad
@@ -207,6 +252,15 @@ func (c Config) Validate() error {
 	}
 	if len(c.CleanupPolicy) == 0 {
 		return &ConfigError{Key: "cleanup.policy", Reason: "must name delete, compact or both"}
+	}
+	if !validCompressionType(c.CompressionType) {
+		return &ConfigError{Key: "compression.type", Value: c.CompressionType, Reason: errCompressionType.Error()}
+	}
+	if c.MessageTimestampBeforeMaxMs < 0 {
+		return &ConfigError{Key: "message.timestamp.before.max.ms", Value: strconv.FormatInt(c.MessageTimestampBeforeMaxMs, 10), Reason: "must be at least 0"}
+	}
+	if c.MessageTimestampAfterMaxMs < 0 {
+		return &ConfigError{Key: "message.timestamp.after.max.ms", Value: strconv.FormatInt(c.MessageTimestampAfterMaxMs, 10), Reason: "must be at least 0"}
 	}
 	if c.LocalRetentionMs != LocalRetentionUseTotal && c.RetentionMs != -1 &&
 		(c.LocalRetentionMs == -1 || c.LocalRetentionMs > c.RetentionMs) {

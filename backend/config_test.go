@@ -2,6 +2,7 @@ package backend_test
 
 import (
 	"errors"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -15,7 +16,9 @@ func TestDefaultsAreKafkas(t *testing.T) {
 		c.IndexIntervalBytes != 4096 || c.RetentionMs != 604800000 || c.RetentionBytes != -1 ||
 		!c.Delete() || c.Compact() || c.MinCleanableDirtyRatio != 0.5 || c.DeleteRetentionMs != 86400000 ||
 		c.MaxMessageBytes != 1048588 || c.MessageTimestampType != backend.CreateTime || c.FileDeleteDelayMs != 60000 ||
-		c.LocalRetentionMs != -2 || c.LocalRetentionBytes != -2 || c.RemoteStorageEnable {
+		c.LocalRetentionMs != -2 || c.LocalRetentionBytes != -2 || c.RemoteStorageEnable ||
+		c.CompressionType != backend.CompressionProducer || c.MessageTimestampBeforeMaxMs != math.MaxInt64 ||
+		c.MessageTimestampAfterMaxMs != 3600000 {
 		t.Fatalf("defaults differ from Kafka's: %+v", c)
 	}
 	if c.EffectiveLocalRetentionMs() != c.RetentionMs {
@@ -36,13 +39,16 @@ func TestParseConfig(t *testing.T) {
 		t.Fatalf("parsed %+v", c)
 	}
 	bad := map[string]map[string]string{
-		"segment.bytez":             {"segment.bytez": "1"},
-		"segment.bytes":             {"segment.bytes": "ten"},
-		"retention.ms":              {"retention.ms": "-5"},
-		"cleanup.policy":            {"cleanup.policy": "delete,shred"},
-		"min.cleanable.dirty.ratio": {"min.cleanable.dirty.ratio": "1.5"},
-		"local.retention.ms":        {"local.retention.ms": "999999999999", "retention.ms": "1000"},
-		"remote.storage.enable":     {"remote.storage.enable": "yes please"},
+		"segment.bytez":                   {"segment.bytez": "1"},
+		"segment.bytes":                   {"segment.bytes": "ten"},
+		"retention.ms":                    {"retention.ms": "-5"},
+		"cleanup.policy":                  {"cleanup.policy": "delete,shred"},
+		"min.cleanable.dirty.ratio":       {"min.cleanable.dirty.ratio": "1.5"},
+		"local.retention.ms":              {"local.retention.ms": "999999999999", "retention.ms": "1000"},
+		"remote.storage.enable":           {"remote.storage.enable": "yes please"},
+		"compression.type":                {"compression.type": "brotli"},
+		"message.timestamp.before.max.ms": {"message.timestamp.before.max.ms": "-1"},
+		"message.timestamp.after.max.ms":  {"message.timestamp.after.max.ms": "soon"},
 	}
 	for key, m := range bad {
 		_, err := backend.ParseConfig(m)
@@ -79,5 +85,47 @@ func TestConfigKeys(t *testing.T) {
 	}
 	if len(keys) < 20 || backend.IsConfigKey("segment.byte") || !backend.IsConfigKey("compression.type") {
 		t.Fatalf("%d keys; IsConfigKey wrong on a typo or a broker-owned key", len(keys))
+	}
+}
+
+// TestLeaderValidationKeys: compression.type and the timestamp limits are
+// fields the storage layer acts on, no longer broker-owned; Kafka 4.0
+// removed message.timestamp.difference.max.ms, which is still accepted
+// (a config carried over from 3.x) and ignored.
+func TestLeaderValidationKeys(t *testing.T) {
+	for _, v := range []string{"producer", "uncompressed", "gzip", "snappy", "lz4", "zstd"} {
+		c, err := backend.ParseConfig(map[string]string{"compression.type": v})
+		if err != nil || c.CompressionType != v || c.BrokerOwned["compression.type"] != "" {
+			t.Errorf("compression.type=%s: %+v, %v", v, c, err)
+		}
+	}
+	c, err := backend.ParseConfig(map[string]string{
+		"message.timestamp.before.max.ms": "1000", "message.timestamp.after.max.ms": "0",
+		"message.timestamp.difference.max.ms": "5",
+	})
+	if err != nil || c.MessageTimestampBeforeMaxMs != 1000 || c.MessageTimestampAfterMaxMs != 0 {
+		t.Fatalf("parsed %+v, %v", c, err)
+	}
+	if c.BrokerOwned["message.timestamp.difference.max.ms"] != "5" {
+		t.Errorf("message.timestamp.difference.max.ms not kept as broker-owned: %v", c.BrokerOwned)
+	}
+	for _, k := range []string{"compression.type", "message.timestamp.before.max.ms", "message.timestamp.after.max.ms"} {
+		found := false
+		for _, ck := range backend.ConfigKeys() {
+			found = found || ck.Name == k
+		}
+		if !found {
+			t.Errorf("ConfigKeys lacks %s", k)
+		}
+	}
+	for _, bad := range []backend.Config{
+		func() backend.Config { c := backend.DefaultConfig(); c.CompressionType = "LZ4"; return c }(),
+		func() backend.Config { c := backend.DefaultConfig(); c.MessageTimestampAfterMaxMs = -1; return c }(),
+		func() backend.Config { c := backend.DefaultConfig(); c.MessageTimestampBeforeMaxMs = -1; return c }(),
+	} {
+		var ce *backend.ConfigError
+		if err := bad.Validate(); !errors.As(err, &ce) {
+			t.Errorf("Validate accepted %q %d %d: %v", bad.CompressionType, bad.MessageTimestampBeforeMaxMs, bad.MessageTimestampAfterMaxMs, err)
+		}
 	}
 }

@@ -12,21 +12,33 @@ var (
 	// [LogStart, LogEnd]. Returned as an *OffsetOutOfRangeError.
 	ErrOffsetOutOfRange = errors.New("backend: offset out of range")
 	// ErrCorruptRecord: stored or appended bytes fail their checks (CRC,
-	// size, magic). Appends of such batches write nothing.
+	// size, magic). Appends of such batches write nothing. Kafka's
+	// CORRUPT_MESSAGE (2).
 	ErrCorruptRecord = errors.New("backend: corrupt record")
 	// ErrInvalidRecord: a well-formed batch that cannot be appended here:
-	// a follower batch that does not continue the log, an unsupported
-	// magic, offsets out of order.
+	// a follower batch that does not continue the log, offsets out of
+	// order; in a leader append, what Kafka's leader refuses of a
+	// client's batch (records that do not parse, a control batch, a
+	// record without a key on a compacted topic, a magic other than 2,
+	// …). Kafka's INVALID_RECORD (87).
 	ErrInvalidRecord = errors.New("backend: invalid record")
-	// ErrRecordTooLarge: a batch larger than max.message.bytes. Kafka's
-	// MESSAGE_TOO_LARGE (10).
+	// ErrInvalidTimestamp: a leader append holds a CreateTime record whose
+	// timestamp is outside [now - message.timestamp.before.max.ms, now +
+	// message.timestamp.after.max.ms], or, on a LogAppendTime topic, a
+	// batch its producer flagged LogAppendTime. Kafka's INVALID_TIMESTAMP
+	// (32).
+	ErrInvalidTimestamp = errors.New("backend: invalid timestamp")
+	// ErrRecordTooLarge: a batch larger than max.message.bytes (in a
+	// leader append, also once recompressed to the topic's
+	// compression.type). Kafka's MESSAGE_TOO_LARGE (10).
 	ErrRecordTooLarge = errors.New("backend: record too large")
 	// ErrRecordListTooLarge: an append larger than segment.bytes. Kafka's
 	// RECORD_LIST_TOO_LARGE (18).
 	ErrRecordListTooLarge = errors.New("backend: record list too large")
-	// ErrUnsupportedForMessageFormat: a leader append of a batch in a
-	// message format older than v2. Kafka's UNSUPPORTED_FOR_MESSAGE_FORMAT
-	// (43).
+	// ErrUnsupportedForMessageFormat: a follower's or the coordinator's
+	// append of a batch in a message format older than v2 (a leader
+	// append of one from a client is ErrInvalidRecord, as Kafka's produce
+	// path answers). Kafka's UNSUPPORTED_FOR_MESSAGE_FORMAT (43).
 	ErrUnsupportedForMessageFormat = errors.New("backend: unsupported for message format")
 	// ErrOffsetMovedToTieredStorage: a follower fetched an offset the
 	// partition holds only in its bucket. Returned as an
@@ -119,3 +131,43 @@ func (e *OffsetMovedToTieredStorageError) Error() string {
 
 // Unwrap lets errors.Is match ErrOffsetMovedToTieredStorage.
 func (e *OffsetMovedToTieredStorageError) Unwrap() error { return ErrOffsetMovedToTieredStorage }
+
+// RejectedBatchError says which batch of a leader append was refused and
+// why, with the records refused one by one: what a broker answers a
+// produce request with (error_code from Class, error_message from Error,
+// record_errors from Records). It matches Class (ErrCorruptRecord,
+// ErrRecordTooLarge, ErrInvalidTimestamp or ErrInvalidRecord) and Cause
+// (the local backend's is a *record.ValidationError).
+type RejectedBatchError struct {
+	Class error
+	// Batch is the refused batch's index in the append, from 0;
+	// Position its first byte in the append; BaseOffset its base offset
+	// as the producer sent it.
+	Batch      int
+	Position   int
+	BaseOffset int64
+	// Index is the record (from 0, in the batch) that stopped the
+	// validation, one that does not parse or breaks the offsets; -1 when
+	// the batch is refused as a whole or record by record (Records).
+	Index int32
+	// Records are the records refused one by one, a timestamp out of
+	// range or a missing key (Kafka's record_errors; at most 1000 of
+	// them). RecordErrors counts them all.
+	Records      []RecordError
+	RecordErrors int
+	Cause        error
+}
+
+// RecordError is one refused record of a batch: Kafka's record_errors
+// entry (batch_index, batch_index_error_message).
+type RecordError struct {
+	Index   int32 // the record's index in its batch, from 0
+	Message string
+}
+
+func (e *RejectedBatchError) Error() string {
+	return fmt.Sprintf("%v: batch %d at byte %d of the append: %v", e.Class, e.Batch, e.Position, e.Cause)
+}
+
+// Unwrap lets errors.Is match Class and errors.As find Cause.
+func (e *RejectedBatchError) Unwrap() []error { return []error{e.Class, e.Cause} }

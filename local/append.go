@@ -13,10 +13,21 @@ import (
 
 // Append validates and appends batches; see backend.Partition.
 //
+// A leader append of a client's batches (opts.AssignOffsets without
+// opts.Coordinator) is validated as Kafka's leader validates a produce
+// request, every record decoded (validate.go); a follower's append and the
+// coordinator's transaction markers get the checks of every batch's
+// header and CRC. Each batch of a leader append must be as a producer
+// sends it (base offset 0); Kafka's produce path sends one batch per
+// partition, and Append takes any number.
+//
 // As leader (opts.AssignOffsets) Append rewrites fields of the caller's
 // batches in place: the base offset and leader epoch (outside the CRC) and,
-// for LogAppendTime topics, the attributes and max timestamp (with a new
-// CRC), as Kafka's broker does.
+// for LogAppendTime topics, the attributes and max timestamp, and for
+// CreateTime ones a max timestamp that is not the records' largest (with
+// a new CRC), as Kafka's broker does. When the topic's compression.type
+// makes it recompress a batch, the append is written from a copy and the
+// caller's bytes are left as they were.
 //
 // Each batch is indexed on its own (Kafka since KAFKA-806), so a follower
 // appending a fetched chunk builds the same index as the leader did.
@@ -29,7 +40,11 @@ func (l *Log) Append(ctx context.Context, batches []byte, opts backend.AppendOpt
 		return info, err
 	}
 	m.Appends.Add(1)
-	m.AppendBytes.Add(int64(len(batches)))
+	n := int64(len(batches))
+	if info.Bytes > 0 {
+		n = int64(info.Bytes) // what was written: a recompressed append's size
+	}
+	m.AppendBytes.Add(n)
 	m.AppendRecords.Add(info.LastOffset - info.FirstOffset + 1)
 	m.AppendLatency.Since(start)
 	return info, nil
@@ -43,12 +58,18 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 	if err := l.checkWritable(); err != nil {
 		return info, err
 	}
-	metas, info, err := l.validate(batches, opts)
-	if err != nil {
-		return info, err
-	}
-	if sb := l.cfg.Load().SegmentBytes; int64(len(batches)) > sb {
-		return info, fmt.Errorf("%w: an append of %d bytes is larger than segment.bytes (%d)", backend.ErrRecordListTooLarge, len(batches), sb)
+	// A client's leader append is validated under the writer lock (below),
+	// the others here.
+	client := opts.AssignOffsets && !opts.Coordinator
+	var metas []batchMeta
+	if !client {
+		var err error
+		if metas, info, err = l.validate(batches, opts); err != nil {
+			return info, err
+		}
+		if sb := l.cfg.Load().SegmentBytes; int64(len(batches)) > sb {
+			return info, fmt.Errorf("%w: an append of %d bytes is larger than segment.bytes (%d)", backend.ErrRecordListTooLarge, len(batches), sb)
+		}
 	}
 
 	l.mu.Lock()
@@ -58,6 +79,14 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 	}
 	leo := l.leo.Load()
 	now := l.now()
+	if client {
+		lv := getLeaderValidation()
+		defer lv.release() // after the write: batches may be lv.out
+		var err error
+		if batches, metas, info, err = l.validateLeaderLocked(lv, batches, now.UnixMilli()); err != nil {
+			return info, err
+		}
+	}
 	if opts.AssignOffsets {
 		l.assignOffsets(batches, metas, &info, leo, opts.LeaderEpoch, now)
 	} else {
@@ -153,7 +182,9 @@ func (l *Log) applyProducers(a *activeSegment) error {
 
 // assignOffsets is the leader's part of an append: each batch gets its base
 // offset from the log end leo and the leader epoch (both outside the CRC)
-// and, on a LogAppendTime topic, the broker's time (with a new CRC).
+// and, on a LogAppendTime topic, the broker's time, else the max timestamp
+// in its batchMeta (a validated batch's records' largest; with a new CRC
+// only when that changes it).
 func (l *Log) assignOffsets(batches []byte, metas []batchMeta, info *backend.AppendInfo, leo int64, epoch int32, now time.Time) {
 	next := leo
 	appendTime := int64(-1)
@@ -167,6 +198,8 @@ func (l *Log) assignOffsets(batches []byte, metas []batchMeta, info *backend.App
 		b.SetPartitionLeaderEpoch(epoch)
 		if appendTime >= 0 {
 			b.SetLogAppendTime(appendTime)
+		} else {
+			b.SetMaxTimestamp(metas[i].maxTs)
 		}
 		metas[i].lastOffset = b.LastOffset()
 		metas[i].maxTs = b.MaxTimestamp()
@@ -191,8 +224,10 @@ func (l *Log) activeForWriteLocked() (*activeSegment, error) {
 	return a, nil
 }
 
-// validate checks every batch before anything is written and returns the
-// per-batch facts the append needs.
+// validate checks every batch of a follower's or the coordinator's append
+// (headers and CRCs; a client's leader append goes through
+// validateLeaderLocked instead) before anything is written and returns
+// the per-batch facts the append needs.
 func (l *Log) validate(data []byte, opts backend.AppendOptions) ([]batchMeta, backend.AppendInfo, error) {
 	var info backend.AppendInfo
 	if len(data) == 0 {

@@ -56,6 +56,10 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Reopen", testReopen},
 		{"FollowerAppend", testFollowerAppend},
 		{"BadInput", testBadInput},
+		{"LeaderValidation", testLeaderValidation},
+		{"LeaderTimestamps", testLeaderTimestamps},
+		{"LeaderCompression", testLeaderCompression},
+		{"CompactedKeys", testCompactedKeys},
 		{"ConcurrentReaders", testConcurrentReaders},
 		{"HeldRecords", testHeldRecords},
 		{"IdempotentProducers", testIdempotentProducers},
@@ -579,7 +583,11 @@ func testBadInput(t *testing.T, h Harness) {
 		want error
 	}{
 		{"crc", flip(len(good) - 2), backend.ErrCorruptRecord},
-		{"magic", flip(16), backend.ErrInvalidRecord},
+		// An unknown magic is corrupt (Kafka's CORRUPT_MESSAGE); a legacy
+		// one is a message set a produce request cannot carry
+		// (INVALID_RECORD).
+		{"magic", flip(16), backend.ErrCorruptRecord},
+		{"legacy magic", resum(func() []byte { c := append([]byte(nil), good...); c[16] = 1; return c }()), backend.ErrInvalidRecord},
 		{"length", flip(11), backend.ErrCorruptRecord},
 		{"truncated", good[:40], backend.ErrCorruptRecord},
 		{"trailing garbage", append(append([]byte(nil), good...), 1, 2, 3), backend.ErrCorruptRecord},
