@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -97,7 +98,15 @@ func appendRecords(l *local.Log, rng *rand.Rand, n, keys int, c *clock, codec re
 		if err != nil {
 			return out, err
 		}
-		info, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true})
+		opts := backend.AppendOptions{AssignOffsets: true}
+		if slices.ContainsFunc(recs, func(r rec) bool { return !r.hasKey }) {
+			// A leader refuses keyless records on a compacted topic (as
+			// Kafka's does); a log gets them from a follower's append (or
+			// from before its policy became compact).
+			batch.SetBaseOffset(l.Offsets().LogEnd)
+			opts = backend.AppendOptions{}
+		}
+		info, err := l.Append(context.Background(), batch, opts)
 		if err != nil {
 			return out, err
 		}
