@@ -30,6 +30,9 @@ type Options struct {
 	// Listen is the TCP address to listen on (default 127.0.0.1:9092;
 	// port 0 picks a free port, see Broker.Addr).
 	Listen string
+	// Advertise is the host:port clients are told to connect to (default:
+	// the listener's address, with an unspecified host as 127.0.0.1).
+	Advertise string
 	// Dir holds the log directory and the broker's own files.
 	Dir string
 	// TopicConfig is the default topic config (Kafka's names), under

@@ -451,8 +451,11 @@ func (gc *groupCoordinator) offsetCommit(ctx context.Context, r *kmsg.OffsetComm
 	gc.mu.Lock()
 	if r.Generation >= 0 || r.MemberID != "" {
 		var g *group
+		// As in Kafka, members commit while the group prepares a
+		// rebalance (before they rejoin), not while it waits for the
+		// leader's assignment.
 		g, _, err = gc.checkLocked(r.Group, r.MemberID, r.Generation)
-		if err == nil && g.state == groupPreparing {
+		if err == nil && g.state == groupCompleting {
 			err = kerr.RebalanceInProgress
 		}
 	} else if g := gc.groups[r.Group]; g != nil && len(g.members) > 0 {

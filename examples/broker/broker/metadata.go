@@ -14,10 +14,14 @@ import (
 // clusterID is the cluster id every Metadata answer carries.
 const clusterID = "tierlog-example-broker"
 
-// hostPort is the address clients are told to connect to: the listener's,
-// with an unspecified host (0.0.0.0, ::) advertised as loopback.
+// hostPort is the address clients are told to connect to: Advertise, or
+// the listener's with an unspecified host (0.0.0.0, ::) as loopback.
 func (b *Broker) hostPort() (string, int32) {
-	host, port, _ := net.SplitHostPort(b.ln.Addr().String())
+	addr := b.opts.Advertise
+	if addr == "" {
+		addr = b.ln.Addr().String()
+	}
+	host, port, _ := net.SplitHostPort(addr)
 	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
 		host = "127.0.0.1"
 	}
