@@ -3,9 +3,9 @@ package broker_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 

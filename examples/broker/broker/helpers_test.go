@@ -113,4 +113,6 @@ func consumeN(t testing.TB, cl *kgo.Client, n int, within time.Duration) []*kgo.
 	return out
 }
 
-func value(i int) []byte { return []byte(fmt.Sprintf("value-%08d-%s", i, "the quick brown fox jumps over the lazy dog")) }
+func value(i int) []byte {
+	return []byte(fmt.Sprintf("value-%08d-%s", i, "the quick brown fox jumps over the lazy dog"))
+}
