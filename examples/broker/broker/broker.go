@@ -48,6 +48,9 @@ type Options struct {
 	InitialRebalanceDelay time.Duration
 	// CleanerBackoff is log.cleaner.backoff.ms (default 15s).
 	CleanerBackoff time.Duration
+	// CleanerMemoryBytes is log.cleaner.dedupe.buffer.size (default 16
+	// MiB here: 24 bytes a key; Kafka's is 128 MiB).
+	CleanerMemoryBytes int
 	// OffsetsSegmentBytes is offsets.topic.segment.bytes (default 100 MiB).
 	OffsetsSegmentBytes int64
 	// Logger receives the broker's events (default: discard).
@@ -80,6 +83,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.CleanerBackoff == 0 {
 		o.CleanerBackoff = 15 * time.Second
+	}
+	if o.CleanerMemoryBytes == 0 {
+		o.CleanerMemoryBytes = 16 << 20
 	}
 	if o.OffsetsSegmentBytes == 0 {
 		o.OffsetsSegmentBytes = 100 << 20
@@ -183,7 +189,8 @@ func Start(opts Options) (_ *Broker, err error) {
 	if b.txns, err = newTxnCoordinator(b); err != nil {
 		return nil, err
 	}
-	b.cleaner, err = compaction.NewCleaner(b.logs, compaction.CleanerOptions{Backoff: opts.CleanerBackoff, Logger: opts.Logger})
+	b.cleaner, err = compaction.NewCleaner(b.logs, compaction.CleanerOptions{Backoff: opts.CleanerBackoff,
+		MemoryBytes: opts.CleanerMemoryBytes, Logger: opts.Logger})
 	if err != nil {
 		return nil, err
 	}
