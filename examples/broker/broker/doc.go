@@ -16,10 +16,10 @@
 //	             responses (fetchwrite.go frames them)
 //	offsets.go   ListOffsets, DeleteRecords, OffsetForLeaderEpoch
 //	txn.go       InitProducerID and the transaction coordinator
+//	             (transactions.json)
 //	groups.go    the group coordinator (classic protocol)
 //	offsetlog.go committed offsets in the __consumer_offsets topic
-//	state.go     the broker's own small files (topics, producer ids,
-//	             transactions)
+//	state.go     topics.json, written whole
 //
 // # What lives where (under Options.Dir)
 //
@@ -48,8 +48,11 @@
 // Each connection runs one request at a time, in order, as Kafka's
 // broker does (it mutes a connection until its response is sent). A
 // partition's appends and high watermark moves are serialized by
-// partition.mu. Lock order: Broker.mu, then a group's mu, then
-// partition.mu; txnCoordinator.mu is never held while taking another.
+// partition.mu. Lock order: txnCoordinator.mu, then offsetLog.mu, then
+// Broker.mu or partition.mu (Broker.mu is held only to look topics up,
+// create or delete them). groupCoordinator.mu is taken alone: a JoinGroup
+// or SyncGroup waits for the rebalance after releasing it, and an offset
+// commit writes after releasing it.
 // Long-poll fetches park in a purgatory keyed by partition; a goroutine a
 // partition waits on Partition.Changed and calls CheckAndComplete.
 package broker
