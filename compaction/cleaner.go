@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -104,7 +105,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 	}
 	var txns txnScan
 	if len(dirty) > 0 {
-		if txns, err = scanTransactions(ctx, l, segs, dirty[len(dirty)-1].NextOffset); err != nil {
+		if txns, err = scanTransactions(ctx, l, dirty[len(dirty)-1].NextOffset); err != nil {
 			return st, err
 		}
 		for len(dirty) > 0 && dirty[len(dirty)-1].NextOffset > txns.firstOpen {
@@ -142,7 +143,13 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 
 	c := cleaner{l: l, m: m, end: end, cleaning: cleaning, now: opts.Now().UnixMilli(),
 		deleteRetentionMs: l.Config().DeleteRetentionMs, dryRun: opts.DryRun, throttle: opts.Throttle,
-		txn: newTxnTracker(txns.aborted), bufferBytes: opts.WriteBufferBytes}
+		txn: newTxnTracker(txns.aborted), bufferBytes: opts.WriteBufferBytes, lastOfProducer: map[int64]int64{},
+		abortsByMarker: txns.byMarker}
+	for _, pr := range l.Producers() {
+		if off := pr.LastOffset(); off >= 0 {
+			c.lastOfProducer[pr.ProducerID] = off
+		}
+	}
 	if c.bufferBytes <= 0 {
 		c.bufferBytes = 1 << 20
 	}
@@ -370,6 +377,12 @@ type cleaner struct {
 	dryRun            bool
 	throttle          func(context.Context, int) error
 	txn               *txnTracker // across the round's groups, in offset order
+	// lastOfProducer is, per producer with state, the last offset of its
+	// last batch: that batch stays (emptied if need be), so its sequence
+	// survives a reload and a retry of it is still found a duplicate.
+	lastOfProducer map[int64]int64
+	abortsByMarker map[int64]producerstate.AbortedTxn // the round's .txnindex entries
+	repl           *local.Replacement                 // the group being written
 
 	b  record.Builder
 	it record.Iterator
@@ -387,6 +400,8 @@ func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Sta
 		if r, err = c.cleaning.NewReplacement(bases); err != nil {
 			return fmt.Errorf("compaction: %w", err)
 		}
+		c.repl = r
+		defer func() { c.repl = nil }()
 		defer func() {
 			if err != nil {
 				r.Abort()
@@ -452,6 +467,9 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 	b := e.Batch()
 	if b.BaseOffset() >= c.end {
 		st.RecordsRead += int64(b.NumRecords())
+		if b.IsControl() {
+			return e.Data, c.keptMarker(b) // copied as it is: its .txnindex entry too
+		}
 		return e.Data, nil
 	}
 	if b.IsControl() {
@@ -508,9 +526,13 @@ func header(b record.Batch, hasHorizon bool, horizon int64) record.BatchHeader {
 	}
 }
 
-// emptyOrNil drops b, or, when it must stay (the last batch of a group),
+// emptyOrNil drops b, or, when it must stay (the last batch of a group, or
+// the last batch of a producer that still has state, Kafka's rule),
 // returns its header with no records.
 func (c *cleaner) emptyOrNil(b record.Batch, keepLast bool) []byte {
+	if last, ok := c.lastOfProducer[b.ProducerID()]; ok && b.ProducerID() >= 0 && last == b.LastOffset() && !b.IsControl() {
+		keepLast = true
+	}
 	if !keepLast {
 		return nil
 	}
@@ -559,7 +581,7 @@ func (c *cleaner) filterMarker(b record.Batch, keepLast bool, st *Stats) ([]byte
 		return nil, err
 	}
 	if !discardable {
-		return b, nil
+		return b, c.keptMarker(b)
 	}
 	horizon, hasHorizon := b.DeleteHorizon()
 	switch {
@@ -568,10 +590,26 @@ func (c *cleaner) filterMarker(b record.Batch, keepLast bool, st *Stats) ([]byte
 		st.MarkersRemoved++
 		return c.emptyOrNil(b, keepLast), nil
 	case hasHorizon:
-		return b, nil
+		return b, c.keptMarker(b)
 	default:
+		if err := c.keptMarker(b); err != nil {
+			return nil, err
+		}
 		return c.rebuild(b, true, c.now+c.deleteRetentionMs, func(*record.Record) bool { return true })
 	}
+}
+
+// keptMarker notes a marker the cleaned file keeps: an ABORT marker's
+// transaction goes to the cleaned segment's .txnindex, as Kafka's cleaner
+// writes it (read_committed consumers still need it).
+func (c *cleaner) keptMarker(b record.Batch) error {
+	if c.repl == nil {
+		return nil
+	}
+	if a, ok := c.abortsByMarker[b.BaseOffset()]; ok && a.ProducerID == b.ProducerID() {
+		return c.repl.AddAborted(a)
+	}
+	return nil
 }
 
 // keep is Kafka's shouldRetainRecord for a non-transactional record.

@@ -3,10 +3,10 @@ package compaction
 import (
 	"context"
 	"fmt"
-	"math"
 	"sort"
 
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -24,10 +24,8 @@ import (
 //   - nothing at or after the first offset of a transaction still open
 //     (the last stable offset) is cleaned.
 //
-// Kafka finds aborted transactions in each segment's .txnindex. tierlog's
-// local log writes none, so a round finds them itself: one pass over the
-// batch headers of the closed segments from the log start (control
-// batches are read whole: a marker's type is its record's key).
+// Aborted transactions come from each segment's .txnindex, as Kafka's
+// cleaner reads them; the last stable offset bounds the round.
 
 // abortedTxn is an aborted transaction: producer pid's batches in
 // [first, last], where last is the offset of its ABORT marker.
@@ -38,77 +36,26 @@ type abortedTxn struct {
 // txnScan is what scanTransactions found.
 type txnScan struct {
 	aborted   []abortedTxn // by first offset
-	firstOpen int64        // first offset of the earliest open transaction, MaxInt64 if none
+	firstOpen int64        // the last stable offset: nothing at or after it is decided
+	// byMarker holds the .txnindex entries by their ABORT marker's offset:
+	// a cleaned segment that keeps a marker lists its entry again.
+	byMarker map[int64]producerstate.AbortedTxn
 }
 
-// scanTransactions reads the headers of segs (consecutive closed
-// segments from the log start) up to end.
-func scanTransactions(ctx context.Context, l *local.Log, segs []local.SegmentInfo, end int64) (txnScan, error) {
-	out := txnScan{firstOpen: math.MaxInt64}
-	open := map[int64]int64{} // producer id -> first offset of its open transaction
-	var buf []byte
-	var it record.Iterator
-	for _, s := range segs {
-		if s.BaseOffset >= end {
-			break
-		}
-		r, err := l.OpenSegment(s.BaseOffset)
-		if err != nil {
-			return out, err
-		}
-		sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{HeadersOnly: true})
-		for sc.Next() {
-			if err := ctx.Err(); err != nil {
-				r.Close()
-				return out, fmt.Errorf("compaction: %w", err)
-			}
-			e := sc.Entry()
-			if e.Magic != 2 || e.BaseOffset >= end {
-				continue
-			}
-			b := e.Batch()
-			if !b.IsTransactional() || b.NumRecords() == 0 {
-				continue // an emptied batch (kept to end a group) belongs to no transaction
-			}
-			pid := b.ProducerID()
-			if !b.IsControl() {
-				if _, ok := open[pid]; !ok {
-					open[pid] = e.BaseOffset
-				}
-				continue
-			}
-			if int64(cap(buf)) < e.Size {
-				buf = make([]byte, e.Size)
-			}
-			buf = buf[:e.Size]
-			if _, err := r.ReadAt(buf, e.Position); err != nil {
-				r.Close()
-				return out, fmt.Errorf("compaction: read %s at %d: %w", r.Path(), e.Position, err)
-			}
-			t, err := markerType(&it, buf)
-			if err != nil {
-				r.Close()
-				return out, fmt.Errorf("compaction: %s batch at position %d: %w", r.Path(), e.Position, err)
-			}
-			first, wasOpen := open[pid]
-			switch t {
-			case record.ControlAbort:
-				if wasOpen {
-					out.aborted = append(out.aborted, abortedTxn{pid: pid, first: first, last: e.BaseOffset})
-				}
-				delete(open, pid)
-			case record.ControlCommit:
-				delete(open, pid)
-			}
-		}
-		err = sc.Err()
-		r.Close()
-		if err != nil {
-			return out, fmt.Errorf("compaction: scan %s: %w", r.Path(), err)
-		}
+// scanTransactions collects the aborted transactions overlapping the log
+// from its start to end, from the segments' .txnindex files.
+func scanTransactions(ctx context.Context, l *local.Log, end int64) (txnScan, error) {
+	out := txnScan{firstOpen: l.Offsets().LastStableOffset, byMarker: map[int64]producerstate.AbortedTxn{}}
+	if err := ctx.Err(); err != nil {
+		return out, fmt.Errorf("compaction: %w", err)
 	}
-	for _, first := range open {
-		out.firstOpen = min(out.firstOpen, first)
+	found, err := l.AbortedTxns(l.Offsets().LogStart, end)
+	if err != nil {
+		return out, fmt.Errorf("compaction: %w", err)
+	}
+	for _, a := range found {
+		out.aborted = append(out.aborted, abortedTxn{pid: a.ProducerID, first: a.FirstOffset, last: a.LastOffset})
+		out.byMarker[a.LastOffset] = a
 	}
 	sort.Slice(out.aborted, func(i, j int) bool { return out.aborted[i].first < out.aborted[j].first })
 	return out, nil

@@ -5,6 +5,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -346,5 +349,65 @@ func TestGroupSegments(t *testing.T) {
 	}
 	if got := shape(groups); got != "[[0] [10]]" {
 		t.Errorf("time indexes of 50+50 bytes under 80: %s, want [[0] [10]]", got)
+	}
+}
+
+// TestCleanKeepsProducersLastBatch: the last batch of a producer that
+// still has state stays (emptied, its header kept) when every record in
+// it is superseded, so that a log whose snapshots are lost rebuilds the
+// producer's last sequence from the log and still finds a retry of it a
+// duplicate (Kafka's rule); the previous batch of the same producer goes.
+func TestCleanKeepsProducersLastBatch(t *testing.T) {
+	dir := t.TempDir()
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	l := openCompacted(t, dir, c)
+	var b record.Builder
+	idem := func(seq int32) []byte {
+		h := record.NewBatchHeader()
+		h.ProducerID, h.ProducerEpoch, h.BaseSequence = 77, 0, seq
+		b.Reset(h)
+		b.Append(c.t.UnixMilli(), []byte("a"), []byte(fmt.Sprintf("idem-%d", seq)), nil)
+		out, _ := b.Build()
+		return append([]byte(nil), out...)
+	}
+	appendOne := func(data []byte) backend.AppendInfo {
+		info, err := l.Append(context.Background(), data, backend.AppendOptions{AssignOffsets: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+	appendOne(idem(0))
+	last := idem(1)
+	lastInfo := appendOne(append([]byte(nil), last...))
+	for i := range 60 { // supersede key "a", and fill segments
+		b.Reset(record.NewBatchHeader())
+		b.Append(c.t.UnixMilli(), []byte("a"), []byte(fmt.Sprintf("plain-%d-%s", i, strings.Repeat("x", 100))), nil)
+		out, _ := b.Build()
+		appendOne(append([]byte(nil), out...))
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	l.SetHighWatermark(l.Offsets().LogEnd)
+	if _, err := Clean(context.Background(), l, -1, Options{Now: c.now}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Lose every snapshot: the state comes back from the log alone.
+	snaps, _ := filepath.Glob(filepath.Join(dir, "*"+local.SnapshotSuffix))
+	for _, s := range snaps {
+		os.Remove(s)
+	}
+	l = openCompacted(t, dir, c)
+	defer l.Close()
+	info, err := l.Append(context.Background(), last, backend.AppendOptions{AssignOffsets: true})
+	if err != nil || !info.Duplicate || info.FirstOffset != lastInfo.FirstOffset {
+		t.Fatalf("retry of the producer's last batch after cleaning and a reload: %+v, %v; want a duplicate of %d", info, err, lastInfo.FirstOffset)
+	}
+	if got := readAll(t, l); len(got) == 0 || got[0].offset == 0 {
+		t.Fatalf("the producer's superseded first batch is still there: %+v", got[:min(3, len(got))])
 	}
 }

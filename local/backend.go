@@ -34,6 +34,13 @@ type BackendOptions struct {
 	TopicID func(topic string) string
 	// FS is the filesystem (default vfs.Default); see Options.FS.
 	FS vfs.FS
+	// RemoteStorage says a tiered layer manages this directory
+	// (tiered.Backend sets it): topics with remote.storage.enable=true may
+	// open here, and the layer applies their time and size retention.
+	// Without it opening one is an ErrInvalidConfig, as Kafka refuses such
+	// a topic on a broker without remote storage: nothing would ever apply
+	// its retention.
+	RemoteStorage bool
 }
 
 // Backend is a log directory holding many partitions in Kafka's layout,
@@ -142,6 +149,10 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 	name, err := PartitionDirName(topic, partition)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.RemoteStorageEnable && !b.opts.RemoteStorage {
+		return nil, &backend.ConfigError{Key: "remote.storage.enable", Value: "true",
+			Reason: "this log directory has no tiered storage (open it with tiered.OpenBackend)"}
 	}
 	tp := TopicPartition{Topic: topic, Partition: partition}
 	b.mu.Lock()

@@ -119,3 +119,50 @@ func TestBackendOpenAppliesConfig(t *testing.T) {
 		t.Fatalf("a bad config for an open log: %v", err)
 	}
 }
+
+// A tiered topic's time and size retention belong to the tiered layer,
+// which deletes a local segment only once the bucket holds it: the local
+// log applies just the log start rule, and a directory without a tiered
+// layer refuses such a topic (nothing would ever apply its retention).
+func TestTieredTopicRetentionIsNotLocal(t *testing.T) {
+	dir := t.TempDir()
+	b, err := local.OpenBackend(dir, local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tiered := cfg(t, "remote.storage.enable", "true", "retention.ms", "0", "retention.bytes", "1", "segment.bytes", "1024")
+	if _, err := b.Open(ctx, "orders", 0, tiered); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("remote.storage.enable=true in a directory without tiered storage: %v", err)
+	}
+	b.Close()
+	b, err = local.OpenBackend(dir, local.BackendOptions{RemoteStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err := b.OpenLog(ctx, "orders", 0, tiered)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 20; i++ {
+		if _, err := l.Append(ctx, batchOf(4, 1, "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.SetHighWatermark(l.Offsets().LogEnd)
+	before := len(l.SegmentInfos())
+	if before < 3 {
+		t.Fatalf("want several segments, have %d", before)
+	}
+	if n, err := l.DeleteOldSegments(); err != nil || n != 0 {
+		t.Fatalf("DeleteOldSegments on a tiered log deleted %d segments (%v): they may not be in the bucket", n, err)
+	}
+	// The log start rule still applies.
+	second := l.SegmentInfos()[1].BaseOffset
+	if err := l.DeleteRecordsBefore(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := l.DeleteOldSegments(); err != nil || len(l.SegmentInfos()) != before-1 {
+		t.Fatalf("after DeleteRecordsBefore(%d): deleted %d (%v), %d segments left of %d", second, n, err, len(l.SegmentInfos()), before)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/vfs"
 )
 
@@ -200,6 +201,9 @@ type Replacement struct {
 	w     vfs.File
 	off   int64
 	err   error
+	// txns are the aborted transactions whose ABORT markers the cleaned
+	// file keeps: its .txnindex (Kafka's cleaner writes the same).
+	txns *producerstate.TxnIndex
 }
 
 // NewReplacement creates the cleaned file that will replace the closed
@@ -235,6 +239,18 @@ func (r *Replacement) Write(p []byte) (int, error) {
 		return n, r.err
 	}
 	return n, nil
+}
+
+// AddAborted records that the cleaned file keeps the ABORT marker of t:
+// the new segment's .txnindex lists it. Markers come in offset order.
+func (r *Replacement) AddAborted(t producerstate.AbortedTxn) error {
+	if r.txns == nil {
+		r.txns, _ = producerstate.NewTxnIndex(r.bases[0], nil)
+	}
+	if _, err := r.txns.Append(t); err != nil {
+		return fmt.Errorf("local: %s: %w", r.path, err)
+	}
+	return nil
 }
 
 // Abort removes the cleaned file.
@@ -283,7 +299,40 @@ func (r *Replacement) Commit() (err error) {
 		return fmt.Errorf("local: close %s: %w", r.path, err)
 	}
 	r.w = nil
-	return r.c.l.replaceSegments(r.bases, r.path, r.c.truncations)
+	l := r.c.l
+	txnCleaned := ""
+	if r.txns != nil && r.txns.Len() > 0 {
+		txnCleaned = l.segOpts.path(r.bases[0], TxnIndexSuffix) + CleanedSuffix
+		if err := writeSynced(l.segOpts.fs, txnCleaned, r.txns.Bytes()); err != nil {
+			return err
+		}
+	}
+	return l.replaceSegments(r.bases, r.path, txnCleaned, r.c.truncations)
+}
+
+// writeSynced writes data to a new file at path and fsyncs it; a failure
+// removes it.
+func writeSynced(fsys vfs.FS, path string, data []byte) (err error) {
+	f, err := fsys.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	if err != nil {
+		return fmt.Errorf("local: write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			fsys.Remove(path)
+		}
+	}()
+	_, err = f.WriteAt(data, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("local: write %s: %w", path, err)
+	}
+	return nil
 }
 
 // checkReplacementLocked finds the segments a replacement names among segs
@@ -318,11 +367,14 @@ func (l *Log) checkReplacementLocked(segs []*segFile, bases []int64, cleaned str
 }
 
 // replaceSegments is Commit under the writer lock.
-func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) (err error) {
+func (l *Log) replaceSegments(bases []int64, cleaned, txnCleaned string, truncations int64) (err error) {
 	fsys := l.segOpts.fs
 	defer func() {
 		if err != nil {
 			fsys.Remove(cleaned) // a no-op once it was renamed
+			if txnCleaned != "" {
+				fsys.Remove(txnCleaned)
+			}
 		}
 	}()
 	l.mu.Lock()
@@ -350,10 +402,19 @@ func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) 
 			return fmt.Errorf("local: %w", err)
 		}
 	}
-	// From here on a crash is resolved by recovery: first the swap file.
+	// From here on a crash is resolved by recovery: first the swap file
+	// (the commit point: a .cleaned file left beside it, the .txnindex's,
+	// rolls it back), then the .txnindex's swap file.
 	swap := l.segOpts.path(bases[0], LogSuffix) + SwapSuffix
 	if err := fsys.Rename(cleaned, swap); err != nil {
 		return fmt.Errorf("local: %w", err)
+	}
+	txnSwap := ""
+	if txnCleaned != "" {
+		txnSwap = l.segOpts.path(bases[0], TxnIndexSuffix) + SwapSuffix
+		if err := fsys.Rename(txnCleaned, txnSwap); err != nil {
+			return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err)) // a reopen rolls back
+		}
 	}
 	if err := l.syncDir(); err != nil {
 		return l.fail(err) // the swap file is there: a reopen completes it
@@ -365,7 +426,7 @@ func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) 
 			return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
 		}
 	}
-	ns, err := l.installCleaned(swap, bases[0], next, mtime)
+	ns, err := l.installCleaned(swap, txnSwap, bases[0], next, mtime)
 	if err != nil {
 		return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
 	}
@@ -386,11 +447,16 @@ func (l *Log) replaceSegments(bases []int64, cleaned string, truncations int64) 
 // rebuilds its indexes (synced) and syncs the directory; the new segment's
 // files are then closed, to be reopened lazily under the file budget.
 // REQUIRES: l.mu held.
-func (l *Log) installCleaned(swap string, base, next int64, mtime time.Time) (*segFile, error) {
+func (l *Log) installCleaned(swap, txnSwap string, base, next int64, mtime time.Time) (*segFile, error) {
 	fsys := l.segOpts.fs
 	ns := newSegFile(&l.segOpts, base, 0, mtime)
 	if err := fsys.Rename(swap, ns.logPath); err != nil {
 		return nil, err
+	}
+	if txnSwap != "" {
+		if err := fsys.Rename(txnSwap, ns.path(TxnIndexSuffix)); err != nil {
+			return nil, err
+		}
 	}
 	st, err := fsys.Stat(ns.logPath)
 	if err != nil {

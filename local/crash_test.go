@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 		crashChild(spec)
 		return
 	}
+	if spec := os.Getenv(producerCrashEnv); spec != "" {
+		producerCrashChild(spec)
+		return
+	}
 	code := m.Run()
 	for _, d := range benchCleanup {
 		os.RemoveAll(d)

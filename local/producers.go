@@ -180,7 +180,18 @@ func (l *Log) rebuildProducerState(rebuilt map[int64]bool) error {
 			}
 		}
 		if !loaded {
+			// No snapshot at all: the state is rebuilt from the log start,
+			// and every segment's .txnindex with it (a log written before
+			// tierlog kept them has none, and the cleaner relies on them).
 			l.ps.Reset(logStart)
+			if rebuilt == nil {
+				rebuilt = map[int64]bool{}
+			}
+			for _, s := range l.segments() {
+				if !l.readOnly {
+					rebuilt[s.base] = true
+				}
+			}
 		}
 		if err := l.replayProducers(rebuilt); err != nil {
 			return err
@@ -430,6 +441,29 @@ func (l *Log) CollectAborted(fetch, upper int64) ([]backend.AbortedTxn, bool, er
 	segs := l.segments()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > fetch }) - 1
 	return l.abortedFor(segs, max(i, 0), fetch, upper)
+}
+
+// AbortedTxns returns the aborted transactions (with their ABORT markers'
+// offsets) that overlap [from, upper), from the .txnindex of the segments
+// from the one holding from on, until one shows no later segment can add
+// any: what a log cleaner removes. Sorted by first offset.
+func (l *Log) AbortedTxns(from, upper int64) ([]producerstate.AbortedTxn, error) {
+	segs := l.segments()
+	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > from })-1, 0)
+	var found []producerstate.AbortedTxn
+	for complete := false; i < len(segs) && !complete; i++ {
+		if !segs[i].acquire() {
+			continue
+		}
+		var err error
+		found, complete, err = segs[i].collectAborted(found, from, upper)
+		segs[i].release()
+		if err != nil {
+			return nil, err
+		}
+	}
+	slices.SortFunc(found, func(a, b producerstate.AbortedTxn) int { return int(a.FirstOffset - b.FirstOffset) })
+	return found, nil
 }
 
 // toBackendAborted converts and sorts aborted transactions by first offset.

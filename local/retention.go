@@ -17,6 +17,11 @@ import (
 // timestamp, else the file's mtime) and the oldest segments past
 // retention.bytes go too. It never deletes at or above the high watermark,
 // and never an empty active segment. It returns how many segments went.
+//
+// A tiered log (remote.storage.enable=true) applies only the log start
+// rule here: its time and size rules are the tiered layer's, which deletes
+// a local segment only once the bucket is shown to hold it (Kafka's
+// local.retention.* and highestOffsetInRemoteStorage).
 func (l *Log) DeleteOldSegments() (int, error) {
 	if err := l.checkWritable(); err != nil {
 		return 0, err
@@ -36,7 +41,7 @@ func (l *Log) deleteOldSegmentsLocked(retentionMs, retentionBytes int64) (int, e
 		return upper <= l.logStart.Load(), nil
 	})
 	total += n
-	if err != nil || !l.cfg.Load().Delete() {
+	if cfg := l.cfg.Load(); err != nil || !cfg.Delete() || cfg.RemoteStorageEnable {
 		return total, err
 	}
 	if retentionMs >= 0 {

@@ -205,6 +205,19 @@ func (b Batch) SetLogAppendTime(ts int64) {
 	binary.BigEndian.PutUint32(b[offCRC:], b.ComputeCRC())
 }
 
+// SetMaxTimestamp sets maxTimestamp to ts and recomputes the CRC, unless
+// the field already holds ts (then nothing is written): the leader's
+// correction of a CreateTime batch whose maxTimestamp is not its records'
+// largest (LeaderResult.MaxTimestamp), as Kafka's setMaxTimestamp does.
+// The timestamp type is kept.
+func (b Batch) SetMaxTimestamp(ts int64) {
+	if b.MaxTimestamp() == ts {
+		return
+	}
+	binary.BigEndian.PutUint64(b[offMaxTimestamp:], uint64(ts))
+	binary.BigEndian.PutUint32(b[offCRC:], b.ComputeCRC())
+}
+
 func incrementSequence(seq, delta int32) int32 {
 	if seq > (1<<31-1)-delta {
 		return delta - ((1<<31 - 1) - seq) - 1

@@ -10,8 +10,10 @@ import (
 var (
 	// ErrCorrupt is the class of every error that means the bytes are damaged:
 	// a bad size, an unknown magic, a CRC mismatch, a record that does not
-	// parse. Every error below except ErrTornTail, ErrUnknownCodec and
-	// ErrTooLarge also matches ErrCorrupt.
+	// parse. A *BatchError of kind ErrCRCMismatch, ErrBadSize, ErrBadMagic
+	// or ErrBadRecord also matches ErrCorrupt. A *ValidationError (a
+	// leader append) classes its kinds by the Kafka error code instead:
+	// there a record that does not parse is ErrInvalidRecord.
 	ErrCorrupt = errors.New("record: corrupt batch")
 	// ErrCRCMismatch means the stored checksum does not match the bytes.
 	ErrCRCMismatch = errors.New("record: crc mismatch")
@@ -36,6 +38,42 @@ var (
 	// ErrInvalid means the caller asked for something the format cannot
 	// hold: a relative offset past int32, too many records, a bad option.
 	ErrInvalid = errors.New("record: invalid input")
+
+	// The errors below are those of a leader append (ValidateForLeader,
+	// returned as a *ValidationError). Four of them are classes, one per
+	// Kafka error code the batch is refused with: ErrCorrupt
+	// (CORRUPT_MESSAGE), ErrMessageTooLarge (MESSAGE_TOO_LARGE),
+	// ErrInvalidTimestamp (INVALID_TIMESTAMP) and ErrInvalidRecord
+	// (INVALID_RECORD); every ValidationError matches exactly one.
+
+	// ErrInvalidRecord is the class of a batch that is well framed and
+	// checksummed but that Kafka's leader refuses: Kafka's INVALID_RECORD.
+	ErrInvalidRecord = errors.New("record: invalid record")
+	// ErrInvalidTimestamp means a record's CreateTime timestamp is outside
+	// [now - message.timestamp.before.max.ms, now +
+	// message.timestamp.after.max.ms], or the producer flagged the batch
+	// LogAppendTime where Kafka refuses that: Kafka's INVALID_TIMESTAMP.
+	ErrInvalidTimestamp = errors.New("record: invalid timestamp")
+	// ErrMessageTooLarge means a batch is larger than max.message.bytes
+	// (as produced, or once recompressed); it is also the class of
+	// ErrTooLarge in a leader append: Kafka's MESSAGE_TOO_LARGE.
+	ErrMessageTooLarge = errors.New("record: message too large")
+	// ErrLegacyMagic means a leader append holds a magic 0 or 1 message
+	// set: Kafka's produce requests v3+ carry record batches v2 only.
+	ErrLegacyMagic = errors.New("record: legacy magic in a leader append")
+	// ErrBadOffsets means a produced batch's offsets are not a client's:
+	// a base offset other than 0, a record count of 0 or less, a last
+	// offset delta that is not count-1, or record offset deltas that are
+	// not exactly 0, 1, … count-1.
+	ErrBadOffsets = errors.New("record: bad offsets in a produced batch")
+	// ErrControlBatch means a client produced a control batch; only the
+	// transaction coordinator writes them.
+	ErrControlBatch = errors.New("record: control batch from a client")
+	// ErrNoSequence means a batch carries a producer id but no base
+	// sequence.
+	ErrNoSequence = errors.New("record: producer id without a sequence")
+	// ErrMissingKey means a record of a compacted topic has a null key.
+	ErrMissingKey = errors.New("record: record without a key on a compacted topic")
 )
 
 // BatchError reports what failed in one batch (or legacy entry) and where.

@@ -138,6 +138,15 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 		// the bucket holds as immutable copies.
 		return nil, fmt.Errorf("%w: tiered storage is not supported for cleanup.policy=compact (%s)", backend.ErrInvalidConfig, l.Dir())
 	}
+	if cfg := l.Config(); !cfg.RemoteStorageEnable {
+		// The local log learns it is tiered: its time and size retention
+		// become this layer's, which deletes only what the bucket holds.
+		// (A read-only log deletes nothing.)
+		cfg.RemoteStorageEnable = true
+		if err := l.SetConfig(cfg); err != nil && !errors.Is(err, local.ErrReadOnly) {
+			return nil, err
+		}
+	}
 	if opts.IndexCacheBytes <= 0 {
 		opts.IndexCacheBytes = 64 << 20
 	}
@@ -328,14 +337,20 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 // Changed is the local log's: every offset a broker waits on moves there.
 func (p *Partition) Changed() <-chan struct{} { return p.local.Changed() }
 
-// SetConfig applies a topic config change; a tiered partition cannot
-// become a compacted one (the bucket holds immutable copies).
+// SetConfig applies a topic config change. A tiered partition cannot
+// become a compacted one (the bucket holds immutable copies), nor stop
+// being tiered (its old offsets live only in the bucket): Kafka refuses
+// both changes too.
 func (p *Partition) SetConfig(cfg backend.Config) error {
 	if err := p.checkOpen(); err != nil {
 		return err
 	}
 	if cfg.Compact() {
 		return fmt.Errorf("%w: tiered storage is not supported for cleanup.policy=compact (%s)", backend.ErrInvalidConfig, p.local.Dir())
+	}
+	if !cfg.RemoteStorageEnable {
+		return &backend.ConfigError{Key: "remote.storage.enable", Value: "false",
+			Reason: "a tiered partition cannot stop being tiered (" + p.local.Dir() + ")"}
 	}
 	return p.local.SetConfig(cfg)
 }

@@ -556,6 +556,35 @@ func TestCompactedTopicRejected(t *testing.T) {
 	}
 }
 
+// TestTieredPartitionStaysTiered: wrapping a log marks it tiered (its local
+// time and size retention become the tiered layer's), and a config change
+// cannot turn that off or make it compacted.
+func TestTieredPartitionStaysTiered(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://stays", objstore.Options{})
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "retention.ms", "0")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.Config().RemoteStorageEnable {
+		t.Fatal("the wrapped local log does not know it is tiered: its own retention would delete segments the bucket lacks")
+	}
+	var ce *backend.ConfigError
+	if err := p.SetConfig(cfg(t)); !errors.As(err, &ce) || ce.Key != "remote.storage.enable" {
+		t.Fatalf("SetConfig(remote.storage.enable=false): %v", err)
+	}
+	if err := p.SetConfig(cfg(t, "remote.storage.enable", "true", "cleanup.policy", "compact")); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("SetConfig(cleanup.policy=compact): %v", err)
+	}
+	if err := p.SetConfig(cfg(t, "remote.storage.enable", "true", "retention.ms", "1000")); err != nil || l.Config().RetentionMs != 1000 {
+		t.Fatalf("SetConfig(retention.ms=1000): %v, %d", err, l.Config().RetentionMs)
+	}
+}
+
 // TestRestoreStreamsThroughCutBodies: bodies cut short resume where they
 // stopped; progress adds up to every byte restored; a damaged object fails
 // the restore by name and leaves neither a temporary nor a final file.

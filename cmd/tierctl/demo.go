@@ -141,7 +141,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	w := bufio.NewWriter(out)
 	defer w.Flush()
 	logDir := filepath.Join(root, "logs")
-	b, err := local.OpenBackend(logDir, local.BackendOptions{})
+	b, err := local.OpenBackend(logDir, local.BackendOptions{RemoteStorage: true})
 	if err != nil {
 		return err
 	}

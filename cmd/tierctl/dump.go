@@ -18,6 +18,7 @@ import (
 
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -31,7 +32,7 @@ func newDumpCmd() *cobra.Command {
 	o := dumpOptions{baseOffset: offsetValue{unit: "offset"}}
 	cmd := &cobra.Command{
 		Use:   "dump FILE...",
-		Short: "Print the batches of a .log, or the entries of a .index or .timeindex",
+		Short: "Print the batches of a .log, or the entries of an index, a .snapshot or a .txnindex",
 		Long: `dump prints Kafka segment files in kafka-dump-log's line formats:
 
   .log        one line per batch (baseOffset, lastOffset, count, position,
@@ -39,13 +40,23 @@ func newDumpCmd() *cobra.Command {
               --print-data adds one "| offset: …" line per record
   .index      offset: 155 position: 16377
   .timeindex  timestamp: 1788026072512 offset: 155
+  .snapshot   one line per producer: producerId: 7 producerEpoch: 0
+              coordinatorEpoch: -1 currentTxnFirstOffset: OptionalLong.empty
+              lastTimestamp: … and, when the producer has a last batch,
+              firstSequence: … lastSequence: … lastOffset: … offsetDelta: …
+              timestamp: …
+  .txnindex   version: 0 producerId: 7 firstOffset: 10 lastOffset: 15
+              lastStableOffset: 10
 
 Keys and values print as text when they are printable UTF-8, otherwise as
-"base64:…". Trailing bytes that do not form a whole batch are reported.
-The base offset comes from the 20-digit file name (or --base-offset).`,
+"base64:…". Trailing bytes that do not form a whole batch are reported, and
+so are a snapshot that fails its CRC and a transaction index that fails
+Kafka's sanity check. The base offset of an index comes from the 20-digit
+file name (or --base-offset).`,
 		Example: `  tierctl dump /var/kafka/orders-0/00000000000000000000.log
   tierctl dump --print-data 00000000000000000000.log
-  tierctl dump --json 00000000000000000000.index | jq .position`,
+  tierctl dump --json 00000000000000000000.index | jq .position
+  tierctl dump 00000000000000004800.snapshot 00000000000000000000.txnindex`,
 		Args: minArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			w := bufio.NewWriterSize(cmd.OutOrStdout(), 64<<10)
@@ -88,6 +99,10 @@ func fileKind(path string) string {
 		return "index"
 	case local.TimeIndexSuffix:
 		return "timeindex"
+	case local.SnapshotSuffix:
+		return "snapshot"
+	case local.TxnIndexSuffix:
+		return "txnindex"
 	}
 	return ""
 }
@@ -107,7 +122,7 @@ func baseOffsetOf(path string, o dumpOptions, given bool) (int64, error) {
 func dumpFile(w *bufio.Writer, path string, o dumpOptions, baseGiven bool) (bool, error) {
 	kind := fileKind(path)
 	if kind == "" {
-		return false, usagef("%s: not a .log, .index or .timeindex file", path)
+		return false, usagef("%s: not a .log, .index, .timeindex, .snapshot or .txnindex file", path)
 	}
 	f, err := os.Open(path)
 	if err != nil {
@@ -127,6 +142,13 @@ func dumpFile(w *bufio.Writer, path string, o dumpOptions, baseGiven bool) (bool
 	if kind == "log" {
 		return dumpLog(w, f, st.Size(), path, o)
 	}
+	if kind == "snapshot" {
+		data, err := io.ReadAll(f)
+		if err != nil {
+			return false, err
+		}
+		return dumpSnapshot(w, data, o), nil
+	}
 	base, err := baseOffsetOf(path, o, baseGiven)
 	if err != nil {
 		return false, err
@@ -134,6 +156,9 @@ func dumpFile(w *bufio.Writer, path string, o dumpOptions, baseGiven bool) (bool
 	data, err := io.ReadAll(f)
 	if err != nil {
 		return false, err
+	}
+	if kind == "txnindex" {
+		return dumpTxnIndex(w, data, base, o), nil
 	}
 	// Each index kind prints its entries the way kafka-dump-log does.
 	var n, slots int
@@ -165,15 +190,111 @@ func dumpFile(w *bufio.Writer, path string, o dumpOptions, baseGiven bool) (bool
 	return reportIndexTail(w, path, sanity, slots-n, o), nil
 }
 
+// dumpSnapshot prints a producer snapshot's entries as kafka-dump-log
+// does (DumpLogSegments.dumpProducerIdSnapshot, Kafka 3.5+: the open
+// transaction's first offset prints as a Java OptionalLong; Kafka 3.4 and
+// older printed None or Some(n)). A snapshot that does not decode (short,
+// unknown version, CRC mismatch, a count that does not match its length)
+// prints nothing but the problem. It reports whether there was one.
+func dumpSnapshot(w *bufio.Writer, data []byte, o dumpOptions) bool {
+	entries, err := producerstate.DecodeSnapshot(data)
+	if err != nil {
+		printFileProblem(w, o, err)
+		return true
+	}
+	for _, e := range entries {
+		m, hasBatch := snapshotBatch(e)
+		if o.json {
+			obj := map[string]any{
+				"producerId": e.ProducerID, "producerEpoch": e.Epoch, "coordinatorEpoch": e.CoordinatorEpoch,
+				"currentTxnFirstOffset": nil, "lastTimestamp": e.Timestamp,
+			}
+			if e.CurrentTxnFirstOffset >= 0 {
+				obj["currentTxnFirstOffset"] = e.CurrentTxnFirstOffset
+			}
+			if hasBatch {
+				obj["firstSequence"], obj["lastSequence"], obj["lastOffset"] = m.FirstSeq(), m.LastSeq, m.LastOffset
+				obj["offsetDelta"], obj["timestamp"] = m.OffsetDelta, m.Timestamp
+			}
+			writeJSON(w, obj)
+			continue
+		}
+		// Kafka prints the space after lastTimestamp whether or not a
+		// batch follows.
+		fmt.Fprintf(w, "producerId: %d producerEpoch: %d coordinatorEpoch: %d currentTxnFirstOffset: %s lastTimestamp: %d ",
+			e.ProducerID, e.Epoch, e.CoordinatorEpoch, optionalLong(e.CurrentTxnFirstOffset), e.Timestamp)
+		if hasBatch {
+			fmt.Fprintf(w, "firstSequence: %d lastSequence: %d lastOffset: %d offsetDelta: %d timestamp: %d",
+				m.FirstSeq(), m.LastSeq, m.LastOffset, m.OffsetDelta, m.Timestamp)
+		}
+		fmt.Fprintln(w)
+	}
+	return false
+}
+
+// snapshotBatch is the producer's last batch as Kafka reads it back from a
+// snapshot entry: present when its last offset is >= 0.
+func snapshotBatch(e producerstate.SnapshotEntry) (producerstate.BatchMetadata, bool) {
+	return producerstate.BatchMetadata{LastSeq: e.LastSequence, OffsetDelta: e.OffsetDelta, LastOffset: e.LastOffset,
+		Timestamp: e.Timestamp}, e.LastOffset >= 0
+}
+
+// optionalLong prints an offset where -1 means none as Java's OptionalLong
+// does.
+func optionalLong(v int64) string {
+	if v < 0 {
+		return "OptionalLong.empty"
+	}
+	return fmt.Sprintf("OptionalLong[%d]", v)
+}
+
+// dumpTxnIndex prints a transaction index's aborted transactions as
+// kafka-dump-log does, then reports entries that do not decode (printing
+// those before them) or that fail Kafka's sanity check against the
+// segment's base offset. It reports whether there was a problem.
+func dumpTxnIndex(w *bufio.Writer, data []byte, base int64, o dumpOptions) bool {
+	entries, err := producerstate.DecodeTxnIndex(data)
+	if err != nil {
+		var fe *producerstate.FormatError
+		if errors.As(err, &fe) {
+			good := fe.Pos - fe.Pos%producerstate.TxnIndexEntrySize
+			entries, _ = producerstate.DecodeTxnIndex(data[:good])
+		}
+	}
+	for _, a := range entries {
+		if o.json {
+			writeJSON(w, map[string]any{"version": producerstate.TxnIndexVersion, "producerId": a.ProducerID,
+				"firstOffset": a.FirstOffset, "lastOffset": a.LastOffset, "lastStableOffset": a.LastStableOffset})
+			continue
+		}
+		fmt.Fprintf(w, "version: %d producerId: %d firstOffset: %d lastOffset: %d lastStableOffset: %d\n",
+			producerstate.TxnIndexVersion, a.ProducerID, a.FirstOffset, a.LastOffset, a.LastStableOffset)
+	}
+	if err == nil {
+		err = producerstate.SanityCheckTxnIndex(data, base)
+	}
+	if err != nil {
+		printFileProblem(w, o, err)
+		return true
+	}
+	return false
+}
+
+// printFileProblem prints what is wrong with a whole file, as the index
+// dumps do.
+func printFileProblem(w *bufio.Writer, o dumpOptions, err error) {
+	if o.json {
+		writeJSON(w, map[string]any{"problem": err.Error()})
+		return
+	}
+	fmt.Fprintf(w, "Problem: %v\n", err)
+}
+
 // reportIndexTail notes unused (zero) slots and reports slots that break the
 // order; only the latter is a problem.
 func reportIndexTail(w *bufio.Writer, path string, sanity error, unused int, o dumpOptions) bool {
 	if sanity != nil {
-		if o.json {
-			writeJSON(w, map[string]any{"problem": sanity.Error()})
-		} else {
-			fmt.Fprintf(w, "Problem: %v\n", sanity)
-		}
+		printFileProblem(w, o, sanity)
 		return true
 	}
 	if unused > 0 && !o.json {

@@ -115,7 +115,7 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 				return err
 			}
 			defer store.Close()
-			b, err := local.OpenBackend(filepath.Dir(filepath.Clean(args[0])), local.BackendOptions{Logger: loggerFrom(ctx)})
+			b, err := local.OpenBackend(filepath.Dir(filepath.Clean(args[0])), local.BackendOptions{Logger: loggerFrom(ctx), RemoteStorage: true})
 			if err != nil {
 				return err
 			}

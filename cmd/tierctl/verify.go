@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore/storeurl"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 	"github.com/tierlog/tierlog/tiered"
 )
@@ -24,7 +26,7 @@ func newVerifyCmd() *cobra.Command {
 	var partitions []string
 	cmd := &cobra.Command{
 		Use:   "verify PATH...",
-		Short: "Check segments and indexes: CRCs, offsets, and index entries against the log",
+		Short: "Check segments, indexes and producer state: CRCs, offsets, and index entries against the log",
 		Long: `verify checks a segment file, a partition directory (<topic>-<partition>)
 or a log directory holding partition directories:
 
@@ -34,6 +36,13 @@ or a log directory holding partition directories:
               offset of the batch that starts at its position
   .timeindex  entries in order, and each entry naming the last offset of a
               batch whose max timestamp is the entry's timestamp
+  .snapshot   its CRC-32C and layout; each producer once, its last batch and
+              open transaction below the snapshot's offset; that offset
+              within the log's (first segment's base to log end)
+  .txnindex   Kafka's sanity check (version 0, no entry below the segment's
+              base offset, whole entries); markers in increasing order and
+              within the segment's offsets, first offsets and last stable
+              offsets consistent with them
   directory   all of the above per segment, segments not overlapping, no
               index without its log
 
@@ -344,25 +353,30 @@ func verifyFile(path string, bar *progress) ([]fileReport, error) {
 	case "log":
 		rep, _ := verifyLog(path, bar)
 		return []fileReport{rep}, nil
-	case "index", "timeindex":
+	case "index", "timeindex", "txnindex":
 		logPath := strings.TrimSuffix(path, filepath.Ext(path)) + local.LogSuffix
 		var sum *logSummary
 		if _, err := os.Stat(logPath); err == nil {
 			_, sum = verifyLog(logPath, nil)
 		}
+		if fileKind(path) == "txnindex" {
+			return []fileReport{verifyTxnIndexFile(path, sum)}, nil
+		}
 		return []fileReport{verifyIndexFile(path, sum)}, nil
+	case "snapshot":
+		return []fileReport{verifySnapshotFile(path, dirOffsetRange(filepath.Dir(path)))}, nil
 	}
-	return nil, usagef("%s: not a .log, .index or .timeindex file", path)
+	return nil, usagef("%s: not a .log, .index, .timeindex, .snapshot or .txnindex file", path)
 }
 
 func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileReport, error) {
 	type seg struct {
 		base                  int64
-		log, idx, tidx        string
+		log, idx, tidx, txn   string
 		hasLog, hasIdx, hasTi bool
 	}
 	segs := map[int64]*seg{}
-	var notes []string
+	var notes, snapshots []string
 	for _, e := range ents {
 		if e.IsDir() {
 			continue
@@ -371,12 +385,16 @@ func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileRe
 		if err != nil {
 			continue // checkpoints, partition.metadata, …
 		}
+		p := filepath.Join(dir, e.Name())
+		if suffix == local.SnapshotSuffix {
+			snapshots = append(snapshots, p) // named by an offset, not a segment
+			continue
+		}
 		s := segs[base]
 		if s == nil {
 			s = &seg{base: base}
 			segs[base] = s
 		}
-		p := filepath.Join(dir, e.Name())
 		switch suffix {
 		case local.LogSuffix:
 			s.log, s.hasLog = p, true
@@ -384,7 +402,8 @@ func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileRe
 			s.idx, s.hasIdx = p, true
 		case local.TimeIndexSuffix:
 			s.tidx, s.hasTi = p, true
-		case local.SnapshotSuffix, local.TxnIndexSuffix:
+		case local.TxnIndexSuffix:
+			s.txn = p
 		default:
 			notes = append(notes, fmt.Sprintf("%s is a leftover of an interrupted operation; opening the partition resolves it", e.Name()))
 		}
@@ -396,10 +415,11 @@ func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileRe
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	var out []fileReport
 	prevLast, prevPath := int64(-1), ""
+	var rng *offsetRange
 	for _, b := range bases {
 		s := segs[b]
 		if !s.hasLog {
-			for _, p := range []string{s.idx, s.tidx} {
+			for _, p := range []string{s.idx, s.tidx, s.txn} {
 				if p != "" {
 					r := fileReport{Path: p, Kind: fileKind(p)}
 					r.problemf("index file without its %s", local.FileName(b, local.LogSuffix))
@@ -409,6 +429,13 @@ func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileRe
 			continue
 		}
 		rep, sum := verifyLog(s.log, bar)
+		if rng == nil {
+			rng = &offsetRange{start: b}
+		}
+		rng.end = b
+		if rep.LastOffset != nil {
+			rng.end = *rep.LastOffset + 1
+		}
 		if rep.FirstOffset != nil && prevLast >= 0 && *rep.FirstOffset <= prevLast {
 			rep.problemf("first offset %d overlaps %s, which ends at offset %d", *rep.FirstOffset, filepath.Base(prevPath), prevLast)
 		}
@@ -422,6 +449,13 @@ func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileRe
 		if s.hasTi {
 			out = append(out, verifyIndexFile(s.tidx, sum))
 		}
+		if s.txn != "" {
+			out = append(out, verifyTxnIndexFile(s.txn, sum))
+		}
+	}
+	sort.Strings(snapshots)
+	for _, p := range snapshots {
+		out = append(out, verifySnapshotFile(p, rng))
 	}
 	if len(out) > 0 && len(notes) > 0 {
 		out[0].Notes = append(out[0].Notes, notes...)
@@ -604,6 +638,163 @@ func verifyIndexFile(path string, sum *logSummary) fileReport {
 			case sum.batches[j].maxTimestamp != e.Timestamp:
 				rep.problemf("entry %d: timestamp %d, but the batch ending at offset %d has max timestamp %d", i, e.Timestamp, e.Offset, sum.batches[j].maxTimestamp)
 			}
+		}
+	}
+	return rep
+}
+
+// offsetRange is the offsets a partition directory's log holds: from its
+// first segment's base offset to its log end offset (one past the last
+// batch of its last segment, or that segment's base when it is empty).
+type offsetRange struct {
+	start, end int64
+}
+
+// dirOffsetRange reads the range of the log in dir from the segment names
+// and the batch headers of its last segment; nil when dir has no .log.
+func dirOffsetRange(dir string) *offsetRange {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var bases []int64
+	for _, e := range ents {
+		if base, suffix, err := local.ParseFileName(e.Name()); err == nil && suffix == local.LogSuffix && !e.IsDir() {
+			bases = append(bases, base)
+		}
+	}
+	if len(bases) == 0 {
+		return nil
+	}
+	slices.Sort(bases)
+	last := bases[len(bases)-1]
+	r := &offsetRange{start: bases[0], end: last}
+	f, err := os.Open(filepath.Join(dir, local.FileName(last, local.LogSuffix)))
+	if err != nil {
+		return r
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return r
+	}
+	s := record.NewScanner(f, 0, st.Size(), record.ScanOptions{HeadersOnly: true})
+	for s.Next() {
+		r.end = s.Entry().LastOffset + 1
+	}
+	return r
+}
+
+// verifySnapshotFile checks a producer snapshot: that it decodes (version,
+// CRC-32C, a count matching its length), that each producer is in it once
+// with its last batch and open transaction below the snapshot's offset,
+// and, when rng is not nil, that the offset lies in the log's range (Kafka
+// deletes a snapshot outside it when it loads the partition).
+func verifySnapshotFile(path string, rng *offsetRange) fileReport {
+	rep := fileReport{Path: path, Kind: "snapshot"}
+	name := filepath.Base(path)
+	offset, ok := producerstate.ParseSnapshotFileName(name)
+	if !ok {
+		rep.problemf("%s is not a snapshot file name (an offset and %s)", name, producerstate.SnapshotSuffix)
+		return rep
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		rep.problemf("%v", err)
+		return rep
+	}
+	rep.Bytes = int64(len(data))
+	entries, err := producerstate.DecodeSnapshot(data)
+	if err != nil {
+		rep.problemf("%v", err)
+		return rep
+	}
+	rep.Entries = len(entries)
+	seen := make(map[int64]int, len(entries))
+	for i, e := range entries {
+		if j, dup := seen[e.ProducerID]; dup {
+			rep.problemf("entry %d: producer %d is also entry %d", i, e.ProducerID, j)
+		}
+		seen[e.ProducerID] = i
+		if e.LastOffset >= 0 {
+			if e.LastOffset >= offset {
+				rep.problemf("entry %d: producer %d's last batch ends at offset %d, not below the snapshot's offset %d", i, e.ProducerID, e.LastOffset, offset)
+			}
+			if e.OffsetDelta < 0 || int64(e.OffsetDelta) > e.LastOffset {
+				rep.problemf("entry %d: producer %d's last batch has offset delta %d with last offset %d", i, e.ProducerID, e.OffsetDelta, e.LastOffset)
+			}
+		}
+		if t := e.CurrentTxnFirstOffset; t >= 0 {
+			if t >= offset {
+				rep.problemf("entry %d: producer %d's open transaction starts at offset %d, not below the snapshot's offset %d", i, e.ProducerID, t, offset)
+			} else if e.LastOffset >= 0 && t > e.LastOffset {
+				rep.problemf("entry %d: producer %d's open transaction starts at offset %d, after its last batch (offset %d)", i, e.ProducerID, t, e.LastOffset)
+			}
+		}
+	}
+	switch {
+	case rng == nil:
+		rep.Notes = append(rep.Notes, "no .log beside it: its offset was not checked against the log")
+	case offset < rng.start || offset > rng.end:
+		rep.problemf("offset %d (from its name) is outside the log's offsets %d..%d; Kafka deletes such a snapshot when it loads the partition",
+			offset, rng.start, rng.end)
+	}
+	return rep
+}
+
+// verifyTxnIndexFile checks a segment's transaction index: Kafka's sanity
+// check (whole entries of version 0, none below the segment's base
+// offset), markers in strictly increasing order (Kafka's append rule),
+// each transaction's first offset at or below its marker's and its last
+// stable offset at most one past it, and, against the segment's log when
+// sum is not nil, every marker within the segment's offsets.
+func verifyTxnIndexFile(path string, sum *logSummary) fileReport {
+	rep := fileReport{Path: path, Kind: "txnindex"}
+	base, _, err := local.ParseFileName(filepath.Base(path))
+	if err != nil {
+		rep.problemf("%v", err)
+		return rep
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		rep.problemf("%v", err)
+		return rep
+	}
+	rep.Bytes = int64(len(data))
+	rep.Entries = len(data) / producerstate.TxnIndexEntrySize
+	if err := producerstate.SanityCheckTxnIndex(data, base); err != nil {
+		rep.problemf("%v", err)
+	}
+	entries, err := producerstate.DecodeTxnIndex(data)
+	if err != nil {
+		var fe *producerstate.FormatError
+		if errors.As(err, &fe) {
+			entries, _ = producerstate.DecodeTxnIndex(data[:fe.Pos-fe.Pos%producerstate.TxnIndexEntrySize])
+		}
+	}
+	segLast := int64(-1)
+	if sum != nil {
+		segLast = base - 1 // an empty segment holds no offset
+		if n := len(sum.batches); n > 0 {
+			segLast = sum.batches[n-1].lastOffset
+		}
+	} else {
+		rep.Notes = append(rep.Notes, "no .log beside it: the markers were not checked against the segment")
+	}
+	prev := int64(-1)
+	for i, a := range entries {
+		if i > 0 && a.LastOffset <= prev {
+			rep.problemf("entry %d: marker offset %d does not follow entry %d's %d", i, a.LastOffset, i-1, prev)
+		}
+		prev = a.LastOffset
+		if a.FirstOffset > a.LastOffset {
+			rep.problemf("entry %d: producer %d's transaction starts at offset %d, after its marker at %d", i, a.ProducerID, a.FirstOffset, a.LastOffset)
+		}
+		if a.LastStableOffset > a.LastOffset+1 {
+			rep.problemf("entry %d: last stable offset %d is past the marker at %d", i, a.LastStableOffset, a.LastOffset)
+		}
+		if sum != nil && a.LastOffset > segLast {
+			rep.problemf("entry %d: marker offset %d is past the segment's last offset %d", i, a.LastOffset, segLast)
 		}
 	}
 	return rep
