@@ -56,7 +56,7 @@ func checkOnce(t *testing.T, addr, topic string, n int) {
 // is in the log once, in order. Retried batches that the broker had
 // appended are answered as duplicates with their original offsets.
 func TestProduceRetries(t *testing.T) {
-	n := recordsPerCase(20_000)
+	n := recordsPerCase(100_000)
 	brokerAddr := freePort(t)
 	proxy := faultproxy.Start(t, brokerAddr)
 	opts := testOptions(t.TempDir())

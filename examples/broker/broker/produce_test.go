@@ -13,7 +13,7 @@ import (
 // producer (its default) and consumes them back: every key, value, header
 // and timestamp as produced, in order, once.
 func TestCodecs(t *testing.T) {
-	n := recordsPerCase(20_000)
+	n := recordsPerCase(100_000)
 	b := startBroker(t, testOptions(t.TempDir()))
 	for _, c := range []struct {
 		name  string
