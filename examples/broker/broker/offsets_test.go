@@ -162,3 +162,34 @@ func TestOffsetOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// TestOffsetForLeaderEpoch asks where epoch 0 (the only one a single node
+// has) ends, and about an epoch it never had.
+func TestOffsetForLeaderEpoch(t *testing.T) {
+	b := startBroker(t, testOptions(t.TempDir()))
+	cl := newClient(t, b.Addr())
+	produceTimed(t, cl, "epochs", 10, time.Now())
+	for _, c := range []struct {
+		epoch     int32
+		wantEpoch int32
+		wantEnd   int64
+	}{{0, 0, 10}, {7, 0, 10}} {
+		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+		req.ReplicaID = -1
+		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+		rt.Topic = "epochs"
+		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, -1, c.epoch
+		rt.Partitions = append(rt.Partitions, rp)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(context.Background(), cl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := resp.Topics[0].Partitions[0]
+		if p.ErrorCode != 0 || p.LeaderEpoch != c.wantEpoch || p.EndOffset != c.wantEnd {
+			t.Errorf("epoch %d: error %d, epoch %d ends at %d; want epoch %d ending at %d",
+				c.epoch, p.ErrorCode, p.LeaderEpoch, p.EndOffset, c.wantEpoch, c.wantEnd)
+		}
+	}
+}
