@@ -47,6 +47,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
 	opts := broker.Options{TopicConfig: configFlags{}}
 	fs.StringVar(&opts.Listen, "listen", "127.0.0.1:9092", "TCP address to serve Kafka's protocol on")
+	fs.StringVar(&opts.Advertise, "advertise", "", "host:port clients are told to connect to (default: the listen address)")
 	fs.StringVar(&opts.Dir, "dir", "", "data directory: the log directory and the broker's own files (required)")
 	store := fs.String("store", "", "bucket URL for topics with remote.storage.enable=true (not yet: needs tiered.Backend)")
 	partitions := fs.Int("partitions", 1, "partitions of auto-created topics (num.partitions)")
