@@ -16,7 +16,7 @@ VERSITYGW_VERSION := v1.8.0
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 S3SERVERS := $(BIN)/versitygw $(BIN)/minio
 
-.PHONY: all test race lint bench bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
+.PHONY: all test race lint bench bench-broker bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
 
 all: lint test
 
@@ -59,6 +59,12 @@ $(BIN)/staticcheck:
 ## bench: every Go benchmark (set BENCHTIME=3s for steadier figures)
 bench: $(S3SERVERS)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
+
+## bench-broker: kgo producing and consuming 1 GiB (BROKER_BENCH_RECORDS
+## records of 1 KiB) through the reference broker beside kfake
+BROKER_BENCH_RECORDS ?= 1048576
+bench-broker:
+	$(GO) test ./examples/broker/broker -run '^$$' -bench Kgo -benchtime $(BROKER_BENCH_RECORDS)x -timeout 30m
 
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
 ## (bench/, a module of its own; about 15 minutes); prints Markdown tables

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
+	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/storeurl"
@@ -48,6 +50,9 @@ type demoSummary struct {
 	RecordsRead       int64            `json:"recordsReadThroughBothTiers"`
 	FilesVerified     int              `json:"filesVerified"`
 	FilesWithProblems int              `json:"filesWithProblems"`
+	BrokerRecords     int              `json:"brokerRecords"`
+	BrokerProduceMBps float64          `json:"brokerProduceMBps"`
+	BrokerConsumeMBps float64          `json:"brokerConsumeMBps"`
 	Seconds           float64          `json:"seconds"`
 	KeptIn            string           `json:"keptIn,omitempty"`
 }
@@ -78,7 +83,10 @@ func newDemoCmd() *cobra.Command {
   6. read every offset back through both tiers;
   7. compact a cleanup.policy=compact topic: the latest record per key;
   8. compare the codecs on the same records;
-  9. verify every CRC, offset and index entry of the log directory.
+  9. verify every CRC, offset and index entry of the log directory;
+ 10. start the reference broker (examples/broker) in this process and
+     produce and consume through it with a Kafka client (franz-go's kgo)
+     over loopback, as users use tierlog.
 
 It removes its files when done unless --keep is given.`,
 		Example: `  tierctl demo
@@ -305,6 +313,9 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	}
 	fmt.Fprintf(w, "   %d files verified, %d with problems\n\n", len(reports), bad)
 	sum.FilesVerified, sum.FilesWithProblems = len(reports), bad
+	if err := demoBroker(ctx, w, filepath.Join(root, "broker"), min(o.records, 20_000), &sum); err != nil {
+		return err
+	}
 	sum.Seconds = time.Since(start).Seconds()
 	fmt.Fprintf(w, "Summary: %d records; %d segments in the bucket (%.1f MB uploaded at %.0f MB/s), %d local;\n",
 		o.records, sum.RemoteSegments, float64(sum.BytesUploaded)/1e6, sum.UploadMBps, sum.LocalSegments)
@@ -456,4 +467,62 @@ func readCompacted(ctx context.Context, l backend.Partition, end int64) (records
 		return nil
 	})
 	return records, len(seen), err
+}
+
+// demoBroker starts the reference broker on a loopback port and produces
+// and consumes n records through it with kgo, the Kafka client, in this
+// process.
+func demoBroker(ctx context.Context, w io.Writer, dir string, n int, sum *demoSummary) error {
+	fmt.Fprintf(w, "10. A Kafka client through the reference broker (examples/broker) on loopback\n")
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Dir: dir})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("clicks"),
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	recs := make([]*kgo.Record, n)
+	size := 0
+	for i := range recs {
+		recs[i] = &kgo.Record{Key: fmt.Appendf(nil, "user-%d", i%500), Value: fmt.Appendf(nil, "click %08d on /products/%d", i, i%977)}
+		size += len(recs[i].Key) + len(recs[i].Value)
+	}
+	t0 := time.Now()
+	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return err
+	}
+	produced := time.Since(t0)
+	t0 = time.Now()
+	cons, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumeTopics("clicks"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	if err != nil {
+		return err
+	}
+	defer cons.Close()
+	got := 0
+	pollCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for got < n {
+		fs := cons.PollFetches(pollCtx)
+		if err := fs.Err0(); err != nil {
+			return fmt.Errorf("demo: consume through the broker: %w", err)
+		}
+		for _, r := range fs.Records() {
+			if r.Offset != int64(got) || string(r.Value) != string(recs[got].Value) {
+				return fmt.Errorf("demo: the broker returned offset %d %q, want offset %d %q", r.Offset, r.Value, got, recs[got].Value)
+			}
+			got++
+		}
+	}
+	consumed := time.Since(t0)
+	sum.BrokerRecords = got
+	sum.BrokerProduceMBps = float64(size) / 1e6 / produced.Seconds()
+	sum.BrokerConsumeMBps = float64(size) / 1e6 / consumed.Seconds()
+	fmt.Fprintf(w, "   kgo (idempotent, lz4) produced %d records in %v (%.0f MB/s) and consumed them back in order in %v (%.0f MB/s)\n",
+		n, produced.Round(time.Millisecond), sum.BrokerProduceMBps, consumed.Round(time.Millisecond), sum.BrokerConsumeMBps)
+	fmt.Fprintf(w, "   through Kafka's wire protocol: Produce appends to a tierlog partition; Fetch sends its segments with sendfile\n\n")
+	return b.Close()
 }

@@ -194,7 +194,7 @@ func TestDemo(t *testing.T) {
 	dir := t.TempDir()
 	code, out, errOut := tierctl(t, "demo", "--records", "5000", "--keep", "--dir", dir)
 	if code != 0 || !strings.Contains(out, "0 with problems") || !strings.Contains(out, "5000 of 5000 records") ||
-		!strings.Contains(out, "keys once, at its latest offset") {
+		!strings.Contains(out, "keys once, at its latest offset") || !strings.Contains(out, "consumed them back in order") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
 	}
 	// What the demo wrote verifies on its own.
@@ -205,7 +205,8 @@ func TestDemo(t *testing.T) {
 	code, out, errOut = tierctl(t, "demo", "--records", "8000", "--json")
 	var sum demoSummary
 	if err := json.Unmarshal([]byte(out), &sum); code != 0 || err != nil || sum.RecordsRead != 8000 || sum.RemoteSegments == 0 ||
-		sum.Requests["put"] == 0 || len(sum.Lookups) != 3 || sum.FilesVerified == 0 || sum.FilesWithProblems != 0 {
+		sum.Requests["put"] == 0 || len(sum.Lookups) != 3 || sum.FilesVerified == 0 || sum.FilesWithProblems != 0 ||
+		sum.BrokerRecords != 8000 {
 		t.Fatalf("demo --json: exit %d %v\n%s%s", code, err, out, errOut)
 	}
 	// Without --keep nothing is left behind.

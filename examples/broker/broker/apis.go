@@ -1,0 +1,128 @@
+package broker
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+const apiVersionsKey = 18
+
+// apis are the requests served and their version ranges. Each range
+// stops before a version whose semantics this broker does not implement:
+// topic ids in Produce v12+ and Fetch v13+, KIP-848 member epochs in
+// OffsetCommit v9+, batched groups in OffsetFetch v8+, KIP-890's epoch
+// bump in EndTxn v4+ and AddPartitionsToTxn v4+ (a broker-to-broker
+// shape), the new ListOffsets times past -5.
+var apis = map[int16][2]int16{
+	0:  {3, 11}, // Produce (v3: record batch v2)
+	1:  {4, 12}, // Fetch
+	2:  {1, 9},  // ListOffsets (v7: -3, v8: -4, v9: -5)
+	3:  {1, 12}, // Metadata
+	8:  {2, 8},  // OffsetCommit
+	9:  {1, 7},  // OffsetFetch
+	10: {0, 3},  // FindCoordinator
+	11: {0, 7},  // JoinGroup
+	12: {0, 4},  // Heartbeat
+	13: {0, 4},  // LeaveGroup
+	14: {0, 5},  // SyncGroup
+	18: {0, 4},  // ApiVersions
+	19: {0, 7},  // CreateTopics
+	20: {0, 6},  // DeleteTopics
+	21: {0, 2},  // DeleteRecords
+	22: {0, 4},  // InitProducerID
+	23: {0, 4},  // OffsetForLeaderEpoch
+	24: {0, 3},  // AddPartitionsToTxn
+	25: {0, 3},  // AddOffsetsToTxn
+	26: {0, 3},  // EndTxn
+	28: {0, 3},  // TxnOffsetCommit
+}
+
+func supported(key, version int16) bool {
+	r, ok := apis[key]
+	return ok && version >= r[0] && version <= r[1]
+}
+
+// handle runs one request other than Fetch.
+func (b *Broker) handle(ctx context.Context, c *conn, req *request) (kmsg.Response, error) {
+	switch r := req.kreq.(type) {
+	case *kmsg.ApiVersionsRequest:
+		return b.apiVersions(req), nil
+	case *kmsg.MetadataRequest:
+		return b.metadata(r), nil
+	case *kmsg.CreateTopicsRequest:
+		return b.createTopics(r), nil
+	case *kmsg.DeleteTopicsRequest:
+		return b.deleteTopics(r), nil
+	case *kmsg.ProduceRequest:
+		return b.produce(ctx, r)
+	case *kmsg.ListOffsetsRequest:
+		return b.listOffsets(ctx, r), nil
+	case *kmsg.DeleteRecordsRequest:
+		return b.deleteRecords(ctx, r), nil
+	case *kmsg.OffsetForLeaderEpochRequest:
+		return b.offsetForLeaderEpoch(ctx, r), nil
+	case *kmsg.InitProducerIDRequest:
+		return b.txns.initProducerID(ctx, r), nil
+	case *kmsg.AddPartitionsToTxnRequest:
+		return b.txns.addPartitions(r), nil
+	case *kmsg.AddOffsetsToTxnRequest:
+		return b.txns.addOffsets(r), nil
+	case *kmsg.EndTxnRequest:
+		return b.txns.endTxn(ctx, r), nil
+	case *kmsg.TxnOffsetCommitRequest:
+		return b.txns.txnOffsetCommit(r), nil
+	case *kmsg.FindCoordinatorRequest:
+		return b.findCoordinator(r), nil
+	case *kmsg.JoinGroupRequest:
+		return b.groups.join(ctx, r), nil
+	case *kmsg.SyncGroupRequest:
+		return b.groups.sync(ctx, r), nil
+	case *kmsg.HeartbeatRequest:
+		return b.groups.heartbeat(r), nil
+	case *kmsg.LeaveGroupRequest:
+		return b.groups.leave(r), nil
+	case *kmsg.OffsetCommitRequest:
+		return b.groups.offsetCommit(ctx, r), nil
+	case *kmsg.OffsetFetchRequest:
+		return b.groups.offsetFetch(r), nil
+	}
+	return nil, fmt.Errorf("broker: no handler for api key %d", req.key)
+}
+
+func (b *Broker) apiVersions(req *request) kmsg.Response {
+	resp := kmsg.NewPtrApiVersionsResponse()
+	if req.badVersion {
+		resp.ErrorCode = kerr.UnsupportedVersion.Code
+	}
+	for key := int16(0); key < 100; key++ {
+		r, ok := apis[key]
+		if !ok {
+			continue
+		}
+		k := kmsg.NewApiVersionsResponseApiKey()
+		k.ApiKey, k.MinVersion, k.MaxVersion = key, r[0], r[1]
+		resp.ApiKeys = append(resp.ApiKeys, k)
+	}
+	return resp
+}
+
+// findCoordinator answers that this node coordinates every group and
+// transactional id.
+func (b *Broker) findCoordinator(r *kmsg.FindCoordinatorRequest) kmsg.Response {
+	resp := kmsg.NewPtrFindCoordinatorResponse()
+	host, port := b.hostPort()
+	resp.NodeID, resp.Host, resp.Port = NodeID, host, port
+	keys := r.CoordinatorKeys
+	if r.Version < 4 {
+		keys = []string{r.CoordinatorKey}
+	}
+	for _, k := range keys {
+		c := kmsg.NewFindCoordinatorResponseCoordinator()
+		c.Key, c.NodeID, c.Host, c.Port = k, NodeID, host, port
+		resp.Coordinators = append(resp.Coordinators, c)
+	}
+	return resp
+}

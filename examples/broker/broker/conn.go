@@ -1,0 +1,144 @@
+package broker
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// maxRequestBytes caps a request's size before it sizes an allocation
+// (Kafka's socket.request.max.bytes, 100 MiB).
+const maxRequestBytes = 100 << 20
+
+// conn is one client connection. Requests run one at a time, in order;
+// the response to one is written before the next is read, as Kafka's
+// broker mutes a connection while a request is in flight.
+type conn struct {
+	b    *Broker
+	nc   net.Conn
+	r    *bufio.Reader
+	body []byte // the request being handled; reused, so handlers copy what they keep
+	out  []byte // the response being written
+}
+
+// request is a parsed request with its header.
+type request struct {
+	key      int16
+	version  int16
+	corr     int32
+	clientID string
+	kreq     kmsg.Request
+	// badVersion: an ApiVersions request of a version this broker does
+	// not speak, answered with version 0 and UNSUPPORTED_VERSION.
+	badVersion bool
+}
+
+// errNoResponse is returned by a handler whose request has no response
+// (a Produce with acks=0).
+var errNoResponse = errors.New("broker: no response")
+
+func (b *Broker) serveConn(nc net.Conn) {
+	defer nc.Close()
+	c := &conn{b: b, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	ctx := context.Background()
+	for {
+		req, err := c.read()
+		if err != nil {
+			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+				b.logger.Debug("connection closed", "remote", nc.RemoteAddr().String(), "err", err)
+			}
+			return
+		}
+		if f, ok := req.kreq.(*kmsg.FetchRequest); ok {
+			err = b.fetch(ctx, c, req, f)
+		} else {
+			var resp kmsg.Response
+			resp, err = b.handle(ctx, c, req)
+			if errors.Is(err, errNoResponse) {
+				continue
+			}
+			if err == nil {
+				err = c.writeResponse(req, resp)
+			}
+		}
+		if err != nil {
+			b.logger.Debug("closing connection", "remote", nc.RemoteAddr().String(), "key", req.key, "err", err)
+			return
+		}
+	}
+}
+
+// read reads and parses the next request.
+func (c *conn) read() (*request, error) {
+	var size [4]byte
+	if _, err := io.ReadFull(c.r, size[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(size[:])
+	if n > maxRequestBytes || n < 8 {
+		return nil, fmt.Errorf("broker: request of %d bytes (max %d)", n, maxRequestBytes)
+	}
+	if cap(c.body) < int(n) {
+		c.body = make([]byte, n)
+	}
+	c.body = c.body[:n]
+	if _, err := io.ReadFull(c.r, c.body); err != nil {
+		return nil, err
+	}
+	rd := kbin.Reader{Src: c.body}
+	req := &request{key: rd.Int16(), version: rd.Int16(), corr: rd.Int32()}
+	if cid := rd.UnsafeNullableString(); cid != nil {
+		req.clientID = string(*cid)
+	}
+	if !rd.Ok() {
+		return nil, errors.New("broker: short request header")
+	}
+	req.kreq = kmsg.RequestForKey(req.key)
+	if req.kreq == nil {
+		return nil, fmt.Errorf("broker: unknown api key %d", req.key)
+	}
+	if !supported(req.key, req.version) {
+		if req.key == apiVersionsKey {
+			// Kafka answers an ApiVersions it cannot parse with
+			// version 0 and UNSUPPORTED_VERSION, so the client can
+			// retry with a version both sides know.
+			req.version, req.badVersion = 0, true
+			req.kreq.SetVersion(0)
+			return req, nil
+		}
+		return nil, fmt.Errorf("broker: api key %d version %d not supported", req.key, req.version)
+	}
+	req.kreq.SetVersion(req.version)
+	if req.kreq.IsFlexible() {
+		kmsg.SkipTags(&rd)
+	}
+	if err := req.kreq.ReadFrom(rd.Src); err != nil {
+		return nil, fmt.Errorf("broker: parse api key %d version %d: %w", req.key, req.version, err)
+	}
+	return req, nil
+}
+
+// writeResponse frames and writes resp as the answer to req.
+func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
+	resp.SetVersion(req.version)
+	buf := append(c.out[:0], 0, 0, 0, 0)
+	buf = kbin.AppendInt32(buf, req.corr)
+	// Flexible responses carry a header tag section, but ApiVersions'
+	// header is always version 0 (a client must read it before it knows
+	// what the broker speaks).
+	if resp.IsFlexible() && req.key != apiVersionsKey {
+		buf = append(buf, 0)
+	}
+	buf = resp.AppendTo(buf)
+	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
+	c.out = buf
+	_, err := c.nc.Write(buf)
+	return err
+}

@@ -1,0 +1,229 @@
+package broker_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierlog/tierlog/examples/broker/broker"
+	"github.com/tierlog/tierlog/testing/faultproxy"
+)
+
+// freePort returns a loopback address no one listens on (a moment ago).
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// checkOnce consumes topic-0 from the start and checks that values
+// 0..n-1 (value(i)) each appear exactly once, in order.
+func checkOnce(t *testing.T, addr, topic string, n int) {
+	t.Helper()
+	cons := newClient(t, addr, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	got := consumeN(t, cons, n, time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	got = append(got, cons.PollFetches(ctx).Records()...)
+	if len(got) != n {
+		t.Fatalf("%d records in the log, %d produced", len(got), n)
+	}
+	for i, r := range got {
+		if string(r.Value) != string(value(i)) {
+			t.Fatalf("offset %d holds %q, want %q: a record lost or duplicated", r.Offset, r.Value, value(i))
+		}
+	}
+}
+
+// TestProduceRetries cuts the producer's connections mid-produce
+// (toxiproxy between kgo and the broker): after kgo's retries every record
+// is in the log once, in order. Retried batches that the broker had
+// appended are answered as duplicates with their original offsets.
+func TestProduceRetries(t *testing.T) {
+	n := recordsPerCase(100_000)
+	brokerAddr := freePort(t)
+	proxy := faultproxy.Start(t, brokerAddr)
+	opts := testOptions(t.TempDir())
+	opts.Listen, opts.Advertise = brokerAddr, proxy.Addr
+	b := startBroker(t, opts)
+	_ = b
+	prod := newClient(t, proxy.Addr, kgo.DefaultProduceTopic("retries"), kgo.ProducerLinger(0),
+		kgo.MaxBufferedRecords(2000), kgo.ProducerBatchMaxBytes(16<<10))
+	// The producer id first: kgo gives up on InitProducerID when its
+	// connection keeps closing right after the request (it suspects
+	// missing SASL); the test is about the produce requests.
+	produceSync(t, prod, &kgo.Record{Value: value(0)})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	cuts := 0
+	for i := 1; i < n; i++ {
+		wg.Add(1)
+		prod.Produce(context.Background(), &kgo.Record{Value: value(i)}, func(_ *kgo.Record, err error) {
+			defer wg.Done()
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+		if i%(n/10) == 0 {
+			// Cut every connection while this tenth is in flight: each
+			// toxic change restarts the proxy, closing its connections,
+			// and limit_data cuts a request in the middle of its body.
+			name := proxy.Add(t, faultproxy.Toxic{Type: "limit_data", Stream: faultproxy.Upstream, Attributes: map[string]any{"bytes": 30_000}})
+			time.Sleep(10 * time.Millisecond)
+			proxy.Remove(t, name)
+			cuts += 2
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		t.Fatalf("%d records failed; the first: %v", len(errs), errs[0])
+	}
+	t.Logf("%d records produced through %d connection cuts", n, cuts)
+	checkOnce(t, proxy.Addr, "retries", n)
+}
+
+// The broker as a child process, for TestKillDuringProduce.
+const (
+	envChildDir  = "TIERLOG_BROKER_CHILD_DIR"
+	envChildAddr = "TIERLOG_BROKER_CHILD_ADDR"
+)
+
+// TestChildBroker is the child: it serves until it is killed.
+func TestChildBroker(t *testing.T) {
+	dir := os.Getenv(envChildDir)
+	if dir == "" {
+		t.Skip("the child process of TestKillDuringProduce")
+	}
+	b, err := broker.Start(broker.Options{Listen: os.Getenv(envChildAddr), Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("listening on %s\n", b.Addr())
+	select {} // until SIGKILL
+}
+
+// startChild starts the broker in a child process and waits until it
+// listens.
+func startChild(t *testing.T, dir, addr string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestChildBroker$")
+	cmd.Env = append(os.Environ(), envChildDir+"="+dir, envChildAddr+"="+addr)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if strings.HasPrefix(sc.Text(), "listening on") {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return cmd
+		}
+	}
+	t.Fatalf("the child broker did not start: %v", sc.Err())
+	return nil
+}
+
+// TestKillDuringProduce SIGKILLs the broker (a child process) while kgo
+// produces with acks=-1 to a topic with flush.messages=1: after a restart
+// every acknowledged record is there.
+func TestKillDuringProduce(t *testing.T) {
+	dir, addr := t.TempDir(), freePort(t)
+	child := startChild(t, dir, addr)
+	admin := newClient(t, addr)
+	createTopic(t, admin, "durable", 1, map[string]string{"flush.messages": "1"})
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("durable"), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordDeliveryTimeout(5*time.Second), kgo.ProducerLinger(0))
+	var mu sync.Mutex
+	acked := map[string]bool{}
+	var wg sync.WaitGroup
+	stop, stopped := make(chan struct{}), make(chan int)
+	go func() {
+		i := 0
+		defer func() { stopped <- i }()
+		for ; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			wg.Add(1)
+			prod.Produce(context.Background(), &kgo.Record{Value: []byte(strconv.Itoa(i))}, func(r *kgo.Record, err error) {
+				defer wg.Done()
+				if err == nil {
+					mu.Lock()
+					acked[string(r.Value)] = true
+					mu.Unlock()
+				}
+			})
+		}
+	}()
+	for {
+		mu.Lock()
+		n := len(acked)
+		mu.Unlock()
+		if n >= 5000 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Kill while the producer is still sending.
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	mu.Lock()
+	beforeKill := len(acked)
+	mu.Unlock()
+	// Restart: the producer's records in flight are retried against the
+	// recovered log (idempotence keeps them once).
+	startChild(t, dir, addr)
+	close(stop)
+	sent := <-stopped
+	wg.Wait()
+	prod.Close()
+	mu.Lock()
+	n := len(acked)
+	mu.Unlock()
+	cons := newClient(t, addr, kgo.ConsumeTopics("durable"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	found := map[string]bool{}
+	for _, r := range consumeN(t, cons, n, time.Minute) {
+		found[string(r.Value)] = true
+	}
+	missing := 0
+	for v := range acked {
+		if !found[v] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d acknowledged records missing after SIGKILL and restart", missing, n)
+	}
+	t.Logf("%d records sent, %d acknowledged before the SIGKILL, %d in all: every one there after the restart", sent, beforeKill, n)
+}

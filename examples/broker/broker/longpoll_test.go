@@ -1,0 +1,60 @@
+package broker_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierlog/tierlog/examples/broker/broker"
+)
+
+// TestLongPoll parks a fetch with a 10 s MaxWait: a record produced
+// meanwhile wakes it (Partition.Changed, then the purgatory's
+// CheckAndComplete) long before the wait ends.
+func TestLongPoll(t *testing.T) {
+	b := startBroker(t, testOptions(t.TempDir()))
+	prod := newClient(t, b.Addr())
+	produceTo(t, prod, "poll", 0, 1)
+	cons := newClient(t, b.Addr(), kgo.ConsumeTopics("poll"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
+		kgo.FetchMaxWait(10*time.Second))
+	// Let the consumer reach the end and park its fetch.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	cons.PollFetches(ctx)
+	cancel()
+	start := time.Now()
+	produceTo(t, prod, "poll", 1, 1)
+	got := consumeN(t, cons, 1, 5*time.Second)
+	if el := time.Since(start); el > 2*time.Second || got[0].Offset != 1 {
+		t.Fatalf("offset %d arrived %v after it was produced, want offset 1 well within the 10 s MaxWait", got[0].Offset, el)
+	}
+}
+
+// TestTransactionAbortedOnRestart leaves a transaction open across a
+// broker restart: the coordinator aborts it as it loads, the last stable
+// offset moves past it, and the producer is fenced.
+func TestTransactionAbortedOnRestart(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	b, err := broker.Start(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	prod := newClient(t, b.Addr(), kgo.TransactionalID("tx-restart"), kgo.DefaultProduceTopic("restart"))
+	if err := prod.BeginTransaction(); err != nil {
+		t.Fatal(err)
+	}
+	produceSync(t, prod, &kgo.Record{Value: []byte("open")})
+	opts.Listen = b.Addr()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = startBroker(t, opts)
+	admin := newClient(t, b.Addr())
+	if off, _ := listOffset(t, admin, "restart", -1, 1); off != 2 {
+		t.Errorf("read_committed latest offset %d after the restart, want 2 (the record and its ABORT marker)", off)
+	}
+	if err := prod.EndTransaction(context.Background(), kgo.TryCommit); err == nil {
+		t.Error("the old producer committed a transaction the coordinator aborted")
+	}
+}

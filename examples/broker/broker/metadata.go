@@ -1,0 +1,159 @@
+package broker
+
+import (
+	"errors"
+	"net"
+	"strconv"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tierlog/tierlog/backend"
+)
+
+// clusterID is the cluster id every Metadata answer carries.
+const clusterID = "tierlog-example-broker"
+
+// hostPort is the address clients are told to connect to: Advertise, or
+// the listener's with an unspecified host (0.0.0.0, ::) as loopback.
+func (b *Broker) hostPort() (string, int32) {
+	addr := b.opts.Advertise
+	if addr == "" {
+		addr = b.ln.Addr().String()
+	}
+	host, port, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	p, _ := strconv.Atoi(port)
+	return host, int32(p)
+}
+
+// legalTopic reports whether Kafka accepts name as a topic.
+func legalTopic(name string) bool {
+	if name == "" || name == "." || name == ".." || len(name) > 249 {
+		return false
+	}
+	for _, c := range name {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
+	resp := kmsg.NewPtrMetadataResponse()
+	host, port := b.hostPort()
+	br := kmsg.NewMetadataResponseBroker()
+	br.NodeID, br.Host, br.Port = NodeID, host, port
+	resp.Brokers = append(resp.Brokers, br)
+	cid := clusterID
+	resp.ClusterID = &cid
+	resp.ControllerID = NodeID
+	// Version 0 and a null list ask for every topic; so does an empty
+	// list before version 1. Auto-creation is on for versions before 4.
+	var names []string
+	if r.Topics == nil {
+		names = b.topicNames()
+	}
+	for _, t := range r.Topics {
+		if t.Topic != nil {
+			names = append(names, *t.Topic)
+		}
+	}
+	autoCreate := r.Version < 4 || r.AllowAutoTopicCreation
+	for _, name := range names {
+		mt := kmsg.NewMetadataResponseTopic()
+		mt.Topic = kmsg.StringPtr(name)
+		mt.IsInternal = name == offsetsTopic
+		if !legalTopic(name) {
+			mt.ErrorCode = kerr.InvalidTopicException.Code
+			resp.Topics = append(resp.Topics, mt)
+			continue
+		}
+		t, err := b.topic(name, autoCreate)
+		switch {
+		case err != nil:
+			mt.ErrorCode = errorCode(err)
+		case t == nil:
+			mt.ErrorCode = kerr.UnknownTopicOrPartition.Code
+		default:
+			for _, p := range t.parts {
+				mp := kmsg.NewMetadataResponseTopicPartition()
+				mp.Partition, mp.Leader, mp.LeaderEpoch = p.tp.Partition, NodeID, leaderEpoch
+				mp.Replicas, mp.ISR = []int32{NodeID}, []int32{NodeID}
+				mt.Partitions = append(mt.Partitions, mp)
+			}
+		}
+		resp.Topics = append(resp.Topics, mt)
+	}
+	return resp
+}
+
+func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
+	resp := kmsg.NewPtrCreateTopicsResponse()
+	for _, t := range r.Topics {
+		rt := kmsg.NewCreateTopicsResponseTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, t.NumPartitions, 1
+		if rt.NumPartitions <= 0 {
+			rt.NumPartitions = b.opts.Partitions
+		}
+		overrides := map[string]string{}
+		for _, c := range t.Configs {
+			if c.Value != nil {
+				overrides[c.Name] = *c.Value
+			}
+		}
+		var err error
+		switch {
+		case !legalTopic(t.Topic):
+			err = kerr.InvalidTopicException
+		case t.ReplicationFactor > 1:
+			err = kerr.InvalidReplicationFactor
+		case len(t.ReplicaAssignment) > 0:
+			err = kerr.InvalidReplicaAssignment
+		case r.ValidateOnly:
+			_, err = b.topicConfig(overrides)
+		default:
+			var created bool
+			created, err = b.createTopic(t.Topic, rt.NumPartitions, overrides)
+			if err == nil && !created {
+				err = kerr.TopicAlreadyExists
+			}
+		}
+		rt.ErrorCode = errorCode(err)
+		if err != nil {
+			msg := err.Error()
+			rt.ErrorMessage = &msg
+		}
+		for k, v := range overrides {
+			c := kmsg.NewCreateTopicsResponseTopicConfig()
+			c.Name, c.Value = k, kmsg.StringPtr(v)
+			rt.Configs = append(rt.Configs, c)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+func (b *Broker) deleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
+	resp := kmsg.NewPtrDeleteTopicsResponse()
+	names := r.TopicNames
+	for _, t := range r.Topics {
+		if t.Topic != nil {
+			names = append(names, *t.Topic)
+		}
+	}
+	for _, name := range names {
+		rt := kmsg.NewDeleteTopicsResponseTopic()
+		rt.Topic = kmsg.StringPtr(name)
+		err := b.deleteTopic(name)
+		if errors.Is(err, backend.ErrNotFound) {
+			err = kerr.UnknownTopicOrPartition
+		}
+		rt.ErrorCode = errorCode(err)
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}

@@ -1,0 +1,138 @@
+package broker
+
+import (
+	"context"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tierlog/tierlog/backend"
+)
+
+// checkLeaderEpoch answers a request's current leader epoch as Kafka's
+// leader does: -1 skips the check.
+func checkLeaderEpoch(current int32) error {
+	switch {
+	case current < 0 || current == leaderEpoch:
+		return nil
+	case current > leaderEpoch:
+		return kerr.UnknownLeaderEpoch
+	}
+	return kerr.FencedLeaderEpoch
+}
+
+// listOffsets answers every special time: -1 (latest: the high
+// watermark, or the last stable offset for read_committed), -2
+// (earliest), -3 (the largest timestamp), -4 (earliest local), -5 (latest
+// tiered), and a timestamp (the first offset at or after it; -1 when no
+// record is that late).
+func (b *Broker) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) kmsg.Response {
+	resp := kmsg.NewPtrListOffsetsResponse()
+	for _, t := range r.Topics {
+		rt := kmsg.NewListOffsetsResponseTopic()
+		rt.Topic = t.Topic
+		for _, rp := range t.Partitions {
+			pr := kmsg.NewListOffsetsResponseTopicPartition()
+			pr.Partition, pr.Offset, pr.Timestamp, pr.LeaderEpoch = rp.Partition, -1, -1, -1
+			p := b.partition(t.Topic, rp.Partition)
+			var err error
+			switch {
+			case p == nil:
+				err = kerr.UnknownTopicOrPartition
+			default:
+				err = checkLeaderEpoch(rp.CurrentLeaderEpoch)
+			}
+			if err == nil {
+				err = listOffset(ctx, p.p, rp.Timestamp, r.IsolationLevel == 1, &pr)
+			}
+			pr.ErrorCode = errorCode(err)
+			rt.Partitions = append(rt.Partitions, pr)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+func listOffset(ctx context.Context, p backend.Partition, ts int64, committed bool, pr *kmsg.ListOffsetsResponseTopicPartition) error {
+	if ts == backend.LatestTimestamp && committed {
+		pr.Offset, pr.LeaderEpoch = p.Offsets().LastStableOffset, leaderEpoch
+		return nil
+	}
+	off, at, found, err := p.OffsetForTimestamp(ctx, ts)
+	if err != nil {
+		return err
+	}
+	if found {
+		pr.Offset, pr.Timestamp, pr.LeaderEpoch = off, at, leaderEpoch
+	}
+	return nil
+}
+
+// deleteRecords raises each partition's log start (offset -1: the high
+// watermark).
+func (b *Broker) deleteRecords(ctx context.Context, r *kmsg.DeleteRecordsRequest) kmsg.Response {
+	resp := kmsg.NewPtrDeleteRecordsResponse()
+	for _, t := range r.Topics {
+		rt := kmsg.NewDeleteRecordsResponseTopic()
+		rt.Topic = t.Topic
+		for _, rp := range t.Partitions {
+			pr := kmsg.NewDeleteRecordsResponseTopicPartition()
+			pr.Partition, pr.LowWatermark = rp.Partition, -1
+			p := b.partition(t.Topic, rp.Partition)
+			if p == nil {
+				pr.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				rt.Partitions = append(rt.Partitions, pr)
+				continue
+			}
+			pr.ErrorCode = errorCode(p.deleteBefore(ctx, rp.Offset))
+			pr.LowWatermark = p.p.Offsets().LogStart
+			rt.Partitions = append(rt.Partitions, pr)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}
+
+func (p *partition) deleteBefore(ctx context.Context, offset int64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	o := p.p.Offsets()
+	if offset == -1 {
+		offset = o.HighWatermark
+	}
+	if offset < 0 || offset > o.HighWatermark {
+		return kerr.OffsetOutOfRange
+	}
+	return p.p.DeleteRecordsBefore(ctx, offset)
+}
+
+// offsetForLeaderEpoch answers with EndOffsetForEpoch: the largest epoch
+// at or below the one asked for, and where it ends.
+func (b *Broker) offsetForLeaderEpoch(ctx context.Context, r *kmsg.OffsetForLeaderEpochRequest) kmsg.Response {
+	resp := kmsg.NewPtrOffsetForLeaderEpochResponse()
+	for _, t := range r.Topics {
+		rt := kmsg.NewOffsetForLeaderEpochResponseTopic()
+		rt.Topic = t.Topic
+		for _, rp := range t.Partitions {
+			pr := kmsg.NewOffsetForLeaderEpochResponseTopicPartition()
+			pr.Partition, pr.LeaderEpoch, pr.EndOffset = rp.Partition, -1, -1
+			p := b.partition(t.Topic, rp.Partition)
+			var err error
+			if p == nil {
+				err = kerr.UnknownTopicOrPartition
+			} else if err = checkLeaderEpoch(rp.CurrentLeaderEpoch); err == nil {
+				var epoch int32
+				var end int64
+				var found bool
+				epoch, end, found, err = p.p.EndOffsetForEpoch(ctx, rp.LeaderEpoch)
+				if err == nil && found {
+					pr.LeaderEpoch, pr.EndOffset = epoch, end
+				}
+			}
+			pr.ErrorCode = errorCode(err)
+			rt.Partitions = append(rt.Partitions, pr)
+		}
+		resp.Topics = append(resp.Topics, rt)
+	}
+	return resp
+}

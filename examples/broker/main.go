@@ -1,0 +1,81 @@
+// Command broker is a small, single-node broker that speaks Kafka's wire
+// protocol on tierlog (package broker beside it does the work):
+//
+//	go run ./examples/broker --listen 127.0.0.1:9092 --dir DIR [--config key=value]…
+//
+// Topics are created on first use with the default config (--config,
+// repeatable, Kafka's topic config names) or by CreateTopics with their
+// own. SIGTERM or SIGINT shuts down cleanly; after a SIGKILL the next
+// start recovers the log directory.
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/tierlog/tierlog/examples/broker/broker"
+)
+
+// configFlags collects repeated --config key=value flags.
+type configFlags map[string]string
+
+func (c configFlags) String() string { return fmt.Sprint(map[string]string(c)) }
+
+func (c configFlags) Set(s string) error {
+	k, v, ok := strings.Cut(s, "=")
+	if !ok || k == "" {
+		return fmt.Errorf("want key=value, got %q", s)
+	}
+	c[k] = v
+	return nil
+}
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "broker:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
+	opts := broker.Options{TopicConfig: configFlags{}}
+	fs.StringVar(&opts.Listen, "listen", "127.0.0.1:9092", "TCP address to serve Kafka's protocol on")
+	fs.StringVar(&opts.Advertise, "advertise", "", "host:port clients are told to connect to (default: the listen address)")
+	fs.StringVar(&opts.Dir, "dir", "", "data directory: the log directory and the broker's own files (required)")
+	store := fs.String("store", "", "bucket URL for topics with remote.storage.enable=true (not yet: needs tiered.Backend)")
+	partitions := fs.Int("partitions", 1, "partitions of auto-created topics (num.partitions)")
+	noAuto := fs.Bool("no-auto-create", false, "turn auto.create.topics.enable off")
+	verbose := fs.Bool("v", false, "log at debug level")
+	fs.Var(configFlags(opts.TopicConfig), "config", "default topic config `key=value` (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if opts.Dir == "" {
+		return errors.New("--dir is required")
+	}
+	if *store != "" {
+		return errors.New("--store: tiered topics need tiered.Backend, which tierlog does not have yet")
+	}
+	level := slog.LevelInfo
+	if *verbose {
+		level = slog.LevelDebug
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	opts.Partitions, opts.NoAutoCreate = int32(*partitions), *noAuto
+	b, err := broker.Start(opts)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("listening on %s\n", b.Addr())
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	<-sig
+	return b.Close()
+}

@@ -1,0 +1,28 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestFlags(t *testing.T) {
+	c := configFlags{}
+	if err := c.Set("flush.messages=1"); err != nil || c["flush.messages"] != "1" {
+		t.Fatalf("Set: %v %v", err, c)
+	}
+	if err := c.Set("novalue"); err == nil {
+		t.Error("Set accepted a flag without =")
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "--dir is required"},
+		{[]string{"--dir", t.TempDir(), "--store", "file:///tmp/b"}, "tiered.Backend"},
+		{[]string{"--dir", t.TempDir(), "--config", "no.such.key=1"}, "no.such.key"},
+	} {
+		if err := run(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("run(%q) = %v, want an error naming %q", c.args, err, c.want)
+		}
+	}
+}
