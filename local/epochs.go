@@ -64,12 +64,19 @@ func (l *Log) scanEpochs() ([]EpochEntry, error) {
 }
 
 // assign records that epoch began at startOffset, when it is newer than
-// the latest cached epoch; it reports whether the cache changed.
+// the latest cached epoch; it reports whether the cache changed. Entries
+// starting at or after startOffset go (Kafka's assign: an epoch that
+// began at the log end and never got a record, as a leader's epoch does
+// when leadership moves on before its first append).
 func (c *epochCache) assign(epoch int32, startOffset int64) bool {
 	if n := len(c.entries); epoch < 0 || (n > 0 && epoch <= c.entries[n-1].Epoch) {
 		return false
 	}
-	c.entries = append(c.entries, EpochEntry{Epoch: epoch, StartOffset: startOffset})
+	n := len(c.entries)
+	for n > 0 && c.entries[n-1].StartOffset >= startOffset {
+		n--
+	}
+	c.entries = append(c.entries[:n:n], EpochEntry{Epoch: epoch, StartOffset: startOffset})
 	return true
 }
 

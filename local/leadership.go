@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/vfs"
 )
@@ -12,7 +13,8 @@ import (
 // BecomeLeader records that this broker leads the partition from epoch on:
 // the epoch's start is the log end (Kafka's maybeAssignEpochStartOffset on
 // becoming leader), so OffsetsForLeaderEpoch answers for it before its first
-// append. An epoch not above the latest cached one changes nothing. The
+// append. The latest cached epoch again changes nothing; an older one is
+// an error matching backend.ErrFenced (a stale leadership decision). The
 // entry lasts while the log end stays there: like Kafka's, it is dropped by
 // a reopen before the first append, when the next BecomeLeader restores it.
 func (l *Log) BecomeLeader(ctx context.Context, epoch int32) error {
@@ -24,6 +26,9 @@ func (l *Log) BecomeLeader(ctx context.Context, epoch int32) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if n := len(l.epochs.entries); n > 0 && epoch < l.epochs.entries[n-1].Epoch {
+		return fmt.Errorf("%w: %s: leader epoch %d is older than %d, seen already", backend.ErrFenced, l.dir, epoch, l.epochs.entries[n-1].Epoch)
+	}
 	before := l.epochs.entries
 	if !l.epochs.assign(epoch, l.leo.Load()) {
 		return nil

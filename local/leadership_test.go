@@ -30,8 +30,11 @@ func TestBecomeLeaderRecordsEpochStart(t *testing.T) {
 	if e, end, found, _ := l.EndOffsetForEpoch(ctx, 5); !found || e != 5 || end != 5 {
 		t.Fatalf("EndOffsetForEpoch(5) = %d, %d, %v; want 5, 5", e, end, found)
 	}
-	if err := l.BecomeLeader(ctx, 2); err != nil || len(l.LeaderEpochs()) != 2 {
+	if err := l.BecomeLeader(ctx, 2); !errors.Is(err, backend.ErrFenced) || len(l.LeaderEpochs()) != 2 {
 		t.Fatalf("an older epoch: %v, %v", err, l.LeaderEpochs())
+	}
+	if err := l.BecomeLeader(ctx, 5); err != nil {
+		t.Fatalf("the same epoch again: %v", err)
 	}
 	if err := l.BecomeFollower(ctx, 6); err != nil {
 		t.Fatal(err)

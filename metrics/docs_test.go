@@ -33,7 +33,12 @@ func TestEveryMetricDocumented(t *testing.T) {
 		t.Fatal(err)
 	}
 	ch := make(chan *prometheus.Desc, 200)
-	for _, c := range []prometheus.Collector{metrics.NewLocal(logs), metrics.NewTiered(new(tiered.Metrics), func() []*tiered.Partition { return nil }),
+	tb, err := tiered.OpenBackend(t.TempDir(), tiered.BackendOptions{Store: objstore.New(mem.New(), "m", objstore.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tb.Close()
+	for _, c := range []prometheus.Collector{metrics.NewLocal(logs), metrics.NewTieredBackend(tb, metrics.BackendOptions{PerPartition: true}),
 		metrics.NewStore(objstore.New(mem.New(), "m", objstore.Options{})), metrics.NewCleaner(cl)} {
 		c.Describe(ch)
 	}

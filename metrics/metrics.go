@@ -6,6 +6,7 @@
 //	reg.MustRegister(
 //		metrics.NewLocal(logs),                   // *local.Backend
 //		metrics.NewTiered(tm, tieredPartitions),  // *tiered.Metrics, func() []*tiered.Partition
+//		metrics.NewTieredBackend(tb, metrics.BackendOptions{}), // or, for a *tiered.Backend, this
 //		metrics.NewStore(store),                  // *objstore.Store
 //		metrics.NewCleaner(cleaner),              // *compaction.Cleaner
 //	)
@@ -16,7 +17,8 @@
 // totals over all partitions rather than a series per partition, so a
 // broker with 10,000 partitions exports a few dozen series, and a scrape
 // costs one pass over the open partitions' segment lists. Per-partition
-// detail is one `tierctl ls` away.
+// detail is one `tierctl ls` away, or opted into for the copy lag
+// (BackendOptions.PerPartition).
 //
 // Every metric is named tierlog_*; latencies are histograms in seconds with
 // power-of-two bucket bounds from 1 µs to 33.5 s (package stats).
@@ -69,9 +71,13 @@ func histogram(ch chan<- prometheus.Metric, d *prometheus.Desc, s stats.Histogra
 type collector struct {
 	descs   []*prometheus.Desc
 	collect func(ch chan<- prometheus.Metric)
+	inner   prometheus.Collector // described too (its samples come from collect)
 }
 
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
+	if c.inner != nil {
+		c.inner.Describe(ch)
+	}
 	for _, d := range c.descs {
 		ch <- d
 	}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -20,6 +21,7 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -201,5 +203,53 @@ func TestCollectors(t *testing.T) {
 	}
 	if strings.Contains(body, "mem://m") {
 		t.Error("/metrics names the store's URL")
+	}
+}
+
+// TestTieredBackendCollector: a tiered.Backend's collector reports its
+// reader pool, cache bytes and, opted in, each led partition's copy lag
+// (here held up by a bucket that refuses writes), and passes the linter.
+func TestTieredBackendCollector(t *testing.T) {
+	drv := faultstore.Wrap(mem.New(), 1, faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.Permanent})
+	store := objstore.New(drv, "mem://refusing", objstore.Options{})
+	b, err := tiered.OpenBackend(t.TempDir(), tiered.BackendOptions{Store: store,
+		Manager: tiered.ManagerConfig{TaskInterval: time.Hour, RetryBackoff: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	p, err := b.Open(ctx, "orders", 3, config(t, map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 50)
+	if err := p.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	segs, bytes := p.(*tiered.Partition).CopyLag()
+	if segs == 0 {
+		t.Fatal("no copy lag")
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(metrics.NewTieredBackend(b, metrics.BackendOptions{PerPartition: true}))
+	if problems, err := testutil.GatherAndLint(reg); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %v", problems, err)
+	}
+	for name, want := range map[string]float64{
+		`tierlog_tiered_partition_copy_lag_segments{partition="3",topic="orders"}`: float64(segs),
+		`tierlog_tiered_partition_copy_lag_bytes{partition="3",topic="orders"}`:    float64(bytes),
+		`tierlog_tiered_copy_lag_segments`:                                         float64(segs),
+		`tierlog_tiered_remote_reads_in_flight`:                                    0,
+		`tierlog_tiered_remote_reads_rejected_total`:                               0,
+	} {
+		got, err := testutil.GatherAndCount(reg, strings.SplitN(name, "{", 2)[0])
+		if err != nil || got != 1 {
+			t.Fatalf("%s: %d series, %v", name, got, err)
+		}
+		rec := httptest.NewRecorder()
+		promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		if line := fmt.Sprintf("%s %g\n", name, want); !strings.Contains(rec.Body.String(), line) {
+			t.Errorf("/metrics lacks %q:\n%s", line, rec.Body.String())
+		}
 	}
 }

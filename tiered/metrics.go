@@ -2,7 +2,9 @@ package tiered
 
 import (
 	"sync/atomic"
+	"time"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/stats"
 )
 
@@ -47,4 +49,55 @@ func (p *Partition) RemoteSize() (segments int, bytes int64) {
 		bytes += s.Size
 	}
 	return len(m.Segments), bytes
+}
+
+// CopyLagAge returns how old the newest record of the oldest segment not
+// yet uploaded is (now minus that segment's largest timestamp), or 0 when
+// nothing waits: how far behind the bucket is, in time.
+func (p *Partition) CopyLagAge(now time.Time) time.Duration {
+	s, ok := p.local.SpanAfter(lastOffset(p.Manifest()))
+	if !ok || s.Active || s.NextOffset > p.local.Offsets().LastStableOffset {
+		return 0
+	}
+	ts, err := p.local.LargestTimestamp(s.BaseOffset)
+	if err != nil || ts < 0 {
+		return 0
+	}
+	return max(now.Sub(time.UnixMilli(ts)), 0)
+}
+
+// Caches returns the caches the partition reads through (shared with
+// other partitions when Options.Caches was set).
+func (p *Partition) Caches() *Caches { return p.caches }
+
+// PartitionLag is one partition's upload backlog: closed segments below
+// the last stable offset the bucket does not hold yet.
+type PartitionLag struct {
+	Partition backend.TopicPartition
+	Segments  int
+	Bytes     int64
+	// Age is how old the newest record of the oldest such segment is.
+	Age time.Duration
+}
+
+// CopyLags returns the upload backlog of every partition this broker
+// leads, in no order: Kafka's RemoteCopyLagBytes and RemoteCopyLagSegments,
+// and the age of the oldest segment waiting.
+func (b *Backend) CopyLags() []PartitionLag {
+	b.mu.Lock()
+	parts := make(map[backend.TopicPartition]*Partition, len(b.parts))
+	for tp, p := range b.parts {
+		parts[tp] = p
+	}
+	b.mu.Unlock()
+	now := b.opts.Now()
+	var out []PartitionLag
+	for tp, p := range parts {
+		if !p.IsLeader() || p.checkOpen() != nil {
+			continue
+		}
+		n, bytes := p.CopyLag()
+		out = append(out, PartitionLag{Partition: tp, Segments: n, Bytes: bytes, Age: p.CopyLagAge(now)})
+	}
+	return out
 }

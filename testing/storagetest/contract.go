@@ -41,6 +41,48 @@ func testLeaderEpochs(t *testing.T, h Harness) {
 	}
 }
 
+// testBecomeLeader: a new leader's epoch starts at the log end before its
+// first append (OffsetsForLeaderEpoch answers for it), the previous epoch
+// ends there, and an older epoch than one seen is refused as fenced.
+func testBecomeLeader(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t, "segment.bytes", "2048"))
+	defer p.Close()
+	var m model
+	rng := rand.New(rand.NewPCG(43, 43))
+	if err := p.BecomeLeader(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	appendEpoch(t, p, &m, rng, 10, 3)
+	commitAll(t, p)
+	leo := p.Offsets().LogEnd
+	if err := p.BecomeLeader(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		ask, epoch int32
+		end        int64
+	}{{3, 3, leo}, {4, 3, leo}, {5, 5, leo}, {6, 5, leo}} {
+		if e, end, found, err := p.EndOffsetForEpoch(ctx, c.ask); err != nil || !found || e != c.epoch || end != c.end {
+			t.Fatalf("before epoch 5's first append, EndOffsetForEpoch(%d) = %d, %d, %v, %v; want %d, %d", c.ask, e, end, found, err, c.epoch, c.end)
+		}
+	}
+	if err := p.BecomeLeader(ctx, 4); !errors.Is(err, backend.ErrFenced) {
+		t.Fatalf("BecomeLeader with an older epoch: %v, want ErrFenced", err)
+	}
+	if err := p.BecomeFollower(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.BecomeLeader(ctx, 7); err != nil {
+		t.Fatal(err)
+	}
+	appendEpoch(t, p, &m, rng, 3, 7)
+	// Epoch 5 never got a record: as in Kafka, epoch 7 replaced it, and
+	// asking for 5 finds 3, ending where 7 began.
+	if e, end, found, _ := p.EndOffsetForEpoch(ctx, 5); !found || e != 3 || end != leo {
+		t.Fatalf("after epoch 7's appends, EndOffsetForEpoch(5) = %d, %d, %v; want 3, %d", e, end, found, leo)
+	}
+}
+
 // appendEpoch appends n batches as the leader of epoch.
 func appendEpoch(t *testing.T, p backend.Partition, m *model, rng *rand.Rand, n int, epoch int32) {
 	t.Helper()

@@ -65,6 +65,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"IdempotentProducers", testIdempotentProducers},
 		{"Transactions", testTransactions},
 		{"LeaderEpochs", testLeaderEpochs},
+		{"BecomeLeader", testBecomeLeader},
 		{"ListOffsetsSpecial", testListOffsetsSpecial},
 		{"Changed", testChanged},
 		{"ReplicaRead", testReplicaRead},
