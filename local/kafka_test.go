@@ -201,3 +201,61 @@ func TestKafkaRuleFiftyThousandRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestKafkaProducerStateOnOpen: opening copies of Kafka's partition
+// directories rebuilds the producers Kafka held (from the idempotent
+// batches, or from Kafka's own .snapshot), and the opened log then treats
+// a producer's retry of one of its last five batches as a duplicate.
+func TestKafkaProducerStateOnOpen(t *testing.T) {
+	open := func(t *testing.T, rel string) *local.Log {
+		src := fixtures.Path(t, rel)
+		dir := filepath.Join(t.TempDir(), filepath.Base(src))
+		if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+			t.Fatal(err)
+		}
+		l := openLog(t, dir, cfg(t), false)
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	t.Run("TestTopicPatient-0", func(t *testing.T) {
+		l := open(t, "ldi-poc/TestTopicPatient-0")
+		ps := l.Producers()
+		if len(ps) != 3 {
+			t.Fatalf("%d producers, want 3: %+v", len(ps), ps)
+		}
+		for i, p := range ps {
+			if p.ProducerID != int64(i+1) || p.Epoch != 0 || len(p.Batches) != 1 || p.Batches[0].LastSeq != 0 || p.Batches[0].LastOffset != int64(i) {
+				t.Fatalf("producer %d: %+v", i, p)
+			}
+		}
+	})
+	t.Run("test-0", func(t *testing.T) {
+		l := open(t, "kafka-starter-windows/kafka-logs/test-0")
+		ps := l.Producers()
+		if len(ps) != 1 || ps[0].ProducerID != 0 || len(ps[0].Batches) != 5 || ps[0].Batches[4].LastSeq != 96 || ps[0].Batches[4].LastOffset != 96 {
+			t.Fatalf("producers %+v, want producer 0 with last sequence 96 at offset 96", ps)
+		}
+		// A retry of the batch holding sequences 88..94 is a duplicate.
+		if err := l.BecomeLeader(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		info, err := l.Append(ctx, idemBatch(0, 88, 7), backend.AppendOptions{AssignOffsets: true})
+		if err != nil || !info.Duplicate || info.FirstOffset != 88 || info.LastOffset != 94 {
+			t.Fatalf("a retry of sequences 88..94: %+v, %v", info, err)
+		}
+		if info, err := l.Append(ctx, idemBatch(0, 97, 1), backend.AppendOptions{AssignOffsets: true}); err != nil || info.Duplicate || info.FirstOffset != 97 {
+			t.Fatalf("the next batch: %+v, %v", info, err)
+		}
+	})
+	t.Run("__consumer_offsets-6", func(t *testing.T) {
+		// Kafka's empty snapshot at 13 is loaded (not rebuilt): it stays, and
+		// no producer comes out of batches without producer ids.
+		l := open(t, "ldi-poc/__consumer_offsets-6")
+		if ps := l.Producers(); len(ps) != 0 {
+			t.Fatalf("producers %+v", ps)
+		}
+		if _, err := os.Stat(filepath.Join(l.Dir(), "00000000000000000013.snapshot")); err != nil {
+			t.Fatalf("Kafka's snapshot is gone: %v", err)
+		}
+	})
+}
