@@ -4,14 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -331,83 +327,5 @@ func TestUploadRateLimit(t *testing.T) {
 	t.Logf("%d bytes in %v at a cap of %d B/s (at least %v)", bytes, took, rate, least)
 	if took < least*9/10 {
 		t.Fatalf("%d bytes uploaded in %v, faster than the cap of %d B/s allows (%v)", bytes, took, rate, least)
-	}
-}
-
-// TestReadAtTierBoundary: readers of random offsets between the
-// partition's log start and end race an offload whose local retention
-// keeps raising the local log start, with 2 KiB segments: no read of an
-// offset the partition holds may fail as out of range (one read checked
-// the local start, then read the local log after retention moved it).
-func TestReadAtTierBoundary(t *testing.T) {
-	store := objstore.New(mem.New(), "mem://boundary", objstore.Options{})
-	dir := filepath.Join(t.TempDir(), "orders-0")
-	c := cfg(t, "segment.bytes", "2048", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
-	p := open(t, dir, store, 1, c)
-	defer p.Close()
-	duration := 4 * time.Second // the commit before this fix failed it within 0.2 s
-	if testing.Short() {
-		duration = time.Second
-	}
-	stop := make(chan struct{})
-	errs := make(chan error, 4)
-	var reads atomic.Int64
-	var wg sync.WaitGroup
-	for g := range 3 {
-		wg.Add(1)
-		go func(seed uint64) {
-			defer wg.Done()
-			rng := rand.New(rand.NewPCG(seed, seed))
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				o := p.Offsets()
-				if o.LogEnd == o.LogStart {
-					continue
-				}
-				// Mostly at the local log start, where the race is.
-				off := o.LocalLogStart + rng.Int64N(3)
-				if rng.IntN(4) == 0 || off >= o.LogEnd {
-					off = o.LogStart + rng.Int64N(o.LogEnd-o.LogStart)
-				}
-				r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 512, MinOneBatch: true})
-				reads.Add(1)
-				if err != nil {
-					errs <- fmt.Errorf("read of %d (the partition holds %d..%d): %w", off, o.LogStart, o.LogEnd-1, err)
-					return
-				}
-				r.Close()
-			}
-		}(uint64(g + 1))
-	}
-	deadline := time.Now().Add(duration)
-	rounds := 0
-	var b record.Builder
-	for time.Now().Before(deadline) && len(errs) == 0 {
-		for range 4 {
-			b.Reset(record.NewBatchHeader())
-			b.Append(time.Now().UnixMilli(), nil, bytes.Repeat([]byte("b"), 300), nil)
-			batch, _ := b.Build()
-			if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := p.Offload(ctx); err != nil {
-			t.Fatal(err)
-		}
-		rounds++
-	}
-	close(stop)
-	wg.Wait()
-	close(errs)
-	t.Logf("%d reads during %d offloads", reads.Load(), rounds)
-	for err := range errs {
-		t.Fatal(err)
 	}
 }

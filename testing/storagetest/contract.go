@@ -2,7 +2,10 @@ package storagetest
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +83,79 @@ func testBecomeLeader(t *testing.T, h Harness) {
 	// asking for 5 finds 3, ending where 7 began.
 	if e, end, found, _ := p.EndOffsetForEpoch(ctx, 5); !found || e != 3 || end != leo {
 		t.Fatalf("after epoch 7's appends, EndOffsetForEpoch(5) = %d, %d, %v; want 3, %d", e, end, found, leo)
+	}
+}
+
+// testReadsAtTheLocalStart: readers of offsets the partition holds, most
+// at its local log start, race appends whose high watermark moves each
+// step (a tiered harness offloads there, and local retention raises the
+// local start under the readers): no read of an offset between LogStart
+// and LogEnd may fail, and none is out of range. It runs long enough to
+// have caught a tiered read that checked the local start, then read the
+// local log after retention moved it (failing within 0.2 s).
+func testReadsAtTheLocalStart(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t, "segment.bytes", "2048", "file.delete.delay.ms", "0", "retention.ms", "-1"))
+	defer p.Close()
+	duration := 2 * time.Second
+	if testing.Short() {
+		duration = 500 * time.Millisecond
+	}
+	stop := make(chan struct{})
+	errs := make(chan error, 4)
+	var reads atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 3 {
+		wg.Add(1)
+		go func(seed uint64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, seed))
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				o := p.Offsets()
+				if o.LogEnd == o.LogStart {
+					continue
+				}
+				off := o.LocalLogStart + rng.Int64N(3)
+				if rng.IntN(4) == 0 || off >= o.LogEnd {
+					off = o.LogStart + rng.Int64N(o.LogEnd-o.LogStart)
+				}
+				r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 512, MinOneBatch: true})
+				reads.Add(1)
+				if err != nil {
+					errs <- fmt.Errorf("read of %d (the partition holds %d..%d): %w", off, o.LogStart, o.LogEnd-1, err)
+					return
+				}
+				r.Close()
+			}
+		}(uint64(g + 1))
+	}
+	deadline := time.Now().Add(duration)
+	rounds := 0
+	var b record.Builder
+	for time.Now().Before(deadline) && len(errs) == 0 {
+		for range 4 {
+			b.Reset(record.NewBatchHeader())
+			b.Append(time.Now().UnixMilli(), []byte("k"), make([]byte, 300), nil)
+			batch, _ := b.Build()
+			if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+			t.Fatal(err)
+		}
+		rounds++
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	t.Logf("%d reads during %d high watermark moves; local log start %d", reads.Load(), rounds, p.Offsets().LocalLogStart)
+	for err := range errs {
+		t.Fatal(err)
 	}
 }
 

@@ -66,6 +66,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Transactions", testTransactions},
 		{"LeaderEpochs", testLeaderEpochs},
 		{"BecomeLeader", testBecomeLeader},
+		{"ReadsAtTheLocalStart", testReadsAtTheLocalStart},
 		{"ListOffsetsSpecial", testListOffsetsSpecial},
 		{"Changed", testChanged},
 		{"ReplicaRead", testReplicaRead},
