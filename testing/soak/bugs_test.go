@@ -275,3 +275,49 @@ func TestBugAppendAfterRestoreBreaksOffload(t *testing.T) {
 		t.Fatalf("offload after a restore and 5 appends: %v", err)
 	}
 }
+
+// TestBugOffloadBringsBackDeletedRecords: DeleteRecordsBefore to an
+// offset above the bucket's end raises the local log start to it but
+// caps the manifest's LogStartOffset at the bucket's end + 1
+// (tiered.Partition.DeleteRecordsBefore). The next Offload uploads the
+// segment holding the log start and commits the manifest with its
+// LogStartOffset unchanged, and Partition.Offsets, seeing the bucket now
+// reach the local log start, takes the manifest's lower log start: the
+// log start goes back, and the records DeleteRecords removed are served
+// again, from the bucket.
+func TestBugOffloadBringsBackDeletedRecords(t *testing.T) {
+	skipKnownBug(t, "tiered: Offload after DeleteRecordsBefore above the bucket's end lowers the log start again (manifest LogStartOffset not raised)")
+	ctx := context.Background()
+	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := local.Open(t.TempDir(), local.Options{Config: cfg, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: objstore.New(mem.New(), "mem://bug", objstore.Options{}), Prefix: "t-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	appendN(t, p, 40) // segments 0..13 and 14..27, 28..39 active
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteRecordsBefore(ctx, 30); err != nil { // above the bucket's end, 27
+		t.Fatal(err)
+	}
+	before := p.Offsets().LogStart
+	appendN(t, p, 20) // 28..41 closes
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after := p.Offsets().LogStart; after != before {
+		t.Errorf("the log start was %d after DeleteRecordsBefore(30), %d after the next Offload (manifest log start %d)", before, after, p.Manifest().LogStartOffset)
+	}
+	if recs, err := p.Read(ctx, 29, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
+		recs.Close()
+		t.Errorf("offset 29, deleted by DeleteRecordsBefore(30), is served again")
+	}
+}

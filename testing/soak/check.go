@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sort"
+	"sync/atomic"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
@@ -56,12 +57,17 @@ func (c *checked) add(o checked) {
 	c.bytes += o.bytes
 }
 
+// readRetries counts reads the bucket failed retryably and readAt tried
+// again.
+var readRetries atomic.Int64
+
 // readAt reads whole batches from offset, retrying reads the bucket
 // failed retryably a few times.
 func readAt(ctx context.Context, p backend.Partition, offset int64, maxBytes int) ([]byte, error) {
 	var err error
 	for try := 0; try < 3; try++ {
 		if try > 0 {
+			readRetries.Add(1)
 			time.Sleep(time.Duration(try) * 50 * time.Millisecond)
 		}
 		var recs backend.Records

@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,6 +75,8 @@ type childSpec struct {
 	TopicA, TopicB                                 map[string]string
 	ChunkCacheBytes                                int64
 	CleanerMemory                                  int
+	StoreTimeout                                   time.Duration // per request attempt
+	StoreAttempts                                  int
 }
 
 // progress is what a life leaves for the next one (and the parent): its
@@ -129,7 +130,6 @@ type child struct {
 	logStartA     int64 // A's log start at the last check
 	prevLogStartA int64 // and at the last check of the life before
 	prevStep      string
-	storeFailures atomic.Int64
 }
 
 func (c *child) logDir() string { return filepath.Join(c.spec.Root, "logs") }
@@ -174,14 +174,17 @@ func (c *child) saveProgress() {
 	if c.store != nil {
 		s := c.store.Stats()
 		c.st["bytes_uploaded"], c.st["bytes_downloaded"] = s.BytesOut, s.BytesIn
-		var req, errs int64
-		for _, v := range s.Requests {
-			req += v
+		c.st["check_read_retries"] = readRetries.Load()
+		total := func(m map[objstore.Op]int64) (n int64) {
+			for _, v := range m {
+				n += v
+			}
+			return n
 		}
-		for _, v := range s.Errors {
-			errs += v
-		}
-		c.st["store_requests"], c.st["store_attempts_failed"] = req, errs
+		c.st["store_requests"], c.st["store_attempts_failed"], c.st["store_retries"] = total(s.Requests), total(s.Errors), total(s.Retries)
+	}
+	if c.metrics != nil {
+		c.st["remote_read_errors"], c.st["upload_errors"] = c.metrics.RemoteReadErrors.Load(), c.metrics.UploadErrors.Load()
 	}
 	data, _ := json.Marshal(progress{Life: c.spec.Life, Step: c.step, LogStartA: c.logStartA, Counters: c.st})
 	c.stMu.Unlock()
@@ -217,13 +220,8 @@ func (c *child) run() (err error) {
 		return err
 	}
 	defer c.led.close()
-	if c.store, err = openStore(c.spec, objstore.Options{Timeout: 3 * time.Second, MaxAttempts: 4,
-		BaseBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond,
-		OnRequest: func(e objstore.Event) {
-			if e.Err != nil {
-				c.storeFailures.Add(1)
-			}
-		}}); err != nil {
+	if c.store, err = openStore(c.spec, objstore.Options{Timeout: c.spec.StoreTimeout, MaxAttempts: c.spec.StoreAttempts,
+		BaseBackoff: 50 * time.Millisecond, MaxBackoff: 500 * time.Millisecond}); err != nil {
 		return err
 	}
 	defer c.store.Close()
@@ -872,13 +870,20 @@ func (c *child) roll(context.Context) error {
 // the end of the bucket's first segment, sometimes a little, into the
 // middle of a batch. (A log start inside a segment the bucket holds stops
 // local retention: TestBugDeleteRecordsMidSegmentStopsLocalRetention.)
+// Never above the bucket's end, once it holds something: the next Offload
+// would lower the log start again (TestBugOffloadBringsBackDeletedRecords).
 func (c *child) deleteRecords(ctx context.Context) error {
 	o := c.p.Offsets()
-	if o.HighWatermark <= o.LogStart {
+	m := c.p.Manifest()
+	hi := o.HighWatermark
+	if n := len(m.Segments); n > 0 {
+		hi = min(hi, m.Segments[n-1].LastOffset+1)
+	}
+	if hi <= o.LogStart {
 		return nil
 	}
-	to := o.LogStart + c.rng.Int64N(min(o.HighWatermark-o.LogStart, 300)+1)
-	if m := c.p.Manifest(); len(m.Segments) > 1 && c.rng.IntN(4) != 0 {
+	to := o.LogStart + 1 + c.rng.Int64N(min(hi-o.LogStart, 300))
+	if len(m.Segments) > 1 && m.Segments[0].LastOffset >= o.LogStart && c.rng.IntN(4) != 0 {
 		to = m.Segments[0].LastOffset + 1
 	}
 	return c.p.DeleteRecordsBefore(ctx, to)
@@ -934,6 +939,7 @@ func (c *child) restartClean(context.Context) error {
 // records above it, if the offloads could not finish, are lost with the
 // directory, and counted), then finishRestore.
 func (c *child) restore(ctx context.Context, variant byte) error {
+	c.count("restores_begun", 1)
 	if err := c.la.Roll(); err != nil {
 		return err
 	}

@@ -150,7 +150,7 @@ type Config struct {
 	// Seed replays a run's choices (0: from EnvSeed, else the clock).
 	Seed uint64
 	// MaxLife is the longest a life runs before the parent kills it
-	// (default 10 s); lives last a random part of it.
+	// (default 8 s); lives last a random part of it.
 	MaxLife time.Duration
 }
 
@@ -193,7 +193,7 @@ func Run(t *testing.T, cfg Config) Report {
 		cfg.Duration = time.Minute
 	}
 	if cfg.MaxLife <= 0 {
-		cfg.MaxLife = 10 * time.Second
+		cfg.MaxLife = 8 * time.Second
 	}
 	if cfg.Seed == 0 {
 		if s := os.Getenv(EnvSeed); s != "" {
@@ -278,7 +278,11 @@ func (r *runner) life(life int, deadline time.Time) {
 	spec := childSpec{Root: r.root, Endpoint: r.proxy.Endpoint, Region: r.srv.Region, AccessKey: r.srv.AccessKey,
 		SecretKey: r.srv.SecretKey, Bucket: r.bucket, Seed: r.rng.Uint64(), Life: life,
 		TopicA: r.topicA, TopicB: r.topicB, Driver: []string{"s3", "minio"}[r.rng.IntN(2)],
-		ChunkCacheBytes: []int64{-1, 256 << 10, 0}[r.rng.IntN(3)], CleanerMemory: []int{64 << 10, 1 << 20}[r.rng.IntN(2)]}
+		ChunkCacheBytes: []int64{-1, 256 << 10, 0}[r.rng.IntN(3)], CleanerMemory: []int{64 << 10, 1 << 20}[r.rng.IntN(2)],
+		StoreTimeout: 3 * time.Second, StoreAttempts: 4}
+	if r.rng.IntN(2) == 0 { // faults then fail steps, which are tried again later
+		spec.StoreTimeout, spec.StoreAttempts = time.Second, 2
+	}
 	var killAfter time.Duration
 	switch n := r.rng.IntN(10); {
 	case deadline.IsZero():
@@ -294,7 +298,7 @@ func (r *runner) life(life int, deadline time.Time) {
 	if spec.StopBy.IsZero() {
 		spec.StopBy = deadline.Add(r.cfg.MaxLife) // a life never outlasts the soak by much
 	}
-	if !deadline.IsZero() && life > 1 && r.rng.IntN(4) == 0 {
+	if !deadline.IsZero() && life > 1 && r.rng.IntN(3) == 0 {
 		spec.Restore = []byte{restoreDelete, restoreLostDir}[r.rng.IntN(2)]
 	}
 	specJSON, err := json.Marshal(spec)
@@ -393,33 +397,34 @@ var faultKinds = []struct {
 	name   string
 	tox    func(rng *rand.Rand) faultproxy.Toxic
 	maxFor time.Duration
+	slows  bool // only slows requests down
 }{
 	{"latency", func(rng *rand.Rand) faultproxy.Toxic {
 		return faultproxy.Latency(time.Duration(20+rng.IntN(150))*time.Millisecond, 20*time.Millisecond)
-	}, 4 * time.Second},
-	{"bandwidth-down", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Bandwidth(int64(256 + rng.IntN(2048))) }, 4 * time.Second},
+	}, 4 * time.Second, true},
+	{"bandwidth-down", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Bandwidth(int64(256 + rng.IntN(2048))) }, 4 * time.Second, true},
 	{"bandwidth-up", func(rng *rand.Rand) faultproxy.Toxic {
 		t := faultproxy.Bandwidth(int64(256 + rng.IntN(2048)))
 		t.Stream = faultproxy.Upstream
 		return t
-	}, 4 * time.Second},
+	}, 4 * time.Second, true},
 	{"reset-peer", func(rng *rand.Rand) faultproxy.Toxic {
 		t := faultproxy.ResetPeer(0)
-		t.Toxicity = 0.3
+		t.Toxicity = 0.5
 		return t
-	}, 3 * time.Second},
+	}, 3 * time.Second, false},
 	{"reset-mid-request", func(rng *rand.Rand) faultproxy.Toxic {
 		t := faultproxy.ResetPeer(time.Duration(5+rng.IntN(40)) * time.Millisecond)
 		t.Stream, t.Toxicity = faultproxy.Upstream, 0.5
 		return t
-	}, 3 * time.Second},
+	}, 3 * time.Second, false},
 	{"cut-mid-body", func(rng *rand.Rand) faultproxy.Toxic {
 		t := faultproxy.LimitData(int64(8<<10 + rng.IntN(120<<10)))
 		t.Toxicity = 0.5
 		return t
-	}, 3 * time.Second},
-	{"slicer", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Slicer(512, 256, 100*time.Microsecond) }, 4 * time.Second},
-	{"black-hole", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Timeout(0) }, 1200 * time.Millisecond},
+	}, 3 * time.Second, false},
+	{"slicer", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Slicer(512, 256, 100*time.Microsecond) }, 4 * time.Second, true},
+	{"black-hole", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Timeout(0) }, 3 * time.Second, false},
 }
 
 // toggleFaults removes the faults whose time is up and sometimes adds one.
@@ -434,10 +439,15 @@ func (r *runner) toggleFaults() {
 			delete(r.faults, name)
 		}
 	}
-	if len(r.faults) >= 2 || r.rng.IntN(3) != 0 {
+	if len(r.faults) >= 2 || r.rng.IntN(2) != 0 {
 		return
 	}
+	// The faults that fail requests (resets, cut bodies, black holes)
+	// twice as often as those that only slow them.
 	k := faultKinds[r.rng.IntN(len(faultKinds))]
+	if k.slows && r.rng.IntN(2) == 0 {
+		k = faultKinds[r.rng.IntN(len(faultKinds))]
+	}
 	name := r.proxy.Add(r.t, k.tox(r.rng))
 	r.faults[name] = now.Add(200*time.Millisecond + time.Duration(r.rng.Int64N(int64(k.maxFor))))
 	r.report.FaultsByKind[k.name]++
