@@ -177,11 +177,23 @@ func (r Report) Summary() string {
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 	return fmt.Sprintf("soak: seed %d, %v: %d loops, %d SIGKILLs (%d self-inflicted), %d clean exits, %d restores; "+
 		"%d faults injected, %d failed store requests, %d steps retried; produced %d records (%s), uploaded %s, downloaded %s, read back %s; "+
-		"%d records checked (%d from the bucket) in %d checks (%d cut short by faults); lost or altered: 0",
+		"%d records checked (%d from the bucket) in %d checks (%d cut short by faults); lost or altered: 0; "+
+		"workarounds for known library bugs applied %d times (testing/soak/bugs_test.go)",
 		r.Seed, r.Duration.Round(time.Second), r.Loops, r.Kills, r.SelfKills, r.CleanExits, r.Restores,
 		r.Faults, c["store_attempts_failed"], c["step_retries"], c["records_produced"], mb(c["bytes_produced"]),
 		mb(c["bytes_uploaded"]), mb(c["bytes_downloaded"]), mb(c["bytes_read"]),
-		c["records_checked"], c["records_checked_a_remote"], c["checks"], c["checks_incomplete"])
+		c["records_checked"], c["records_checked_a_remote"], c["checks"], c["checks_incomplete"],
+		r.workarounds())
+}
+
+// workarounds is how often the soak stepped around a known library bug.
+func (r Report) workarounds() (n int64) {
+	for k, v := range r.Counters {
+		if strings.HasPrefix(k, "known_bug_") {
+			n += v
+		}
+	}
+	return n
 }
 
 // Run runs the soak and fails t on the first Violation, naming the seed.
@@ -313,6 +325,7 @@ func (r *runner) life(life int, deadline time.Time) {
 	cmd := exec.Command(r.exe, "-test.run=^$")
 	cmd.Env = append(os.Environ(), ChildEnv+"="+string(specJSON))
 	cmd.Stdout, cmd.Stderr = out, out
+	began := time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +357,7 @@ func (r *runner) life(life int, deadline time.Time) {
 		}
 	}
 	r.report.Loops++
-	r.addCounters(life)
+	lc := r.addCounters(life)
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -357,10 +370,14 @@ func (r *runner) life(life int, deadline time.Time) {
 	default:
 		r.failLife(life, spec, fmt.Sprintf("the child failed: %v", err))
 	}
-	if life%10 == 0 || deadline.IsZero() {
-		t.Logf("soak: life %d (%s) ended: %d lives, %d SIGKILLs, %d restores, %d records checked so far",
-			life, spec.Mode, r.report.Loops, r.report.Kills, r.report.Counters["restores"], r.report.Counters["records_checked"])
+	how := "exited"
+	if killed {
+		how = "killed by the parent"
+	} else if err != nil {
+		how = "killed itself"
 	}
+	t.Logf("soak: life %d (%s, restore %q, %s store) %s after %v: %d steps, %d checks, %d restores",
+		life, spec.Mode, spec.Restore, spec.Driver, how, time.Since(began).Round(time.Millisecond), lc["steps"], lc["checks"], lc["restores"])
 }
 
 // failLife fails the test with the child's report and the seed.
@@ -376,20 +393,21 @@ func (r *runner) failLife(life int, spec childSpec, why string) {
 		"replay the run's choices with %s=%d (work dir %s)", life, spec.Mode, spec.Restore, spec.Driver, why, msg, out, EnvSeed, r.cfg.Seed, r.root)
 }
 
-// addCounters adds a life's counters to the report.
-func (r *runner) addCounters(life int) {
+// addCounters adds a life's counters to the report and returns them.
+func (r *runner) addCounters(life int) map[string]int64 {
 	data, err := os.ReadFile(filepath.Join(r.root, "stats", fmt.Sprintf("life-%d.json", life)))
 	if err != nil {
-		return // killed before it wrote any
+		return nil // killed before it wrote any
 	}
 	var p progress
 	if json.Unmarshal(data, &p) != nil {
-		return
+		return nil
 	}
 	for k, v := range p.Counters {
 		r.report.Counters[k] += v
 	}
 	r.report.Restores = r.report.Counters["restores"]
+	return p.Counters
 }
 
 // The faults the proxy switches on, at most two at a time.
