@@ -49,9 +49,10 @@ const (
 
 // Restore variants: how A's partition directory is lost before a restore.
 const (
-	restoreNone    byte = 0
-	restoreDelete  byte = 'd' // Backend.Delete (its checkpoint entries go too)
-	restoreLostDir byte = 'l' // the directory vanishes; the log dir's checkpoints still name it
+	restoreNone       byte = 0
+	restoreDelete     byte = 'd' // Backend.Delete (its checkpoint entries go too)
+	restoreLostDir    byte = 'l' // the directory vanishes; the log dir's checkpoints still name it
+	restoreLostLogDir byte = 'w' // the whole log dir vanishes (a new broker): B, not tiered, with it
 )
 
 // Exit codes of a child.
@@ -307,6 +308,9 @@ func openStore(spec childSpec, opts objstore.Options) (*objstore.Store, error) {
 // the ledger up to what the logs hold.
 func (c *child) openAll() error {
 	if err := removeLeftovers(c.logDir()); err != nil {
+		return err
+	}
+	if err := removeLeftovers(c.spec.Root); err != nil {
 		return err
 	}
 	var err error
@@ -980,6 +984,9 @@ func (c *child) restore(ctx context.Context, variant byte) error {
 		return nil
 	}
 	end := m.Segments[len(m.Segments)-1].LastOffset + 1
+	if variant == restoreLostLogDir {
+		c.count("b_records_dropped_with_the_log_dir", int64(len(c.led.b.recs)))
+	}
 	if err := c.led.restoreBegins(end, variant); err != nil {
 		return err
 	}
@@ -988,7 +995,19 @@ func (c *child) restore(ctx context.Context, variant byte) error {
 	// finishes it).
 	rctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
-	return c.finishRestore(rctx, end, variant)
+	if err := c.finishRestore(rctx, end, variant); err != nil {
+		return err
+	}
+	if c.lb == nil { // lost with the log dir
+		var err error
+		if c.lb, err = c.b.OpenLog(rctx, nameB, 0, c.cfgB); err != nil {
+			return err
+		}
+		if c.cleaner, err = compaction.NewCleaner(c.b, compaction.CleanerOptions{MemoryBytes: c.spec.CleanerMemory, Backoff: time.Second}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // finishRestore loses A's directory (as variant says), restores it from
@@ -1005,6 +1024,22 @@ func (c *child) finishRestore(ctx context.Context, end int64, variant byte) erro
 	switch variant {
 	case restoreDelete:
 		if err := c.b.Delete(ctx, nameA, 0); err != nil && !errors.Is(err, backend.ErrNotFound) {
+			return err
+		}
+	case restoreLostLogDir:
+		if err := c.b.Close(); err != nil {
+			return err
+		}
+		c.b, c.lb, c.cleaner = nil, nil, nil
+		doomed := fmt.Sprintf("%s.lost%d-delete", c.logDir(), time.Now().UnixNano())
+		if err := os.Rename(c.logDir(), doomed); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		if err := os.RemoveAll(doomed); err != nil {
+			return err
+		}
+		var err error
+		if c.b, err = local.OpenBackend(c.logDir(), local.BackendOptions{Logger: c.logger()}); err != nil {
 			return err
 		}
 	default:

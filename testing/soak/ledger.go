@@ -322,6 +322,9 @@ func (l *ledger) apply(p []byte) error {
 			return err
 		}
 		l.a.truncate(end)
+		if variant == restoreLostLogDir { // B is lost with the log dir: not tiered, gone by design
+			l.b = newModelB()
+		}
 		l.pr = &pendingRestore{end: end, variant: variant}
 	case kindRestored:
 		l.pr = nil

@@ -38,9 +38,12 @@
 // parent SIGKILLs it at a random moment, or it SIGKILLs itself during a
 // random step, or it closes cleanly. Every few lives begins with a restore:
 // the bucket is brought up to A's log end, A's partition directory is lost
-// (deleted through the Backend, or removed behind the Backend's back so its
-// checkpoints still name it) and rebuilt from the bucket with
-// tiered.Restore, and the life goes on producing to it. Meanwhile the
+// (deleted through the Backend; or removed behind the Backend's back, so
+// its checkpoints still name it; or with the whole log directory, as for a
+// new broker, B going with it: B is not tiered, so its ledger starts over)
+// and rebuilt from the bucket with tiered.Restore, and the life goes on
+// producing to it. A restore only begins once the bucket holds all of A
+// (else it is skipped), so no acknowledged record of A goes with the disk. Meanwhile the
 // parent switches faults on and off on the proxy (latency, bandwidth caps,
 // connections reset on their first bytes or mid-request, bodies cut after
 // some kilobytes, streams sliced into small delayed writes, short black
@@ -86,6 +89,7 @@
 //	         | 'f' topic byte | end int64        a flush returned: all below end is acknowledged
 //	         | 't' topic byte | end int64        recovery cut an unacknowledged tail: forget it
 //	         | 'r' end int64 | variant byte      a restore of A begins; A ends at end from now on
+//	                                             (variant 'w': the log dir goes, B starts over)
 //	         | 'R'                               that restore is done
 //
 // Integers are big-endian. A batch entry follows its append at once (A's
@@ -311,7 +315,7 @@ func (r *runner) life(life int, deadline time.Time) {
 		spec.StopBy = deadline.Add(r.cfg.MaxLife) // a life never outlasts the soak by much
 	}
 	if !deadline.IsZero() && life > 1 && r.rng.IntN(3) == 0 {
-		spec.Restore = []byte{restoreDelete, restoreLostDir}[r.rng.IntN(2)]
+		spec.Restore = []byte{restoreDelete, restoreLostDir, restoreLostLogDir}[r.rng.IntN(3)]
 	}
 	specJSON, err := json.Marshal(spec)
 	if err != nil {
