@@ -3,6 +3,7 @@ package soak_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -319,5 +320,67 @@ func TestBugOffloadBringsBackDeletedRecords(t *testing.T) {
 	if recs, err := p.Read(ctx, 29, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
 		recs.Close()
 		t.Errorf("offset 29, deleted by DeleteRecordsBefore(30), is served again")
+	}
+}
+
+// loseManifestAnswer is a Driver whose manifest puts land but answer with
+// a retryable error, as when a connection drops after the server
+// committed: the writer cannot know the outcome.
+type loseManifestAnswer struct {
+	objstore.Driver
+	on bool
+}
+
+func (d *loseManifestAnswer) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	info, err := d.Driver.Put(ctx, key, body, size, opts)
+	if err == nil && d.on && strings.HasSuffix(key, "/"+tiered.ManifestName) {
+		return objstore.ObjectInfo{}, fmt.Errorf("%w: the answer was lost", objstore.ErrRetryable)
+	}
+	return info, err
+}
+
+// TestBugManifestLogStartNotAppliedAfterLostAnswer is the same bug as
+// TestBugManifestLogStartNotAppliedToLocalLog without a crash: a
+// DeleteRecordsBefore whose manifest commit lands but whose answer is
+// lost fails retryably before the local log moves; the next change (an
+// Offload) reconciles and adopts the committed manifest, but nothing
+// raises the local log start, so the partition keeps serving records
+// below the committed log start, until local retention happens to delete
+// past it, when the log start jumps in the middle of an Offload.
+func TestBugManifestLogStartNotAppliedAfterLostAnswer(t *testing.T) {
+	skipKnownBug(t, "tiered: a manifest LogStartOffset adopted by reconciliation is never applied to the local log")
+	ctx := context.Background()
+	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := local.Open(t.TempDir(), local.Options{Config: cfg, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := &loseManifestAnswer{Driver: mem.New()}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: objstore.New(drv, "mem://bug", objstore.Options{MaxAttempts: 1}), Prefix: "t-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	appendN(t, p, 40)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drv.on = true
+	if err := p.DeleteRecordsBefore(ctx, 5); !errors.Is(err, objstore.ErrRetryable) {
+		t.Fatalf("DeleteRecordsBefore with the answer lost: %v, want a retryable error", err)
+	}
+	drv.on = false
+	if _, err := p.Offload(ctx); err != nil { // reconciles: the commit had landed
+		t.Fatal(err)
+	}
+	if got, want := p.Offsets().LogStart, p.Manifest().LogStartOffset; got != want {
+		t.Errorf("the manifest committed log start %d, the partition's is %d", want, got)
+	}
+	if recs, err := p.Read(ctx, 2, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
+		recs.Close()
+		t.Errorf("offset 2, below the committed log start %d, is served", p.Manifest().LogStartOffset)
 	}
 }
