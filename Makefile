@@ -16,12 +16,13 @@ VERSITYGW_VERSION := v1.8.0
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 S3SERVERS := $(BIN)/versitygw $(BIN)/minio
 
-.PHONY: all test race lint bench bench-broker bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
+.PHONY: all test race soak lint bench bench-broker bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
 
 all: lint test
 
 ## test: every test, including the S3 integration tests against a real S3
-## server and the Kafka fixture tests (skipped, with a message, when ../shared is absent)
+## server, the Kafka fixture tests (skipped, with a message, when ../shared
+## is absent) and the soak's short form (40 s, testing/soak)
 test: $(S3SERVERS)
 	$(GO) test -timeout 20m ./...
 	cd bench && $(GO) test -timeout 10m ./...
@@ -29,6 +30,14 @@ test: $(S3SERVERS)
 ## race: the tests under the race detector
 race: $(S3SERVERS)
 	$(GO) test -race -timeout 30m ./...
+
+## soak: the soak (produce, offload, retention, compaction, SIGKILL, restore
+## against MinIO through a fault proxy) for SOAK_DURATION (default 10m);
+## SOAK_TIMEOUT bounds the whole run; TIERLOG_SOAK_SEED=<seed> replays a run
+SOAK_DURATION ?= 10m
+SOAK_TIMEOUT  ?= 30m
+soak: $(BIN)/minio
+	$(GO) test -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT) ./testing/soak -soak.duration $(SOAK_DURATION)
 
 ## s3servers: install both S3 servers the tests use into .cache/bin
 s3servers: $(S3SERVERS)

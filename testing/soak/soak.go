@@ -1,0 +1,572 @@
+// Package soak is tierlog's soak test as a library: for a bounded time it
+// runs produce → offload → retention → compaction of another topic →
+// SIGKILL → recovery → restore from the bucket, in a loop, against a real
+// MinIO through a fault proxy (toxiproxy) whose faults switch on and off
+// throughout, and checks after every step that every acknowledged-and-
+// flushed record reads back byte-identical at its offset, through both
+// tiers.
+//
+//	func TestMain(m *testing.M) { os.Exit(soak.Main(m)) }
+//
+//	func TestSoak(t *testing.T) {
+//		r := soak.Run(t, soak.Config{Duration: time.Minute})
+//		t.Log(r.Summary())
+//	}
+//
+// # The loop
+//
+// Run (the parent, in the test process) starts MinIO (s3server), a fault
+// proxy in front of it (faultproxy) and then, one after the other, lives
+// of a child process: the test binary re-executed, which Main sends to the
+// workload when ChildEnv is set. Each life opens one log directory
+// (local.Backend), recovering it after the SIGKILL that ended the life
+// before, with two topics:
+//
+//   - A, tiered: small segments, offloaded to the bucket (tiered.Partition
+//     over A's local.Log), local retention keeping only a few segments on
+//     disk, total retention (retention.bytes, retention.ms) removing the
+//     oldest from the bucket.
+//   - B, compacted: keyed records over a few hundred keys, some of them
+//     tombstones, cleaned by the log cleaner (compaction.Cleaner) while
+//     records are being appended.
+//
+// A life checks both topics against the ledger (below) as soon as it has
+// recovered, then runs random steps (produce to A or B as a leader,
+// idempotently or not, in any codec; flush; offload; retention; clean B;
+// roll; checkpoint; DeleteRecords; reopen A; a clean restart of the whole
+// directory) and checks both topics after every step, until it ends: the
+// parent SIGKILLs it at a random moment, or it SIGKILLs itself during a
+// random step, or it closes cleanly. Every few lives begins with a restore:
+// the bucket is brought up to A's log end, A's partition directory is lost
+// (deleted through the Backend; or removed behind the Backend's back, so
+// its checkpoints still name it; or with the whole log directory, as for a
+// new broker, B going with it: B is not tiered, so its ledger starts over)
+// and rebuilt from the bucket with tiered.Restore, and the life goes on
+// producing to it. A restore only begins once the bucket holds all of A
+// (else it is skipped), so no acknowledged record of A goes with the disk. Meanwhile the
+// parent switches faults on and off on the proxy (latency, bandwidth caps,
+// connections reset on their first bytes or mid-request, bodies cut after
+// some kilobytes, streams sliced into small delayed writes, short black
+// holes): a request under a fault may fail retryably, and its step is then
+// tried again later; it must never yield wrong bytes or lose a record.
+// After the loop a last life runs with no faults (the bucket brought up to
+// date, retention, B cleaned to the end) and the parent checks everything
+// once more in-process, before and after a forced tiered.GC.
+//
+// # What is checked
+//
+// For A, through tiered.Partition.Read from the log start to the log end:
+// every batch is the one appended at its offsets, byte for byte (so every
+// record of it: nothing lost, altered, duplicated or out of place, from the
+// bucket below the local log start and from disk above it); the log
+// reaches every acknowledged offset; nothing below the log start is
+// served; point reads (the tier border among them) return the batch
+// holding the offset. The log start may only move in the steps that move
+// it (retention, DeleteRecords, a restore), never in any other step or
+// across a restart in the middle of another step. Retention may remove old
+// records: they are never expected once below the log start.
+//
+// For B: every record served is one appended, unaltered (timestamp, key,
+// value, headers), at its offset, offsets increasing; the log reaches every
+// acknowledged offset; for every key the latest acknowledged write is
+// still served, or a later write of the key, or, for a tombstone past its
+// horizon, nothing of the key at all.
+//
+// A broken promise is a Violation: the child writes it to
+// fail-<life>.txt and exits with code 3, and Run fails the test with the
+// seed that replays the run's choices (EnvSeed). Faults and timing make a
+// replay similar, not identical.
+//
+// # The ledger
+//
+// What the workload wrote is in <root>/ledger, outside the log directory
+// (which restores replace). It is append-only; each entry is framed and
+// checksummed, so a torn last entry is dropped:
+//
+//	entry   := length uint32 | crc32c(payload) uint32 | payload
+//	payload := 'a' base int64 | last int64 | sha256(batch)[:16] | records uint32
+//	         | 'b' base int64 | last int64 | n uint32 | n × (offset int64 | key uint32 | tombstone byte | sha256(record)[:16])
+//	         | 'f' topic byte | end int64        a flush returned: all below end is acknowledged
+//	         | 't' topic byte | end int64        recovery cut an unacknowledged tail: forget it
+//	         | 'r' end int64 | variant byte      a restore of A begins; A ends at end from now on
+//	                                             (variant 'w': the log dir goes, B starts over)
+//	         | 'R'                               that restore is done
+//
+// Integers are big-endian. A batch entry follows its append at once (A's
+// batch bytes as the log holds them: offsets and leader epoch assigned; B's
+// record by record, since the cleaner rewrites batches), written without
+// fsync: a SIGKILL keeps it. 'f', 't', 'r' and 'R' are fsynced before the
+// soak relies on them: a record is acknowledged only once the Flush that
+// covers it has returned and its 'f' entry is on disk. After a restart the
+// life adopts a tail appended but never written to the ledger (killed
+// between the two) and forgets an unacknowledged tail recovery cut.
+package soak
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/testing/faultproxy"
+	"github.com/tierlog/tierlog/testing/s3server"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// EnvSeed names an environment variable holding a seed to replay (Run
+// logs the seed of every run).
+const EnvSeed = "TIERLOG_SOAK_SEED"
+
+// Main runs a test binary's tests, or, in a child the soak started, one
+// life of the workload. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { os.Exit(soak.Main(m)) }
+func Main(m *testing.M) int {
+	if spec := os.Getenv(ChildEnv); spec != "" {
+		var s childSpec
+		if err := json.Unmarshal([]byte(spec), &s); err != nil {
+			fmt.Fprintf(os.Stderr, "soak: bad %s: %v\n", ChildEnv, err)
+			return exitHarness
+		}
+		return runChild(s)
+	}
+	return s3server.RunTests(m)
+}
+
+// Config tunes a soak.
+type Config struct {
+	// Duration is how long the loop runs (default one minute); the final
+	// life and check come after it.
+	Duration time.Duration
+	// Seed replays a run's choices (0: from EnvSeed, else the clock).
+	Seed uint64
+	// MaxLife is the longest a life runs before the parent kills it
+	// (default 8 s); lives last a random part of it.
+	MaxLife time.Duration
+}
+
+// Report is what a soak did.
+type Report struct {
+	Seed     uint64
+	Duration time.Duration
+	// Loops is how many lives the child had (the final one included);
+	// Kills how many ended by SIGKILL (from the parent or itself);
+	// Restores how many rebuilt A from the bucket.
+	Loops, Kills, SelfKills, CleanExits int
+	Restores                            int64
+	// Faults is how many faults the proxy switched on, by kind.
+	Faults       int64
+	FaultsByKind map[string]int
+	// Counters sums the lives' counters (records_checked, bytes_produced,
+	// bytes_uploaded, step_retries, …) and the parent's final check.
+	Counters map[string]int64
+}
+
+// Summary is the report in one line.
+func (r Report) Summary() string {
+	c := r.Counters
+	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+	return fmt.Sprintf("soak: seed %d, %v: %d loops, %d SIGKILLs (%d self-inflicted), %d clean exits, %d restores; "+
+		"%d faults injected, %d failed store requests, %d steps retried; produced %d records (%s), uploaded %s, downloaded %s, read back %s; "+
+		"%d records checked (%d from the bucket) in %d checks (%d cut short by faults); lost or altered: 0; "+
+		"workarounds for known library bugs applied %d times (testing/soak/bugs_test.go)",
+		r.Seed, r.Duration.Round(time.Second), r.Loops, r.Kills, r.SelfKills, r.CleanExits, r.Restores,
+		r.Faults, c["store_attempts_failed"], c["step_retries"], c["records_produced"], mb(c["bytes_produced"]),
+		mb(c["bytes_uploaded"]), mb(c["bytes_downloaded"]), mb(c["bytes_read"]),
+		c["records_checked"], c["records_checked_a_remote"], c["checks"], c["checks_incomplete"],
+		r.workarounds())
+}
+
+// workarounds is how often the soak stepped around a known library bug.
+func (r Report) workarounds() (n int64) {
+	for k, v := range r.Counters {
+		if strings.HasPrefix(k, "known_bug_") {
+			n += v
+		}
+	}
+	return n
+}
+
+// Run runs the soak and fails t on the first Violation, naming the seed.
+// The S3 server is the test binary's MinIO (skipped, with s3server's
+// message, when MinIO cannot be started here).
+func Run(t *testing.T, cfg Config) Report {
+	t.Helper()
+	if cfg.Duration <= 0 {
+		cfg.Duration = time.Minute
+	}
+	if cfg.MaxLife <= 0 {
+		cfg.MaxLife = 8 * time.Second
+	}
+	if cfg.Seed == 0 {
+		if s := os.Getenv(EnvSeed); s != "" {
+			v, err := strconv.ParseUint(s, 10, 64)
+			if err != nil {
+				t.Fatalf("soak: %s=%q: %v", EnvSeed, s, err)
+			}
+			cfg.Seed = v
+		} else {
+			cfg.Seed = uint64(time.Now().UnixNano())
+		}
+	}
+	srv := s3server.SharedKind(t, s3server.MinIO)
+	bucket := srv.NewBucket(t)
+	proxy := faultproxy.Start(t, srv.Endpoint)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &runner{t: t, cfg: cfg, srv: srv, bucket: bucket, proxy: proxy, exe: exe, root: t.TempDir(),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x50a4)), report: Report{Seed: cfg.Seed, Counters: map[string]int64{}, FaultsByKind: map[string]int{}}}
+	t.Logf("soak: seed %d (replay with %s=%d), %v against %s through a fault proxy, work dir %s", cfg.Seed, EnvSeed, cfg.Seed, cfg.Duration, srv.Kind, r.root)
+	r.topics()
+	start := time.Now()
+	deadline := start.Add(cfg.Duration)
+	for life := 1; time.Now().Before(deadline); life++ {
+		r.life(life, deadline)
+	}
+	r.clearFaults()
+	r.life(r.report.Loops+1, time.Time{})
+	r.finalCheck()
+	r.report.Duration = time.Since(start)
+	r.report.Faults = proxy.Added()
+	r.logReport()
+	return r.report
+}
+
+type runner struct {
+	t      *testing.T
+	cfg    Config
+	srv    *s3server.Server
+	bucket string
+	proxy  *faultproxy.Proxy
+	exe    string
+	root   string
+	rng    *rand.Rand
+	report Report
+	topicA map[string]string
+	topicB map[string]string
+	faults map[string]time.Time // active toxic -> when it goes off
+}
+
+// topics chooses the topics' configs for the run.
+func (r *runner) topics() {
+	seg := int64(64<<10) << r.rng.IntN(3) // 64, 128 or 256 KiB
+	r.topicA = map[string]string{
+		"segment.bytes":         strconv.FormatInt(seg, 10),
+		"index.interval.bytes":  strconv.Itoa(1024 << r.rng.IntN(3)),
+		"retention.bytes":       strconv.FormatInt(24*seg, 10),
+		"retention.ms":          strconv.Itoa(90_000 + r.rng.IntN(120_000)),
+		"file.delete.delay.ms":  "500",
+		"remote.storage.enable": "true",
+	}
+	if r.rng.IntN(2) == 0 {
+		r.topicA["local.retention.ms"] = "0" // offloaded segments leave the disk at once
+	} else {
+		r.topicA["local.retention.bytes"] = strconv.FormatInt(int64(2+r.rng.IntN(4))*seg, 10)
+	}
+	r.topicB = map[string]string{
+		"cleanup.policy":            "compact",
+		"segment.bytes":             strconv.Itoa(32<<10 + r.rng.IntN(64<<10)),
+		"min.cleanable.dirty.ratio": "0.01",
+		"delete.retention.ms":       strconv.Itoa(1000 + r.rng.IntN(4000)),
+		"file.delete.delay.ms":      "500",
+	}
+	r.t.Logf("soak: topic A %v; topic B %v", r.topicA, r.topicB)
+}
+
+// life runs one life of the child; a zero deadline means the final one.
+func (r *runner) life(life int, deadline time.Time) {
+	t := r.t
+	spec := childSpec{Root: r.root, Endpoint: r.proxy.Endpoint, Region: r.srv.Region, AccessKey: r.srv.AccessKey,
+		SecretKey: r.srv.SecretKey, Bucket: r.bucket, Seed: r.rng.Uint64(), Life: life,
+		TopicA: r.topicA, TopicB: r.topicB, Driver: []string{"s3", "minio"}[r.rng.IntN(2)],
+		ChunkCacheBytes: []int64{-1, 256 << 10, 0}[r.rng.IntN(3)], CleanerMemory: []int{64 << 10, 1 << 20}[r.rng.IntN(2)],
+		StoreTimeout: 3 * time.Second, StoreAttempts: 4}
+	if r.rng.IntN(2) == 0 { // faults then fail steps, which are tried again later
+		spec.StoreTimeout, spec.StoreAttempts = time.Second, 2
+	}
+	var killAfter time.Duration
+	switch n := r.rng.IntN(10); {
+	case deadline.IsZero():
+		spec.Mode, spec.StopBy = modeFinal, time.Now().Add(10*time.Minute)
+	case n < 6:
+		spec.Mode = modeKill
+		killAfter = time.Duration(r.rng.Int64N(int64(r.cfg.MaxLife))) + 500*time.Millisecond
+	case n < 9:
+		spec.Mode, spec.KillAtOp = modeSelfKill, 1+r.rng.IntN(60)
+	default:
+		spec.Mode, spec.CleanAfterOps = modeClean, 1+r.rng.IntN(40)
+	}
+	if spec.StopBy.IsZero() {
+		spec.StopBy = deadline.Add(r.cfg.MaxLife) // a life never outlasts the soak by much
+	}
+	if !deadline.IsZero() && life > 1 && r.rng.IntN(3) == 0 {
+		spec.Restore = []byte{restoreDelete, restoreLostDir, restoreLostLogDir}[r.rng.IntN(3)]
+	}
+	specJSON, err := json.Marshal(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := os.Create(filepath.Join(r.root, fmt.Sprintf("child-%d.out", life)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	cmd := exec.Command(r.exe, "-test.run=^$")
+	cmd.Env = append(os.Environ(), ChildEnv+"="+string(specJSON))
+	cmd.Stdout, cmd.Stderr = out, out
+	began := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var kill <-chan time.Time
+	if killAfter > 0 {
+		kill = time.After(killAfter)
+	}
+	hang := time.After(15 * time.Minute)
+	tick := time.NewTicker(300 * time.Millisecond)
+	defer tick.Stop()
+	killed := false
+	for waiting := true; waiting; {
+		select {
+		case err = <-done:
+			waiting = false
+		case <-kill:
+			cmd.Process.Signal(syscall.SIGKILL)
+			killed = true
+		case <-hang:
+			cmd.Process.Signal(syscall.SIGKILL)
+			<-done
+			r.failLife(life, spec, "the child has not ended after 15 minutes")
+		case <-tick.C:
+			if !deadline.IsZero() {
+				r.toggleFaults()
+			}
+		}
+	}
+	r.report.Loops++
+	lc := r.addCounters(life)
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		r.report.CleanExits++
+	case errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL && (killed || spec.Mode == modeSelfKill):
+		r.report.Kills++
+		if !killed {
+			r.report.SelfKills++
+		}
+	default:
+		r.failLife(life, spec, fmt.Sprintf("the child failed: %v", err))
+	}
+	how := "exited"
+	if killed {
+		how = "killed by the parent"
+	} else if err != nil {
+		how = "killed itself"
+	}
+	t.Logf("soak: life %d (%s, restore %q, %s store) %s after %v: %d steps, %d checks, %d restores",
+		life, spec.Mode, spec.Restore, spec.Driver, how, time.Since(began).Round(time.Millisecond), lc["steps"], lc["checks"], lc["restores"])
+}
+
+// failLife fails the test with the child's report and the seed.
+func (r *runner) failLife(life int, spec childSpec, why string) {
+	r.t.Helper()
+	msg, _ := os.ReadFile(filepath.Join(r.root, fmt.Sprintf("fail-%d.txt", life)))
+	out, _ := os.ReadFile(filepath.Join(r.root, fmt.Sprintf("child-%d.out", life)))
+	if len(out) > 8000 {
+		out = out[len(out)-8000:]
+	}
+	r.logReport()
+	r.t.Fatalf("soak: life %d (mode %s, restore %q, driver %s): %s\n%s\n--- the child's output (tail) ---\n%s\n"+
+		"replay the run's choices with %s=%d (work dir %s)", life, spec.Mode, spec.Restore, spec.Driver, why, msg, out, EnvSeed, r.cfg.Seed, r.root)
+}
+
+// addCounters adds a life's counters to the report and returns them.
+func (r *runner) addCounters(life int) map[string]int64 {
+	data, err := os.ReadFile(filepath.Join(r.root, "stats", fmt.Sprintf("life-%d.json", life)))
+	if err != nil {
+		return nil // killed before it wrote any
+	}
+	var p progress
+	if json.Unmarshal(data, &p) != nil {
+		return nil
+	}
+	for k, v := range p.Counters {
+		r.report.Counters[k] += v
+	}
+	r.report.Restores = r.report.Counters["restores"]
+	return p.Counters
+}
+
+// The faults the proxy switches on, at most two at a time.
+var faultKinds = []struct {
+	name   string
+	tox    func(rng *rand.Rand) faultproxy.Toxic
+	maxFor time.Duration
+	slows  bool // only slows requests down
+}{
+	{"latency", func(rng *rand.Rand) faultproxy.Toxic {
+		return faultproxy.Latency(time.Duration(20+rng.IntN(150))*time.Millisecond, 20*time.Millisecond)
+	}, 4 * time.Second, true},
+	{"bandwidth-down", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Bandwidth(int64(256 + rng.IntN(2048))) }, 4 * time.Second, true},
+	{"bandwidth-up", func(rng *rand.Rand) faultproxy.Toxic {
+		t := faultproxy.Bandwidth(int64(256 + rng.IntN(2048)))
+		t.Stream = faultproxy.Upstream
+		return t
+	}, 4 * time.Second, true},
+	{"reset-peer", func(rng *rand.Rand) faultproxy.Toxic {
+		t := faultproxy.ResetPeer(0)
+		t.Toxicity = 0.5
+		return t
+	}, 3 * time.Second, false},
+	{"reset-mid-request", func(rng *rand.Rand) faultproxy.Toxic {
+		t := faultproxy.ResetPeer(time.Duration(5+rng.IntN(40)) * time.Millisecond)
+		t.Stream, t.Toxicity = faultproxy.Upstream, 0.5
+		return t
+	}, 3 * time.Second, false},
+	{"cut-mid-body", func(rng *rand.Rand) faultproxy.Toxic {
+		t := faultproxy.LimitData(int64(8<<10 + rng.IntN(120<<10)))
+		t.Toxicity = 0.5
+		return t
+	}, 3 * time.Second, false},
+	{"slicer", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Slicer(512, 256, 100*time.Microsecond) }, 4 * time.Second, true},
+	{"black-hole", func(rng *rand.Rand) faultproxy.Toxic { return faultproxy.Timeout(0) }, 3 * time.Second, false},
+}
+
+// toggleFaults removes the faults whose time is up and sometimes adds one.
+func (r *runner) toggleFaults() {
+	if r.faults == nil {
+		r.faults = map[string]time.Time{}
+	}
+	now := time.Now()
+	for name, off := range r.faults {
+		if now.After(off) {
+			r.proxy.Remove(r.t, name)
+			delete(r.faults, name)
+		}
+	}
+	if len(r.faults) >= 2 || r.rng.IntN(2) != 0 {
+		return
+	}
+	// The faults that fail requests (resets, cut bodies, black holes)
+	// twice as often as those that only slow them.
+	k := faultKinds[r.rng.IntN(len(faultKinds))]
+	if k.slows && r.rng.IntN(2) == 0 {
+		k = faultKinds[r.rng.IntN(len(faultKinds))]
+	}
+	name := r.proxy.Add(r.t, k.tox(r.rng))
+	r.faults[name] = now.Add(200*time.Millisecond + time.Duration(r.rng.Int64N(int64(k.maxFor))))
+	r.report.FaultsByKind[k.name]++
+}
+
+func (r *runner) clearFaults() {
+	r.proxy.Reset(r.t)
+	r.faults = nil
+}
+
+// finalCheck checks both topics in-process, with the store reached
+// directly, then again after a forced gc of the bucket (with a partition
+// opened afresh, so every remote read is a GET).
+func (r *runner) finalCheck() {
+	t := r.t
+	ctx := context.Background()
+	led, err := openLedger(filepath.Join(r.root, "ledger"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer led.close()
+	spec := childSpec{Endpoint: r.srv.Endpoint, Region: r.srv.Region, AccessKey: r.srv.AccessKey, SecretKey: r.srv.SecretKey, Bucket: r.bucket, Driver: "s3"}
+	store, err := openStore(spec, objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	cfgA, _ := backend.ParseConfig(r.topicA)
+	cfgB, _ := backend.ParseConfig(r.topicB)
+	b, err := local.OpenBackend(filepath.Join(r.root, "logs"), local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	lb, err := b.OpenLog(ctx, nameB, 0, cfgB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(r.cfg.Seed, 1))
+	var total checked
+	for round := 0; round < 2; round++ {
+		if round == 1 {
+			removed, err := tiered.GC(ctx, store, prefix, tiered.GCOptions{Grace: time.Nanosecond, Force: true})
+			if err != nil {
+				t.Fatalf("soak: final gc: %v", err)
+			}
+			r.report.Counters["gc_removed_objects"] += int64(len(removed))
+		}
+		la, err := b.OpenLog(ctx, nameA, 0, cfgA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := tiered.Open(ctx, la, tiered.Options{Store: store, Prefix: prefix, LeaderEpoch: int32(r.report.Loops + 1), ChunkCacheBytes: -1, PrefetchBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if round == 0 {
+			m := p.Manifest()
+			t.Logf("soak: at the end: A %+v, %d segments in the bucket (generation %d), %d on disk; B %+v",
+				p.Offsets(), len(m.Segments), m.Generation, len(la.SegmentInfos()), lb.Offsets())
+		}
+		ca, err := checkA(ctx, p, led.a, rng)
+		if err == nil {
+			var cb checked
+			cb, err = checkB(ctx, lb, led.b)
+			ca.add(cb)
+		}
+		if err != nil {
+			r.logReport()
+			t.Fatalf("soak: the final check (round %d) found: %v\nreplay the run's choices with %s=%d (work dir %s)", round, err, EnvSeed, r.cfg.Seed, r.root)
+		}
+		total.add(ca)
+		if err := p.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := r.report.Counters
+	c["records_checked"] += total.recordsA + total.recordsB
+	c["records_checked_a"] += total.recordsA
+	c["records_checked_a_remote"] += total.remoteRecordsA
+	c["records_checked_b"] += total.recordsB
+	c["bytes_read"] += total.bytes
+	c["checks"] += 2
+	c["final_records_a"] = total.recordsA / 2
+	c["final_records_b"] = total.recordsB / 2
+}
+
+func (r *runner) logReport() {
+	keys := make([]string, 0, len(r.report.Counters))
+	for k := range r.report.Counters {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, " %s=%d", k, r.report.Counters[k])
+	}
+	r.t.Logf("soak: counters:%s", b.String())
+	r.t.Logf("soak: faults by kind: %v", r.report.FaultsByKind)
+}

@@ -1,0 +1,23 @@
+package soak_test
+
+import (
+	"flag"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/testing/soak"
+)
+
+var duration = flag.Duration("soak.duration", 40*time.Second,
+	"how long the soak's loop runs (make soak: 10m); the final check comes after")
+
+func TestMain(m *testing.M) { os.Exit(soak.Main(m)) }
+
+// TestSoak runs the soak: 40 s by default (in go test ./... and make test),
+// -soak.duration for longer (make soak). The seed is logged; TIERLOG_SOAK_SEED
+// replays it.
+func TestSoak(t *testing.T) {
+	r := soak.Run(t, soak.Config{Duration: *duration})
+	t.Log(r.Summary())
+}
