@@ -160,13 +160,18 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 	if b.closed {
 		return nil, fmt.Errorf("%w: log dir %s", backend.ErrClosed, b.dir)
 	}
-	if l, ok := b.logs[tp]; ok && !l.closed.Load() {
-		// The config given applies to the open log, as a topic config
-		// change applies to Kafka's open log.
-		if err := l.SetConfig(cfg); err != nil {
-			return nil, err
+	if l, ok := b.logs[tp]; ok {
+		if !l.closed.Load() {
+			// The config given applies to the open log, as a topic config
+			// change applies to Kafka's open log.
+			if err := l.SetConfig(cfg); err != nil {
+				return nil, err
+			}
+			return l, nil
 		}
-		return l, nil
+		// Closed by its own Close: what it had then is newer than the
+		// checkpoint maps (a DeleteRecordsBefore, the high watermark).
+		b.recovery[tp], b.starts[tp], b.hws[tp] = l.RecoveryPoint(), l.checkpointLogStart(), l.Offsets().HighWatermark
 	}
 	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
 		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget, Metrics: &b.metrics, FS: b.opts.FS}

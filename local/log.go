@@ -228,6 +228,11 @@ func (l *Log) SetConfig(c backend.Config) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.cfg.Load().RemoteStorageEnable && !c.RemoteStorageEnable {
+		// Its old offsets may live only in a bucket, and its local
+		// retention is the tiered layer's: Kafka refuses this too.
+		return &backend.ConfigError{Key: "remote.storage.enable", Value: "false", Reason: "a tiered log cannot stop being tiered (" + l.dir + ")"}
+	}
 	l.storeConfig(c)
 	// New segments only: an active segment keeps the index size and
 	// interval it was created with (its files are sized already).

@@ -483,6 +483,19 @@ func (m *Manifest) Find(offset int64) (i int, ok bool) {
 	return 0, false
 }
 
+// Holding returns the index of the segment whose offsets hold offset,
+// whatever the log start (a segment the log start cut into still holds
+// the offsets below it); ok is false when no segment does (offset in a
+// gap, or outside every segment).
+func (m *Manifest) Holding(offset int64) (i int, ok bool) {
+	segs := m.Segments
+	i = sort.Search(len(segs), func(j int) bool { return segs[j].BaseOffset > offset }) - 1
+	if i >= 0 && offset <= segs[i].LastOffset {
+		return i, true
+	}
+	return 0, false
+}
+
 // FindTimestamp returns the first segment whose MaxTimestamp is >= ts (the
 // segment where a ListOffsets by time continues), by binary search over
 // the running maximum. ok is false when no segment reaches ts.

@@ -276,6 +276,9 @@ func (p *Partition) FollowerStep(ctx context.Context) error {
 	if err := p.refreshLocked(ctx); err != nil {
 		return err
 	}
+	if err := p.fitLocalStartLocked(ctx); err != nil {
+		return err
+	}
 	return p.applyLocalRetentionLocked(ctx)
 }
 

@@ -135,8 +135,11 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		next := *st.m
 		next.Segments = append(append([]manifest.Segment(nil), st.m.Segments...), segs[:ok]...)
 		if len(st.m.Segments) == 0 {
-			next.LogStartOffset = max(segs[0].BaseOffset, p.local.Offsets().LogStart)
+			next.LogStartOffset = max(next.LogStartOffset, segs[0].BaseOffset, p.local.Offsets().LogStart)
 		}
+		// A DeleteRecordsBefore past the bucket's end raised the partition's
+		// log start beyond what the manifest could record then: it does now.
+		next.LogStartOffset = max(next.LogStartOffset, min(p.Offsets().LogStart, segs[ok-1].LastOffset+1))
 		if err := p.commitLocked(ctx, st, &next); err != nil {
 			return 0, err
 		}
@@ -455,7 +458,7 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		}
 		del := false
 		if ms >= 0 {
-			if i, ok := m.Find(si.BaseOffset); ok && now-m.Segments[i].MaxTimestamp > ms {
+			if i, ok := m.Holding(si.BaseOffset); ok && now-m.Segments[i].MaxTimestamp > ms {
 				del = true
 			}
 		}

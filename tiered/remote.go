@@ -33,6 +33,10 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 		return nil, err
 	}
 	lo := p.local.Offsets()
+	if o := p.Offsets(); offset < o.LogStart && offset >= lo.LogStart {
+		// Below a committed log start the local log has not reached yet.
+		return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
+	}
 	if offset >= lo.LogStart {
 		recs, err := p.local.Read(ctx, offset, opts)
 		var oor *backend.OffsetOutOfRangeError

@@ -335,10 +335,31 @@ func (p *Partition) Offsets() backend.Offsets {
 		return o
 	}
 	m := p.Manifest()
-	if n := len(m.Segments); n > 0 && m.LogStartOffset < o.LogStart && m.Segments[n-1].LastOffset+1 >= o.LogStart {
+	if n := len(m.Segments); n > 0 && m.Segments[n-1].LastOffset+1 >= o.LogStart {
+		// The bucket runs on into the local log: the partition starts
+		// where the manifest says, also above the local log start when a
+		// committed new log start has not reached the local log yet (it
+		// does at the next change; see fitLocalStartLocked).
 		o.LogStart = m.LogStartOffset
+	} else {
+		o.LogStart = max(o.LogStart, m.LogStartOffset)
 	}
+	o.LocalLogStart = max(o.LocalLogStart, o.LogStart)
 	return o
+}
+
+// fitLocalStartLocked moves the local log's start up to the manifest's
+// when a committed log start (DeleteRecordsBefore, remote retention) did
+// not reach it: the change was interrupted after its commit, or its
+// commit's answer was lost and adopted later. REQUIRES: p.mu held.
+func (p *Partition) fitLocalStartLocked(ctx context.Context) error {
+	o := p.local.Offsets()
+	if target := min(p.Manifest().LogStartOffset, o.HighWatermark); target > o.LogStart {
+		if err := p.local.DeleteRecordsBefore(ctx, target); err != nil {
+			return fmt.Errorf("tiered: move the local log start to the committed %d: %w", target, err)
+		}
+	}
+	return nil
 }
 
 // Append appends to the local log.
@@ -581,6 +602,10 @@ func (p *Partition) beginLeaderChange(ctx context.Context) (_ context.Context, d
 		return nil, nil, err
 	}
 	if err := p.claimLocked(ctx); err != nil {
+		done()
+		return nil, nil, err
+	}
+	if err := p.fitLocalStartLocked(ctx); err != nil {
 		done()
 		return nil, nil, err
 	}

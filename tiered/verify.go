@@ -81,7 +81,7 @@ func (p *Partition) bucketHoldsLocked(ctx context.Context, m *manifest.Manifest,
 	if known && v.ranged && v.size == si.Size && v.last == si.NextOffset-1 {
 		return nil
 	}
-	i, ok := m.Find(si.BaseOffset)
+	i, ok := m.Holding(si.BaseOffset)
 	if !ok || m.Segments[i].BaseOffset != si.BaseOffset || m.Segments[i].LastOffset != si.NextOffset-1 {
 		return p.compareWithBucketLocked(ctx, m, si)
 	}
@@ -141,8 +141,8 @@ func (p *Partition) compareWithBucketLocked(ctx context.Context, m *manifest.Man
 	}
 	buf := make([]byte, 2*compareChunk)
 	for localPos < h.Size() {
-		i, ok := m.Find(off)
-		if !ok || m.Segments[i].BaseOffset > off {
+		i, ok := m.Holding(off)
+		if !ok {
 			return fmt.Errorf("%w: the bucket does not hold offset %d of local segment %s", ErrDiverged, off, h.Path())
 		}
 		seg := m.Segments[i]

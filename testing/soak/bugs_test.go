@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -19,15 +18,8 @@ import (
 	"github.com/tierlog/tierlog/tiered"
 )
 
-// Library bugs the soak found, each as a minimal reproduction. They are
-// skipped so the branch stays green; set TIERLOG_SOAK_BUGS=1 to run them
-// (each fails until its bug is fixed, then its skip goes).
-
-func skipKnownBug(t *testing.T, bug string) {
-	if os.Getenv("TIERLOG_SOAK_BUGS") == "" {
-		t.Skipf("known library bug, found by the soak: %s (TIERLOG_SOAK_BUGS=1 runs it)", bug)
-	}
-}
+// Library bugs the soak found, each as a minimal reproduction that failed
+// until its fix: regression tests now.
 
 // TestBugReopenForgetsLogStartAndHighWatermark: a partition closed
 // (Log.Close, or tiered.Partition.Close, which closes its local log) and
@@ -39,7 +31,6 @@ func skipKnownBug(t *testing.T, bug string) {
 // Backend.OpenLog's reopen path takes b.starts / b.hws, which Log.Close
 // never updates.
 func TestBugReopenForgetsLogStartAndHighWatermark(t *testing.T) {
-	skipKnownBug(t, "local.Backend.OpenLog of a closed partition forgets its log start and high watermark")
 	ctx := context.Background()
 	b, err := local.OpenBackend(t.TempDir(), local.BackendOptions{})
 	if err != nil {
@@ -114,7 +105,6 @@ func appendN(t *testing.T, p backend.Partition, n int) {
 // manifest's LogStartOffset, so the segment holding the log start is never
 // found.
 func TestBugDeleteRecordsMidSegmentStopsLocalRetention(t *testing.T) {
-	skipKnownBug(t, "tiered: local retention calls the segment holding a mid-segment log start diverged (manifest.Find below LogStartOffset)")
 	ctx := context.Background()
 	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "local.retention.bytes": "1", "remote.storage.enable": "true"})
 	if err != nil {
@@ -170,7 +160,6 @@ func (d *cancelAfterManifest) Put(ctx context.Context, key string, body io.ReadS
 // TestBugDeleteRecordsMidSegmentStopsLocalRetention) local retention
 // stops.
 func TestBugManifestLogStartNotAppliedToLocalLog(t *testing.T) {
-	skipKnownBug(t, "tiered: a manifest LogStartOffset above the local log start is never applied to the local log (crash inside DeleteRecordsBefore)")
 	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +168,7 @@ func TestBugManifestLogStartNotAppliedToLocalLog(t *testing.T) {
 	store := objstore.New(drv, "mem://bug", objstore.Options{})
 	dir := t.TempDir()
 	open := func() (*local.Backend, *tiered.Partition) {
-		b, err := local.OpenBackend(dir, local.BackendOptions{})
+		b, err := local.OpenBackend(dir, local.BackendOptions{RemoteStorage: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +224,6 @@ func TestBugManifestLogStartNotAppliedToLocalLog(t *testing.T) {
 // never delete it. A restored partition (a lost disk, a new broker, as
 // tierctl restore's help says) cannot take appends and stay tiered.
 func TestBugAppendAfterRestoreBreaksOffload(t *testing.T) {
-	skipKnownBug(t, "tiered: appends after Restore go into the restored last segment, which the bucket holds, and Offload fails from then on")
 	ctx := context.Background()
 	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"})
 	if err != nil {
@@ -287,7 +275,6 @@ func TestBugAppendAfterRestoreBreaksOffload(t *testing.T) {
 // log start goes back, and the records DeleteRecords removed are served
 // again, from the bucket.
 func TestBugOffloadBringsBackDeletedRecords(t *testing.T) {
-	skipKnownBug(t, "tiered: Offload after DeleteRecordsBefore above the bucket's end lowers the log start again (manifest LogStartOffset not raised)")
 	ctx := context.Background()
 	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"})
 	if err != nil {
@@ -348,7 +335,6 @@ func (d *loseManifestAnswer) Put(ctx context.Context, key string, body io.ReadSe
 // below the committed log start, until local retention happens to delete
 // past it, when the log start jumps in the middle of an Offload.
 func TestBugManifestLogStartNotAppliedAfterLostAnswer(t *testing.T) {
-	skipKnownBug(t, "tiered: a manifest LogStartOffset adopted by reconciliation is never applied to the local log")
 	ctx := context.Background()
 	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"})
 	if err != nil {

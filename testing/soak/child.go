@@ -325,7 +325,7 @@ func (c *child) openAll() error {
 		return err
 	}
 	var err error
-	c.b, err = local.OpenBackend(c.logDir(), local.BackendOptions{Logger: c.logger()})
+	c.b, err = local.OpenBackend(c.logDir(), local.BackendOptions{Logger: c.logger(), RemoteStorage: true})
 	if err != nil {
 		return err
 	}
@@ -1077,7 +1077,7 @@ func (c *child) finishRestore(ctx context.Context, end int64, variant byte) erro
 			return err
 		}
 		var err error
-		if c.b, err = local.OpenBackend(c.logDir(), local.BackendOptions{Logger: c.logger()}); err != nil {
+		if c.b, err = local.OpenBackend(c.logDir(), local.BackendOptions{Logger: c.logger(), RemoteStorage: true}); err != nil {
 			return err
 		}
 	default:

@@ -499,7 +499,7 @@ func (r *runner) finalCheck() {
 	defer store.Close()
 	cfgA, _ := backend.ParseConfig(r.topicA)
 	cfgB, _ := backend.ParseConfig(r.topicB)
-	b, err := local.OpenBackend(filepath.Join(r.root, "logs"), local.BackendOptions{})
+	b, err := local.OpenBackend(filepath.Join(r.root, "logs"), local.BackendOptions{RemoteStorage: true})
 	if err != nil {
 		t.Fatal(err)
 	}
