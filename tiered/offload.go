@@ -272,24 +272,6 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 	}
 	seg.Size, seg.IndexSize, seg.TimeIndexSize = h.Size()-start, int64(len(idx)), int64(len(tidx))
 	seg.IndexCRC, seg.TimeIndexCRC = crc32.Checksum(idx, castagnoli), crc32.Checksum(tidx, castagnoli)
-	put := func(name string, body io.ReadSeeker, size int64, crc uint32) error {
-		_, err := p.store.Put(ctx, p.key(name), body, size, objstore.PutOptions{CRC32C: crc, HasCRC32C: true, IfNoneMatch: true})
-		if errors.Is(err, objstore.ErrPreconditionFailed) {
-			// The key is new to this attempt: if it exists, an earlier try
-			// of this very put succeeded before its answer was lost.
-			info, herr := p.store.Head(ctx, p.key(name))
-			if herr == nil && info.Size == size {
-				return nil
-			}
-			if herr != nil {
-				return fmt.Errorf("tiered: upload %s: %w: its outcome is unknown: %w", name, objstore.ErrRetryable, herr)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("tiered: upload %s: %w", name, err)
-		}
-		return nil
-	}
 	var body io.ReadSeeker = io.NewSectionReader(h, start, seg.Size)
 	if p.opts.OnUploadProgress != nil {
 		body = &progressBody{rs: body, report: p.opts.OnUploadProgress}
@@ -297,18 +279,13 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 	for _, lim := range p.uploadRate {
 		body = &limitedBody{ctx: ctx, rs: body, lim: lim}
 	}
-	if err := put(seg.Name(manifest.LogSuffix), body, seg.Size, seg.LogCRC); err != nil {
+	if err := p.putObject(ctx, seg.Name(manifest.LogSuffix), body, seg.Size, seg.LogCRC); err != nil {
 		return seg, err
 	}
-	if err := put(seg.Name(manifest.IndexSuffix), bytes.NewReader(idx), int64(len(idx)), seg.IndexCRC); err != nil {
-		return seg, err
-	}
-	if err := put(seg.Name(manifest.TimeIndexSuffix), bytes.NewReader(tidx), int64(len(tidx)), seg.TimeIndexCRC); err != nil {
-		return seg, err
-	}
-	for _, suf := range []string{manifest.TxnIndexSuffix, manifest.SnapshotSuffix, manifest.EpochsSuffix} {
-		if data := extras[suf]; len(data) > 0 {
-			if err := put(seg.Name(suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
+	extras[manifest.IndexSuffix], extras[manifest.TimeIndexSuffix] = idx, tidx
+	for _, suf := range manifest.AllSuffixes[1:] {
+		if data := extras[suf]; len(data) > 0 || suf == manifest.IndexSuffix || suf == manifest.TimeIndexSuffix {
+			if err := p.putObject(ctx, seg.Name(suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
 				return seg, err
 			}
 		}
@@ -317,6 +294,28 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 	p.caches.indexes.put(p.key(seg.Name(manifest.IndexSuffix)), idx)
 	p.caches.indexes.put(p.key(seg.Name(manifest.TimeIndexSuffix)), tidx)
 	return seg, nil
+}
+
+// putObject puts one of a segment's objects under its key, new to this
+// upload attempt (so never over another's), with its CRC-32C checked by
+// the store.
+func (p *Partition) putObject(ctx context.Context, name string, body io.ReadSeeker, size int64, crc uint32) error {
+	_, err := p.store.Put(ctx, p.key(name), body, size, objstore.PutOptions{CRC32C: crc, HasCRC32C: true, IfNoneMatch: true})
+	if errors.Is(err, objstore.ErrPreconditionFailed) {
+		// The key is new to this attempt: if it exists, an earlier try
+		// of this very put succeeded before its answer was lost.
+		info, herr := p.store.Head(ctx, p.key(name))
+		if herr == nil && info.Size == size {
+			return nil
+		}
+		if herr != nil {
+			return fmt.Errorf("tiered: upload %s: %w: its outcome is unknown: %w", name, objstore.ErrRetryable, herr)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("tiered: upload %s: %w", name, err)
+	}
+	return nil
 }
 
 // segmentExtras gathers the rest of what Kafka's LogSegmentData carries

@@ -26,7 +26,6 @@
 package tiered
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -261,40 +260,6 @@ func (p *Partition) key(name string) string {
 	return p.prefix + "/" + name
 }
 
-// readManifest GETs and decodes the manifest (one request); a missing one
-// is empty.
-func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
-	key := p.key(ManifestName)
-	rc, info, err := p.store.Get(ctx, key, 0, -1)
-	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
-		return &manifestState{m: &manifest.Manifest{}}, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tiered: read manifest: %w", err)
-	}
-	data, err := io.ReadAll(rc)
-	rc.Close()
-	if err != nil {
-		return nil, fmt.Errorf("tiered: read manifest: %w", err)
-	}
-	m, err := manifest.Decode(data)
-	if err != nil {
-		return nil, fmt.Errorf("tiered: %s: %w", key, err)
-	}
-	return &manifestState{m: m, etag: info.ETag}, nil
-}
-
-// adopt makes st the committed manifest, and tells the local log where the
-// partition begins (its log-start-offset-checkpoint records that).
-func (p *Partition) adopt(st *manifestState) {
-	p.man.Store(st)
-	if len(st.m.Segments) > 0 {
-		p.local.SetRemoteLogStart(st.m.LogStartOffset)
-	} else {
-		p.local.SetRemoteLogStart(-1)
-	}
-}
-
 // Manifest returns the committed manifest (do not modify it).
 func (p *Partition) Manifest() *manifest.Manifest { return p.man.Load().m }
 
@@ -303,25 +268,6 @@ func (p *Partition) Prefix() string { return p.prefix }
 
 // Local returns the wrapped local log.
 func (p *Partition) Local() *local.Log { return p.local }
-
-// fence stops this writer: the manifest was committed by writerEpoch
-// (another writer). BecomeLeader with a higher epoch lifts it.
-func (p *Partition) fence(writerEpoch int32, cause error) {
-	err := fmt.Errorf("%w: %s: %w", backend.ErrFenced, p.key(ManifestName), cause)
-	if p.fenc.CompareAndSwap(nil, &fencing{err: err, epoch: writerEpoch}) {
-		p.metrics.Fenced.Add(1)
-		p.opts.Logger.Warn("fenced: another writer owns the partition", "err", err)
-	}
-}
-
-// Fenced returns the fencing error, or nil while this writer owns the
-// partition.
-func (p *Partition) Fenced() error {
-	if f := p.fenc.Load(); f != nil {
-		return f.err
-	}
-	return nil
-}
 
 // Offsets returns the partition's offsets: LogStart is the remote start
 // when old segments live in the bucket; LocalLogStart the local one.
@@ -561,149 +507,6 @@ func (p *Partition) checkOpen() error {
 	if p.closed.Load() {
 		return fmt.Errorf("%w: tiered partition %s", backend.ErrClosed, p.key(""))
 	}
-	return nil
-}
-
-// beginChange starts a change of the bucket (an offload, retention, a new
-// log start): it takes p.mu, with ctx also cancelled by Close, and fails
-// with ErrClosed once the partition is closed. done releases both.
-func (p *Partition) beginChange(ctx context.Context) (_ context.Context, done func(), err error) {
-	if err := p.checkOpen(); err != nil {
-		return nil, nil, err
-	}
-	ctx, cancel := p.withClose(ctx)
-	p.mu.Lock()
-	if err := p.checkOpen(); err != nil {
-		p.mu.Unlock()
-		cancel()
-		return nil, nil, err
-	}
-	if err := p.attach(ctx); err != nil {
-		p.mu.Unlock()
-		cancel()
-		return nil, nil, err
-	}
-	return ctx, func() { p.mu.Unlock(); cancel() }, nil
-}
-
-// beginLeaderChange is beginChange for the leader's changes (uploads,
-// retention, the log start): it fails with ErrNotLeader unless the
-// partition leads, and claims the bucket for the current epoch first.
-func (p *Partition) beginLeaderChange(ctx context.Context) (_ context.Context, done func(), err error) {
-	if p.role.Load() != roleLeader {
-		return nil, nil, p.notLeader()
-	}
-	ctx, done, err = p.beginChange(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	if err := p.reconcileLocked(ctx); err != nil {
-		done()
-		return nil, nil, err
-	}
-	if err := p.claimLocked(ctx); err != nil {
-		done()
-		return nil, nil, err
-	}
-	if err := p.fitLocalStartLocked(ctx); err != nil {
-		done()
-		return nil, nil, err
-	}
-	return ctx, done, nil
-}
-
-// withClose returns ctx, also cancelled when the partition closes.
-func (p *Partition) withClose(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	stop := context.AfterFunc(p.closing, cancel)
-	return ctx, func() { stop(); cancel() }
-}
-
-// commitLocked replaces the manifest st with next by a conditional put. A
-// lost condition fences this writer, unless the manifest now in the bucket
-// is exactly next (a retried put whose first try had succeeded). When the
-// outcome cannot be known (the put failed retryably, or the bucket cannot
-// be read back), the error is retryable and the next change reconciles.
-// REQUIRES: p.mu held.
-func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *manifest.Manifest) error {
-	if err := p.reconcileLocked(ctx); err != nil {
-		return err
-	}
-	if st != p.man.Load() {
-		return fmt.Errorf("%w: the manifest changed while this commit was prepared", objstore.ErrRetryable)
-	}
-	epoch := p.epoch.Load()
-	if p.role.Load() != roleLeader {
-		return p.notLeader()
-	}
-	if st.m.WriterEpoch > epoch {
-		p.fence(st.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, epoch))
-		return p.Fenced()
-	}
-	if st.m.Deleted {
-		return fmt.Errorf("%w: partition %s: its deletion has begun", backend.ErrNotFound, p.prefix)
-	}
-	next.Generation = st.m.Generation + 1
-	next.WriterEpoch = epoch
-	data, err := next.Encode()
-	if err != nil {
-		return err
-	}
-	opts := objstore.PutOptions{IfMatch: st.etag, IfNoneMatch: st.etag == ""}
-	info, err := p.store.Put(ctx, p.key(ManifestName), bytes.NewReader(data), int64(len(data)), opts)
-	switch {
-	case err == nil:
-		p.adopt(&manifestState{m: next, etag: info.ETag})
-		p.claimed.Store(epoch)
-		p.metrics.ManifestCommits.Add(1)
-		return nil
-	case errors.Is(err, objstore.ErrPreconditionFailed):
-		p.unknown = next
-		return p.reconcileLocked(ctx)
-	default:
-		p.unknown = next // it may have landed
-		return fmt.Errorf("tiered: commit manifest generation %d: %w", next.Generation, err)
-	}
-}
-
-// reconcileLocked settles a commit whose outcome is unknown by reading the
-// bucket's manifest: if it is the one this writer tried to commit, adopt
-// it; if it is still the one this writer knew, the commit did not happen;
-// anything else was written by another writer, which fences this one.
-// REQUIRES: p.mu held.
-func (p *Partition) reconcileLocked(ctx context.Context) error {
-	if err := p.Fenced(); err != nil {
-		return err
-	}
-	if p.unknown == nil {
-		return nil
-	}
-	now, err := p.readManifest(ctx)
-	if err != nil {
-		return fmt.Errorf("tiered: reconcile the manifest: %w", err)
-	}
-	enc := func(m *manifest.Manifest) []byte { b, _ := m.Encode(); return b }
-	nowBytes, cur := enc(now.m), p.man.Load()
-	switch {
-	case bytes.Equal(nowBytes, enc(p.unknown)):
-		p.adopt(now) // our commit landed
-		p.claimed.Store(now.m.WriterEpoch)
-		p.metrics.ManifestCommits.Add(1)
-	case now.etag == cur.etag && bytes.Equal(nowBytes, enc(cur.m)):
-		// Our commit did not land; the manifest is the one we knew.
-	case now.m.WriterEpoch < p.epoch.Load() && p.claimed.Load() != p.epoch.Load() && !now.m.Deleted:
-		// An older leader committed before this one claimed the bucket:
-		// its commit stands (what it uploaded was below its high
-		// watermark); this one claims over it and tries again.
-		p.unknown = nil
-		p.adopt(now)
-		return fmt.Errorf("%w: an older leader (epoch %d) committed generation %d first", objstore.ErrRetryable, now.m.WriterEpoch, now.m.Generation)
-	default:
-		p.unknown = nil
-		p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest moved from generation %d to %d, written by leader epoch %d", cur.m.Generation, now.m.Generation, now.m.WriterEpoch))
-		return p.Fenced()
-	}
-	p.unknown = nil
 	return nil
 }
 
