@@ -648,3 +648,24 @@ func blackHole(t *testing.T, pr *proxied) {
 		checkOnlyNamed(t, pr.store, prefix)
 	})
 }
+
+// TestRestoreCutShortIsRetryable: with every connection cut after 8 KiB,
+// no 64 KiB object can be read whole, so restore fails; the failure is a
+// network fault like any other and must be retryable (errors.Is
+// objstore.ErrRetryable), as the other operations' are under the same
+// fault, and a rerun once it is gone restores the partition.
+func TestRestoreCutShortIsRetryable(t *testing.T) {
+	for _, sv := range faultServers {
+		t.Run(string(sv.kind)+"-"+sv.driver, func(t *testing.T) {
+			pr := newProxied(t, s3server.SharedKind(t, sv.kind), sv.driver)
+			fp := newFaultyPartition(t, pr, "cut")
+			name := pr.px.Add(t, faultproxy.LimitData(8<<10))
+			err := fp.restore(t, true, opCeiling)
+			pr.px.Remove(t, name)
+			if err == nil {
+				t.Fatal("restore succeeded with every body cut after 8 KiB")
+			}
+			fp.restore(t, false, opCeiling)
+		})
+	}
+}
