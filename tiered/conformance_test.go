@@ -8,6 +8,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/fs"
+	"github.com/tierlog/tierlog/testing/s3server"
 	"github.com/tierlog/tierlog/testing/storagetest"
 	"github.com/tierlog/tierlog/tiered"
 )
@@ -70,12 +71,16 @@ func TestConformanceOverFS(t *testing.T) {
 	}
 }
 
+// TestConformanceOverS3AndMinIO runs the battery over each real S3 server
+// (MinIO and versitygw) through each driver (s3 and minio).
 func TestConformanceOverS3AndMinIO(t *testing.T) {
-	for _, kind := range []string{"s3", "minio"} {
-		t.Run(kind, func(t *testing.T) {
-			storagetest.Run(t, func(t *testing.T) storagetest.Harness {
-				return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: realStore(t, kind)}
+	eachServer(t, func(t *testing.T, srv *s3server.Server) {
+		for _, driver := range []string{"s3", "minio"} {
+			t.Run(driver, func(t *testing.T) {
+				storagetest.Run(t, func(t *testing.T) storagetest.Harness {
+					return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: realStoreOn(t, srv, driver)}
+				})
 			})
-		})
-	}
+		}
+	})
 }

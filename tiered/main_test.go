@@ -26,6 +26,19 @@ func realStore(t testing.TB, kind string) *objstore.Store {
 	return realStoreOn(t, s3server.Shared(t), kind)
 }
 
+// serverKinds are the S3 servers the real-server suites run against, as
+// the objstore suites do; one that cannot be started here is skipped with
+// a message saying how to get it.
+var serverKinds = []s3server.Kind{s3server.MinIO, s3server.VersityGW}
+
+// eachServer runs fn as a subtest per server kind, on the test binary's
+// shared server of that kind.
+func eachServer(t *testing.T, fn func(t *testing.T, srv *s3server.Server)) {
+	for _, k := range serverKinds {
+		t.Run(string(k), func(t *testing.T) { fn(t, s3server.SharedKind(t, k)) })
+	}
+}
+
 // realStoreOn is realStore on a given server.
 func realStoreOn(t testing.TB, srv *s3server.Server, kind string) *objstore.Store {
 	t.Helper()
