@@ -300,7 +300,12 @@ func restoreObject(ctx context.Context, store *objstore.Store, key string, size 
 				return err
 			}
 			if cuts++; cuts >= restoreAttempts {
-				return fmt.Errorf("tiered: restore %s: the body was cut short %d times, at %d of %d bytes: %v", key, cuts, off, size, rerr)
+				if rerr == nil {
+					rerr = io.ErrUnexpectedEOF
+				}
+				// The store may answer whole next time: the caller retries.
+				return fmt.Errorf("%w: tiered: restore %s: the body was cut short %d times, at %d of %d bytes: %w",
+					objstore.ErrRetryable, key, cuts, off, size, rerr)
 			}
 		}
 	}
