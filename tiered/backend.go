@@ -309,9 +309,10 @@ func (b *Backend) removeObjects(ctx context.Context, prefix string) error {
 	return b.store.Delete(ctx, keys...)
 }
 
-// Close stops the service (uploads in flight are cancelled; what they
-// leave is named by their intents), closes every partition and writes the
-// log directory's checkpoints and clean-shutdown marker.
+// Close stops the service (an upload in flight is cancelled and removes
+// what it left, or leaves its intent naming it for gc), closes every
+// partition and writes the log directory's checkpoints and clean-shutdown
+// marker.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	if b.closed {

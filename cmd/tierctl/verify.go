@@ -568,21 +568,30 @@ func checkRecords(rep *fileReport, it *record.Iterator, e *record.Entry) int64 {
 	return n
 }
 
-// verifyIndexFile checks an index file, against its log when sum is not nil.
-func verifyIndexFile(path string, sum *logSummary) fileReport {
-	kind := fileKind(path)
-	rep := fileReport{Path: path, Kind: kind}
+// readSegmentFile reads one of a segment's files, named after its base
+// offset; ok is false (the report saying why) when it cannot.
+func readSegmentFile(path, kind string) (rep fileReport, base int64, data []byte, ok bool) {
+	rep = fileReport{Path: path, Kind: kind}
 	base, _, err := local.ParseFileName(filepath.Base(path))
 	if err != nil {
 		rep.problemf("%v", err)
-		return rep
+		return rep, 0, nil, false
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
+	if data, err = os.ReadFile(path); err != nil {
 		rep.problemf("%v", err)
-		return rep
+		return rep, 0, nil, false
 	}
 	rep.Bytes = int64(len(data))
+	return rep, base, data, true
+}
+
+// verifyIndexFile checks an index file, against its log when sum is not nil.
+func verifyIndexFile(path string, sum *logSummary) fileReport {
+	kind := fileKind(path)
+	rep, base, data, ok := readSegmentFile(path, kind)
+	if !ok {
+		return rep
+	}
 	if sum == nil {
 		rep.Notes = append(rep.Notes, "no .log beside it: only the entries' order was checked")
 	}
@@ -749,18 +758,10 @@ func verifySnapshotFile(path string, rng *offsetRange) fileReport {
 // stable offset at most one past it, and, against the segment's log when
 // sum is not nil, every marker within the segment's offsets.
 func verifyTxnIndexFile(path string, sum *logSummary) fileReport {
-	rep := fileReport{Path: path, Kind: "txnindex"}
-	base, _, err := local.ParseFileName(filepath.Base(path))
-	if err != nil {
-		rep.problemf("%v", err)
+	rep, base, data, ok := readSegmentFile(path, "txnindex")
+	if !ok {
 		return rep
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		rep.problemf("%v", err)
-		return rep
-	}
-	rep.Bytes = int64(len(data))
 	rep.Entries = len(data) / producerstate.TxnIndexEntrySize
 	if err := producerstate.SanityCheckTxnIndex(data, base); err != nil {
 		rep.problemf("%v", err)
