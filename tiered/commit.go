@@ -45,9 +45,13 @@ func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
 
 // adopt makes st the committed manifest, and tells the local log where the
 // partition begins (its log-start-offset-checkpoint records that).
+//
+// Only a bucket that runs on into the local log holds the partition's
+// first offsets: once DeleteRecordsBefore moved the local log start past
+// the bucket's end, the local start is the partition's.
 func (p *Partition) adopt(st *manifestState) {
 	p.man.Store(st)
-	if len(st.m.Segments) > 0 {
+	if n := len(st.m.Segments); n > 0 && st.m.Segments[n-1].LastOffset+1 >= p.local.Offsets().LogStart {
 		p.local.SetRemoteLogStart(st.m.LogStartOffset)
 	} else {
 		p.local.SetRemoteLogStart(-1)

@@ -395,7 +395,10 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		}
 	}
 	if offset > p.local.Offsets().LogStart {
-		return p.local.DeleteRecordsBefore(ctx, offset)
+		if err := p.local.DeleteRecordsBefore(ctx, offset); err != nil {
+			return err
+		}
+		p.adopt(p.man.Load()) // the bucket may end below the new local start now
 	}
 	return nil
 }
