@@ -102,6 +102,12 @@ func (b *Broker) readFetch(ctx context.Context, r *kmsg.FetchRequest) *fetchResu
 				ft.parts = append(ft.parts, fp)
 				continue
 			}
+			if err := p.checkLeaderEpoch(rp.CurrentLeaderEpoch); err != nil {
+				fp.errCode = errorCode(err)
+				res.errors = true
+				ft.parts = append(ft.parts, fp)
+				continue
+			}
 			fp.offsets = p.p.Offsets()
 			limit := min(int64(rp.PartitionMaxBytes), maxBytes-res.bytes)
 			if limit <= 0 && res.bytes > 0 {
