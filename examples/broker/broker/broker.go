@@ -65,6 +65,13 @@ type Options struct {
 	// remote.log.reader.* broker properties (tiered.ParseManagerConfig);
 	// missing keys take Kafka's defaults. Only with Store.
 	RemoteLogManager map[string]string
+	// RemoteReadAheadBytes is how much a remote read of a partition
+	// fetches ahead for the next one (tiered.BackendOptions.PrefetchBytes;
+	// default 8 MiB here, -1: none). The next read finds it only when it
+	// covers that read's whole window, the fetch's PartitionMaxBytes plus
+	// 64 KiB: the library's default, 1 MiB, is below a Kafka consumer's
+	// default fetch of 1 MiB a partition, and never hits.
+	RemoteReadAheadBytes int64
 	// Logger receives the broker's events (default: discard).
 	Logger *slog.Logger
 }
@@ -107,6 +114,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.OffsetsSegmentBytes == 0 {
 		o.OffsetsSegmentBytes = 100 << 20
+	}
+	if o.RemoteReadAheadBytes == 0 {
+		o.RemoteReadAheadBytes = 8 << 20
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -251,7 +261,7 @@ func (b *Broker) openBackend() error {
 		return err
 	}
 	t, err := tiered.OpenBackend(dir, tiered.BackendOptions{Store: b.opts.Store, Prefix: b.opts.StorePrefix, Local: lopts,
-		Manager: mc, Logger: b.opts.Logger})
+		Manager: mc, Logger: b.opts.Logger, PrefetchBytes: b.opts.RemoteReadAheadBytes})
 	if err != nil {
 		return err
 	}

@@ -248,3 +248,55 @@ func TestTieredRestartAndBucketDown(t *testing.T) {
 		}
 	}
 }
+
+// TestTieredFetchPartitions consumes a 4-partition tiered topic from the
+// bucket with three fetch shapes: the partitions' reads fit the Fetch's
+// MaxBytes together (they run side by side); they do not (one at a time);
+// and batches larger than PartitionMaxBytes, so the first partition's one
+// batch leaves the others less than their PartitionMaxBytes (their early
+// reads are read again, smaller). Each consumer gets every record once, in
+// order.
+func TestTieredFetchPartitions(t *testing.T) {
+	const parts, n = 4, 8000
+	b := startBroker(t, tieredOptions(t.TempDir(), objstore.New(mem.New(), "mem://fetch", objstore.Options{})))
+	admin := newClient(t, b.Addr())
+	createTopic(t, admin, "wide", parts, tieredTopic(64<<10))
+	prod := newClient(t, b.Addr(), kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(16<<10),
+		kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	recs := make([]*kgo.Record, n)
+	for i := range recs {
+		recs[i] = &kgo.Record{Topic: "wide", Partition: int32(i % parts), Value: value(i)}
+	}
+	produceSync(t, prod, recs...)
+	var remote int64
+	var metrics *tiered.Metrics
+	for i := range int32(parts) {
+		tp := waitOffloaded(t, b, "wide", i)
+		_, n := tp.RemoteSize()
+		remote, metrics = remote+n, tp.Metrics()
+	}
+	for _, c := range []struct {
+		name string
+		opts []kgo.Opt
+	}{
+		{"together", nil},
+		{"one at a time", []kgo.Opt{kgo.FetchMaxBytes(100 << 10), kgo.FetchMaxPartitionBytes(64 << 10)}},
+		{"batches over the partition bound", []kgo.Opt{kgo.FetchMaxBytes(32 << 10), kgo.FetchMaxPartitionBytes(8 << 10)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			before := metrics.RemoteReadBytes.Load()
+			cons := newClient(t, b.Addr(), append([]kgo.Opt{kgo.ConsumeTopics("wide"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart())}, c.opts...)...)
+			next := make([]int64, parts)
+			for _, r := range consumeN(t, cons, n, time.Minute) {
+				i := int(r.Offset)*parts + int(r.Partition)
+				if r.Offset != next[r.Partition] || string(r.Value) != string(value(i)) {
+					t.Fatalf("partition %d offset %d holds %q, want offset %d %q", r.Partition, r.Offset, r.Value, next[r.Partition], value(i))
+				}
+				next[r.Partition]++
+			}
+			if read := metrics.RemoteReadBytes.Load() - before; read < remote {
+				t.Fatalf("%d bytes read from the bucket, which holds %d", read, remote)
+			}
+		})
+	}
+}
