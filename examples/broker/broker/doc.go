@@ -11,9 +11,11 @@
 //	apis.go      the API versions served, and the dispatch
 //	errors.go    backend errors to Kafka error codes (the one mapping)
 //	metadata.go  Metadata, CreateTopics, DeleteTopics
-//	produce.go   Produce
-//	fetch.go     Fetch: reads, the long poll in the purgatory, zero-copy
-//	             responses (fetchwrite.go frames them)
+//	produce.go   Produce; acks=-1 parked in the purgatory until the high
+//	             watermark passes it
+//	fetch.go     Fetch: reads (a Fetch's remote reads side by side), the
+//	             long poll in the purgatory, zero-copy responses
+//	             (fetchwrite.go frames them)
 //	offsets.go   ListOffsets, DeleteRecords, OffsetForLeaderEpoch
 //	txn.go       InitProducerID and the transaction coordinator
 //	             (transactions.json)
@@ -23,9 +25,11 @@
 //
 // # What lives where (under Options.Dir)
 //
-//	logs/                 the local.Backend log directory (Kafka's layout);
-//	                      __consumer_offsets-0 is a topic like any other,
-//	                      cleanup.policy=compact, cleaned by the Cleaner
+//	logs/                 the log directory (Kafka's layout), a
+//	                      local.Backend, or with Options.Store a
+//	                      tiered.Backend over one; __consumer_offsets-0 is
+//	                      a topic like any other, cleanup.policy=compact,
+//	                      cleaned by the Cleaner (never tiered)
 //	topics.json           every topic: partition count, config overrides
 //	                      and the leader epoch of the last start
 //	transactions.json     the next producer id block and each transactional
@@ -36,6 +40,30 @@
 // (key version 1: group, topic, partition; value version 3: offset,
 // leader epoch, metadata, commit timestamp), so Kafka's tools read it;
 // a null value (a tombstone) deletes a commit.
+//
+// With Options.Store, the bucket holds the tiered topics' closed segments
+// under <StorePrefix>/<topic>-<partition>/ (the tiered package's layout
+// and manifest).
+//
+// # Tiered topics
+//
+// With Options.Store (--store URL) the broker opens its log directory with
+// tiered.OpenBackend: topics with remote.storage.enable=true are tiered
+// partitions, the others local logs, side by side. The tiering service
+// (Kafka's RemoteLogManager, configured by Kafka's remote.log.manager.*
+// and remote.log.reader.* properties: Options.RemoteLogManager,
+// --broker-config) uploads each closed segment once the high watermark
+// passes it, of the partitions this broker leads (all of them: see
+// Leader epochs), then deletes local copies as local.retention.* says.
+// A Fetch below the local log start is read from the bucket by the
+// partition; a Fetch's remote reads run side by side, each with an 8 MiB
+// read-ahead (Options.RemoteReadAheadBytes). A bucket that is down (or a
+// reader pool that is full) is a retryable backend.ErrStorage:
+// KAFKA_STORAGE_ERROR, which clients retry; local offsets are served
+// meanwhile, and the broker starts without the bucket. The cleaner works
+// on the local directory underneath (tiered.Backend.Local); compacted
+// topics are never tiered. Without Options.Store such a topic is refused
+// with INVALID_CONFIG.
 //
 // # Leader epochs
 //
@@ -78,12 +106,19 @@
 // Each connection runs one request at a time, in order, as Kafka's
 // broker does (it mutes a connection until its response is sent). A
 // partition's appends, DeleteRecords and high watermark moves are
-// serialized by partition.mu. Lock order: txnCoordinator.mu, then offsetLog.mu, then
-// Broker.mu or partition.mu (Broker.mu is held only to look topics up,
-// create or delete them). groupCoordinator.mu is taken alone: a JoinGroup
-// or SyncGroup waits for the rebalance after releasing it, and an offset
-// commit writes after releasing it.
-// Long-poll fetches and acks=-1 produces park in two purgatories keyed by
-// partition; a goroutine a partition waits on Partition.Changed, moves the
-// high watermark and calls CheckAndComplete on both.
+// serialized by partition.mu. Lock order: txnCoordinator.mu, then
+// offsetLog.mu, then Broker.mu, then partition.mu (Broker.mu is held only
+// to look topics up, create or delete them). groupCoordinator.mu is taken
+// alone: a JoinGroup or SyncGroup waits for the rebalance after releasing
+// it, and an offset commit writes after releasing it. Long-poll fetches
+// and acks=-1 produces park in two purgatories keyed by partition; a
+// goroutine a partition waits on Partition.Changed, moves the high
+// watermark and calls CheckAndComplete on both. The coordinators wait for
+// the high watermark holding their own locks; the watcher that completes
+// the wait takes only partition.mu and Broker.mu (to read), never theirs.
+//
+// # What a broker still writes itself
+//
+// docs/embedding.md ("The reference broker") lists what this broker had
+// to write that the library could give, and what it gives now.
 package broker
