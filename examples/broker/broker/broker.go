@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net"
 	"path/filepath"
 	"sort"
@@ -292,6 +291,8 @@ func (b *Broker) openTopics() error {
 	if err := b.state.setEpochs(epochs); err != nil {
 		return err
 	}
+	b.mu.Lock() // the watchers lead starts read b.topics
+	defer b.mu.Unlock()
 	for _, o := range all {
 		if err := b.lead(o.t, o.epoch); err != nil {
 			return err
@@ -386,8 +387,8 @@ func (b *Broker) topicConfig(overrides map[string]string) (backend.Config, error
 }
 
 // openTopic opens a topic's partitions, not yet led. latest is the
-// largest leader epoch any of its partitions holds records of (-1 when
-// none: an empty or new log). REQUIRES: b.mu held, or the broker not yet
+// largest leader epoch any of its partitions' local logs holds records of
+// (-1 when none: an empty or new log). REQUIRES: b.mu held, or the broker not yet
 // serving.
 func (b *Broker) openTopic(name string, n int32, overrides map[string]string) (_ *topic, latest int32, err error) {
 	cfg, err := b.topicConfig(overrides)
@@ -402,23 +403,36 @@ func (b *Broker) openTopic(name string, n int32, overrides map[string]string) (_
 			return nil, -1, err
 		}
 		t.parts = append(t.parts, &partition{tp: backend.TopicPartition{Topic: name, Partition: i}, p: p})
-		switch e, _, found, err := p.EndOffsetForEpoch(context.Background(), math.MaxInt32); {
-		case err != nil:
-			// A tiered partition whose bucket is unreachable: its
-			// remote epochs are unknown; topics.json's epoch stands.
-			b.logger.Warn("the partition's latest leader epoch is unknown; leading at the broker's own", "partition", name, "i", i, "err", err)
-		case found:
-			latest = max(latest, e)
-		}
+		latest = max(latest, latestLocalEpoch(p))
 	}
 	return t, latest, nil
+}
+
+// latestLocalEpoch is the largest leader epoch p's local log holds
+// records of (the last entry of its epoch cache), or -1. It reads local
+// state only: EndOffsetForEpoch would do, but on a tiered partition it
+// may read the bucket, and opening must not need the bucket. The library
+// has no accessor for it on backend.Partition (see docs/embedding.md).
+func latestLocalEpoch(p backend.Partition) int32 {
+	var l *local.Log
+	switch v := p.(type) {
+	case *local.Log:
+		l = v
+	case *tiered.Partition:
+		l = v.Local()
+	default:
+		return -1
+	}
+	if e := l.LeaderEpochs(); len(e) > 0 {
+		return e[len(e)-1].Epoch
+	}
+	return -1
 }
 
 // lead makes the broker the leader of t's partitions at epoch, before
 // their first append: BecomeLeader (a tiered partition starts uploading),
 // the high watermark to the log end (one node is the whole ISR), a
-// watcher each; then t serves. REQUIRES: b.mu held, or the broker not yet
-// serving.
+// watcher each; t serves from then on. REQUIRES: b.mu held.
 func (b *Broker) lead(t *topic, epoch int32) error {
 	for _, p := range t.parts {
 		if err := p.p.BecomeLeader(context.Background(), epoch); err != nil {
@@ -429,11 +443,12 @@ func (b *Broker) lead(t *topic, epoch int32) error {
 			return err
 		}
 	}
+	// Serving first: a watcher stops when its partition is not served.
+	b.topics[t.name] = t
 	for _, p := range t.parts {
 		b.watchWG.Add(1)
 		go b.watch(p)
 	}
-	b.topics[t.name] = t
 	return nil
 }
 

@@ -71,9 +71,9 @@
 // start is a leader election, as a restart is in a Kafka cluster. Start
 // leads each topic's partitions at the epoch topics.json recorded for the
 // topic at the last start plus one, and never below one past the largest
-// epoch the partitions' own logs hold records of (EndOffsetForEpoch, over
-// both tiers: a directory restored from elsewhere, or a topics.json from
-// an older broker). The new epoch is written to topics.json before any
+// epoch the partitions' local logs hold records of (their epoch caches:
+// a directory restored from elsewhere, or a topics.json from an older
+// broker; the bucket is not read, so the broker starts without it). The new epoch is written to topics.json before any
 // partition leads at it, so epochs never go backwards, even when a start
 // appends nothing (the log's epoch cache forgets an epoch without
 // records when it reopens; topics.json does not). A topic created leads

@@ -86,6 +86,13 @@ func waitOffloaded(t testing.TB, b *broker.Broker, topic string, i int32) *tiere
 // the active segment from the bucket.
 func TestTieredCodecs(t *testing.T) {
 	n := recordsPerCase(100_000)
+	// Segments of 128 KiB: 5 to 70 of them a codec at 100,000 records;
+	// smaller runs (TIERLOG_BROKER_RECORDS) take smaller ones, so that
+	// they too roll and offload.
+	seg := 128 << 10
+	if n < 100_000 {
+		seg = 8 << 10
+	}
 	b := startBroker(t, tieredOptions(t.TempDir(), s3Store(t)))
 	admin := newClient(t, b.Addr())
 	for _, c := range []struct {
@@ -95,9 +102,9 @@ func TestTieredCodecs(t *testing.T) {
 		{"lz4", kgo.Lz4Compression()}, {"zstd", kgo.ZstdCompression()}} {
 		t.Run(c.name, func(t *testing.T) {
 			topic := "tiered-" + c.name
-			createTopic(t, admin, topic, 1, tieredTopic(128<<10))
+			createTopic(t, admin, topic, 1, tieredTopic(seg))
 			prod := newClient(t, b.Addr(), kgo.ProducerBatchCompression(c.codec), kgo.DefaultProduceTopic(topic),
-				kgo.ProducerBatchMaxBytes(64<<10))
+				kgo.ProducerBatchMaxBytes(int32(seg/2)))
 			base := time.UnixMilli(1_700_000_000_000)
 			recs := make([]*kgo.Record, n)
 			for i := range recs {
@@ -298,5 +305,36 @@ func TestTieredFetchPartitions(t *testing.T) {
 				t.Fatalf("%d bytes read from the bucket, which holds %d", read, remote)
 			}
 		})
+	}
+}
+
+// TestTieredTopicWithoutStore: without a bucket, a topic with
+// remote.storage.enable=true is refused (INVALID_CONFIG) and not
+// recorded, so the broker restarts.
+func TestTieredTopicWithoutStore(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	b := startBroker(t, opts)
+	cl := newClient(t, b.Addr())
+	req := kmsg.NewPtrCreateTopicsRequest()
+	rt := kmsg.NewCreateTopicsRequestTopic()
+	rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "remote", 1, 1
+	c := kmsg.NewCreateTopicsRequestTopicConfig()
+	c.Name, c.Value = "remote.storage.enable", kmsg.StringPtr("true")
+	rt.Configs = append(rt.Configs, c)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := resp.Topics[0].ErrorCode; code != kerr.InvalidConfig.Code {
+		t.Fatalf("a tiered topic on a broker without a bucket: error %d, want INVALID_CONFIG (%d)", code, kerr.InvalidConfig.Code)
+	}
+	opts.Listen = b.Addr()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = startBroker(t, opts)
+	if b.Partition("remote", 0) != nil {
+		t.Fatal("the refused topic exists after a restart")
 	}
 }
