@@ -70,10 +70,12 @@ bench: $(S3SERVERS)
 	$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) ./...
 
 ## bench-broker: kgo producing and consuming 1 GiB (BROKER_BENCH_RECORDS
-## records of 1 KiB) through the reference broker beside kfake
+## records of 1 KiB) through the reference broker beside kfake: a local
+## topic, and a tiered one on versitygw consumed from the bucket after
+## local retention (bucket/local is its consume rate over the local one)
 BROKER_BENCH_RECORDS ?= 1048576
-bench-broker:
-	$(GO) test ./examples/broker/broker -run '^$$' -bench Kgo -benchtime $(BROKER_BENCH_RECORDS)x -timeout 30m
+bench-broker: $(BIN)/versitygw
+	TIERLOG_VERSITYGW=$(BIN)/versitygw $(GO) test ./examples/broker/broker -run '^$$' -bench Kgo -benchtime $(BROKER_BENCH_RECORDS)x -timeout 30m
 
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
 ## (bench/, a module of its own; about 15 minutes); prints Markdown tables

@@ -84,9 +84,10 @@ func newDemoCmd() *cobra.Command {
   7. compact a cleanup.policy=compact topic: the latest record per key;
   8. compare the codecs on the same records;
   9. verify every CRC, offset and index entry of the log directory;
- 10. start the reference broker (examples/broker) in this process and
-     produce and consume through it with a Kafka client (franz-go's kgo)
-     over loopback, as users use tierlog.
+ 10. start the reference broker (examples/broker) in this process, on the
+     same bucket, and produce and consume through it with a Kafka client
+     (franz-go's kgo) over loopback, as users use tierlog: a tiered topic
+     whose closed segments are read back from the bucket.
 
 It removes its files when done unless --keep is given.`,
 		Example: `  tierctl demo
@@ -313,7 +314,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	}
 	fmt.Fprintf(w, "   %d files verified, %d with problems\n\n", len(reports), bad)
 	sum.FilesVerified, sum.FilesWithProblems = len(reports), bad
-	if err := demoBroker(ctx, w, filepath.Join(root, "broker"), min(o.records, 20_000), &sum); err != nil {
+	if err := demoBroker(ctx, w, filepath.Join(root, "broker"), store, min(o.records, 20_000), &sum); err != nil {
 		return err
 	}
 	sum.Seconds = time.Since(start).Seconds()
@@ -469,18 +470,22 @@ func readCompacted(ctx context.Context, l backend.Partition, end int64) (records
 	return records, len(seen), err
 }
 
-// demoBroker starts the reference broker on a loopback port and produces
-// and consumes n records through it with kgo, the Kafka client, in this
-// process.
-func demoBroker(ctx context.Context, w io.Writer, dir string, n int, sum *demoSummary) error {
+// demoBroker starts the reference broker on a loopback port, with the
+// demo's bucket for its tiered topics, and produces and consumes n records
+// through it with kgo, the Kafka client, in this process: to a tiered
+// topic whose closed segments leave the disk once uploaded, so the
+// consumer reads them back from the bucket.
+func demoBroker(ctx context.Context, w io.Writer, dir string, store *objstore.Store, n int, sum *demoSummary) error {
 	fmt.Fprintf(w, "10. A Kafka client through the reference broker (examples/broker) on loopback\n")
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Dir: dir})
+	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Dir: dir, Store: store, StorePrefix: "demo/broker",
+		TopicConfig: map[string]string{"remote.storage.enable": "true", "segment.bytes": "65536", "local.retention.ms": "0",
+			"file.delete.delay.ms": "0"}})
 	if err != nil {
 		return err
 	}
 	defer b.Close()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("clicks"),
-		kgo.ProducerBatchCompression(kgo.Lz4Compression()))
+		kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.ProducerBatchMaxBytes(32<<10))
 	if err != nil {
 		return err
 	}
@@ -496,6 +501,22 @@ func demoBroker(ctx context.Context, w io.Writer, dir string, n int, sum *demoSu
 		return err
 	}
 	produced := time.Since(t0)
+	// The broker's tiering service uploads each closed segment and
+	// deletes its local copy (local.retention.ms=0): wait for it.
+	tp, ok := b.Partition("clicks", 0).(*tiered.Partition)
+	if !ok {
+		return fmt.Errorf("demo: clicks-0 is not tiered")
+	}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if lag, _ := tp.CopyLag(); lag == 0 && len(tp.Local().SegmentInfos()) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("demo: the broker did not upload clicks-0's segments within a minute")
+		}
+	}
+	remoteSegs, _ := tp.RemoteSize()
+	localStart := tp.Offsets().LocalLogStart
 	t0 = time.Now()
 	cons, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumeTopics("clicks"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
@@ -523,6 +544,12 @@ func demoBroker(ctx context.Context, w io.Writer, dir string, n int, sum *demoSu
 	sum.BrokerConsumeMBps = float64(size) / 1e6 / consumed.Seconds()
 	fmt.Fprintf(w, "   kgo (idempotent, lz4) produced %d records in %v (%.0f MB/s) and consumed them back in order in %v (%.0f MB/s)\n",
 		n, produced.Round(time.Millisecond), sum.BrokerProduceMBps, consumed.Round(time.Millisecond), sum.BrokerConsumeMBps)
-	fmt.Fprintf(w, "   through Kafka's wire protocol: Produce appends to a tierlog partition; Fetch sends its segments with sendfile\n\n")
+	if remoteSegs > 0 {
+		fmt.Fprintf(w, "   clicks is tiered (remote.storage.enable=true, local.retention.ms=0): offsets 0..%d came from %d segment(s) in the bucket, the rest from the active segment\n",
+			localStart-1, remoteSegs)
+	} else {
+		fmt.Fprintf(w, "   clicks is tiered (remote.storage.enable=true, local.retention.ms=0), but no segment of it closed yet: all came from the active segment\n")
+	}
+	fmt.Fprintf(w, "   through Kafka's wire protocol: Produce appends to a tierlog partition; Fetch sends local segments with sendfile, bucket ranges from ranged GETs\n\n")
 	return b.Close()
 }

@@ -1,25 +1,33 @@
 // Command broker is a small, single-node broker that speaks Kafka's wire
 // protocol on tierlog (package broker beside it does the work):
 //
-//	go run ./examples/broker --listen 127.0.0.1:9092 --dir DIR [--config key=value]…
+//	go run ./examples/broker --listen 127.0.0.1:9092 --dir DIR [--store URL] [--config key=value]… [--broker-config key=value]…
 //
 // Topics are created on first use with the default config (--config,
 // repeatable, Kafka's topic config names) or by CreateTopics with their
-// own. SIGTERM or SIGINT shuts down cleanly; after a SIGKILL the next
-// start recovers the log directory.
+// own. With --store (file:///dir, s3://bucket/prefix?…,
+// minio://bucket/prefix?endpoint=…) topics with remote.storage.enable=true
+// keep their closed segments in that bucket; --broker-config sets Kafka's
+// remote.log.manager.* and remote.log.reader.* broker properties.
+// SIGTERM or SIGINT shuts down cleanly; after a SIGKILL the next start
+// recovers the log directory.
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"github.com/tierlog/tierlog/examples/broker/broker"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/storeurl"
 )
 
 // configFlags collects repeated --config key=value flags.
@@ -45,23 +53,24 @@ func main() {
 
 func run(args []string) error {
 	fs := flag.NewFlagSet("broker", flag.ContinueOnError)
-	opts := broker.Options{TopicConfig: configFlags{}}
+	opts := broker.Options{TopicConfig: configFlags{}, RemoteLogManager: configFlags{}}
 	fs.StringVar(&opts.Listen, "listen", "127.0.0.1:9092", "TCP address to serve Kafka's protocol on")
 	fs.StringVar(&opts.Advertise, "advertise", "", "host:port clients are told to connect to (default: the listen address)")
 	fs.StringVar(&opts.Dir, "dir", "", "data directory: the log directory and the broker's own files (required)")
-	store := fs.String("store", "", "bucket URL for topics with remote.storage.enable=true (not yet: needs tiered.Backend)")
+	store := fs.String("store", "", "bucket `URL` of topics with remote.storage.enable=true (file:///dir, s3://bucket/prefix?…, minio://bucket/prefix?endpoint=…)")
 	partitions := fs.Int("partitions", 1, "partitions of auto-created topics (num.partitions)")
 	noAuto := fs.Bool("no-auto-create", false, "turn auto.create.topics.enable off")
 	verbose := fs.Bool("v", false, "log at debug level")
 	fs.Var(configFlags(opts.TopicConfig), "config", "default topic config `key=value` (repeatable)")
+	fs.Var(configFlags(opts.RemoteLogManager), "broker-config", "broker property `key=value`: remote.log.manager.* and remote.log.reader.* (repeatable; needs --store)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if opts.Dir == "" {
 		return errors.New("--dir is required")
 	}
-	if *store != "" {
-		return errors.New("--store: tiered topics need tiered.Backend, which tierlog does not have yet")
+	if len(opts.RemoteLogManager) > 0 && *store == "" {
+		return errors.New("--broker-config: the remote log manager's properties need --store")
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -69,6 +78,14 @@ func run(args []string) error {
 	}
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	opts.Partitions, opts.NoAutoCreate = int32(*partitions), *noAuto
+	if *store != "" {
+		s, err := openStore(*store)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		opts.Store = s
+	}
 	b, err := broker.Start(opts)
 	if err != nil {
 		return err
@@ -78,4 +95,18 @@ func run(args []string) error {
 	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
 	return b.Close()
+}
+
+// openStore opens the bucket of --store. A mem:// bucket is refused: it
+// would vanish with the process, with the segments local retention
+// deleted from disk once it held them.
+func openStore(raw string) (*objstore.Store, error) {
+	if u, err := url.Parse(raw); err == nil && strings.EqualFold(u.Scheme, "mem") {
+		return nil, fmt.Errorf("--store %s: a mem:// bucket lives only inside this process and would take the tiered segments with it; use file://, s3:// or minio://", raw)
+	}
+	s, err := storeurl.Open(context.Background(), raw, objstore.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("--store: %w", err)
+	}
+	return s, nil
 }

@@ -18,7 +18,10 @@ func TestFlags(t *testing.T) {
 		want string
 	}{
 		{nil, "--dir is required"},
-		{[]string{"--dir", t.TempDir(), "--store", "file:///tmp/b"}, "tiered.Backend"},
+		{[]string{"--dir", t.TempDir(), "--store", "mem://b"}, "mem://"},
+		{[]string{"--dir", t.TempDir(), "--store", "ftp://b"}, "unknown scheme"},
+		{[]string{"--dir", t.TempDir(), "--broker-config", "remote.log.reader.threads=2"}, "need --store"},
+		{[]string{"--dir", t.TempDir(), "--store", "file://" + t.TempDir(), "--broker-config", "no.such.key=1"}, "no.such.key"},
 		{[]string{"--dir", t.TempDir(), "--config", "no.such.key=1"}, "no.such.key"},
 	} {
 		if err := run(c.args); err == nil || !strings.Contains(err.Error(), c.want) {

@@ -9,21 +9,20 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/tiered"
 	"github.com/tierlog/tierlog/timingwheel"
 	"github.com/tierlog/tierlog/timingwheel/purgatory"
 )
 
 // NodeID is the broker's node id in every Metadata answer.
 const NodeID = 0
-
-// leaderEpoch is the partitions' leader epoch: one node never elects
-// another leader, so it never changes.
-const leaderEpoch = 0
 
 // Options configure a Broker. Dir is required; the rest have defaults.
 type Options struct {
@@ -53,6 +52,25 @@ type Options struct {
 	CleanerMemoryBytes int
 	// OffsetsSegmentBytes is offsets.topic.segment.bytes (default 100 MiB).
 	OffsetsSegmentBytes int64
+	// Store, when set, is the bucket of the topics with
+	// remote.storage.enable=true: the broker opens its log directory with
+	// tiered.OpenBackend. Without it such a topic is refused
+	// (INVALID_CONFIG). The caller closes Store after Close.
+	Store *objstore.Store
+	// StorePrefix is the key prefix of this broker's partitions in Store
+	// (each under <StorePrefix>/<topic>-<partition>/; default none).
+	StorePrefix string
+	// RemoteLogManager holds Kafka's remote.log.manager.* and
+	// remote.log.reader.* broker properties (tiered.ParseManagerConfig);
+	// missing keys take Kafka's defaults. Only with Store.
+	RemoteLogManager map[string]string
+	// RemoteReadAheadBytes is how much a remote read of a partition
+	// fetches ahead for the next one (tiered.BackendOptions.PrefetchBytes;
+	// default 8 MiB here, -1: none). The next read finds it only when it
+	// covers that read's whole window, the fetch's PartitionMaxBytes plus
+	// 64 KiB: the library's default, 1 MiB, is below a Kafka consumer's
+	// default fetch of 1 MiB a partition, and never hits.
+	RemoteReadAheadBytes int64
 	// Logger receives the broker's events (default: discard).
 	Logger *slog.Logger
 }
@@ -67,6 +85,12 @@ func (o Options) Validate() error {
 	}
 	if _, err := backend.ParseConfig(o.TopicConfig); err != nil {
 		return fmt.Errorf("broker: default topic config: %w", err)
+	}
+	if len(o.RemoteLogManager) > 0 && o.Store == nil {
+		return errors.New("broker: Options.RemoteLogManager without a Store")
+	}
+	if _, err := tiered.ParseManagerConfig(o.RemoteLogManager); err != nil {
+		return fmt.Errorf("broker: remote log manager config: %w", err)
 	}
 	return nil
 }
@@ -90,6 +114,9 @@ func (o *Options) setDefaults() {
 	if o.OffsetsSegmentBytes == 0 {
 		o.OffsetsSegmentBytes = 100 << 20
 	}
+	if o.RemoteReadAheadBytes == 0 {
+		o.RemoteReadAheadBytes = 8 << 20
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -103,12 +130,16 @@ type Broker struct {
 	be      backend.Backend // logs, or a tiered backend over it
 	cleaner *compaction.Cleaner
 	timer   *timingwheel.Timer
-	fetches *purgatory.Purgatory[backend.TopicPartition]
-	state   *stateFile
-	ln      net.Listener
-	groups  *groupCoordinator
-	txns    *txnCoordinator
-	offsets *offsetLog
+	// fetches holds long-poll Fetches; produces acks=-1 Produces (and the
+	// coordinators' writes) waiting for the high watermark. The partition
+	// watchers complete both.
+	fetches  *purgatory.Purgatory[backend.TopicPartition]
+	produces *purgatory.Purgatory[backend.TopicPartition]
+	state    *stateFile
+	ln       net.Listener
+	groups   *groupCoordinator
+	txns     *txnCoordinator
+	offsets  *offsetLog
 
 	// mu guards the fields below.
 	mu     sync.RWMutex
@@ -129,13 +160,20 @@ type topic struct {
 	parts     []*partition
 }
 
-// partition is an open partition.
+// partition is an open partition, led by this broker.
 type partition struct {
 	tp backend.TopicPartition
 	p  backend.Partition
-	// mu serializes an append and the high watermark move after it, so
-	// the high watermark never moves back.
+	// epoch is the leader epoch this broker leads the partition at (see
+	// the package doc); fixed while the partition is open.
+	epoch int32
+	// mu serializes appends, DeleteRecords and the high watermark's moves
+	// (advanceHighWatermark), so the high watermark never moves back.
 	mu sync.Mutex
+	// holdHW, set by tests only (export_test.go), stops the high
+	// watermark from following the log end: a replica that stopped
+	// fetching.
+	holdHW atomic.Bool
 }
 
 // Start opens Dir, loads the topics, the committed offsets and the
@@ -155,31 +193,29 @@ func Start(opts Options) (_ *Broker, err error) {
 			}
 		}
 	}()
-	b.logs, err = local.OpenBackend(filepath.Join(opts.Dir, "logs"), local.BackendOptions{Logger: opts.Logger,
-		BackgroundInterval: 10 * time.Second})
-	if err != nil {
+	if err := b.openBackend(); err != nil {
 		return nil, err
 	}
-	cleanup = append(cleanup, func() { b.logs.Close() })
-	b.be = b.logs
+	cleanup = append(cleanup, func() { b.be.Close() })
 	b.timer, err = timingwheel.New(context.Background(), timingwheel.Options{})
 	if err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, b.timer.Close)
-	b.fetches, err = purgatory.New[backend.TopicPartition](b.timer, purgatory.Options{})
-	if err != nil {
+	if b.fetches, err = purgatory.New[backend.TopicPartition](b.timer, purgatory.Options{}); err != nil {
 		return nil, err
 	}
 	cleanup = append(cleanup, b.fetches.Close)
+	if b.produces, err = purgatory.New[backend.TopicPartition](b.timer, purgatory.Options{}); err != nil {
+		return nil, err
+	}
+	cleanup = append(cleanup, b.produces.Close)
 	cleanup = append(cleanup, func() { close(b.stop); b.watchWG.Wait() })
 	if b.state, err = openState(opts.Dir); err != nil {
 		return nil, err
 	}
-	for name, t := range b.state.topics() {
-		if err := b.openTopic(name, t.Partitions, t.Config); err != nil {
-			return nil, err
-		}
+	if err := b.openTopics(); err != nil {
+		return nil, err
 	}
 	if b.offsets, err = openOffsetLog(b); err != nil {
 		return nil, err
@@ -206,8 +242,78 @@ func Start(opts Options) (_ *Broker, err error) {
 	return b, nil
 }
 
+// openBackend opens the log directory: a tiered.Backend over it when
+// Options.Store is set, else a local.Backend.
+func (b *Broker) openBackend() error {
+	dir := filepath.Join(b.opts.Dir, "logs")
+	lopts := local.BackendOptions{Logger: b.opts.Logger, BackgroundInterval: 10 * time.Second}
+	if b.opts.Store == nil {
+		l, err := local.OpenBackend(dir, lopts)
+		if err != nil {
+			return err
+		}
+		b.logs, b.be = l, l
+		return nil
+	}
+	mc, err := tiered.ParseManagerConfig(b.opts.RemoteLogManager)
+	if err != nil {
+		return err
+	}
+	t, err := tiered.OpenBackend(dir, tiered.BackendOptions{Store: b.opts.Store, Prefix: b.opts.StorePrefix, Local: lopts,
+		Manager: mc, Logger: b.opts.Logger, PrefetchBytes: b.opts.RemoteReadAheadBytes})
+	if err != nil {
+		return err
+	}
+	// The cleaner works on the local log directory underneath.
+	b.logs, b.be = t.Local(), t
+	return nil
+}
+
+// openTopics opens the topics of topics.json at Start, each at a leader
+// epoch one above the last start's (see the package doc), saved before
+// any partition leads at it.
+func (b *Broker) openTopics() error {
+	type opened struct {
+		t     *topic
+		epoch int32
+	}
+	var all []opened
+	epochs := map[string]int32{}
+	for name, ts := range b.state.topics() {
+		t, latest, err := b.openTopic(name, ts.Partitions, ts.Config)
+		if err != nil {
+			return err
+		}
+		epoch := max(ts.LeaderEpoch+1, latest+1)
+		all = append(all, opened{t, epoch})
+		epochs[name] = epoch
+	}
+	if err := b.state.setEpochs(epochs); err != nil {
+		return err
+	}
+	b.mu.Lock() // the watchers lead starts read b.topics
+	defer b.mu.Unlock()
+	for _, o := range all {
+		if err := b.lead(o.t, o.epoch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Addr is the address the broker listens on.
 func (b *Broker) Addr() string { return b.ln.Addr().String() }
+
+// Partition returns the open partition topic-i (a *tiered.Partition for a
+// tiered topic), or nil: for tests and tools beside the broker. The
+// broker leads it; callers MUST NOT append to it or move its high
+// watermark.
+func (b *Broker) Partition(topic string, i int32) backend.Partition {
+	if p := b.partition(topic, i); p != nil {
+		return p.p
+	}
+	return nil
+}
 
 // Cleaner is the log cleaner of the broker's compacted topics.
 func (b *Broker) Cleaner() *compaction.Cleaner { return b.cleaner }
@@ -224,7 +330,8 @@ func (b *Broker) Close() error {
 	close(b.closing)
 	b.mu.Unlock()
 	b.ln.Close()
-	b.fetches.Close() // parked fetches answer now
+	b.fetches.Close()  // parked fetches answer now
+	b.produces.Close() // parked produces answer REQUEST_TIMED_OUT
 	b.mu.Lock()
 	for c := range b.conns {
 		c.Close()
@@ -279,29 +386,69 @@ func (b *Broker) topicConfig(overrides map[string]string) (backend.Config, error
 	return backend.ParseConfig(m)
 }
 
-// openTopic opens a known topic's partitions. REQUIRES: b.mu held, or
-// the broker not yet serving.
-func (b *Broker) openTopic(name string, n int32, overrides map[string]string) error {
+// openTopic opens a topic's partitions, not yet led. latest is the
+// largest leader epoch any of its partitions' local logs holds records of
+// (-1 when none: an empty or new log). REQUIRES: b.mu held, or the broker not yet
+// serving.
+func (b *Broker) openTopic(name string, n int32, overrides map[string]string) (_ *topic, latest int32, err error) {
 	cfg, err := b.topicConfig(overrides)
 	if err != nil {
-		return err
+		return nil, -1, err
 	}
+	latest = -1
 	t := &topic{name: name, overrides: overrides}
 	for i := range n {
 		p, err := b.be.Open(context.Background(), name, i, cfg)
 		if err != nil {
-			return err
+			return nil, -1, err
 		}
-		// One node is the whole ISR: everything appended is replicated.
-		if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
-			return err
-		}
-		part := &partition{tp: backend.TopicPartition{Topic: name, Partition: i}, p: p}
-		t.parts = append(t.parts, part)
-		b.watchWG.Add(1)
-		go b.watch(part)
+		t.parts = append(t.parts, &partition{tp: backend.TopicPartition{Topic: name, Partition: i}, p: p})
+		latest = max(latest, latestLocalEpoch(p))
 	}
-	b.topics[name] = t
+	return t, latest, nil
+}
+
+// latestLocalEpoch is the largest leader epoch p's local log holds
+// records of (the last entry of its epoch cache), or -1. It reads local
+// state only: EndOffsetForEpoch would do, but on a tiered partition it
+// may read the bucket, and opening must not need the bucket. The library
+// has no accessor for it on backend.Partition (see docs/embedding.md).
+func latestLocalEpoch(p backend.Partition) int32 {
+	var l *local.Log
+	switch v := p.(type) {
+	case *local.Log:
+		l = v
+	case *tiered.Partition:
+		l = v.Local()
+	default:
+		return -1
+	}
+	if e := l.LeaderEpochs(); len(e) > 0 {
+		return e[len(e)-1].Epoch
+	}
+	return -1
+}
+
+// lead makes the broker the leader of t's partitions at epoch, before
+// their first append: BecomeLeader (a tiered partition starts uploading),
+// the high watermark to the log end (one node is the whole ISR), a
+// watcher each; t serves from then on. REQUIRES: b.mu held.
+func (b *Broker) lead(t *topic, epoch int32) error {
+	for _, p := range t.parts {
+		if err := p.p.BecomeLeader(context.Background(), epoch); err != nil {
+			return fmt.Errorf("broker: %s: become leader at epoch %d: %w", p.tp, epoch, err)
+		}
+		p.epoch = epoch
+		if err := b.advanceHighWatermark(p); err != nil {
+			return err
+		}
+	}
+	// Serving first: a watcher stops when its partition is not served.
+	b.topics[t.name] = t
+	for _, p := range t.parts {
+		b.watchWG.Add(1)
+		go b.watch(p)
+	}
 	return nil
 }
 
@@ -322,13 +469,20 @@ func (b *Broker) createTopic(name string, n int32, overrides map[string]string) 
 	if _, ok := b.topics[name]; ok {
 		return false, nil
 	}
-	if err := b.state.putTopic(name, n, overrides); err != nil {
+	t, latest, err := b.openTopic(name, n, overrides)
+	if err != nil {
 		return false, err
 	}
-	if err := b.openTopic(name, n, overrides); err != nil {
+	// A new topic leads at epoch 0, unless the log directory holds its
+	// partitions already (a restored directory): then above their epochs.
+	epoch := latest + 1
+	if err := b.state.putTopic(name, topicState{Partitions: n, Config: overrides, LeaderEpoch: epoch}); err != nil {
 		return false, err
 	}
-	b.logger.Info("topic created", "topic", name, "partitions", n, "config", overrides)
+	if err := b.lead(t, epoch); err != nil {
+		return false, err
+	}
+	b.logger.Info("topic created", "topic", name, "partitions", n, "config", overrides, "leader_epoch", epoch)
 	return true, nil
 }
 
@@ -391,34 +545,57 @@ func (b *Broker) topicNames() []string {
 	return names
 }
 
-// watch wakes the parked fetches of a partition whenever its offsets move.
+// watch is a partition's replication loop on a single node: each time
+// the partition's offsets move (Changed) it advances the high watermark
+// to the log end, then completes the parked requests that can complete:
+// acks=-1 produces whose batches are now below the high watermark, and
+// long-poll fetches with something new to read.
 func (b *Broker) watch(p *partition) {
 	defer b.watchWG.Done()
 	for {
-		select {
-		case <-p.p.Changed():
-		case <-b.stop:
-			return
+		// Ask for the next change before reading the offsets, so a move
+		// during this pass wakes the next one.
+		changed := p.p.Changed()
+		if err := b.advanceHighWatermark(p); err != nil && !errors.Is(err, backend.ErrClosed) {
+			b.logger.Warn("high watermark", "partition", p.tp.String(), "err", err)
 		}
+		b.produces.CheckAndComplete(p.tp)
 		b.fetches.CheckAndComplete(p.tp)
 		// A closed partition's channel stays closed: stop watching it.
 		if b.partition(p.tp.Topic, p.tp.Partition) != p {
 			return
 		}
+		select {
+		case <-changed:
+		case <-b.stop:
+			return
+		}
 	}
 }
 
-// append appends batches as the leader and moves the high watermark to
-// the log end.
+// advanceHighWatermark moves the high watermark to the log end: the
+// leader's log end is the smallest of the in-sync replicas' when the
+// leader is the only one (Kafka's maybeIncrementLeaderHW). It is the one
+// place the broker moves a high watermark.
+func (b *Broker) advanceHighWatermark(p *partition) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.holdHW.Load() {
+		return nil
+	}
+	// Only a move: SetHighWatermark wakes Changed even when the value
+	// stays.
+	if o := p.p.Offsets(); o.HighWatermark < o.LogEnd {
+		return p.p.SetHighWatermark(o.LogEnd)
+	}
+	return nil
+}
+
+// append appends batches as the leader, stamped with its epoch. The high
+// watermark follows (watch), so the batches are readable by consumers
+// and acknowledged to acks=-1 producers once it passes them.
 func (p *partition) append(ctx context.Context, batches []byte, coordinator bool) (backend.AppendInfo, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	info, err := p.p.Append(ctx, batches, backend.AppendOptions{AssignOffsets: true, LeaderEpoch: leaderEpoch, Coordinator: coordinator})
-	if err != nil {
-		return info, err
-	}
-	if err := p.p.SetHighWatermark(p.p.Offsets().LogEnd); err != nil {
-		return info, err
-	}
-	return info, nil
+	return p.p.Append(ctx, batches, backend.AppendOptions{AssignOffsets: true, LeaderEpoch: p.epoch, Coordinator: coordinator})
 }

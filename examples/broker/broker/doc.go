@@ -11,9 +11,11 @@
 //	apis.go      the API versions served, and the dispatch
 //	errors.go    backend errors to Kafka error codes (the one mapping)
 //	metadata.go  Metadata, CreateTopics, DeleteTopics
-//	produce.go   Produce
-//	fetch.go     Fetch: reads, the long poll in the purgatory, zero-copy
-//	             responses (fetchwrite.go frames them)
+//	produce.go   Produce; acks=-1 parked in the purgatory until the high
+//	             watermark passes it
+//	fetch.go     Fetch: reads (a Fetch's remote reads side by side), the
+//	             long poll in the purgatory, zero-copy responses
+//	             (fetchwrite.go frames them)
 //	offsets.go   ListOffsets, DeleteRecords, OffsetForLeaderEpoch
 //	txn.go       InitProducerID and the transaction coordinator
 //	             (transactions.json)
@@ -23,10 +25,13 @@
 //
 // # What lives where (under Options.Dir)
 //
-//	logs/                 the local.Backend log directory (Kafka's layout);
-//	                      __consumer_offsets-0 is a topic like any other,
-//	                      cleanup.policy=compact, cleaned by the Cleaner
-//	topics.json           every topic: partition count and config overrides
+//	logs/                 the log directory (Kafka's layout), a
+//	                      local.Backend, or with Options.Store a
+//	                      tiered.Backend over one; __consumer_offsets-0 is
+//	                      a topic like any other, cleanup.policy=compact,
+//	                      cleaned by the Cleaner (never tiered)
+//	topics.json           every topic: partition count, config overrides
+//	                      and the leader epoch of the last start
 //	transactions.json     the next producer id block and each transactional
 //	                      id's producer id, epoch and open transaction
 //
@@ -36,23 +41,84 @@
 // leader epoch, metadata, commit timestamp), so Kafka's tools read it;
 // a null value (a tombstone) deletes a commit.
 //
-// # The high watermark
+// With Options.Store, the bucket holds the tiered topics' closed segments
+// under <StorePrefix>/<topic>-<partition>/ (the tiered package's layout
+// and manifest).
 //
-// One node is the whole in-sync replica set: after every append the broker
-// moves the high watermark to the log end, under the partition's append
-// lock, so acks=1 and acks=-1 answer after the same append; with
-// flush.messages=1 the append is durable when it is acknowledged.
+// # Tiered topics
+//
+// With Options.Store (--store URL) the broker opens its log directory with
+// tiered.OpenBackend: topics with remote.storage.enable=true are tiered
+// partitions, the others local logs, side by side. The tiering service
+// (Kafka's RemoteLogManager, configured by Kafka's remote.log.manager.*
+// and remote.log.reader.* properties: Options.RemoteLogManager,
+// --broker-config) uploads each closed segment once the high watermark
+// passes it, of the partitions this broker leads (all of them: see
+// Leader epochs), then deletes local copies as local.retention.* says.
+// A Fetch below the local log start is read from the bucket by the
+// partition; a Fetch's remote reads run side by side, each with an 8 MiB
+// read-ahead (Options.RemoteReadAheadBytes). A bucket that is down (or a
+// reader pool that is full) is a retryable backend.ErrStorage:
+// KAFKA_STORAGE_ERROR, which clients retry; local offsets are served
+// meanwhile, and the broker starts without the bucket. The cleaner works
+// on the local directory underneath (tiered.Backend.Local); compacted
+// topics are never tiered. Without Options.Store such a topic is refused
+// with INVALID_CONFIG.
+//
+// # Leader epochs
+//
+// One node leads every partition, but not at one epoch forever: each
+// start is a leader election, as a restart is in a Kafka cluster. Start
+// leads each topic's partitions at the epoch topics.json recorded for the
+// topic at the last start plus one, and never below one past the largest
+// epoch the partitions' local logs hold records of (their epoch caches:
+// a directory restored from elsewhere, or a topics.json from an older
+// broker; the bucket is not read, so the broker starts without it). The new epoch is written to topics.json before any
+// partition leads at it, so epochs never go backwards, even when a start
+// appends nothing (the log's epoch cache forgets an epoch without
+// records when it reopens; topics.json does not). A topic created leads
+// at epoch 0 (or above its directory's epochs). Start then calls
+// BecomeLeader(epoch) on every partition it opens, local and tiered
+// alike, before the first append: the local log records where the epoch
+// starts, and a tiered partition starts uploading (its first upload
+// claims the bucket's manifest at that epoch, fencing an older writer).
+// Appends are stamped with the epoch; Metadata, ListOffsets and
+// OffsetForLeaderEpoch answer with it, and a request whose current leader
+// epoch is older is FENCED_LEADER_EPOCH (the client refreshes its
+// metadata), newer UNKNOWN_LEADER_EPOCH.
+//
+// # The high watermark and acks=-1
+//
+// One node is the whole in-sync replica set, so the high watermark is the
+// log end; but it moves as Kafka's does, after the append and apart from
+// it. Each partition has a watcher goroutine that waits on
+// Partition.Changed; when the log end moves it advances the high
+// watermark to it (advanceHighWatermark, the one place that moves it),
+// then completes the parked requests of the partition: acks=-1 Produces
+// (and the coordinators' writes) whose batches are now below the high
+// watermark, and long-poll Fetches with something new. An acks=-1 Produce
+// waits in the purgatory until then or its timeout (REQUEST_TIMED_OUT);
+// acks=1 is answered after the append. With flush.messages=1 an append is
+// durable when it is acknowledged.
 //
 // # Concurrency
 //
 // Each connection runs one request at a time, in order, as Kafka's
 // broker does (it mutes a connection until its response is sent). A
-// partition's appends and high watermark moves are serialized by
-// partition.mu. Lock order: txnCoordinator.mu, then offsetLog.mu, then
-// Broker.mu or partition.mu (Broker.mu is held only to look topics up,
-// create or delete them). groupCoordinator.mu is taken alone: a JoinGroup
-// or SyncGroup waits for the rebalance after releasing it, and an offset
-// commit writes after releasing it.
-// Long-poll fetches park in a purgatory keyed by partition; a goroutine a
-// partition waits on Partition.Changed and calls CheckAndComplete.
+// partition's appends, DeleteRecords and high watermark moves are
+// serialized by partition.mu. Lock order: txnCoordinator.mu, then
+// offsetLog.mu, then Broker.mu, then partition.mu (Broker.mu is held only
+// to look topics up, create or delete them). groupCoordinator.mu is taken
+// alone: a JoinGroup or SyncGroup waits for the rebalance after releasing
+// it, and an offset commit writes after releasing it. Long-poll fetches
+// and acks=-1 produces park in two purgatories keyed by partition; a
+// goroutine a partition waits on Partition.Changed, moves the high
+// watermark and calls CheckAndComplete on both. The coordinators wait for
+// the high watermark holding their own locks; the watcher that completes
+// the wait takes only partition.mu and Broker.mu (to read), never theirs.
+//
+// # What a broker still writes itself
+//
+// docs/embedding.md ("The reference broker") lists what this broker had
+// to write that the library could give, and what it gives now.
 package broker

@@ -6,6 +6,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/tiered"
 )
 
 // errorCode maps an error from the backend (or the broker) to the Kafka
@@ -41,9 +42,10 @@ func errorCode(err error) int16 {
 		return kerr.TransactionCoordinatorFenced.Code
 	case errors.Is(err, backend.ErrStorage):
 		return kerr.KafkaStorageError.Code
-	case errors.Is(err, backend.ErrFenced), errors.Is(err, backend.ErrClosed):
-		// Another writer leads the partition, or it is closing: the
-		// client refreshes its metadata and retries.
+	case errors.Is(err, backend.ErrFenced), errors.Is(err, backend.ErrClosed), errors.Is(err, tiered.ErrNotLeader):
+		// Another writer leads the partition (or the bucket's manifest
+		// says so), or it is closing: the client refreshes its metadata
+		// and retries.
 		return kerr.NotLeaderForPartition.Code
 	case errors.Is(err, backend.ErrNotFound):
 		return kerr.UnknownTopicOrPartition.Code

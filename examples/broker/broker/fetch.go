@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -91,13 +92,20 @@ func (b *Broker) readFetch(ctx context.Context, r *kmsg.FetchRequest) *fetchResu
 		maxBytes = 50 << 20
 	}
 	res := &fetchResult{}
-	for _, t := range r.Topics {
+	early := b.readRemoteEarly(ctx, r, maxBytes, iso)
+	for ti, t := range r.Topics {
 		ft := fetchTopic{name: t.Topic}
-		for _, rp := range t.Partitions {
+		for pi, rp := range t.Partitions {
 			fp := fetchPart{partition: rp.Partition, offsets: backend.Offsets{HighWatermark: -1, LastStableOffset: -1, LogStart: -1}}
 			p := b.partition(t.Topic, rp.Partition)
 			if p == nil {
 				fp.errCode = kerr.UnknownTopicOrPartition.Code
+				res.errors = true
+				ft.parts = append(ft.parts, fp)
+				continue
+			}
+			if err := p.checkLeaderEpoch(rp.CurrentLeaderEpoch); err != nil {
+				fp.errCode = errorCode(err)
 				res.errors = true
 				ft.parts = append(ft.parts, fp)
 				continue
@@ -108,7 +116,11 @@ func (b *Broker) readFetch(ctx context.Context, r *kmsg.FetchRequest) *fetchResu
 				ft.parts = append(ft.parts, fp)
 				continue
 			}
-			recs, err := p.p.Read(ctx, rp.FetchOffset, backend.ReadOptions{MaxBytes: int(max(limit, 1)), MinOneBatch: res.bytes == 0, Isolation: iso})
+			opts := backend.ReadOptions{MaxBytes: int(max(limit, 1)), MinOneBatch: res.bytes == 0, Isolation: iso}
+			recs, err := early.take(ti, pi, opts)
+			if recs == nil && err == nil {
+				recs, err = p.p.Read(ctx, rp.FetchOffset, opts)
+			}
 			if err != nil {
 				fp.errCode = errorCode(err)
 				res.errors = true
@@ -131,7 +143,103 @@ func (b *Broker) readFetch(ctx context.Context, r *kmsg.FetchRequest) *fetchResu
 		}
 		res.topics = append(res.topics, ft)
 	}
+	early.close()
 	return res
+}
+
+// earlyReads are the reads of a Fetch's partitions whose offsets only
+// the bucket holds, run side by side before the in-order pass (remote
+// reads wait on the network; Kafka's RemoteLogReader pool runs them
+// concurrently too, and tiered's reader pool bounds them), each up to its
+// partition's PartitionMaxBytes. The in-order pass takes each where the
+// read it would make gives the same answer (it fits the bytes the Fetch
+// has left) and reads again otherwise, so the answer is the in-order one.
+type earlyReads struct {
+	res map[[2]int]earlyRead
+}
+
+type earlyRead struct {
+	recs backend.Records
+	err  error
+}
+
+// readRemoteEarly starts the remote reads of r, when at least two of its
+// partitions read from the bucket and their PartitionMaxBytes fit the
+// Fetch's MaxBytes together (so each gets its own bound, as it would in
+// order), and waits for them.
+func (b *Broker) readRemoteEarly(ctx context.Context, r *kmsg.FetchRequest, maxBytes int64, iso backend.Isolation) *earlyReads {
+	type job struct {
+		at     [2]int
+		p      *partition
+		offset int64
+		max    int32
+	}
+	var jobs []job
+	var sum int64
+	for ti, t := range r.Topics {
+		for pi, rp := range t.Partitions {
+			p := b.partition(t.Topic, rp.Partition)
+			if p == nil || p.checkLeaderEpoch(rp.CurrentLeaderEpoch) != nil {
+				continue
+			}
+			if o := p.p.Offsets(); rp.FetchOffset >= o.LocalLogStart || rp.FetchOffset < o.LogStart {
+				continue
+			}
+			jobs = append(jobs, job{at: [2]int{ti, pi}, p: p, offset: rp.FetchOffset, max: rp.PartitionMaxBytes})
+			sum += int64(rp.PartitionMaxBytes)
+		}
+	}
+	if len(jobs) < 2 || sum > maxBytes {
+		return nil
+	}
+	e := &earlyReads{res: make(map[[2]int]earlyRead, len(jobs))}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			recs, err := j.p.p.Read(ctx, j.offset, backend.ReadOptions{MaxBytes: int(max(j.max, 1)), MinOneBatch: true, Isolation: iso})
+			mu.Lock()
+			e.res[j.at] = earlyRead{recs, err}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return e
+}
+
+// take returns the early read of partition pi of topic ti if it is the
+// answer a read with opts would give (its bytes fit opts.MaxBytes, or it
+// is one batch and opts.MinOneBatch), else nil, nil (closing it): the
+// caller reads.
+func (e *earlyReads) take(ti, pi int, opts backend.ReadOptions) (backend.Records, error) {
+	if e == nil {
+		return nil, nil
+	}
+	r, ok := e.res[[2]int{ti, pi}]
+	if !ok {
+		return nil, nil
+	}
+	delete(e.res, [2]int{ti, pi})
+	if r.err != nil || r.recs.Len() <= int64(opts.MaxBytes) {
+		return r.recs, r.err
+	}
+	r.recs.Close()
+	return nil, nil
+}
+
+// close closes the early reads not taken (partitions the Fetch had no
+// bytes left for).
+func (e *earlyReads) close() {
+	if e == nil {
+		return
+	}
+	for _, r := range e.res {
+		if r.recs != nil {
+			r.recs.Close()
+		}
+	}
 }
 
 // fetchOp is a Fetch parked in the purgatory: it can complete once one of

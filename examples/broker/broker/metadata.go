@@ -81,7 +81,7 @@ func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 		default:
 			for _, p := range t.parts {
 				mp := kmsg.NewMetadataResponseTopicPartition()
-				mp.Partition, mp.Leader, mp.LeaderEpoch = p.tp.Partition, NodeID, leaderEpoch
+				mp.Partition, mp.Leader, mp.LeaderEpoch = p.tp.Partition, NodeID, p.epoch
 				mp.Replicas, mp.ISR = []int32{NodeID}, []int32{NodeID}
 				mt.Partitions = append(mt.Partitions, mp)
 			}

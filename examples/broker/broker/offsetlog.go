@@ -56,7 +56,9 @@ type offsetLog struct {
 // compacted) and loads every commit from it.
 func openOffsetLog(b *Broker) (*offsetLog, error) {
 	overrides := map[string]string{"cleanup.policy": "compact", "segment.bytes": fmt.Sprint(b.opts.OffsetsSegmentBytes),
-		"min.cleanable.dirty.ratio": "0.1"}
+		"min.cleanable.dirty.ratio": "0.1",
+		// Compacted topics are not tiered, whatever the default config says.
+		"remote.storage.enable": "false"}
 	if _, err := b.createTopic(offsetsTopic, 1, overrides); err != nil {
 		return nil, err
 	}
@@ -145,7 +147,8 @@ func (o *offsetLog) forget(group string, tp backend.TopicPartition) {
 }
 
 // commit writes a group's commits in one batch and applies them once the
-// batch is appended (and, with flush.messages=1, durable).
+// high watermark has passed the batch (and, with flush.messages=1, it is
+// durable).
 func (o *offsetLog) commit(ctx context.Context, group string, commits map[backend.TopicPartition]committed) error {
 	if len(commits) == 0 {
 		return nil
@@ -161,7 +164,7 @@ func (o *offsetLog) commit(ctx context.Context, group string, commits map[backen
 	if err != nil {
 		return err
 	}
-	if _, err := o.p.append(ctx, batch, false); err != nil {
+	if err := o.p.appendReplicated(ctx, o.b, batch, false); err != nil {
 		return err
 	}
 	for tp, c := range commits {

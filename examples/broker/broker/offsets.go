@@ -10,12 +10,14 @@ import (
 )
 
 // checkLeaderEpoch answers a request's current leader epoch as Kafka's
-// leader does: -1 skips the check.
-func checkLeaderEpoch(current int32) error {
+// leader does: -1 skips the check; an older epoch is fenced (the client
+// learned of a leader before this one: it refreshes its metadata), a
+// newer one unknown.
+func (p *partition) checkLeaderEpoch(current int32) error {
 	switch {
-	case current < 0 || current == leaderEpoch:
+	case current < 0 || current == p.epoch:
 		return nil
-	case current > leaderEpoch:
+	case current > p.epoch:
 		return kerr.UnknownLeaderEpoch
 	}
 	return kerr.FencedLeaderEpoch
@@ -40,10 +42,10 @@ func (b *Broker) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) km
 			case p == nil:
 				err = kerr.UnknownTopicOrPartition
 			default:
-				err = checkLeaderEpoch(rp.CurrentLeaderEpoch)
+				err = p.checkLeaderEpoch(rp.CurrentLeaderEpoch)
 			}
 			if err == nil {
-				err = listOffset(ctx, p.p, rp.Timestamp, r.IsolationLevel == 1, &pr)
+				err = p.listOffset(ctx, rp.Timestamp, r.IsolationLevel == 1, &pr)
 			}
 			pr.ErrorCode = errorCode(err)
 			rt.Partitions = append(rt.Partitions, pr)
@@ -53,17 +55,20 @@ func (b *Broker) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) km
 	return resp
 }
 
-func listOffset(ctx context.Context, p backend.Partition, ts int64, committed bool, pr *kmsg.ListOffsetsResponseTopicPartition) error {
+// listOffset answers one partition. The leader epoch answered is the
+// current one: Kafka answers the epoch of the batch holding the offset,
+// which OffsetForTimestamp does not return (see the package doc's gaps).
+func (p *partition) listOffset(ctx context.Context, ts int64, committed bool, pr *kmsg.ListOffsetsResponseTopicPartition) error {
 	if ts == backend.LatestTimestamp && committed {
-		pr.Offset, pr.LeaderEpoch = p.Offsets().LastStableOffset, leaderEpoch
+		pr.Offset, pr.LeaderEpoch = p.p.Offsets().LastStableOffset, p.epoch
 		return nil
 	}
-	off, at, found, err := p.OffsetForTimestamp(ctx, ts)
+	off, at, found, err := p.p.OffsetForTimestamp(ctx, ts)
 	if err != nil {
 		return err
 	}
 	if found {
-		pr.Offset, pr.Timestamp, pr.LeaderEpoch = off, at, leaderEpoch
+		pr.Offset, pr.Timestamp, pr.LeaderEpoch = off, at, p.epoch
 	}
 	return nil
 }
@@ -120,7 +125,7 @@ func (b *Broker) offsetForLeaderEpoch(ctx context.Context, r *kmsg.OffsetForLead
 			var err error
 			if p == nil {
 				err = kerr.UnknownTopicOrPartition
-			} else if err = checkLeaderEpoch(rp.CurrentLeaderEpoch); err == nil {
+			} else if err = p.checkLeaderEpoch(rp.CurrentLeaderEpoch); err == nil {
 				var epoch int32
 				var end int64
 				var found bool

@@ -163,33 +163,92 @@ func TestOffsetOutOfRange(t *testing.T) {
 	}
 }
 
-// TestOffsetForLeaderEpoch asks where epoch 0 (the only one a single node
-// has) ends, and about an epoch it never had.
-func TestOffsetForLeaderEpoch(t *testing.T) {
-	b := startBroker(t, testOptions(t.TempDir()))
+// offsetForLeaderEpoch asks where epoch ends in topic-0, with current as
+// the request's current leader epoch.
+func offsetForLeaderEpoch(t *testing.T, cl *kgo.Client, topic string, current, epoch int32) (code int16, foundEpoch int32, end int64) {
+	t.Helper()
+	req := kmsg.NewPtrOffsetForLeaderEpochRequest()
+	req.ReplicaID = -1
+	rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
+	rt.Topic = topic
+	rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
+	rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, current, epoch
+	rt.Partitions = append(rt.Partitions, rp)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := resp.Topics[0].Partitions[0]
+	return p.ErrorCode, p.LeaderEpoch, p.EndOffset
+}
+
+// metadataEpoch is the leader epoch Metadata gives for topic-0.
+func metadataEpoch(t *testing.T, cl *kgo.Client, topic string) int32 {
+	t.Helper()
+	req := kmsg.NewPtrMetadataRequest()
+	rt := kmsg.NewMetadataRequestTopic()
+	rt.Topic = kmsg.StringPtr(topic)
+	req.Topics = append(req.Topics, rt)
+	resp, err := req.RequestWith(context.Background(), cl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.Topics[0].Partitions[0].LeaderEpoch
+}
+
+// TestLeaderEpochs: each start leads every partition at an epoch one above
+// the last start's (a restart is a leader election), stamped into the
+// batches appended; OffsetForLeaderEpoch answers where each epoch ends; a
+// request with an older current epoch is fenced, a newer one unknown.
+func TestLeaderEpochs(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	b := startBroker(t, opts)
 	cl := newClient(t, b.Addr())
 	produceTimed(t, cl, "epochs", 10, time.Now())
+	if e := metadataEpoch(t, cl, "epochs"); e != 0 {
+		t.Fatalf("a new topic leads at epoch %d, want 0", e)
+	}
+	// Two restarts, records only after the second.
+	for range 2 {
+		opts.Listen = b.Addr()
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b = startBroker(t, opts)
+	}
+	cl = newClient(t, b.Addr())
+	if e := metadataEpoch(t, cl, "epochs"); e != 2 {
+		t.Fatalf("after two restarts the topic leads at epoch %d, want 2", e)
+	}
+	produceTimed(t, cl, "epochs", 5, time.Now())
 	for _, c := range []struct {
 		epoch     int32
 		wantEpoch int32
 		wantEnd   int64
-	}{{0, 0, 10}, {7, 0, 10}} {
-		req := kmsg.NewPtrOffsetForLeaderEpochRequest()
-		req.ReplicaID = -1
-		rt := kmsg.NewOffsetForLeaderEpochRequestTopic()
-		rt.Topic = "epochs"
-		rp := kmsg.NewOffsetForLeaderEpochRequestTopicPartition()
-		rp.Partition, rp.CurrentLeaderEpoch, rp.LeaderEpoch = 0, -1, c.epoch
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(context.Background(), cl)
-		if err != nil {
-			t.Fatal(err)
+	}{
+		{0, 0, 10},
+		{1, 0, 10}, // epoch 1 appended nothing: epoch 0 is the largest <= 1 with records
+		{2, 2, 15},
+		{7, 2, 15},
+	} {
+		code, e, end := offsetForLeaderEpoch(t, cl, "epochs", -1, c.epoch)
+		if code != 0 || e != c.wantEpoch || end != c.wantEnd {
+			t.Errorf("epoch %d: error %d, epoch %d ends at %d; want epoch %d ending at %d", c.epoch, code, e, end, c.wantEpoch, c.wantEnd)
 		}
-		p := resp.Topics[0].Partitions[0]
-		if p.ErrorCode != 0 || p.LeaderEpoch != c.wantEpoch || p.EndOffset != c.wantEnd {
-			t.Errorf("epoch %d: error %d, epoch %d ends at %d; want epoch %d ending at %d",
-				c.epoch, p.ErrorCode, p.LeaderEpoch, p.EndOffset, c.wantEpoch, c.wantEnd)
+	}
+	for _, c := range []struct {
+		current int32
+		want    int16
+	}{{2, 0}, {1, kerr.FencedLeaderEpoch.Code}, {3, kerr.UnknownLeaderEpoch.Code}} {
+		if code, _, _ := offsetForLeaderEpoch(t, cl, "epochs", c.current, 2); code != c.want {
+			t.Errorf("current leader epoch %d: error %d, want %d", c.current, code, c.want)
+		}
+	}
+	cons := newClient(t, b.Addr(), kgo.ConsumeTopics("epochs"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	for _, r := range consumeN(t, cons, 15, 30*time.Second) {
+		if want := map[bool]int32{true: 0, false: 2}[r.Offset < 10]; r.LeaderEpoch != want {
+			t.Fatalf("offset %d was stamped with epoch %d, want %d", r.Offset, r.LeaderEpoch, want)
 		}
 	}
 }

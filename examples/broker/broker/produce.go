@@ -2,20 +2,30 @@ package broker
 
 import (
 	"context"
+	"errors"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/timingwheel/purgatory"
 )
 
 // produce appends each partition's batches as the leader. The backend
 // checks the producer state: a retried batch of an idempotent producer is
 // AppendInfo.Duplicate, answered with the original batch's offsets as
 // Kafka answers it; a sequence gap or a fenced epoch is a typed error,
-// answered with its Kafka code. acks=0 gets no answer; acks=1 and acks=-1
-// are the same on one node (the high watermark moves with each append).
+// answered with its Kafka code. acks=0 gets no answer; acks=1 is answered
+// once the batches are in the leader's log; acks=-1 once the high
+// watermark has passed them (every in-sync replica has them: on one node,
+// once the partition's watcher moved it), parked in the purgatory until
+// then or until the request's timeout, when the partitions still short
+// answer REQUEST_TIMED_OUT.
 func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Response, error) {
 	resp := kmsg.NewPtrProduceResponse()
-	for _, t := range r.Topics {
+	var waits []hwWait
+	for ti, t := range r.Topics {
 		rt := kmsg.NewProduceResponseTopic()
 		rt.Topic = t.Topic
 		for _, rp := range t.Partitions {
@@ -38,6 +48,9 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 				b.logger.Debug("produce refused", "partition", p.tp.String(), "err", err)
 			} else {
 				pr.BaseOffset, pr.LogAppendTime = info.FirstOffset, info.LogAppendTime
+				if r.Acks == -1 {
+					waits = append(waits, hwWait{p: p, need: info.LastOffset + 1, topic: ti, part: len(rt.Partitions)})
+				}
 			}
 			pr.LogStartOffset = p.p.Offsets().LogStart
 			rt.Partitions = append(rt.Partitions, pr)
@@ -47,5 +60,101 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 	if r.Acks == 0 {
 		return nil, errNoResponse
 	}
+	if len(waits) > 0 {
+		b.awaitHighWatermark(waits, time.Now().Add(time.Duration(r.TimeoutMillis)*time.Millisecond))
+		for _, w := range waits {
+			if err := w.err(b); err != nil {
+				pr := &resp.Topics[w.topic].Partitions[w.part]
+				pr.ErrorCode, pr.BaseOffset, pr.LogAppendTime = errorCode(err), -1, -1
+				msg := err.Error()
+				pr.ErrorMessage = &msg
+			}
+		}
+	}
 	return resp, nil
 }
+
+// hwWait is one partition of a request waiting for the high watermark:
+// its batches end before need. topic and part place it in a Produce
+// answer.
+type hwWait struct {
+	p           *partition
+	need        int64
+	topic, part int
+}
+
+// done says whether the wait is over: the high watermark reached need, or
+// the partition is no longer this broker's to answer for (deleted).
+func (w hwWait) done(b *Broker) bool {
+	return w.p.p.Offsets().HighWatermark >= w.need || b.partition(w.p.tp.Topic, w.p.tp.Partition) != w.p
+}
+
+// err is the wait's outcome: nil once the high watermark passed the
+// batches; NOT_LEADER_OR_FOLLOWER for a partition deleted meanwhile;
+// REQUEST_TIMED_OUT when the time ran out first (the batches are in the
+// log, but not yet acknowledged as replicated: an idempotent producer's
+// retry is answered as a duplicate).
+func (w hwWait) err(b *Broker) error {
+	switch {
+	case w.p.p.Offsets().HighWatermark >= w.need:
+		return nil
+	case b.partition(w.p.tp.Topic, w.p.tp.Partition) != w.p:
+		return kerr.NotLeaderForPartition
+	}
+	return kerr.RequestTimedOut
+}
+
+// produceOp is a request parked until the high watermark of each of its
+// partitions passes its batches (Kafka's DelayedProduce).
+type produceOp struct {
+	b     *Broker
+	waits []hwWait
+	done  chan struct{}
+}
+
+func (op *produceOp) CanComplete() bool {
+	for _, w := range op.waits {
+		if !w.done(op.b) {
+			return false
+		}
+	}
+	return true
+}
+
+func (op *produceOp) OnComplete()   { close(op.done) }
+func (op *produceOp) OnExpiration() { close(op.done) }
+
+// awaitHighWatermark returns once every wait is done or deadline passes
+// (or the broker closes); the waits' err says which.
+func (b *Broker) awaitHighWatermark(waits []hwWait, deadline time.Time) {
+	op := &produceOp{b: b, waits: waits, done: make(chan struct{})}
+	keys := make([]backend.TopicPartition, len(waits))
+	for i, w := range waits {
+		keys[i] = w.p.tp
+	}
+	if _, err := b.produces.TryCompleteElseWatch(op, deadline, keys...); err != nil {
+		if !errors.Is(err, purgatory.ErrClosed) {
+			b.logger.Warn("produce: park", "err", err)
+		}
+		return
+	}
+	<-op.done
+}
+
+// appendReplicated appends a coordinator's batches (committed offsets,
+// transaction markers) and waits until the high watermark passes them, as
+// Kafka's coordinators write with acks=-1; timeout is Kafka's
+// offsets.commit.timeout.ms.
+func (p *partition) appendReplicated(ctx context.Context, b *Broker, batches []byte, coordinator bool) error {
+	info, err := p.append(ctx, batches, coordinator)
+	if err != nil {
+		return err
+	}
+	w := hwWait{p: p, need: info.LastOffset + 1}
+	b.awaitHighWatermark([]hwWait{w}, time.Now().Add(coordinatorWriteTimeout))
+	return w.err(b)
+}
+
+// coordinatorWriteTimeout bounds a coordinator's wait for the high
+// watermark (Kafka's offsets.commit.timeout.ms, 5 s).
+const coordinatorWriteTimeout = 5 * time.Second

@@ -24,6 +24,9 @@ const (
 type topicState struct {
 	Partitions int32             `json:"partitions"`
 	Config     map[string]string `json:"config,omitempty"`
+	// LeaderEpoch is the leader epoch the broker leads the topic's
+	// partitions at since its last start (see the package doc).
+	LeaderEpoch int32 `json:"leader_epoch"`
 }
 
 // stateFile keeps topics.json.
@@ -51,10 +54,22 @@ func (s *stateFile) topics() map[string]topicState {
 	return maps.Clone(s.t)
 }
 
-func (s *stateFile) putTopic(name string, n int32, cfg map[string]string) error {
+func (s *stateFile) putTopic(name string, t topicState) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.t[name] = topicState{Partitions: n, Config: cfg}
+	s.t[name] = t
+	return writeJSON(s.dir, topicsFile, s.t)
+}
+
+// setEpochs records the topics' leader epochs, in one write.
+func (s *stateFile) setEpochs(epochs map[string]int32) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, e := range epochs {
+		t := s.t[name]
+		t.LeaderEpoch = e
+		s.t[name] = t
+	}
 	return writeJSON(s.dir, topicsFile, s.t)
 }
 

@@ -301,11 +301,11 @@ func (tc *txnCoordinator) completeLocked(ctx context.Context, t *txnMeta, commit
 			continue // deleted since
 		}
 		batch, err := tc.builder.BuildEndTxnMarker(record.EndTxnMarker{ProducerID: t.ProducerID, ProducerEpoch: t.Epoch,
-			PartitionLeaderEpoch: leaderEpoch, Commit: commit, Timestamp: time.Now().UnixMilli()})
+			PartitionLeaderEpoch: p.epoch, Commit: commit, Timestamp: time.Now().UnixMilli()})
 		if err != nil {
 			return err
 		}
-		if _, err := p.append(ctx, batch, true); err != nil {
+		if err := p.appendReplicated(ctx, tc.b, batch, true); err != nil {
 			return fmt.Errorf("marker to %s: %w", tp, err)
 		}
 	}

@@ -1,0 +1,16 @@
+package broker
+
+// HoldHighWatermark stops the high watermark of topic-i from following
+// its log end (hold), or lets it follow again: as if an in-sync replica
+// stopped fetching, and came back. For tests of acks=-1 produces parked
+// in the purgatory.
+func HoldHighWatermark(b *Broker, topic string, i int32, hold bool) {
+	p := b.partition(topic, i)
+	p.holdHW.Store(hold)
+	if !hold {
+		// The replica's fetch that would move it.
+		if err := b.advanceHighWatermark(p); err != nil {
+			panic(err)
+		}
+	}
+}
