@@ -190,10 +190,13 @@ type AppendOptions struct {
 	AssignOffsets bool
 	// LeaderEpoch is stamped into each batch when AssignOffsets is set.
 	LeaderEpoch int32
-	// Coordinator says the batches are transaction markers (COMMIT or
-	// ABORT control batches) written by the broker's transaction
-	// coordinator (Kafka's WriteTxnMarkers). Only such an append may hold
-	// control batches; a client's is ErrInvalidRecord.
+	// Coordinator says the batches come from the broker itself, not a
+	// client: transaction markers (COMMIT or ABORT control batches, Kafka's
+	// WriteTxnMarkers) and a coordinator's own records (offsets committed
+	// in a transaction, say). Only such an append may hold control
+	// batches (a client's is ErrInvalidRecord); its batches get the header
+	// and CRC checks and the producer-state checks, not the client's
+	// record validation.
 	Coordinator bool
 }
 

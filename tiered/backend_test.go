@@ -256,6 +256,9 @@ func TestBackendBucketDownAtStartup(t *testing.T) {
 	if _, _, _, err := p.EndOffsetForEpoch(ctx, 0); !errors.Is(err, backend.ErrStorage) {
 		t.Fatalf("EndOffsetForEpoch below the local log with the bucket down: %v", err)
 	}
+	if e, end, found, err := p.EndOffsetForEpoch(ctx, 2); err != nil || !found || e != 2 || end != o.LogEnd {
+		t.Fatalf("the latest epoch with the bucket down: %d, %d, %v, %v", e, end, found, err)
+	}
 	// Appends go on; their segments wait.
 	produce(t, p, 2000)
 	time.Sleep(100 * time.Millisecond)

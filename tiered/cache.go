@@ -146,19 +146,37 @@ func (c *rangeCache) findLocked(object string, pos int64) (*list.Element, int64)
 	return best, bestStart
 }
 
-// get returns the cached bytes of object from pos to the end of the cached
-// range holding pos that reaches furthest, if any.
-func (c *rangeCache) get(object string, pos int64) ([]byte, bool) {
+// span returns up to n cached bytes of object from pos: the range holding
+// pos, joined with the ranges that follow it (copied, only when one range
+// does not reach n) until n bytes or a gap. It counts no hit or miss: the
+// caller decides whether what it got serves.
+func (c *rangeCache) span(object string, pos, n int64) []byte {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
 	e, start := c.findLocked(object, pos)
 	if e == nil {
-		c.lru.misses.Add(1)
-		return nil, false
+		return nil
 	}
-	c.lru.hits.Add(1)
 	c.lru.order.MoveToFront(e)
-	return e.Value.(*lruItem[rangeKey, []byte]).val[pos-start:], true
+	data := e.Value.(*lruItem[rangeKey, []byte]).val[pos-start:]
+	if int64(len(data)) >= n {
+		return data
+	}
+	var out []byte
+	for int64(len(data)) < n {
+		next, nextStart := c.findLocked(object, pos+int64(len(data)))
+		if next == nil {
+			break
+		}
+		c.lru.order.MoveToFront(next)
+		if out == nil {
+			out = append(make([]byte, 0, n), data...)
+		}
+		more := next.Value.(*lruItem[rangeKey, []byte]).val[pos+int64(len(out))-nextStart:]
+		out = append(out, more[:min(int64(len(more)), n-int64(len(out)))]...)
+		data = out
+	}
+	return data
 }
 
 // has reports whether pos of object is cached, without counting a hit.

@@ -243,7 +243,8 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 	key := p.key(seg.Name(manifest.LogSuffix))
 	prevLast := seg.BaseOffset - 1
 	for pos := int64(l.indexEntry.Position); pos < seg.Size; {
-		data, cached, err := p.window(ctx, key, pos, min(seg.Size-pos, window))
+		n := min(seg.Size-pos, window)
+		data, cached, err := p.window(ctx, key, pos, n, n/2)
 		if err != nil {
 			return l, false, err
 		}
@@ -297,18 +298,24 @@ func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string
 	return nil
 }
 
-// window returns n bytes of the object key at pos: the cached range holding
-// pos when it reaches n bytes (or the object's end), else one ranged GET,
-// cached.
-func (p *Partition) window(ctx context.Context, key string, pos, n int64) ([]byte, bool, error) {
-	if data, ok := p.caches.chunks.get(key, pos); ok && int64(len(data)) >= n {
+// window returns bytes of the object key from pos, n of them or at least
+// least: from the chunk cache when the cached ranges from pos (one, or
+// consecutive ones joined, as read-ahead leaves them) hold n bytes, or at
+// least least (a read returns whole batches up to MaxBytes, so fewer
+// bytes make a smaller answer, not a wrong one); else one ranged GET of n
+// bytes, cached.
+func (p *Partition) window(ctx context.Context, key string, pos, n, least int64) ([]byte, bool, error) {
+	chunks := p.caches.chunks
+	if data := chunks.span(key, pos, n); int64(len(data)) >= min(n, least) && len(data) > 0 {
+		chunks.lru.hits.Add(1)
 		return data, true, nil
 	}
+	chunks.lru.misses.Add(1)
 	data, err := p.store.ReadAll(ctx, key, pos, n)
 	if err != nil {
 		return nil, false, fmt.Errorf("tiered: %w", err)
 	}
-	p.caches.chunks.put(key, pos, data)
+	chunks.put(key, pos, data)
 	return data, false, nil
 }
 
@@ -343,7 +350,7 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 			return &memRecords{next: target}, true, nil
 		}
 		if !l.whole() {
-			data, _, err := p.window(ctx, key, l.pos+l.at, l.entry.Size)
+			data, _, err := p.window(ctx, key, l.pos+l.at, l.entry.Size, l.entry.Size)
 			if err != nil {
 				return nil, false, err
 			}
@@ -449,7 +456,7 @@ func (p *Partition) remoteTimestamp(ctx context.Context, seg manifest.Segment, t
 		}
 		data := l.data
 		if !l.whole() {
-			if data, _, err = p.window(ctx, key, l.pos+l.at, l.entry.Size); err != nil {
+			if data, _, err = p.window(ctx, key, l.pos+l.at, l.entry.Size, l.entry.Size); err != nil {
 				return 0, 0, false, err
 			}
 			l.at = 0

@@ -431,6 +431,12 @@ func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, 
 	if err := p.checkOpen(); err != nil {
 		return -1, -1, false, err
 	}
+	if local := p.local.LeaderEpochs(); len(local) > 0 && epoch >= local[0].Epoch {
+		// The local epochs answer: every epoch from the first local one on
+		// has its records, or its start, on the local disk. (A broker asks
+		// for its latest epoch this way without the bucket.)
+		return p.local.EndOffsetForEpoch(ctx, epoch)
+	}
 	if _, remote := p.local.RemoteLogStart(); remote {
 		// Epochs of offsets only the bucket holds are in the manifest.
 		if err := p.attach(ctx); err != nil {

@@ -234,25 +234,44 @@ func TestRequestCounts(t *testing.T) {
 // TestPrefetch: a sequential consumer of offloaded data finds its next
 // range already fetched, across segment borders.
 func TestPrefetch(t *testing.T) {
+	for _, c := range []struct {
+		name               string
+		readBytes, ahead   int64
+		segmentBytes       string
+		records, wantRatio int
+	}{
+		{"64 KiB reads, 256 KiB ahead", 64 << 10, 256 << 10, "300000", 20_000, 2},
+		// A consumer's fetch as large as the read-ahead: the cached
+		// ranges join, and each read is served from them.
+		{"1 MiB reads, 1 MiB ahead", 1 << 20, 1 << 20, "4194304", 60_000, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			testPrefetch(t, c.readBytes, c.ahead, c.segmentBytes, c.records, c.wantRatio)
+		})
+	}
+}
+
+func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, records, wantRatio int) {
 	drv := mem.New()
 	store := objstore.New(drv, "mem://pf", objstore.Options{})
 	dir := filepath.Join(t.TempDir(), "orders-0")
-	c := cfg(t, "segment.bytes", "300000", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	c := cfg(t, "segment.bytes", segmentBytes, "local.retention.ms", "0", "file.delete.delay.ms", "0")
 	p := open(t, dir, store, 1, c)
-	produce(t, p, 20_000)
+	produce(t, p, records)
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
 	p.Close()
 	l, _ := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: 256 << 10})
+	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: ahead})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer q.Close()
 	reads := 0
+	getsBefore := store.Stats().Requests[objstore.OpGet]
 	for off := int64(0); off < q.Offsets().LocalLogStart; reads++ {
-		r, err := q.Read(ctx, off, backend.ReadOptions{MaxBytes: 64 << 10, MinOneBatch: true})
+		r, err := q.Read(ctx, off, backend.ReadOptions{MaxBytes: int(readBytes), MinOneBatch: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -260,9 +279,16 @@ func TestPrefetch(t *testing.T) {
 		time.Sleep(2 * time.Millisecond) // a consumer's think time: the read-ahead's moment
 	}
 	st := q.CacheStats()
-	t.Logf("%d sequential remote reads: %d chunk hits, %d misses", reads, st.ChunkHits, st.ChunkMisses)
-	if st.ChunkHits < int64(reads)/2 {
+	gets := store.Stats().Requests[objstore.OpGet] - getsBefore
+	segs := len(q.Manifest().Segments)
+	t.Logf("%d sequential remote reads of %d segments: %d chunk hits, %d misses, %d GETs", reads, segs, st.ChunkHits, st.ChunkMisses, gets)
+	if st.ChunkHits < int64(reads)/int64(wantRatio) {
 		t.Fatalf("read-ahead served only %d of %d sequential reads", st.ChunkHits, reads)
+	}
+	// Each range is fetched once, by the read-ahead or the read: a read the
+	// cache could not serve would fetch its range again.
+	if gets > int64(reads+segs+2) {
+		t.Fatalf("%d GETs for %d reads of %d segments: reads fetched what the read-ahead had", gets, reads, segs)
 	}
 }
 
