@@ -14,7 +14,8 @@ import (
 // TestIdleBackendCPU measures the CPU time (getrusage, user+sys, the
 // whole process) an idle Backend spends per minute with 10,000 open
 // partitions, each with a few small segments, segment.ms, flush.ms and
-// retention.ms set, and nothing appended after setup. It only reports: run
+// retention.ms set, and nothing appended after setup (a clean restart
+// opened them all again). It only reports: run
 // it by hand, on this code and on the code before the deadlines moved onto
 // the timing wheel (the file uses the public API only), e.g.
 //
@@ -30,33 +31,52 @@ func TestIdleBackendCPU(t *testing.T) {
 	interval := envDuration(t, "TIERLOG_IDLE_INTERVAL", time.Second)
 	window := envDuration(t, "TIERLOG_IDLE_WINDOW", time.Minute)
 	n := benchPartitions()
-	b, err := local.OpenBackend(t.TempDir(), local.BackendOptions{BackgroundInterval: interval, MaxOpenSegmentFiles: 1000})
+	dir := t.TempDir()
+	c := cfg(t, "segment.bytes", "1000", "segment.index.bytes", "4096", "segment.ms", "3600000",
+		"flush.ms", "5000", "retention.ms", "3600000")
+	// Setup, each partition closed when written, then a clean restart: an
+	// active segment that took appends holds two descriptors, and 10,000
+	// of them would pass this machine's limit of 20,000 open files.
+	b, err := local.OpenBackend(dir, local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	for i := 0; i < n; i++ {
+		l, err := b.OpenLog(ctx, "idle", int32(i), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 3 { // about 750 bytes each, a segment each
+			if _, err := l.Append(ctx, batchOf(10, time.Now().UnixMilli(), "i"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.SetHighWatermark(l.Offsets().LogEnd)
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	setup := time.Since(start)
+	b, err = local.OpenBackend(dir, local.BackendOptions{BackgroundInterval: interval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	const flushMs = 5000
-	c := cfg(t, "segment.bytes", "1000", "segment.index.bytes", "4096", "segment.ms", "3600000",
-		"flush.ms", "5000", "retention.ms", "3600000")
-	start := time.Now()
 	segments := 0
 	for i := 0; i < n; i++ {
 		l, err := b.OpenLog(ctx, "idle", int32(i), c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for range 3 { // about 700 bytes each: three segments
-			if _, err := l.Append(ctx, batchOf(10, time.Now().UnixMilli(), "i"), backend.AppendOptions{AssignOffsets: true}); err != nil {
-				t.Fatal(err)
-			}
-		}
-		l.SetHighWatermark(l.Offsets().LogEnd)
 		segments += len(l.SegmentInfos())
 	}
-	setup := time.Since(start)
-	// Let flush.ms pass and the background work see every partition once
-	// before the idle period is measured.
-	time.Sleep(flushMs*time.Millisecond + 2*interval + time.Second)
+	// Let the background work see every partition (a sweep runs twice)
+	// before the idle period.
+	time.Sleep(min(2*interval, 2*time.Minute) + 5*time.Second)
 	runtime.GC()
 	u0, s0 := rusage(t)
 	w0 := time.Now()
