@@ -298,7 +298,8 @@ func (l *Log) Changed() <-chan struct{} {
 
 // notifyChanged wakes what waits on Changed, and re-arms the deadlines a
 // change can bring (a flush for what was appended). It is called with l.mu
-// held (from publishLSO), or by Close once the log is closed.
+// held or the log not yet shared (from publishLSO), or by Close once the
+// log is closed.
 func (l *Log) notifyChanged() {
 	if !l.closed.Load() {
 		l.offsetsChangedLocked()
