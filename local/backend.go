@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/timingwheel"
 	"github.com/tierlog/tierlog/vfs"
 )
 
@@ -22,10 +23,26 @@ type BackendOptions struct {
 	Now func() time.Time
 	// Logger receives events (default: discard).
 	Logger *slog.Logger
-	// BackgroundInterval, when > 0, runs retention, flush.ms and checkpoint
-	// writes for every open partition at this interval (Kafka checks
-	// retention every 5 minutes and checkpoints every few seconds).
+	// BackgroundInterval, when > 0, turns on the background work Kafka's
+	// LogManager does, and is the interval of its checkpoint writes (one
+	// task for the whole directory; Kafka writes the recovery point
+	// checkpoint every 60 s). Each open partition's flush.ms and
+	// retention.ms deadlines then run on the Backend's timing wheel at
+	// their own time, not at this interval: a flush when flush.ms has
+	// passed since the last one with something unflushed, a retention
+	// check when the oldest segment passes retention.ms (and after each
+	// roll for retention.bytes). 0 leaves flush.ms, retention and
+	// checkpoints to the caller (Flush, DeleteOldSegments, Checkpoint).
+	// The removal of .deleted files after file.delete.delay.ms runs
+	// either way. See the package doc, "Background work".
 	BackgroundInterval time.Duration
+	// Timer is the timing wheel the Backend schedules its deadlines on;
+	// nil makes one (timingwheel.New with Now as its clock), closed by
+	// Close. A Timer given here MUST read the same clock as Now, and the
+	// Backend does not close it (close it after the Backend). Tests pass a
+	// timingwheel.Manual's Timer and fire what is due with Advance; a
+	// broker may share its own wheel (its purgatory's).
+	Timer *timingwheel.Timer
 	// MaxOpenSegmentFiles bounds, across all partitions, how many closed
 	// segments keep their files open (default 4096; -1: no bound).
 	MaxOpenSegmentFiles int
@@ -64,8 +81,13 @@ type Backend struct {
 	hws      map[TopicPartition]int64
 	closed   bool
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	// sched runs the deadlines of the open logs and the checkpoint task
+	// (deadlines.go). checkpoint and its task are the checkpoint
+	// writes' (BackgroundInterval > 0); the task is touched only by
+	// OpenBackend and the work's runs, one at a time.
+	sched          *scheduler
+	checkpoint     work
+	checkpointTask *timingwheel.Task
 }
 
 var _ backend.Backend = (*Backend)(nil)
@@ -124,10 +146,12 @@ func OpenBackend(dir string, opts BackendOptions) (b *Backend, err error) {
 		return m
 	}
 	b.recovery, b.starts, b.hws = read(RecoveryPointCheckpoint), read(LogStartCheckpoint), read(ReplicationCheckpoint)
+	if b.sched, err = newScheduler(opts.Timer, opts.Now, deadlineWorkers); err != nil {
+		return nil, fmt.Errorf("local: %w", err)
+	}
 	if opts.BackgroundInterval > 0 {
-		b.stop = make(chan struct{})
-		b.wg.Add(1)
-		go b.background()
+		b.checkpoint.run = b.checkpointAndRearm
+		b.armCheckpoint()
 	}
 	return b, nil
 }
@@ -174,7 +198,8 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 		b.recovery[tp], b.starts[tp], b.hws[tp] = l.RecoveryPoint(), l.checkpointLogStart(), l.Offsets().HighWatermark
 	}
 	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
-		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget, Metrics: &b.metrics, FS: b.opts.FS}
+		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget, Metrics: &b.metrics, FS: b.opts.FS,
+		sched: b.sched, background: b.opts.BackgroundInterval > 0}
 	if b.opts.TopicID != nil {
 		opts.TopicID = b.opts.TopicID(topic)
 	}
@@ -302,29 +327,19 @@ func (b *Backend) checkpointLocked() error {
 	)
 }
 
-// background applies retention and flush.ms and writes checkpoints.
-func (b *Backend) background() {
-	defer b.wg.Done()
-	t := time.NewTicker(b.opts.BackgroundInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-b.stop:
-			return
-		case <-t.C:
-		}
-		for _, l := range b.Logs() {
-			if _, err := l.DeleteOldSegments(); err != nil && !errors.Is(err, backend.ErrClosed) {
-				b.logger.Error("retention", "dir", l.dir, "err", err)
-			}
-			if err := l.maybeFlushByTime(); err != nil && !errors.Is(err, backend.ErrClosed) {
-				b.logger.Error("flush", "dir", l.dir, "err", err)
-			}
-		}
-		if err := b.Checkpoint(); err != nil {
-			b.logger.Error("checkpoint", "err", err)
-		}
+// armCheckpoint schedules the next checkpoint writes BackgroundInterval
+// from now.
+func (b *Backend) armCheckpoint() {
+	now := b.opts.Now()
+	b.sched.arm(&b.checkpointTask, now.Add(b.opts.BackgroundInterval), now, &b.checkpoint, dueCheckpoint)
+}
+
+// checkpointAndRearm is the checkpoint task's work, on a pool goroutine.
+func (b *Backend) checkpointAndRearm(dueKind) {
+	if err := b.Checkpoint(); err != nil {
+		b.logger.Error("checkpoint", "err", err)
 	}
+	b.armCheckpoint()
 }
 
 // Close closes every partition, writes the checkpoints and the clean
@@ -336,12 +351,10 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.closed = true
-	stop := b.stop
 	b.mu.Unlock()
-	if stop != nil {
-		close(stop)
-		b.wg.Wait()
-	}
+	b.sched.stop(&b.checkpoint) // a run in progress takes b.mu
+	cancelTask(b.checkpointTask)
+	defer b.sched.close() // after the logs, which stop their work first
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var errs []error
@@ -360,17 +373,4 @@ func (b *Backend) Close() error {
 	err := vfs.WriteFileAtomic(b.opts.FS, b.dir, CleanShutdownFile, []byte(`{"version":0,"brokerEpoch":-1}`))
 	b.lock.Close()
 	return err
-}
-
-// maybeFlushByTime flushes when flush.ms has passed since the last flush.
-func (l *Log) maybeFlushByTime() error {
-	if l.closed.Load() {
-		return l.closedErr()
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if ms := l.cfg.Load().FlushMs; ms >= 1<<62 || l.now().Sub(l.lastFlush).Milliseconds() < ms {
-		return nil
-	}
-	return l.flushLocked()
 }

@@ -42,6 +42,7 @@
 //	epochs.go    the leader epoch cache
 //	clean.go     SegmentHandle and Replacement: the door for tiered and compaction
 //	budget.go    the bound on closed segments' open files
+//	deadlines.go a log's timed work: flush.ms, retention, .deleted files
 //	backend.go   Backend: many partitions in one log directory, checkpoints
 //
 // All file access goes through a vfs.FS (Options.FS), so tests inject disk
@@ -83,6 +84,55 @@
 // by a clock (second chance) file budget; one a reader holds is never
 // closed.
 //
+// # Background work
+//
+// A Backend owns one timing wheel (package timingwheel;
+// BackendOptions.Timer, or one it makes with Now as its clock) and a pool
+// of at most two goroutines that exist only while there is work. Each open
+// log keeps at most one task on the wheel per deadline, and each task,
+// when due, only queues the log's work (a log is queued at most once, and
+// runs on one goroutine at a time); the pool does the I/O. Nothing is
+// swept: an idle Backend costs nothing per partition. The deadlines:
+//
+//   - flush.ms: the last flush plus flush.ms, armed only while something
+//     is unflushed (an append arms it; a flush, by flush.messages, a roll
+//     or the task, moves or cancels it). Kafka's flush scheduler, per log.
+//   - retention: the moment the oldest segment's largest timestamp (else
+//     its mtime) is more than retention.ms old. The check is
+//     DeleteOldSegments, which then arms the next oldest's deadline. Size
+//     retention needs no deadline: a roll queues a check. A segment
+//     overdue above the high watermark is checked again when the high
+//     watermark reaches it; an empty log arms nothing until data arrives.
+//     Opening a log queues one check (segments below the log start, or
+//     already past retention).
+//   - file.delete.delay.ms: the first retired segment's retirement plus
+//     the delay; the task removes every .deleted file due and arms the
+//     next. A delay of 0 removes them at once, on the caller's goroutine.
+//   - checkpoints: one task for the whole directory, every
+//     BackgroundInterval (Kafka's log.flush.offset.checkpoint.interval.ms).
+//
+// flush.ms, retention and checkpoints run only with a BackgroundInterval
+// (> 0); without one the caller calls Flush, DeleteOldSegments and
+// Checkpoint. The removal of .deleted files always runs (a log opened
+// without a Backend makes a wheel of its own for it on first need).
+// SetConfig moves every deadline to the new config at once. Close (and a
+// Backend's Delete) cancels the log's tasks and waits for its work in
+// progress; no work of a closed log runs. A deadline is a wall-clock time
+// turned into a delay on the wheel when armed, and checked again when the
+// work runs: a task that fires early (the wall clock stepped back) finds
+// nothing due and arms again.
+//
+// Idle, 10,000 partitions cost 0.2 ms of CPU a minute on the wheel, plus
+// about 18 ms a checkpoint write; the sweep of every partition each
+// BackgroundInterval that this replaced cost 8 to 14 ms a pass
+// (TestIdleBackendCPU, run by hand; 2 shared cores).
+//
+// segment.ms has no task: as in Kafka (UnifiedLog.maybeRoll), a segment
+// rolls by time only when an append arrives, so an idle partition's last
+// segment stays open. max.compaction.lag.ms has none either: its deadline
+// depends on the cleaner's first dirty offset, which package compaction
+// owns; its Cleaner checks the lag on every pass.
+//
 // # What reads check
 //
 // Readers check what they can for free: offsets strictly increase from
@@ -100,10 +150,16 @@
 //	Backend.mu     the backend's map of open logs and its checkpoints
 //	Log.mu         the writer lock: Append, TruncateTo, retention, Flush,
 //	               Close, SetConfig and a cleaner's commit; also guards the
-//	               activeSegment, the epoch cache and the pending deletions
+//	               activeSegment, the epoch cache, the pending deletions
+//	               and the log's deadlines
 //	segFile.mu     one segment's descriptor, mapping and index pointers;
 //	               never held during I/O of the .log
 //	index locks    inside package index
+//
+// and, for the deadlines, Log.mu before scheduler.mu (the work queue)
+// before the timing wheel's locks. A wheel callback takes only
+// scheduler.mu; a log's work takes Log.mu with no other lock held; Close
+// waits for the log's work in progress before it takes Log.mu.
 //
 // fileBudget.mu is taken alone: the budget releases it before it closes an
 // evicted segment's files (which takes segFile.mu). Readers take no lock

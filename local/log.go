@@ -47,6 +47,12 @@ type Options struct {
 	// reopen on their next use. A Backend shares one bound across its logs.
 	MaxOpenSegmentFiles int
 	budget              *fileBudget // set by a Backend: shared by its logs
+	// sched and background are set by a Backend: its scheduler for the
+	// log's deadlines, and whether flush.ms and retention run on it (see
+	// the package doc, "Background work"). A log opened alone makes a
+	// scheduler on first need, for its .deleted files only.
+	sched      *scheduler
+	background bool
 
 	// Metrics receives the log's counters (default: a Metrics of its own;
 	// a Backend passes the one its logs share). See Log.Metrics.
@@ -130,17 +136,19 @@ type Log struct {
 	epochs    epochCache
 	unflushed int64 // records appended since the last flush
 	lastFlush time.Time
-	pending   []*pendingDelete
-	bg        sync.WaitGroup // background flushes after rolls
+	pending   []*pendingDelete // retired segments' files, oldest first
+	dl        logDeadlines     // the log's timed work (deadlines.go)
+	bg        sync.WaitGroup   // background flushes after rolls
 
 	flushErrMu sync.Mutex
 	flushErr   error // first error of a background flush
 }
 
+// pendingDelete is a retired segment's .deleted files, removed once
+// file.delete.delay.ms has passed since retired.
 type pendingDelete struct {
-	paths []string
-	timer *time.Timer
-	done  atomic.Bool
+	paths   []string
+	retired time.Time
 }
 
 var _ backend.Partition = (*Log)(nil)
@@ -189,6 +197,7 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	}
 	l.storeConfig(opts.Config)
 	l.remoteStart.Store(-1)
+	l.dl.sched, l.dl.background = opts.sched, opts.background
 	if l.segOpts.budget == nil {
 		l.segOpts.budget = newFileBudget(opts.MaxOpenSegmentFiles)
 	}
@@ -201,6 +210,7 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	if err := l.load(opts); err != nil {
 		return nil, err
 	}
+	l.startDeadlines()
 	return l, nil
 }
 
@@ -217,8 +227,10 @@ func (l *Log) storeConfig(c backend.Config) {
 
 // SetConfig applies a topic config change to the open log, as Kafka
 // applies a topic's new config to its open log: retention, flush and roll
-// settings apply from the next append or retention pass; segment.bytes,
-// segment.index.bytes and index.interval.bytes from the next segment.
+// settings apply from the next append or retention pass (the flush.ms,
+// retention.ms and file.delete.delay.ms deadlines are rescheduled at
+// once); segment.bytes, segment.index.bytes and index.interval.bytes from
+// the next segment.
 func (l *Log) SetConfig(c backend.Config) error {
 	if err := c.Validate(); err != nil {
 		return err
@@ -228,7 +240,8 @@ func (l *Log) SetConfig(c backend.Config) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cfg.Load().RemoteStorageEnable && !c.RemoteStorageEnable {
+	old := l.cfg.Load()
+	if old.RemoteStorageEnable && !c.RemoteStorageEnable {
 		// Its old offsets may live only in a bucket, and its local
 		// retention is the tiered layer's: Kafka refuses this too.
 		return &backend.ConfigError{Key: "remote.storage.enable", Value: "false", Reason: "a tiered log cannot stop being tiered (" + l.dir + ")"}
@@ -237,12 +250,18 @@ func (l *Log) SetConfig(c backend.Config) error {
 	// New segments only: an active segment keeps the index size and
 	// interval it was created with (its files are sized already).
 	l.segOpts.maxIndexBytes, l.segOpts.intervalBytes = int(c.SegmentIndexBytes), c.IndexIntervalBytes
+	l.configChangedLocked(old, &c)
 	return nil
 }
 
 func (l *Log) segments() []*segFile { return *l.segs.Load() }
 
-func (l *Log) setSegments(s []*segFile) { l.segs.Store(&s) }
+// setSegments publishes a new segment list.
+// REQUIRES: l.mu held, or the log not yet shared.
+func (l *Log) setSegments(s []*segFile) {
+	l.segs.Store(&s)
+	l.segmentsChangedLocked(s)
+}
 
 // jitter draws Kafka's per-segment roll jitter.
 func (l *Log) jitter() int64 {
@@ -277,8 +296,14 @@ func (l *Log) Changed() <-chan struct{} {
 	return l.changeCh
 }
 
-// notifyChanged wakes what waits on Changed.
+// notifyChanged wakes what waits on Changed, and re-arms the deadlines a
+// change can bring (a flush for what was appended). It is called with l.mu
+// held or the log not yet shared (from publishLSO), or by Close once the
+// log is closed.
 func (l *Log) notifyChanged() {
+	if !l.closed.Load() {
+		l.offsetsChangedLocked()
+	}
 	l.changeMu.Lock()
 	if l.changeCh != nil {
 		close(l.changeCh)
@@ -518,6 +543,8 @@ func (l *Log) Close() error {
 		l.closeSegments()
 		return nil
 	}
+	l.stopDeadlines()
+	defer l.closeDeadlines()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var err error
@@ -544,9 +571,7 @@ func (l *Log) Close() error {
 		l.act = nil
 	}
 	for _, p := range l.pending {
-		if p.timer.Stop() {
-			l.removeAll(p.paths)
-		}
+		l.removeAll(p.paths) // no longer needed by anyone
 	}
 	l.pending = nil
 	l.closeSegments()
@@ -607,29 +632,20 @@ func renameDeleted(s *segFile) ([]string, error) {
 }
 
 // removeDeletedFiles schedules the unlinking of a segment's .deleted files
-// after file.delete.delay.ms. REQUIRES: l.mu held (or the log not shared).
+// after file.delete.delay.ms (on the log's deletion deadline, see
+// armDeletesLocked); with a delay of 0 they go now.
+// REQUIRES: l.mu held (or the log not shared).
 func (l *Log) removeDeletedFiles(s *segFile) {
 	paths := []string{}
 	for _, suf := range []string{LogSuffix, IndexSuffix, TimeIndexSuffix, TxnIndexSuffix} {
 		paths = append(paths, s.path(suf)+DeletedSuffix)
 	}
-	cfg := l.cfg.Load()
-	if cfg.FileDeleteDelayMs == 0 {
+	if l.cfg.Load().FileDeleteDelayMs == 0 {
 		l.removeAll(paths)
 		return
 	}
-	p := &pendingDelete{paths: paths}
-	p.timer = time.AfterFunc(cfg.FileDeleteDelay(), func() {
-		l.removeAll(paths)
-		p.done.Store(true)
-	})
-	kept := l.pending[:0]
-	for _, q := range l.pending {
-		if !q.done.Load() {
-			kept = append(kept, q)
-		}
-	}
-	l.pending = append(kept, p)
+	l.pending = append(l.pending, &pendingDelete{paths: paths, retired: l.now()})
+	l.armDeletesLocked()
 }
 
 // checkCtx returns ctx's error, wrapped.

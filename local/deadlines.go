@@ -1,0 +1,616 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/timingwheel"
+)
+
+// A log's deadlines (see the package doc, "Background work"): each is one
+// task on a timing wheel that, when due, only queues the log's work; a
+// small pool of goroutines does the work (I/O, Log.mu), never the wheel's
+// goroutine.
+
+// dueKind says which work of a log (or of a Backend) is due.
+type dueKind uint8
+
+const (
+	dueFlush      dueKind = 1 << iota // flush.ms since the last flush, with something unflushed
+	dueRetention                      // a retention check
+	dueDeletes                        // .deleted files whose file.delete.delay.ms passed
+	dueCheckpoint                     // the Backend's checkpoint files
+)
+
+// deadlineWorkers bounds the goroutines doing a Backend's timed work.
+const deadlineWorkers = 2
+
+// deadlineRetry is how long a retention check that failed, or found a
+// segment overdue that nothing holds back, waits before it looks again.
+const deadlineRetry = 30 * time.Second
+
+// work is one queue entry: a log's (or a Backend's) timed work. The
+// scheduler queues it at most once and runs it on one goroutine at a time.
+type work struct {
+	run func(due dueKind) // runs on a pool goroutine
+
+	// Guarded by scheduler.mu.
+	due     dueKind // what is due: set by queue, taken by the run
+	queued  bool    // in scheduler.queue
+	running bool
+	stopped bool // never runs again (its log or Backend closed)
+}
+
+// scheduler is a timing wheel whose callbacks queue work, and the bounded
+// pool of goroutines that does it. A Backend has one for all its logs; a
+// log opened on its own makes one on first need.
+type scheduler struct {
+	timer    *timingwheel.Timer
+	ownTimer bool // made here: closed by close
+	workers  int
+
+	mu      sync.Mutex // guards the fields below and every work's queue state
+	jobDone sync.Cond  // on mu: broadcast when a run ends or the queue empties
+	queue   []*work
+	live    int   // worker goroutines alive (at most workers)
+	busy    int   // runs in progress
+	runs    int64 // runs done (tests)
+}
+
+// newScheduler schedules on timer, or, when it is nil, on a timing wheel
+// of its own (timingwheel.New) reading the clock now.
+func newScheduler(timer *timingwheel.Timer, now func() time.Time, workers int) (*scheduler, error) {
+	s := &scheduler{timer: timer, workers: workers}
+	s.jobDone.L = &s.mu
+	if timer == nil {
+		t, err := timingwheel.New(context.Background(), timingwheel.Options{Clock: timingwheel.ClockFunc(now)})
+		if err != nil {
+			return nil, err
+		}
+		s.timer, s.ownTimer = t, true
+	}
+	return s, nil
+}
+
+// close closes the timer if the scheduler made it. Every work MUST have
+// been stopped: no run is in progress or queued after it.
+func (s *scheduler) close() {
+	if s.ownTimer {
+		s.timer.Close()
+	}
+}
+
+// queue marks due on w and queues it unless it is queued or running
+// already (a running work is queued again when its run ends). Quick: the
+// wheel's callbacks call it.
+func (s *scheduler) enqueue(w *work, due dueKind) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.stopped {
+		return
+	}
+	w.due |= due
+	if w.queued || w.running {
+		return
+	}
+	w.queued = true
+	s.queue = append(s.queue, w)
+	if s.live < s.workers {
+		s.live++
+		go s.worker()
+	}
+}
+
+// worker runs queued work until the queue is empty, then exits: an idle
+// scheduler has no goroutine of its own besides its timer's.
+func (s *scheduler) worker() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 {
+		w := s.queue[0]
+		s.queue[0] = nil
+		s.queue = s.queue[1:]
+		w.queued = false
+		if w.stopped || w.due == 0 {
+			continue
+		}
+		due := w.due
+		w.due, w.running = 0, true
+		s.busy++
+		s.mu.Unlock()
+		w.run(due)
+		s.mu.Lock()
+		s.busy--
+		s.runs++
+		w.running = false
+		if w.due != 0 && !w.stopped {
+			w.queued = true
+			s.queue = append(s.queue, w)
+		}
+		s.jobDone.Broadcast()
+	}
+	s.queue = nil // drop the backing array a burst grew
+	s.live--
+	s.jobDone.Broadcast()
+}
+
+// stop makes w never run again and waits for a run in progress to end. It
+// MUST NOT be called from w's own run.
+func (s *scheduler) stop(w *work) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w.stopped, w.due = true, 0 // a queued w is skipped by the worker
+	for w.running {
+		s.jobDone.Wait()
+	}
+}
+
+// idle waits until nothing is queued or running (tests).
+func (s *scheduler) idle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.queue) > 0 || s.busy > 0 {
+		s.jobDone.Wait()
+	}
+}
+
+// arm makes *k (a task made on first use, whose callback queues due on
+// w) due at the wall-clock time at, as now (the log's clock)
+// sees it: the wheel waits at-now from its own Now, so a step of the wall
+// clock between two arms never makes a task fire early in a loop (a task
+// that fires early finds nothing due and arms again). ErrClosed (the
+// scheduler's timer closed under a closing Backend) leaves it unarmed.
+func (s *scheduler) arm(k **timingwheel.Task, at, now time.Time, w *work, due dueKind) {
+	deadline := s.timer.Now().Add(at.Sub(now))
+	if *k != nil {
+		_ = (*k).Reset(deadline)
+		return
+	}
+	*k, _ = s.timer.Schedule(deadline, func() { s.enqueue(w, due) })
+}
+
+// cancel cancels a task, if there is one.
+func cancelTask(k *timingwheel.Task) {
+	if k != nil {
+		k.Cancel()
+	}
+}
+
+// msAfter is t plus ms milliseconds; ok is false when that is beyond what
+// a time.Duration holds (a deadline that never comes).
+func msAfter(t time.Time, ms int64) (time.Time, bool) {
+	if ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
+		return time.Time{}, false
+	}
+	return t.Add(time.Duration(ms) * time.Millisecond), true
+}
+
+// retentionState is where a log's retention deadline stands.
+type retentionState uint8
+
+const (
+	retIdle    retentionState = iota // no time retention, or not computed yet
+	retQueued                        // a check is queued
+	retArmed                         // the task waits for the oldest segment's deadline
+	retNoData                        // the log holds no record: the first append queues a check
+	retBlocked                       // the oldest segment is overdue above the high watermark
+	retOverdue                       // overdue with nothing holding it back: checked once more
+)
+
+// logDeadlines is a log's timed work and its tasks. Guarded by Log.mu.
+type logDeadlines struct {
+	sched *scheduler // nil for a log alone until it first needs one
+	own   bool       // sched was made for this log: closed with it
+	work  work
+	// started: Open has returned; the hooks below may queue work (the
+	// loader's changes do not).
+	started bool
+	// background: flush.ms and retention run (a Backend's
+	// BackgroundInterval > 0); .deleted files are removed either way.
+	background bool
+
+	flush   *timingwheel.Task
+	flushAt time.Time // zero: the task is not pending
+
+	retention   *timingwheel.Task
+	retState    retentionState
+	retOldest   *segFile // the oldest segment when the deadline was computed
+	retSegs     int      // and the number of segments
+	inRetention bool     // a retention check is changing the segments
+
+	deletes   *timingwheel.Task
+	deletesAt time.Time // zero: the task is not pending
+}
+
+// startDeadlines is the end of Open: the log's work may be queued from
+// now on. It arms what the loader left due: the deletion of segments
+// recovery retired, a flush, the first retention check.
+func (l *Log) startDeadlines() {
+	if l.readOnly {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	d := &l.dl
+	d.work.run = l.runDeadlines
+	d.started = true
+	l.armDeletesLocked()
+	if d.background {
+		l.armFlushLocked()
+		l.queueRetentionLocked()
+	}
+}
+
+// stopDeadlines is the start of Close: no work of the log runs after it
+// returns. REQUIRES: l.closed set, l.mu not held (a run in progress takes
+// it).
+func (l *Log) stopDeadlines() {
+	l.mu.Lock()
+	d := &l.dl
+	s := d.sched
+	d.started = false
+	cancelTask(d.flush)
+	cancelTask(d.retention)
+	cancelTask(d.deletes)
+	l.mu.Unlock()
+	if s != nil {
+		s.stop(&d.work)
+	}
+}
+
+// closeDeadlines closes a scheduler the log made for itself.
+// REQUIRES: stopDeadlines returned.
+func (l *Log) closeDeadlines() {
+	if d := &l.dl; d.own && d.sched != nil {
+		d.sched.close()
+	}
+}
+
+// schedLocked returns the log's scheduler, making one for a log opened on
+// its own. REQUIRES: l.mu held.
+func (l *Log) schedLocked() *scheduler {
+	d := &l.dl
+	if d.sched == nil {
+		s, err := newScheduler(nil, l.now, 1)
+		if err != nil {
+			l.logger.Error("no timer for the log's deadlines", "err", err)
+			return nil
+		}
+		d.sched, d.own = s, true
+	}
+	return d.sched
+}
+
+// queueLocked queues the log's work. REQUIRES: l.mu held.
+func (l *Log) queueLocked(due dueKind) {
+	if s := l.schedLocked(); s != nil {
+		s.enqueue(&l.dl.work, due)
+	}
+}
+
+// runDeadlines is the log's work, on a pool goroutine.
+func (l *Log) runDeadlines(due dueKind) {
+	if due&dueDeletes != 0 {
+		l.removeDueDeletedFiles()
+	}
+	if due&dueFlush != 0 {
+		if err := l.flushIfDue(); err != nil && !errors.Is(err, backend.ErrClosed) {
+			l.logger.Error("flush.ms", "err", err)
+		}
+	}
+	if due&dueRetention != 0 {
+		l.retentionCheck()
+	}
+}
+
+// flushIfDue flushes when flush.ms has passed since the last flush, then
+// arms the next flush deadline (if something is unflushed).
+func (l *Log) flushIfDue() error {
+	if err := l.checkWritable(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkWritable(); err != nil {
+		return err
+	}
+	l.dl.flushAt = time.Time{} // fired
+	if at, ok := msAfter(l.lastFlush, l.cfg.Load().FlushMs); ok && !l.now().Before(at) {
+		if err := l.flushLocked(); err != nil {
+			return err
+		}
+	}
+	l.armFlushLocked()
+	return nil
+}
+
+// unflushedLocked says whether a flush would fsync something.
+// REQUIRES: l.mu held.
+func (l *Log) unflushedLocked() bool {
+	return l.dirty || l.recoveryPoint.Load() != l.leo.Load()
+}
+
+// armFlushLocked arms the flush.ms deadline (the last flush plus
+// flush.ms) when something is unflushed, and cancels it otherwise.
+// REQUIRES: l.mu held.
+func (l *Log) armFlushLocked() {
+	d := &l.dl
+	if !d.started || !d.background {
+		return
+	}
+	at, ok := msAfter(l.lastFlush, l.cfg.Load().FlushMs) // flush.ms's "never" (Long.MAX) is not ok
+	if !ok || !l.unflushedLocked() {
+		if !d.flushAt.IsZero() {
+			cancelTask(d.flush)
+			d.flushAt = time.Time{}
+		}
+		return
+	}
+	if at.Equal(d.flushAt) {
+		return
+	}
+	s := l.schedLocked()
+	if s == nil {
+		return
+	}
+	d.flushAt = at
+	s.arm(&d.flush, at, l.now(), &d.work, dueFlush)
+}
+
+// queueRetentionLocked queues a retention check (it arms the next
+// deadline when done). REQUIRES: l.mu held.
+func (l *Log) queueRetentionLocked() {
+	d := &l.dl
+	if !d.started || !d.background {
+		return
+	}
+	d.retState = retQueued
+	l.queueLocked(dueRetention)
+}
+
+// retentionCheck applies retention (as DeleteOldSegments) and arms the
+// next retention deadline.
+func (l *Log) retentionCheck() {
+	if l.checkWritable() != nil {
+		return // closed, or failed until it is reopened
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.checkWritable() != nil {
+		return
+	}
+	d := &l.dl
+	cfg := l.cfg.Load()
+	d.inRetention = true
+	_, err := l.deleteOldSegmentsLocked(cfg.RetentionMs, cfg.RetentionBytes)
+	d.inRetention = false
+	if err != nil {
+		if l.checkWritable() != nil {
+			return
+		}
+		l.logger.Error("retention", "err", err)
+	}
+	l.armRetentionLocked(err != nil)
+}
+
+// armRetentionLocked arms the time retention deadline: the moment the
+// oldest segment's largest timestamp (else its file's mtime) is older than
+// retention.ms, when DeleteOldSegments would delete it. Size retention
+// needs no deadline: only a roll makes a log bigger in whole segments, and
+// a roll queues a check (see segmentsChangedLocked). failed says the check
+// that calls it failed: the next one waits deadlineRetry.
+// REQUIRES: l.mu held.
+func (l *Log) armRetentionLocked(failed bool) {
+	d := &l.dl
+	segs := l.segments()
+	// Whether the check that just ran kept a segment it was due to
+	// delete: the same oldest segment was overdue before it.
+	keptAgain := d.retState == retOverdue && d.retOldest == segs[0]
+	d.retOldest, d.retSegs, d.retState = segs[0], len(segs), retIdle
+	cfg := l.cfg.Load()
+	if !d.started || !d.background || !cfg.Delete() || cfg.RemoteStorageEnable || cfg.RetentionMs < 0 {
+		cancelTask(d.retention)
+		return
+	}
+	s := l.schedLocked()
+	if s == nil {
+		return
+	}
+	now := l.now()
+	retry := func() {
+		d.retState = retArmed
+		s.arm(&d.retention, now.Add(deadlineRetry), now, &d.work, dueRetention)
+	}
+	if failed {
+		retry()
+		return
+	}
+	oldest := segs[0]
+	if len(segs) == 1 && oldest.size.Load() == 0 {
+		cancelTask(d.retention)
+		d.retState = retNoData // the first append queues a check
+		return
+	}
+	if cfg.RetentionBytes >= 0 {
+		var size int64
+		for _, s := range segs {
+			size += s.size.Load()
+		}
+		if size-oldest.size.Load() >= cfg.RetentionBytes {
+			// The size rule deletes it: the check that just ran did not.
+			l.keptOverdueLocked(segs, keptAgain, now)
+			return
+		}
+	}
+	ts := int64(-1)
+	if oldest.acquire() {
+		t, _, err := oldest.largestTimestamp()
+		oldest.release()
+		if err != nil {
+			l.logger.Error("retention: largest timestamp", "base", oldest.base, "err", err)
+			retry()
+			return
+		}
+		ts = t
+	}
+	if ts < 0 {
+		ts = oldest.lastModified().UnixMilli()
+	}
+	if cfg.RetentionMs > math.MaxInt64-1-ts {
+		cancelTask(d.retention)
+		return // never
+	}
+	// From at on, now.UnixMilli()-ts > retention.ms: the segment goes.
+	at := time.UnixMilli(ts + cfg.RetentionMs + 1)
+	if at.After(now) {
+		d.retState = retArmed
+		s.arm(&d.retention, at, now, &d.work, dueRetention)
+		return
+	}
+	l.keptOverdueLocked(segs, keptAgain, now)
+}
+
+// keptOverdueLocked arms the retention task when the oldest segment is
+// past a retention limit yet still here. Above the high watermark it waits
+// for the high watermark (offsetsChangedLocked queues the check).
+// Otherwise the check read its clock just before the deadline: it looks
+// again at once, and after that only every deadlineRetry (a check that
+// disagrees with the deadline must not spin): again says the check that
+// just ran was that second look. REQUIRES: l.mu held.
+func (l *Log) keptOverdueLocked(segs []*segFile, again bool, now time.Time) {
+	d := &l.dl
+	if retentionUpper(l, segs) > l.hw.Load() {
+		cancelTask(d.retention)
+		d.retState = retBlocked
+		return
+	}
+	at := now
+	if again {
+		l.logger.Warn("retention: the oldest segment is past a retention limit but was kept", "base", segs[0].base)
+		at = now.Add(deadlineRetry)
+	}
+	d.retState = retOverdue
+	d.sched.arm(&d.retention, at, now, &d.work, dueRetention)
+}
+
+// retentionUpper is the first offset above the oldest segment: retention
+// deletes it only once the high watermark reaches it.
+func retentionUpper(l *Log, segs []*segFile) int64 {
+	if len(segs) > 1 {
+		return segs[1].base
+	}
+	return l.leo.Load()
+}
+
+// offsetsChangedLocked is called at each move of the log end, the high
+// watermark or the last stable offset: it arms the flush deadline for
+// what was appended, and queues a retention check that was waiting for
+// data or for the high watermark. REQUIRES: l.mu held.
+func (l *Log) offsetsChangedLocked() {
+	d := &l.dl
+	if !d.started || !d.background {
+		return
+	}
+	l.armFlushLocked()
+	switch d.retState {
+	case retNoData:
+		if segs := l.segments(); len(segs) > 1 || segs[0].size.Load() > 0 {
+			l.queueRetentionLocked()
+		}
+	case retBlocked:
+		if retentionUpper(l, l.segments()) <= l.hw.Load() {
+			l.queueRetentionLocked()
+		}
+	}
+}
+
+// segmentsChangedLocked is called when the segment list changes (a roll,
+// retention, a truncation, a cleaner's replacement): a new oldest segment
+// has another retention deadline, and a roll may put the log over
+// retention.bytes. REQUIRES: l.mu held.
+func (l *Log) segmentsChangedLocked(segs []*segFile) {
+	d := &l.dl
+	if !d.started || !d.background || d.inRetention {
+		return
+	}
+	cfg := l.cfg.Load()
+	if !cfg.Delete() || cfg.RemoteStorageEnable {
+		return
+	}
+	if (cfg.RetentionMs >= 0 && segs[0] != d.retOldest) || (cfg.RetentionBytes >= 0 && len(segs) > d.retSegs) {
+		l.queueRetentionLocked()
+	}
+}
+
+// configChangedLocked reschedules after SetConfig. REQUIRES: l.mu held.
+func (l *Log) configChangedLocked(old, c *backend.Config) {
+	d := &l.dl
+	if !d.started {
+		return
+	}
+	l.armFlushLocked()
+	if old.RetentionMs != c.RetentionMs || old.RetentionBytes != c.RetentionBytes ||
+		old.Delete() != c.Delete() || old.RemoteStorageEnable != c.RemoteStorageEnable {
+		l.queueRetentionLocked()
+	}
+	if old.FileDeleteDelayMs != c.FileDeleteDelayMs {
+		d.deletesAt = time.Time{}
+		l.armDeletesLocked()
+	}
+}
+
+// armDeletesLocked arms the removal of the .deleted files retired first,
+// at their retirement plus file.delete.delay.ms (as configured now).
+// REQUIRES: l.mu held.
+func (l *Log) armDeletesLocked() {
+	d := &l.dl
+	if !d.started {
+		return
+	}
+	if len(l.pending) == 0 {
+		if !d.deletesAt.IsZero() {
+			cancelTask(d.deletes)
+			d.deletesAt = time.Time{}
+		}
+		return
+	}
+	at, ok := msAfter(l.pending[0].retired, l.cfg.Load().FileDeleteDelayMs)
+	if !ok || at.Equal(d.deletesAt) {
+		return // never (Close removes them), or armed already
+	}
+	s := l.schedLocked()
+	if s == nil {
+		return
+	}
+	d.deletesAt = at
+	s.arm(&d.deletes, at, l.now(), &d.work, dueDeletes)
+}
+
+// removeDueDeletedFiles unlinks the .deleted files whose delay passed and
+// arms the next removal.
+func (l *Log) removeDueDeletedFiles() {
+	l.mu.Lock()
+	if l.closed.Load() {
+		l.mu.Unlock()
+		return // Close removes them
+	}
+	l.dl.deletesAt = time.Time{} // fired
+	now, delay := l.now(), l.cfg.Load().FileDeleteDelayMs
+	var due []string
+	n := 0
+	for _, p := range l.pending {
+		if at, ok := msAfter(p.retired, delay); !ok || now.Before(at) {
+			break
+		}
+		due = append(due, p.paths...)
+		n++
+	}
+	l.pending = append([]*pendingDelete(nil), l.pending[n:]...)
+	l.armDeletesLocked()
+	l.mu.Unlock()
+	l.removeAll(due) // Close waits for this run, so the files go before it returns
+}
