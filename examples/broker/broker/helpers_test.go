@@ -30,7 +30,10 @@ func recordsPerCase(def int) int {
 // testOptions are a test broker's options: a free loopback port, fast
 // rebalances.
 func testOptions(dir string) broker.Options {
+	// retention.ms=-1: the tests' records carry old timestamps, which
+	// retention (a deadline on the timing wheel) would delete at once.
 	return broker.Options{Listen: "127.0.0.1:0", Dir: dir, InitialRebalanceDelay: 50 * time.Millisecond,
+		TopicConfig: map[string]string{"retention.ms": "-1"},
 		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 }
 
