@@ -370,3 +370,61 @@ func TestBugManifestLogStartNotAppliedAfterLostAnswer(t *testing.T) {
 		t.Errorf("offset 2, below the committed log start %d, is served", p.Manifest().LogStartOffset)
 	}
 }
+
+// TestBugReopenForgetsLogStartPastTheBucket: DeleteRecordsBefore to an
+// offset past the bucket's end raises the local log start to it and the
+// manifest's LogStartOffset to the bucket's end + 1 only; the partition
+// (tiered.Partition.Offsets) rightly starts at the offset. But the local
+// log's log-start-offset-checkpoint value (local.Log.checkpointLogStart)
+// is the manifest's lower log start, which adopt hands it as the remote
+// log start (tiered/commit.go) although no offset between it and the local
+// log start lives in the bucket. A reopen of the partition (as here), a
+// clean restart of the log directory or a SIGKILL after a checkpoint then
+// starts the local log at its first segment's base: the log start goes
+// back and records DeleteRecords removed are served again (and the next
+// Offload commits that lower log start).
+func TestBugReopenForgetsLogStartPastTheBucket(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := local.OpenBackend(t.TempDir(), local.BackendOptions{RemoteStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	store := objstore.New(mem.New(), "mem://bug", objstore.Options{})
+	open := func() *tiered.Partition {
+		l, err := b.OpenLog(ctx, "t", 0, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "t-0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	p := open()
+	appendN(t, p, 40) // segments 0..13 and 14..27, 28..39 active
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteRecordsBefore(ctx, 30); err != nil { // past the bucket's end, 27
+		t.Fatal(err)
+	}
+	before := p.Offsets()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = open()
+	defer p.Close()
+	if after := p.Offsets(); after.LogStart != before.LogStart {
+		t.Errorf("closed with the log start at %d, reopened with it at %d (manifest log start %d)", before.LogStart, after.LogStart, p.Manifest().LogStartOffset)
+	}
+	if recs, err := p.Read(ctx, 29, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
+		recs.Close()
+		t.Errorf("offset 29, deleted by DeleteRecordsBefore(30), is served again after a reopen")
+	}
+}
