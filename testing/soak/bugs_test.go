@@ -428,3 +428,72 @@ func TestBugReopenForgetsLogStartPastTheBucket(t *testing.T) {
 		t.Errorf("offset 29, deleted by DeleteRecordsBefore(30), is served again after a reopen")
 	}
 }
+
+// cutBodies is a Driver whose segment bodies (".log" objects) end after
+// 100 bytes with an unexpected EOF, as a connection cut mid-body does.
+type cutBodies struct {
+	objstore.Driver
+	on bool
+}
+
+func (d *cutBodies) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, error) {
+	rc, info, err := d.Driver.Get(ctx, key, offset, length)
+	if err != nil || !d.on || !strings.HasSuffix(key, ".log") {
+		return rc, info, err
+	}
+	return &cutReader{ReadCloser: rc, left: 100}, info, nil
+}
+
+type cutReader struct {
+	io.ReadCloser
+	left int
+}
+
+func (r *cutReader) Read(p []byte) (int, error) {
+	if r.left <= 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n, err := r.ReadCloser.Read(p[:min(len(p), r.left)])
+	r.left -= n
+	return n, err
+}
+
+// TestBugRestoreCutBodiesNotRetryable: when a segment's body is cut short
+// restoreAttempts times in a row (faults on the network), tiered.Restore
+// gives up with an error that formats its cause with %v
+// (restoreObject, tiered/restore.go): the objstore.ErrRetryable the store
+// put on every cut is lost, so a caller that retries what
+// errors.Is(err, objstore.ErrRetryable) says may pass (as it does for
+// every other failed request of a restore) takes a passing network fault
+// for a permanent failure. The soak's restore failed so under its
+// "cut-mid-body" fault.
+func TestBugRestoreCutBodiesNotRetryable(t *testing.T) {
+	ctx := context.Background()
+	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "16384", "remote.storage.enable": "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv := &cutBodies{Driver: mem.New()}
+	store := objstore.New(drv, "mem://bug", objstore.Options{})
+	l, err := local.Open(filepath.Join(t.TempDir(), "t-0"), local.Options{Config: cfg, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "t-0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendN(t, p, 20)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	drv.on = true
+	_, err = tiered.Restore(ctx, store, "t-0", filepath.Join(t.TempDir(), "t-0"), tiered.RestoreOptions{})
+	if err == nil {
+		t.Fatal("a restore whose every segment body is cut after 100 bytes succeeded")
+	}
+	if !errors.Is(err, objstore.ErrRetryable) {
+		t.Errorf("a restore failed by cut bodies only: %v; errors.Is(err, objstore.ErrRetryable) is false", err)
+	}
+}

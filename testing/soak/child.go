@@ -135,10 +135,10 @@ type child struct {
 	recovered     bool // the life's first check passed
 	// unsettled: a step that moves A's log start (retention,
 	// delete-records) failed retryably, so its manifest commit may have
-	// landed unbeknown; the next change adopts it without moving the local
-	// log (TestBugManifestLogStartNotAppliedAfterLostAnswer). Until such a
-	// step succeeds, the soak raises the log start to the manifest's after
-	// every step, as a client retrying would, and lets it move there.
+	// landed unbeknown. The partition adopts it at its next change (or
+	// open), whatever the step: until a change is known to have
+	// reconciled (see reconciles), A's log start may move up to the
+	// manifest's in any step.
 	unsettled, prevUnsettled bool
 }
 
@@ -258,7 +258,7 @@ func (c *child) run() (err error) {
 		case c.logStartA < c.prevLogStartA:
 			c.count("log_start_back_after_restart", 1) // records come back; checked above
 		case c.prevUnsettled && c.logStartA == c.p.Manifest().LogStartOffset:
-			c.count("known_bug_manifest_log_start", 1)
+			c.count("log_start_adopted_unknown_outcome", 1) // see child.unsettled
 		case !movesLogStart(c.prevStep):
 			return violation("A", "across the restart the log start moved from %d to %d, but the life before was killed in step %q, which does not move it",
 				c.prevLogStartA, c.logStartA, c.prevStep)
@@ -284,6 +284,17 @@ func (c *child) run() (err error) {
 	c.step = "close"
 	c.saveProgress()
 	return c.closeAll()
+}
+
+// reconciles says which steps, when they succeed, began a leader change
+// of A, which first reconciles a commit whose outcome was unknown: the
+// manifest is known after them.
+func reconciles(step string) bool {
+	switch step {
+	case "offload", "retention", "delete-records":
+		return true
+	}
+	return false
 }
 
 // movesLogStart says which steps may raise A's log start.
@@ -354,9 +365,6 @@ func (c *child) openAll() error {
 		return err
 	}
 	if err := c.lb.SetHighWatermark(c.lb.Offsets().LogEnd); err != nil {
-		return err
-	}
-	if err := c.applyManifestLogStart(ctx); err != nil {
 		return err
 	}
 	c.newProducers()
@@ -569,17 +577,11 @@ func (c *child) do(name string, fn func(ctx context.Context) error) error {
 		return fmt.Errorf("step %s failed and left a topic closed: %w", name, err)
 	}
 	jump := c.unsettled || (err != nil && retryable(err) && movesLogStart(name))
-	if jump {
+	switch {
+	case err == nil && reconciles(name):
+		c.unsettled = false
+	case jump:
 		c.unsettled = true
-		ctx, cancel := context.WithTimeout(context.Background(), stepTimeout)
-		herr := c.applyManifestLogStart(ctx)
-		cancel()
-		switch {
-		case herr == nil && err == nil && movesLogStart(name):
-			c.unsettled = false
-		case herr != nil && !retryable(herr):
-			return fmt.Errorf("step %s: raise the log start to the manifest's: %w", name, herr)
-		}
 	}
 	switch {
 	case err == nil:
@@ -631,7 +633,7 @@ func (c *child) check(step string, jump bool) error {
 	if before >= 0 && ls != before && step != "recover" {
 		switch {
 		case jump && ls > before && ls == c.p.Manifest().LogStartOffset:
-			c.count("known_bug_manifest_log_start", 1)
+			c.count("log_start_adopted_unknown_outcome", 1) // see child.unsettled
 		case ls < before || !movesLogStart(step):
 			return violation("A", "step %s moved the log start from %d to %d", step, before, ls)
 		}
@@ -846,34 +848,7 @@ func (c *child) offload(ctx context.Context) error {
 	n, err := c.p.Offload(ctx)
 	c.count("segments_uploaded", int64(n))
 	c.count("segment_bytes_uploaded", c.metrics.BytesUploaded.Load()-before)
-	if err != nil && c.midSegmentLogStartBug(err) {
-		c.count("known_bug_mid_segment_log_start", 1)
-		return nil
-	}
 	return err
-}
-
-// midSegmentLogStartBug says whether err is the known bug of
-// TestBugDeleteRecordsMidSegmentStopsLocalRetention: local retention
-// refuses the local segment holding the log start strictly inside it,
-// though the bucket holds that very segment. Only that signature is let
-// pass.
-func (c *child) midSegmentLogStartBug(err error) bool {
-	m := c.p.Manifest()
-	infos := c.la.SegmentInfos()
-	if !errors.Is(err, tiered.ErrDiverged) || len(infos) == 0 {
-		return false
-	}
-	s := infos[0]
-	if s.BaseOffset >= m.LogStartOffset || m.LogStartOffset > s.NextOffset-1 {
-		return false
-	}
-	for _, seg := range m.Segments {
-		if seg.BaseOffset == s.BaseOffset && seg.LastOffset == s.NextOffset-1 {
-			return strings.Contains(err.Error(), fmt.Sprintf("local segment %d..%d is not one segment of the bucket", s.BaseOffset, s.NextOffset-1))
-		}
-	}
-	return false
 }
 
 func (c *child) retention(ctx context.Context) error {
@@ -920,39 +895,36 @@ func (c *child) roll(context.Context) error {
 	return c.la.Roll()
 }
 
-// deleteRecords raises A's log start (Kafka's DeleteRecords): mostly to
-// the end of the bucket's first segment, sometimes a little, into the
-// middle of a batch. (A log start inside a segment the bucket holds stops
-// local retention: TestBugDeleteRecordsMidSegmentStopsLocalRetention.)
-// Never above the bucket's end, once it holds something: the next Offload
-// would lower the log start again (TestBugOffloadBringsBackDeletedRecords).
+// deleteRecords raises A's log start (Kafka's DeleteRecords) to any
+// offset up to the high watermark: mostly to the end of the bucket's first
+// segment; often a little, into the middle of a batch or a segment; now
+// and then anywhere, past the bucket's end too, or to the high watermark
+// itself (every record goes).
 func (c *child) deleteRecords(ctx context.Context) error {
 	o := c.p.Offsets()
 	m := c.p.Manifest()
-	hi := o.HighWatermark
-	if n := len(m.Segments); n > 0 {
-		hi = min(hi, m.Segments[n-1].LastOffset+1)
+	hw := o.HighWatermark
+	if hw <= o.LogStart {
+		return c.p.DeleteRecordsBefore(ctx, o.LogStart) // nothing to delete: a no-op
 	}
-	if hi <= o.LogStart {
-		return nil
-	}
-	to := o.LogStart + 1 + c.rng.Int64N(min(hi-o.LogStart, 300))
-	if len(m.Segments) > 1 && m.Segments[0].LastOffset >= o.LogStart && c.rng.IntN(8) != 0 {
+	to := o.LogStart + 1 + c.rng.Int64N(min(hw-o.LogStart, 300))
+	switch n := c.rng.IntN(16); {
+	case n == 0:
+		to = hw
+	case n < 3:
+		to = o.LogStart + 1 + c.rng.Int64N(hw-o.LogStart)
+	case n < 11 && len(m.Segments) > 1 && m.Segments[0].LastOffset >= o.LogStart:
 		to = m.Segments[0].LastOffset + 1
 	}
 	return c.p.DeleteRecordsBefore(ctx, to)
 }
 
 // reopenA closes the tiered partition and opens it again (the manifest is
-// read afresh, the caches are empty).
+// read afresh, the caches are empty). The local log must come back with
+// the high watermark it had and no lower a log start (the partition's log
+// start is checked after every step).
 func (c *child) reopenA(ctx context.Context) error {
-	// The checkpoint first: without it the reopened log takes the log
-	// start and high watermark of the last checkpoint, not those it had
-	// (TestBugReopenForgetsLogStartAndHighWatermark).
-	if err := c.b.Checkpoint(); err != nil {
-		return err
-	}
-	c.count("known_bug_reopen_checkpoint", 1)
+	before := c.la.Offsets()
 	if err := c.p.Close(); err != nil {
 		return err
 	}
@@ -960,23 +932,10 @@ func (c *child) reopenA(ctx context.Context) error {
 		return err
 	}
 	c.newProducers()
-	if err := c.p.SetHighWatermark(c.p.Offsets().LogEnd); err != nil {
-		return err
+	if after := c.la.Offsets(); after.HighWatermark != before.HighWatermark || after.LogStart < before.LogStart {
+		return violation("A", "closed with the local log at %+v, reopened at %+v", before, after)
 	}
-	return c.applyManifestLogStart(ctx)
-}
-
-// applyManifestLogStart raises A's log start to the manifest's when a
-// life was killed inside DeleteRecordsBefore after its manifest commit:
-// tiered.Open does not (TestBugManifestLogStartNotAppliedToLocalLog).
-func (c *child) applyManifestLogStart(ctx context.Context) error {
-	m := c.p.Manifest()
-	o := c.p.Offsets()
-	if len(m.Segments) == 0 || m.LogStartOffset <= o.LogStart || m.LogStartOffset > o.HighWatermark {
-		return nil
-	}
-	c.count("known_bug_manifest_log_start", 1)
-	return c.p.DeleteRecordsBefore(ctx, m.LogStartOffset)
+	return nil
 }
 
 // restartClean closes the whole log directory cleanly and opens it again.
@@ -1118,12 +1077,6 @@ func (c *child) finishRestore(ctx context.Context, end int64, variant byte) erro
 			return err
 		}
 	}
-	// A new segment for the appends to come: the restored last one is the
-	// bucket's (TestBugAppendAfterRestoreBreaksOffload).
-	if err := c.la.Roll(); err != nil {
-		return err
-	}
-	c.count("known_bug_restore_roll", 1)
 	if err := c.openTiered(ctx); err != nil {
 		return err
 	}
