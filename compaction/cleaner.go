@@ -384,8 +384,9 @@ type cleaner struct {
 	abortsByMarker map[int64]producerstate.AbortedTxn // the round's .txnindex entries
 	repl           *local.Replacement                 // the group being written
 
-	b  record.Builder
-	it record.Iterator
+	b    record.Builder
+	it   record.Iterator
+	kept []bool // filter's decision on each record of the batch
 }
 
 // cleanGroup recopies one group into <base>.log.cleaned and swaps it in.
@@ -482,12 +483,19 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 		return c.emptyOrNil(b, keepLast), nil
 	}
 	horizon, hasHorizon := b.DeleteHorizon()
+	// Each record is decided once, against the horizon the batch was read
+	// with, as Kafka's filterTo does: a tombstone kept now keeps its place
+	// in the rebuilt batch even when the horizon set below has already
+	// passed (delete.retention.ms=0); the next round removes it.
 	if err := c.it.Reset(e.Data); err != nil {
 		return nil, err
 	}
+	c.kept = c.kept[:0]
 	kept, removed, tombstones := 0, 0, 0
 	for c.it.Next() {
-		if c.keep(c.it.Record(), hasHorizon, horizon) {
+		k := c.keep(c.it.Record(), hasHorizon, horizon)
+		c.kept = append(c.kept, k)
+		if k {
 			kept++
 			if c.it.Record().Value == nil {
 				tombstones++
@@ -512,7 +520,7 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 	if setHorizon {
 		hasHorizon, horizon = true, c.now+c.deleteRetentionMs
 	}
-	return c.rebuild(b, hasHorizon, horizon, func(r *record.Record) bool { return c.keep(r, hasHorizon, horizon) })
+	return c.rebuild(b, hasHorizon, horizon, func(i int) bool { return c.kept[i] })
 }
 
 // header returns b's header for a rebuilt batch: offsets, epoch, codec,
@@ -541,16 +549,16 @@ func (c *cleaner) emptyOrNil(b record.Batch, keepLast bool) []byte {
 	return c.b.BuildEmpty(b.LastOffsetDelta(), b.MaxTimestamp())
 }
 
-// rebuild writes b again with the records keep accepts and the given
-// delete horizon, at their original offsets.
-func (c *cleaner) rebuild(b record.Batch, hasHorizon bool, horizon int64, keep func(*record.Record) bool) ([]byte, error) {
+// rebuild writes b again with the records keep accepts (by their index in
+// the batch) and the given delete horizon, at their original offsets.
+func (c *cleaner) rebuild(b record.Batch, hasHorizon bool, horizon int64, keep func(i int) bool) ([]byte, error) {
 	c.b.Reset(header(b, hasHorizon, horizon))
 	if err := c.it.Reset(b); err != nil {
 		return nil, err
 	}
-	for c.it.Next() {
+	for i := 0; c.it.Next(); i++ {
 		r := c.it.Record()
-		if !keep(r) {
+		if !keep(i) {
 			continue
 		}
 		if err := c.b.AppendAt(int32(r.Offset-b.BaseOffset()), r.Timestamp, r.Key, r.Value, r.Headers); err != nil {
@@ -595,7 +603,7 @@ func (c *cleaner) filterMarker(b record.Batch, keepLast bool, st *Stats) ([]byte
 		if err := c.keptMarker(b); err != nil {
 			return nil, err
 		}
-		return c.rebuild(b, true, c.now+c.deleteRetentionMs, func(*record.Record) bool { return true })
+		return c.rebuild(b, true, c.now+c.deleteRetentionMs, func(int) bool { return true })
 	}
 }
 
