@@ -66,6 +66,7 @@ type OffsetMap struct {
 	latest     int64 // the largest offset Put (Kafka's latestOffset)
 	lookups    int64
 	probes     int64
+	sink       uint64 // what touch loaded, so that the loads are not elided
 }
 
 // NewOffsetMap returns a map using memoryBytes for its table (rounded down
@@ -171,6 +172,58 @@ func (m *OffsetMap) get(h keyHash) (int64, bool) {
 			i = 0
 		}
 	}
+}
+
+// batchKeys is how many keys a keyBatch holds: enough cache misses to
+// overlap, few enough that the lines they bring stay in the L1 cache
+// until the lookups read them.
+const batchKeys = 32
+
+// A keyBatch is up to batchKeys hashed keys, each with an offset and the
+// caller's index, queued so that the map can load all their slots before
+// probing for any (touch).
+type keyBatch struct {
+	n   int
+	h   [batchKeys]keyHash
+	off [batchKeys]int64
+	at  [batchKeys]int
+}
+
+// add queues key and reports whether the batch is now full.
+func (b *keyBatch) add(key []byte, offset int64, at int) bool {
+	b.h[b.n], b.off[b.n], b.at[b.n] = hashKey(key), offset, at
+	b.n++
+	return b.n == batchKeys
+}
+
+// touch loads the first two cache lines of each hash's home slot, so that
+// the cache misses of a batch of lookups overlap: the map is far larger
+// than the caches, nearly every lookup misses, and one lookup after
+// another would wait for each miss in turn. The loads do not depend on
+// each other, so the processor has many in flight at once. (Go has no
+// prefetch instruction; loads whose values are discarded do the same.)
+func (m *OffsetMap) touch(b *keyBatch) {
+	var x uint64
+	last := len(m.tab) - 1
+	for _, h := range b.h[:b.n] {
+		w := m.home(h.hi) * slotWords
+		x += m.tab[w] + m.tab[min(w+8, last)] // the next line holds the rest of the run
+	}
+	m.sink = x
+}
+
+// putBatch puts b's keys, in order, and empties b. On an error the keys
+// before the one that failed are in the map.
+func (m *OffsetMap) putBatch(b *keyBatch) error {
+	m.touch(b)
+	n := b.n
+	b.n = 0
+	for i := range n {
+		if err := m.put(b.h[i], b.off[i]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SetLatestOffset raises the latest offset (the cleaner advances it past
