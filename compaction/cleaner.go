@@ -245,6 +245,7 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 	aborted abortedIndex, throttle func(context.Context, int) error) (int64, error) {
 	end := firstDirty
 	var it record.Iterator
+	var puts keyBatch
 	for _, s := range dirty {
 		stopped, err := scanSegment(ctx, l, s.BaseOffset, throttle, func(e *record.Entry, _ bool) (int, error) {
 			if e.LastOffset < firstDirty {
@@ -263,12 +264,17 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 				}
 				for it.Next() {
 					if rec := it.Record(); rec.Key != nil && rec.Offset >= firstDirty {
-						if err := m.Put(rec.Key, rec.Offset); err != nil {
-							return 0, err // cannot happen: capacity checked above
+						if puts.add(rec.Key, rec.Offset, 0) {
+							if err := m.putBatch(&puts); err != nil {
+								return 0, err // cannot happen: capacity checked above
+							}
 						}
 					}
 				}
 				if err := it.Err(); err != nil {
+					return 0, err
+				}
+				if err := m.putBatch(&puts); err != nil {
 					return 0, err
 				}
 			}
@@ -384,8 +390,10 @@ type cleaner struct {
 	abortsByMarker map[int64]producerstate.AbortedTxn // the round's .txnindex entries
 	repl           *local.Replacement                 // the group being written
 
-	b  record.Builder
-	it record.Iterator
+	b    record.Builder
+	it   record.Iterator
+	kept []uint8  // decide's decision on each record of the batch
+	gets keyBatch // decide's keys to look up
 }
 
 // cleanGroup recopies one group into <base>.log.cleaned and swaps it in.
@@ -482,22 +490,20 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 		return c.emptyOrNil(b, keepLast), nil
 	}
 	horizon, hasHorizon := b.DeleteHorizon()
-	if err := c.it.Reset(e.Data); err != nil {
+	if err := c.decide(e.Data, hasHorizon, horizon); err != nil {
 		return nil, err
 	}
 	kept, removed, tombstones := 0, 0, 0
-	for c.it.Next() {
-		if c.keep(c.it.Record(), hasHorizon, horizon) {
+	for _, d := range c.kept {
+		switch d {
+		case keptValue:
 			kept++
-			if c.it.Record().Value == nil {
-				tombstones++
-			}
-		} else {
+		case keptTombstone:
+			kept++
+			tombstones++
+		default:
 			removed++
 		}
-	}
-	if err := c.it.Err(); err != nil {
-		return nil, err
 	}
 	st.RecordsRead += int64(kept + removed)
 	st.RecordsRemoved += int64(removed)
@@ -512,7 +518,7 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 	if setHorizon {
 		hasHorizon, horizon = true, c.now+c.deleteRetentionMs
 	}
-	return c.rebuild(b, hasHorizon, horizon, func(r *record.Record) bool { return c.keep(r, hasHorizon, horizon) })
+	return c.rebuild(b, hasHorizon, horizon, func(i int) bool { return c.kept[i] != removedRecord })
 }
 
 // header returns b's header for a rebuilt batch: offsets, epoch, codec,
@@ -541,16 +547,16 @@ func (c *cleaner) emptyOrNil(b record.Batch, keepLast bool) []byte {
 	return c.b.BuildEmpty(b.LastOffsetDelta(), b.MaxTimestamp())
 }
 
-// rebuild writes b again with the records keep accepts and the given
-// delete horizon, at their original offsets.
-func (c *cleaner) rebuild(b record.Batch, hasHorizon bool, horizon int64, keep func(*record.Record) bool) ([]byte, error) {
+// rebuild writes b again with the records keep accepts (by their index in
+// the batch) and the given delete horizon, at their original offsets.
+func (c *cleaner) rebuild(b record.Batch, hasHorizon bool, horizon int64, keep func(i int) bool) ([]byte, error) {
 	c.b.Reset(header(b, hasHorizon, horizon))
 	if err := c.it.Reset(b); err != nil {
 		return nil, err
 	}
-	for c.it.Next() {
+	for i := 0; c.it.Next(); i++ {
 		r := c.it.Record()
-		if !keep(r) {
+		if !keep(i) {
 			continue
 		}
 		if err := c.b.AppendAt(int32(r.Offset-b.BaseOffset()), r.Timestamp, r.Key, r.Value, r.Headers); err != nil {
@@ -595,7 +601,7 @@ func (c *cleaner) filterMarker(b record.Batch, keepLast bool, st *Stats) ([]byte
 		if err := c.keptMarker(b); err != nil {
 			return nil, err
 		}
-		return c.rebuild(b, true, c.now+c.deleteRetentionMs, func(*record.Record) bool { return true })
+		return c.rebuild(b, true, c.now+c.deleteRetentionMs, func(int) bool { return true })
 	}
 }
 
@@ -612,19 +618,63 @@ func (c *cleaner) keptMarker(b record.Batch) error {
 	return nil
 }
 
-// keep is Kafka's shouldRetainRecord for a non-transactional record.
-func (c *cleaner) keep(r *record.Record, hasHorizon bool, horizon int64) bool {
-	if r.Offset >= c.end {
-		return true
+// filter's decisions on a record.
+const (
+	removedRecord = iota
+	keptValue
+	keptTombstone
+)
+
+// decide sets c.kept to the decision on each record of the data batch
+// data: Kafka's shouldRetainRecord, once a record, against the delete
+// horizon the batch was read with, as Kafka's filterTo (a tombstone kept
+// keeps its place in the rebuilt batch even when the horizon this round
+// sets has already passed, with delete.retention.ms=0; the next round
+// removes it). Keys are looked up batchKeys at a time, their slots
+// loaded together first.
+func (c *cleaner) decide(data []byte, hasHorizon bool, horizon int64) error {
+	if err := c.it.Reset(data); err != nil {
+		return err
 	}
-	if r.Key == nil {
-		return false
+	c.kept, c.gets.n = c.kept[:0], 0
+	for c.it.Next() {
+		r := c.it.Record()
+		d := uint8(keptValue)
+		if r.Value == nil {
+			d = keptTombstone
+		}
+		switch {
+		case r.Offset >= c.end:
+			c.kept = append(c.kept, d)
+		case r.Key == nil:
+			c.kept = append(c.kept, removedRecord)
+		default:
+			c.kept = append(c.kept, d) // until its key is looked up
+			if c.gets.add(r.Key, r.Offset, len(c.kept)-1) {
+				c.lookUp(hasHorizon, horizon)
+			}
+		}
 	}
-	if latest, ok := c.m.Get(r.Key); ok && r.Offset < latest {
-		return false
+	if err := c.it.Err(); err != nil {
+		return err
 	}
-	if r.Value != nil {
-		return true
+	c.lookUp(hasHorizon, horizon)
+	return nil
+}
+
+// lookUp decides the records queued in c.gets, and empties it: a record
+// goes if a later one has its key, and a tombstone also once its delete
+// horizon has passed.
+func (c *cleaner) lookUp(hasHorizon bool, horizon int64) {
+	b := &c.gets
+	c.m.touch(b)
+	for i := range b.n {
+		at := b.at[i]
+		if latest, ok := c.m.get(b.h[i]); ok && b.off[i] < latest {
+			c.kept[at] = removedRecord
+		} else if c.kept[at] == keptTombstone && hasHorizon && c.now >= horizon {
+			c.kept[at] = removedRecord
+		}
 	}
-	return !hasHorizon || c.now < horizon
+	b.n = 0
 }

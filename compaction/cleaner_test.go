@@ -425,6 +425,60 @@ func TestCleanMapTooSmallForOneBatch(t *testing.T) {
 	}
 }
 
+// TestCleanTombstoneWithZeroRetention: with delete.retention.ms=0, a
+// batch whose only record kept is a tombstone seen for the first time is
+// rewritten with the tombstone and its delete horizon (each record is
+// decided once, against the horizon the batch had, as Kafka's filterTo
+// does), and the next round removes it. Deciding again after setting the
+// horizon dropped the tombstone from the rebuilt batch, left it empty,
+// and failed every round on that log.
+func TestCleanTombstoneWithZeroRetention(t *testing.T) {
+	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
+	l := openCompacted(t, t.TempDir(), c, "delete.retention.ms", "0")
+	defer l.Close()
+	var b record.Builder
+	for _, kv := range [][2]string{{"a", "1"}, {"b", "1"}, {"a", ""}, {"c", "1"}} {
+		b.Reset(record.NewBatchHeader())
+		var v []byte
+		if kv[1] != "" {
+			v = []byte(kv[1])
+		}
+		b.Append(c.t.UnixMilli(), []byte(kv[0]), v, nil)
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := l.Append(context.Background(), batch, backend.AppendOptions{AssignOffsets: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.SetHighWatermark(info.LastOffset + 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	keys := func() (out []string) {
+		for _, r := range readAll(t, l) {
+			out = append(out, fmt.Sprintf("%d:%s=%s", r.offset, r.key, r.value))
+		}
+		return out
+	}
+	for round, want := range [][]string{{"1:b=1", "2:a=", "3:c=1"}, {"1:b=1", "3:c=1"}} {
+		st, err := Clean(context.Background(), l, -1, Options{Now: c.now})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if got := keys(); !slices.Equal(got, want) {
+			t.Fatalf("round %d: the log holds %v, want %v", round, got, want)
+		}
+		if round == 0 && st.TombstonesKept != 1 {
+			t.Fatalf("round 0 kept %d tombstones, want 1", st.TombstonesKept)
+		}
+	}
+}
+
 // TestCleanCorruptSegment: a corrupt batch stops the round with an error
 // naming the file; nothing is replaced and no .cleaned file is left.
 func TestCleanCorruptSegment(t *testing.T) {

@@ -100,17 +100,3 @@ func TestOffsetMapMemoryWithinBudget(t *testing.T) {
 	}
 	runtime.KeepAlive(m)
 }
-
-func BenchmarkOffsetMapPut(b *testing.B) {
-	m, _ := compaction.NewOffsetMap(128 << 20)
-	keys := make([][]byte, 1<<20)
-	for i := range keys {
-		keys[i] = []byte(fmt.Sprintf("key-%08d", i))
-	}
-	b.ResetTimer()
-	i := 0
-	for b.Loop() {
-		m.Put(keys[i&(len(keys)-1)], int64(i))
-		i++
-	}
-}
