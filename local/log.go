@@ -349,8 +349,12 @@ func (l *Log) SetHighWatermark(hw int64) error {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.hw.Store(min(max(hw, l.logStart.Load()), l.leo.Load()))
-	l.ps.SetHighWatermark(l.hw.Load())
+	hw = min(max(hw, l.logStart.Load()), l.leo.Load())
+	if hw == l.hw.Load() {
+		return nil // nothing moved: Changed does not fire
+	}
+	l.hw.Store(hw)
+	l.ps.SetHighWatermark(hw)
 	l.publishLSO()
 	return nil
 }

@@ -245,7 +245,17 @@ func testChanged(t *testing.T, h Harness) {
 	if !fired(ch) {
 		t.Fatal("a high watermark move did not fire Changed")
 	}
+	// Setting the same high watermark again moves nothing: a broker that
+	// sets it after every fetch must not spin on Changed.
 	ch = p.Changed()
+	if err := p.SetHighWatermark(p.Offsets().HighWatermark); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ch:
+		t.Fatal("Changed fired for a high watermark set to its own value")
+	case <-time.After(50 * time.Millisecond):
+	}
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
