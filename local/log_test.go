@@ -644,3 +644,38 @@ func TestReadNextOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteRecordsBeforeFinishesAfterACrash: a crash after the log start
+// checkpoint moved and before the segments below it went leaves a log
+// whose first segment lies wholly below its start. DeleteRecordsBefore at
+// that same start deletes it (a retry finishes what the crash cut short).
+func TestDeleteRecordsBeforeFinishesAfterACrash(t *testing.T) {
+	dir := t.TempDir()
+	c := cfg(t, "segment.bytes", "2000", "retention.ms", "-1", "file.delete.delay.ms", "0")
+	l := openLog(t, dir, c, false)
+	for i := 0; i < 30; i++ {
+		if _, err := l.Append(ctx, batchOf(2, int64(1000*i), "t"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := l.SegmentInfos()[1].BaseOffset
+	hw := l.Offsets().LogEnd
+	l.Close()
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: start, HighWatermark: hw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := l.SegmentInfos()[0].BaseOffset; got != 0 {
+		t.Fatalf("the reopened log starts with segment %d, want the stale one at 0", got)
+	}
+	if err := l.DeleteRecordsBefore(ctx, start); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.SegmentInfos()[0].BaseOffset; got != start {
+		t.Fatalf("after DeleteRecordsBefore(%d) the first segment is %d", start, got)
+	}
+	if o := l.Offsets(); o.LogStart != start {
+		t.Fatalf("log start %d, want %d", o.LogStart, start)
+	}
+}

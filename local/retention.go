@@ -173,13 +173,15 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 	if offset > hw {
 		return &backend.OffsetOutOfRangeError{Offset: offset, LogStart: l.logStart.Load(), LogEnd: hw}
 	}
-	if offset <= l.logStart.Load() {
-		return nil
+	if offset > l.logStart.Load() {
+		l.logStart.Store(offset)
+		if err := l.logStartMovedLocked(); err != nil {
+			return err
+		}
 	}
-	l.logStart.Store(offset)
-	if err := l.logStartMovedLocked(); err != nil {
-		return err
-	}
+	// Segments wholly below offset go even when the log start was there
+	// already: a crash after the checkpoint and before the deletes leaves
+	// them, and a retry must finish the job.
 	_, err := l.deleteSegmentsLocked("log start offset", func(_ *segFile, upper int64) (bool, error) {
 		return upper <= offset, nil
 	})

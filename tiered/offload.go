@@ -449,11 +449,21 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		total += si.Size
 	}
 	now := p.opts.Now().UnixMilli()
+	localStart := p.local.Offsets().LogStart
 	cut := int64(-1)
 	var refused error
 	for _, si := range infos {
 		if si.Active || si.NextOffset-1 > lastRemote {
 			break
+		}
+		if si.NextOffset <= localStart {
+			// Wholly below the log start (a crash between the log start
+			// checkpoint and the deletes it called for leaves such a
+			// segment): no reader may see its records, and the bucket
+			// need not hold them. Kafka deletes these first, too.
+			total -= si.Size
+			cut = si.NextOffset
+			continue
 		}
 		del := false
 		if ms >= 0 {

@@ -329,3 +329,89 @@ func TestUploadRateLimit(t *testing.T) {
 		t.Fatalf("%d bytes uploaded in %v, faster than the cap of %d B/s allows (%v)", bytes, took, rate, least)
 	}
 }
+
+// TestLocalRetentionBelowTheLogStart: a crash after the log start
+// checkpoint moved and before the segments below it were deleted leaves a
+// local segment wholly below the log start, and the bucket (whose log start
+// moved too) holds none of it. Local retention deletes it without asking
+// the bucket for records no one may read, and goes on to the segments the
+// bucket does hold.
+func TestLocalRetentionBelowTheLogStart(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://below-start", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	keep := cfg(t, "segment.bytes", "65536", "file.delete.delay.ms", "0", "remote.storage.enable", "true", "retention.ms", "-1")
+	p := closedSegments(t, dir, store, keep, 2000)
+	segs := p.Local().SegmentInfos()
+	if len(segs) < 4 {
+		t.Fatalf("%d segments; the test needs at least 4", len(segs))
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	start := segs[1].BaseOffset
+	if err := p.DeleteRecordsBefore(ctx, start); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ApplyRetention(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Manifest().Segments[0].BaseOffset; got != start {
+		t.Fatalf("the bucket's first segment is %d, want %d", got, start)
+	}
+	p.Close()
+
+	// The crash: the checkpoint says start, the first segment is still
+	// there (a fresh copy of it, since DeleteRecordsBefore removed it).
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: keep, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, l, 2000)
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	first := l.SegmentInfos()[0]
+	if first.NextOffset != start {
+		t.Fatalf("a fresh log's first segment ends at %d, not at %d", first.NextOffset-1, start-1)
+	}
+	l.Close()
+	for _, suf := range []string{".log", ".index", ".timeindex"} {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(first.Path), filepath.Base(strings.TrimSuffix(first.Path, ".log"))+suf))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, strings.TrimSuffix(filepath.Base(first.Path), ".log")+suf), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c := cfg(t, "segment.bytes", "65536", "file.delete.delay.ms", "0", "remote.storage.enable", "true", "retention.ms", "-1", "local.retention.ms", "0")
+	l, err = local.Open(dir, local.Options{Config: c, LogStartOffset: start, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Local().SegmentInfos()[0].BaseOffset; got != 0 {
+		t.Fatalf("the reopened log's first segment is %d, want the stale one at 0", got)
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatalf("offload with a segment below the log start: %v", err)
+	}
+	if got := p.Local().SegmentInfos()[0]; got.BaseOffset < start || !got.Active {
+		t.Fatalf("after local retention the first local segment is %d (active %v); want only the active one, above %d", got.BaseOffset, got.Active, start)
+	}
+	if n := p.Metrics().LocalDeletesRefused.Load(); n != 0 {
+		t.Fatalf("%d local deletes refused", n)
+	}
+	want := batchesFrom(t, p, start)
+	if len(want) == 0 {
+		t.Fatal("nothing reads back from the log start")
+	}
+}
