@@ -19,8 +19,13 @@ import (
 
 // runBaselines measures the machine on the same number of bytes the
 // systems store (n 100-byte values): sequential os.File.Write in 16 KiB
-// writes (page cache, then with a final fsync), sendfile of the file to a
-// loopback socket, CRC-32C over the bytes, and copy (memory bandwidth).
+// writes (page cache; with a final fsync; with an fsync, or an fdatasync,
+// every 100,000 bytes, the values of 1,000 records), in 64 KiB writes (a
+// produce request's four batches), on n/16 records' bytes with an fsync
+// after every 16 KiB write (flush.messages=1's cadence), and on n/8
+// records' bytes in 64 KiB writes each fsynced (a Flush per produce
+// request); sendfile of the file to a loopback socket, CRC-32C over the
+// bytes, and copy (memory bandwidth).
 func runBaselines(dir string, n int64) (result, error) {
 	res := result{System: "machine", Values: map[string]float64{}}
 	defer os.RemoveAll(dir)
@@ -36,38 +41,61 @@ func runBaselines(dir string, n int64) (result, error) {
 	for i := range src {
 		src[i] = byte(i)
 	}
-	write := func(path string, sync bool) (float64, error) {
+	fsync := func(f *os.File) error { return f.Sync() }
+	fdatasync := func(f *os.File) error { return syscall.Fdatasync(int(f.Fd())) }
+	// write writes size bytes into a new file, chunk bytes a call; with
+	// sync, it syncs after the write that crosses each syncEvery bytes
+	// (every write when syncEvery is 0) and at the end, as the systems'
+	// durable appends do. It returns MB/s.
+	write := func(path string, size, chunk, syncEvery int64, sync func(*os.File) error) (float64, error) {
 		f, err := os.Create(path)
 		if err != nil {
 			return 0, err
 		}
 		defer f.Close()
 		start := time.Now()
-		for done := int64(0); done < total; done += 16 << 10 {
+		var unsynced int64
+		for done := int64(0); done < size; done += chunk {
 			at := done % int64(len(src))
-			if _, err := f.Write(src[at : at+min(16<<10, total-done)]); err != nil {
+			m := min(chunk, size-done)
+			if _, err := f.Write(src[at : at+m]); err != nil {
 				return 0, err
 			}
-		}
-		if sync {
-			if err := f.Sync(); err != nil {
-				return 0, err
+			if unsynced += m; sync != nil && (unsynced >= syncEvery || done+m >= size) {
+				if err := sync(f); err != nil {
+					return 0, err
+				}
+				unsynced = 0
 			}
 		}
-		return mb / time.Since(start).Seconds(), nil
+		return float64(size) / 1e6 / time.Since(start).Seconds(), nil
+	}
+	for _, w := range []struct {
+		key               string
+		size, chunk, sync int64
+		syncf             func(*os.File) error
+	}{
+		{"write", total, 16 << 10, 0, nil},
+		{"writeFsync", total, 16 << 10, total, fsync},
+		{"writeFsync1000", total, 16 << 10, 1000 * 100, fsync},
+		{"writeFdatasync1000", total, 16 << 10, 1000 * 100, fdatasync},
+		{"write64k", total, requestBatches * 16 << 10, 0, nil},
+		{"writeFsyncEach", total / flushEveryShare, 16 << 10, 0, fsync},
+		{"write64kFsyncEach", total / flushRequestShare, requestBatches * 16 << 10, 0, fsync},
+	} {
+		var err error
+		if res.Values[w.key], err = write(filepath.Join(dir, w.key), w.size, w.chunk, w.sync, w.syncf); err != nil {
+			return res, err
+		}
+		if w.key != "write" { // kept for sendfile
+			os.Remove(filepath.Join(dir, w.key))
+		}
 	}
 	var err error
-	if res.Values["write"], err = write(filepath.Join(dir, "w1"), false); err != nil {
+	if res.Values["sendfile"], err = sendfileMBps(filepath.Join(dir, "write"), total); err != nil {
 		return res, err
 	}
-	if res.Values["writeFsync"], err = write(filepath.Join(dir, "w2"), true); err != nil {
-		return res, err
-	}
-	os.Remove(filepath.Join(dir, "w2"))
-	if res.Values["sendfile"], err = sendfileMBps(filepath.Join(dir, "w1"), total); err != nil {
-		return res, err
-	}
-	os.Remove(filepath.Join(dir, "w1"))
+	os.Remove(filepath.Join(dir, "write"))
 
 	buf := make([]byte, 16<<20)
 	for i := range buf {
@@ -92,16 +120,20 @@ func runBaselines(dir string, n int64) (result, error) {
 }
 
 // loopback returns a connected TCP pair's sending end, and a channel that
-// yields the bytes the receiving end drained once the sender closes.
+// yields the bytes the receiving end drained once the sender closes. It
+// returns once the listener has accepted: closing a listener resets the
+// connections it has not accepted yet.
 func loopback() (*net.TCPConn, chan int64, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, nil, err
 	}
 	defer ln.Close()
+	accepted := make(chan error, 1)
 	got := make(chan int64, 1)
 	go func() {
 		c, err := ln.Accept()
+		accepted <- err
 		if err != nil {
 			got <- -1
 			return
@@ -112,6 +144,12 @@ func loopback() (*net.TCPConn, chan int64, error) {
 	}()
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
+		ln.Close() // ends the Accept
+		<-accepted
+		return nil, nil, err
+	}
+	if err := <-accepted; err != nil {
+		c.Close()
 		return nil, nil, err
 	}
 	return c.(*net.TCPConn), got, nil
@@ -187,7 +225,9 @@ func (s *tierlogSys) scanToSocket() (int64, error) {
 }
 
 // partitionsSetup writes 10,000 one-batch partitions into dir and closes
-// them cleanly.
+// them cleanly, each as soon as it is written: 10,000 open active segments
+// (a descriptor and two index files each) would pass a 20,000-descriptor
+// limit.
 func partitionsSetup(dir string) error {
 	b, err := local.OpenBackend(dir, local.BackendOptions{})
 	if err != nil {
@@ -206,6 +246,9 @@ func partitionsSetup(dir string) error {
 			return err
 		}
 		l.SetHighWatermark(1)
+		if err := l.Close(); err != nil {
+			return err
+		}
 	}
 	return b.Close()
 }

@@ -27,7 +27,7 @@ type result struct {
 	ReopenCrashMs float64 `json:"reopenCrashMs"`
 	PeakRSSMB     float64 `json:"peakRSSMB"`
 	Note          string  `json:"note,omitempty"`
-	// Baselines and the 10,000-partition open use these.
+	// Baselines and the workloads other than the systems' use these.
 	Values map[string]float64 `json:"values,omitempty"`
 }
 
@@ -151,17 +151,34 @@ func runSystem(name string, open opener, dir string, n, reads int64) (result, er
 	return res, nil
 }
 
-// child runs one measurement in this process and prints its result.
+// fetchesPerConsumer is how many fetches each fetch-shaped consumer makes:
+// together about four times the log's bytes (4 GiB for the 1 GiB run).
+func fetchesPerConsumer(n int64) int { return int(max(4, n*100/(16<<20))) }
+
+// child runs one measurement in this process and prints its result (a
+// setup prints an empty one).
 func child(kind, dir string, n, reads int64) error {
 	var res result
 	var err error
 	switch kind {
 	case "baseline":
 		res, err = runBaselines(dir, n)
+	case "broker":
+		res, err = runBroker(dir, n, fetchConsumers, fetchesPerConsumer(n))
 	case "partitions-setup":
-		return partitionsSetup(dir)
+		err = partitionsSetup(dir)
 	case "partitions":
 		res, err = runPartitions(dir)
+	case "clean-setup":
+		err = cleanSetup(dir, n*100)
+	case "clean":
+		res, err = runClean(dir)
+	case "remote-setup":
+		err = remoteSetup(dir, n)
+	case "remote-tiered":
+		res, err = runRemoteTiered(dir)
+	case "remote-raw":
+		res, err = runRemoteRaw(dir)
 	default:
 		for _, s := range systems {
 			if s.name == kind {
