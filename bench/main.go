@@ -10,7 +10,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -62,11 +61,33 @@ func runChild(kind, dir string, n, reads int64) (result, error) {
 		return result{}, fmt.Errorf("%s: %v\n%s", kind, err, errOut.String())
 	}
 	var res result
-	if kind == "partitions-setup" {
-		return res, nil
+	if err := json.Unmarshal(out.Bytes(), &res); err != nil {
+		return res, fmt.Errorf("%s: %w", kind, err)
 	}
-	err := json.Unmarshal(out.Bytes(), &res)
-	return res, err
+	return res, nil
+}
+
+// runKind runs a measurement in runs child processes on dir, one after
+// another, after a setup child (when setup is not empty) that prepares dir
+// for them; dir is removed at the end.
+func runKind(setup, kind, dir string, n int64, runs int, reads int64) ([]result, error) {
+	defer os.RemoveAll(dir)
+	if setup != "" {
+		fmt.Fprintf(os.Stderr, "%s\n", setup)
+		if _, err := runChild(setup, dir, n, reads); err != nil {
+			return nil, err
+		}
+	}
+	var rs []result
+	for r := range runs {
+		fmt.Fprintf(os.Stderr, "run %d/%d: %s\n", r+1, runs, kind)
+		res, err := runChild(kind, dir, n, reads)
+		if err != nil {
+			return nil, err
+		}
+		rs = append(rs, res)
+	}
+	return rs, nil
 }
 
 func parent(dir string, n int64, runs int, reads int64, tieredBench bool, update string) error {
@@ -84,6 +105,7 @@ func parent(dir string, n int64, runs int, reads int64, tieredBench bool, update
 	for _, s := range systems {
 		kinds = append(kinds, s.name)
 	}
+	kinds = append(kinds, "broker")
 	for r := range runs {
 		for _, kind := range kinds {
 			fmt.Fprintf(os.Stderr, "run %d/%d: %s\n", r+1, runs, kind)
@@ -94,25 +116,19 @@ func parent(dir string, n int64, runs int, reads int64, tieredBench bool, update
 			byKind[kind] = append(byKind[kind], res)
 		}
 	}
-	parts := filepath.Join(dir, "partitions")
-	fmt.Fprintln(os.Stderr, "10,000 partitions")
-	if _, err := runChild("partitions-setup", parts, n, reads); err != nil {
+	partRes, err := runKind("partitions-setup", "partitions", filepath.Join(dir, "partitions"), n, runs, reads)
+	if err != nil {
 		return err
 	}
-	var partRes []result
-	for range runs {
-		res, err := runChild("partitions", parts, n, reads)
-		if err != nil {
-			return err
-		}
-		partRes = append(partRes, res)
+	if byKind["clean"], err = runKind("clean-setup", "clean", filepath.Join(dir, "clean"), n, runs, reads); err != nil {
+		return err
 	}
-	os.RemoveAll(parts)
-
 	var tiered []benchLine
 	if tieredBench {
+		if err := runRemote(byKind, filepath.Join(dir, "remote"), n, runs, reads); err != nil {
+			return err
+		}
 		fmt.Fprintln(os.Stderr, "tiered (go test ./tiered -bench)")
-		var err error
 		if tiered, err = runTiered(runs); err != nil {
 			return err
 		}
@@ -178,12 +194,11 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 		time.Now().UTC().Format("2006-01-02"), cpu, runtime.NumCPU(), runtime.Version(), n, float64(n*100)/(1<<30), runs, reads, took.Round(time.Second))
 
 	base := byKind["baseline"]
-	fmt.Fprintf(w, "| machine (same bytes) | MB/s |\n| --- | ---: |\n")
+	fmt.Fprintf(w, "| machine (same bytes) | MB/s | goal | |\n| --- | ---: | --- | --- |\n")
 	var noisy []string
-	for _, b := range []struct{ key, name string }{{"write", "os.File.Write, 16 KiB writes, page cache"}, {"writeFsync", "os.File.Write, then one fsync"},
-		{"sendfile", "sendfile(2) of the file to a loopback socket"}, {"crc32c", "CRC-32C"}, {"copy", "copy (memory bandwidth)"}} {
+	for _, b := range machineRows {
 		s := collect(base, func(r result) float64 { return r.Values[b.key] })
-		fmt.Fprintf(w, "| %s | %s |\n", b.name, s)
+		fmt.Fprintf(w, "| %s | %s | none: the baseline of %s | |\n", b.name, s, b.of)
 		if s.noisy() {
 			noisy = append(noisy, b.name)
 		}
@@ -228,9 +243,15 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 	fmt.Fprintf(w, "| open the log dir and every partition, ms | %s |\n", collect(parts, func(r result) float64 { return r.Values["openMs"] }))
 	fmt.Fprintf(w, "| peak RSS of the process, MB | %s |\n", collect(parts, func(r result) float64 { return r.PeakRSSMB }))
 
+	goals := reportShapes(w, byKind)
+
 	if len(tiered) > 0 {
 		fmt.Fprintf(w, "\n| tiered, against the S3 server of the tests | median (min–max) |\n| --- | ---: |\n")
 		for _, l := range tiered {
+			if l.failed != "" {
+				fmt.Fprintf(w, "| %s | **failed**: %s |\n", l.label, strings.ReplaceAll(l.failed, "|", "\\|"))
+				continue
+			}
 			fmt.Fprintf(w, "| %s | %s %s |\n", l.label, statOf(l.values), l.unit)
 		}
 	}
@@ -252,12 +273,7 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 	scanT := med("tierlog", func(r result) float64 { return r.ScanMBps })
 	sf := med("baseline", func(r result) float64 { return r.Values["sendfile"] })
 	openMs := collect(parts, func(r result) float64 { return r.Values["openMs"] }).med
-	met := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "**not met**"
-	}
+	met := metCell
 	fmt.Fprintf(w, "\n| goal | figure | |\n| --- | --- | --- |\n")
 	fmt.Fprintf(w, "| append >= 0.8x raw page-cache write | %.2fx (%.0f vs %.0f MB/s) | %s |\n", appendT/raw, appendT, raw, met(appendT >= 0.8*raw))
 	fmt.Fprintf(w, "| append >= 3x the fastest peer | %.2fx (%.0f vs %.0f MB/s) | %s |\n", appendT/bestPeerAppend, appendT, bestPeerAppend, met(appendT >= 3*bestPeerAppend))
@@ -266,6 +282,9 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 	fmt.Fprintf(w, "| sequential read >= 0.8x raw sendfile | %.2fx (%.0f vs %.0f MB/s, to a socket) | %s |\n", sock.med/sf, sock.med, sf, met(sock.med >= 0.8*sf))
 	fmt.Fprintf(w, "| sequential read above every peer | %.0f vs %.0f MB/s (records decoded) | %s |\n", scanT, bestPeerScan, met(scanT > bestPeerScan))
 	fmt.Fprintf(w, "| 10,000 partitions open < 1 s | %.0f ms | %s |\n", openMs, met(openMs > 0 && openMs < 1000))
+	for _, g := range goals {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", g.goal, g.figure, met(g.met))
+	}
 	for _, l := range tiered {
 		if l.goal != "" {
 			fmt.Fprintf(w, "| %s | %s |\n", l.goal, l.goalFigure)
@@ -292,5 +311,3 @@ func updateFile(path string, md []byte) error {
 	out := append(append(append([]byte(nil), b[:i+len(begin)]...), md...), b[j:]...)
 	return os.WriteFile(path, out, 0o644)
 }
-
-var _ = bufio.NewReader

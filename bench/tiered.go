@@ -16,6 +16,8 @@ type benchLine struct {
 	label, unit      string
 	values           []float64
 	goal, goalFigure string
+	// failed is why the benchmark gave no figure (its failure message).
+	failed string
 }
 
 // The tiered benchmarks live with the tiered package (go test ./tiered
@@ -36,7 +38,10 @@ var tieredBenchmarks = []struct {
 	{"SequentialRemote/prefetch", "sequential remote consumption, 1 MiB read-ahead", "MB/s"},
 }
 
-var benchRE = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) MB/s)?`)
+var (
+	benchRE = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) MB/s)?`)
+	failRE  = regexp.MustCompile(`^--- FAIL: Benchmark(\S+?)(-\d+)?$`)
+)
 
 func runTiered(runs int) ([]benchLine, error) {
 	var names []string
@@ -49,13 +54,27 @@ func runTiered(runs int) ([]benchLine, error) {
 	cmd.Env = os.Environ()
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
-	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("go test ./tiered -bench: %v\n%s%s", err, out.String(), errOut.String())
-	}
+	// A benchmark that fails leaves the others running: its row says why
+	// it has no figure, and the rest of bench-compare goes on.
+	runErr := cmd.Run()
 	vals := map[string][]float64{}
-	sc := bufio.NewScanner(&out)
+	failed := map[string]string{}
+	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
+	failing := ""
 	for sc.Scan() {
-		m := benchRE.FindStringSubmatch(sc.Text())
+		line := sc.Text()
+		if m := failRE.FindStringSubmatch(line); m != nil {
+			failing = m[1]
+			continue
+		}
+		if failing != "" {
+			if !strings.HasPrefix(line, " ") {
+				failing = ""
+			} else if failed[failing] == "" {
+				failed[failing] = strings.TrimSpace(line)
+			}
+		}
+		m := benchRE.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
@@ -70,10 +89,14 @@ func runTiered(runs int) ([]benchLine, error) {
 	}
 	var lines []benchLine
 	for _, b := range tieredBenchmarks {
-		if len(vals[b.name]) == 0 {
-			return nil, fmt.Errorf("no result for Benchmark%s in:\n%s", b.name, out.String())
+		l := benchLine{label: b.label, unit: b.unit, values: vals[b.name]}
+		if len(l.values) == 0 {
+			if l.failed = failed[b.name]; l.failed == "" {
+				return nil, fmt.Errorf("go test ./tiered -bench: no result for Benchmark%s (%v) in:\n%s%s", b.name, runErr, out.String(), errOut.String())
+			}
+			fmt.Fprintf(os.Stderr, "Benchmark%s failed: %s\n", b.name, l.failed)
 		}
-		lines = append(lines, benchLine{label: b.label, unit: b.unit, values: vals[b.name]})
+		lines = append(lines, l)
 	}
 	med := func(name string) float64 {
 		for _, l := range lines {
@@ -86,11 +109,11 @@ func runTiered(runs int) ([]benchLine, error) {
 		return 0
 	}
 	off, put := med("Offload"), med("RawPut")
-	met := "met"
-	if off < 0.9*put {
-		met = "**not met**"
-	}
 	lines[0].goal = "offload >= 0.9x raw PutObject"
-	lines[0].goalFigure = fmt.Sprintf("%.2fx (%.0f vs %.0f MB/s) | %s", off/put, off, put, met)
+	if off == 0 || put == 0 {
+		lines[0].goalFigure = "no figure: a benchmark failed (above) | **not measured**"
+	} else {
+		lines[0].goalFigure = fmt.Sprintf("%.2fx (%.0f vs %.0f MB/s) | %s", off/put, off, put, metCell(off >= 0.9*put))
+	}
 	return lines, nil
 }
