@@ -243,7 +243,8 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 	fmt.Fprintf(w, "| open the log dir and every partition, ms | %s |\n", collect(parts, func(r result) float64 { return r.Values["openMs"] }))
 	fmt.Fprintf(w, "| peak RSS of the process, MB | %s |\n", collect(parts, func(r result) float64 { return r.PeakRSSMB }))
 
-	goals := reportShapes(w, byKind)
+	goals, shapesNoisy := reportShapes(w, byKind)
+	noisy = append(noisy, shapesNoisy...)
 
 	if len(tiered) > 0 {
 		fmt.Fprintf(w, "\n| tiered, against the S3 server of the tests | median (min–max) |\n| --- | ---: |\n")

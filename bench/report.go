@@ -45,11 +45,19 @@ func metCell(ok bool) string {
 
 // reportShapes writes the tables of the broker shapes, the remote reads
 // under load and the cleaner, from the medians of their runs, and returns
-// their goals for the goals table. A workload without runs is left out.
-func reportShapes(w io.Writer, byKind map[string][]result) []goalRow {
-	var goals []goalRow
+// their goals for the goals table and the names of the rows whose MB/s is
+// noisy. A workload without runs is left out.
+func reportShapes(w io.Writer, byKind map[string][]result) (goals []goalRow, noisy []string) {
 	v := func(kind, key string) stat {
 		return collect(byKind[kind], func(r result) float64 { return r.Values[key] })
+	}
+	// rate is a row's MB/s, noted when noisy.
+	rate := func(name, kind, key string) stat {
+		s := v(kind, key)
+		if s.noisy() {
+			noisy = append(noisy, name)
+		}
+		return s
 	}
 	base := func(key string) stat { return v("baseline", key) }
 	if len(byKind["broker"]) > 0 {
@@ -62,9 +70,9 @@ func reportShapes(w io.Writer, byKind map[string][]result) []goalRow {
 			{"many", fmt.Sprintf("produce-shaped append to %d partitions of one Backend from %d goroutines", manyPartitions, appendGoroutines), "write64k"},
 			{"manyFlush", "the same with a Flush after every Append (1/8 of the bytes)", "write64kFsyncEach"},
 		} {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | none: reported | |\n", r.name, b(r.key+"MBps"), b(r.key+"P50us"), b(r.key+"P99us"), base(r.base))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | none: reported | |\n", r.name, rate(r.name, "broker", r.key+"MBps"), b(r.key+"P50us"), b(r.key+"P99us"), base(r.base))
 		}
-		f, raw := b("fetchMBps"), b("rawSendfileMBps")
+		f, raw := rate("fetch-shaped reads", "broker", "fetchMBps"), rate("fetch-shaped reads' raw sendfile", "broker", "rawSendfileMBps")
 		g := goalRow{goal: fmt.Sprintf("fetch-shaped reads >= %.1fx raw sendfile of the same ranges", fetchGoal),
 			figure: fmt.Sprintf("%.2fx (%.0f vs %.0f MB/s)", f.med/raw.med, f.med, raw.med), met: f.med >= fetchGoal*raw.med && raw.med > 0}
 		goals = append(goals, g)
@@ -73,7 +81,7 @@ func reportShapes(w io.Writer, byKind map[string][]result) []goalRow {
 		fmt.Fprintf(w, "| raw: sendfile(2) of the same byte ranges of a plain copy of the log | %s | %s | %s | none: the baseline | |\n", raw, b("rawSendfileP50us"), b("rawSendfileP99us"))
 	}
 	if len(byKind["remote-tiered"]) > 0 && len(byKind["remote-raw"]) > 0 {
-		t, raw := v("remote-tiered", "remoteMBps"), v("remote-raw", "rawGetMBps")
+		t, raw := rate("remote reads under load", "remote-tiered", "remoteMBps"), rate("remote reads' raw ranged GETs", "remote-raw", "rawGetMBps")
 		rss := func(kind string) stat { return collect(byKind[kind], func(r result) float64 { return r.PeakRSSMB }) }
 		g := goalRow{goal: fmt.Sprintf("remote reads under load >= %.1fx raw ranged GETs of the same objects", remoteGoal),
 			figure: fmt.Sprintf("%.2fx (%.0f vs %.0f MB/s)", t.med/raw.med, t.med, raw.med), met: t.med >= remoteGoal*raw.med && raw.med > 0}
@@ -87,7 +95,7 @@ func reportShapes(w io.Writer, byKind map[string][]result) []goalRow {
 			fetchConsumers, v("remote-tiered", "remoteOpenRSSMB"), v("remote-tiered", "remoteBusy").count())
 	}
 	if len(byKind["clean"]) > 0 {
-		c := v("clean", "cleanMBps")
+		c := rate("key compaction", "clean", "cleanMBps")
 		g := goalRow{goal: fmt.Sprintf("key compaction >= %d MB/s", cleanGoal), figure: fmt.Sprintf("%.0f MB/s", c.med), met: c.med >= cleanGoal}
 		goals = append(goals, g)
 		fmt.Fprintf(w, "\n| cleaner | MB/s of input | input MB | distinct keys | output/input | peak RSS MB | goal | |\n| --- | ---: | ---: | ---: | ---: | ---: | --- | --- |\n")
@@ -95,5 +103,5 @@ func reportShapes(w io.Writer, byKind map[string][]result) []goalRow {
 			c, v("clean", "cleanInputMB"), v("clean", "cleanKeys"), v("clean", "cleanOutIn"),
 			collect(byKind["clean"], func(r result) float64 { return r.PeakRSSMB }), g.goal, metCell(g.met))
 	}
-	return goals
+	return goals, noisy
 }
