@@ -65,10 +65,10 @@ func reportShapes(w io.Writer, byKind map[string][]result) (goals []goalRow, noi
 		fmt.Fprintf(w, "\n| tierlog, broker shapes | MB/s of values | call p50 µs | call p99 µs | raw baseline, MB/s | goal | |\n| --- | ---: | ---: | ---: | ---: | --- | --- |\n")
 		for _, r := range []struct{ key, name, base string }{
 			{"produce", fmt.Sprintf("produce-shaped append: %d batches of 16 KiB an Append, one partition", requestBatches), "write64k"},
-			{"produceFlush", "the same with a Flush after every Append (1/8 of the bytes)", "write64kFsyncEach"},
+			{"produceFlush", "produce-shaped append, one partition, a Flush after every Append (1/8 of the bytes)", "write64kFsyncEach"},
 			{"flushMessages1", "flush.messages=1: one 16 KiB batch an Append, each fsynced by the log (1/16 of the bytes)", "writeFsyncEach"},
 			{"many", fmt.Sprintf("produce-shaped append to %d partitions of one Backend from %d goroutines", manyPartitions, appendGoroutines), "write64k"},
-			{"manyFlush", "the same with a Flush after every Append (1/8 of the bytes)", "write64kFsyncEach"},
+			{"manyFlush", fmt.Sprintf("produce-shaped append, %d partitions, a Flush after every Append (1/8 of the bytes)", manyPartitions), "write64kFsyncEach"},
 		} {
 			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | none: reported | |\n", r.name, rate(r.name, "broker", r.key+"MBps"), b(r.key+"P50us"), b(r.key+"P99us"), base(r.base))
 		}
