@@ -79,7 +79,7 @@ bench-broker: $(BIN)/versitygw
 	TIERLOG_VERSITYGW=$(BIN)/versitygw $(GO) test ./examples/broker/broker -run '^$$' -bench Kgo -benchtime $(BROKER_BENCH_RECORDS)x -timeout 30m
 
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
-## (bench/, a module of its own; about 12 minutes on 2 cores, under 20);
+## (bench/, a module of its own; 10 to 12 minutes on 2 cores, under 20);
 ## prints Markdown tables
 bench-compare: $(S3SERVERS)
 	cd bench && TIERLOG_VERSITYGW=$(BIN)/versitygw TIERLOG_MINIO=$(BIN)/minio $(GO) run . $(BENCH_FLAGS)
