@@ -137,7 +137,8 @@
 // forever, out of reach of retention, compaction and tiering. An empty
 // segment never rolls. max.compaction.lag.ms has no task: its deadline
 // depends on the cleaner's first dirty offset, which package compaction
-// owns; its Cleaner checks the lag on every pass.
+// owns; its Cleaner checks the lag on every pass, and a cleaner thread
+// with nothing to do sleeps only until the next breach it foresees.
 //
 // # What reads check
 //
