@@ -24,6 +24,7 @@ const (
 	dueRetention                      // a retention check
 	dueDeletes                        // .deleted files whose file.delete.delay.ms passed
 	dueCheckpoint                     // the Backend's checkpoint files
+	dueRoll                           // segment.ms since the active segment took its first record
 )
 
 // deadlineWorkers bounds the goroutines doing a Backend's timed work.
@@ -224,6 +225,9 @@ type logDeadlines struct {
 
 	deletes   *timingwheel.Task
 	deletesAt time.Time // zero: the task is not pending
+
+	roll   *timingwheel.Task
+	rollAt time.Time // zero: the task is not pending
 }
 
 // startDeadlines is the end of Open: the log's work may be queued from
@@ -242,6 +246,7 @@ func (l *Log) startDeadlines() {
 	if d.background {
 		l.armFlushLocked()
 		l.queueRetentionLocked()
+		l.armRollLocked()
 	}
 }
 
@@ -256,6 +261,7 @@ func (l *Log) stopDeadlines() {
 	cancelTask(d.flush)
 	cancelTask(d.retention)
 	cancelTask(d.deletes)
+	cancelTask(d.roll)
 	l.mu.Unlock()
 	if s != nil {
 		s.stop(&d.work)
@@ -305,6 +311,82 @@ func (l *Log) runDeadlines(due dueKind) {
 	if due&dueRetention != 0 {
 		l.retentionCheck()
 	}
+	if due&dueRoll != 0 {
+		if err := l.rollIfIdle(); err != nil && !errors.Is(err, backend.ErrClosed) {
+			l.logger.Error("segment.ms", "err", err)
+		}
+	}
+}
+
+// rollIfIdle rolls the active segment when segment.ms (less its jitter)
+// has passed since it took its first record, then arms the next roll
+// deadline.
+func (l *Log) rollIfIdle() error {
+	if err := l.checkWritable(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkWritable(); err != nil {
+		return err
+	}
+	l.dl.rollAt = time.Time{} // fired
+	if at, ok := l.idleRollAtLocked(); ok && !l.now().Before(at) {
+		if _, err := l.rollLocked(l.leo.Load(), "segment.ms"); err != nil {
+			return err
+		}
+	}
+	l.armRollLocked()
+	return nil
+}
+
+// idleRollAtLocked is when the active segment rolls by segment.ms if no
+// append rolls it first; ok is false when it never does (it is empty, or
+// segment.ms is beyond a time.Duration). It starts the segment's idle
+// clock on first sight of its data. REQUIRES: l.mu held.
+func (l *Log) idleRollAtLocked() (time.Time, bool) {
+	a := l.act
+	if a == nil {
+		return time.Time{}, false
+	}
+	if a.f.size.Load() == 0 {
+		a.idleSince = time.Time{} // emptied by a truncation: the clock starts again
+		return time.Time{}, false
+	}
+	if a.idleSince.IsZero() {
+		a.idleSince = l.now()
+	}
+	return msAfter(a.idleSince, max(l.cfg.Load().SegmentMs-a.jitterMs, 0))
+}
+
+// armRollLocked arms the segment.ms deadline of an active segment that
+// holds data, and cancels it otherwise. Kafka rolls by segment.ms only
+// when an append arrives (UnifiedLog.maybeRoll, which tierlog's append
+// does too), so an idle partition's last segment would stay open forever,
+// out of reach of retention, compaction and tiering; this deadline rolls
+// it. REQUIRES: l.mu held.
+func (l *Log) armRollLocked() {
+	d := &l.dl
+	if !d.started || !d.background {
+		return
+	}
+	at, ok := l.idleRollAtLocked()
+	if !ok {
+		if !d.rollAt.IsZero() {
+			cancelTask(d.roll)
+			d.rollAt = time.Time{}
+		}
+		return
+	}
+	if at.Equal(d.rollAt) {
+		return
+	}
+	s := l.schedLocked()
+	if s == nil {
+		return
+	}
+	d.rollAt = at
+	s.arm(&d.roll, at, l.now(), &d.work, dueRoll)
 }
 
 // flushIfDue flushes when flush.ms has passed since the last flush, then
@@ -508,7 +590,8 @@ func retentionUpper(l *Log, segs []*segFile) int64 {
 
 // offsetsChangedLocked is called at each move of the log end, the high
 // watermark or the last stable offset: it arms the flush deadline for
-// what was appended, and queues a retention check that was waiting for
+// what was appended and the idle roll of a segment that took its first
+// record, and queues a retention check that was waiting for
 // data or for the high watermark. REQUIRES: l.mu held.
 func (l *Log) offsetsChangedLocked() {
 	d := &l.dl
@@ -516,6 +599,7 @@ func (l *Log) offsetsChangedLocked() {
 		return
 	}
 	l.armFlushLocked()
+	l.armRollLocked()
 	switch d.retState {
 	case retNoData:
 		if segs := l.segments(); len(segs) > 1 || segs[0].size.Load() > 0 {
@@ -534,7 +618,11 @@ func (l *Log) offsetsChangedLocked() {
 // retention.bytes. REQUIRES: l.mu held.
 func (l *Log) segmentsChangedLocked(segs []*segFile) {
 	d := &l.dl
-	if !d.started || !d.background || d.inRetention {
+	if !d.started || !d.background {
+		return
+	}
+	l.armRollLocked() // a roll leaves an empty active segment
+	if d.inRetention {
 		return
 	}
 	cfg := l.cfg.Load()
@@ -560,6 +648,9 @@ func (l *Log) configChangedLocked(old, c *backend.Config) {
 	if old.FileDeleteDelayMs != c.FileDeleteDelayMs {
 		d.deletesAt = time.Time{}
 		l.armDeletesLocked()
+	}
+	if old.SegmentMs != c.SegmentMs {
+		l.armRollLocked()
 	}
 }
 
