@@ -57,6 +57,9 @@ func (p *Partition) attach(ctx context.Context) error {
 		}
 	}
 	p.adopt(st)
+	if o := p.local.Offsets(); st.m.Deleted && (p.openedEmpty || o.LogStart == o.LogEnd) {
+		p.reborn.Store(true)
+	}
 	if epoch := p.epoch.Load(); p.role.Load() == roleLeader && st.m.WriterEpoch > epoch {
 		p.fence(st.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, epoch))
 	}
@@ -96,21 +99,37 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 			return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", epoch, err)
 		}
 		var next *manifest.Manifest
+		known := p.man.Load()
 		switch {
 		case now.etag == "":
 			// No manifest yet: create one carrying this epoch, so an
 			// older leader cannot create it after this one took over.
 			next = &manifest.Manifest{Generation: 1, WriterEpoch: epoch}
-		case now.m.Deleted && now.etag != p.man.Load().etag:
+		case now.m.Deleted && now.etag != known.etag:
 			// A writer that knew the partition before its deletion: it
 			// must not bring it back.
 			p.adopt(now)
 			p.fence(now.m.WriterEpoch, fmt.Errorf("the partition was deleted (manifest generation %d)", now.m.Generation))
 			return p.Fenced()
+		case now.m.Deleted && !p.reborn.Load():
+			// Its local log held records when it first read the deleted
+			// manifest: they may be the deleted partition's (a broker that
+			// missed the deletion, or a Delete cut short), and must not
+			// come back.
+			o := p.local.Offsets()
+			p.fence(now.m.WriterEpoch, fmt.Errorf("the partition was deleted (manifest generation %d), and the local log at %s "+
+				"held offsets %d..%d from before: finish the deletion (Delete the partition again) before creating it anew",
+				now.m.Generation, p.local.Dir(), o.LogStart, o.LogEnd-1))
+			return p.Fenced()
 		case now.m.Deleted:
 			// A new partition of the same name, which has known only the
-			// deleted manifest: it starts over from it.
-			next = &manifest.Manifest{Generation: now.m.Generation + 1, WriterEpoch: epoch}
+			// deleted manifest: it starts over from it, as a new
+			// incarnation (Born) no writer of the old one may write into.
+			next = &manifest.Manifest{Generation: now.m.Generation + 1, WriterEpoch: epoch, Born: now.m.Generation + 1}
+		case recreatedSince(known, now):
+			p.adopt(now)
+			p.fence(now.m.WriterEpoch, recreatedError(known, now))
+			return p.Fenced()
 		case now.m.WriterEpoch > epoch:
 			p.adopt(now)
 			p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.m.WriterEpoch, epoch))
@@ -156,6 +175,19 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// recreatedSince says whether the partition was deleted and created anew
+// since a writer read known: the bucket's manifest now belongs to an
+// incarnation born after it. A writer that has read no manifest, or only
+// a deleted one (a new partition itself), cannot tell, and is not judged.
+func recreatedSince(known, now *manifestState) bool {
+	return known.etag != "" && !known.m.Deleted && now.m.Born > known.m.Generation
+}
+
+func recreatedError(known, now *manifestState) error {
+	return fmt.Errorf("the partition was deleted and created anew (generation %d) since this writer read generation %d: "+
+		"its records belong to the deleted partition", now.m.Born, known.m.Generation)
 }
 
 // claimPut commits next over now, conditionally, as this writer's claim.
