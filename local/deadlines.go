@@ -56,8 +56,7 @@ type logDeadlines struct {
 	// BackgroundInterval > 0); .deleted files are removed either way.
 	background bool
 
-	flush   *timingwheel.Task
-	flushAt time.Time // zero: the task is not pending
+	flush deadline
 
 	retention   *timingwheel.Task
 	retState    retentionState
@@ -65,11 +64,37 @@ type logDeadlines struct {
 	retSegs     int      // and the number of segments
 	inRetention bool     // a retention check is changing the segments
 
-	deletes   *timingwheel.Task
-	deletesAt time.Time // zero: the task is not pending
+	deletes deadline
+	roll    deadline
+}
 
-	roll   *timingwheel.Task
-	rollAt time.Time // zero: the task is not pending
+// deadline is one of a log's tasks on the wheel and the moment it is
+// armed for.
+type deadline struct {
+	task *timingwheel.Task
+	at   time.Time // zero: the task is not pending
+}
+
+// setDeadlineLocked arms dl for at, moving it if it was armed for another
+// moment, or cancels it when ok is false (nothing is due, or never).
+// REQUIRES: l.mu held.
+func (l *Log) setDeadlineLocked(dl *deadline, at time.Time, ok bool, due dueKind) {
+	if !ok {
+		if !dl.at.IsZero() {
+			cancelTask(dl.task)
+			dl.at = time.Time{}
+		}
+		return
+	}
+	if at.Equal(dl.at) {
+		return
+	}
+	s := l.schedLocked()
+	if s == nil {
+		return
+	}
+	dl.at = at
+	s.arm(&dl.task, at, l.now(), &l.dl.work, due)
 }
 
 // startDeadlines is the end of Open: the log's work may be queued from
@@ -100,10 +125,10 @@ func (l *Log) stopDeadlines() {
 	d := &l.dl
 	s := d.sched
 	d.started = false
-	cancelTask(d.flush)
+	cancelTask(d.flush.task)
 	cancelTask(d.retention)
-	cancelTask(d.deletes)
-	cancelTask(d.roll)
+	cancelTask(d.deletes.task)
+	cancelTask(d.roll.task)
 	l.mu.Unlock()
 	if s != nil {
 		s.stop(&d.work)
@@ -172,7 +197,7 @@ func (l *Log) rollIfIdle() error {
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
-	l.dl.rollAt = time.Time{} // fired
+	l.dl.roll.at = time.Time{} // fired
 	if at, ok := l.idleRollAtLocked(); ok && !l.now().Before(at) {
 		if _, err := l.rollLocked(l.leo.Load(), "segment.ms"); err != nil {
 			return err
@@ -213,22 +238,7 @@ func (l *Log) armRollLocked() {
 		return
 	}
 	at, ok := l.idleRollAtLocked()
-	if !ok {
-		if !d.rollAt.IsZero() {
-			cancelTask(d.roll)
-			d.rollAt = time.Time{}
-		}
-		return
-	}
-	if at.Equal(d.rollAt) {
-		return
-	}
-	s := l.schedLocked()
-	if s == nil {
-		return
-	}
-	d.rollAt = at
-	s.arm(&d.roll, at, l.now(), &d.work, dueRoll)
+	l.setDeadlineLocked(&d.roll, at, ok, dueRoll)
 }
 
 // flushIfDue flushes when flush.ms has passed since the last flush, then
@@ -242,7 +252,7 @@ func (l *Log) flushIfDue() error {
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
-	l.dl.flushAt = time.Time{} // fired
+	l.dl.flush.at = time.Time{} // fired
 	if at, ok := msAfter(l.lastFlush, l.cfg.Load().FlushMs); ok && !l.now().Before(at) {
 		if err := l.flushLocked(); err != nil {
 			return err
@@ -267,22 +277,7 @@ func (l *Log) armFlushLocked() {
 		return
 	}
 	at, ok := msAfter(l.lastFlush, l.cfg.Load().FlushMs) // flush.ms's "never" (Long.MAX) is not ok
-	if !ok || !l.unflushedLocked() {
-		if !d.flushAt.IsZero() {
-			cancelTask(d.flush)
-			d.flushAt = time.Time{}
-		}
-		return
-	}
-	if at.Equal(d.flushAt) {
-		return
-	}
-	s := l.schedLocked()
-	if s == nil {
-		return
-	}
-	d.flushAt = at
-	s.arm(&d.flush, at, l.now(), &d.work, dueFlush)
+	l.setDeadlineLocked(&d.flush, at, ok && l.unflushedLocked(), dueFlush)
 }
 
 // queueRetentionLocked queues a retention check (it arms the next
@@ -488,7 +483,6 @@ func (l *Log) configChangedLocked(old, c *backend.Config) {
 		l.queueRetentionLocked()
 	}
 	if old.FileDeleteDelayMs != c.FileDeleteDelayMs {
-		d.deletesAt = time.Time{}
 		l.armDeletesLocked()
 	}
 	if old.SegmentMs != c.SegmentMs {
@@ -504,23 +498,13 @@ func (l *Log) armDeletesLocked() {
 	if !d.started {
 		return
 	}
-	if len(l.pending) == 0 {
-		if !d.deletesAt.IsZero() {
-			cancelTask(d.deletes)
-			d.deletesAt = time.Time{}
-		}
-		return
+	var at time.Time
+	ok := len(l.pending) > 0
+	if ok {
+		// A delay beyond a time.Duration is never: Close removes them.
+		at, ok = msAfter(l.pending[0].retired, l.cfg.Load().FileDeleteDelayMs)
 	}
-	at, ok := msAfter(l.pending[0].retired, l.cfg.Load().FileDeleteDelayMs)
-	if !ok || at.Equal(d.deletesAt) {
-		return // never (Close removes them), or armed already
-	}
-	s := l.schedLocked()
-	if s == nil {
-		return
-	}
-	d.deletesAt = at
-	s.arm(&d.deletes, at, l.now(), &d.work, dueDeletes)
+	l.setDeadlineLocked(&d.deletes, at, ok, dueDeletes)
 }
 
 // removeDueDeletedFiles unlinks the .deleted files whose delay passed and
@@ -531,7 +515,7 @@ func (l *Log) removeDueDeletedFiles() {
 		l.mu.Unlock()
 		return // Close removes them
 	}
-	l.dl.deletesAt = time.Time{} // fired
+	l.dl.deletes.at = time.Time{} // fired
 	now, delay := l.now(), l.cfg.Load().FileDeleteDelayMs
 	var due []string
 	n := 0
