@@ -202,14 +202,18 @@ func (b *Backend) partitionOptions(tp backend.TopicPartition) Options {
 		onWork: b.svc.wake}
 }
 
-// TieredPartitions returns the tiered partitions open now.
+// TieredPartitions returns the tiered partitions open now, and forgets
+// those the broker closed (the service asks every TaskInterval, so a
+// closed partition is held no longer than that).
 func (b *Backend) TieredPartitions() []*Partition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]*Partition, 0, len(b.parts))
-	for _, p := range b.parts {
+	for tp, p := range b.parts {
 		if p.checkOpen() == nil {
 			out = append(out, p)
+		} else {
+			delete(b.parts, tp)
 		}
 	}
 	return out
