@@ -63,16 +63,16 @@ type Cleaner struct {
 	// stuck holds the log end of logs whose last round cleaned nothing
 	// (an open transaction at their first dirty offset): they are not
 	// picked again until their log end moves.
-	stuck  map[local.TopicPartition]int64
-	stats  CleanerStats
+	stuck map[local.TopicPartition]int64
+	stats CleanerStats
 	// nextDue is the earliest moment a log not cleaned yet breaches
 	// max.compaction.lag.ms, as the last pass that found nothing to do
 	// saw it; zero when none will. An idle thread wakes then, not only
 	// after Backoff.
 	nextDue time.Time
 	cancel  context.CancelFunc
-	wg     sync.WaitGroup
-	maps   chan *OffsetMap
+	wg      sync.WaitGroup
+	maps    chan *OffsetMap
 }
 
 // NewCleaner returns a stopped Cleaner for b, reading its checkpoint.
