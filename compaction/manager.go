@@ -25,7 +25,8 @@ type CleanerOptions struct {
 	// together (log.cleaner.io.max.bytes.per.second; 0: no cap).
 	IOBytesPerSecond int64
 	// Backoff is the sleep when no log needs cleaning
-	// (log.cleaner.backoff.ms, default 15s).
+	// (log.cleaner.backoff.ms, default 15s), cut short when a log will
+	// breach its max.compaction.lag.ms sooner: a thread wakes for that.
 	Backoff time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -62,11 +63,16 @@ type Cleaner struct {
 	// stuck holds the log end of logs whose last round cleaned nothing
 	// (an open transaction at their first dirty offset): they are not
 	// picked again until their log end moves.
-	stuck  map[local.TopicPartition]int64
-	stats  CleanerStats
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	maps   chan *OffsetMap
+	stuck map[local.TopicPartition]int64
+	stats CleanerStats
+	// nextDue is the earliest moment a log not cleaned yet breaches
+	// max.compaction.lag.ms, as the last pass that found nothing to do
+	// saw it; zero when none will. An idle thread wakes then, not only
+	// after Backoff.
+	nextDue time.Time
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	maps    chan *OffsetMap
 }
 
 // NewCleaner returns a stopped Cleaner for b, reading its checkpoint.
@@ -123,7 +129,7 @@ func (c *Cleaner) Start() {
 				if cleaned {
 					continue
 				}
-				t := time.NewTimer(c.opts.Backoff)
+				t := time.NewTimer(c.idleWait())
 				select {
 				case <-ctx.Done():
 				case <-t.C:
@@ -145,6 +151,18 @@ func (c *Cleaner) Stop() {
 		cancel()
 		c.wg.Wait()
 	}
+}
+
+// idleWait is how long a thread that found nothing to clean sleeps:
+// Backoff, or less when a log breaches max.compaction.lag.ms sooner.
+func (c *Cleaner) idleWait() time.Duration {
+	c.mu.Lock()
+	due := c.nextDue
+	c.mu.Unlock()
+	if due.IsZero() {
+		return c.opts.Backoff
+	}
+	return min(max(due.Sub(c.opts.Now()), 0), c.opts.Backoff)
 }
 
 // Stats returns the totals so far.
@@ -217,6 +235,15 @@ func (c *Cleaner) RunOnce(ctx context.Context) (bool, error) {
 func (c *Cleaner) grab() (*candidate, error) {
 	now := c.opts.Now()
 	var best *candidate
+	var nextDue time.Time // the earliest max.compaction.lag.ms breach to come
+	defer func() {
+		if best != nil {
+			return // the thread cleans and passes again at once
+		}
+		c.mu.Lock()
+		c.nextDue = nextDue
+		c.mu.Unlock()
+	}()
 	for _, l := range c.b.Logs() {
 		cfg := l.Config()
 		if !cfg.Compact() {
@@ -250,6 +277,12 @@ func (c *Cleaner) grab() (*candidate, error) {
 		if cfg.MaxCompactionLagMs > 0 && cfg.MaxCompactionLagMs < 1<<62 {
 			ts, err := l.LargestTimestamp(dirty[0].BaseOffset)
 			due = err == nil && ts >= 0 && ts < now.UnixMilli()-cfg.MaxCompactionLagMs
+			if err == nil && ts >= 0 && !due {
+				// Due once now - lag > ts.
+				if at := time.UnixMilli(ts + cfg.MaxCompactionLagMs + 1); nextDue.IsZero() || at.Before(nextDue) {
+					nextDue = at
+				}
+			}
 		}
 		if ratio <= cfg.MinCleanableDirtyRatio && !due {
 			continue

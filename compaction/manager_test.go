@@ -2,6 +2,7 @@ package compaction
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
@@ -128,5 +129,54 @@ func TestCleanerSkipsLogHeldByOpenTransaction(t *testing.T) {
 	}
 	if ran, err := cl.RunOnce(context.Background()); !ran || err != nil || cl.Stats().Removed == 0 {
 		t.Fatalf("after the commit: ran %v, %v, removed %d", ran, err, cl.Stats().Removed)
+	}
+}
+
+// TestCleanerMeetsMaxCompactionLag: a log dirty below its
+// min.cleanable.dirty.ratio is cleaned when its max.compaction.lag.ms
+// passes, though the cleaner's backoff is an hour: an idle thread sleeps
+// until the breach it foresaw, not a whole backoff. It is never cleaned
+// before.
+func TestCleanerMeetsMaxCompactionLag(t *testing.T) {
+	b, err := local.OpenBackend(t.TempDir(), local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	const lag = 400 * time.Millisecond
+	cfg, err := backend.ParseConfig(map[string]string{"cleanup.policy": "compact", "segment.bytes": "4096",
+		"file.delete.delay.ms": "0", "min.cleanable.dirty.ratio": "1", "max.compaction.lag.ms": fmt.Sprint(lag.Milliseconds())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.OpenLog(context.Background(), "lagged", 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &clock{t: time.Now()}
+	appendRandom(t, l, rand.New(rand.NewPCG(2, 2)), 200, 10, c, record.None)
+	l.SetHighWatermark(l.Offsets().LogEnd)
+	if len(l.SegmentInfos()) < 3 {
+		t.Fatalf("%d segments: the test needs closed dirty ones", len(l.SegmentInfos()))
+	}
+	cl, err := NewCleaner(b, CleanerOptions{MemoryBytes: 1 << 20, Backoff: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl.Start()
+	defer cl.Stop()
+	due := c.t.Add(lag)
+	deadline := time.Now().Add(20 * time.Second) // liveness only: the lag is under a second
+	for cl.Stats().Rounds == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("not cleaned %v after its max.compaction.lag.ms passed (backoff 1h)", time.Since(due))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if now := time.Now(); now.Before(due) {
+		t.Fatalf("cleaned %v before max.compaction.lag.ms passed", due.Sub(now))
+	}
+	if st := cl.Stats(); st.Errors != 0 || st.Removed == 0 {
+		t.Fatalf("cleaner stats %+v", st)
 	}
 }

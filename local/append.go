@@ -113,12 +113,20 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 			return info, err
 		}
 	}
+	return info, l.writeLocked(a, batches, metas, &info, now)
+}
+
+// writeLocked writes batches (their offsets assigned, checked by the
+// producer state) into the active segment a: the epoch cache first, then
+// the bytes, the producer state, and a flush when flush.messages or
+// flush.ms says so. REQUIRES: l.mu held.
+func (l *Log) writeLocked(a *activeSegment, batches []byte, metas []batchMeta, info *backend.AppendInfo, now time.Time) error {
 	// The epoch cache first (as Kafka assigns epochs before it appends):
 	// a checkpoint that cannot be written fails the append before a byte
 	// of it is in the log.
 	epochsBefore, err := l.noteEpochs(batches, metas)
 	if err != nil {
-		return info, fmt.Errorf("%w: %w", backend.ErrStorage, err)
+		return fmt.Errorf("%w: %w", backend.ErrStorage, err)
 	}
 	undone, err := a.append(batches, metas)
 	if err != nil {
@@ -127,22 +135,22 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 			l.epochs.persist(l) // best effort: a reopen drops entries past the log end
 		}
 		if !undone {
-			return info, l.fail(err)
+			return l.fail(err)
 		}
-		return info, fmt.Errorf("%w: %w", backend.ErrStorage, err)
+		return fmt.Errorf("%w: %w", backend.ErrStorage, err)
 	}
 	l.dirty = true
 	l.leo.Store(info.LastOffset + 1)
 	if err := l.applyProducers(a); err != nil {
-		return info, l.fail(err)
+		return l.fail(err)
 	}
 	l.unflushed += int64(info.Records)
-	if l.unflushed >= cfg.FlushMessages || (cfg.FlushMs < 1<<62 && now.Sub(l.lastFlush).Milliseconds() >= cfg.FlushMs) {
+	if cfg := l.cfg.Load(); l.unflushed >= cfg.FlushMessages || (cfg.FlushMs < 1<<62 && now.Sub(l.lastFlush).Milliseconds() >= cfg.FlushMs) {
 		if err := l.flushLocked(); err != nil {
-			return info, err
+			return err
 		}
 	}
-	return info, nil
+	return nil
 }
 
 // duplicateInfo is the answer to an append that repeated a batch of its

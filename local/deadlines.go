@@ -1,10 +1,8 @@
 package local
 
 import (
-	"context"
 	"errors"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
@@ -24,6 +22,7 @@ const (
 	dueRetention                      // a retention check
 	dueDeletes                        // .deleted files whose file.delete.delay.ms passed
 	dueCheckpoint                     // the Backend's checkpoint files
+	dueRoll                           // segment.ms since the active segment took its first record
 )
 
 // deadlineWorkers bounds the goroutines doing a Backend's timed work.
@@ -32,162 +31,6 @@ const deadlineWorkers = 2
 // deadlineRetry is how long a retention check that failed, or found a
 // segment overdue that nothing holds back, waits before it looks again.
 const deadlineRetry = 30 * time.Second
-
-// work is one queue entry: a log's (or a Backend's) timed work. The
-// scheduler queues it at most once and runs it on one goroutine at a time.
-type work struct {
-	run func(due dueKind) // runs on a pool goroutine
-
-	// Guarded by scheduler.mu.
-	due     dueKind // what is due: set by queue, taken by the run
-	queued  bool    // in scheduler.queue
-	running bool
-	stopped bool // never runs again (its log or Backend closed)
-}
-
-// scheduler is a timing wheel whose callbacks queue work, and the bounded
-// pool of goroutines that does it. A Backend has one for all its logs; a
-// log opened on its own makes one on first need.
-type scheduler struct {
-	timer    *timingwheel.Timer
-	ownTimer bool // made here: closed by close
-	workers  int
-
-	mu      sync.Mutex // guards the fields below and every work's queue state
-	jobDone sync.Cond  // on mu: broadcast when a run ends or the queue empties
-	queue   []*work
-	live    int   // worker goroutines alive (at most workers)
-	busy    int   // runs in progress
-	runs    int64 // runs done (tests)
-}
-
-// newScheduler schedules on timer, or, when it is nil, on a timing wheel
-// of its own (timingwheel.New) reading the clock now.
-func newScheduler(timer *timingwheel.Timer, now func() time.Time, workers int) (*scheduler, error) {
-	s := &scheduler{timer: timer, workers: workers}
-	s.jobDone.L = &s.mu
-	if timer == nil {
-		t, err := timingwheel.New(context.Background(), timingwheel.Options{Clock: timingwheel.ClockFunc(now)})
-		if err != nil {
-			return nil, err
-		}
-		s.timer, s.ownTimer = t, true
-	}
-	return s, nil
-}
-
-// close closes the timer if the scheduler made it. Every work MUST have
-// been stopped: no run is in progress or queued after it.
-func (s *scheduler) close() {
-	if s.ownTimer {
-		s.timer.Close()
-	}
-}
-
-// queue marks due on w and queues it unless it is queued or running
-// already (a running work is queued again when its run ends). Quick: the
-// wheel's callbacks call it.
-func (s *scheduler) enqueue(w *work, due dueKind) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if w.stopped {
-		return
-	}
-	w.due |= due
-	if w.queued || w.running {
-		return
-	}
-	w.queued = true
-	s.queue = append(s.queue, w)
-	if s.live < s.workers {
-		s.live++
-		go s.worker()
-	}
-}
-
-// worker runs queued work until the queue is empty, then exits: an idle
-// scheduler has no goroutine of its own besides its timer's.
-func (s *scheduler) worker() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.queue) > 0 {
-		w := s.queue[0]
-		s.queue[0] = nil
-		s.queue = s.queue[1:]
-		w.queued = false
-		if w.stopped || w.due == 0 {
-			continue
-		}
-		due := w.due
-		w.due, w.running = 0, true
-		s.busy++
-		s.mu.Unlock()
-		w.run(due)
-		s.mu.Lock()
-		s.busy--
-		s.runs++
-		w.running = false
-		if w.due != 0 && !w.stopped {
-			w.queued = true
-			s.queue = append(s.queue, w)
-		}
-		s.jobDone.Broadcast()
-	}
-	s.queue = nil // drop the backing array a burst grew
-	s.live--
-	s.jobDone.Broadcast()
-}
-
-// stop makes w never run again and waits for a run in progress to end. It
-// MUST NOT be called from w's own run.
-func (s *scheduler) stop(w *work) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	w.stopped, w.due = true, 0 // a queued w is skipped by the worker
-	for w.running {
-		s.jobDone.Wait()
-	}
-}
-
-// idle waits until nothing is queued or running (tests).
-func (s *scheduler) idle() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for len(s.queue) > 0 || s.busy > 0 {
-		s.jobDone.Wait()
-	}
-}
-
-// arm makes *k (a task made on first use, whose callback queues due on
-// w) due at the wall-clock time at, as now (the log's clock)
-// sees it: the wheel waits at-now from its own Now, so a step of the wall
-// clock between two arms never makes a task fire early in a loop (a task
-// that fires early finds nothing due and arms again). ErrClosed (the
-// scheduler's timer closed under a closing Backend) leaves it unarmed.
-func (s *scheduler) arm(k **timingwheel.Task, at, now time.Time, w *work, due dueKind) {
-	deadline := s.timer.Now().Add(at.Sub(now))
-	if *k != nil {
-		_ = (*k).Reset(deadline)
-		return
-	}
-	*k, _ = s.timer.Schedule(deadline, func() { s.enqueue(w, due) })
-}
-
-// cancel cancels a task, if there is one.
-func cancelTask(k *timingwheel.Task) {
-	if k != nil {
-		k.Cancel()
-	}
-}
-
-// msAfter is t plus ms milliseconds; ok is false when that is beyond what
-// a time.Duration holds (a deadline that never comes).
-func msAfter(t time.Time, ms int64) (time.Time, bool) {
-	if ms < 0 || ms > math.MaxInt64/int64(time.Millisecond) {
-		return time.Time{}, false
-	}
-	return t.Add(time.Duration(ms) * time.Millisecond), true
-}
 
 // retentionState is where a log's retention deadline stands.
 type retentionState uint8
@@ -213,8 +56,7 @@ type logDeadlines struct {
 	// BackgroundInterval > 0); .deleted files are removed either way.
 	background bool
 
-	flush   *timingwheel.Task
-	flushAt time.Time // zero: the task is not pending
+	flush deadline
 
 	retention   *timingwheel.Task
 	retState    retentionState
@@ -222,8 +64,37 @@ type logDeadlines struct {
 	retSegs     int      // and the number of segments
 	inRetention bool     // a retention check is changing the segments
 
-	deletes   *timingwheel.Task
-	deletesAt time.Time // zero: the task is not pending
+	deletes deadline
+	roll    deadline
+}
+
+// deadline is one of a log's tasks on the wheel and the moment it is
+// armed for.
+type deadline struct {
+	task *timingwheel.Task
+	at   time.Time // zero: the task is not pending
+}
+
+// setDeadlineLocked arms dl for at, moving it if it was armed for another
+// moment, or cancels it when ok is false (nothing is due, or never).
+// REQUIRES: l.mu held.
+func (l *Log) setDeadlineLocked(dl *deadline, at time.Time, ok bool, due dueKind) {
+	if !ok {
+		if !dl.at.IsZero() {
+			cancelTask(dl.task)
+			dl.at = time.Time{}
+		}
+		return
+	}
+	if at.Equal(dl.at) {
+		return
+	}
+	s := l.schedLocked()
+	if s == nil {
+		return
+	}
+	dl.at = at
+	s.arm(&dl.task, at, l.now(), &l.dl.work, due)
 }
 
 // startDeadlines is the end of Open: the log's work may be queued from
@@ -242,6 +113,7 @@ func (l *Log) startDeadlines() {
 	if d.background {
 		l.armFlushLocked()
 		l.queueRetentionLocked()
+		l.armRollLocked()
 	}
 }
 
@@ -253,9 +125,10 @@ func (l *Log) stopDeadlines() {
 	d := &l.dl
 	s := d.sched
 	d.started = false
-	cancelTask(d.flush)
+	cancelTask(d.flush.task)
 	cancelTask(d.retention)
-	cancelTask(d.deletes)
+	cancelTask(d.deletes.task)
+	cancelTask(d.roll.task)
 	l.mu.Unlock()
 	if s != nil {
 		s.stop(&d.work)
@@ -305,6 +178,67 @@ func (l *Log) runDeadlines(due dueKind) {
 	if due&dueRetention != 0 {
 		l.retentionCheck()
 	}
+	if due&dueRoll != 0 {
+		if err := l.rollIfIdle(); err != nil && !errors.Is(err, backend.ErrClosed) {
+			l.logger.Error("segment.ms", "err", err)
+		}
+	}
+}
+
+// rollIfIdle rolls the active segment when segment.ms (less its jitter)
+// has passed since it took its first record, then arms the next roll
+// deadline.
+func (l *Log) rollIfIdle() error {
+	if err := l.checkWritable(); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.checkWritable(); err != nil {
+		return err
+	}
+	l.dl.roll.at = time.Time{} // fired
+	if at, ok := l.idleRollAtLocked(); ok && !l.now().Before(at) {
+		if _, err := l.rollLocked(l.leo.Load(), "segment.ms"); err != nil {
+			return err
+		}
+	}
+	l.armRollLocked()
+	return nil
+}
+
+// idleRollAtLocked is when the active segment rolls by segment.ms if no
+// append rolls it first; ok is false when it never does (it is empty, or
+// segment.ms is beyond a time.Duration). It starts the segment's idle
+// clock on first sight of its data. REQUIRES: l.mu held.
+func (l *Log) idleRollAtLocked() (time.Time, bool) {
+	a := l.act
+	if a == nil {
+		return time.Time{}, false
+	}
+	if a.f.size.Load() == 0 {
+		a.idleSince = time.Time{} // emptied by a truncation: the clock starts again
+		return time.Time{}, false
+	}
+	if a.idleSince.IsZero() {
+		a.idleSince = l.now()
+	}
+	return msAfter(a.idleSince, max(l.cfg.Load().SegmentMs-a.jitterMs, 0))
+}
+
+// armRollLocked arms the segment.ms deadline of an active segment that
+// holds data, and cancels it otherwise. Kafka rolls by segment.ms only
+// when an append arrives (UnifiedLog.maybeRoll, which tierlog's append
+// does too), so an idle partition's last segment would stay open forever,
+// out of reach of retention, compaction and tiering; this deadline rolls
+// it. REQUIRES: l.mu held.
+func (l *Log) armRollLocked() {
+	d := &l.dl
+	if !d.started || !d.background {
+		return
+	}
+	at, ok := l.idleRollAtLocked()
+	l.setDeadlineLocked(&d.roll, at, ok, dueRoll)
 }
 
 // flushIfDue flushes when flush.ms has passed since the last flush, then
@@ -318,7 +252,7 @@ func (l *Log) flushIfDue() error {
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
-	l.dl.flushAt = time.Time{} // fired
+	l.dl.flush.at = time.Time{} // fired
 	if at, ok := msAfter(l.lastFlush, l.cfg.Load().FlushMs); ok && !l.now().Before(at) {
 		if err := l.flushLocked(); err != nil {
 			return err
@@ -343,22 +277,7 @@ func (l *Log) armFlushLocked() {
 		return
 	}
 	at, ok := msAfter(l.lastFlush, l.cfg.Load().FlushMs) // flush.ms's "never" (Long.MAX) is not ok
-	if !ok || !l.unflushedLocked() {
-		if !d.flushAt.IsZero() {
-			cancelTask(d.flush)
-			d.flushAt = time.Time{}
-		}
-		return
-	}
-	if at.Equal(d.flushAt) {
-		return
-	}
-	s := l.schedLocked()
-	if s == nil {
-		return
-	}
-	d.flushAt = at
-	s.arm(&d.flush, at, l.now(), &d.work, dueFlush)
+	l.setDeadlineLocked(&d.flush, at, ok && l.unflushedLocked(), dueFlush)
 }
 
 // queueRetentionLocked queues a retention check (it arms the next
@@ -508,7 +427,8 @@ func retentionUpper(l *Log, segs []*segFile) int64 {
 
 // offsetsChangedLocked is called at each move of the log end, the high
 // watermark or the last stable offset: it arms the flush deadline for
-// what was appended, and queues a retention check that was waiting for
+// what was appended and the idle roll of a segment that took its first
+// record, and queues a retention check that was waiting for
 // data or for the high watermark. REQUIRES: l.mu held.
 func (l *Log) offsetsChangedLocked() {
 	d := &l.dl
@@ -516,6 +436,7 @@ func (l *Log) offsetsChangedLocked() {
 		return
 	}
 	l.armFlushLocked()
+	l.armRollLocked()
 	switch d.retState {
 	case retNoData:
 		if segs := l.segments(); len(segs) > 1 || segs[0].size.Load() > 0 {
@@ -534,7 +455,11 @@ func (l *Log) offsetsChangedLocked() {
 // retention.bytes. REQUIRES: l.mu held.
 func (l *Log) segmentsChangedLocked(segs []*segFile) {
 	d := &l.dl
-	if !d.started || !d.background || d.inRetention {
+	if !d.started || !d.background {
+		return
+	}
+	l.armRollLocked() // a roll leaves an empty active segment
+	if d.inRetention {
 		return
 	}
 	cfg := l.cfg.Load()
@@ -558,8 +483,10 @@ func (l *Log) configChangedLocked(old, c *backend.Config) {
 		l.queueRetentionLocked()
 	}
 	if old.FileDeleteDelayMs != c.FileDeleteDelayMs {
-		d.deletesAt = time.Time{}
 		l.armDeletesLocked()
+	}
+	if old.SegmentMs != c.SegmentMs {
+		l.armRollLocked()
 	}
 }
 
@@ -571,23 +498,13 @@ func (l *Log) armDeletesLocked() {
 	if !d.started {
 		return
 	}
-	if len(l.pending) == 0 {
-		if !d.deletesAt.IsZero() {
-			cancelTask(d.deletes)
-			d.deletesAt = time.Time{}
-		}
-		return
+	var at time.Time
+	ok := len(l.pending) > 0
+	if ok {
+		// A delay beyond a time.Duration is never: Close removes them.
+		at, ok = msAfter(l.pending[0].retired, l.cfg.Load().FileDeleteDelayMs)
 	}
-	at, ok := msAfter(l.pending[0].retired, l.cfg.Load().FileDeleteDelayMs)
-	if !ok || at.Equal(d.deletesAt) {
-		return // never (Close removes them), or armed already
-	}
-	s := l.schedLocked()
-	if s == nil {
-		return
-	}
-	d.deletesAt = at
-	s.arm(&d.deletes, at, l.now(), &d.work, dueDeletes)
+	l.setDeadlineLocked(&d.deletes, at, ok, dueDeletes)
 }
 
 // removeDueDeletedFiles unlinks the .deleted files whose delay passed and
@@ -598,7 +515,7 @@ func (l *Log) removeDueDeletedFiles() {
 		l.mu.Unlock()
 		return // Close removes them
 	}
-	l.dl.deletesAt = time.Time{} // fired
+	l.dl.deletes.at = time.Time{} // fired
 	now, delay := l.now(), l.cfg.Load().FileDeleteDelayMs
 	var due []string
 	n := 0

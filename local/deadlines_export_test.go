@@ -30,6 +30,9 @@ func (b *Backend) SweepFinds() int {
 			found++
 			l.flushLocked()
 		}
+		if at, ok := l.idleRollAtLocked(); ok && !now.Before(at) {
+			found++
+		}
 		for _, p := range l.pending {
 			if at, ok := msAfter(p.retired, l.cfg.Load().FileDeleteDelayMs); ok && !now.Before(at) {
 				found++

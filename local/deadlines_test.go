@@ -142,14 +142,15 @@ func TestFlushMsDeadline(t *testing.T) {
 				t.Fatalf("flush.ms passed a tick ago: recovery point %d, log end %d", rp, leo)
 			}
 			// Nothing unflushed: no flush task is left on the wheel (the
-			// checkpoint task and the retention deadline are).
+			// checkpoint task, the retention deadline and the segment.ms
+			// roll of the segment holding the record are).
 			pending := h.wheel.Pending()
 			h.at(time.Hour - time.Nanosecond)
 			if got := l.Metrics().Flushes.Load(); got != flushes+1 {
 				t.Fatalf("%d flushes of an idle log, want 1", got-flushes)
 			}
-			if pending != 2 {
-				t.Fatalf("%d tasks pending after the flush, want 2 (retention, checkpoint)", pending)
+			if pending != 3 {
+				t.Fatalf("%d tasks pending after the flush, want 3 (retention, segment.ms, checkpoint)", pending)
 			}
 		})
 	}
@@ -346,8 +347,8 @@ func TestCloseAndDeleteCancelDeadlines(t *testing.T) {
 		logs = append(logs, l)
 	}
 	h.settle()
-	if got := h.wheel.Pending() - base; got != 6 {
-		t.Fatalf("%d tasks for two partitions, want 6 (flush, retention, deletion each)", got)
+	if got := h.wheel.Pending() - base; got != 8 {
+		t.Fatalf("%d tasks for two partitions, want 8 (flush, retention, deletion, segment.ms each)", got)
 	}
 	if err := logs[0].Close(); err != nil {
 		t.Fatal(err)
@@ -446,5 +447,66 @@ func TestDeadlinesWithoutTheSweep(t *testing.T) {
 			t.Fatalf("after 20 s: recovery point %d, offsets %+v, %d .deleted files", l.RecoveryPoint(), o, len(ents))
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestSegmentMsIdleRoll: a segment that took its first record rolls
+// segment.ms later by the wall clock, within one tick and never before,
+// though no append arrives; an empty segment never rolls, and an append
+// after the roll starts the next segment's clock.
+func TestSegmentMsIdleRoll(t *testing.T) {
+	for _, tick := range []time.Duration{time.Millisecond, 7 * time.Millisecond} {
+		t.Run(fmt.Sprint("tick=", tick), func(t *testing.T) {
+			h := newWheelHarness(t, tick)
+			l, err := h.b.OpenLog(ctx, "r", 0, cfg(t, "segment.ms", "10000", "segment.jitter.ms", "0"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.at(time.Hour) // an empty log: nothing rolls
+			if n := len(l.SegmentInfos()); n != 1 {
+				t.Fatalf("an empty log rolled: %d segments", n)
+			}
+			start := time.Hour
+			h.at(start)
+			appendAt(t, l, h.clock.Now())
+			h.at(start + 10*time.Second - time.Nanosecond)
+			if n := len(l.SegmentInfos()); n != 1 {
+				t.Fatalf("rolled before segment.ms: %d segments", n)
+			}
+			h.at(start + 10*time.Second + tick - time.Nanosecond)
+			segs := l.SegmentInfos()
+			if len(segs) != 2 || segs[0].Active || !segs[1].Active || segs[1].Size != 0 || segs[1].BaseOffset != l.Offsets().LogEnd {
+				t.Fatalf("segment.ms passed a tick ago: segments %+v", segs)
+			}
+			// The new, empty segment never rolls; its first record starts
+			// its clock.
+			h.at(start + 2*time.Hour)
+			if n := len(l.SegmentInfos()); n != 2 {
+				t.Fatalf("an empty active segment rolled: %d segments", n)
+			}
+			appendAt(t, l, h.clock.Now())
+			h.at(start + 2*time.Hour + 10*time.Second - time.Nanosecond)
+			if n := len(l.SegmentInfos()); n != 2 {
+				t.Fatalf("the second segment rolled early: %d segments", n)
+			}
+			h.at(start + 2*time.Hour + 10*time.Second + tick - time.Nanosecond)
+			if n := len(l.SegmentInfos()); n != 3 {
+				t.Fatalf("the second segment did not roll: %d segments", n)
+			}
+			// A shorter segment.ms applies at once to a segment holding data.
+			h.at(start + 3*time.Hour)
+			appendAt(t, l, h.clock.Now())
+			if err := l.SetConfig(cfg(t, "segment.ms", "1000", "segment.jitter.ms", "0")); err != nil {
+				t.Fatal(err)
+			}
+			h.at(start + 3*time.Hour + time.Second - time.Nanosecond)
+			if n := len(l.SegmentInfos()); n != 3 {
+				t.Fatalf("the third segment rolled early: %d segments", n)
+			}
+			h.at(start + 3*time.Hour + time.Second + tick - time.Nanosecond)
+			if n := len(l.SegmentInfos()); n != 4 {
+				t.Fatalf("segment.ms shortened to 1 s: %d segments, want 4", n)
+			}
+		})
 	}
 }

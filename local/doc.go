@@ -108,12 +108,14 @@
 //   - file.delete.delay.ms: the first retired segment's retirement plus
 //     the delay; the task removes every .deleted file due and arms the
 //     next. A delay of 0 removes them at once, on the caller's goroutine.
+//   - segment.ms: the moment the active segment has held data for
+//     segment.ms less its jitter (see below); the task rolls it.
 //   - checkpoints: one task for the whole directory, every
 //     BackgroundInterval (Kafka's log.flush.offset.checkpoint.interval.ms).
 //
-// flush.ms, retention and checkpoints run only with a BackgroundInterval
-// (> 0); without one the caller calls Flush, DeleteOldSegments and
-// Checkpoint. The removal of .deleted files always runs (a log opened
+// flush.ms, retention, segment.ms and checkpoints run only with a
+// BackgroundInterval (> 0); without one the caller calls Flush,
+// DeleteOldSegments, Roll and Checkpoint. The removal of .deleted files always runs (a log opened
 // without a Backend makes a wheel of its own for it on first need).
 // SetConfig moves every deadline to the new config at once. Close (and a
 // Backend's Delete) cancels the log's tasks and waits for its work in
@@ -127,11 +129,16 @@
 // BackgroundInterval that this replaced cost 8 to 14 ms a pass
 // (TestIdleBackendCPU, run by hand; 2 shared cores).
 //
-// segment.ms has no task: as in Kafka (UnifiedLog.maybeRoll), a segment
-// rolls by time only when an append arrives, so an idle partition's last
-// segment stays open. max.compaction.lag.ms has none either: its deadline
+// segment.ms is checked twice. An append rolls by it as Kafka's does
+// (UnifiedLog.maybeRoll: the new batch's largest timestamp against the
+// segment's first). And a task rolls a segment segment.ms (less its
+// jitter) after it took its first record, by the wall clock, if no append
+// rolled it first: Kafka leaves an idle partition's last segment open
+// forever, out of reach of retention, compaction and tiering. An empty
+// segment never rolls. max.compaction.lag.ms has no task: its deadline
 // depends on the cleaner's first dirty offset, which package compaction
-// owns; its Cleaner checks the lag on every pass.
+// owns; its Cleaner checks the lag on every pass, and a cleaner thread
+// with nothing to do sleeps only until the next breach it foresees.
 //
 // # What reads check
 //

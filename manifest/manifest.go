@@ -88,8 +88,13 @@ const Version = 2
 
 var magic = [4]byte{'T', 'L', 'M', 'F'}
 
-// flagDeleted is the header flag of Manifest.Deleted.
-const flagDeleted = 1
+// The header flags: flagDeleted is Manifest.Deleted; flagBorn says a
+// uvarint Manifest.Born follows the flags.
+const (
+	flagDeleted = 1
+	flagBorn    = 2
+	knownFlags  = flagDeleted | flagBorn
+)
 
 // minEntryBytes is the smallest encoded segment: flags, nine one-byte
 // varints, the id and three CRCs. Used to cap the count before allocating.
@@ -191,7 +196,13 @@ type Manifest struct {
 	// Deleted marks a partition whose deletion has begun (KIP-405's
 	// DELETE_PARTITION_MARKED): it names no segment, its objects are being
 	// removed, and no writer commits over it.
-	Deleted  bool
+	Deleted bool
+	// Born is the generation of the first manifest of this incarnation of
+	// the partition: the one after the deleted manifest it started over
+	// from (see tiered's claim), or 0 for a partition never deleted. A
+	// writer that last read a generation below Born knew a deleted
+	// incarnation of the partition, and must not write into this one.
+	Born     uint64
 	Segments []Segment
 
 	// prefixMaxTs[i] is the largest MaxTimestamp of Segments[0..i]; it
@@ -236,6 +247,9 @@ func (m *Manifest) Validate() error {
 	if m.LogStartOffset < 0 {
 		return fmt.Errorf("%w: log start offset %d", ErrInvalid, m.LogStartOffset)
 	}
+	if m.Born > m.Generation {
+		return fmt.Errorf("%w: born at generation %d, after its own generation %d", ErrInvalid, m.Born, m.Generation)
+	}
 	if m.Deleted && len(m.Segments) > 0 {
 		return fmt.Errorf("%w: a deleted partition names %d segments", ErrInvalid, len(m.Segments))
 	}
@@ -260,7 +274,13 @@ func (m *Manifest) Encode() ([]byte, error) {
 	if m.Deleted {
 		flags |= flagDeleted
 	}
+	if m.Born > 0 {
+		flags |= flagBorn
+	}
 	b = binary.AppendUvarint(b, flags)
+	if m.Born > 0 {
+		b = binary.AppendUvarint(b, m.Born)
+	}
 	b = binary.AppendUvarint(b, uint64(len(m.Segments)))
 	prevLast, prevTs, prevEpoch, prevTime := int64(-1), int64(0), int64(0), int64(0)
 	for _, s := range m.Segments {
@@ -407,10 +427,13 @@ func Decode(data []byte) (*Manifest, error) {
 	m.LogStartOffset = d.varint("log start offset")
 	if version >= 2 {
 		flags := d.uvarint("flags")
-		if flags&^flagDeleted != 0 {
-			return nil, fmt.Errorf("%w: manifest flags 0x%x (this build knows 0x%x)", ErrUnsupportedVersion, flags, flagDeleted)
+		if flags&^knownFlags != 0 {
+			return nil, fmt.Errorf("%w: manifest flags 0x%x (this build knows 0x%x)", ErrUnsupportedVersion, flags, knownFlags)
 		}
 		m.Deleted = flags&flagDeleted != 0
+		if flags&flagBorn != 0 {
+			m.Born = d.uvarint("born")
+		}
 	}
 	count := d.uvarint("segment count")
 	if d.err != nil {

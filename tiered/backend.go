@@ -202,14 +202,18 @@ func (b *Backend) partitionOptions(tp backend.TopicPartition) Options {
 		onWork: b.svc.wake}
 }
 
-// TieredPartitions returns the tiered partitions open now.
+// TieredPartitions returns the tiered partitions open now, and forgets
+// those the broker closed (the service asks every TaskInterval, so a
+// closed partition is held no longer than that).
 func (b *Backend) TieredPartitions() []*Partition {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]*Partition, 0, len(b.parts))
-	for _, p := range b.parts {
+	for tp, p := range b.parts {
 		if p.checkOpen() == nil {
 			out = append(out, p)
+		} else {
+			delete(b.parts, tp)
 		}
 	}
 	return out
@@ -245,48 +249,54 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 		return storageError(ctx, fmt.Errorf("tiered: delete %s: cannot tell whether the bucket holds it: %w", tp, err))
 	}
 	tiered, wasDeleted := st.etag != "", st.m.Deleted
+	gen := st.m.Generation
 	if tiered {
-		if err := b.markDeleted(ctx, prefix, epoch); err != nil {
+		if gen, err = b.markDeleted(ctx, prefix, epoch); err != nil {
 			return fmt.Errorf("tiered: delete %s: %w", tp, err)
 		}
 	}
-	err = b.local.Delete(ctx, topic, partition)
-	if err != nil && !(tiered && !wasDeleted && errors.Is(err, backend.ErrNotFound)) {
-		return err
+	lerr := b.local.Delete(ctx, topic, partition)
+	if lerr != nil && !errors.Is(lerr, backend.ErrNotFound) {
+		return lerr
 	}
 	if tiered {
-		if err := b.removeObjects(ctx, prefix); err != nil {
-			// The manifest says deleted: a later Delete finishes.
-			return fmt.Errorf("tiered: delete %s: the partition is deleted, but not all its objects yet: %w", tp, err)
+		// A Delete repeated after one that could not remove every object
+		// (the manifest was deleted already) finishes the job.
+		if err := b.removeObjects(ctx, prefix, gen); err != nil {
+			return fmt.Errorf("tiered: delete %s: the partition is deleted, but not all its objects yet (a later Delete finishes): %w", tp, err)
+		}
+		if !wasDeleted {
+			return nil // the bucket held the partition even if no local log did
 		}
 	}
-	return nil
+	return lerr
 }
 
-// markDeleted commits the manifest under prefix as deleted.
-func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) error {
+// markDeleted commits the manifest under prefix as deleted and returns
+// its generation.
+func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (uint64, error) {
 	ps := &Partition{store: b.store, prefix: prefix}
 	for attempt := 0; ; attempt++ {
 		st, err := ps.readManifest(ctx)
 		if err != nil {
-			return storageError(ctx, err)
+			return 0, storageError(ctx, err)
 		}
 		if st.etag == "" || st.m.Deleted {
-			return nil
+			return st.m.Generation, nil
 		}
 		next := &manifest.Manifest{Generation: st.m.Generation + 1, WriterEpoch: max(st.m.WriterEpoch, epoch), Deleted: true,
 			LogStartOffset: max(st.m.LogStartOffset, lastOffset(st.m)+1)}
 		data, err := next.Encode()
 		if err != nil {
-			return err
+			return 0, err
 		}
 		_, err = b.store.Put(ctx, ps.key(ManifestName), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: st.etag})
 		if err == nil {
 			b.logger.Info("partition marked deleted in the bucket", "prefix", prefix, "generation", next.Generation)
-			return nil
+			return next.Generation, nil
 		}
 		if !errors.Is(err, objstore.ErrPreconditionFailed) || attempt >= 5 {
-			return storageError(ctx, err)
+			return 0, storageError(ctx, err)
 		}
 	}
 }
@@ -295,7 +305,14 @@ func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) e
 // but its manifest, which stays as the deletion's record: a writer from
 // before the deletion finds it and is refused, while a new, empty
 // partition of the same name starts over from it (see claimLocked).
-func (b *Backend) removeObjects(ctx context.Context, prefix string) error {
+//
+// gen is the deleted manifest's generation. The manifest is read again
+// after the listing: if it moved on, a new partition of the same name
+// claimed it, and the listing may hold its objects; nothing is removed
+// then (the new partition's gc removes what the deleted one left). A new
+// partition claims before it uploads, so an object of it in the listing
+// means its claim is visible to the second read.
+func (b *Backend) removeObjects(ctx context.Context, prefix string, gen uint64) error {
 	var keys []string
 	manifestKey := prefix + "/" + ManifestName
 	if err := b.store.List(ctx, prefix+"/", func(o objstore.ObjectInfo) bool {
@@ -305,6 +322,16 @@ func (b *Backend) removeObjects(ctx context.Context, prefix string) error {
 		return true
 	}); err != nil {
 		return err
+	}
+	ps := &Partition{store: b.store, prefix: prefix}
+	st, err := ps.readManifest(ctx)
+	if err != nil {
+		return err
+	}
+	if !st.m.Deleted || st.m.Generation != gen {
+		b.logger.Info("a new partition of the deleted one's name claimed the bucket; its gc removes what is left", "prefix", prefix,
+			"deleted_generation", gen, "generation", st.m.Generation)
+		return nil
 	}
 	return b.store.Delete(ctx, keys...)
 }

@@ -20,6 +20,11 @@ import (
 // (reconcileLocked). A lost condition means another writer: a newer
 // leader fences this one (fence).
 
+// maxManifestBytes bounds the manifest a partition reads: about 100
+// bytes a segment, so room for over half a million segments. A larger
+// object under the manifest's key is not one tierlog wrote.
+const maxManifestBytes = 64 << 20
+
 // readManifest GETs and decodes the manifest (one request); a missing one
 // is empty.
 func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
@@ -31,10 +36,17 @@ func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tiered: read manifest: %w", err)
 	}
-	data, err := io.ReadAll(rc)
+	if info.Size > maxManifestBytes {
+		rc.Close()
+		return nil, fmt.Errorf("tiered: %s: %w: %d bytes, more than the %d a manifest may have", key, manifest.ErrCorrupt, info.Size, maxManifestBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
 	rc.Close()
 	if err != nil {
 		return nil, fmt.Errorf("tiered: read manifest: %w", err)
+	}
+	if len(data) > maxManifestBytes {
+		return nil, fmt.Errorf("tiered: %s: %w: more than the %d bytes a manifest may have", key, manifest.ErrCorrupt, maxManifestBytes)
 	}
 	m, err := manifest.Decode(data)
 	if err != nil {
@@ -204,6 +216,11 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 		p.metrics.ManifestCommits.Add(1)
 	case now.etag == cur.etag && bytes.Equal(nowBytes, enc(cur.m)):
 		// Our commit did not land; the manifest is the one we knew.
+	case recreatedSince(cur, now):
+		p.unknown = nil
+		p.adopt(now)
+		p.fence(now.m.WriterEpoch, recreatedError(cur, now))
+		return p.Fenced()
 	case now.m.WriterEpoch < p.epoch.Load() && p.claimed.Load() != p.epoch.Load() && !now.m.Deleted:
 		// An older leader committed before this one claimed the bucket:
 		// its commit stands (what it uploaded was below its high

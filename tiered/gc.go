@@ -105,6 +105,29 @@ func (in *intent) checkWindow(now time.Time) error {
 	return nil
 }
 
+// commitInWindowLocked commits next (see commitLocked) only within the
+// intent's commit window by this writer's clock: the manifest PUT, its
+// retries included, is abandoned when the window ends. gc judges the
+// intent dead only clockSkew after the window, so no commit it cannot
+// see coming lands after it removed the objects: the skew covers the
+// clocks' disagreement and a request the server takes late. A commit cut
+// short is reconciled by the next change, as any lost answer.
+// REQUIRES: p.mu held.
+func (p *Partition) commitInWindowLocked(ctx context.Context, in *intent, st *manifestState, next *manifest.Manifest) error {
+	now := p.opts.Now()
+	if err := in.checkWindow(now); err != nil {
+		return err
+	}
+	end := time.UnixMilli(in.CreatedMs + in.Window)
+	wctx, cancel := context.WithTimeout(ctx, end.Sub(now))
+	defer cancel()
+	err := p.commitLocked(wctx, st, next)
+	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w: %s: the manifest commit did not end within the window: %w", ErrCommitWindow, in.key, err)
+	}
+	return err
+}
+
 // removeIntent deletes an intent whose objects a commit names (best
 // effort: gc removes one left behind).
 func (p *Partition) removeIntent(ctx context.Context, in *intent) {

@@ -57,6 +57,9 @@ func (p *Partition) attach(ctx context.Context) error {
 		}
 	}
 	p.adopt(st)
+	if o := p.local.Offsets(); st.m.Deleted && (p.openedEmpty || o.LogStart == o.LogEnd) {
+		p.reborn.Store(true)
+	}
 	if epoch := p.epoch.Load(); p.role.Load() == roleLeader && st.m.WriterEpoch > epoch {
 		p.fence(st.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, epoch))
 	}
@@ -95,41 +98,9 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", epoch, err)
 		}
-		var next *manifest.Manifest
-		switch {
-		case now.etag == "":
-			// No manifest yet: create one carrying this epoch, so an
-			// older leader cannot create it after this one took over.
-			next = &manifest.Manifest{Generation: 1, WriterEpoch: epoch}
-		case now.m.Deleted && now.etag != p.man.Load().etag:
-			// A writer that knew the partition before its deletion: it
-			// must not bring it back.
-			p.adopt(now)
-			p.fence(now.m.WriterEpoch, fmt.Errorf("the partition was deleted (manifest generation %d)", now.m.Generation))
-			return p.Fenced()
-		case now.m.Deleted:
-			// A new partition of the same name, which has known only the
-			// deleted manifest: it starts over from it.
-			next = &manifest.Manifest{Generation: now.m.Generation + 1, WriterEpoch: epoch}
-		case now.m.WriterEpoch > epoch:
-			p.adopt(now)
-			p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.m.WriterEpoch, epoch))
-			return p.Fenced()
-		case now.m.WriterEpoch == epoch && now.etag == p.man.Load().etag:
-			// This writer's own manifest (a restart at the same epoch).
-			p.claimed.Store(epoch)
-			return nil
-		case now.m.WriterEpoch == epoch:
-			// Another writer at this epoch moved the manifest since this
-			// one read it: two leaders of one epoch; this one steps back.
-			p.adopt(now)
-			p.fence(epoch, fmt.Errorf("the manifest moved to generation %d, written by another writer of leader epoch %d", now.m.Generation, epoch))
-			return p.Fenced()
-		default:
-			m := *now.m
-			m.Segments = append([]manifest.Segment(nil), now.m.Segments...)
-			m.Generation, m.WriterEpoch = now.m.Generation+1, epoch
-			next = &m
+		next, err := p.claimOver(now, epoch)
+		if next == nil {
+			return err // claimed already, or fenced
 		}
 		err = p.claimPut(ctx, now, next)
 		switch {
@@ -156,6 +127,77 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// claimOver decides what this writer at epoch commits over the manifest
+// now to claim it: the next manifest, or nil with nil when the manifest
+// is this writer's already, or nil with the fencing error when another
+// writer owns the partition (or a deleted one's). REQUIRES: p.mu held.
+func (p *Partition) claimOver(now *manifestState, epoch int32) (*manifest.Manifest, error) {
+	known := p.man.Load()
+	switch {
+	case now.etag == "":
+		// No manifest yet: create one carrying this epoch, so an
+		// older leader cannot create it after this one took over.
+		return &manifest.Manifest{Generation: 1, WriterEpoch: epoch}, nil
+	case now.m.Deleted && now.etag != known.etag:
+		// A writer that knew the partition before its deletion: it
+		// must not bring it back.
+		p.adopt(now)
+		p.fence(now.m.WriterEpoch, fmt.Errorf("the partition was deleted (manifest generation %d)", now.m.Generation))
+		return nil, p.Fenced()
+	case now.m.Deleted && !p.reborn.Load():
+		// Its local log held records when it first read the deleted
+		// manifest: they may be the deleted partition's (a broker that
+		// missed the deletion, or a Delete cut short), and must not
+		// come back.
+		o := p.local.Offsets()
+		p.fence(now.m.WriterEpoch, fmt.Errorf("the partition was deleted (manifest generation %d), and the local log at %s "+
+			"held offsets %d..%d from before: finish the deletion (Delete the partition again) before creating it anew",
+			now.m.Generation, p.local.Dir(), o.LogStart, o.LogEnd-1))
+		return nil, p.Fenced()
+	case now.m.Deleted:
+		// A new partition of the same name, which has known only the
+		// deleted manifest: it starts over from it, as a new
+		// incarnation (Born) no writer of the old one may write into.
+		return &manifest.Manifest{Generation: now.m.Generation + 1, WriterEpoch: epoch, Born: now.m.Generation + 1}, nil
+	case recreatedSince(known, now):
+		p.adopt(now)
+		p.fence(now.m.WriterEpoch, recreatedError(known, now))
+		return nil, p.Fenced()
+	case now.m.WriterEpoch > epoch:
+		p.adopt(now)
+		p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.m.WriterEpoch, epoch))
+		return nil, p.Fenced()
+	case now.m.WriterEpoch == epoch && now.etag == p.man.Load().etag:
+		// This writer's own manifest (a restart at the same epoch).
+		p.claimed.Store(epoch)
+		return nil, nil
+	case now.m.WriterEpoch == epoch:
+		// Another writer at this epoch moved the manifest since this
+		// one read it: two leaders of one epoch; this one steps back.
+		p.adopt(now)
+		p.fence(epoch, fmt.Errorf("the manifest moved to generation %d, written by another writer of leader epoch %d", now.m.Generation, epoch))
+		return nil, p.Fenced()
+	default:
+		m := *now.m
+		m.Segments = append([]manifest.Segment(nil), now.m.Segments...)
+		m.Generation, m.WriterEpoch = now.m.Generation+1, epoch
+		return &m, nil
+	}
+}
+
+// recreatedSince says whether the partition was deleted and created anew
+// since a writer read known: the bucket's manifest now belongs to an
+// incarnation born after it. A writer that has read no manifest, or only
+// a deleted one (a new partition itself), cannot tell, and is not judged.
+func recreatedSince(known, now *manifestState) bool {
+	return known.etag != "" && !known.m.Deleted && now.m.Born > known.m.Generation
+}
+
+func recreatedError(known, now *manifestState) error {
+	return fmt.Errorf("the partition was deleted and created anew (generation %d) since this writer read generation %d: "+
+		"its records belong to the deleted partition", now.m.Born, known.m.Generation)
 }
 
 // claimPut commits next over now, conditionally, as this writer's claim.

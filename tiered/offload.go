@@ -129,9 +129,6 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		ok++
 	}
 	if ok > 0 {
-		if err := in.checkWindow(p.opts.Now()); err != nil {
-			return 0, err
-		}
 		next := *st.m
 		next.Segments = append(append([]manifest.Segment(nil), st.m.Segments...), segs[:ok]...)
 		if len(st.m.Segments) == 0 {
@@ -140,7 +137,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		// A DeleteRecordsBefore past the bucket's end raised the partition's
 		// log start beyond what the manifest could record then: it does now.
 		next.LogStartOffset = max(next.LogStartOffset, min(p.Offsets().LogStart, segs[ok-1].LastOffset+1))
-		if err := p.commitLocked(ctx, st, &next); err != nil {
+		if err := p.commitInWindowLocked(ctx, in, st, &next); err != nil {
 			return 0, err
 		}
 		for _, seg := range segs[:ok] {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -413,5 +414,107 @@ func TestLocalRetentionBelowTheLogStart(t *testing.T) {
 	want := batchesFrom(t, p, start)
 	if len(want) == 0 {
 		t.Fatal("nothing reads back from the log start")
+	}
+}
+
+// slowManifestDriver holds the first manifest PUT after a segment upload
+// until its context ends or hold passes, and runs during() meanwhile.
+type slowManifestDriver struct {
+	objstore.Driver
+	hold   time.Duration
+	during func()
+	sawLog atomic.Bool
+	held   atomic.Bool
+}
+
+func (d *slowManifestDriver) Put(c context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	if strings.HasSuffix(key, ".log") {
+		d.sawLog.Store(true)
+	}
+	if strings.HasSuffix(key, "/manifest") && d.sawLog.Load() && !d.held.Swap(true) {
+		d.during()
+		select {
+		case <-c.Done():
+			return objstore.ObjectInfo{}, c.Err()
+		case <-time.After(d.hold):
+		}
+	}
+	return d.Driver.Put(c, key, body, size, opts)
+}
+
+// TestCommitEndsWithItsWindow: gc judges an upload intent dead once its
+// commit window and the clock skew margin have passed, and removes its
+// objects. A manifest PUT still in flight then (slow, retrying) must not
+// land and name them: the writer abandons its commit when the window
+// ends, so the objects it would have named are garbage, never missing.
+func TestCommitEndsWithItsWindow(t *testing.T) {
+	const window = 300 * time.Millisecond
+	var store *objstore.Store
+	var gone []string
+	drv := &slowManifestDriver{Driver: mem.New(), hold: 3 * time.Second}
+	drv.during = func() {
+		// gc, by a clock past the window and the skew margin.
+		g, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{CommitWindow: window, Now: func() time.Time {
+			return time.Now().Add(window + 5*time.Minute + time.Second)
+		}})
+		if err != nil {
+			t.Errorf("gc: %v", err)
+		}
+		gone = g
+	}
+	store = objstore.New(drv, "mem://window", objstore.Options{MaxAttempts: 1})
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, UploadConcurrency: 1, CommitWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 1000)
+	start := time.Now()
+	_, err = p.Offload(ctx)
+	if !drv.held.Load() || len(gone) == 0 {
+		t.Fatalf("gc did not run during the commit (removed %v)", gone)
+	}
+	if !errors.Is(err, tiered.ErrCommitWindow) {
+		t.Fatalf("offload whose commit outlasted its window: %v; want ErrCommitWindow", err)
+	}
+	if took := time.Since(start); took >= drv.hold {
+		t.Fatalf("the commit was not abandoned at the window's end: offload took %v", took)
+	}
+	// The next offload settles the lost commit and uploads again; every
+	// object the manifest names exists.
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m, err := tiered.ReadManifest(ctx, store, "tl/orders-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Segments) == 0 {
+		t.Fatal("nothing committed by the second offload")
+	}
+	for _, s := range m.Segments {
+		for _, suf := range s.Objects() {
+			if _, err := drv.Head(ctx, "tl/orders-0/"+s.Name(suf)); err != nil {
+				t.Fatalf("the manifest names %s, which gc removed: %v", s.Name(suf), err)
+			}
+		}
+	}
+}
+
+// TestOversizedManifestIsRefused: an object under the manifest's key far
+// larger than any manifest is refused as corrupt, not read into memory.
+func TestOversizedManifestIsRefused(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://huge", objstore.Options{})
+	const size = 64<<20 + 1
+	if _, err := store.Put(ctx, "tl/orders-0/manifest", bytes.NewReader(make([]byte, size)), size, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tiered.ReadManifest(ctx, store, "tl/orders-0"); !errors.Is(err, manifest.ErrCorrupt) || !strings.Contains(err.Error(), "tl/orders-0/manifest") {
+		t.Fatalf("a %d-byte manifest: %v; want manifest.ErrCorrupt naming the key", size, err)
 	}
 }

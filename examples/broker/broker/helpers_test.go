@@ -34,7 +34,7 @@ func testOptions(dir string) broker.Options {
 	// retention (a deadline on the timing wheel) would delete at once.
 	return broker.Options{Listen: "127.0.0.1:0", Dir: dir, InitialRebalanceDelay: 50 * time.Millisecond,
 		TopicConfig: map[string]string{"retention.ms": "-1"},
-		Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))}
 }
 
 // startBroker starts a broker closed with the test.
