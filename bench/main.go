@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,6 +36,7 @@ func main() {
 	reads := flag.Int64("reads", 1_000_000, "random single-record reads per run")
 	tieredBench := flag.Bool("tiered", true, "run the tiered benchmarks against the S3 server (needs versitygw; see the Makefile)")
 	update := flag.String("update", "", "also write the tables into this Markdown file, between its results markers")
+	only := flag.String("only", "", "run one group of measurements and print its results as JSON (remote: the remote reads under load)")
 	flag.Parse()
 	n := *size / 100
 	if *childKind != "" {
@@ -44,10 +46,48 @@ func main() {
 		}
 		return
 	}
+	if *only != "" {
+		if err := runOnly(*only, *dir, n, *runs, *reads); err != nil {
+			fmt.Fprintln(os.Stderr, "bench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := parent(*dir, n, *runs, *reads, *tieredBench, *update); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
+}
+
+// runOnly runs one group of measurements (-only) and prints each run's
+// result as a line of JSON: for looking at one row while working on it.
+func runOnly(group, dir string, n int64, runs int, reads int64) error {
+	if dir == "" {
+		tmp, err := os.MkdirTemp("", "tierlog-bench-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(tmp)
+		dir = tmp
+	}
+	byKind := map[string][]result{}
+	switch group {
+	case "remote":
+		if err := runRemote(byKind, filepath.Join(dir, "remote"), n, runs, reads); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("-only %q: the groups are: remote", group)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	for _, kind := range slices.Sorted(maps.Keys(byKind)) {
+		for _, r := range byKind[kind] {
+			if err := enc.Encode(map[string]any{"kind": kind, "result": r}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // runChild runs one measurement in a child process.

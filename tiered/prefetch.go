@@ -18,8 +18,11 @@ func (p *Partition) CacheStats() CacheStats { return p.caches.Stats() }
 
 // prefetch reads the range after end of seg (or the start of the next
 // segment) into the chunk cache in the background, one at a time, so a
-// sequential consumer finds its next read there. Close cancels it and
-// waits for it.
+// sequential consumer finds its next read there. It runs on an idle
+// reader of the pool only: under load (every reader busy, reads queued)
+// it is skipped, since the consumers' own reads keep the store busy and
+// read-ahead would add requests and evict ranges not yet read. Close
+// cancels it and waits for it.
 func (p *Partition) prefetch(seg manifest.Segment, end int64) {
 	if p.opts.PrefetchBytes <= 0 || p.closed.Load() || !p.prefetching.CompareAndSwap(false, true) {
 		return
@@ -38,10 +41,16 @@ func (p *Partition) prefetch(seg manifest.Segment, end int64) {
 		p.prefetching.Store(false)
 		return
 	}
+	release, ok := p.opts.Readers.tryAcquire()
+	if !ok {
+		p.prefetching.Store(false)
+		return
+	}
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
 		defer p.prefetching.Store(false)
+		defer release()
 		n := min(seg.Size-end, p.opts.PrefetchBytes)
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()

@@ -145,6 +145,28 @@ func (r *ReaderPool) acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
+// tryAcquire takes a reader only if one is idle and no read waits for
+// one: read-ahead uses it, so that it runs on spare capacity only and
+// never delays a read a consumer waits on (under load, every reader is
+// busy with those, and read-ahead would only add requests). A nil pool
+// always has room.
+func (r *ReaderPool) tryAcquire() (release func(), ok bool) {
+	if r == nil {
+		return func() {}, true
+	}
+	if r.waiting.Add(1) > int64(cap(r.slots)) {
+		r.waiting.Add(-1)
+		return nil, false
+	}
+	select {
+	case r.slots <- struct{}{}:
+		return func() { <-r.slots; r.waiting.Add(-1) }, true
+	default:
+		r.waiting.Add(-1)
+		return nil, false
+	}
+}
+
 // ReaderStats says how busy a pool is.
 type ReaderStats struct {
 	Reading, Queued int

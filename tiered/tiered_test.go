@@ -246,12 +246,28 @@ func TestPrefetch(t *testing.T) {
 		{"1 MiB reads, 1 MiB ahead", 1 << 20, 1 << 20, "4194304", 60_000, 2},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			testPrefetch(t, c.readBytes, c.ahead, c.segmentBytes, c.records, c.wantRatio)
+			testPrefetch(t, c.readBytes, c.ahead, c.segmentBytes, c.records, c.wantRatio, nil)
 		})
 	}
 }
 
-func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, records, wantRatio int) {
+// TestPrefetchOnIdleReadersOnly: read-ahead takes an idle reader of the
+// pool or does not run: with one reader, busy with the consumer's own
+// read, nothing is read ahead; with two, it runs as without a pool.
+func TestPrefetchOnIdleReadersOnly(t *testing.T) {
+	without := testPrefetch(t, 64<<10, -1, "300000", 20_000, 0, nil) // hits within the reads' own windows
+	if hits := testPrefetch(t, 64<<10, 256<<10, "300000", 20_000, 0, tiered.NewReaderPool(1, 1)); hits != without {
+		t.Fatalf("with the only reader busy: %d chunk hits, %d without read-ahead: it ran", hits, without)
+	}
+	if hits := testPrefetch(t, 64<<10, 256<<10, "300000", 20_000, 2, tiered.NewReaderPool(2, 1)); hits <= without {
+		t.Fatalf("with a reader idle: %d chunk hits, %d without read-ahead", hits, without)
+	}
+}
+
+// testPrefetch reads a partition's remote part sequentially and checks
+// that read-ahead served at least 1 in wantRatio reads (0: no check) and
+// that no range was fetched twice; it returns the chunk cache's hits.
+func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, records, wantRatio int, pool *tiered.ReaderPool) int64 {
 	drv := mem.New()
 	store := objstore.New(drv, "mem://pf", objstore.Options{})
 	dir := filepath.Join(t.TempDir(), "orders-0")
@@ -263,7 +279,7 @@ func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, rec
 	}
 	p.Close()
 	l, _ := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: ahead})
+	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: ahead, Readers: pool})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +298,7 @@ func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, rec
 	gets := store.Stats().Requests[objstore.OpGet] - getsBefore
 	segs := len(q.Manifest().Segments)
 	t.Logf("%d sequential remote reads of %d segments: %d chunk hits, %d misses, %d GETs", reads, segs, st.ChunkHits, st.ChunkMisses, gets)
-	if st.ChunkHits < int64(reads)/int64(wantRatio) {
+	if wantRatio > 0 && st.ChunkHits < int64(reads)/int64(wantRatio) {
 		t.Fatalf("read-ahead served only %d of %d sequential reads", st.ChunkHits, reads)
 	}
 	// Each range is fetched once, by the read-ahead or the read: a read the
@@ -290,6 +306,7 @@ func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, rec
 	if gets > int64(reads+segs+2) {
 		t.Fatalf("%d GETs for %d reads of %d segments: reads fetched what the read-ahead had", gets, reads, segs)
 	}
+	return st.ChunkHits
 }
 
 // TestFencing: two writers on one prefix; the second to commit is fenced
