@@ -80,7 +80,7 @@ bench-broker: $(BIN)/versitygw
 
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
 ## (bench/, a module of its own; 10 to 12 minutes on 2 cores, under 20);
-## prints Markdown tables
+## prints Markdown tables. BENCH_FLAGS='-only remote' runs one group.
 bench-compare: $(S3SERVERS)
 	cd bench && TIERLOG_VERSITYGW=$(BIN)/versitygw TIERLOG_MINIO=$(BIN)/minio $(GO) run . $(BENCH_FLAGS)
 
