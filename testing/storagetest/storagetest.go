@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sort"
 	"sync"
 	"testing"
 	"time"
@@ -609,9 +610,18 @@ func testBadInput(t *testing.T, h Harness) {
 	sameRecords(t, "after rejected appends", readFrom(t, p, 0, 0), m.recs)
 }
 
+// testConcurrentReaders reads at random offsets while a writer appends,
+// rolls and moves the log start: every read MUST return whole, valid
+// batches, starting with the batch that holds the offset asked, and every
+// batch MUST hold exactly the records the writer appended at its offsets
+// (same timestamps, keys and values).
 func testConcurrentReaders(t *testing.T, h Harness) {
 	p := h.Open(t, Config(t, "segment.bytes", "4096", "file.delete.delay.ms", "0"))
 	defer p.Close()
+	// mu guards m. The writer holds it across each append and its record
+	// in m, so a reader that takes it after a read finds in m every record
+	// the read can have returned. Records in m are never changed once
+	// appended: a reader keeps a copy of the slice, not of the records.
 	var mu sync.Mutex
 	var m model
 	rng := rand.New(rand.NewPCG(10, 10))
@@ -624,7 +634,6 @@ func testConcurrentReaders(t *testing.T, h Harness) {
 		go func(seed uint64) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, seed))
-			var it record.Iterator
 			for {
 				select {
 				case <-stop:
@@ -651,15 +660,16 @@ func testConcurrentReaders(t *testing.T, h Harness) {
 					errs <- fmt.Errorf("WriteTo at %d: %w", off, err)
 					return
 				}
-				sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, int64(buf.Len()), record.ScanOptions{Validate: true})
-				for sc.Next() {
-					if err := it.Reset(sc.Entry().Data); err != nil {
-						errs <- err
-						return
-					}
+				mu.Lock()
+				want := m.recs
+				mu.Unlock()
+				ranges, err := checkBatches(buf.Bytes(), want, true)
+				if err != nil {
+					errs <- fmt.Errorf("read at %d: %w", off, err)
+					return
 				}
-				if sc.Err() != nil {
-					errs <- fmt.Errorf("read at %d returned damaged bytes: %w", off, sc.Err())
+				if len(ranges) == 0 || ranges[0][0] > off || ranges[0][1] < off {
+					errs <- fmt.Errorf("read at %d (log %d..%d) returned batches %v, not starting with the one that holds it", off, o.LogStart, o.LogEnd, ranges)
 					return
 				}
 			}
@@ -667,9 +677,11 @@ func testConcurrentReaders(t *testing.T, h Harness) {
 	}
 	deadline := time.Now().Add(500 * time.Millisecond)
 	for i := 0; time.Now().Before(deadline); i++ {
-		mu.Lock()
-		appendBatches(t, p, &m, rng, 1, 5, record.None)
-		mu.Unlock()
+		func() {
+			mu.Lock()
+			defer mu.Unlock() // appendBatches may fail the test
+			appendBatches(t, p, &m, rng, 1, 5, record.None)
+		}()
 		end := p.Offsets().LogEnd
 		p.SetHighWatermark(end)
 		if i%10 == 9 {
@@ -755,30 +767,61 @@ func (h held) check(t *testing.T) {
 	if n == 0 {
 		t.Fatalf("%s: the held read returned nothing", h.what)
 	}
-	byOffset := map[int64]rec{}
-	for _, r := range h.want {
-		byOffset[r.offset] = r
+	if _, err := checkBatches(buf.Bytes(), h.want, false); err != nil {
+		t.Fatalf("%s: %v", h.what, err)
 	}
-	sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, n, record.ScanOptions{Validate: true})
+}
+
+// checkBatches validates data (the bytes a read returned: whole batches)
+// and compares every record in it with the record want (sorted by offset)
+// holds at its offset: same timestamp, key and value. With whole (no
+// cleaner ran), each batch MUST also hold every record want has in its
+// offset range, no more and no fewer. It returns the batches' offset ranges.
+// It calls no t methods, so a reader goroutine may use it.
+func checkBatches(data []byte, want []rec, whole bool) ([][2]int64, error) {
+	var ranges [][2]int64
+	sc := record.NewScanner(bytes.NewReader(data), 0, int64(len(data)), record.ScanOptions{Validate: true})
 	var it record.Iterator
 	for sc.Next() {
-		if err := it.Reset(sc.Entry().Data); err != nil {
-			t.Fatalf("%s: %v", h.what, err)
+		e := sc.Entry()
+		ranges = append(ranges, [2]int64{e.BaseOffset, e.LastOffset})
+		if err := it.Reset(e.Data); err != nil {
+			return ranges, fmt.Errorf("batch %d..%d: %w", e.BaseOffset, e.LastOffset, err)
 		}
+		i := sort.Search(len(want), func(i int) bool { return want[i].offset >= e.BaseOffset })
 		for it.Next() {
 			x := it.Record()
-			w, ok := byOffset[x.Offset]
-			if !ok || x.Timestamp != w.ts || !bytes.Equal(x.Key, w.key) || !bytes.Equal(x.Value, w.value) {
-				t.Fatalf("%s: the held records hold offset %d (ts %d) that is not the record written there", h.what, x.Offset, x.Timestamp)
+			for !whole && i < len(want) && want[i].offset < x.Offset {
+				i++
 			}
+			if whole && i < len(want) && want[i].offset < x.Offset {
+				return ranges, fmt.Errorf("batch %d..%d lacks offset %d, which was written there", e.BaseOffset, e.LastOffset, want[i].offset)
+			}
+			if i >= len(want) || want[i].offset != x.Offset {
+				return ranges, fmt.Errorf("batch %d..%d holds offset %d (ts %d), which is not a record written there", e.BaseOffset, e.LastOffset, x.Offset, x.Timestamp)
+			}
+			w := want[i]
+			switch {
+			case x.Timestamp != w.ts:
+				return ranges, fmt.Errorf("batch %d..%d: offset %d has timestamp %d, written %d", e.BaseOffset, e.LastOffset, x.Offset, x.Timestamp, w.ts)
+			case !bytes.Equal(x.Key, w.key):
+				return ranges, fmt.Errorf("batch %d..%d: offset %d has key %q, written %q", e.BaseOffset, e.LastOffset, x.Offset, x.Key, w.key)
+			case !bytes.Equal(x.Value, w.value):
+				return ranges, fmt.Errorf("batch %d..%d: offset %d has a value (%d bytes) that is not the one written (%d bytes)", e.BaseOffset, e.LastOffset, x.Offset, len(x.Value), len(w.value))
+			}
+			i++
 		}
 		if it.Err() != nil {
-			t.Fatalf("%s: %v", h.what, it.Err())
+			return ranges, fmt.Errorf("batch %d..%d: %w", e.BaseOffset, e.LastOffset, it.Err())
+		}
+		if whole && i < len(want) && want[i].offset <= e.LastOffset {
+			return ranges, fmt.Errorf("batch %d..%d lacks offset %d, which was written there", e.BaseOffset, e.LastOffset, want[i].offset)
 		}
 	}
 	if sc.Err() != nil {
-		t.Fatalf("%s: the held records are damaged: %v", h.what, sc.Err())
+		return ranges, fmt.Errorf("damaged bytes: %w", sc.Err())
 	}
+	return ranges, nil
 }
 
 // testHeldRecords holds Records (read, not yet written out) across a clean
