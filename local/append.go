@@ -351,7 +351,13 @@ func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
 	go func() {
 		defer l.bg.Done()
 		defer s.release()
+		// The sealed segment's files and indexes, the snapshot, and the
+		// directory when names changed (the new segment's, the
+		// snapshot's): the recovery point then moves past the segment.
 		err := errors.Join(old.sync(true), l.syncSnapshot(base), old.closeFiles())
+		if err == nil {
+			err = l.syncDirIfChanged()
+		}
 		if err != nil {
 			l.flushErrMu.Lock()
 			if l.flushErr == nil {
