@@ -278,8 +278,22 @@ func (a *activeSegment) truncateInPlace(offset int64) (int64, error) {
 	// Restart the index rule and the largest timestamp from what is left,
 	// as a reloaded Kafka segment would.
 	ts, off := int64(-1), int64(-1)
+	start := int64(0)
 	if last := a.ix.Times.LastEntry(); last.Timestamp >= 0 {
 		ts, off = last.Timestamp, last.Offset
+		start = int64(a.ix.Offsets.Lookup(off).Position)
+	}
+	// The time index's last entry covers the batches up to its offset;
+	// those after it (an index interval at most) may hold a larger
+	// timestamp. Without it the segment's largest timestamp is too small
+	// and OffsetForTimestamp skips records (TestCrashPowerLoss found it).
+	if err := f.walkHeaders(start, p.pos, -1, func(e *record.Entry) bool {
+		if e.MaxTimestamp > ts {
+			ts, off = e.MaxTimestamp, e.LastOffset
+		}
+		return true
+	}); err != nil {
+		return 0, err
 	}
 	a.ix = index.NewIndexer(a.ix.Offsets, a.ix.Times, f.opts.intervalBytes)
 	a.ix.Restore(0, ts, off)
