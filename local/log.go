@@ -105,8 +105,14 @@ type Log struct {
 	hw            atomic.Int64
 	leo           atomic.Int64
 	recoveryPoint atomic.Int64
-	closed        atomic.Bool
-	truncations   atomic.Int64 // TruncateTo calls that removed records
+	// rpMu orders a roll's background flush, which raises recoveryPoint
+	// to the rolled segment's end, against a truncation, which lowers it
+	// (setEndLocked): a raise after a truncation would claim records
+	// appended since the truncation are durable.
+	rpMu        sync.Mutex
+	rpLowered   int64 // guarded by rpMu: truncations that lowered the point
+	closed      atomic.Bool
+	truncations atomic.Int64 // TruncateTo calls that removed records
 	// remoteStart is the partition's log start when offsets below the
 	// local log live elsewhere (in a bucket); -1 when the local log start
 	// is the partition's. See RemoteLogStart.

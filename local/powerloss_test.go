@@ -451,10 +451,10 @@ var powerConfig = []string{"segment.bytes", "6000", "index.interval.bytes", "300
 func TestCrashPowerLoss(t *testing.T) { testPowerLoss(t, false) }
 
 // TestCrashPowerLossTruncation adds TruncateTo (followed by a checkpoint,
-// as Kafka's LogManager.truncateTo) to the workload. It found three bugs,
-// fixed, and still fails now and then (about one run of 300 in three), in
-// a truncation that rewrote a segment a reader held: the cause is not yet
-// known, so it runs only with TIERLOG_CRASH_TRUNCATE=1.
+// as Kafka's LogManager.truncateTo) to the workload. It found four bugs,
+// fixed, and still fails now and then (about one test in ten: a log end
+// below the acknowledged offset, kept bytes, flush.messages=1); the cause
+// is not yet known, so it runs only with TIERLOG_CRASH_TRUNCATE=1.
 func TestCrashPowerLossTruncation(t *testing.T) {
 	if os.Getenv("TIERLOG_CRASH_TRUNCATE") == "" {
 		t.Skip("known to fail now and then; set TIERLOG_CRASH_TRUNCATE=1 to run")

@@ -454,9 +454,12 @@ func (l *Log) setEndLocked(leo int64) error {
 	if l.hw.Load() > leo {
 		l.hw.Store(leo)
 	}
+	l.rpMu.Lock()
+	l.rpLowered++
 	if l.recoveryPoint.Load() > leo {
 		l.recoveryPoint.Store(leo)
 	}
+	l.rpMu.Unlock()
 	if l.logStart.Load() > leo {
 		l.logStart.Store(leo)
 	}
