@@ -222,10 +222,14 @@ func (a *activeSegment) seal(next int64) error {
 	return errors.Join(errs...)
 }
 
-// sync makes the segment's bytes durable: the .log always; the indexes
-// only when withIndexes (recovery rebuilds the indexes of every segment
-// from the recovery point on, so a flush that moves the recovery point
-// need not sync them).
+// sync makes the segment's bytes durable: the .log (and .txnindex)
+// always; the indexes only when withIndexes. A Flush of the active
+// segment leaves them out: recovery rebuilds the indexes of the segment
+// holding the offset before the recovery point and of every later one
+// (Log.recover), and a flush's recovery point is the log end, whose
+// previous offset the active segment holds (see Log.flushLocked). The
+// roll's flush of a sealed segment includes them, and so does a flush
+// that finds the segment sealed since.
 func (a *activeSegment) sync(withIndexes bool) error {
 	if err := a.w.Sync(); err != nil {
 		return fmt.Errorf("local: fsync %s: %w", a.f.logPath, err)
@@ -278,8 +282,22 @@ func (a *activeSegment) truncateInPlace(offset int64) (int64, error) {
 	// Restart the index rule and the largest timestamp from what is left,
 	// as a reloaded Kafka segment would.
 	ts, off := int64(-1), int64(-1)
+	start := int64(0)
 	if last := a.ix.Times.LastEntry(); last.Timestamp >= 0 {
 		ts, off = last.Timestamp, last.Offset
+		start = int64(a.ix.Offsets.Lookup(off).Position)
+	}
+	// The time index's last entry covers the batches up to its offset;
+	// those after it (an index interval at most) may hold a larger
+	// timestamp. Without it the segment's largest timestamp is too small
+	// and OffsetForTimestamp skips records (TestCrashPowerLoss found it).
+	if err := f.walkHeaders(start, p.pos, -1, func(e *record.Entry) bool {
+		if e.MaxTimestamp > ts {
+			ts, off = e.MaxTimestamp, e.LastOffset
+		}
+		return true
+	}); err != nil {
+		return 0, err
 	}
 	a.ix = index.NewIndexer(a.ix.Offsets, a.ix.Times, f.opts.intervalBytes)
 	a.ix.Restore(0, ts, off)
@@ -291,10 +309,15 @@ func (a *activeSegment) truncateInPlace(offset int64) (int64, error) {
 }
 
 // close closes the writer's side at the log's Close: the final time index
-// entry and trimmed indexes (as Kafka's close), and the descriptors. The
-// segment's files (the reader side) close with its last reference.
+// entry and trimmed indexes (as Kafka's close), made durable since the
+// open after a clean shutdown trusts them (a flush does not sync them),
+// and the descriptors. The segment's files (the reader side) close with
+// its last reference.
 func (a *activeSegment) close() error {
 	errs := []error{a.ix.Roll(), a.ix.Offsets.TrimToValidSize(), a.ix.Times.TrimToValidSize()}
+	if err := errors.Join(errs...); err == nil {
+		errs = append(errs, flushIndex(a.ix.Offsets), flushIndex(a.ix.Times))
+	}
 	errs = append(errs, a.closeFiles())
 	return errors.Join(errs...)
 }

@@ -355,11 +355,20 @@ func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
 	l.logger.Debug("rolled segment", "base", base, "reason", why)
 	s := old.f
 	s.acquire() // the log holds it: this cannot fail
+	l.rpMu.Lock()
+	lowered := l.rpLowered
+	l.rpMu.Unlock()
 	l.bg.Add(1)
 	go func() {
 		defer l.bg.Done()
 		defer s.release()
+		// The sealed segment's files and indexes, the snapshot, and the
+		// directory when names changed (the new segment's, the
+		// snapshot's): the recovery point then moves past the segment.
 		err := errors.Join(old.sync(true), l.syncSnapshot(base), old.closeFiles())
+		if err == nil {
+			err = l.syncDirIfChanged()
+		}
 		if err != nil {
 			l.flushErrMu.Lock()
 			if l.flushErr == nil {
@@ -368,12 +377,13 @@ func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
 			l.flushErrMu.Unlock()
 			return
 		}
-		for {
-			rp := l.recoveryPoint.Load()
-			if rp >= base || l.recoveryPoint.CompareAndSwap(rp, base) {
-				return
-			}
+		// Not after a truncation since the roll: it may have cut below
+		// base, and what was appended since is not synced.
+		l.rpMu.Lock()
+		if l.rpLowered == lowered && l.recoveryPoint.Load() < base {
+			l.recoveryPoint.Store(base)
 		}
+		l.rpMu.Unlock()
 	}()
 	return a, nil
 }

@@ -58,7 +58,16 @@ func (l *Log) load(opts Options) error {
 	logStart = min(max(logStart, segs[0].base), leo)
 	l.logStart.Store(logStart)
 	l.hw.Store(min(max(opts.HighWatermark, logStart), leo))
-	l.recoveryPoint.Store(leo)
+	// After a clean shutdown everything is durable. After a recovery the
+	// point stays where it was (Kafka's LogLoader.recoverLog): what the
+	// recovery rebuilt and cut is not yet synced, and a recovery point
+	// past it would make the next recovery trust it. The first flush
+	// syncs it.
+	rp := leo
+	if !opts.CleanShutdown {
+		rp = min(max(opts.RecoveryPoint, 0), leo)
+	}
+	l.recoveryPoint.Store(rp)
 	if err := l.checkTopicID(opts.TopicID); err != nil {
 		return err
 	}
@@ -249,10 +258,16 @@ func (l *Log) recover(opts Options) error {
 	if opts.CleanShutdown {
 		return l.findEndAfterCleanShutdown(segs[last])
 	}
+	// Recover from the segment holding the offset before the recovery
+	// point, not the one holding the point itself: a flush sets the point
+	// to the log end without syncing the active segment's indexes, and a
+	// roll at exactly that offset makes the next segment start there; the
+	// old active segment's indexes are synced only by the roll's
+	// background flush, which a crash may beat.
 	rp := max(opts.RecoveryPoint, 0)
 	from := 0
 	for i, s := range segs {
-		if s.base <= rp {
+		if s.base < rp {
 			from = i
 		}
 	}
@@ -267,7 +282,18 @@ func (l *Log) recover(opts Options) error {
 		if res.truncated > 0 {
 			l.logger.Warn("truncated a torn or corrupt segment tail", "base", s.base, "bytes", res.truncated, "cause", res.corruption)
 		}
-		if res.truncated > 0 && i < last {
+		// A segment that stops short of the next one's base lost its
+		// tail: a roll syncs the sealed segment after the new segment's
+		// name may already be durable, so a power loss between them
+		// leaves a gap. Offsets of a log that is not compacted follow
+		// one another, so the gap is damage too (records past it were
+		// never flushed: a flush syncs every segment below the log end).
+		gap := i < last && res.nextOffset < segs[i+1].base && !s.opts.gapsAllowed()
+		if gap {
+			l.logger.Warn("segment ends before the next one starts; the later segments were never flushed",
+				"base", s.base, "next", res.nextOffset, "following", segs[i+1].base)
+		}
+		if (res.truncated > 0 || gap) && i < last {
 			// Everything after a damaged segment is unreliable: Kafka
 			// deletes it, and this one becomes the last.
 			for _, later := range segs[i+1:] {

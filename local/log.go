@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"runtime"
 	"sort"
 	"sync"
@@ -103,8 +105,14 @@ type Log struct {
 	hw            atomic.Int64
 	leo           atomic.Int64
 	recoveryPoint atomic.Int64
-	closed        atomic.Bool
-	truncations   atomic.Int64 // TruncateTo calls that removed records
+	// rpMu orders a roll's background flush, which raises recoveryPoint
+	// to the rolled segment's end, against a truncation, which lowers it
+	// (setEndLocked): a raise after a truncation would claim records
+	// appended since the truncation are durable.
+	rpMu        sync.Mutex
+	rpLowered   int64 // guarded by rpMu: truncations that lowered the point
+	closed      atomic.Bool
+	truncations atomic.Int64 // TruncateTo calls that removed records
 	// remoteStart is the partition's log start when offsets below the
 	// local log live elsewhere (in a bucket); -1 when the local log start
 	// is the partition's. See RemoteLogStart.
@@ -131,8 +139,11 @@ type Log struct {
 	snapBuf []byte
 	// rebuilt lists the segments recovery rewrote while the log opens (the
 	// producer state's replay writes their .txnindex again).
-	rebuilt   map[int64]bool
-	dirty     bool // something was written since the last flush
+	rebuilt map[int64]bool
+	dirty   bool // something was written since the last flush
+	// newDir is set while the partition directory's own entry (Open
+	// created it) is not yet durable: the next flush syncs its parent.
+	newDir    bool
 	epochs    epochCache
 	unflushed int64 // records appended since the last flush
 	lastFlush time.Time
@@ -188,11 +199,18 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 		if st, err := opts.FS.Stat(dir); err != nil || !st.IsDir() {
 			return nil, fmt.Errorf("%w: partition directory %s", backend.ErrNotFound, dir)
 		}
-	} else if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("local: create %s: %w", dir, err)
 	}
-	l := &Log{readOnly: opts.ReadOnly, dir: dir, now: opts.Now, ps: ps, logger: opts.Logger.With("dir", dir), metrics: opts.Metrics,
-		segOpts: segmentOptions{fs: opts.FS, dir: dir, maxIndexBytes: int(opts.Config.SegmentIndexBytes),
+	newDir := false
+	if !opts.ReadOnly {
+		if _, err := opts.FS.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+			newDir = true
+		}
+		if err := opts.FS.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("local: create %s: %w", dir, err)
+		}
+	}
+	l := &Log{readOnly: opts.ReadOnly, dir: dir, now: opts.Now, ps: ps, logger: opts.Logger.With("dir", dir), metrics: opts.Metrics, newDir: newDir,
+		segOpts: segmentOptions{fs: &entryFS{FS: opts.FS, dir: dir}, dir: dir, maxIndexBytes: int(opts.Config.SegmentIndexBytes),
 			intervalBytes: opts.Config.IndexIntervalBytes, budget: opts.budget, logger: opts.Logger.With("dir", dir)},
 	}
 	l.storeConfig(opts.Config)
@@ -445,10 +463,29 @@ func (l *Log) Flush() error {
 	return l.flushLocked()
 }
 
-// flushLocked fsyncs what was written since the recovery point: the
-// segments rolled since (a background flush usually did), the active
-// segment, and the directory. An fsync error fails the log (see fail):
-// the kernel may have dropped the pages, so retrying proves nothing.
+// flushLocked makes every appended byte durable and moves the recovery
+// point to the log end. It fsyncs what a recovery would not rebuild:
+//
+//   - each segment sealed since the recovery point, and the one holding
+//     the offset before it (a background flush after its roll usually
+//     did already): its .log and both indexes,
+//     since once the recovery point passes a segment, recovery trusts its
+//     indexes (Kafka's LogSegment.flush);
+//   - the active segment's .log (and .txnindex, when it has one), but not
+//     its indexes: after an unclean shutdown recovery validates every
+//     segment from the one holding the offset before the recovery point
+//     on (Log.recover), and the point set here is the log end, whose
+//     previous offset the active segment holds even after a roll at the
+//     log end, so the active segment's indexes are always rebuilt from
+//     its .log. A clean shutdown, which trusts them, makes them durable
+//     in Close;
+//   - the directory, only when a name in it was created, renamed or
+//     removed since its last sync (entryFS counts them), and its parent
+//     after Open created it.
+//
+// TestCrashPowerLoss proves it against a model of what a power loss keeps.
+// An fsync error fails the log (see fail): the kernel may have dropped the
+// pages, so retrying proves nothing.
 // REQUIRES: l.mu held.
 func (l *Log) flushLocked() error {
 	leo := l.leo.Load()
@@ -460,19 +497,27 @@ func (l *Log) flushLocked() error {
 	segs := l.segments()
 	var errs []error
 	for i, s := range segs[:len(segs)-1] {
-		if segs[i+1].base <= rp {
+		// The segment holding rp-1 may have been active when a flush set
+		// rp: its indexes may not be durable yet (a roll at rp).
+		if segs[i+1].base < rp {
 			continue
 		}
 		errs = append(errs, syncSealed(s))
 	}
 	if l.act != nil {
-		errs = append(errs, l.act.sync(true))
+		errs = append(errs, l.act.sync(false))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return l.fail(err)
 	}
-	if err := l.syncDir(); err != nil {
+	if err := l.syncDirIfChanged(); err != nil {
 		return l.fail(err)
+	}
+	if l.newDir {
+		if err := l.segOpts.fs.SyncDir(filepath.Dir(l.dir)); err != nil {
+			return l.fail(fmt.Errorf("local: fsync dir %s: %w", filepath.Dir(l.dir), err))
+		}
+		l.newDir = false
 	}
 	l.recoveryPoint.Store(leo)
 	l.unflushed = 0
@@ -531,6 +576,69 @@ func (l *Log) takeFlushErr() error {
 func (l *Log) syncDir() error {
 	if err := l.segOpts.fs.SyncDir(l.dir); err != nil {
 		return fmt.Errorf("local: fsync dir %s: %w", l.dir, err)
+	}
+	return nil
+}
+
+// syncDirIfChanged syncs the log's directory when a name in it changed
+// since its last sync.
+func (l *Log) syncDirIfChanged() error {
+	if !l.segOpts.fs.(*entryFS).changed() {
+		return nil
+	}
+	return l.syncDir()
+}
+
+// entryFS is a log's filesystem: the caller's, counting the changes to
+// directory entries (a file created, renamed or removed) so that a flush
+// syncs the directory only when one since its last sync may not be
+// durable. Every file of a log is in its directory, so any change counts.
+// A change is counted once its call returns and a sync covers the changes
+// counted before it started: a change racing a sync is left for the next.
+type entryFS struct {
+	vfs.FS
+	dir     string
+	changes atomic.Int64 // entry changes made
+	synced  atomic.Int64 // of them, those a SyncDir of dir made durable
+}
+
+func (e *entryFS) changed() bool { return e.changes.Load() != e.synced.Load() }
+
+func (e *entryFS) OpenFile(name string, flag int, perm fs.FileMode) (vfs.File, error) {
+	f, err := e.FS.OpenFile(name, flag, perm)
+	if flag&os.O_CREATE != 0 {
+		e.changes.Add(1)
+	}
+	return f, err
+}
+
+func (e *entryFS) Remove(name string) error {
+	defer e.changes.Add(1)
+	return e.FS.Remove(name)
+}
+
+func (e *entryFS) RemoveAll(name string) error {
+	defer e.changes.Add(1)
+	return e.FS.RemoveAll(name)
+}
+
+func (e *entryFS) Rename(oldpath, newpath string) error {
+	defer e.changes.Add(1)
+	return e.FS.Rename(oldpath, newpath)
+}
+
+func (e *entryFS) SyncDir(name string) error {
+	n := e.changes.Load()
+	if err := e.FS.SyncDir(name); err != nil {
+		return err
+	}
+	if name == e.dir {
+		for {
+			s := e.synced.Load()
+			if s >= n || e.synced.CompareAndSwap(s, n) {
+				break
+			}
+		}
 	}
 	return nil
 }

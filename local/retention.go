@@ -221,6 +221,14 @@ func (l *Log) TruncateTo(offset int64) error {
 			return l.fail(err)
 		}
 	}
+	// Durable before the target is cut: otherwise a power loss may keep
+	// the cut (and appends after it) and lose the renames, and the stale
+	// segments come back overlapping or past a gap (TestCrashPowerLoss).
+	if i+1 < len(segs) {
+		if err := l.syncDir(); err != nil {
+			return l.fail(err)
+		}
+	}
 	target, last := segs[i], segs[len(segs)-1]
 	if target == last {
 		if _, err := l.activeForWriteLocked(); err != nil {
@@ -264,6 +272,23 @@ func (l *Log) TruncateTo(offset int64) error {
 		return err
 	}
 	if err := l.rebuildProducerState(nil); err != nil {
+		return l.fail(err)
+	}
+	return l.syncTruncationLocked()
+}
+
+// syncTruncationLocked makes a truncation durable before TruncateTo
+// returns: the cut .log and indexes of the new last segment, and the
+// directory. Appends after it then never land beside records a power loss
+// could bring back, and a segment below the recovery point never keeps a
+// cut that was not synced. REQUIRES: l.mu held.
+func (l *Log) syncTruncationLocked() error {
+	if l.act != nil {
+		if err := l.act.sync(true); err != nil {
+			return l.fail(err)
+		}
+	}
+	if err := l.syncDir(); err != nil {
 		return l.fail(err)
 	}
 	return nil
@@ -418,7 +443,7 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 	}
 	l.ps.SetHighWatermark(l.hw.Load())
 	l.publishLSO()
-	return nil
+	return l.syncTruncationLocked()
 }
 
 // setEndLocked moves the log end after a truncation and fits the other
@@ -429,9 +454,12 @@ func (l *Log) setEndLocked(leo int64) error {
 	if l.hw.Load() > leo {
 		l.hw.Store(leo)
 	}
+	l.rpMu.Lock()
+	l.rpLowered++
 	if l.recoveryPoint.Load() > leo {
 		l.recoveryPoint.Store(leo)
 	}
+	l.rpMu.Unlock()
 	if l.logStart.Load() > leo {
 		l.logStart.Store(leo)
 	}
