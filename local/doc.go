@@ -29,21 +29,28 @@
 //
 // # The files of the package
 //
-//	log.go       Log: options, offsets, flush, close, retiring segments
+//	log.go       Log: options, offsets, close, retiring segments
+//	flush.go     Flush: what it syncs, and the directory only when it changed
 //	loader.go    opening: leftover files, segment list, recovery, the log end
 //	recover.go   rebuilding one segment's indexes from its .log (LogSegment.recover)
 //	segfile.go   segFile: one segment as readers see it (refcounted files)
 //	active.go    activeSegment: the last segment as its writer sees it
 //	lookup.go    step 2 of a lookup inside a segment; checks of a segment's tail
-//	append.go    Append: validation, offsets, epochs, rolls
+//	append.go    Append: offsets, epochs, rolls, the write
+//	validate.go  a leader's checks of a client's batches (Kafka's LogValidator)
+//	producers.go the producer state's snapshots and replay
+//	leadership.go BecomeLeader, BecomeFollower, StartAt
 //	read.go      Read, Lookup, OffsetForTimestamp
 //	records.go   the Records a Read returns (sendfile to sockets)
 //	retention.go retention, DeleteRecordsBefore, TruncateTo
 //	epochs.go    the leader epoch cache
 //	clean.go     SegmentHandle and Replacement: the door for tiered and compaction
 //	budget.go    the bound on closed segments' open files
-//	deadlines.go a log's timed work: flush.ms, retention, .deleted files
+//	deadlines.go a log's timed work: flush.ms, retention, segment.ms, .deleted files
+//	scheduler.go the timing wheel and worker pool that run it
 //	backend.go   Backend: many partitions in one log directory, checkpoints
+//	checkpoint.go Kafka's checkpoint files; names.go its file names
+//	metrics.go   a log's counters
 //
 // All file access goes through a vfs.FS (Options.FS), so tests inject disk
 // faults with testing/faultfs.
