@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -13,7 +16,8 @@ import (
 )
 
 // Operator cases run from the built binary: damage on disk and a second
-// writer's log must never cost the one good copy of a record.
+// writer's log must never cost the one good copy of a record, and a damaged
+// index must never give a wrong answer.
 
 // produceSegments produces count records of 200 bytes into
 // <logDir>/orders-0 in 1 MiB segments and returns the partition dir.
@@ -180,5 +184,124 @@ func TestOffloadRefusesAnotherWritersBucket(t *testing.T) {
 	}
 	if got := (bin{t}).ok("consume", partA, "--store", store, "--json").stdout; got != consumeA {
 		t.Errorf("the first writer's records read back differently after the second writer's offload")
+	}
+}
+
+// TestLookupTimestampOverDamagedTimeIndex: with 8 bytes of a closed
+// segment's .timeindex flipped, lookup --timestamp answers every timestamp
+// of the log (and one before and one after) with the offset the records
+// say, the first whose timestamp is >= it, or fails naming the file;
+// exit 0 goes with an answer on stdout, non-zero with none.
+func TestLookupTimestampOverDamagedTimeIndex(t *testing.T) {
+	// Twenty runs of produce: timestamps differ from run to run, so each
+	// segment's time index has several entries however fast a run is.
+	root := t.TempDir()
+	var part string
+	for range 20 {
+		part = produceSegments(t, filepath.Join(root, "logs"), 1000)
+	}
+	tis := segmentFiles(t, part, ".timeindex")
+	if len(tis) < 4 {
+		t.Fatalf("want at least 4 segments, got %v", tis)
+	}
+	// The answers, from the records themselves.
+	type rec struct{ Offset, Timestamp int64 }
+	var recs []rec
+	for _, l := range strings.Split(strings.TrimSpace(bin{t}.ok("consume", part, "--json").stdout), "\n") {
+		var r rec
+		if err := json.Unmarshal([]byte(l), &r); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	var stamps []int64
+	for _, r := range recs {
+		stamps = append(stamps, r.Timestamp)
+	}
+	slices.Sort(stamps)
+	stamps = slices.Compact(stamps)
+	targets := append([]int64{stamps[0] - 1}, stamps...)
+	targets = append(targets, stamps[len(stamps)-1]+1)
+	want := func(ts int64) (int64, bool) {
+		for _, r := range recs {
+			if r.Timestamp >= ts {
+				return r.Offset, true
+			}
+		}
+		return 0, false
+	}
+	type answer struct {
+		Offset int64
+		Found  *bool
+	}
+	check := func(t *testing.T, part, damaged string) {
+		for _, ts := range targets {
+			inv := binRun(t, nil, "lookup", part, "--timestamp", strconv.FormatInt(ts, 10), "--json")
+			wantOff, wantFound := want(ts)
+			if inv.code != 0 {
+				if damaged == "" || !strings.Contains(inv.stderr, damaged) {
+					t.Errorf("lookup --timestamp %d: exit %d without naming the damaged file %q:\n%s", ts, inv.code, damaged, inv.stderr)
+				}
+				if strings.TrimSpace(inv.stdout) != "" {
+					t.Errorf("lookup --timestamp %d: exit %d with an answer on stdout: %s", ts, inv.code, inv.stdout)
+				}
+				continue
+			}
+			var a answer
+			if err := json.Unmarshal([]byte(inv.stdout), &a); err != nil || a.Found == nil {
+				t.Errorf("lookup --timestamp %d: exit 0 without an answer (%v): %q", ts, err, inv.stdout)
+				continue
+			}
+			if *a.Found != wantFound || (wantFound && a.Offset != wantOff) {
+				t.Errorf("lookup --timestamp %d: found %v offset %d, want found %v offset %d (the first record at or after it)",
+					ts, *a.Found, a.Offset, wantFound, wantOff)
+			}
+		}
+	}
+	t.Run("undamaged", func(t *testing.T) { check(t, part, "") })
+
+	ti := tis[1] // a closed segment's, neither the first nor the active one
+	size := func() int {
+		st, err := os.Stat(filepath.Join(part, ti))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(st.Size())
+	}()
+	const entry = 12 // int64 timestamp | int32 relative offset
+	if size < 4*entry {
+		t.Fatalf("%s: %d bytes, want at least 4 entries", ti, size)
+	}
+	span := func(from, n int) []int { // n bytes from from on
+		var at []int
+		for i := from; i < from+n; i++ {
+			at = append(at, i)
+		}
+		return at
+	}
+	// The first entry's timestamp made negative (still increasing) and its
+	// offset made larger: a search that trusted it would start past the
+	// records it should find.
+	below := append(span(0, 6), 10, 11)
+	last := tis[len(tis)-1] // the active segment's
+	for _, at := range []struct {
+		name, file string
+		at         []int
+	}{
+		{"first timestamp", ti, span(0, 8)},
+		{"first timestamp low half and offset", ti, span(4, 8)},
+		{"first timestamp negative, its offset larger", ti, below},
+		{"middle timestamp", ti, span(2*entry, 8)},
+		{"timestamp low half and offset", ti, span(3*entry+4, 8)},
+		{"last timestamp", ti, span(size-entry, 8)},
+		{"last 8 bytes", ti, span(size-8, 8)},
+		{"active segment, first timestamp negative, its offset larger", last, below},
+	} {
+		t.Run(fmt.Sprintf("%s at %v", at.name, at.at), func(t *testing.T) {
+			logs := copyDir(t, filepath.Dir(part)) // with its checkpoints
+			p := filepath.Join(logs, "orders-0")
+			flipBytes(t, filepath.Join(p, at.file), at.at...)
+			check(t, p, at.file)
+		})
 	}
 }
