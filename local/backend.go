@@ -199,7 +199,7 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 	}
 	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
 		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget, Metrics: &b.metrics, FS: b.opts.FS,
-		sched: b.sched, background: b.opts.BackgroundInterval > 0}
+		sched: b.sched, background: b.opts.BackgroundInterval > 0, truncated: b.Checkpoint}
 	if b.opts.TopicID != nil {
 		opts.TopicID = b.opts.TopicID(topic)
 	}

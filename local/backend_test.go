@@ -166,3 +166,48 @@ func TestTieredTopicRetentionIsNotLocal(t *testing.T) {
 		t.Fatalf("after DeleteRecordsBefore(%d): deleted %d (%v), %d segments left of %d", second, n, err, len(l.SegmentInfos()), before)
 	}
 }
+
+// TestTruncateToCheckpoints: a Backend's log writes the checkpoints before
+// TruncateTo returns, so recovery-point-offset-checkpoint never names a
+// point past the truncated log end while records are appended again (a
+// crash would make recovery trust them on the old point's word).
+func TestTruncateToCheckpoints(t *testing.T) {
+	dir := t.TempDir()
+	b, err := local.OpenBackend(dir, local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err := b.OpenLog(ctx, "t", 0, cfg(t, "segment.bytes", "2000"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 40 {
+		if _, err := l.Append(ctx, batchOf(3, 0, "a"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	tp := local.TopicPartition{Topic: "t", Partition: 0}
+	read := func() int64 {
+		cp, err := local.ReadOffsetCheckpoint(filepath.Join(dir, local.RecoveryPointCheckpoint))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cp[tp]
+	}
+	if got := read(); got != 120 {
+		t.Fatalf("recovery point checkpoint %d after a flush, want 120", got)
+	}
+	if err := l.TruncateTo(30); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got > 30 {
+		t.Fatalf("recovery point checkpoint %d after TruncateTo(30)", got)
+	}
+}

@@ -53,6 +53,9 @@ type Options struct {
 	// scheduler on first need, for its .deleted files only.
 	sched      *scheduler
 	background bool
+	// truncated, set by a Backend, runs after a TruncateTo that removed
+	// records, with no lock of the log held: it writes the checkpoints.
+	truncated func() error
 
 	// Metrics receives the log's counters (default: a Metrics of its own;
 	// a Backend passes the one its logs share). See Log.Metrics.
@@ -97,6 +100,7 @@ type Log struct {
 	metrics *Metrics
 
 	readOnly      bool
+	truncated     func() error // Options.truncated
 	cfg           atomic.Pointer[backend.Config]
 	segs          atomic.Pointer[[]*segFile] // sorted by base; the last takes appends
 	logStart      atomic.Int64
@@ -207,7 +211,7 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 			return nil, fmt.Errorf("local: create %s: %w", dir, err)
 		}
 	}
-	l := &Log{readOnly: opts.ReadOnly, dir: dir, now: opts.Now, ps: ps, logger: opts.Logger.With("dir", dir), metrics: opts.Metrics, newDir: newDir,
+	l := &Log{readOnly: opts.ReadOnly, truncated: opts.truncated, dir: dir, now: opts.Now, ps: ps, logger: opts.Logger.With("dir", dir), metrics: opts.Metrics, newDir: newDir,
 		segOpts: segmentOptions{fs: &entryFS{FS: opts.FS, dir: dir}, dir: dir, maxIndexBytes: int(opts.Config.SegmentIndexBytes),
 			intervalBytes: opts.Config.IndexIntervalBytes, budget: opts.budget, logger: opts.Logger.With("dir", dir)},
 	}

@@ -192,23 +192,40 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 // backend.Partition. Batches are atomic: when offset falls inside a batch,
 // the whole batch goes and the log end becomes that batch's base offset.
 // A reader holding records in the removed range may see them end early.
+//
+// The lowered recovery point must reach recovery-point-offset-checkpoint
+// before records are appended again, or a recovery after a crash trusts
+// what was written after the truncation on the word of the old point: a
+// Backend's log writes the checkpoints before TruncateTo returns (Kafka's
+// LogManager.truncateTo); a log opened alone leaves that to its caller.
 func (l *Log) TruncateTo(offset int64) error {
+	cut, err := l.truncateTo(offset)
+	if err == nil && cut && l.truncated != nil {
+		if err := l.truncated(); err != nil {
+			return fmt.Errorf("%w: truncated to %d, but the checkpoints could not be written: %w", backend.ErrStorage, offset, err)
+		}
+	}
+	return err
+}
+
+// truncateTo is TruncateTo but the checkpoints; cut says records went.
+func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	if err := l.checkWritable(); err != nil {
-		return err
+		return false, err
 	}
 	if offset < 0 {
-		return fmt.Errorf("%w: truncate to offset %d", backend.ErrInvalidRecord, offset)
+		return false, fmt.Errorf("%w: truncate to offset %d", backend.ErrInvalidRecord, offset)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	leo := l.leo.Load()
 	if offset >= leo {
-		return nil
+		return false, nil
 	}
 	l.truncations.Add(1)
 	segs := l.segments()
 	if offset <= segs[0].base || offset < l.logStart.Load() {
-		return l.truncateFullyLocked(offset)
+		return true, l.truncateFullyLocked(offset)
 	}
 	i := len(segs) - 1
 	for i > 0 && segs[i].base > offset {
@@ -218,7 +235,7 @@ func (l *Log) TruncateTo(offset int64) error {
 	// leaves a log that ends with the target, a state on the way.
 	for _, s := range segs[i+1:] {
 		if _, err := renameDeleted(s); err != nil {
-			return l.fail(err)
+			return true, l.fail(err)
 		}
 	}
 	// Durable before the target is cut: otherwise a power loss may keep
@@ -226,13 +243,13 @@ func (l *Log) TruncateTo(offset int64) error {
 	// segments come back overlapping or past a gap (TestCrashPowerLoss).
 	if i+1 < len(segs) {
 		if err := l.syncDir(); err != nil {
-			return l.fail(err)
+			return true, l.fail(err)
 		}
 	}
 	target, last := segs[i], segs[len(segs)-1]
 	if target == last {
 		if _, err := l.activeForWriteLocked(); err != nil {
-			return err
+			return true, err
 		}
 	}
 	kept := append([]*segFile(nil), segs[:i+1]...)
@@ -247,7 +264,7 @@ func (l *Log) TruncateTo(offset int64) error {
 			err = target.truncateTxnIndex(newLeo)
 		}
 		if err != nil {
-			return l.fail(err)
+			return true, l.fail(err)
 		}
 	} else {
 		// A sealed segment never changes (readers may have it mapped), and
@@ -255,7 +272,7 @@ func (l *Log) TruncateTo(offset int64) error {
 		// that takes its place; readers finish on the old one.
 		a, leo, err := l.rewritePrefixLocked(target, offset)
 		if err != nil {
-			return l.fail(err)
+			return true, l.fail(err)
 		}
 		if l.act != nil {
 			l.act.closeFiles() // the old last segment leaves the log
@@ -269,12 +286,12 @@ func (l *Log) TruncateTo(offset int64) error {
 		l.removeDeletedFiles(s)
 	}
 	if err := l.setEndLocked(newLeo); err != nil {
-		return err
+		return true, err
 	}
 	if err := l.rebuildProducerState(nil); err != nil {
-		return l.fail(err)
+		return true, l.fail(err)
 	}
-	return l.syncTruncationLocked()
+	return true, l.syncTruncationLocked()
 }
 
 // syncTruncationLocked makes a truncation durable before TruncateTo
