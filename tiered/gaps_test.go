@@ -11,6 +11,7 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/record"
@@ -271,5 +272,111 @@ func TestOffloadStopsAtLastStableOffset(t *testing.T) {
 	m = p.Manifest()
 	if lastRemote := m.Segments[len(m.Segments)-1].LastOffset; lastRemote < commit.LastOffset {
 		t.Fatalf("after the commit the manifest ends at %d, want the segments through the marker at %d", lastRemote, commit.LastOffset)
+	}
+}
+
+// TestBackendServiceRunsGC: a Backend's service collects the garbage of a
+// partition it leads every GCInterval, with no call to GC: an object no
+// manifest or intent names, older than the grace, goes; the objects the
+// manifest names stay.
+func TestBackendServiceRunsGC(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://svc-gc", objstore.Options{})
+	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{
+		GCInterval: 50 * time.Millisecond, GC: tiered.GCOptions{Grace: time.Nanosecond, Force: true}})
+	bp, err := b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := bp.(*tiered.Partition)
+	if err := p.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 2000)
+	eventually(t, 10*time.Second, "the segments were not uploaded", func() bool {
+		n, _ := p.CopyLag()
+		return n == 0 && p.Manifest().Generation > 0
+	})
+	m := p.Manifest()
+	orphan := "tl/orders-0/" + m.Segments[0].Name(manifest.LogSuffix)[:42] + "ffffffffffffffff.log"
+	if _, err := store.Put(ctx, orphan, bytes.NewReader([]byte("crashed upload")), 14, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the service's gc left the orphan", func() bool {
+		_, err := store.Head(ctx, orphan)
+		return errors.Is(err, objstore.ErrNotFound)
+	})
+	for _, s := range p.Manifest().Segments {
+		for _, suf := range s.Objects() {
+			if _, err := store.Head(ctx, "tl/orders-0/"+s.Name(suf)); err != nil {
+				t.Fatalf("gc removed %s, which the manifest names: %v", s.Name(suf), err)
+			}
+		}
+	}
+}
+
+// TestBackendServiceAppliesRemoteRetention: a Backend's service applies
+// remote retention to the partitions it leads, with no call to
+// ApplyRetention: retention.ms removes every segment older than it (the
+// records are stamped in 2023), retention.bytes the oldest beyond the
+// bound; the manifest drops them first, then their objects go.
+func TestBackendServiceAppliesRemoteRetention(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://svc-retention", objstore.Options{})
+	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	byMs := cfg(t, slices.Concat(tieredCfg, []string{"retention.ms", "86400000"})...)
+	byBytes := cfg(t, slices.Concat(tieredCfg, []string{"retention.bytes", "200000"})...)
+	var parts []*tiered.Partition
+	for i, c := range []backend.Config{byMs, byBytes} {
+		bp, err := b.Open(ctx, "orders", int32(i), c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := bp.(*tiered.Partition)
+		if err := p.BecomeLeader(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, p)
+	}
+	var uploaded [2][]manifest.Segment
+	// Watch what is uploaded while retention runs: the manifest names
+	// segments only between their upload and their retention.
+	for i, p := range parts {
+		produce(t, p, 4000)
+		seen := map[int64]manifest.Segment{}
+		eventually(t, 10*time.Second, fmt.Sprintf("partition %d: retention did not catch up", i), func() bool {
+			for _, s := range p.Manifest().Segments {
+				seen[s.BaseOffset] = s
+			}
+			n, _ := p.CopyLag()
+			m := p.Manifest()
+			switch i {
+			case 0:
+				return n == 0 && m.Generation > 0 && len(m.Segments) == 0 && m.LogStartOffset > 0
+			default:
+				return n == 0 && m.Generation > 0 && m.LogStartOffset > 0 && m.Size() <= 200000
+			}
+		})
+		for _, s := range seen {
+			uploaded[i] = append(uploaded[i], s)
+		}
+	}
+	if m := parts[1].Manifest(); len(m.Segments) == 0 {
+		t.Fatal("retention.bytes removed every segment")
+	}
+	for i, p := range parts {
+		m := p.Manifest()
+		if p.Offsets().LogStart != m.LogStartOffset {
+			t.Fatalf("partition %d: the log start %d is not the manifest's %d", i, p.Offsets().LogStart, m.LogStartOffset)
+		}
+		for _, s := range uploaded[i] {
+			if s.LastOffset >= m.LogStartOffset {
+				continue
+			}
+			eventually(t, 10*time.Second, fmt.Sprintf("partition %d: the objects of a retired segment are still there", i), func() bool {
+				_, err := store.Head(ctx, fmt.Sprintf("tl/orders-%d/%s", i, s.Name(manifest.LogSuffix)))
+				return errors.Is(err, objstore.ErrNotFound)
+			})
+		}
 	}
 }
