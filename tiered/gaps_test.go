@@ -278,12 +278,16 @@ func TestOffloadStopsAtLastStableOffset(t *testing.T) {
 // TestBackendServiceRunsGC: a Backend's service collects the garbage of a
 // partition it leads every GCInterval, with no call to GC: an object no
 // manifest or intent names, older than the grace, goes; the objects the
-// manifest names stay.
+// manifest names stay. The first gc of a partition waits one interval
+// after the service first sees it (a broker restarting often would
+// otherwise list every prefix each time).
 func TestBackendServiceRunsGC(t *testing.T) {
 	drv := mem.New()
 	store := objstore.New(drv, "mem://svc-gc", objstore.Options{})
+	const interval = 500 * time.Millisecond
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{
-		GCInterval: 50 * time.Millisecond, GC: tiered.GCOptions{Grace: time.Nanosecond, Force: true}})
+		GCInterval: interval, GC: tiered.GCOptions{Grace: time.Nanosecond, Force: true}})
+	opened := time.Now() // the service cannot have seen the partition before
 	bp, err := b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
 	if err != nil {
 		t.Fatal(err)
@@ -292,20 +296,24 @@ func TestBackendServiceRunsGC(t *testing.T) {
 	if err := p.BecomeLeader(ctx, 1); err != nil {
 		t.Fatal(err)
 	}
+	// A crashed upload's object, there before the partition's first
+	// manifest: the service's first gc of the partition would find it.
+	orphan := "tl/orders-0/" + manifest.Segment{LastOffset: 99, ID: [8]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}}.Name(manifest.LogSuffix)
+	if _, err := store.Put(ctx, orphan, bytes.NewReader([]byte("crashed upload")), 14, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	produce(t, p, 2000)
 	eventually(t, 10*time.Second, "the segments were not uploaded", func() bool {
 		n, _ := p.CopyLag()
 		return n == 0 && p.Manifest().Generation > 0
 	})
-	m := p.Manifest()
-	orphan := "tl/orders-0/" + m.Segments[0].Name(manifest.LogSuffix)[:42] + "ffffffffffffffff.log"
-	if _, err := store.Put(ctx, orphan, bytes.NewReader([]byte("crashed upload")), 14, objstore.PutOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	eventually(t, 10*time.Second, "the service's gc left the orphan", func() bool {
 		_, err := store.Head(ctx, orphan)
 		return errors.Is(err, objstore.ErrNotFound)
 	})
+	if waited := time.Since(opened); waited < interval {
+		t.Fatalf("the service's first gc of the partition ran %v after it opened, before one GCInterval (%v)", waited, interval)
+	}
 	for _, s := range p.Manifest().Segments {
 		for _, suf := range s.Objects() {
 			if _, err := store.Head(ctx, "tl/orders-0/"+s.Name(suf)); err != nil {
