@@ -171,6 +171,9 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 		// Restore fsyncs every file before it renames the directory into
 		// place: the restored segments are durable.
 		{name: "recovery point at the restored end", recoveryPoint: end},
+		// As a Backend opens a partition its recovery-point checkpoint does
+		// not name: every restored one (a broker opening the restored log
+		// directory appends the retry as new records).
 		{name: "no recovery point", recoveryPoint: 0, bug: "local recovery of every restored segment drops the snapshots above " +
 			"the first segment's base, and the one at the log start (its segment's object) went with retention: " +
 			"the producer whose records retention removed is forgotten"},
