@@ -263,6 +263,47 @@ func (b *Backend) Partitions(ctx context.Context) ([]TopicPartition, error) {
 	return out, nil
 }
 
+// SetCheckpoints records a partition's recovery point and log start as if
+// its log had checkpointed them, and writes the checkpoint files: for a
+// partition directory written whole and made durable behind the log's
+// back (a restore from a bucket), which the next OpenLog then trusts up to
+// recoveryPoint instead of validating every segment from offset 0 (and
+// dropping, as Kafka's recovery does, the producer snapshots that hold
+// producers whose records retention removed). Refused while the partition
+// is open.
+func (b *Backend) SetCheckpoints(topic string, partition int32, recoveryPoint, logStart int64) error {
+	tp := TopicPartition{Topic: topic, Partition: partition}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if l, ok := b.logs[tp]; ok && !l.closed.Load() {
+		return fmt.Errorf("local: set the checkpoints of %s: it is open", tp)
+	}
+	delete(b.logs, tp)
+	b.recovery[tp], b.starts[tp] = recoveryPoint, logStart
+	delete(b.hws, tp)
+	return b.checkpointLocked()
+}
+
+// MergeCheckpoints is SetCheckpoints for a log directory no Backend has
+// open (the caller holds its lock, LockFile): it merges the partition's
+// recovery point and log start into the directory's checkpoint files.
+func MergeCheckpoints(logDir string, tp TopicPartition, recoveryPoint, logStart int64) error {
+	for _, c := range []struct {
+		name  string
+		value int64
+	}{{RecoveryPointCheckpoint, recoveryPoint}, {LogStartCheckpoint, logStart}} {
+		m, err := ReadOffsetCheckpoint(filepath.Join(logDir, c.name))
+		if err != nil {
+			return err
+		}
+		m[tp] = c.value
+		if err := WriteOffsetCheckpoint(logDir, c.name, m); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Delete closes the partition and removes its directory.
 func (b *Backend) Delete(ctx context.Context, topic string, partition int32) error {
 	if err := checkCtx(ctx); err != nil {

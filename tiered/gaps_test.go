@@ -164,33 +164,63 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 
 	// A new broker: the bucket alone.
 	for _, open := range []struct {
-		name          string
-		recoveryPoint int64
-		bug           string
+		name string
+		open func(t *testing.T, logDir string) (*local.Log, *manifest.Manifest)
 	}{
 		// Restore fsyncs every file before it renames the directory into
 		// place: the restored segments are durable.
-		{name: "recovery point at the restored end", recoveryPoint: end},
-		// As a Backend opens a partition its recovery-point checkpoint does
-		// not name: every restored one (a broker opening the restored log
-		// directory appends the retry as new records).
-		{name: "no recovery point", recoveryPoint: 0, bug: "local recovery of every restored segment drops the snapshots above " +
-			"the first segment's base, and the one at the log start (its segment's object) went with retention: " +
-			"the producer whose records retention removed is forgotten"},
-	} {
-		t.Run(open.name, func(t *testing.T) {
-			if open.bug != "" {
-				t.Skip("known bug: " + open.bug)
-			}
-			dir := filepath.Join(t.TempDir(), "orders-0")
+		{"alone, recovery point at the restored end", func(t *testing.T, logDir string) (*local.Log, *manifest.Manifest) {
+			dir := filepath.Join(logDir, "orders-0")
 			rm, err := tiered.Restore(ctx, store, "tl/orders-0", dir, tiered.RestoreOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
-			l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: rm.LogStartOffset, HighWatermark: -1, RecoveryPoint: open.recoveryPoint})
+			l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: rm.LogStartOffset, HighWatermark: -1, RecoveryPoint: end})
 			if err != nil {
 				t.Fatal(err)
 			}
+			return l, rm
+		}},
+		// A broker opening the restored log directory: Restore recorded the
+		// partition in its checkpoints, so the Backend trusts the restore
+		// (recovering every segment would drop the snapshots holding the
+		// producer whose records retention removed).
+		{"by a Backend after the restore", func(t *testing.T, logDir string) (*local.Log, *manifest.Manifest) {
+			rm, err := tiered.Restore(ctx, store, "tl/orders-0", filepath.Join(logDir, "orders-0"), tiered.RestoreOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := local.OpenBackend(logDir, local.BackendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			l, err := b.OpenLog(ctx, "orders", 0, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, rm
+		}},
+		// A restore into a log directory a Backend holds (tierctl restore).
+		{"through a running Backend", func(t *testing.T, logDir string) (*local.Log, *manifest.Manifest) {
+			b, err := local.OpenBackend(logDir, local.BackendOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { b.Close() })
+			rm, err := tiered.Restore(ctx, store, "tl/orders-0", filepath.Join(logDir, "orders-0"), tiered.RestoreOptions{Backend: b})
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := b.OpenLog(ctx, "orders", 0, c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return l, rm
+		}},
+	} {
+		t.Run(open.name, func(t *testing.T) {
+			l, rm := open.open(t, t.TempDir())
 			defer l.Close()
 			if err := l.SetHighWatermark(l.Offsets().LogEnd); err != nil {
 				t.Fatal(err)

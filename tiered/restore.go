@@ -36,8 +36,10 @@ func ReadManifest(ctx context.Context, store *objstore.Store, prefix string) (*m
 // a new broker): every segment the committed manifest names is downloaded
 // under Kafka's file names, each object checked against the CRC-32C the
 // manifest recorded. dir is <log dir>/<topic>-<partition>; it must not
-// exist or be empty. It returns the manifest it restored; the caller opens
-// dir as a local log with the manifest's LogStartOffset.
+// exist or be empty. It returns the manifest it restored, and records the
+// partition's recovery point (the restored log end) and log start (the
+// manifest's) in the log directory's checkpoints, so that a Backend opens
+// it as it was restored (a caller opening dir alone passes them itself).
 //
 // Restore holds the log directory's lock (local.LockFile) from before it
 // writes anything: it takes it itself, failing with vfs.ErrLocked while
@@ -135,7 +137,36 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 	if err := syncDir(logDir); err != nil {
 		return nil, err
 	}
+	if err := restoredCheckpoints(m, logDir, name, opts.Backend); err != nil {
+		return nil, err
+	}
 	return m, nil
+}
+
+// restoredCheckpoints records the restored partition in the log
+// directory's checkpoints, through the Backend holding it or in the files:
+// its recovery point at the restored log end (every file is durable), so
+// the open that follows trusts the restore rather than recovering every
+// segment (which would drop the producer snapshots that hold producers
+// whose records retention removed), and its log start, the manifest's.
+// A directory name that is not a partition's records nothing: the caller
+// opens it with the manifest's log start, as before.
+func restoredCheckpoints(m *manifest.Manifest, logDir, name string, b *local.Backend) error {
+	tp, err := local.ParsePartitionDirName(name)
+	if err != nil {
+		return nil
+	}
+	end := m.Segments[len(m.Segments)-1].LastOffset + 1
+	start := max(m.LogStartOffset, m.Segments[0].BaseOffset)
+	if b != nil {
+		err = b.SetCheckpoints(tp.Topic, tp.Partition, end, start)
+	} else {
+		err = local.MergeCheckpoints(logDir, tp, end, start)
+	}
+	if err != nil {
+		return fmt.Errorf("tiered: restore: the partition is restored, but the log directory's checkpoints could not record it: %w", err)
+	}
+	return nil
 }
 
 // restoringDirName is the temporary directory Restore builds the partition
