@@ -253,31 +253,9 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 		}
 	}
 	kept := append([]*segFile(nil), segs[:i+1]...)
-	var newLeo int64
-	if target == last && target.tryExclusive() {
-		// The last segment and no reader holds it: cut it in place, as
-		// Kafka does.
-		var err error
-		newLeo, err = l.act.truncateInPlace(offset)
-		target.endExclusive()
-		if err == nil {
-			err = target.truncateTxnIndex(newLeo)
-		}
-		if err != nil {
-			return true, l.fail(err)
-		}
-	} else {
-		// A sealed segment never changes (readers may have it mapped), and
-		// a reader holds this one: its surviving prefix goes to a new file
-		// that takes its place; readers finish on the old one.
-		a, leo, err := l.rewritePrefixLocked(target, offset)
-		if err != nil {
-			return true, l.fail(err)
-		}
-		if l.act != nil {
-			l.act.closeFiles() // the old last segment leaves the log
-		}
-		l.act, kept[i], newLeo = a, a.f, leo
+	newLeo, err := l.cutTargetLocked(kept, i, target == last, offset)
+	if err != nil {
+		return true, err
 	}
 	l.setSegments(kept)
 	l.metrics.SegmentsDeleted.Add(int64(len(segs) - i - 1))
@@ -292,6 +270,38 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 		return true, l.fail(err)
 	}
 	return true, l.syncTruncationLocked()
+}
+
+// cutTargetLocked cuts kept[i], the segment holding offset, at offset and
+// returns the new log end; the segment becomes the active one (kept[i] is
+// replaced when a new file takes its place). REQUIRES: l.mu held.
+func (l *Log) cutTargetLocked(kept []*segFile, i int, isLast bool, offset int64) (int64, error) {
+	target := kept[i]
+	if isLast && target.tryExclusive() {
+		// The last segment and no reader holds it: cut it in place, as
+		// Kafka does.
+		newLeo, err := l.act.truncateInPlace(offset)
+		target.endExclusive()
+		if err == nil {
+			err = target.truncateTxnIndex(newLeo)
+		}
+		if err != nil {
+			return 0, l.fail(err)
+		}
+		return newLeo, nil
+	}
+	// A sealed segment never changes (readers may have it mapped), and a
+	// reader holds this one: its surviving prefix goes to a new file that
+	// takes its place; readers finish on the old one.
+	a, newLeo, err := l.rewritePrefixLocked(target, offset)
+	if err != nil {
+		return 0, l.fail(err)
+	}
+	if l.act != nil {
+		l.act.closeFiles() // the old last segment leaves the log
+	}
+	l.act, kept[i] = a, a.f
+	return newLeo, nil
 }
 
 // syncTruncationLocked makes a truncation durable before TruncateTo

@@ -104,16 +104,7 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 		}
 	}()
 	if opts.OnStart != nil {
-		var total int64
-		for _, s := range m.Segments {
-			for _, suf := range s.Objects() {
-				if suf != manifest.EpochsSuffix { // written from the manifest
-					size, _ := s.Object(suf)
-					total += size
-				}
-			}
-		}
-		opts.OnStart(total)
+		opts.OnStart(downloadBytes(m))
 	}
 	for _, s := range m.Segments {
 		if err := DownloadSegment(ctx, store, prefix, s, tmp, opts); err != nil {
@@ -141,6 +132,21 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 		return nil, err
 	}
 	return m, nil
+}
+
+// downloadBytes is what a restore of m downloads: every object but the
+// leader epoch checkpoints, written from the manifest.
+func downloadBytes(m *manifest.Manifest) int64 {
+	var total int64
+	for _, s := range m.Segments {
+		for _, suf := range s.Objects() {
+			if suf != manifest.EpochsSuffix {
+				size, _ := s.Object(suf)
+				total += size
+			}
+		}
+	}
+	return total
 }
 
 // restoredCheckpoints records the restored partition in the log
