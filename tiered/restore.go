@@ -56,6 +56,7 @@ func ReadManifest(ctx context.Context, store *objstore.Store, prefix string) (*m
 // Objects stream to disk (memory stays bounded whatever the segment size),
 // and a body cut short resumes where it stopped.
 func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opts RestoreOptions) (_ *manifest.Manifest, err error) {
+	fsys := opts.fs()
 	dir = filepath.Clean(dir)
 	logDir, name := filepath.Dir(dir), filepath.Base(dir)
 	if opts.Backend != nil {
@@ -63,19 +64,19 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 			return nil, fmt.Errorf("tiered: restore into %s: RestoreOptions.Backend is the log directory %s, not %s", dir, opts.Backend.Dir(), logDir)
 		}
 	} else {
-		if err := os.MkdirAll(logDir, 0o755); err != nil {
+		if err := fsys.MkdirAll(logDir, 0o755); err != nil {
 			return nil, fmt.Errorf("tiered: restore: create log dir: %w", err)
 		}
-		lock, err := vfs.Default.Lock(filepath.Join(logDir, local.LockFile))
+		lock, err := fsys.Lock(filepath.Join(logDir, local.LockFile))
 		if err != nil {
 			return nil, fmt.Errorf("tiered: restore into %s: lock the log directory: %w", dir, err)
 		}
 		defer lock.Close()
 	}
-	if err := removeRestoring(logDir, name); err != nil {
+	if err := removeRestoring(fsys, logDir, name); err != nil {
 		return nil, err
 	}
-	if ents, err := os.ReadDir(dir); err == nil && len(ents) > 0 {
+	if ents, err := fsys.ReadDir(dir); err == nil && len(ents) > 0 {
 		return nil, fmt.Errorf("tiered: restore into %s: the directory is not empty", dir)
 	} else if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("tiered: restore: %w", err)
@@ -95,12 +96,12 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 		return nil, fmt.Errorf("tiered: restore: %w", err)
 	}
 	tmp := filepath.Join(logDir, restoringDirName(name, hex.EncodeToString(rnd[:])))
-	if err := os.Mkdir(tmp, 0o755); err != nil {
+	if err := fsys.MkdirAll(tmp, 0o755); err != nil { // a name of its own: made here
 		return nil, fmt.Errorf("tiered: restore: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			os.RemoveAll(tmp)
+			fsys.RemoveAll(tmp)
 		}
 	}()
 	if opts.OnStart != nil {
@@ -111,21 +112,21 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 			return nil, err
 		}
 	}
-	if err := restoreEpochs(m, tmp); err != nil {
+	if err := restoreEpochs(fsys, m, tmp); err != nil {
 		return nil, err
 	}
 	// Each file was fsynced before its rename; the renames are durable
 	// once the directory is, and the partition once the log dir is.
-	if err := syncDir(tmp); err != nil {
+	if err := syncDir(fsys, tmp); err != nil {
 		return nil, err
 	}
-	if err := os.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) { // empty, checked above
+	if err := fsys.Remove(dir); err != nil && !errors.Is(err, fs.ErrNotExist) { // empty, checked above
 		return nil, fmt.Errorf("tiered: restore: %w", err)
 	}
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := fsys.Rename(tmp, dir); err != nil {
 		return nil, fmt.Errorf("tiered: restore: %w", err)
 	}
-	if err := syncDir(logDir); err != nil {
+	if err := syncDir(fsys, logDir); err != nil {
 		return nil, err
 	}
 	if err := restoredCheckpoints(m, logDir, name, opts.Backend); err != nil {
@@ -202,15 +203,15 @@ func restoringPrefix(name string) string {
 
 // removeRestoring removes what restores of the partition name in logDir
 // left behind when they were killed. REQUIRES: the log dir's lock held.
-func removeRestoring(logDir, name string) error {
-	ents, err := os.ReadDir(logDir)
+func removeRestoring(fsys vfs.FS, logDir, name string) error {
+	ents, err := fsys.ReadDir(logDir)
 	if err != nil {
 		return fmt.Errorf("tiered: restore: %w", err)
 	}
 	prefix := restoringPrefix(name)
 	for _, e := range ents {
 		if e.IsDir() && strings.HasPrefix(e.Name(), prefix) && strings.HasSuffix(e.Name(), "-delete") {
-			if err := os.RemoveAll(filepath.Join(logDir, e.Name())); err != nil {
+			if err := fsys.RemoveAll(filepath.Join(logDir, e.Name())); err != nil {
 				return fmt.Errorf("tiered: restore: remove %s, left by a restore that was killed: %w", e.Name(), err)
 			}
 		}
@@ -218,8 +219,8 @@ func removeRestoring(logDir, name string) error {
 	return nil
 }
 
-func syncDir(dir string) error {
-	if err := vfs.Default.SyncDir(dir); err != nil {
+func syncDir(fsys vfs.FS, dir string) error {
+	if err := fsys.SyncDir(dir); err != nil {
 		return fmt.Errorf("tiered: restore: %w", err)
 	}
 	return nil
@@ -242,7 +243,7 @@ func DownloadSegment(ctx context.Context, store *objstore.Store, prefix string, 
 			continue // the partition's checkpoint is written once, from the manifest
 		}
 		size, crc := s.Object(suf)
-		if err := restoreObject(ctx, store, p.key(s.Name(suf)), size, crc, filepath.Join(dir, name), buf, opts.OnProgress); err != nil {
+		if err := restoreObject(ctx, store, opts.fs(), p.key(s.Name(suf)), size, crc, filepath.Join(dir, name), buf, opts.OnProgress); err != nil {
 			return err
 		}
 	}
@@ -268,7 +269,7 @@ func localSuffix(objectSuffix string) string {
 // from the manifest's leader-epoch maps (a version 1 manifest has only
 // each segment's highest epoch; the log rebuilds the rest from its
 // batches when the file is missing, so then none is written).
-func restoreEpochs(m *manifest.Manifest, dir string) error {
+func restoreEpochs(fsys vfs.FS, m *manifest.Manifest, dir string) error {
 	var entries []local.EpochEntry
 	for _, s := range m.Segments {
 		if len(s.Epochs) == 0 {
@@ -281,7 +282,7 @@ func restoreEpochs(m *manifest.Manifest, dir string) error {
 			entries = append(entries, local.EpochEntry{Epoch: e.Epoch, StartOffset: max(e.StartOffset, m.LogStartOffset)})
 		}
 	}
-	if err := vfs.WriteFileAtomic(vfs.Default, dir, local.LeaderEpochCheckpoint, local.FormatLeaderEpochs(entries)); err != nil {
+	if err := vfs.WriteFileAtomic(fsys, dir, local.LeaderEpochCheckpoint, local.FormatLeaderEpochs(entries)); err != nil {
 		return fmt.Errorf("tiered: restore: %w", err)
 	}
 	return nil
@@ -298,6 +299,17 @@ type RestoreOptions struct {
 	// each object as they are written to disk. For progress displays.
 	OnStart    func(total int64)
 	OnProgress func(n int64)
+	// FS is the filesystem the partition is written to (default:
+	// vfs.Default, the real disk; tests inject faults with
+	// testing/faultfs).
+	FS vfs.FS
+}
+
+func (o *RestoreOptions) fs() vfs.FS {
+	if o.FS == nil {
+		return vfs.Default
+	}
+	return o.FS
 }
 
 // restoreAttempts bounds how often one object's body may be cut short
@@ -306,17 +318,17 @@ const restoreAttempts = 5
 
 // restoreObject streams the object key (size bytes, CRC-32C want) into
 // path through a temporary file, resuming a body cut short.
-func restoreObject(ctx context.Context, store *objstore.Store, key string, size int64, want uint32,
+func restoreObject(ctx context.Context, store *objstore.Store, fsys vfs.FS, key string, size int64, want uint32,
 	path string, buf []byte, progress func(int64)) (err error) {
 	tmp := path + ".restoring"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
+	f, err := fsys.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
 		return fmt.Errorf("tiered: restore: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
-			os.Remove(tmp)
+			fsys.Remove(tmp)
 		}
 	}()
 	h := crc32.New(castagnoli)
@@ -326,7 +338,7 @@ func restoreObject(ctx context.Context, store *objstore.Store, key string, size 
 		if err != nil {
 			return fmt.Errorf("tiered: restore %s: %w", key, err)
 		}
-		n, rerr, werr := copyBody(f, h, rc, buf, progress)
+		n, rerr, werr := copyBody(f, off, h, rc, buf, progress)
 		rc.Close()
 		off += n
 		if werr != nil {
@@ -355,20 +367,20 @@ func restoreObject(ctx context.Context, store *objstore.Store, key string, size 
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("tiered: restore: %w", err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if err := fsys.Rename(tmp, path); err != nil {
 		return fmt.Errorf("tiered: restore: %w", err)
 	}
 	return nil
 }
 
-// copyBody copies r to f and h until r ends or fails; a read error (a cut
-// body) and a write error are told apart, since only the first is worth
-// another GET.
-func copyBody(f *os.File, h hash.Hash32, r io.Reader, buf []byte, progress func(int64)) (n int64, rerr, werr error) {
+// copyBody copies r to f from position at, and to h, until r ends or
+// fails; a read error (a cut body) and a write error are told apart,
+// since only the first is worth another GET.
+func copyBody(f vfs.File, at int64, h hash.Hash32, r io.Reader, buf []byte, progress func(int64)) (n int64, rerr, werr error) {
 	for {
 		k, err := r.Read(buf)
 		if k > 0 {
-			if _, werr = f.Write(buf[:k]); werr != nil {
+			if _, werr = f.WriteAt(buf[:k], at+n); werr != nil {
 				return n, nil, werr
 			}
 			h.Write(buf[:k])

@@ -3,9 +3,11 @@ package tiered_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -14,6 +16,7 @@ import (
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/faultfs"
 	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 	"github.com/tierlog/tierlog/vfs"
@@ -207,4 +210,42 @@ func TestRestoreWithoutManifest(t *testing.T) {
 		t.Fatalf("restore of a prefix without a manifest: %v", err)
 	}
 	onlyLock(t, logDir)
+}
+
+// TestRestoreOutOfSpace: a disk that fills up at any point of a restore
+// (each of a spread of byte counts, from the first object to the last)
+// fails it with ENOSPC and leaves the log directory as it was, the
+// partition absent; with room again, a rerun restores everything.
+func TestRestoreOutOfSpace(t *testing.T) {
+	drv, m := offloadedForRestore(t)
+	store := objstore.New(drv, "mem://restore-atomic", objstore.Options{})
+	wantEnd := m.Segments[len(m.Segments)-1].LastOffset + 1
+	var total int64
+	for _, s := range m.Segments {
+		for _, suf := range s.Objects() {
+			size, _ := s.Object(suf)
+			total += size
+		}
+	}
+	for _, room := range []int64{0, 100, total / 3, total / 2, total - 1000} {
+		t.Run(fmt.Sprint("room=", room), func(t *testing.T) {
+			ffs := faultfs.New(vfs.Default)
+			ffs.SetSpace(room)
+			logDir := t.TempDir()
+			dir := filepath.Join(logDir, "orders-0")
+			_, err := tiered.Restore(ctx, store, "tl/orders-0", dir, tiered.RestoreOptions{FS: ffs})
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("restore with %d bytes of room (of %d): %v; want ENOSPC", room, total, err)
+			}
+			onlyLock(t, logDir)
+			ffs.SetSpace(-1)
+			rm, err := tiered.Restore(ctx, store, "tl/orders-0", dir, tiered.RestoreOptions{FS: ffs})
+			if err != nil {
+				t.Fatalf("rerun with room: %v", err)
+			}
+			if end := restoredEnd(t, dir, rm); end != wantEnd {
+				t.Fatalf("restored log ends at %d, want %d", end, wantEnd)
+			}
+		})
+	}
 }
