@@ -223,3 +223,29 @@ func TestSIGTERM(t *testing.T) {
 		t.Errorf("the broker's log does not say it stopped:\n%s", p.stderr.String())
 	}
 }
+
+// TestSIGTERMAtOnce sends SIGTERM the moment the broker says where it
+// listens: the signal is the broker's to handle from then on (exit
+// status 0, the clean-shutdown marker), not the Go runtime's default
+// (killed by the signal).
+func TestSIGTERMAtOnce(t *testing.T) {
+	bin := buildBroker(t)
+	for i := range 10 {
+		dir := t.TempDir()
+		p := startBrokerProc(t, bin, dir)
+		if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("start %d: the broker did not exit within 30s of SIGTERM", i)
+		}
+		if p.err != nil {
+			t.Fatalf("start %d: SIGTERM at once: the broker exited with %v, want status 0", i, p.err)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "logs", local.CleanShutdownFile)); err != nil {
+			t.Fatalf("start %d: SIGTERM at once: no clean-shutdown marker: %v", i, err)
+		}
+	}
+}
