@@ -86,13 +86,17 @@ func run(args []string) error {
 		defer s.Close()
 		opts.Store = s
 	}
+	// The signals are ours before the address is out: one sent the
+	// moment a client (or a supervisor) reads it, or during Start, is
+	// kept for the clean shutdown below, not the runtime's default exit.
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
 	b, err := broker.Start(opts)
 	if err != nil {
 		return err
 	}
 	fmt.Printf("listening on %s\n", b.Addr())
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
 	<-sig
 	return b.Close()
 }
