@@ -253,3 +253,47 @@ func TestRestartAfterDeletionDoesNotResurrect(t *testing.T) {
 			}(), tp.Fenced())
 	}
 }
+
+// TestRecreatedPartitionKeepsItsOwnStart: a partition created anew under
+// a deleted one's name, before its leader claims the bucket, reads the
+// deleted manifest, whose log start is where the deleted partition's
+// records ended. Neither its offsets nor a follower's step take that log
+// start for its own: the new records stay, readable from offset 0.
+func TestRecreatedPartitionKeepsItsOwnStart(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://recreated-start", objstore.Options{})
+	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	openUploaded(t, b, 1, 2000)
+	if err := b.Delete(ctx, "orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := tiered.ReadManifest(ctx, store, "tl/orders-0"); err != nil || !m.Deleted || m.LogStartOffset == 0 {
+		t.Fatalf("the deleted manifest: %+v, %v; want deleted, with the old partition's end as its log start", m, err)
+	}
+	p, err := b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := p.(*tiered.Partition)
+	if err := tp.BecomeFollower(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Attach(ctx); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 300)
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogStart != 0 || o.LogEnd != 300 {
+		t.Fatalf("offsets of the new partition: %+v; want it to start at 0 and end at 300", o)
+	}
+	if err := tp.FollowerStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LogStart != 0 || o.LocalLogStart != 0 {
+		t.Fatalf("after a follower step: %+v; the new records must stay from 0", o)
+	}
+	if got := batchesFrom(t, p, 0); len(got) == 0 {
+		t.Fatal("nothing reads back from offset 0")
+	}
+}

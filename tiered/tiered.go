@@ -292,6 +292,12 @@ func (p *Partition) Offsets() backend.Offsets {
 		return o
 	}
 	m := p.Manifest()
+	if m.Deleted {
+		// A deleted partition's log start (where its records ended) is
+		// nothing of this one's: a partition created anew under its name
+		// starts where its own log does.
+		return o
+	}
 	if n := len(m.Segments); n > 0 && m.Segments[n-1].LastOffset+1 >= o.LogStart {
 		// The bucket runs on into the local log: the partition starts
 		// where the manifest says, also above the local log start when a
@@ -311,7 +317,11 @@ func (p *Partition) Offsets() backend.Offsets {
 // commit's answer was lost and adopted later. REQUIRES: p.mu held.
 func (p *Partition) fitLocalStartLocked(ctx context.Context) error {
 	o := p.local.Offsets()
-	if target := min(p.Manifest().LogStartOffset, o.HighWatermark); target > o.LogStart {
+	m := p.Manifest()
+	if m.Deleted {
+		return nil // a deleted partition's log start is not this one's (see Offsets)
+	}
+	if target := min(m.LogStartOffset, o.HighWatermark); target > o.LogStart {
 		if err := p.local.DeleteRecordsBefore(ctx, target); err != nil {
 			return fmt.Errorf("tiered: move the local log start to the committed %d: %w", target, err)
 		}

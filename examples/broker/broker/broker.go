@@ -482,31 +482,8 @@ func (b *Broker) createTopic(name string, n int32, overrides map[string]string) 
 	if err := b.lead(t, epoch); err != nil {
 		return false, err
 	}
-	b.claimTiered(t)
 	b.logger.Info("topic created", "topic", name, "partitions", n, "config", overrides, "leader_epoch", epoch)
 	return true, nil
-}
-
-// claimTiered makes a new topic's tiered partitions claim the bucket at
-// once. A partition created under a deleted one's name reads the deleted
-// manifest, whose log start is the old partition's end, and reports that
-// as its own log start (ListOffsets: earliest above latest) until its
-// first change in the bucket claims it anew; DeleteRecordsBefore(0) is
-// a change that moves nothing but claims. A failure (the bucket out of
-// reach) leaves the claim to the first upload. REQUIRES: b.mu held.
-func (b *Broker) claimTiered(t *topic) {
-	for _, p := range t.parts {
-		tp, ok := p.p.(*tiered.Partition)
-		if !ok {
-			continue
-		}
-		p.mu.Lock()
-		err := tp.DeleteRecordsBefore(context.Background(), 0)
-		p.mu.Unlock()
-		if err != nil {
-			b.logger.Warn("claim the bucket for a new partition", "partition", p.tp.String(), "err", err)
-		}
-	}
 }
 
 // deleteTopic removes a topic and its data.
