@@ -423,6 +423,9 @@ var headerBufs = sync.Pool{New: func() any { return new([record.BatchHeaderSize]
 // backend.ErrCorruptRecord naming the file and position.
 func (s *segFile) walkHeaders(start, limit, prevLast int64, fn func(e *record.Entry) bool) error {
 	size := s.size.Load()
+	if start >= size {
+		return nil // nothing to walk: no descriptor to open (a new partition's empty segment)
+	}
 	if m := s.mapping(); m != nil {
 		return s.readMapped(func() error {
 			return s.walk(start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.HeaderAt(m, pos, size) })
