@@ -16,6 +16,15 @@ type CacheStats struct {
 // (shared with other partitions when Options.Caches was set).
 func (p *Partition) CacheStats() CacheStats { return p.caches.Stats() }
 
+// readAhead is a read-ahead in flight: the range [start, end) of the
+// object key; done closes when it has landed in the chunk cache (or
+// failed).
+type readAhead struct {
+	key        string
+	start, end int64
+	done       chan struct{}
+}
+
 // prefetch reads the range after end of seg (or the start of the next
 // segment) into the chunk cache in the background, one at a time, so a
 // sequential consumer finds its next read there. It runs on an idle
@@ -46,18 +55,22 @@ func (p *Partition) prefetch(seg manifest.Segment, end int64) {
 		p.prefetching.Store(false)
 		return
 	}
+	n := min(seg.Size-end, p.opts.PrefetchBytes)
+	a := &readAhead{key: key, start: end, end: end + n, done: make(chan struct{})}
+	p.ahead.Store(a)
 	p.bg.Add(1)
 	go func() {
 		defer p.bg.Done()
 		defer p.prefetching.Store(false)
 		defer release()
-		n := min(seg.Size-end, p.opts.PrefetchBytes)
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()
 		if data, err := p.store.ReadAll(ctx, key, end, n); err == nil {
 			p.caches.chunks.put(key, end, data)
 			p.prefetched.Add(1)
 		}
+		p.ahead.CompareAndSwap(a, nil)
+		close(a.done) // a read waiting for the range looks in the cache again
 		if end == 0 { // a new segment: its index too
 			p.remoteIndex(ctx, seg, manifest.IndexSuffix)
 		}

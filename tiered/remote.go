@@ -306,9 +306,24 @@ func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string
 // bytes, cached.
 func (p *Partition) window(ctx context.Context, key string, pos, n, least int64) ([]byte, bool, error) {
 	chunks := p.caches.chunks
-	if data := chunks.span(key, pos, n); int64(len(data)) >= min(n, least) && len(data) > 0 {
+	data := chunks.span(key, pos, n)
+	if int64(len(data)) >= min(n, least) && len(data) > 0 {
 		chunks.lru.hits.Add(1)
 		return data, true, nil
+	}
+	if a := p.ahead.Load(); a != nil && a.key == key && a.start <= pos+int64(len(data)) && a.end > pos {
+		// Read-ahead is fetching what follows the cached bytes: a
+		// sequential consumer that caught up with it waits for it rather
+		// than fetching the same range a second time.
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+		if data := chunks.span(key, pos, n); int64(len(data)) >= min(n, least) && len(data) > 0 {
+			chunks.lru.hits.Add(1)
+			return data, true, nil
+		}
 	}
 	chunks.lru.misses.Add(1)
 	data, err := p.store.ReadAll(ctx, key, pos, n)

@@ -163,6 +163,7 @@ type Partition struct {
 	ownCaches   bool                 // made by this partition: Close clears them
 	uploadRate  []*ratelimit.Limiter // the partition's cap, the shared quota
 	prefetching atomic.Bool
+	ahead       atomic.Pointer[readAhead] // the read-ahead in flight, if any
 	prefetched  atomic.Int64
 	metrics     *Metrics
 

@@ -239,14 +239,18 @@ func TestPrefetch(t *testing.T) {
 		readBytes, ahead   int64
 		segmentBytes       string
 		records, wantRatio int
+		think              time.Duration
 	}{
-		{"64 KiB reads, 256 KiB ahead", 64 << 10, 256 << 10, "300000", 20_000, 2},
+		{"64 KiB reads, 256 KiB ahead", 64 << 10, 256 << 10, "300000", 20_000, 2, 2 * time.Millisecond},
 		// A consumer's fetch as large as the read-ahead: the cached
 		// ranges join, and each read is served from them.
-		{"1 MiB reads, 1 MiB ahead", 1 << 20, 1 << 20, "4194304", 60_000, 2},
+		{"1 MiB reads, 1 MiB ahead", 1 << 20, 1 << 20, "4194304", 60_000, 2, 2 * time.Millisecond},
+		// A consumer with no think time catches up with the read-ahead
+		// in flight: it waits for it, and no range is fetched twice.
+		{"256 KiB reads, 1 MiB ahead, no think time", 256 << 10, 1 << 20, "4194304", 60_000, 2, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			testPrefetch(t, c.readBytes, c.ahead, c.segmentBytes, c.records, c.wantRatio, nil)
+			testPrefetch(t, c.readBytes, c.ahead, c.segmentBytes, c.records, c.wantRatio, nil, c.think)
 		})
 	}
 }
@@ -255,11 +259,11 @@ func TestPrefetch(t *testing.T) {
 // pool or does not run: with one reader, busy with the consumer's own
 // read, nothing is read ahead; with two, it runs as without a pool.
 func TestPrefetchOnIdleReadersOnly(t *testing.T) {
-	without := testPrefetch(t, 64<<10, -1, "300000", 20_000, 0, nil) // hits within the reads' own windows
-	if hits := testPrefetch(t, 64<<10, 256<<10, "300000", 20_000, 0, tiered.NewReaderPool(1, 1)); hits != without {
+	without := testPrefetch(t, 64<<10, -1, "300000", 20_000, 0, nil, 2*time.Millisecond) // hits within the reads' own windows
+	if hits := testPrefetch(t, 64<<10, 256<<10, "300000", 20_000, 0, tiered.NewReaderPool(1, 1), 2*time.Millisecond); hits != without {
 		t.Fatalf("with the only reader busy: %d chunk hits, %d without read-ahead: it ran", hits, without)
 	}
-	if hits := testPrefetch(t, 64<<10, 256<<10, "300000", 20_000, 2, tiered.NewReaderPool(2, 1)); hits <= without {
+	if hits := testPrefetch(t, 64<<10, 256<<10, "300000", 20_000, 2, tiered.NewReaderPool(2, 1), 2*time.Millisecond); hits <= without {
 		t.Fatalf("with a reader idle: %d chunk hits, %d without read-ahead", hits, without)
 	}
 }
@@ -267,7 +271,7 @@ func TestPrefetchOnIdleReadersOnly(t *testing.T) {
 // testPrefetch reads a partition's remote part sequentially and checks
 // that read-ahead served at least 1 in wantRatio reads (0: no check) and
 // that no range was fetched twice; it returns the chunk cache's hits.
-func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, records, wantRatio int, pool *tiered.ReaderPool) int64 {
+func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, records, wantRatio int, pool *tiered.ReaderPool, think time.Duration) int64 {
 	drv := mem.New()
 	store := objstore.New(drv, "mem://pf", objstore.Options{})
 	dir := filepath.Join(t.TempDir(), "orders-0")
@@ -292,7 +296,7 @@ func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, rec
 			t.Fatal(err)
 		}
 		off = r.(backend.OffsetRange).NextOffset()
-		time.Sleep(2 * time.Millisecond) // a consumer's think time: the read-ahead's moment
+		time.Sleep(think) // a consumer's think time: the read-ahead's moment
 	}
 	st := q.CacheStats()
 	gets := store.Stats().Requests[objstore.OpGet] - getsBefore
