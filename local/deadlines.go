@@ -185,18 +185,29 @@ func (l *Log) runDeadlines(due dueKind) {
 	}
 }
 
-// rollIfIdle rolls the active segment when segment.ms (less its jitter)
-// has passed since it took its first record, then arms the next roll
-// deadline.
-func (l *Log) rollIfIdle() error {
+// lockWritable takes l.mu for a timed write, checking that the log may be
+// written both before waiting for the lock and once it holds it (Close or
+// a failure may come between); on an error the lock is not held.
+func (l *Log) lockWritable() error {
 	if err := l.checkWritable(); err != nil {
 		return err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if err := l.checkWritable(); err != nil {
+		l.mu.Unlock()
 		return err
 	}
+	return nil
+}
+
+// rollIfIdle rolls the active segment when segment.ms (less its jitter)
+// has passed since it took its first record, then arms the next roll
+// deadline.
+func (l *Log) rollIfIdle() error {
+	if err := l.lockWritable(); err != nil {
+		return err
+	}
+	defer l.mu.Unlock()
 	l.dl.roll.at = time.Time{} // fired
 	if at, ok := l.idleRollAtLocked(); ok && !l.now().Before(at) {
 		if _, err := l.rollLocked(l.leo.Load(), "segment.ms"); err != nil {
@@ -244,14 +255,10 @@ func (l *Log) armRollLocked() {
 // flushIfDue flushes when flush.ms has passed since the last flush, then
 // arms the next flush deadline (if something is unflushed).
 func (l *Log) flushIfDue() error {
-	if err := l.checkWritable(); err != nil {
+	if err := l.lockWritable(); err != nil {
 		return err
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err := l.checkWritable(); err != nil {
-		return err
-	}
 	l.dl.flush.at = time.Time{} // fired
 	if at, ok := msAfter(l.lastFlush, l.cfg.Load().FlushMs); ok && !l.now().Before(at) {
 		if err := l.flushLocked(); err != nil {
@@ -294,14 +301,10 @@ func (l *Log) queueRetentionLocked() {
 // retentionCheck applies retention (as DeleteOldSegments) and arms the
 // next retention deadline.
 func (l *Log) retentionCheck() {
-	if l.checkWritable() != nil {
+	if l.lockWritable() != nil {
 		return // closed, or failed until it is reopened
 	}
-	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.checkWritable() != nil {
-		return
-	}
 	d := &l.dl
 	cfg := l.cfg.Load()
 	d.inRetention = true
