@@ -378,9 +378,13 @@ func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
 			return
 		}
 		// Not after a truncation since the roll: it may have cut below
-		// base, and what was appended since is not synced.
+		// base, and what was appended since is not synced. Nor past a
+		// segment below this one that is not known durable (an earlier
+		// roll's sync still running): the recovery point covers only a
+		// prefix of synced segments, or a Flush and the next recovery
+		// would trust that segment unsynced.
 		l.rpMu.Lock()
-		if l.rpLowered == lowered && l.recoveryPoint.Load() < base {
+		if rp := l.recoveryPoint.Load(); l.rpLowered == lowered && rp < base && rp >= s.base {
 			l.recoveryPoint.Store(base)
 		}
 		l.rpMu.Unlock()

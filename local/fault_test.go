@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
@@ -367,4 +368,44 @@ func batchBases(t *testing.T, l *local.Log) []int64 {
 		off = b.NextOffset()
 	}
 	return out
+}
+
+// TestRollSyncsRaiseTheRecoveryPointInOrder: each roll syncs the sealed
+// segment in the background and then raises the recovery point to the new
+// base; a later roll's sync finishing first must not raise it past an
+// earlier sealed segment whose sync is still running (a Flush and the
+// next recovery would then trust that segment unsynced).
+func TestRollSyncsRaiseTheRecoveryPointInOrder(t *testing.T) {
+	dir := t.TempDir()
+	ffs := faultfs.New(vfs.Default)
+	l := openFaulty(t, dir, ffs, cfg(t, "segment.bytes", "2048"), false)
+	defer l.Close()
+	first := filepath.Join(dir, local.FileName(0, local.LogSuffix))
+	release := make(chan struct{})
+	ffs.SetHook(func(op faultfs.Op) error {
+		if op.Kind == faultfs.OpSync && op.Path == first {
+			<-release // the first sealed segment's fsync is slow
+		}
+		return nil
+	})
+	for len(l.SegmentInfos()) < 4 {
+		if _, err := l.Append(ctx, batchOf(3, 0, "a"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	second := l.SegmentInfos()[1].BaseOffset
+	time.Sleep(200 * time.Millisecond) // the later rolls' syncs end meanwhile
+	if rp := l.RecoveryPoint(); rp >= second {
+		close(release)
+		t.Fatalf("recovery point %d while the segment below %d is not synced yet", rp, second)
+	}
+	close(release)
+	ffs.SetHook(nil)
+	deadline := time.Now().Add(10 * time.Second)
+	for l.RecoveryPoint() < second {
+		if time.Now().After(deadline) {
+			t.Fatalf("recovery point %d after the first segment's sync ended, want at least %d", l.RecoveryPoint(), second)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 }
