@@ -29,10 +29,6 @@ type activeSegment struct {
 	rollingBasedTs int64
 	created        time.Time
 	jitterMs       int64
-	// idleSince is when the log's deadlines first saw the segment hold
-	// data (the wall clock, not the records' time): the idle roll's
-	// clock. Zero until then.
-	idleSince time.Time
 }
 
 func (o *segmentOptions) path(base int64, suffix string) string {

@@ -66,6 +66,10 @@ type logDeadlines struct {
 
 	deletes deadline
 	roll    deadline
+	// idleSince is when the deadlines first saw the last segment (the one
+	// at idleBase) hold data: the idle roll's clock.
+	idleSince time.Time
+	idleBase  int64
 }
 
 // deadline is one of a log's tasks on the wheel and the moment it is
@@ -218,23 +222,28 @@ func (l *Log) rollIfIdle() error {
 	return nil
 }
 
-// idleRollAtLocked is when the active segment rolls by segment.ms if no
+// idleRollAtLocked is when the last segment rolls by segment.ms if no
 // append rolls it first; ok is false when it never does (it is empty, or
-// segment.ms is beyond a time.Duration). It starts the segment's idle
-// clock on first sight of its data. REQUIRES: l.mu held.
+// segment.ms is beyond a time.Duration). The clock is the wall clock from
+// when the log's deadlines first saw the segment hold data (after a
+// reopen, the open: a segment not yet written to since a clean open has
+// no activeSegment, and is rolled all the same). REQUIRES: l.mu held.
 func (l *Log) idleRollAtLocked() (time.Time, bool) {
-	a := l.act
-	if a == nil {
+	d := &l.dl
+	segs := l.segments()
+	last := segs[len(segs)-1]
+	if last.size.Load() == 0 {
+		d.idleSince = time.Time{} // empty, or emptied by a truncation: the clock starts again
 		return time.Time{}, false
 	}
-	if a.f.size.Load() == 0 {
-		a.idleSince = time.Time{} // emptied by a truncation: the clock starts again
-		return time.Time{}, false
+	if d.idleSince.IsZero() || d.idleBase != last.base {
+		d.idleSince, d.idleBase = l.now(), last.base
 	}
-	if a.idleSince.IsZero() {
-		a.idleSince = l.now()
+	jitter := int64(0)
+	if l.act != nil && l.act.f == last {
+		jitter = l.act.jitterMs
 	}
-	return msAfter(a.idleSince, max(l.cfg.Load().SegmentMs-a.jitterMs, 0))
+	return msAfter(d.idleSince, max(l.cfg.Load().SegmentMs-jitter, 0))
 }
 
 // armRollLocked arms the segment.ms deadline of an active segment that

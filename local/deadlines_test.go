@@ -510,3 +510,38 @@ func TestSegmentMsIdleRoll(t *testing.T) {
 		})
 	}
 }
+
+// TestSegmentMsIdleRollAfterACleanOpen: a segment holding data when the
+// log opens cleanly (not written to since, so not yet the writer's) rolls
+// segment.ms after the open, like one written to since.
+func TestSegmentMsIdleRollAfterACleanOpen(t *testing.T) {
+	h := newWheelHarness(t, time.Millisecond)
+	c := cfg(t, "segment.ms", "10000", "segment.jitter.ms", "0")
+	l, err := h.b.OpenLog(ctx, "r", 0, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendAt(t, l, h.clock.Now())
+	// A clean shutdown of the whole log directory, and a new Backend on it.
+	if err := h.b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h.at(time.Minute)
+	if h.b, err = local.OpenBackend(h.dir, local.BackendOptions{Now: h.clock.Now, Timer: h.wheel.Timer, BackgroundInterval: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	b2 := h.b
+	t.Cleanup(func() { b2.Close() }) // before the harness's, which closes the first
+	if l, err = h.b.OpenLog(ctx, "r", 0, c); err != nil {
+		t.Fatal(err)
+	}
+	h.settle()
+	h.at(time.Minute + 10*time.Second - time.Nanosecond)
+	if n := len(l.SegmentInfos()); n != 1 {
+		t.Fatalf("rolled before segment.ms after the open: %d segments", n)
+	}
+	h.at(time.Minute + 10*time.Second + time.Millisecond)
+	if segs := l.SegmentInfos(); len(segs) != 2 || segs[0].Size == 0 || segs[1].Size != 0 {
+		t.Fatalf("segment.ms after a clean open: segments %+v; want the one with data rolled", segs)
+	}
+}
