@@ -285,19 +285,25 @@ func (b *Backend) SetCheckpoints(topic string, partition int32, recoveryPoint, l
 }
 
 // MergeCheckpoints is SetCheckpoints for a log directory no Backend has
-// open (the caller holds its lock, LockFile): it merges the partition's
-// recovery point and log start into the directory's checkpoint files.
-func MergeCheckpoints(logDir string, tp TopicPartition, recoveryPoint, logStart int64) error {
+// open (the caller holds its lock, LockFile), through fsys (nil:
+// vfs.Default): it merges the partition's log start, then its recovery
+// point, into the directory's checkpoint files (each written whole and
+// durable; a crash between the two leaves a recovery point that is not
+// trusted yet, never one without its log start).
+func MergeCheckpoints(fsys vfs.FS, logDir string, tp TopicPartition, recoveryPoint, logStart int64) error {
+	if fsys == nil {
+		fsys = vfs.Default
+	}
 	for _, c := range []struct {
 		name  string
 		value int64
-	}{{RecoveryPointCheckpoint, recoveryPoint}, {LogStartCheckpoint, logStart}} {
-		m, err := ReadOffsetCheckpoint(filepath.Join(logDir, c.name))
+	}{{LogStartCheckpoint, logStart}, {RecoveryPointCheckpoint, recoveryPoint}} {
+		m, err := readOffsetCheckpoint(fsys, filepath.Join(logDir, c.name))
 		if err != nil {
 			return err
 		}
 		m[tp] = c.value
-		if err := WriteOffsetCheckpoint(logDir, c.name, m); err != nil {
+		if err := writeOffsetCheckpoint(fsys, logDir, c.name, m); err != nil {
 			return err
 		}
 	}

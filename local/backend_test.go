@@ -4,10 +4,14 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/testing/faultfs"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 func TestBackendCheckpointsAndCleanShutdown(t *testing.T) {
@@ -209,5 +213,36 @@ func TestTruncateToCheckpoints(t *testing.T) {
 	}
 	if got := read(); got > 30 {
 		t.Fatalf("recovery point checkpoint %d after TruncateTo(30)", got)
+	}
+}
+
+// TestTruncateToCheckpointFailureFailsTheLog: when the checkpoints a
+// Backend's TruncateTo writes cannot be written, the log refuses writes
+// until it is reopened (a retry would find nothing to cut, and appends
+// would resume over the old recovery point).
+func TestTruncateToCheckpointFailureFailsTheLog(t *testing.T) {
+	ffs := faultfs.New(vfs.Default)
+	b, err := local.OpenBackend(t.TempDir(), local.BackendOptions{FS: ffs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	l, err := b.OpenLog(ctx, "t", 0, cfg(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if _, err := l.Append(ctx, batchOf(3, 0, "a"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ffs.SetHook(faultfs.FailAll(faultfs.OpRename, func(p string) bool { return strings.Contains(p, local.RecoveryPointCheckpoint) }, syscall.EIO))
+	err = l.TruncateTo(15)
+	ffs.SetHook(nil)
+	if !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("TruncateTo whose checkpoint cannot be written: %v; want ErrStorage", err)
+	}
+	if _, err := l.Append(ctx, batchOf(3, 0, "b"), backend.AppendOptions{AssignOffsets: true}); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("append after it: %v; want the log failed", err)
 	}
 }

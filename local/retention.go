@@ -202,7 +202,10 @@ func (l *Log) TruncateTo(offset int64) error {
 	cut, err := l.truncateTo(offset)
 	if err == nil && cut && l.truncated != nil {
 		if err := l.truncated(); err != nil {
-			return fmt.Errorf("%w: truncated to %d, but the checkpoints could not be written: %w", backend.ErrStorage, offset, err)
+			// Appends must not resume over the old recovery point, and a
+			// retry finds nothing to cut (and so nothing to checkpoint):
+			// the log fails until it is reopened, which recovers.
+			return l.fail(fmt.Errorf("truncated to %d, but the checkpoints could not be written: %w", offset, err))
 		}
 	}
 	return err

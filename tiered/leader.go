@@ -57,7 +57,7 @@ func (p *Partition) attach(ctx context.Context) error {
 		}
 	}
 	p.adopt(st)
-	if o := p.local.Offsets(); st.m.Deleted && (p.openedEmpty || o.LogStart == o.LogEnd) {
+	if st.m.Deleted && (p.openedEmpty || p.local.Offsets().LogEnd == 0) {
 		p.reborn.Store(true)
 	}
 	if epoch := p.epoch.Load(); p.role.Load() == roleLeader && st.m.WriterEpoch > epoch {

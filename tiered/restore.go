@@ -129,7 +129,7 @@ func Restore(ctx context.Context, store *objstore.Store, prefix, dir string, opt
 	if err := syncDir(fsys, logDir); err != nil {
 		return nil, err
 	}
-	if err := restoredCheckpoints(m, logDir, name, opts.Backend); err != nil {
+	if err := restoredCheckpoints(fsys, m, logDir, name, opts.Backend); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -158,7 +158,7 @@ func downloadBytes(m *manifest.Manifest) int64 {
 // whose records retention removed), and its log start, the manifest's.
 // A directory name that is not a partition's records nothing: the caller
 // opens it with the manifest's log start, as before.
-func restoredCheckpoints(m *manifest.Manifest, logDir, name string, b *local.Backend) error {
+func restoredCheckpoints(fsys vfs.FS, m *manifest.Manifest, logDir, name string, b *local.Backend) error {
 	tp, err := local.ParsePartitionDirName(name)
 	if err != nil {
 		return nil
@@ -168,7 +168,7 @@ func restoredCheckpoints(m *manifest.Manifest, logDir, name string, b *local.Bac
 	if b != nil {
 		err = b.SetCheckpoints(tp.Topic, tp.Partition, end, start)
 	} else {
-		err = local.MergeCheckpoints(logDir, tp, end, start)
+		err = local.MergeCheckpoints(fsys, logDir, tp, end, start)
 	}
 	if err != nil {
 		return fmt.Errorf("tiered: restore: the partition is restored, but the log directory's checkpoints could not record it: %w", err)

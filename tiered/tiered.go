@@ -136,14 +136,15 @@ type Partition struct {
 	attached atomic.Bool
 	attachMu sync.Mutex
 	// reborn says the manifest was a deleted partition's when this one
-	// attached, and its local log held no record when it was opened or
-	// when it attached: it is a new partition of the deleted one's name,
-	// and may start over from the deleted manifest (see claimLocked). A
-	// partition whose local log held records then may be the deleted one
-	// (a broker that missed the deletion, or a Delete cut short): it is
-	// refused.
+	// attached, and its local log had never held a record (its log end 0)
+	// when it was opened or when it attached: it is a new partition of the
+	// deleted one's name, and may start over from the deleted manifest
+	// (see claimLocked). A partition whose local log held records then,
+	// even one retention emptied at a later offset, may be the deleted
+	// one (a broker that missed the deletion, or a Delete cut short): it
+	// is refused.
 	reborn      atomic.Bool
-	openedEmpty bool // the local log held no record at Open; set before p is shared
+	openedEmpty bool // the local log's end was 0 at Open; set before p is shared
 	// epoch is the leader epoch the partition leads or follows at; role
 	// says which (roleNone until told).
 	epoch atomic.Int32
@@ -248,8 +249,7 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	}
 	p.closing, p.stopClosing = context.WithCancel(context.Background())
 	p.claimed.Store(-1)
-	o := l.Offsets()
-	p.openedEmpty = o.LogStart == o.LogEnd
+	p.openedEmpty = l.Offsets().LogEnd == 0
 	p.epoch.Store(opts.LeaderEpoch)
 	if !opts.noRole {
 		p.role.Store(roleLeader)
