@@ -30,8 +30,11 @@
 //	writerEpoch        varint   (leader epoch of the committing writer)
 //	logStartOffset     varint   (the partition's remote log start)
 //	flags              uvarint  (v2) bit 0: the partition is deleted (no
-//	                   segments; its objects are being removed); other bits
-//	                   must be 0
+//	                   segments; its objects are being removed); bit 1: born
+//	                   follows; other bits must be 0 (a reader refuses a
+//	                   manifest with a bit it does not know)
+//	born               uvarint  (v2, only with flags bit 1) the generation
+//	                   this incarnation of the partition started at
 //	count              uvarint
 //	count segments, each:
 //	  flags            byte     (bit 0: a gap precedes this segment)
