@@ -403,23 +403,8 @@ func (d *decoder) decodeV2(s *Segment) {
 	}
 }
 
-// Decode parses and validates a manifest.
-func Decode(data []byte) (*Manifest, error) {
-	if len(data) < len(magic)+2+4 {
-		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(data))
-	}
-	if [4]byte(data[:4]) != magic {
-		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, data[:4])
-	}
-	version := binary.BigEndian.Uint16(data[4:])
-	if version < 1 || version > Version {
-		return nil, fmt.Errorf("%w: version %d (this build reads 1 to %d)", ErrUnsupportedVersion, version, Version)
-	}
-	body, stored := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
-	if got := crc32.Checksum(body, castagnoli); got != stored {
-		return nil, fmt.Errorf("%w: crc 0x%08x, computed 0x%08x", ErrCorrupt, stored, got)
-	}
-	d := &decoder{b: body[6:]}
+// header decodes the fields before the segment count.
+func (d *decoder) header(version uint16) (*Manifest, error) {
 	m := &Manifest{}
 	m.Generation = d.uvarint("generation")
 	we := d.varint("writer epoch")
@@ -437,6 +422,30 @@ func Decode(data []byte) (*Manifest, error) {
 		if flags&flagBorn != 0 {
 			m.Born = d.uvarint("born")
 		}
+	}
+	return m, nil
+}
+
+// Decode parses and validates a manifest.
+func Decode(data []byte) (*Manifest, error) {
+	if len(data) < len(magic)+2+4 {
+		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(data))
+	}
+	if [4]byte(data[:4]) != magic {
+		return nil, fmt.Errorf("%w: bad magic %q", ErrCorrupt, data[:4])
+	}
+	version := binary.BigEndian.Uint16(data[4:])
+	if version < 1 || version > Version {
+		return nil, fmt.Errorf("%w: version %d (this build reads 1 to %d)", ErrUnsupportedVersion, version, Version)
+	}
+	body, stored := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if got := crc32.Checksum(body, castagnoli); got != stored {
+		return nil, fmt.Errorf("%w: crc 0x%08x, computed 0x%08x", ErrCorrupt, stored, got)
+	}
+	d := &decoder{b: body[6:]}
+	m, err := d.header(version)
+	if err != nil {
+		return nil, err
 	}
 	count := d.uvarint("segment count")
 	if d.err != nil {
