@@ -59,17 +59,27 @@ func main() {
 	}
 }
 
+// workDir returns dir, or when it is empty a temporary directory that
+// cleanup removes.
+func workDir(dir string) (_ string, cleanup func(), err error) {
+	if dir != "" {
+		return dir, func() {}, nil
+	}
+	tmp, err := os.MkdirTemp("", "tierlog-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	return tmp, func() { os.RemoveAll(tmp) }, nil
+}
+
 // runOnly runs one group of measurements (-only) and prints each run's
 // result as a line of JSON: for looking at one row while working on it.
 func runOnly(group, dir string, n int64, runs int, reads int64) error {
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "tierlog-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
+	dir, cleanup, err := workDir(dir)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	byKind := map[string][]result{}
 	switch group {
 	case "remote":
@@ -131,14 +141,11 @@ func runKind(setup, kind, dir string, n int64, runs int, reads int64) ([]result,
 }
 
 func parent(dir string, n int64, runs int, reads int64, tieredBench bool, update string) error {
-	if dir == "" {
-		tmp, err := os.MkdirTemp("", "tierlog-bench-")
-		if err != nil {
-			return err
-		}
-		defer os.RemoveAll(tmp)
-		dir = tmp
+	dir, cleanup, err := workDir(dir)
+	if err != nil {
+		return err
 	}
+	defer cleanup()
 	started := time.Now()
 	byKind := map[string][]result{}
 	kinds := []string{"baseline"}
