@@ -193,16 +193,7 @@ func TestCrashAtKthOperation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := 200
-	if testing.Short() {
-		runs = 40
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TIERLOG_CRASH_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("crash test seed %d (set TIERLOG_CRASH_SEED to replay)", seed)
-	rng := rand.New(rand.NewPCG(seed, 0))
+	runs, rng := crashPlan(t, 200, 40, 0, "crash test")
 	for run := 0; run < runs; run++ {
 		dir := t.TempDir()
 		k := 1 + rng.IntN(400)
@@ -261,4 +252,19 @@ func checkAfterCrash(t *testing.T, dir string, flushed int64, what string) {
 		t.Fatalf("%s: close: %v", what, err)
 	}
 	checkIndexesMatchLog(t, filepath.Join(dir, "logs", "crash-0"))
+}
+
+// crashPlan is a crash test's number of runs (short of them in -short) and
+// its random source, seeded from TIERLOG_CRASH_SEED when set, else from
+// the clock; the seed is logged so a failure can be replayed.
+func crashPlan(t *testing.T, runs, short int, stream uint64, what string) (int, *rand.Rand) {
+	if testing.Short() {
+		runs = short
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("TIERLOG_CRASH_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("%s seed %d (set TIERLOG_CRASH_SEED to replay)", what, seed)
+	return runs, rand.New(rand.NewPCG(seed, stream))
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -463,16 +462,7 @@ func TestCrashPowerLossTruncation(t *testing.T) {
 }
 
 func testPowerLoss(t *testing.T, truncate bool) {
-	runs := 150
-	if testing.Short() {
-		runs = 40
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TIERLOG_CRASH_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("power loss test seed %d (set TIERLOG_CRASH_SEED to replay; goroutine timing may still differ)", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	runs, rng := crashPlan(t, 150, 40, 1, "power loss test (goroutine timing may still differ)")
 	modes := []string{"lost", "kept", "torn"}
 	for run := 0; run < runs; run++ {
 		k := 1 + rng.IntN(2000)

@@ -125,16 +125,7 @@ func TestProducersAfterCrash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runs := 80
-	if testing.Short() {
-		runs = 20
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TIERLOG_CRASH_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("crash test seed %d (set TIERLOG_CRASH_SEED to replay)", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
+	runs, rng := crashPlan(t, 80, 20, 1, "crash test")
 	checked := 0
 	for run := range runs {
 		dir := t.TempDir()
