@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/tiered"
@@ -76,14 +77,17 @@ func openUploaded(t *testing.T, b *tiered.Backend, epoch int32, n int, kv ...str
 	return tp
 }
 
-// missingObjects lists the objects p's manifest names that the bucket lacks.
-func missingObjects(t *testing.T, drv objstore.Driver, p *tiered.Partition) []string {
+// missingObjects lists the objects m names under tl/orders-0 that the
+// bucket (a Driver or a Store) lacks.
+func missingObjects(t *testing.T, bucket interface {
+	Head(context.Context, string) (objstore.ObjectInfo, error)
+}, m *manifest.Manifest) []string {
 	t.Helper()
 	var missing []string
-	for _, s := range p.Manifest().Segments {
+	for _, s := range m.Segments {
 		for _, suf := range s.Objects() {
 			key := "tl/orders-0/" + s.Name(suf)
-			if _, err := drv.Head(ctx, key); err != nil {
+			if _, err := bucket.Head(ctx, key); err != nil {
 				missing = append(missing, key)
 			}
 		}
@@ -123,14 +127,14 @@ func TestDeleteDoesNotRemoveRecreatedPartitionsObjects(t *testing.T) {
 	// The topic is re-created while the old deletion is between its
 	// deleted-manifest commit and its object removal.
 	p2 := openUploaded(t, b, 1, 2000)
-	if missing := missingObjects(t, drv.Driver, p2); len(missing) != 0 {
+	if missing := missingObjects(t, drv.Driver, p2.Manifest()); len(missing) != 0 {
 		t.Fatalf("before the old Delete finishes, the new partition already lacks %v", missing)
 	}
 	close(release)
 	if err := <-errc; err != nil {
 		t.Logf("old Delete: %v", err)
 	}
-	if missing := missingObjects(t, drv.Driver, p2); len(missing) != 0 {
+	if missing := missingObjects(t, drv.Driver, p2.Manifest()); len(missing) != 0 {
 		t.Fatalf("the old partition's Delete removed %d objects the re-created partition's committed manifest (generation %d) names, e.g. %s: data loss",
 			len(missing), p2.Manifest().Generation, missing[0])
 	}

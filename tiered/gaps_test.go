@@ -347,12 +347,8 @@ func TestBackendServiceRunsGC(t *testing.T) {
 	if waited := time.Since(opened); waited < interval {
 		t.Fatalf("the service's first gc of the partition ran %v after it opened, before one GCInterval (%v)", waited, interval)
 	}
-	for _, s := range p.Manifest().Segments {
-		for _, suf := range s.Objects() {
-			if _, err := store.Head(ctx, "tl/orders-0/"+s.Name(suf)); err != nil {
-				t.Fatalf("gc removed %s, which the manifest names: %v", s.Name(suf), err)
-			}
-		}
+	if missing := missingObjects(t, store, p.Manifest()); len(missing) > 0 {
+		t.Fatalf("gc removed %v, which the manifest names", missing)
 	}
 }
 

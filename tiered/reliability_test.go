@@ -496,12 +496,8 @@ func TestCommitEndsWithItsWindow(t *testing.T) {
 	if len(m.Segments) == 0 {
 		t.Fatal("nothing committed by the second offload")
 	}
-	for _, s := range m.Segments {
-		for _, suf := range s.Objects() {
-			if _, err := drv.Head(ctx, "tl/orders-0/"+s.Name(suf)); err != nil {
-				t.Fatalf("the manifest names %s, which gc removed: %v", s.Name(suf), err)
-			}
-		}
+	if missing := missingObjects(t, drv, m); len(missing) > 0 {
+		t.Fatalf("the manifest names %v, which gc removed", missing)
 	}
 }
 
