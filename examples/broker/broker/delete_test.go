@@ -181,23 +181,7 @@ func deref(p *string) string {
 // listOffsets asks ListOffsets for topic-0's earliest and latest offsets.
 func listOffsets(t *testing.T, cl *kgo.Client, topic string) (start, end int64) {
 	t.Helper()
-	ask := func(ts int64) int64 {
-		req := kmsg.NewPtrListOffsetsRequest()
-		rt := kmsg.NewListOffsetsRequestTopic()
-		rt.Topic = topic
-		rp := kmsg.NewListOffsetsRequestTopicPartition()
-		rp.Partition, rp.Timestamp = 0, ts
-		rt.Partitions = append(rt.Partitions, rp)
-		req.Topics = append(req.Topics, rt)
-		resp, err := req.RequestWith(context.Background(), cl)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := resp.Topics[0].Partitions[0]
-		if p.ErrorCode != 0 {
-			t.Fatalf("ListOffsets %s-0 at %d: error code %d", topic, ts, p.ErrorCode)
-		}
-		return p.Offset
-	}
-	return ask(-2), ask(-1)
+	start, _ = listOffset(t, cl, topic, -2, 0)
+	end, _ = listOffset(t, cl, topic, -1, 0)
+	return start, end
 }
