@@ -437,7 +437,8 @@ func (l *Log) SegmentInfos() []SegmentInfo {
 // acquireSegmentFor returns the segment holding offset (the last with base
 // <= offset), with a reader reference, and its index in the list. It fails
 // with ErrClosed once the log is closed (its segments can no longer be
-// acquired).
+// acquired), and with an OffsetOutOfRangeError once the log start passed
+// offset.
 func (l *Log) acquireSegmentFor(offset int64) (*segFile, []*segFile, int, error) {
 	for {
 		if l.closed.Load() {
@@ -449,6 +450,14 @@ func (l *Log) acquireSegmentFor(offset int64) (*segFile, []*segFile, int, error)
 			i = 0
 		}
 		if segs[i].acquire() {
+			// Retention raises the log start before it drops segments: a
+			// list without the segment holding offset (offset below its
+			// first segment) comes with a log start above offset. The
+			// caller checked the log start before; it may have moved.
+			if ls := l.logStart.Load(); offset < ls {
+				segs[i].release()
+				return nil, nil, 0, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: ls, LogEnd: l.leo.Load()}
+			}
 			return segs[i], segs, i, nil
 		}
 		runtime.Gosched() // a writer is swapping the segment list
@@ -529,6 +538,14 @@ func (l *Log) removeAll(paths []string) {
 // file.delete.delay.ms. REQUIRES: l.mu held (or the log not shared); the
 // segment is no longer in the published list, or is about to leave it.
 func (l *Log) retireSegment(s *segFile) error {
+	// A reader that took the segment before it left the list opens its
+	// descriptor by name on first use; after the rename (and the unlink,
+	// with no delay) the name is gone. The descriptor is opened now, kept
+	// out of the file budget's reach, and closes with the last reference.
+	if _, err := s.file(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	s.opts.budget.forget(s)
 	if _, err := renameDeleted(s); err != nil {
 		return err
 	}
