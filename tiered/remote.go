@@ -121,6 +121,14 @@ func (p *Partition) readRemote(ctx context.Context, offset int64, opts backend.R
 	for {
 		i, ok := m.Find(offset)
 		if !ok || m.Segments[i].BaseOffset >= lo.LogStart {
+			// Nothing in the bucket at or after offset before the local
+			// log: the local log serves from its start, unless offset is
+			// below the partition's log start now (a DeleteRecordsBefore
+			// since the caller's check), which is out of range, not a
+			// read from a later offset.
+			if o := p.Offsets(); offset < o.LogStart {
+				return nil, false, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
+			}
 			recs, err := p.local.Read(ctx, max(offset, lo.LogStart), opts)
 			return recs, false, err
 		}
