@@ -10,10 +10,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -238,4 +240,53 @@ func BenchmarkSequentialRemote(b *testing.B) {
 			b.SetBytes(total / int64(b.N))
 		})
 	}
+}
+
+// BenchmarkCopyQuota: 200 tiered partitions of one closed 64 KiB segment
+// each upload to an in-memory bucket under a broker-wide quota of 4 MiB/s,
+// far below the bucket's pace; of-cap is the steady .log rate, past the
+// limiter's one-second burst, over the cap. Target: 0.9 to 1.1.
+func BenchmarkCopyQuota(b *testing.B) {
+	const parts, quota = 200, 4 << 20
+	for b.Loop() {
+		rec := &putRecorder{}
+		store := objstore.New(&switchDriver{Driver: mem.New(), onPut: rec.onPut}, "mem", objstore.Options{})
+		m := fastManager
+		m.CopyBytesPerSecond = quota
+		m.CopierThreads = 16
+		bk := openTieredBackend(b, b.TempDir(), store, tiered.BackendOptions{Manager: m})
+		all := openRolledPartitions(b, bk, parts)
+		for _, p := range all {
+			if err := p.BecomeLeader(ctx, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		eventually(b, 5*time.Minute, "closed segments left to upload", func() bool {
+			for _, p := range all {
+				if n, _ := p.CopyLag(); n > 0 {
+					return false
+				}
+			}
+			return true
+		})
+		b.ReportMetric(steadyRate(rec.done(), quota)/quota, "of-cap")
+		bk.Close()
+	}
+}
+
+// steadyRate is the bytes a second of puts from when the first burst
+// bytes are done to the last.
+func steadyRate(puts []timedPut, burst int64) float64 {
+	var done, fromBytes int64
+	var from time.Time
+	for _, p := range puts {
+		done += p.size
+		if from.IsZero() && done >= burst {
+			from, fromBytes = p.at, done
+		}
+	}
+	if from.IsZero() || !puts[len(puts)-1].at.After(from) {
+		return 0
+	}
+	return float64(done-fromBytes) / puts[len(puts)-1].at.Sub(from).Seconds()
 }
