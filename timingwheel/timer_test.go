@@ -197,8 +197,11 @@ func TestFarDeadlines(t *testing.T) {
 	}
 }
 
-// The driver fires tasks on time, and wakes from a long sleep for a task
-// due earlier.
+// The driver fires tasks never before their deadlines, and wakes from a
+// long sleep for a task due earlier (else the tasks would wait an hour:
+// go test's -timeout catches that). How late past the tick they fire is
+// the machine's pace, logged, not asserted; TestModel checks "within a
+// tick" on a fake clock.
 func TestDriverFiresOnTime(t *testing.T) {
 	tm := newDriven(t, context.Background(), timingwheel.Options{})
 	// Asleep until an hour from now...
@@ -214,16 +217,15 @@ func TestDriverFiresOnTime(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	var latest time.Duration
 	for range 20 {
 		f := <-fires
 		if f.at.Before(f.deadline) {
 			t.Errorf("fired %v before its deadline", f.deadline.Sub(f.at))
 		}
-		// One tick, plus scheduling slack on a shared machine.
-		if late := f.at.Sub(f.deadline); late > tm.Tick()+200*time.Millisecond {
-			t.Errorf("fired %v after its deadline", late)
-		}
+		latest = max(latest, f.at.Sub(f.deadline))
 	}
+	t.Logf("20 tasks fired at most %v past their deadlines (tick %v)", latest, tm.Tick())
 	if n := tm.Pending(); n != 1 {
 		t.Fatalf("Pending = %d, want the hour-long task", n)
 	}

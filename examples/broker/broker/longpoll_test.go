@@ -10,24 +10,27 @@ import (
 	"github.com/tierlog/tierlog/examples/broker/broker"
 )
 
-// TestLongPoll parks a fetch with a 10 s MaxWait: a record produced
+// TestLongPoll parks a fetch with a 10-minute MaxWait: a record produced
 // meanwhile wakes it (Partition.Changed, then the purgatory's
-// CheckAndComplete) long before the wait ends.
+// CheckAndComplete). Only a woken fetch can bring the record before the
+// consumer gives up at 2 minutes, long before the wait ends: what is
+// checked is that the record woke it, not how fast.
 func TestLongPoll(t *testing.T) {
 	b := startBroker(t, testOptions(t.TempDir()))
 	prod := newClient(t, b.Addr())
 	produceTo(t, prod, "poll", 0, 1)
 	cons := newClient(t, b.Addr(), kgo.ConsumeTopics("poll"), kgo.ConsumeResetOffset(kgo.NewOffset().AtEnd()),
-		kgo.FetchMaxWait(10*time.Second))
+		kgo.FetchMaxWait(10*time.Minute))
 	// Let the consumer reach the end and park its fetch.
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	cons.PollFetches(ctx)
 	cancel()
 	start := time.Now()
 	produceTo(t, prod, "poll", 1, 1)
-	got := consumeN(t, cons, 1, 5*time.Second)
-	if el := time.Since(start); el > 2*time.Second || got[0].Offset != 1 {
-		t.Fatalf("offset %d arrived %v after it was produced, want offset 1 well within the 10 s MaxWait", got[0].Offset, el)
+	got := consumeN(t, cons, 1, 2*time.Minute)
+	t.Logf("offset %d arrived %v after it was produced", got[0].Offset, time.Since(start))
+	if got[0].Offset != 1 {
+		t.Fatalf("offset %d arrived, want offset 1", got[0].Offset)
 	}
 }
 
