@@ -429,6 +429,9 @@ func RunBehindFaults(t *testing.T, newDriver func(t *testing.T) (objstore.Driver
 		}
 	}
 	t.Logf("faults injected: %d, retries: %d", injected, retries)
+	if len(stores) == 0 {
+		t.Skip("no store was made: every case skipped (see why above)")
+	}
 	if injected == 0 || retries == 0 {
 		t.Fatalf("no faults were injected and retried (injected %d, retries %d)", injected, retries)
 	}
