@@ -240,6 +240,9 @@ func (l *Log) Dir() string { return l.dir }
 // Config returns the log's config.
 func (l *Log) Config() backend.Config { return *l.cfg.Load() }
 
+// ReadOnly says whether the log was opened with Options.ReadOnly.
+func (l *Log) ReadOnly() bool { return l.readOnly }
+
 func (l *Log) storeConfig(c backend.Config) {
 	l.cfg.Store(&c)
 	l.segOpts.compact.Store(c.Compact())

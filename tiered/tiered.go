@@ -251,7 +251,9 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	p.claimed.Store(-1)
 	p.openedEmpty = l.Offsets().LogEnd == 0
 	p.epoch.Store(opts.LeaderEpoch)
-	if !opts.noRole {
+	// A read-only local log (a tool's) makes a reader: no role, so it
+	// never takes the bucket's writer for a rival.
+	if !opts.noRole && !l.ReadOnly() {
 		p.role.Store(roleLeader)
 	}
 	// Until attached, the manifest is an empty one (the local log keeps the
