@@ -161,6 +161,19 @@ func (l *Log) logStartMovedLocked() error {
 // DeleteRecordsBefore raises the log start offset to offset and deletes the
 // segments wholly below it; see backend.Partition.
 func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
+	return l.deleteBefore(ctx, offset, "log start offset")
+}
+
+// TrimLocalBefore is DeleteRecordsBefore for a tiered log's local
+// retention: the local copies below offset go because the bucket holds
+// them, and the deletes are logged as local retention's.
+func (l *Log) TrimLocalBefore(ctx context.Context, offset int64) error {
+	return l.deleteBefore(ctx, offset, "local retention")
+}
+
+// deleteBefore raises the (local) log start to offset and deletes the
+// segments wholly below it, logging reason for each.
+func (l *Log) deleteBefore(ctx context.Context, offset int64, reason string) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -182,7 +195,7 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 	// Segments wholly below offset go even when the log start was there
 	// already: a crash after the checkpoint and before the deletes leaves
 	// them, and a retry must finish the job.
-	_, err := l.deleteSegmentsLocked("log start offset", func(_ *segFile, upper int64) (bool, error) {
+	_, err := l.deleteSegmentsLocked(reason, func(_ *segFile, upper int64) (bool, error) {
 		return upper <= offset, nil
 	})
 	return err

@@ -484,7 +484,7 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		cut = si.NextOffset
 	}
 	if cut >= 0 {
-		if err := p.local.DeleteRecordsBefore(ctx, cut); err != nil {
+		if err := p.local.TrimLocalBefore(ctx, cut); err != nil {
 			return err
 		}
 		for base := range p.verified {
