@@ -350,6 +350,14 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 		if err != nil {
 			return err
 		}
+		defer ll.Close()
+		if o.from.set {
+			if err := inBucketError(dir, ll, o.from.v); err != nil {
+				return err
+			}
+		} else {
+			noteInBucket(cmd, dir, ll, "reads them; this starts at the first local offset")
+		}
 		l = ll
 	}
 	defer l.Close()
@@ -473,6 +481,12 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 	} else {
 		ll, err := openPartitionReadOnly(cmd.Context(), dir, backend.Config{})
 		if err != nil {
+			return err
+		}
+		defer ll.Close()
+		if byTs {
+			noteInBucket(cmd, dir, ll, "searches them too")
+		} else if err := inBucketError(dir, ll, o.offset.v); err != nil {
 			return err
 		}
 		l, loc = ll, ll

@@ -271,13 +271,16 @@ in the bucket is an error (exit 2): the URL or its prefix is likely wrong.`,
 				defer l.Close()
 				m = &manifest.Manifest{}
 			}
+			// Tier is local, remote or both; Active marks the segment
+			// being written to (a local one).
 			type row struct {
-				Base  int64  `json:"baseOffset"`
-				Last  int64  `json:"lastOffset"`
-				Size  int64  `json:"size"`
-				Tier  string `json:"tier"`
-				Local string `json:"localFile,omitempty"`
-				Key   string `json:"object,omitempty"`
+				Base   int64  `json:"baseOffset"`
+				Last   int64  `json:"lastOffset"`
+				Size   int64  `json:"size"`
+				Tier   string `json:"tier"`
+				Active bool   `json:"active"`
+				Local  string `json:"localFile,omitempty"`
+				Key    string `json:"object,omitempty"`
 			}
 			rows := map[int64]*row{}
 			var order []int64
@@ -290,11 +293,7 @@ in the bucket is an error (exit 2): the URL or its prefix is likely wrong.`,
 					r.Tier, r.Local = "both", filepath.Base(si.Path)
 					continue
 				}
-				tier := "local"
-				if si.Active {
-					tier = "local (active)"
-				}
-				rows[si.BaseOffset] = &row{Base: si.BaseOffset, Last: si.NextOffset - 1, Size: si.Size, Tier: tier, Local: filepath.Base(si.Path)}
+				rows[si.BaseOffset] = &row{Base: si.BaseOffset, Last: si.NextOffset - 1, Size: si.Size, Tier: "local", Active: si.Active, Local: filepath.Base(si.Path)}
 				order = append(order, si.BaseOffset)
 			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
@@ -305,7 +304,14 @@ in the bucket is an error (exit 2): the URL or its prefix is likely wrong.`,
 					writeJSON(w, r)
 					continue
 				}
-				fmt.Fprintf(w, "%-15s %20d..%-20d %12d B  %s\n", r.Tier, r.Base, r.Last, r.Size, firstNonEmpty(r.Key, r.Local))
+				tier := r.Tier
+				if r.Active {
+					tier += " (active)"
+				}
+				fmt.Fprintf(w, "%-15s %20d..%-20d %12d B  %s\n", tier, r.Base, r.Last, r.Size, firstNonEmpty(r.Key, r.Local))
+			}
+			if storeURL == "" {
+				noteInBucket(cmd, args[0], l, "lists their segments")
 			}
 			return nil
 		},

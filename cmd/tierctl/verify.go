@@ -306,16 +306,22 @@ func verifyPath(path string, bar *progress) ([]fileReport, error) {
 	if err != nil {
 		return nil, usageError{err}
 	}
-	hasSegments := false
+	hasSegments, hasDirs := false, false
 	var subdirs []string
 	for _, e := range ents {
 		if e.IsDir() {
-			subdirs = append(subdirs, filepath.Join(path, e.Name()))
+			hasDirs = true
+			// A log directory also holds directories that are not
+			// partitions (remote-log-index-cache, a deleted partition's
+			// *-delete): not verified as partitions.
+			if _, err := local.ParsePartitionDirName(e.Name()); err == nil {
+				subdirs = append(subdirs, filepath.Join(path, e.Name()))
+			}
 		} else if _, _, err := local.ParseFileName(e.Name()); err == nil {
 			hasSegments = true
 		}
 	}
-	if hasSegments || len(subdirs) == 0 {
+	if hasSegments || !hasDirs {
 		return verifyPartitionDir(path, ents, bar)
 	}
 	// A log directory: verify each partition directory in it.
