@@ -1,7 +1,11 @@
-// Command embed shows how a broker embeds tierlog: open a log directory,
-// append as a partition's leader, move the high watermark, serve a fetch,
-// offload old segments to a bucket, read them back, export metrics to
-// Prometheus, and shut down cleanly.
+// Command embed is the walk of docs/embedding.md as a program: open a log
+// directory as a tiered Backend over a bucket, open a partition and lead
+// it, build record batches and append them, let the Backend's service
+// upload the closed segments, read an old offset back (from the bucket)
+// and decode the batches, answer ListOffsets by time, export metrics to
+// Prometheus, and shut down cleanly. The page's walk is this file's code,
+// region for region (`// walk:` markers); TestPageIsTheExample holds them
+// equal.
 //
 //	go run ./examples/embed            # uses a temporary directory
 //	go run ./examples/embed -dir /tmp/x
@@ -24,6 +28,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/metrics"
@@ -42,7 +47,8 @@ func main() {
 }
 
 func run(dir string) error {
-	ctx := context.Background()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	if dir == "" {
 		tmp, err := os.MkdirTemp("", "tierlog-embed-")
 		if err != nil {
@@ -51,49 +57,62 @@ func run(dir string) error {
 		defer os.RemoveAll(tmp)
 		dir = tmp
 	}
+	bucketURL := "file://" + filepath.Join(dir, "bucket") + "?create=true"
+	logDir := filepath.Join(dir, "logs")
+	// The broker's own properties (server.properties), as it has them.
+	brokerProps := map[string]string{
+		"remote.log.manager.task.interval.ms": "100",
+	}
 
-	// 1. The broker's log directory: partitions open on first use.
-	// Structured logs (log/slog) go wherever the broker's do.
+	// walk:open
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	logs, err := local.OpenBackend(filepath.Join(dir, "logs"), local.BackendOptions{Logger: logger})
-	if err != nil {
-		return err
-	}
-	defer logs.Close() // flushes, writes checkpoints and the clean-shutdown marker
-
-	// Topic config comes as the map a broker already has, with Kafka's names.
-	cfg, err := backend.ParseConfig(map[string]string{
-		"segment.bytes":      "65536",
-		"local.retention.ms": "0", // keep only what must stay local once offloaded
-	})
-	if err != nil {
-		return err
-	}
-	l, err := logs.OpenLog(ctx, "payments", 0, cfg)
-	if err != nil {
-		return err
-	}
-
-	// 2. A bucket, and the partition as a tiered one over the local log.
-	store, err := storeurl.Open(ctx, "file://"+filepath.Join(dir, "bucket")+"?create=true", objstore.Options{})
+	store, err := storeurl.Open(ctx, bucketURL, objstore.Options{})
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	// Tiered partitions share one set of counters, as a Backend's logs do.
-	tieredMetrics := new(tiered.Metrics)
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "payments-0", LeaderEpoch: 1,
-		Metrics: tieredMetrics, Logger: logger})
+	mgr, err := tiered.ParseManagerConfig(brokerProps) // remote.log.manager.*; Kafka's defaults
 	if err != nil {
 		return err
 	}
+	logs, err := tiered.OpenBackend(logDir, tiered.BackendOptions{
+		Store: store, Prefix: "tierlog", // objects under tierlog/<topic>-<partition>/
+		Manager: mgr,
+		Local:   local.BackendOptions{Logger: logger, BackgroundInterval: 30 * time.Second},
+		Logger:  logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer logs.Close() // stops the service, flushes, writes checkpoints and the clean-shutdown marker
+	// walk:end
 
-	// 3. Produce requests carry record batches; as leader we append them.
+	// walk:partition
+	cfg, err := backend.ParseConfig(map[string]string{ // the topic's config, Kafka's names
+		"remote.storage.enable": "true",
+		"segment.bytes":         "65536", // small segments, so that some close and upload
+		"local.retention.ms":    "0",     // keep only what must stay local once uploaded
+	})
+	if err != nil {
+		return err
+	}
+	p, err := logs.Open(ctx, "payments", 0, cfg)
+	if err != nil {
+		return err
+	}
+	if err := p.BecomeLeader(ctx, 1); err != nil { // nothing uploads until the broker says it leads
+		return err
+	}
+	// walk:end
+
+	// walk:append
 	var b record.Builder
-	for i := 0; i < 200; i++ {
-		b.Reset(record.NewBatchHeader())
-		for j := 0; j < 10; j++ {
-			b.Append(int64(1_700_000_000_000+i), []byte(fmt.Sprintf("account-%d", j)), []byte(fmt.Sprintf("payment %d.%d", i, j)), nil)
+	for i := range 200 {
+		b.Reset(record.NewBatchHeader()) // a producer's batch: base offset 0, no producer id
+		for j := range 10 {
+			key := fmt.Appendf(nil, "account-%d", j)
+			value := fmt.Appendf(nil, "payment %d.%d", i, j)
+			b.Append(int64(1_700_000_000_000+i), key, value, nil)
 		}
 		batch, err := b.Build()
 		if err != nil {
@@ -103,65 +122,94 @@ func run(dir string) error {
 		if err != nil {
 			return err
 		}
-		// Once the followers have it, the broker moves the high watermark.
+		// Once the followers have it (here: at once), the broker moves the
+		// high watermark; segments below it may upload.
 		if err := p.SetHighWatermark(info.LastOffset + 1); err != nil {
 			return err
 		}
 	}
+	// walk:end
 
-	// 4. Old segments go to the bucket (a broker runs this periodically).
-	n, err := p.Offload(ctx)
-	if err != nil {
+	if err := waitUploaded(ctx, p); err != nil {
 		return err
 	}
 	o := p.Offsets()
-	fmt.Printf("offloaded %d segments; log start %d, local log start %d, high watermark %d, log end %d\n",
-		n, o.LogStart, o.LocalLogStart, o.HighWatermark, o.LogEnd)
+	fmt.Printf("log start %d, local log start %d, high watermark %d, log end %d\n",
+		o.LogStart, o.LocalLogStart, o.HighWatermark, o.LogEnd)
 
-	// 5. A fetch of an old offset: served from the bucket, same API.
+	// walk:read
 	recs, err := p.Read(ctx, 5, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true, Isolation: backend.ReadHighWatermark})
 	if err != nil {
-		return err
+		return err // *backend.OffsetOutOfRangeError carries LogStart and LogEnd
 	}
 	var buf bytes.Buffer
 	if _, err := recs.WriteTo(&buf); err != nil { // a socket in a broker: sendfile for local data
+		recs.Close()
 		return err
 	}
+	next := recs.(backend.OffsetRange).NextOffset() // where the next fetch starts
 	recs.Close()
+	// walk:end
+
+	// walk:decode
 	var it record.Iterator
-	first, err := record.Parse(buf.Bytes())
-	if err != nil {
-		return err
-	}
-	if err := it.Reset(first); err != nil {
-		return err
-	}
-	for it.Next() {
-		if r := it.Record(); r.Offset == 5 {
-			fmt.Printf("offset 5: key %s value %q\n", r.Key, r.Value)
+	for data := buf.Bytes(); len(data) > 0; {
+		batch, err := record.Parse(data) // the first batch in data, sized by its length field
+		if err != nil {
+			return err
 		}
+		if err := it.Reset(batch); err != nil {
+			return err
+		}
+		for it.Next() {
+			if r := it.Record(); r.Offset == 5 {
+				fmt.Printf("offset 5: key %s value %q (batch %d..%d)\n", r.Key, r.Value, batch.BaseOffset(), batch.LastOffset())
+			}
+		}
+		if err := it.Err(); err != nil {
+			return err
+		}
+		data = data[batch.Size():] // step to the next batch
 	}
-	if err := it.Err(); err != nil {
-		return err
-	}
-	// ListOffsets by time spans both tiers too.
-	off, _, found, err := p.OffsetForTimestamp(ctx, 1_700_000_000_100)
+	fmt.Printf("read %d bytes; the next fetch starts at offset %d\n", buf.Len(), next)
+	// walk:end
+
+	// walk:timestamp
+	off, ts, found, err := p.OffsetForTimestamp(ctx, 1_700_000_000_100) // ListOffsets by time, over both tiers
 	if err != nil {
 		return err
 	}
 	if !found {
 		return fmt.Errorf("no record at or after timestamp 1700000000100")
 	}
-	fmt.Printf("first offset at or after timestamp 1700000000100: %d\n", off)
+	fmt.Printf("first offset at or after timestamp 1700000000100: %d (timestamp %d)\n", off, ts)
+	// walk:end
 
-	// 6. Metrics: register the collectors and serve them on /metrics.
+	// walk:metrics
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
-		metrics.NewLocal(logs),
-		metrics.NewTiered(tieredMetrics, func() []*tiered.Partition { return []*tiered.Partition{p} }),
+		metrics.NewLocal(logs.Local()),
+		metrics.NewTieredBackend(logs, metrics.BackendOptions{}),
 		metrics.NewStore(store),
 	)
+	// walk:end
 	return scrape(reg)
+}
+
+// waitUploaded waits until the Backend's service has uploaded every closed
+// segment of p and local retention has left only the active one local.
+func waitUploaded(ctx context.Context, p backend.Partition) error {
+	for {
+		o := p.Offsets()
+		if o.LocalLogStart > o.LogStart {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for the upload: %w (offsets %+v)", ctx.Err(), o)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // scrape serves reg on a loopback port, as a broker would, fetches
@@ -185,22 +233,23 @@ func scrape(reg *prometheus.Registry) error {
 		return fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
 	sc := bufio.NewScanner(resp.Body)
-	shown := 0
+	want := []string{"tierlog_local_append_records_total ", "tierlog_segments{", "tierlog_tiered_segments_uploaded_total ",
+		`tierlog_objstore_requests_total{op="put"}`}
+	seen := map[string]bool{}
 	for sc.Scan() {
 		line := sc.Text()
-		for _, name := range []string{"tierlog_local_append_records_total ", "tierlog_segments{", "tierlog_tiered_segments_uploaded_total ",
-			"tierlog_tiered_copy_lag_bytes ", `tierlog_objstore_requests_total{op="put"}`} {
+		for _, name := range want {
 			if strings.HasPrefix(line, name) {
 				fmt.Println("metric:", line)
-				shown++
+				seen[name] = true
 			}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return err
 	}
-	if shown < 6 {
-		return fmt.Errorf("/metrics showed %d of the 6 series looked for", shown)
+	if len(seen) < len(want) {
+		return fmt.Errorf("/metrics showed %d of the %d series looked for", len(seen), len(want))
 	}
 	return nil
 }
