@@ -189,6 +189,10 @@ type AppendOptions struct {
 	// epochs, transactions).
 	AssignOffsets bool
 	// LeaderEpoch is stamped into each batch when AssignOffsets is set.
+	// It MUST be the epoch the partition leads at (its latest
+	// BecomeLeader), or 0 for that epoch; any other epoch, or a leader
+	// append to a partition told it follows, is ErrWrongLeaderEpoch and
+	// nothing is appended (see EpochAt).
 	LeaderEpoch int32
 	// Coordinator says the batches come from the broker itself, not a
 	// client: transaction markers (COMMIT or ABORT control batches, Kafka's
@@ -198,6 +202,20 @@ type AppendOptions struct {
 	// and CRC checks and the producer-state checks, not the client's
 	// record validation.
 	Coordinator bool
+}
+
+// EpochAt is the leader epoch a leader append stamps when the partition
+// leads at leading: LeaderEpoch when it is leading, leading when it is 0.
+// Any other LeaderEpoch is ErrWrongLeaderEpoch. Every backend applies this
+// one rule.
+func (o AppendOptions) EpochAt(leading int32) (int32, error) {
+	switch o.LeaderEpoch {
+	case leading:
+		return leading, nil
+	case 0:
+		return leading, nil
+	}
+	return -1, fmt.Errorf("%w: an append at leader epoch %d to a partition that leads at %d", ErrWrongLeaderEpoch, o.LeaderEpoch, leading)
 }
 
 // AppendInfo describes what Append wrote.

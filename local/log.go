@@ -147,7 +147,9 @@ type Log struct {
 	// created it) is not yet durable: the next flush syncs its parent.
 	newDir    bool
 	epochs    epochCache
-	unflushed int64 // records appended since the last flush
+	role      logRole // what the latest BecomeLeader or BecomeFollower said
+	leadEpoch int32   // the epoch the log leads at, when role is leading
+	unflushed int64   // records appended since the last flush
 	lastFlush time.Time
 	pending   []*pendingDelete // retired segments' files, oldest first
 	dl        logDeadlines     // the log's timed work (deadlines.go)

@@ -330,10 +330,19 @@ func (p *Partition) fitLocalStartLocked(ctx context.Context) error {
 	return nil
 }
 
-// Append appends to the local log.
+// Append appends to the local log. A leader append of a partition that
+// leads (BecomeLeader, or Open with Options.LeaderEpoch) is stamped with
+// the epoch it leads at (backend.AppendOptions.EpochAt).
 func (p *Partition) Append(ctx context.Context, batches []byte, opts backend.AppendOptions) (backend.AppendInfo, error) {
 	if err := p.checkOpen(); err != nil {
 		return backend.AppendInfo{}, err
+	}
+	if opts.AssignOffsets && p.role.Load() == roleLeader {
+		epoch, err := opts.EpochAt(p.epoch.Load())
+		if err != nil {
+			return backend.AppendInfo{}, fmt.Errorf("%w (%s)", err, p.local.Dir())
+		}
+		opts.LeaderEpoch = epoch
 	}
 	return p.local.Append(ctx, batches, opts)
 }

@@ -67,6 +67,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Transactions", testTransactions},
 		{"LeaderEpochs", testLeaderEpochs},
 		{"BecomeLeader", testBecomeLeader},
+		{"LeaderAppendEpoch", testLeaderAppendEpoch},
 		{"ReadsAtTheLocalStart", testReadsAtTheLocalStart},
 		{"ListOffsetsSpecial", testListOffsetsSpecial},
 		{"Changed", testChanged},
