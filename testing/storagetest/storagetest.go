@@ -71,6 +71,7 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ReadsAtTheLocalStart", testReadsAtTheLocalStart},
 		{"ListOffsetsSpecial", testListOffsetsSpecial},
 		{"Changed", testChanged},
+		{"TieredEnd", testTieredEnd},
 		{"ReplicaRead", testReplicaRead},
 		{"Closed", testClosed},
 	}
