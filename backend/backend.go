@@ -17,6 +17,20 @@
 //	HighWatermark  first offset not yet replicated to every in-sync replica;
 //	               set by the broker, never above LogEnd
 //	LogEnd         offset the next appended record gets
+//	TieredEnd      offset after the last one the bucket holds under its
+//	               committed manifest: every offset from LogStart up to it
+//	               is readable from the bucket (-1 for a partition without
+//	               a bucket; see Offsets.TieredEnd)
+//
+// A broker (or an embedder) waiting for data to reach the bucket selects
+// on Changed and reads Offsets().TieredEnd, as WaitTieredEnd does. Only
+// closed segments upload, wholly below the last stable offset. A segment
+// closes at an append that would take it past segment.bytes, or whose
+// records are segment.ms (less segment.jitter.ms) newer than its first
+// (Kafka's time roll), when its indexes fill, or by the idle roll: a
+// Backend's background work closes a segment that has held data for
+// segment.ms without an append closing it (Kafka rolls by time only at an
+// append). Until then its records are on local disk only.
 package backend
 
 import (
@@ -80,7 +94,8 @@ type Partition interface {
 	EndOffsetForEpoch(ctx context.Context, epoch int32) (foundEpoch int32, endOffset int64, found bool, err error)
 
 	// Changed returns a channel that is closed the next time LogEnd,
-	// HighWatermark or LastStableOffset moves, or the partition closes. A
+	// HighWatermark, LastStableOffset or TieredEnd moves, or the partition
+	// closes. A
 	// broker's long-poll Fetch selects on it, then reads Offsets (and asks
 	// Changed again). It MUST NOT block and MAY be called from any
 	// goroutine.
@@ -189,6 +204,10 @@ type AppendOptions struct {
 	// epochs, transactions).
 	AssignOffsets bool
 	// LeaderEpoch is stamped into each batch when AssignOffsets is set.
+	// It MUST be the epoch the partition leads at (its latest
+	// BecomeLeader), or 0 for that epoch; any other epoch, or a leader
+	// append to a partition told it follows, is ErrWrongLeaderEpoch and
+	// nothing is appended (see EpochAt).
 	LeaderEpoch int32
 	// Coordinator says the batches come from the broker itself, not a
 	// client: transaction markers (COMMIT or ABORT control batches, Kafka's
@@ -198,6 +217,20 @@ type AppendOptions struct {
 	// and CRC checks and the producer-state checks, not the client's
 	// record validation.
 	Coordinator bool
+}
+
+// EpochAt is the leader epoch a leader append stamps when the partition
+// leads at leading: LeaderEpoch when it is leading, leading when it is 0.
+// Any other LeaderEpoch is ErrWrongLeaderEpoch. Every backend applies this
+// one rule.
+func (o AppendOptions) EpochAt(leading int32) (int32, error) {
+	switch o.LeaderEpoch {
+	case leading:
+		return leading, nil
+	case 0:
+		return leading, nil
+	}
+	return -1, fmt.Errorf("%w: an append at leader epoch %d to a partition that leads at %d", ErrWrongLeaderEpoch, o.LeaderEpoch, leading)
 }
 
 // AppendInfo describes what Append wrote.
@@ -296,4 +329,18 @@ type Offsets struct {
 	// watermark), else the high watermark: where read_committed stops.
 	LastStableOffset int64
 	LogEnd           int64
+	// TieredEnd is the offset after the last one held in the bucket under
+	// the committed manifest: the segments below it are uploaded and
+	// their commit landed, so local retention may delete them and a
+	// broker restarted on an empty disk finds them. With no segment in
+	// the bucket (nothing uploaded yet, or remote retention removed them
+	// all) it is LogStart. It never moves backwards: uploads raise it,
+	// TruncateTo cannot cut below it, DeleteRecordsBefore and retention
+	// leave it or raise it to LogStart; it lies below LogStart while a
+	// DeleteRecordsBefore past it awaits remote retention. A partition
+	// opened without its bucket (OpenWithoutBucket) knows it once it has
+	// read the manifest. Changed fires when it moves. A partition without
+	// a bucket (a local log; a topic without remote.storage.enable)
+	// reports -1: nothing it holds ever reaches a bucket.
+	TieredEnd int64
 }

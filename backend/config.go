@@ -185,21 +185,6 @@ func validCompressionType(v string) bool {
 	return false
 }
 
-// brokerOwnedKeys are Kafka topic configs the storage layer accepts and
-// ignores: replication, producer-side and format-conversion settings.
-// message.timestamp.difference.max.ms is Kafka 3.x's (removed in 4.0,
-// whose before/after limits tierlog applies): accepted so a config
-// carried over from 3.x still parses, and ignored, as Kafka 4.0 does.
-// The compression levels are ignored: a recompressing leader uses each
-// codec's default level.
-var brokerOwnedKeys = map[string]bool{
-	"compression.gzip.level": true, "compression.lz4.level": true,
-	"compression.zstd.level": true, "min.insync.replicas": true, "unclean.leader.election.enable": true,
-	"message.downconversion.enable": true, "message.format.version": true, "preallocate": true,
-	"leader.replication.throttled.replicas": true, "follower.replication.throttled.replicas": true,
-	"message.timestamp.difference.max.ms": true, "remote.log.copy.disable": true, "remote.log.delete.on.disable": true,
-}
-
 // ParseConfig returns Kafka's defaults overridden by m. Unknown keys and bad
 // values are *ConfigError values naming the key.
 func ParseConfig(m map[string]string) (Config, error) {

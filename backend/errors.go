@@ -48,6 +48,15 @@ var (
 	// ErrFenced: another writer owns the partition (a manifest commit lost
 	// its conditional write); this one must stop writing.
 	ErrFenced = errors.New("backend: fenced by another writer")
+	// ErrWrongLeaderEpoch: a leader append (AssignOffsets) whose
+	// LeaderEpoch is not the epoch the partition leads at (its latest
+	// BecomeLeader; 0 stands for that epoch), or a leader append to a
+	// partition told it follows. Nothing is appended: stamping another
+	// epoch would make the batches and the epoch cache disagree, or move
+	// the cache past the next leader's epoch. Kafka answers a produce to
+	// a replica that does not lead at the epoch with NOT_LEADER_OR_FOLLOWER
+	// (6); a produce carries no epoch to be FENCED_LEADER_EPOCH for.
+	ErrWrongLeaderEpoch = errors.New("backend: wrong leader epoch for a leader append")
 	// ErrNotFound: the partition, object or file does not exist.
 	ErrNotFound = errors.New("backend: not found")
 	// ErrClosed: the partition or backend was used after Close.

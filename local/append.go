@@ -77,6 +77,13 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 	if err := l.checkWritable(); err != nil {
 		return info, err
 	}
+	epoch := opts.LeaderEpoch
+	if opts.AssignOffsets {
+		var err error
+		if epoch, err = l.appendEpochLocked(opts); err != nil {
+			return info, err
+		}
+	}
 	leo := l.leo.Load()
 	now := l.now()
 	if client {
@@ -88,7 +95,7 @@ func (l *Log) append(ctx context.Context, batches []byte, opts backend.AppendOpt
 		}
 	}
 	if opts.AssignOffsets {
-		l.assignOffsets(batches, metas, &info, leo, opts.LeaderEpoch, now)
+		l.assignOffsets(batches, metas, &info, leo, epoch, now)
 	} else {
 		if info.FirstOffset < leo {
 			return info, fmt.Errorf("%w: follower append starts at offset %d, below the log end offset %d", backend.ErrInvalidRecord, info.FirstOffset, leo)

@@ -30,19 +30,19 @@ func (l *Log) BecomeLeader(ctx context.Context, epoch int32) error {
 		return fmt.Errorf("%w: %s: leader epoch %d is older than %d, seen already", backend.ErrFenced, l.dir, epoch, l.epochs.entries[n-1].Epoch)
 	}
 	before := l.epochs.entries
-	if !l.epochs.assign(epoch, l.leo.Load()) {
-		return nil
+	if l.epochs.assign(epoch, l.leo.Load()) {
+		if err := l.epochs.persist(l); err != nil {
+			l.epochs.entries = before
+			return err
+		}
 	}
-	if err := l.epochs.persist(l); err != nil {
-		l.epochs.entries = before
-		return err
-	}
+	l.role, l.leadEpoch = roleLeading, epoch
 	return nil
 }
 
 // BecomeFollower records that this broker follows the partition from
-// epoch on. A local log has nothing to change: a follower's epochs come
-// with the batches it replicates.
+// epoch on: leader appends are refused from now on (a follower's epochs
+// come with the batches it replicates).
 func (l *Log) BecomeFollower(ctx context.Context, epoch int32) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
@@ -50,7 +50,50 @@ func (l *Log) BecomeFollower(ctx context.Context, epoch int32) error {
 	if l.closed.Load() {
 		return l.closedErr()
 	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.role = roleFollowing
 	return nil
+}
+
+// logRole is what the broker last said of the log's leadership.
+type logRole uint8
+
+const (
+	roleUnknown   logRole = iota // no BecomeLeader or BecomeFollower since open
+	roleLeading                  // BecomeLeader(Log.leadEpoch)
+	roleFollowing                // BecomeFollower
+)
+
+// appendEpochLocked is the leader epoch a leader append stamps: the epoch
+// the log leads at, as backend.AppendOptions.EpochAt says; a follower's
+// log takes no leader append. A log told neither since it opened (one
+// used without a broker's leadership calls) stamps the caller's epoch, or
+// its latest cached epoch for 0, but never an epoch older than that one:
+// the batches and the epoch cache would disagree. REQUIRES: l.mu held.
+func (l *Log) appendEpochLocked(opts backend.AppendOptions) (int32, error) {
+	switch l.role {
+	case roleLeading:
+		epoch, err := opts.EpochAt(l.leadEpoch)
+		if err != nil {
+			return -1, fmt.Errorf("%w (%s)", err, l.dir)
+		}
+		return epoch, nil
+	case roleFollowing:
+		return -1, fmt.Errorf("%w: a leader append at epoch %d to a follower (%s)", backend.ErrWrongLeaderEpoch, opts.LeaderEpoch, l.dir)
+	}
+	n := len(l.epochs.entries)
+	if n == 0 {
+		return opts.LeaderEpoch, nil
+	}
+	latest := l.epochs.entries[n-1].Epoch
+	switch {
+	case opts.LeaderEpoch == 0:
+		return latest, nil
+	case opts.LeaderEpoch < latest:
+		return -1, fmt.Errorf("%w: an append at leader epoch %d, older than the log's latest epoch %d (%s)", backend.ErrWrongLeaderEpoch, opts.LeaderEpoch, latest, l.dir)
+	}
+	return opts.LeaderEpoch, nil
 }
 
 // StartAt empties the log and starts it at offset, with the producer state

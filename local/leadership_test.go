@@ -127,3 +127,41 @@ func TestSpanAfter(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaderAppendEpochWithoutRole: a log told neither BecomeLeader nor
+// BecomeFollower since it opened stamps the caller's epoch, its latest
+// epoch for 0, and refuses an epoch older than its latest (the batches
+// and the epoch cache would disagree); BecomeLeader after a reopen makes
+// the epoch it leads at the only one.
+func TestLeaderAppendEpochWithoutRole(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	l := openLog(t, dir, cfg(t), false)
+	for _, epoch := range []int32{3, 0} {
+		if _, err := l.Append(ctx, batchOf(2, 1, "a"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: epoch}); err != nil {
+			t.Fatalf("an append at epoch %d: %v", epoch, err)
+		}
+	}
+	if _, err := l.Append(ctx, batchOf(2, 1, "b"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 2}); !errors.Is(err, backend.ErrWrongLeaderEpoch) {
+		t.Fatalf("an append at epoch 2 after epoch 3: %v; want ErrWrongLeaderEpoch", err)
+	}
+	if got := l.LeaderEpochs(); len(got) != 1 || got[0] != (local.EpochEntry{Epoch: 3, StartOffset: 0}) || l.Offsets().LogEnd != 4 {
+		t.Fatalf("epochs %v, log end %d; want epoch 3 from 0 only, log end 4", got, l.Offsets().LogEnd)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, cfg(t), false)
+	defer l.Close()
+	if err := l.BecomeLeader(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, batchOf(2, 1, "c"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 5}); !errors.Is(err, backend.ErrWrongLeaderEpoch) {
+		t.Fatalf("an append at epoch 5 leading at 4: %v; want ErrWrongLeaderEpoch", err)
+	}
+	if _, err := l.Append(ctx, batchOf(2, 1, "c"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.LeaderEpochs(); len(got) != 2 || got[1] != (local.EpochEntry{Epoch: 4, StartOffset: 4}) {
+		t.Fatalf("epochs %v; want epoch 4 from 4 last", got)
+	}
+}

@@ -147,7 +147,9 @@ type Log struct {
 	// created it) is not yet durable: the next flush syncs its parent.
 	newDir    bool
 	epochs    epochCache
-	unflushed int64 // records appended since the last flush
+	role      logRole // what the latest BecomeLeader or BecomeFollower said
+	leadEpoch int32   // the epoch the log leads at, when role is leading
+	unflushed int64   // records appended since the last flush
 	lastFlush time.Time
 	pending   []*pendingDelete // retired segments' files, oldest first
 	dl        logDeadlines     // the log's timed work (deadlines.go)
@@ -298,7 +300,8 @@ func (l *Log) jitter() int64 {
 // Offsets returns the partition's offsets.
 func (l *Log) Offsets() backend.Offsets {
 	ls := l.logStart.Load()
-	return backend.Offsets{LogStart: ls, LocalLogStart: ls, HighWatermark: l.hw.Load(), LastStableOffset: l.lso.Load(), LogEnd: l.leo.Load()}
+	return backend.Offsets{LogStart: ls, LocalLogStart: ls, HighWatermark: l.hw.Load(), LastStableOffset: l.lso.Load(), LogEnd: l.leo.Load(),
+		TieredEnd: -1} // a local log has no bucket; a tiered partition sets its own
 }
 
 // Changed returns a channel closed the next time the log end, the high
@@ -327,6 +330,12 @@ func (l *Log) notifyChanged() {
 	if !l.closed.Load() {
 		l.offsetsChangedLocked()
 	}
+	l.NotifyChanged()
+}
+
+// NotifyChanged wakes what waits on Changed. A wrapper whose Offsets add
+// one of its own (a tiered partition's TieredEnd) calls it when that moves.
+func (l *Log) NotifyChanged() {
 	l.changeMu.Lock()
 	if l.changeCh != nil {
 		close(l.changeCh)

@@ -27,7 +27,8 @@ type BackendOptions struct {
 	Local local.BackendOptions
 	// Manager is the tiering service's configuration: Kafka's
 	// remote.log.manager.* and remote.log.reader.* (ParseManagerConfig
-	// reads them by name); zero fields take Kafka's defaults.
+	// reads them from a broker's properties, ignoring Kafka's other
+	// keys); zero fields take Kafka's defaults.
 	Manager ManagerConfig
 	// IndexCacheBytes and ChunkCacheBytes bound the memory of remote reads,
 	// for all partitions together (default 64 MiB each; ChunkCacheBytes

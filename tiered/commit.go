@@ -62,6 +62,7 @@ func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
 // first offsets: once DeleteRecordsBefore moved the local log start past
 // the bucket's end, the local start is the partition's.
 func (p *Partition) adopt(st *manifestState) {
+	defer p.notifyTieredEnd(p.Offsets().TieredEnd)
 	p.man.Store(st)
 	if n := len(st.m.Segments); n > 0 && st.m.Segments[n-1].LastOffset+1 >= p.local.Offsets().LogStart {
 		p.local.SetRemoteLogStart(st.m.LogStartOffset)

@@ -71,14 +71,15 @@ func ManagerConfigKeys() []string {
 	return keys
 }
 
-// ParseManagerConfig reads Kafka's remote log manager properties; keys
-// missing take Kafka's defaults. An unknown key or a bad value is a
-// *backend.ConfigError naming it.
+// ParseManagerConfig reads Kafka's remote log manager properties from a
+// broker's properties (its whole server.properties): the keys of
+// ManagerConfigKeys are applied, those missing take Kafka's defaults, and
+// every other key of Kafka's broker is accepted and ignored
+// (backend.CheckBrokerProperties). A key Kafka does not have, or a bad
+// value, is a *backend.ConfigError naming it.
 func ParseManagerConfig(props map[string]string) (ManagerConfig, error) {
-	for k := range props {
-		if _, ok := managerKeys[k]; !ok {
-			return ManagerConfig{}, &backend.ConfigError{Key: k, Reason: "not a remote log manager config this backend knows (see tiered.ManagerConfigKeys)"}
-		}
+	if err := backend.CheckBrokerProperties(props, func(k string) bool { _, ok := managerKeys[k]; return ok }); err != nil {
+		return ManagerConfig{}, err
 	}
 	get := func(k string) string {
 		if v, ok := props[k]; ok {

@@ -284,8 +284,36 @@ func (p *Partition) Prefix() string { return p.prefix }
 func (p *Partition) Local() *local.Log { return p.local }
 
 // Offsets returns the partition's offsets: LogStart is the remote start
-// when old segments live in the bucket; LocalLogStart the local one.
+// when old segments live in the bucket; LocalLogStart the local one;
+// TieredEnd the committed manifest's end (see tieredEnd).
 func (p *Partition) Offsets() backend.Offsets {
+	m := p.Manifest()
+	o := p.offsets(m)
+	o.TieredEnd = tieredEnd(m, o.LogStart)
+	return o
+}
+
+// tieredEnd is backend.Offsets.TieredEnd: the offset after the last one
+// of m's segments, or the log start when m holds none (before the
+// manifest is read, m is an empty one). A deleted partition's manifest is
+// nothing of a partition created anew under its name.
+func tieredEnd(m *manifest.Manifest, logStart int64) int64 {
+	if n := len(m.Segments); n > 0 && !m.Deleted {
+		return m.Segments[n-1].LastOffset + 1
+	}
+	return logStart
+}
+
+// notifyTieredEnd fires Changed when the tiered end is no longer before:
+// called (deferred) around each change of the manifest or the log start.
+func (p *Partition) notifyTieredEnd(before int64) {
+	if p.Offsets().TieredEnd != before {
+		p.local.NotifyChanged()
+	}
+}
+
+// offsets is Offsets but for TieredEnd, with m the committed manifest.
+func (p *Partition) offsets(m *manifest.Manifest) backend.Offsets {
 	o := p.local.Offsets()
 	if !p.attached.Load() {
 		// The log start the checkpoint recorded, until the manifest says.
@@ -294,7 +322,6 @@ func (p *Partition) Offsets() backend.Offsets {
 		}
 		return o
 	}
-	m := p.Manifest()
 	if m.Deleted {
 		// A deleted partition's log start (where its records ended) is
 		// nothing of this one's: a partition created anew under its name
@@ -332,10 +359,19 @@ func (p *Partition) fitLocalStartLocked(ctx context.Context) error {
 	return nil
 }
 
-// Append appends to the local log.
+// Append appends to the local log. A leader append of a partition that
+// leads (BecomeLeader, or Open with Options.LeaderEpoch) is stamped with
+// the epoch it leads at (backend.AppendOptions.EpochAt).
 func (p *Partition) Append(ctx context.Context, batches []byte, opts backend.AppendOptions) (backend.AppendInfo, error) {
 	if err := p.checkOpen(); err != nil {
 		return backend.AppendInfo{}, err
+	}
+	if opts.AssignOffsets && p.role.Load() == roleLeader {
+		epoch, err := opts.EpochAt(p.epoch.Load())
+		if err != nil {
+			return backend.AppendInfo{}, fmt.Errorf("%w (%s)", err, p.local.Dir())
+		}
+		opts.LeaderEpoch = epoch
 	}
 	return p.local.Append(ctx, batches, opts)
 }
@@ -396,6 +432,7 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		o := p.Offsets()
 		return &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.HighWatermark}
 	}
+	defer p.notifyTieredEnd(p.Offsets().TieredEnd) // with no segment in the bucket, it is the log start
 	if p.role.Load() != roleLeader {
 		// A follower follows the leader's log start (the manifest's, and
 		// the one the leader's fetch responses carry) locally only.

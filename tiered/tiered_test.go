@@ -35,7 +35,9 @@ func cfg(t testing.TB, kv ...string) backend.Config {
 	return c
 }
 
-// produce appends n records of 200-byte values in producer-sized batches.
+// produce appends n records of 200-byte values in producer-sized batches:
+// at leader epoch 1, or the epoch the partition leads at when it leads at
+// another, or, to a follower, as if replicated from a leader at epoch 1.
 func produce(t testing.TB, p backend.Partition, n int) { produceValue(t, p, n, "v") }
 
 // produceValue is produce with values of one repeated letter.
@@ -50,7 +52,17 @@ func produceValue(t testing.TB, p backend.Partition, n int, letter string) {
 			done++
 		}
 		batch, _ := b.Build()
-		if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+		_, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1})
+		if errors.Is(err, backend.ErrWrongLeaderEpoch) { // it leads at another epoch
+			_, err = p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true})
+		}
+		if errors.Is(err, backend.ErrWrongLeaderEpoch) { // a follower
+			rb := record.Batch(batch)
+			rb.SetBaseOffset(p.Offsets().LogEnd)
+			rb.SetPartitionLeaderEpoch(1)
+			_, err = p.Append(ctx, rb, backend.AppendOptions{})
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 		ts += 10

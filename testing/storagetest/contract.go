@@ -27,6 +27,9 @@ func testLeaderEpochs(t *testing.T, h Harness) {
 	var m model
 	starts := map[int32]int64{}
 	for _, epoch := range []int32{1, 2, 4} {
+		if err := p.BecomeLeader(ctx, epoch); err != nil {
+			t.Fatal(err)
+		}
 		starts[epoch] = p.Offsets().LogEnd
 		appendEpoch(t, p, &m, rng, 15, epoch)
 	}
@@ -83,6 +86,79 @@ func testBecomeLeader(t *testing.T, h Harness) {
 	// asking for 5 finds 3, ending where 7 began.
 	if e, end, found, _ := p.EndOffsetForEpoch(ctx, 5); !found || e != 3 || end != leo {
 		t.Fatalf("after epoch 7's appends, EndOffsetForEpoch(5) = %d, %d, %v; want 3, %d", e, end, found, leo)
+	}
+}
+
+// testLeaderAppendEpoch: a leader append is stamped with the epoch the
+// partition leads at (LeaderEpoch 0 stands for it); any other epoch, or a
+// leader append to a follower, is ErrWrongLeaderEpoch and appends nothing,
+// so the batches and the epoch cache agree and the next BecomeLeader is
+// not fenced by an epoch nobody led at. A follower's append keeps its
+// batches' epochs.
+func testLeaderAppendEpoch(t *testing.T, h Harness) {
+	p := h.Open(t, Config(t))
+	defer p.Close()
+	var b record.Builder
+	batch := func(base int64, epoch int32) []byte {
+		hd := record.NewBatchHeader()
+		hd.BaseOffset, hd.PartitionLeaderEpoch = base, epoch
+		b.Reset(hd)
+		b.Append(1_700_000_000_000, []byte("k"), []byte("v"), nil)
+		out, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]byte(nil), out...)
+	}
+	stamped := func(what string, epoch int32, want int32) {
+		t.Helper()
+		info, err := p.Append(ctx, batch(0, 0), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: epoch})
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := storedBatches(t, p, info.FirstOffset)[0].PartitionLeaderEpoch(); got != want {
+			t.Fatalf("%s: stored with leader epoch %d, want %d", what, got, want)
+		}
+	}
+	wrong := func(what string, epoch int32) {
+		t.Helper()
+		before := p.Offsets().LogEnd
+		_, err := p.Append(ctx, batch(0, 0), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: epoch})
+		if !errors.Is(err, backend.ErrWrongLeaderEpoch) {
+			t.Fatalf("%s: %v; want ErrWrongLeaderEpoch", what, err)
+		}
+		if o := p.Offsets(); o.LogEnd != before {
+			t.Fatalf("%s: refused, but the log end moved from %d to %d", what, before, o.LogEnd)
+		}
+	}
+	if err := p.BecomeLeader(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	stamped("an append at the epoch led at", 2, 2)
+	stamped("an append with epoch 0", 0, 2)
+	wrong("an append at an older epoch than the one led at", 1)
+	wrong("an append at a newer epoch than the one led at", 9)
+	if e, end, found, err := p.EndOffsetForEpoch(ctx, 9); err != nil || !found || e != 2 || end != 2 {
+		t.Fatalf("after the refused appends, EndOffsetForEpoch(9) = %d, %d, %v, %v; want epoch 2 ending at the log end 2", e, end, found, err)
+	}
+	if err := p.BecomeLeader(ctx, 3); err != nil {
+		t.Fatalf("BecomeLeader(3) after an append was refused at epoch 9: %v", err)
+	}
+	wrong("an append at the previous epoch", 2)
+	stamped("an append at the new epoch", 3, 3)
+	if e, end, found, err := p.EndOffsetForEpoch(ctx, 2); err != nil || !found || e != 2 || end != 2 {
+		t.Fatalf("EndOffsetForEpoch(2) = %d, %d, %v, %v; want epoch 2 ending at 2, where epoch 3 began", e, end, found, err)
+	}
+	if err := p.BecomeFollower(ctx, 4); err != nil {
+		t.Fatal(err)
+	}
+	wrong("a leader append to a follower", 4)
+	leo := p.Offsets().LogEnd
+	if _, err := p.Append(ctx, batch(leo, 4), backend.AppendOptions{}); err != nil {
+		t.Fatalf("a follower's append at epoch 4: %v", err)
+	}
+	if got := storedBatches(t, p, leo)[0].PartitionLeaderEpoch(); got != 4 {
+		t.Fatalf("a follower's batch stored with leader epoch %d, want its own 4", got)
 	}
 }
 

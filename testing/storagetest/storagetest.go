@@ -67,9 +67,11 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"Transactions", testTransactions},
 		{"LeaderEpochs", testLeaderEpochs},
 		{"BecomeLeader", testBecomeLeader},
+		{"LeaderAppendEpoch", testLeaderAppendEpoch},
 		{"ReadsAtTheLocalStart", testReadsAtTheLocalStart},
 		{"ListOffsetsSpecial", testListOffsetsSpecial},
 		{"Changed", testChanged},
+		{"TieredEnd", testTieredEnd},
 		{"ReplicaRead", testReplicaRead},
 		{"Closed", testClosed},
 	}

@@ -42,10 +42,11 @@ func errorCode(err error) int16 {
 		return kerr.TransactionCoordinatorFenced.Code
 	case errors.Is(err, backend.ErrStorage):
 		return kerr.KafkaStorageError.Code
-	case errors.Is(err, backend.ErrFenced), errors.Is(err, backend.ErrClosed), errors.Is(err, tiered.ErrNotLeader):
+	case errors.Is(err, backend.ErrFenced), errors.Is(err, backend.ErrClosed), errors.Is(err, tiered.ErrNotLeader),
+		errors.Is(err, backend.ErrWrongLeaderEpoch):
 		// Another writer leads the partition (or the bucket's manifest
-		// says so), or it is closing: the client refreshes its metadata
-		// and retries.
+		// says so), this node does not lead it at the epoch it stamped,
+		// or it is closing: the client refreshes its metadata and retries.
 		return kerr.NotLeaderForPartition.Code
 	case errors.Is(err, backend.ErrNotFound):
 		return kerr.UnknownTopicOrPartition.Code
