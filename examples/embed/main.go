@@ -61,6 +61,9 @@ func run(dir string) error {
 	logDir := filepath.Join(dir, "logs")
 	// The broker's own properties (server.properties), as it has them.
 	brokerProps := map[string]string{
+		"node.id":                             "1",
+		"log.dirs":                            logDir,
+		"remote.log.storage.system.enable":    "true",
 		"remote.log.manager.task.interval.ms": "100",
 	}
 
@@ -130,12 +133,13 @@ func run(dir string) error {
 	}
 	// walk:end
 
-	if err := waitUploaded(ctx, p); err != nil {
+	// walk:wait
+	o, err := backend.WaitTieredEnd(ctx, p, 5) // until the bucket holds offset 5 (Changed, then Offsets)
+	if err != nil {
 		return err
 	}
-	o := p.Offsets()
-	fmt.Printf("log start %d, local log start %d, high watermark %d, log end %d\n",
-		o.LogStart, o.LocalLogStart, o.HighWatermark, o.LogEnd)
+	fmt.Printf("the bucket holds offsets %d..%d of %d..%d\n", o.LogStart, o.TieredEnd-1, o.LogStart, o.LogEnd-1)
+	// walk:end
 
 	// walk:read
 	recs, err := p.Read(ctx, 5, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true, Isolation: backend.ReadHighWatermark})
@@ -194,22 +198,6 @@ func run(dir string) error {
 	)
 	// walk:end
 	return scrape(reg)
-}
-
-// waitUploaded waits until the Backend's service has uploaded every closed
-// segment of p and local retention has left only the active one local.
-func waitUploaded(ctx context.Context, p backend.Partition) error {
-	for {
-		o := p.Offsets()
-		if o.LocalLogStart > o.LogStart {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("waiting for the upload: %w (offsets %+v)", ctx.Err(), o)
-		case <-time.After(10 * time.Millisecond):
-		}
-	}
 }
 
 // scrape serves reg on a loopback port, as a broker would, fetches
