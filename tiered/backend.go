@@ -20,7 +20,10 @@ import (
 // BackendOptions configure a Backend.
 type BackendOptions struct {
 	// Store is the bucket. Each partition's objects live under
-	// "<Prefix>/<topic>-<partition>/" (Prefix may be empty).
+	// "<Prefix>/<topic>-<partition>/" (Prefix may be empty). tierctl names
+	// a partition's objects by its --store URL's path and --partition, so
+	// a Backend opened with Prefix "tierlog" on s3://my-bucket is reached
+	// as --store s3://my-bucket/tierlog: the Prefix goes into the URL.
 	Store  *objstore.Store
 	Prefix string
 	// Local tunes the local log directory (its RemoteStorage is set).
