@@ -12,9 +12,15 @@
 // duration such as 5s: objstore.Options.Timeout) and attempts
 // (objstore.Options.MaxAttempts); file:// takes create. timeout and
 // attempts, when given, replace the Options passed to Open. Unknown
-// options are errors that name them. Credentials never go in the URL:
-// they come from the usual AWS (and MinIO) environment, profiles and
-// instance metadata.
+// options are errors that name them. Credentials never go in the URL nor
+// in its endpoint (a URL or an endpoint with user info, a query on the
+// endpoint, or a #fragment is refused): they come from the usual AWS (and
+// MinIO) environment, profiles and instance metadata.
+//
+// No error of this package, nor the Name of a Store it opens, quotes the
+// URL but through Redact, which hides whatever may be a secret: user info,
+// fragments, the values of options other than the known harmless ones,
+// and the whole of a URL that does not parse.
 //
 // Opening an s3:// or minio:// store checks the bucket with one request
 // held to the store's bound (objstore.Options.Bound), so Open returns
@@ -24,9 +30,11 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,26 +67,9 @@ func bad(raw, format string, args ...any) error {
 // Open parses raw and opens the store, checking that the bucket exists and
 // the credentials reach it.
 func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Store, error) {
-	u, err := url.Parse(raw)
+	u, q, err := parse(raw)
 	if err != nil {
-		return nil, bad(raw, "%v", err)
-	}
-	names, ok := allowed[u.Scheme]
-	if !ok {
-		return nil, bad(raw, "unknown scheme %q (want file, mem, s3 or minio)", u.Scheme)
-	}
-	if u.User != nil {
-		return nil, bad(raw, "credentials do not belong in the URL; use the AWS environment or a profile")
-	}
-	q := u.Query()
-	for k := range q {
-		found := false
-		for _, n := range names {
-			found = found || n == k
-		}
-		if !found {
-			return nil, bad(raw, "unknown option %q for %s:// (known: %s)", k, u.Scheme, strings.Join(names, ", "))
-		}
+		return nil, err
 	}
 	flag := func(name string) (bool, error) {
 		v, ok := q[name]
@@ -199,6 +190,75 @@ func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Sto
 	}
 }
 
+// parse parses raw and checks what every scheme shares: a known scheme,
+// no credentials, no fragment, a query that unescapes, only the scheme's
+// options, and an endpoint that is a plain http(s) URL. No error quotes
+// raw or a part of it but through Redact.
+func parse(raw string) (*url.URL, url.Values, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, nil, bad(raw, "not a URL: %s", parseCause(err))
+	}
+	if u.Opaque != "" {
+		return nil, nil, bad(raw, "want scheme://bucket/prefix")
+	}
+	names, ok := allowed[u.Scheme]
+	if !ok {
+		return nil, nil, bad(raw, "unknown scheme %q (want file, mem, s3 or minio)", u.Scheme)
+	}
+	if u.User != nil {
+		return nil, nil, bad(raw, "credentials do not belong in the URL; use the AWS environment or a profile")
+	}
+	if u.Fragment != "" || strings.Contains(raw, "#") {
+		return nil, nil, bad(raw, "a store URL has no #fragment")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, nil, bad(raw, "query: %s", parseCause(err))
+	}
+	for k := range q {
+		if !slices.Contains(names, k) {
+			return nil, nil, bad(raw, "unknown option %s for %s:// (known: %s)", shownName(k), u.Scheme, strings.Join(names, ", "))
+		}
+	}
+	if ep, ok := q["endpoint"]; ok {
+		if len(ep) != 1 {
+			return nil, nil, bad(raw, "endpoint given %d times", len(ep))
+		}
+		if err := checkEndpoint(ep[0]); err != nil {
+			return nil, nil, bad(raw, "%v", err)
+		}
+	}
+	return u, q, nil
+}
+
+// shownName quotes an option's name for an error, unless it does not look
+// like one (it may be a secret).
+func shownName(k string) string {
+	if optionName(k) {
+		return strconv.Quote(k)
+	}
+	return "(a name that is not shown: not lower case letters, digits and -_.)"
+}
+
+// checkEndpoint refuses an endpoint that is not http(s)://host[:port][/path]:
+// one with user info, a query or a fragment may hold a secret, and the
+// drivers would quote it in their errors.
+func checkEndpoint(raw string) error {
+	ep, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("endpoint: %s", parseCause(err))
+	case ep.User != nil:
+		return errors.New("endpoint: credentials do not belong in the URL; use the AWS environment or a profile")
+	case ep.Scheme != "http" && ep.Scheme != "https", ep.Host == "", ep.Opaque != "":
+		return fmt.Errorf("endpoint %s: want http://host:port or https://host:port", redactEndpoint(raw))
+	case ep.RawQuery != "" || ep.ForceQuery || ep.Fragment != "" || strings.Contains(raw, "#"):
+		return fmt.Errorf("endpoint %s: want http(s)://host[:port][/path], with no query or fragment", redactEndpoint(raw))
+	}
+	return nil
+}
+
 // checked checks s's bucket within the store's bound, closing s when the
 // check fails.
 func checked(ctx context.Context, s *objstore.Store) (*objstore.Store, error) {
@@ -207,14 +267,4 @@ func checked(ctx context.Context, s *objstore.Store) (*objstore.Store, error) {
 		return nil, err
 	}
 	return s, nil
-}
-
-// Redact returns raw without user info, safe to log.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User = nil
-	return u.String()
 }
