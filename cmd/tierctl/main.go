@@ -17,6 +17,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	// The drivers of the s3:// and minio:// store URLs.
+	_ "github.com/tierlog/tierlog/objstore/minio"
+	_ "github.com/tierlog/tierlog/objstore/s3"
 )
 
 // Exit codes.
