@@ -138,6 +138,7 @@ type URL struct {
 	Bucket string
 	// Prefix is its path without leading or trailing '/'.
 	Prefix string
+	path   string // the path as it is (file://)
 	query  url.Values
 	raw    string
 }

@@ -64,7 +64,7 @@ var (
 // bad is the error for a URL that is wrong: the URL (redacted), then
 // what is wrong with it, as every error of Open reads.
 func bad(raw, format string, args ...any) error {
-	return fmt.Errorf("%s: %w", Redact(raw), (&URL{}).Errorf(format, args...))
+	return fmt.Errorf("%s: %w: %s", Redact(raw), objstore.ErrInvalidURL, fmt.Sprintf(format, args...))
 }
 
 // Open parses raw and opens the store, checking that the bucket exists and
@@ -117,8 +117,7 @@ func openFile(u *URL, name string, opts objstore.Options) (*objstore.Store, erro
 	if u.Bucket != "" && u.Bucket != "localhost" {
 		return nil, bad(u.raw, "file URLs name a local directory: file:///path")
 	}
-	pu, _ := url.Parse(u.raw) // parse has parsed it
-	dir := pu.Path
+	dir := u.path
 	if dir == "" {
 		return nil, bad(u.raw, "no directory")
 	}
@@ -139,10 +138,10 @@ func openFile(u *URL, name string, opts objstore.Options) (*objstore.Store, erro
 }
 
 // parse parses raw and checks what every scheme shares: a known scheme
-// whose driver is in the program,
-// no credentials, no fragment, a query that unescapes, only the scheme's
-// options, and an endpoint that is a plain http(s) URL. No error quotes
-// raw or a part of it but through Redact.
+// whose driver is in the program, no credentials, no fragment, a query
+// that unescapes, only the scheme's options, and an endpoint that is a
+// plain http(s) URL. No error quotes raw or a part of it but through
+// Redact.
 func parse(raw string) (*URL, *Opener, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
@@ -178,7 +177,7 @@ func parse(raw string) (*URL, *Opener, error) {
 			return nil, nil, bad(raw, "%v", err)
 		}
 	}
-	return &URL{Scheme: u.Scheme, Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), query: q, raw: raw}, opener, nil
+	return &URL{Scheme: u.Scheme, Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), path: u.Path, query: q, raw: raw}, opener, nil
 }
 
 // shownName quotes an option's name for an error, unless it does not look
