@@ -223,7 +223,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		storeURL = "file://" + filepath.Join(root, "bucket") + "?create=true"
 	}
 	fmt.Fprintf(w, "5. Offloading closed segments to %s (local.retention.ms=0)\n", storeurl.Redact(storeURL))
-	store, err := storeurl.Open(ctx, storeURL, objstore.Options{})
+	store, err := storeurl.Open(ctx, storeURL, storeOptionsFrom(ctx))
 	if err != nil {
 		return err
 	}

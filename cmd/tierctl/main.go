@@ -17,6 +17,10 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	// The drivers of the s3:// and minio:// store URLs.
+	_ "github.com/tierlog/tierlog/objstore/minio"
+	_ "github.com/tierlog/tierlog/objstore/s3"
 )
 
 // Exit codes.
@@ -108,7 +112,12 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 			if err != nil {
 				return err
 			}
-			cmd.SetContext(context.WithValue(cmd.Context(), loggerKey{}, l))
+			opts, err := commandStoreOptions(cmd)
+			if err != nil {
+				return err
+			}
+			ctx := context.WithValue(cmd.Context(), loggerKey{}, l)
+			cmd.SetContext(context.WithValue(ctx, storeOptionsKey{}, opts))
 			return nil
 		},
 	}
@@ -118,6 +127,7 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDumpCmd(), newVerifyCmd(), newProduceCmd(), newConsumeCmd(), newLookupCmd(),
 		newCompactCmd(), newOffloadCmd(), newLsCmd(), newManifestCmd(), newRestoreCmd(), newGCCmd(), newCostCmd(), newDemoCmd())
+	addStoreDeadlineFlags(root)
 	root.InitDefaultCompletionCmd()
 	requireSubcommands(root)
 	return root

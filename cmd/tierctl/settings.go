@@ -8,12 +8,14 @@ import (
 	"os"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/magiconair/properties"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/objstore"
 )
 
 // Settings come from three places, the first that has one winning:
@@ -171,3 +173,63 @@ func loggerFrom(ctx context.Context) *slog.Logger {
 }
 
 type loggerKey struct{}
+
+// An operator at a terminal should not wait two and a half minutes for a
+// store that never answers, as a Backend's defaults would have it (5
+// attempts of 30 s: objstore.Options.Bound, 151.5 s). Every command with
+// --store has --store-deadline instead, the longest one request to the
+// store may take, retries included: storeAttempts attempts, whose
+// timeouts and the wait between them add up to at most the deadline.
+// The URL's timeout= and attempts=, when given, replace what it sets.
+const (
+	defaultStoreDeadline = 30 * time.Second
+	minStoreDeadline     = time.Second
+	storeAttempts        = 2
+)
+
+// addStoreDeadlineFlags gives every command under c that has a --store
+// flag a --store-deadline flag.
+func addStoreDeadlineFlags(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		addStoreDeadlineFlags(sub)
+	}
+	if c.Flags().Lookup("store") != nil {
+		c.Flags().Duration("store-deadline", defaultStoreDeadline,
+			"give up on a request to --store after this long, retries included (2 attempts); the URL's timeout= and attempts= replace it")
+	}
+}
+
+// storeOptions returns the store options for a --store-deadline:
+// storeAttempts attempts, each of the same timeout, whose sum with the
+// waits between them (objstore.Options.Bound) is at most deadline.
+func storeOptions(deadline time.Duration) (objstore.Options, error) {
+	if deadline < minStoreDeadline {
+		return objstore.Options{}, usagef("--store-deadline %v: want at least %v", deadline, minStoreDeadline)
+	}
+	o := objstore.Options{MaxAttempts: storeAttempts, Timeout: time.Nanosecond}
+	waits := o.Bound() - storeAttempts*o.Timeout
+	o.Timeout = (deadline - waits) / storeAttempts
+	return o, nil
+}
+
+// commandStoreOptions returns the store options of cmd's --store-deadline,
+// for the root command to put in the command's context.
+func commandStoreOptions(cmd *cobra.Command) (objstore.Options, error) {
+	d := defaultStoreDeadline
+	if cmd.Flags().Lookup("store-deadline") != nil {
+		d, _ = cmd.Flags().GetDuration("store-deadline")
+	}
+	return storeOptions(d)
+}
+
+// storeOptionsFrom returns the store options the root command put in
+// ctx: those of --store-deadline.
+func storeOptionsFrom(ctx context.Context) objstore.Options {
+	if o, ok := ctx.Value(storeOptionsKey{}).(objstore.Options); ok {
+		return o
+	}
+	o, _ := storeOptions(defaultStoreDeadline)
+	return o
+}
+
+type storeOptionsKey struct{}

@@ -31,7 +31,7 @@ func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
 	if err := refuseMemStore(raw, ""); err != nil {
 		return nil, err
 	}
-	s, err := storeurl.Open(ctx, raw, objstore.Options{})
+	s, err := storeurl.Open(ctx, raw, storeOptionsFrom(ctx))
 	if errors.Is(err, objstore.ErrInvalidURL) {
 		return nil, usageError{err}
 	}

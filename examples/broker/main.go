@@ -28,6 +28,10 @@ import (
 	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/storeurl"
+
+	// The drivers of the s3:// and minio:// --store URLs.
+	_ "github.com/tierlog/tierlog/objstore/minio"
+	_ "github.com/tierlog/tierlog/objstore/s3"
 )
 
 // configFlags collects repeated --config key=value flags.

@@ -103,9 +103,13 @@ func newClient(c Config) (*mc.Client, error) {
 	if c.Bucket == "" {
 		return nil, fmt.Errorf("%w: no bucket named", objstore.ErrInvalidURL)
 	}
+	// The endpoint is never quoted: it may hold user info.
 	u, err := url.Parse(c.Endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("%w: endpoint %q (want http://host:port or https://host:port)", objstore.ErrInvalidURL, c.Endpoint)
+		return nil, fmt.Errorf("%w: the endpoint is not http://host:port or https://host:port", objstore.ErrInvalidURL)
+	}
+	if u.User != nil {
+		return nil, fmt.Errorf("%w: endpoint %s://%s: credentials go in AccessKey and SecretKey, not the endpoint", objstore.ErrInvalidURL, u.Scheme, u.Host)
 	}
 	creds := credentials.NewStaticV4(c.AccessKey, c.SecretKey, "")
 	if c.AccessKey == "" {

@@ -4,6 +4,9 @@ import (
 	"os"
 	"testing"
 
+	// The network schemes the tests open.
+	_ "github.com/tierlog/tierlog/objstore/minio"
+	_ "github.com/tierlog/tierlog/objstore/s3"
 	"github.com/tierlog/tierlog/testing/s3server"
 )
 

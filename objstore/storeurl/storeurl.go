@@ -6,15 +6,32 @@
 //	s3://bucket/prefix?endpoint=http://127.0.0.1:9000&path-style=true
 //	minio://bucket/prefix?endpoint=http://127.0.0.1:9000
 //
+// file:// and mem:// always work. The network schemes work in a program
+// that imports their driver, which registers itself (Register), as
+// database/sql drivers and go-cloud's blob drivers do; a program that
+// only uses file:// links neither SDK:
+//
+//	import _ "github.com/tierlog/tierlog/objstore/s3"    // s3://
+//	import _ "github.com/tierlog/tierlog/objstore/minio" // minio://
+//
+// Without it, Open returns a *MissingDriverError (ErrNoDriver) naming the
+// import.
+//
 // Query options: endpoint, region, path-style (s3), profile (s3), sse
 // (AES256 or aws:kms), kms-key (s3), insecure (skip TLS verification),
 // part-size (bytes), concurrency, timeout (each attempt's deadline, a Go
 // duration such as 5s: objstore.Options.Timeout) and attempts
 // (objstore.Options.MaxAttempts); file:// takes create. timeout and
 // attempts, when given, replace the Options passed to Open. Unknown
-// options are errors that name them. Credentials never go in the URL:
-// they come from the usual AWS (and MinIO) environment, profiles and
-// instance metadata.
+// options are errors that name them. Credentials never go in the URL nor
+// in its endpoint (a URL or an endpoint with user info, a query on the
+// endpoint, or a #fragment is refused): they come from the usual AWS (and
+// MinIO) environment, profiles and instance metadata.
+//
+// No error of this package, nor the Name of a Store it opens, quotes the
+// URL but through Redact, which hides whatever may be a secret: user info,
+// fragments, the values of options other than the known harmless ones,
+// and the whole of a URL that does not parse.
 //
 // Opening an s3:// or minio:// store checks the bucket with one request
 // held to the store's bound (objstore.Options.Bound), so Open returns
@@ -24,9 +41,11 @@ package storeurl
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -35,8 +54,6 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/fs"
 	"github.com/tierlog/tierlog/objstore/mem"
-	"github.com/tierlog/tierlog/objstore/minio"
-	"github.com/tierlog/tierlog/objstore/s3"
 )
 
 var (
@@ -44,177 +61,158 @@ var (
 	memBuckets = map[string]*mem.Driver{}
 )
 
-// allowed lists each scheme's query options.
-var allowed = map[string][]string{
-	"file":  {"create"},
-	"mem":   {},
-	"s3":    {"endpoint", "region", "path-style", "profile", "sse", "kms-key", "insecure", "part-size", "concurrency", "timeout", "attempts"},
-	"minio": {"endpoint", "region", "sse", "insecure", "part-size", "concurrency", "timeout", "attempts"},
-}
-
+// bad is the error for a URL that is wrong: the URL (redacted), then
+// what is wrong with it, as every error of Open reads.
 func bad(raw, format string, args ...any) error {
-	return fmt.Errorf("%w: %s: %s", objstore.ErrInvalidURL, Redact(raw), fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %w: %s", Redact(raw), objstore.ErrInvalidURL, fmt.Sprintf(format, args...))
 }
 
 // Open parses raw and opens the store, checking that the bucket exists and
 // the credentials reach it.
 func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Store, error) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return nil, bad(raw, "%v", err)
-	}
-	names, ok := allowed[u.Scheme]
-	if !ok {
-		return nil, bad(raw, "unknown scheme %q (want file, mem, s3 or minio)", u.Scheme)
-	}
-	if u.User != nil {
-		return nil, bad(raw, "credentials do not belong in the URL; use the AWS environment or a profile")
-	}
-	q := u.Query()
-	for k := range q {
-		found := false
-		for _, n := range names {
-			found = found || n == k
-		}
-		if !found {
-			return nil, bad(raw, "unknown option %q for %s:// (known: %s)", k, u.Scheme, strings.Join(names, ", "))
-		}
-	}
-	flag := func(name string) (bool, error) {
-		v, ok := q[name]
-		if !ok {
-			return false, nil
-		}
-		if len(v) == 0 || v[0] == "" {
-			return true, nil
-		}
-		b, err := strconv.ParseBool(v[0])
-		if err != nil {
-			return false, bad(raw, "option %s=%q: want true or false", name, v[0])
-		}
-		return b, nil
-	}
-	num := func(name string) (int64, error) {
-		v := q.Get(name)
-		if v == "" {
-			return 0, nil
-		}
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return 0, bad(raw, "option %s=%q: want a positive number", name, v)
-		}
-		return n, nil
-	}
-	insecure, err := flag("insecure")
+	u, opener, err := parse(raw)
 	if err != nil {
 		return nil, err
 	}
-	partSize, err := num("part-size")
+	name := Redact(raw)
+	attempts, err := u.Positive("attempts")
 	if err != nil {
-		return nil, err
-	}
-	conc, err := num("concurrency")
-	if err != nil {
-		return nil, err
-	}
-	attempts, err := num("attempts")
-	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	if attempts > 0 {
 		opts.MaxAttempts = int(attempts)
 	}
-	if v := q.Get("timeout"); v != "" {
+	if v := u.Option("timeout"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
 			return nil, bad(raw, "option timeout=%q: want a positive duration such as 5s", v)
 		}
 		opts.Timeout = d
 	}
-	name := Redact(raw)
-	switch u.Scheme {
-	case "file":
-		if u.Host != "" && u.Host != "localhost" {
-			return nil, bad(raw, "file URLs name a local directory: file:///path")
-		}
-		if u.Path == "" {
-			return nil, bad(raw, "no directory")
-		}
-		create, err := flag("create")
-		if err != nil {
-			return nil, err
-		}
-		if create {
-			if err := os.MkdirAll(u.Path, 0o755); err != nil {
-				return nil, fmt.Errorf("objstore: create %s: %w", u.Path, err)
-			}
-		}
-		d, err := fs.Open(u.Path)
-		if err != nil {
-			return nil, err
-		}
-		return objstore.New(d, name, opts), nil
-	case "mem":
-		if u.Host == "" {
+	switch {
+	case u.Scheme == "file":
+		return openFile(u, name, opts)
+	case u.Scheme == "mem":
+		if u.Bucket == "" {
 			return nil, bad(raw, "name the bucket: mem://name")
 		}
 		memMu.Lock()
-		d := memBuckets[u.Host]
+		d := memBuckets[u.Bucket]
 		if d == nil {
 			d = mem.New()
-			memBuckets[u.Host] = d
+			memBuckets[u.Bucket] = d
 		}
 		memMu.Unlock()
 		return objstore.New(d, name, opts), nil
-	case "s3":
-		if u.Host == "" {
-			return nil, bad(raw, "no bucket: s3://bucket/prefix")
-		}
-		pathStyle, err := flag("path-style")
-		if err != nil {
-			return nil, err
-		}
-		// Reading the AWS configuration touches no network; bound it
-		// all the same.
-		cctx, cancel := context.WithTimeout(ctx, opts.Bound())
-		d, err := s3.New(cctx, s3.Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Endpoint: q.Get("endpoint"),
-			Region: q.Get("region"), PathStyle: pathStyle, Profile: q.Get("profile"), InsecureSkipVerify: insecure,
-			SSE: q.Get("sse"), KMSKeyID: q.Get("kms-key"), PartSize: partSize, Concurrency: int(conc)})
-		cancel()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		return checked(ctx, objstore.New(d, name, opts))
-	default: // minio
-		if u.Host == "" || q.Get("endpoint") == "" {
-			return nil, bad(raw, "want minio://bucket/prefix?endpoint=http://host:port")
-		}
-		d, err := minio.New(minio.Config{Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), Endpoint: q.Get("endpoint"),
-			Region: q.Get("region"), AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY"),
-			InsecureSkipVerify: insecure, SSE: q.Get("sse"), PartSize: uint64(partSize), Concurrency: uint(conc)})
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", name, err)
-		}
-		return checked(ctx, objstore.New(d, name, opts))
 	}
+	d, err := opener.Open(ctx, u, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return checked(ctx, objstore.New(d, name, opts))
+}
+
+// openFile opens a file:// URL's directory.
+func openFile(u *URL, name string, opts objstore.Options) (*objstore.Store, error) {
+	if u.Bucket != "" && u.Bucket != "localhost" {
+		return nil, bad(u.raw, "file URLs name a local directory: file:///path")
+	}
+	dir := u.path
+	if dir == "" {
+		return nil, bad(u.raw, "no directory")
+	}
+	create, err := u.Bool("create")
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if create {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("objstore: create %s: %w", dir, err)
+		}
+	}
+	d, err := fs.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	return objstore.New(d, name, opts), nil
+}
+
+// parse parses raw and checks what every scheme shares: a known scheme
+// whose driver is in the program, no credentials, no fragment, a query
+// that unescapes, only the scheme's options, and an endpoint that is a
+// plain http(s) URL. No error quotes raw or a part of it but through
+// Redact.
+func parse(raw string) (*URL, *Opener, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return nil, nil, bad(raw, "not a URL: %s", parseCause(err))
+	}
+	if u.Opaque != "" {
+		return nil, nil, bad(raw, "want scheme://bucket/prefix")
+	}
+	names, opener, err := lookup(raw, u.Scheme)
+	if err != nil {
+		return nil, nil, err
+	}
+	if u.User != nil {
+		return nil, nil, bad(raw, "credentials do not belong in the URL; use the AWS environment or a profile")
+	}
+	if u.Fragment != "" || strings.Contains(raw, "#") {
+		return nil, nil, bad(raw, "a store URL has no #fragment")
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return nil, nil, bad(raw, "query: %s", parseCause(err))
+	}
+	for k := range q {
+		if !slices.Contains(names, k) {
+			return nil, nil, bad(raw, "unknown option %s for %s:// (known: %s)", shownName(k), u.Scheme, strings.Join(names, ", "))
+		}
+	}
+	if ep, ok := q["endpoint"]; ok {
+		if len(ep) != 1 {
+			return nil, nil, bad(raw, "endpoint given %d times", len(ep))
+		}
+		if err := checkEndpoint(ep[0]); err != nil {
+			return nil, nil, bad(raw, "%v", err)
+		}
+	}
+	return &URL{Scheme: u.Scheme, Bucket: u.Host, Prefix: strings.Trim(u.Path, "/"), path: u.Path, query: q, raw: raw}, opener, nil
+}
+
+// shownName quotes an option's name for an error, unless it does not look
+// like one (it may be a secret).
+func shownName(k string) string {
+	if optionName(k) {
+		return strconv.Quote(k)
+	}
+	return "(a name that is not shown: not lower case letters, digits and -_.)"
+}
+
+// checkEndpoint refuses an endpoint that is not http(s)://host[:port][/path]:
+// one with user info, a query or a fragment may hold a secret, and the
+// drivers would quote it in their errors.
+func checkEndpoint(raw string) error {
+	ep, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Errorf("endpoint: %s", parseCause(err))
+	case ep.User != nil:
+		return errors.New("endpoint: credentials do not belong in the URL; use the AWS environment or a profile")
+	case ep.Scheme != "http" && ep.Scheme != "https", ep.Host == "", ep.Opaque != "":
+		return fmt.Errorf("endpoint %s: want http://host:port or https://host:port", redactEndpoint(raw))
+	case ep.RawQuery != "" || ep.ForceQuery || ep.Fragment != "" || strings.Contains(raw, "#"):
+		return fmt.Errorf("endpoint %s: want http(s)://host[:port][/path], with no query or fragment", redactEndpoint(raw))
+	}
+	return nil
 }
 
 // checked checks s's bucket within the store's bound, closing s when the
-// check fails.
+// check fails. Drivers that are not a BucketChecker pass.
 func checked(ctx context.Context, s *objstore.Store) (*objstore.Store, error) {
 	if err := s.CheckBucket(ctx); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
-}
-
-// Redact returns raw without user info, safe to log.
-func Redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	u.User = nil
-	return u.String()
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/storeurl"
@@ -91,5 +92,60 @@ func testS3AndMinIOURLs(t *testing.T, srv *s3server.Server) {
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong")
 	if _, err := storeurl.Open(ctx, "s3://"+bucket+"?endpoint="+ep+"&path-style=true", objstore.Options{}); !errors.Is(err, objstore.ErrAccessDenied) {
 		t.Fatalf("wrong credentials: %v", err)
+	}
+}
+
+// TestNoSecretInErrorsOrNames opens URLs with a secret in each place a
+// store URL can hold one: no error, and no Redact of the URL, may show it,
+// and Redact keeps what an operator needs (scheme, bucket, prefix, the
+// endpoint's host and port, the harmless options).
+func TestNoSecretInErrorsOrNames(t *testing.T) {
+	for _, raw := range []string{
+		"s3://AKIA:SekritPass@bucket/p",
+		"s3://SekritUser@bucket/p",
+		"s3://AKIA:Sekrit%zz@bucket",
+		"s3://AKIA:SekritCtl\x01@bucket",
+		"s3://AKIA:SekritPort/bucket",
+		"s3://AKIA:Sekrit@bu cket/p",
+		"s3:AKIA:SekritOpaque@bucket",
+		"s3://bucket/p?endpoint=http://u:SekritEp@127.0.0.1:9000",
+		"minio://bucket/p?endpoint=http://u:SekritEp@127.0.0.1:9000",
+		"minio://bucket/p?endpoint=http://u:SekritEp%zz@127.0.0.1:9000",
+		"s3://bucket/p?endpoint=" + url.QueryEscape("http://u:SekritEp@127.0.0.1:9000"),
+		"s3://bucket/p?endpoint=" + url.QueryEscape("http://127.0.0.1:9000/?X-Amz-Security-Token=SekritTok"),
+		"s3://bucket/p?endpoint=" + url.QueryEscape("http://127.0.0.1:9000#SekritFrag"),
+		"s3://bucket/p?endpoint=" + url.QueryEscape("ftp://u:SekritEp@127.0.0.1:9000"),
+		"s3://bucket/p?secret_key=SekritQ",
+		"s3://bucket/p?session_token=SekritQ",
+		"s3://bucket/p?access_key=SekritQ&secret=SekritQ&password=SekritQ",
+		"s3://bucket/p?SekritBareWord",
+		"s3://bucket/p?region=x;SekritSemicolon",
+		"s3://bucket/p?region=SekritBad%zz",
+		"s3://bucket/p#SekritFragment",
+		"file://u:SekritFile@/tmp/nowhere",
+		"mem://u:SekritMem@x",
+	} {
+		_, err := storeurl.Open(ctx, raw, objstore.Options{Timeout: time.Millisecond, MaxAttempts: 1})
+		if !errors.Is(err, objstore.ErrInvalidURL) {
+			t.Errorf("%q: %v, want ErrInvalidURL", raw, err)
+		}
+		if err != nil && strings.Contains(strings.ToLower(err.Error()), "sekrit") {
+			t.Errorf("%q: the error shows the secret: %v", raw, err)
+		}
+		if r := storeurl.Redact(raw); strings.Contains(strings.ToLower(r), "sekrit") {
+			t.Errorf("Redact(%q) = %q shows the secret", raw, r)
+		}
+	}
+	for raw, want := range map[string]string{
+		"s3://k:s@bucket/tier/p?endpoint=http://u:p@127.0.0.1:9000&path-style=true&timeout=5s&token=t#f": "s3://bucket/tier/p?endpoint=http://127.0.0.1:9000&path-style=true&timeout=5s&token=xxxxx",
+		"s3://bucket?endpoint=" + url.QueryEscape("https://h:9/x?q=1"):                                   "s3://bucket?endpoint=https://h:9/x",
+		"minio://bucket/p?endpoint=http://127.0.0.1:9000&region=eu-west-1":                               "minio://bucket/p?endpoint=http://127.0.0.1:9000&region=eu-west-1",
+		"s3://k:s%zz@bucket":   "s3://(unparsable URL)",
+		"%%%":                  "(unparsable URL)",
+		"s3://bucket?Secret=1": "s3://bucket?xxxxx=xxxxx",
+	} {
+		if got := storeurl.Redact(raw); got != want {
+			t.Errorf("Redact(%q) = %q, want %q", raw, got, want)
+		}
 	}
 }
