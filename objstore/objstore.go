@@ -20,7 +20,11 @@
 //	Bound = MaxAttempts × Timeout + Σ_{i=1}^{MaxAttempts-1} min(BaseBackoff × 2^(i-1), MaxBackoff)
 //
 // (Options.Bound), whatever the server does: answers, resets, trickles or
-// accepts and never answers. With the defaults (30 s, 5 attempts, 100 ms
+// accepts and never answers. A Put's deadlines count from its body's last
+// progress: each time the driver reads some of the body, the attempt's
+// Timeout and the Bound start again, so a large object on a slow link is
+// not cut short while it moves, and a put that moves nothing fails within
+// the Bound like any other request. With the defaults (30 s, 5 attempts, 100 ms
 // doubling up to 5 s) that is 5 × 30 s + 1.5 s = 151.5 s. ReadAll, its
 // resumptions included, is held to the same bound as a whole. Each Read of
 // a Get's body returns within Timeout (a body that stops sending fails

@@ -41,7 +41,9 @@ type Options struct {
 	// Timeout bounds each request attempt, from sending it to the end of
 	// its answer (default 30 s). A get's attempt ends when the response
 	// headers arrive; each Read of its body must then make progress
-	// within Timeout.
+	// within Timeout. A put's attempt must make progress (the driver
+	// reading its body) within Timeout, and then answer within Timeout of
+	// its last progress.
 	Timeout time.Duration
 	// MaxAttempts is how many times a retryable error is tried in all
 	// (default 5).
@@ -69,7 +71,8 @@ func (o *Options) fill() {
 }
 
 // Bound returns the longest a Store call that makes one request may take
-// with these options, all its retries included:
+// with these options, all its retries included (for a put: without its
+// body moving):
 //
 //	Bound = MaxAttempts × Timeout + Σ_{i=1}^{MaxAttempts-1} min(BaseBackoff × 2^(i-1), MaxBackoff)
 //
@@ -173,10 +176,29 @@ func validatePrefix(prefix string) error {
 // against one the caller cancelled or gave a deadline.
 var errBound = fmt.Errorf("objstore: the store's bound on one request passed: %w", context.DeadlineExceeded)
 
+// errAttempt is the cause of an attempt's context that its Timeout ended.
+var errAttempt = fmt.Errorf("objstore: the attempt's timeout passed: %w", context.DeadlineExceeded)
+
 // bounded returns ctx with the store's bound as its deadline (an earlier
 // deadline of the caller's stays).
 func (s *Store) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(ctx, s.opts.Bound(), errBound)
+}
+
+// idleDeadline returns a context that ends (with cause) once d passes
+// without a call of touch, or when parent ends. A request that makes no
+// progress has a deadline; one whose body is being sent does not run out
+// of time while it moves. stop releases it.
+func idleDeadline(parent context.Context, d time.Duration, cause error) (ctx context.Context, touch, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	t := time.AfterFunc(d, func() { cancel(cause) })
+	return ctx, func() { t.Reset(d) }, func() { t.Stop(); cancel(context.Canceled) }
+}
+
+// expiredBy reports whether ctx ended by one of this store's deadlines,
+// cause: the attempt's or the bound's.
+func expiredBy(ctx context.Context, cause error) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), cause)
 }
 
 // callerDone reports whether ctx is done for the caller's reasons: a
@@ -185,27 +207,29 @@ func callerDone(ctx context.Context) bool {
 	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errBound)
 }
 
-// do runs one operation: each attempt under a deadline of Timeout, all of
-// them under the store's bound, retrying retryable errors with backoff
-// and jitter.
-func (s *Store) do(ctx context.Context, op Op, key string, fn func(ctx context.Context) (int64, error)) error {
+// do runs one operation: each attempt under a deadline of Timeout without
+// progress, all of them under the store's bound without progress,
+// retrying retryable errors with backoff and jitter. fn calls progress as
+// the request moves (a put's body read by the driver); an operation that
+// never calls it has plain deadlines of Timeout and Bound.
+func (s *Store) do(ctx context.Context, op Op, key string, fn func(ctx context.Context, progress func()) (int64, error)) error {
 	if s.closed.Load() {
 		return fmt.Errorf("%w: %s", ErrClosed, s.name)
 	}
-	octx, cancel := s.bounded(ctx)
-	defer cancel()
+	octx, touchBound, stop := idleDeadline(ctx, s.opts.Bound(), errBound)
+	defer stop()
 	backoff := s.opts.BaseBackoff
 	var err error
 	for attempt := 1; ; attempt++ {
-		actx, acancel := context.WithTimeout(octx, s.opts.Timeout)
+		actx, touchAttempt, astop := idleDeadline(octx, s.opts.Timeout, errAttempt)
 		start := time.Now()
 		var n int64
-		n, err = fn(actx)
-		expired := actx.Err() != nil
-		acancel()
+		n, err = fn(actx, func() { touchAttempt(); touchBound() })
+		expired := expiredBy(actx, errAttempt) || expiredBy(actx, errBound)
+		astop()
 		if err != nil && expired && !callerDone(ctx) && !isAnswer(err) {
 			// This store's deadline, not the caller's, ended the attempt.
-			err = fmt.Errorf("%w: no answer within %v (attempt %d of %d): %w", ErrRetryable, s.opts.Timeout, attempt, s.opts.MaxAttempts, err)
+			err = fmt.Errorf("%w: no answer within %v (attempt %d of %d: %w): %w", ErrRetryable, s.opts.Timeout, attempt, s.opts.MaxAttempts, context.DeadlineExceeded, err)
 		}
 		s.record(op, attempt, err)
 		if s.opts.OnRequest != nil {
@@ -234,7 +258,7 @@ func (s *Store) do(ctx context.Context, op Op, key string, fn func(ctx context.C
 		case isAnswer(err):
 		case callerDone(ctx) && !errors.Is(err, ctx.Err()):
 			err = fmt.Errorf("%w: %w", ctx.Err(), err)
-		case octx.Err() != nil && !callerDone(octx):
+		case expiredBy(octx, errBound):
 			err = fmt.Errorf("%w: gave up after the store's bound of %v: %w", ErrRetryable, s.opts.Bound(), err)
 		}
 		return fmt.Errorf("objstore: %s %s on %s: %w", op, key, s.name, err)
@@ -275,7 +299,7 @@ func (s *Store) CheckBucket(ctx context.Context) error {
 	if !ok {
 		return nil
 	}
-	return s.do(ctx, OpHead, "(bucket)", func(ctx context.Context) (int64, error) {
+	return s.do(ctx, OpHead, "(bucket)", func(ctx context.Context, _ func()) (int64, error) {
 		return 0, bc.CheckBucket(ctx)
 	})
 }
@@ -290,12 +314,12 @@ func (s *Store) Put(ctx context.Context, key string, body io.ReadSeeker, size in
 		return ObjectInfo{}, fmt.Errorf("objstore: put %s: negative size %d", key, size)
 	}
 	var info ObjectInfo
-	err := s.do(ctx, OpPut, key, func(ctx context.Context) (int64, error) {
+	err := s.do(ctx, OpPut, key, func(ctx context.Context, progress func()) (int64, error) {
 		if _, err := body.Seek(0, io.SeekStart); err != nil {
 			return 0, fmt.Errorf("rewind body: %w", err)
 		}
 		var err error
-		info, err = s.d.Put(ctx, key, body, size, opts)
+		info, err = s.d.Put(ctx, key, progressBody(body, progress), size, opts)
 		if err == nil {
 			s.bytesOut.Add(size)
 			return size, nil
@@ -317,7 +341,7 @@ func (s *Store) Get(ctx context.Context, key string, offset, length int64) (io.R
 	}
 	var rc io.ReadCloser
 	var info ObjectInfo
-	err := s.do(ctx, OpGet, key, func(actx context.Context) (int64, error) {
+	err := s.do(ctx, OpGet, key, func(actx context.Context, _ func()) (int64, error) {
 		// The body outlives this attempt's deadline: use the caller's
 		// context for the request, and the timeout for getting headers.
 		r, i, err := getWithin(ctx, actx, s.d, key, offset, length, s.opts.Timeout)
@@ -505,7 +529,7 @@ func (s *Store) Head(ctx context.Context, key string) (ObjectInfo, error) {
 		return ObjectInfo{}, err
 	}
 	var info ObjectInfo
-	err := s.do(ctx, OpHead, key, func(ctx context.Context) (int64, error) {
+	err := s.do(ctx, OpHead, key, func(ctx context.Context, _ func()) (int64, error) {
 		var err error
 		info, err = s.d.Head(ctx, key)
 		return 0, err
@@ -523,7 +547,7 @@ func (s *Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) boo
 	for {
 		var page []ObjectInfo
 		var more bool
-		err := s.do(ctx, OpList, prefix, func(ctx context.Context) (int64, error) {
+		err := s.do(ctx, OpList, prefix, func(ctx context.Context, _ func()) (int64, error) {
 			var err error
 			page, more, err = s.d.List(ctx, prefix, after, 1000)
 			return 0, err
@@ -556,7 +580,7 @@ func (s *Store) Delete(ctx context.Context, keys ...string) error {
 	for len(keys) > 0 {
 		batch := keys[:min(len(keys), 1000)]
 		keys = keys[len(batch):]
-		if err := s.do(ctx, OpDelete, batch[0], func(ctx context.Context) (int64, error) {
+		if err := s.do(ctx, OpDelete, batch[0], func(ctx context.Context, _ func()) (int64, error) {
 			return 0, s.d.Delete(ctx, batch)
 		}); err != nil {
 			return err
@@ -571,7 +595,7 @@ func (s *Store) AbortStaleUploads(ctx context.Context, prefix string, age time.D
 		return 0, err
 	}
 	var n int
-	err := s.do(ctx, OpAbort, prefix, func(ctx context.Context) (int64, error) {
+	err := s.do(ctx, OpAbort, prefix, func(ctx context.Context, _ func()) (int64, error) {
 		var err error
 		n, err = s.d.AbortStaleUploads(ctx, prefix, time.Now().Add(-age))
 		return 0, err
@@ -585,4 +609,41 @@ func (s *Store) Close() error {
 		return nil
 	}
 	return s.d.Close()
+}
+
+// progressBody returns body with progress called whenever the driver reads
+// some of it: a put's body moving is a put making progress. It keeps the
+// io.ReaderAt of a body that has one (drivers read parts in parallel).
+func progressBody(body io.ReadSeeker, progress func()) io.ReadSeeker {
+	pb := &progressReader{ReadSeeker: body, progress: progress}
+	if at, ok := body.(io.ReaderAt); ok {
+		return &progressReaderAt{progressReader: pb, at: at}
+	}
+	return pb
+}
+
+type progressReader struct {
+	io.ReadSeeker
+	progress func()
+}
+
+func (r *progressReader) Read(p []byte) (int, error) {
+	n, err := r.ReadSeeker.Read(p)
+	if n > 0 {
+		r.progress()
+	}
+	return n, err
+}
+
+type progressReaderAt struct {
+	*progressReader
+	at io.ReaderAt
+}
+
+func (r *progressReaderAt) ReadAt(p []byte, off int64) (int, error) {
+	n, err := r.at.ReadAt(p, off)
+	if n > 0 {
+		r.progress()
+	}
+	return n, err
 }

@@ -153,3 +153,62 @@ func TestReadAllStartsOverOnANewVersion(t *testing.T) {
 		t.Fatalf("ReadAll across an overwrite: %q, %v (want version b whole)", got, err)
 	}
 }
+
+// trickle is a driver whose Put reads the body in small steps, a pause
+// between each (a slow link), or never (stall: a server that takes the
+// connection and reads nothing), until its context ends.
+type trickle struct {
+	*mem.Driver
+	step  int
+	pause time.Duration
+	stall bool
+}
+
+func (d *trickle) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	if d.stall {
+		<-ctx.Done()
+		return objstore.ObjectInfo{}, fmt.Errorf("put: %w", ctx.Err())
+	}
+	var got bytes.Buffer
+	for {
+		select {
+		case <-ctx.Done():
+			return objstore.ObjectInfo{}, fmt.Errorf("put after %d bytes: %w", got.Len(), ctx.Err())
+		case <-time.After(d.pause):
+		}
+		n, err := io.CopyN(&got, body, int64(d.step))
+		if err == io.EOF || (err == nil && n == 0) {
+			break
+		}
+		if err != nil {
+			return objstore.ObjectInfo{}, err
+		}
+	}
+	return d.Driver.Put(ctx, key, bytes.NewReader(got.Bytes()), int64(got.Len()), opts)
+}
+
+// TestPutThatMovesOutlastsTheBound: a put whose body keeps moving is not
+// cut short by the attempt's Timeout nor by the store's bound, however
+// long it takes in all (a large segment on a slow link); a put that
+// moves nothing fails retryably as a deadline.
+func TestPutThatMovesOutlastsTheBound(t *testing.T) {
+	opts := objstore.Options{Timeout: time.Second, MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond}
+	body := bytes.Repeat([]byte("segment "), 50*128) // 50 steps of 1 KiB
+	d := &trickle{Driver: mem.New(), step: 1024, pause: opts.Bound() / 40}
+	s := objstore.New(d, "trickle", opts)
+	if _, err := s.Put(context.Background(), "k", bytes.NewReader(body), int64(len(body)), objstore.PutOptions{}); err != nil {
+		t.Fatalf("a put whose body moved every %v, %v in all against a bound of %v: %v", d.pause, 50*d.pause, opts.Bound(), err)
+	}
+	got, err := s.ReadAll(context.Background(), "k", 0, -1)
+	if err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("read back %d bytes (%v), want the %d put", len(got), err, len(body))
+	}
+
+	stalled := objstore.New(&trickle{Driver: mem.New(), stall: true}, "stall", fast)
+	_, err = stalled.Put(context.Background(), "k", bytes.NewReader(body), int64(len(body)), objstore.PutOptions{})
+	for _, want := range []error{objstore.ErrRetryable, context.DeadlineExceeded} {
+		if !errors.Is(err, want) {
+			t.Errorf("a put whose body never moved: errors.Is(%v, %v) = false", err, want)
+		}
+	}
+}
