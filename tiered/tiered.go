@@ -159,6 +159,9 @@ type Partition struct {
 	// verified holds the local segments known to be in the bucket as they
 	// are on disk (see bucketHoldsLocked). Guarded by mu.
 	verified map[int64]verifiedSegment
+	// rec is what the partition last knew of its bucket, and whether it
+	// refused a manifest that went back in time (rollback.go).
+	rec bucketRecord
 
 	caches      *Caches
 	ownCaches   bool                 // made by this partition: Close clears them
@@ -257,6 +260,9 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	// Until attached, the manifest is an empty one (the local log keeps the
 	// log start its checkpoint recorded).
 	p.man.Store(&manifestState{m: &manifest.Manifest{}})
+	if err := p.loadRecord(); err != nil {
+		return nil, err
+	}
 	if !opts.OpenWithoutBucket {
 		if err := p.attach(ctx); err != nil {
 			return nil, err
@@ -398,6 +404,9 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		// A follower follows the leader's log start (the manifest's, and
 		// the one the leader's fetch responses carry) locally only.
 		if offset > p.local.Offsets().LogStart {
+			if err := p.noteLogStart(offset); err != nil {
+				return err
+			}
 			return p.local.DeleteRecordsBefore(ctx, offset)
 		}
 		return nil
@@ -417,6 +426,11 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		}
 	}
 	if offset > p.local.Offsets().LogStart {
+		// Recorded first: past the bucket's end, only the record says
+		// why the local log starts above the bucket (see rollback.go).
+		if err := p.noteLogStart(offset); err != nil {
+			return err
+		}
 		if err := p.local.DeleteRecordsBefore(ctx, offset); err != nil {
 			return err
 		}
@@ -533,12 +547,13 @@ func (p *Partition) Close() error {
 	return p.local.Close()
 }
 
-// checkOpen returns backend.ErrClosed after Close.
+// checkOpen returns backend.ErrClosed after Close, and the RollbackError
+// of a partition that went offline (see rollback.go).
 func (p *Partition) checkOpen() error {
 	if p.closed.Load() {
 		return fmt.Errorf("%w: tiered partition %s", backend.ErrClosed, p.key(""))
 	}
-	return nil
+	return p.Offline()
 }
 
 // memRecords are batches read from the bucket, held in memory.
