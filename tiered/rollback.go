@@ -10,6 +10,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
 )
 
 // A bucket that went back in time.
@@ -121,7 +122,9 @@ func judgeManifest(rec local.TierState, have bool, m *manifest.Manifest, exists 
 		case remoteEnd(m) < rec.RemoteEnd:
 			return fmt.Sprintf("the bucket's manifest (generation %d) ends at offset %d, but the bucket held offsets up to %d at generation %d",
 				m.Generation, remoteEnd(m), rec.RemoteEnd, rec.Generation)
-		case m.LogStartOffset < min(rec.LogStart, rec.RemoteEnd):
+		case m.Generation > rec.Generation && m.LogStartOffset < min(rec.LogStart, rec.RemoteEnd):
+			// (The recorded generation itself may be one an operator
+			// accepted with its hole: AcceptManifest.)
 			return fmt.Sprintf("the bucket's manifest (generation %d) moves the log start back from %d to %d",
 				m.Generation, min(rec.LogStart, rec.RemoteEnd), m.LogStartOffset)
 		}
@@ -271,4 +274,58 @@ func (p *Partition) writeRecordLocked(next local.TierState) error {
 			"prefix", p.prefix, "generation", next.Generation, "err", err)
 	}
 	return err
+}
+
+// Acceptance is what accepting the bucket's manifest over a partition's
+// record means (PlanAcceptance): the record an operator's accept writes,
+// and the offsets the partition gives up.
+type Acceptance struct {
+	// Refusal is why the partition refuses the manifest now ("": it
+	// does not, and there is nothing to accept).
+	Refusal string
+	// Manifest is the bucket's; Recorded (when HaveRecord) the
+	// partition's record, Accepted the record that accepts Manifest.
+	Manifest   *manifest.Manifest
+	Recorded   local.TierState
+	HaveRecord bool
+	Accepted   local.TierState
+	// LogStart is the partition's log start as it knows it, NewLogStart
+	// its log start under the accepted manifest; offsets between them are
+	// lost (LostOffsets of them), and so are the objects newer manifests
+	// named past RemoteEnd, which gc then removes.
+	LogStart, NewLogStart, LocalLogStart int64
+	LostOffsets                          int64
+}
+
+// PlanAcceptance reads the bucket's manifest for the partition under
+// prefix and judges it as the partition l would at its next open
+// (judgeManifest), and says what accepting it would lose. Nothing is
+// written; the accept writes Accepted as the partition's
+// tier-state-checkpoint (local.WriteTierState) while no broker holds the
+// log directory.
+func PlanAcceptance(ctx context.Context, store *objstore.Store, prefix string, l *local.Log) (*Acceptance, error) {
+	p := &Partition{store: store, prefix: prefix}
+	st, err := p.readManifest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.etag == "" {
+		return nil, fmt.Errorf("%w under %q: nothing to accept (is the store URL or the partition right?)", ErrNoManifest, prefix)
+	}
+	rec, have, err := l.TierState()
+	if err != nil {
+		return nil, err
+	}
+	o := l.Offsets()
+	known := o.LogStart
+	if have {
+		known = rec.LogStart
+	} else if rs, ok := l.RemoteLogStart(); ok {
+		known = rs
+	}
+	next := partitionStart(st.m, o.LogStart)
+	a := &Acceptance{Refusal: judgeManifest(rec, have, st.m, true, o.LogStart, known), Manifest: st.m, Recorded: rec, HaveRecord: have,
+		Accepted: local.TierState{Generation: st.m.Generation, Born: st.m.Born, RemoteEnd: remoteEnd(st.m), LogStart: next},
+		LogStart: known, NewLogStart: next, LocalLogStart: o.LogStart, LostOffsets: max(next-known, 0)}
+	return a, nil
 }

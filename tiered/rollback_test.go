@@ -201,3 +201,60 @@ func testRolledBack(t *testing.T, dropRecord bool) {
 		t.Fatal("the refused manifest was written over")
 	}
 }
+
+// TestAcceptedRollbackIsTaken: once an operator accepts the older bucket
+// (PlanAcceptance's record written while no broker holds the directory),
+// the partition takes it at its next open, starting where the accepted
+// bucket and its local log hold records, and leads on from there.
+func TestAcceptedRollbackIsTaken(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://rollback-accepted", objstore.Options{})
+	rb := rollBack(t, store)
+	dir := filepath.Join(rb.dir, "orders-0")
+	l, err := local.Open(dir, local.Options{Config: cfg(t, tieredCfg...), ReadOnly: true, LogStartOffset: 0, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := tiered.PlanAcceptance(ctx, store, "tl/orders-0", l)
+	l.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Refusal == "" || a.Manifest.Generation != rb.oldGen || a.LogStart != 0 || a.NewLogStart <= 0 || a.LostOffsets != a.NewLogStart {
+		t.Fatalf("the plan: %+v; want the refusal of generation %d, losing offsets 0..%d", a, rb.oldGen, a.NewLogStart-1)
+	}
+	if err := local.WriteTierState(dir, a.Accepted); err != nil {
+		t.Fatal(err)
+	}
+	b := openTieredBackend(t, rb.dir, store, tiered.BackendOptions{})
+	p, err := b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := p.(*tiered.Partition)
+	if err := tp.BecomeLeader(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Attach(ctx); err != nil {
+		t.Fatalf("attach after the accept: %v", err)
+	}
+	if o := tp.Offsets(); o.LogStart != a.NewLogStart {
+		t.Fatalf("after the accept: %+v; want the log start %d", o, a.NewLogStart)
+	}
+	produce(t, p, 1000)
+	eventually(t, 20*time.Second, "nothing offloaded after the accept", func() bool {
+		k, _ := tp.CopyLag()
+		return k == 0 && tp.Manifest().Generation > rb.oldGen+1
+	})
+	readsFrom(t, p, a.NewLogStart)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTieredBackend(t, rb.dir, store, tiered.BackendOptions{})
+	p, err = b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.(*tiered.Partition).Attach(ctx); err != nil {
+		t.Fatalf("attach at the restart after the accept: %v", err)
+	}
+}
