@@ -239,7 +239,7 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 // epoch (an upload, retention), so this call needs no bucket. An epoch
 // above the one that fenced this writer lifts the fencing.
 func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
-	if err := p.checkOpen(); err != nil {
+	if err := p.checkNotClosed(); err != nil {
 		return err
 	}
 	if cur := p.epoch.Load(); epoch < cur {
@@ -264,7 +264,7 @@ func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
 // backend.Partition. An upload in flight finishes or fails its commit; no
 // new one starts.
 func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
-	if err := p.checkOpen(); err != nil {
+	if err := p.checkNotClosed(); err != nil {
 		return err
 	}
 	if cur := p.epoch.Load(); epoch < cur {

@@ -550,10 +550,21 @@ func (p *Partition) Close() error {
 // checkOpen returns backend.ErrClosed after Close, and the RollbackError
 // of a partition that went offline (see rollback.go).
 func (p *Partition) checkOpen() error {
+	if err := p.checkNotClosed(); err != nil {
+		return err
+	}
+	return p.Offline()
+}
+
+// checkNotClosed returns backend.ErrClosed after Close. Leadership changes
+// check only this: an offline partition takes its role (and stays
+// offline), so one partition refusing its bucket does not stop the broker
+// from taking up the others.
+func (p *Partition) checkNotClosed() error {
 	if p.closed.Load() {
 		return fmt.Errorf("%w: tiered partition %s", backend.ErrClosed, p.key(""))
 	}
-	return p.Offline()
+	return nil
 }
 
 // memRecords are batches read from the bucket, held in memory.
