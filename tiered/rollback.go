@@ -222,10 +222,10 @@ func (p *Partition) Offline() error {
 	return nil
 }
 
-// recordLocked writes the partition's record of m when its generation
-// moved (see the top of this file). A read-only log records nothing; a
-// failed write fails the local log, which then deletes nothing until it
-// is reopened. REQUIRES: the caller adopts m.
+// record writes the partition's record of st when its generation moved
+// (see the top of this file). A read-only log records nothing; a failed
+// write fails the local log, which then deletes nothing until it is
+// reopened. Called by adopt, before st is published.
 func (p *Partition) record(st *manifestState) {
 	if st.etag == "" {
 		return

@@ -9,6 +9,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,7 +18,9 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/faultfs"
 	"github.com/tierlog/tierlog/tiered"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // readsFrom fails unless every offset from..end of p reads back.
@@ -213,4 +217,67 @@ func TestRecreatedPartitionRestarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	readsFrom(t, p, 0)
+}
+
+// TestRecordBehindTheBucketIsFine: a crash between a manifest's commit
+// and its record leaves the record a generation (or more) behind the
+// bucket; the next open takes the newer manifest.
+func TestRecordBehindTheBucketIsFine(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://record-behind", objstore.Options{})
+	dir := t.TempDir()
+	b := openTieredBackend(t, dir, store, tiered.BackendOptions{})
+	tp := openUploaded(t, b, 1, 2000)
+	first := tp.Manifest()
+	behind := local.TierState{Generation: first.Generation, Born: first.Born, RemoteEnd: first.Segments[len(first.Segments)-1].LastOffset + 1}
+	produce(t, tp, 2000)
+	eventually(t, 20*time.Second, "the second 2,000 records were not offloaded", func() bool {
+		k, _ := tp.CopyLag()
+		return k == 0 && tp.Manifest().Generation > first.Generation
+	})
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := local.WriteTierState(filepath.Join(dir, "orders-0"), behind); err != nil {
+		t.Fatal(err)
+	}
+	b = openTieredBackend(t, dir, store, tiered.BackendOptions{})
+	p, err := b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.(*tiered.Partition).Attach(ctx); err != nil {
+		t.Fatalf("attach with the record behind the bucket: %v", err)
+	}
+	readsFrom(t, p, 0)
+}
+
+// TestUnrecordedManifestDeletesNothingLocally: when the record of a new
+// generation cannot be written (the disk fails), the local log fails and
+// local retention deletes nothing on the strength of that generation.
+func TestUnrecordedManifestDeletesNothingLocally(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://unrecorded", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	ffs := faultfs.New(vfs.Default)
+	c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "0", "retention.ms", "-1", "file.delete.delay.ms", "0")
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1, FS: ffs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 2000)
+	before := len(p.Local().SegmentInfos())
+	ffs.SetHook(faultfs.FailAll(faultfs.OpRename, func(path string) bool {
+		return strings.Contains(path, local.TierStateCheckpoint)
+	}, syscall.EIO))
+	_, err = p.Offload(ctx)
+	if err == nil {
+		t.Fatal("offload succeeded with its record unwritten")
+	}
+	if n := len(p.Local().SegmentInfos()); n != before || p.Offsets().LocalLogStart != 0 {
+		t.Fatalf("local retention deleted %d segments (local start %d) on a manifest whose record failed: %v", before-n, p.Offsets().LocalLogStart, err)
+	}
 }
