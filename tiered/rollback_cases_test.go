@@ -16,6 +16,7 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/testing/faultfs"
@@ -279,5 +280,72 @@ func TestUnrecordedManifestDeletesNothingLocally(t *testing.T) {
 	}
 	if n := len(p.Local().SegmentInfos()); n != before || p.Offsets().LocalLogStart != 0 {
 		t.Fatalf("local retention deleted %d segments (local start %d) on a manifest whose record failed: %v", before-n, p.Offsets().LocalLogStart, err)
+	}
+}
+
+// TestJudgeManifest: each rule of the rollback check against a recorded
+// state, through PlanAcceptance (which judges as an open does). The local
+// log holds offsets 0..999 and starts at 500.
+func TestJudgeManifest(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "65536", "retention.ms", "-1")
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, l, 1000)
+	if err := l.DeleteRecordsBefore(ctx, 500); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	seg := func(base, last int64) manifest.Segment {
+		return manifest.Segment{BaseOffset: base, LastOffset: last, Size: 1, Records: last - base + 1}
+	}
+	rec := local.TierState{Generation: 10, RemoteEnd: 600, LogStart: 100}
+	for _, tc := range []struct {
+		name   string
+		rec    local.TierState
+		m      manifest.Manifest
+		refuse string // "" when the manifest must be taken
+	}{
+		{"the recorded one", rec, manifest.Manifest{Generation: 10, LogStartOffset: 100, Segments: []manifest.Segment{seg(100, 599)}}, ""},
+		{"a newer one", rec, manifest.Manifest{Generation: 12, LogStartOffset: 100, Segments: []manifest.Segment{seg(100, 599), seg(600, 799)}}, ""},
+		{"retention moved the log start", rec, manifest.Manifest{Generation: 12, LogStartOffset: 300, Segments: []manifest.Segment{seg(300, 699)}}, ""},
+		{"an older generation", rec, manifest.Manifest{Generation: 9, LogStartOffset: 100, Segments: []manifest.Segment{seg(100, 599)}}, "older than generation 10"},
+		{"segments lost from the end", rec, manifest.Manifest{Generation: 12, LogStartOffset: 100, Segments: []manifest.Segment{seg(100, 549)}}, "held offsets up to 600"},
+		{"the log start moved back", rec, manifest.Manifest{Generation: 12, LogStartOffset: 50, Segments: []manifest.Segment{seg(50, 699)}}, "moves the log start back"},
+		{"an older incarnation", local.TierState{Generation: 10, Born: 5, RemoteEnd: 600, LogStart: 100},
+			manifest.Manifest{Generation: 12, Born: 0, LogStartOffset: 100, Segments: []manifest.Segment{seg(100, 699)}}, "older than this partition's"},
+		{"created anew since", rec, manifest.Manifest{Generation: 14, Born: 11, Segments: []manifest.Segment{seg(0, 10)}}, ""},
+		{"a hole below the local log", local.TierState{Generation: 10, RemoteEnd: 300, LogStart: 100},
+			manifest.Manifest{Generation: 12, LogStartOffset: 100, Segments: []manifest.Segment{seg(100, 399)}}, "would be in neither"},
+		{"DeleteRecords past the bucket's end", local.TierState{Generation: 10, RemoteEnd: 300, LogStart: 500},
+			manifest.Manifest{Generation: 10, LogStartOffset: 300, Segments: []manifest.Segment{seg(100, 299)}}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := local.WriteTierState(dir, tc.rec); err != nil {
+				t.Fatal(err)
+			}
+			store := objstore.New(mem.New(), "mem://judge", objstore.Options{})
+			data, err := tc.m.Encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.Put(ctx, rollbackManifest, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			l, err := local.Open(dir, local.Options{Config: c, ReadOnly: true, LogStartOffset: 500, HighWatermark: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			a, err := tiered.PlanAcceptance(ctx, store, "tl/orders-0", l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (tc.refuse == "") != (a.Refusal == "") || !strings.Contains(a.Refusal, tc.refuse) {
+				t.Fatalf("refusal %q, want %q", a.Refusal, tc.refuse)
+			}
+		})
 	}
 }
