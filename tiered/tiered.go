@@ -22,7 +22,9 @@
 // doing Kafka's RemoteLogManager's work (service.go). Only the leader of a
 // partition writes to its bucket prefix; leadership and fencing are
 // described in leader.go. Opening needs no bucket: a partition attaches to
-// it when first needed.
+// it when first needed. A manifest that went back in time (a restored
+// bucket backup, a versioning rollback) is refused, and the partition goes
+// offline deleting nothing (rollback.go).
 package tiered
 
 import (
