@@ -27,15 +27,20 @@ import (
 // record (judgeManifest) before it is adopted; one that contradicts it is
 // refused, and the partition goes offline (ErrManifestRolledBack with
 // ErrStorage, a RollbackError): it deletes nothing, locally or in the
-// bucket, its log start stays, and every call but Close fails with the
-// error until it is reopened. An operator who means the older bucket
-// accepts it with AcceptManifest (tierctl manifest accept), never by a
-// restart.
+// bucket, its log start stays (Offsets), and every other call but Close,
+// BecomeLeader and BecomeFollower (which take the role and leave the
+// partition offline) fails with the error until it is reopened. An
+// operator who means the older bucket accepts it (PlanAcceptance, tierctl
+// manifest accept), never by a restart.
 //
-// The record is written (durably) when the generation moves, after the
-// commit or before the adoption that moves it, so before local retention
-// deletes anything on the strength of the new manifest; between moves it
-// is kept in memory. A crash between a manifest's PUT and its record
+// The record is written (durably: tmp, fsync, rename, directory fsync)
+// whenever the generation moves, by adopt before it publishes the new
+// manifest (a commit's, or one read from the bucket), so before local
+// retention deletes anything on the strength of it; between moves it is
+// kept in memory. That is one small file write per commit, beside the
+// segment upload the commit names. A DeleteRecordsBefore past the
+// bucket's end records its new log start before the local log moves
+// (noteLogStart): no manifest can. A crash between a manifest's PUT and its record
 // leaves the record behind the bucket, which is fine: only lower
 // generations, holes and log starts that move with nothing to explain
 // them are refused. A partition with no record (one that never read a
