@@ -258,3 +258,39 @@ func TestAcceptedRollbackIsTaken(t *testing.T) {
 		t.Fatalf("attach at the restart after the accept: %v", err)
 	}
 }
+
+// TestRollbackWhileRunning: the bucket goes back in time under a running
+// leader. Its next commit loses its condition and, reading the manifest
+// back, finds it older than its own: it stops (offline), deleting
+// nothing, and its log start stays.
+func TestRollbackWhileRunning(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://rollback-running", objstore.Options{})
+	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	tp := openUploaded(t, b, 1, 2000)
+	old := objectBytes(t, store, rollbackManifest)
+	gen := tp.Manifest().Generation
+	produce(t, tp, 2000)
+	eventually(t, 20*time.Second, "the second 2,000 records were not offloaded", func() bool {
+		k, _ := tp.CopyLag()
+		return k == 0 && tp.Manifest().Generation > gen
+	})
+	if _, err := store.Put(ctx, rollbackManifest, bytes.NewReader(old), int64(len(old)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	objects := objectKeys(t, store)
+	// Into the local log underneath: the partition goes offline while
+	// these are appended, and its own Append then refuses.
+	produce(t, tp.Local(), 2000)
+	eventually(t, 20*time.Second, "the leader neither stopped nor refused the older manifest", func() bool {
+		return tp.Offline() != nil || tp.Fenced() != nil
+	})
+	if err := tp.Offline(); !errors.Is(err, backend.ErrManifestRolledBack) {
+		t.Fatalf("the leader stopped with %v (fenced: %v); want ErrManifestRolledBack", err, tp.Fenced())
+	}
+	if o := tp.Offsets(); o.LogStart != 0 {
+		t.Fatalf("the log start moved to %d", o.LogStart)
+	}
+	if l := lost(objects, objectKeys(t, store)); len(l) > 0 {
+		t.Fatalf("the bucket lost %d objects: %v", len(l), l)
+	}
+}
