@@ -70,6 +70,16 @@ var (
 	// KAFKA_STORAGE_ERROR. A log whose fsync failed, or whose failed write
 	// could not be undone, refuses writes with it until it is reopened.
 	ErrStorage = errors.New("backend: storage error")
+	// ErrManifestRolledBack: a tiered partition's bucket went back in
+	// time (a restored backup, a versioning rollback, a failover to a
+	// lagging replica): its manifest is older than the one the partition
+	// last committed or adopted, or leaves a hole below the local log,
+	// or moves the log start with nothing to explain it. The partition
+	// is offline (it deletes nothing, locally or in the bucket, and its
+	// log start stays) until an operator accepts the bucket explicitly
+	// (tierctl manifest accept). Returned together with ErrStorage:
+	// Kafka's KAFKA_STORAGE_ERROR (56).
+	ErrManifestRolledBack = errors.New("backend: the bucket's manifest went back in time")
 
 	// The producer-state errors below each map one to one to a Kafka
 	// error code; appends that return them write nothing.

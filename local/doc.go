@@ -50,6 +50,7 @@
 //	scheduler.go the timing wheel and worker pool that run it
 //	backend.go   Backend: many partitions in one log directory, checkpoints
 //	checkpoint.go Kafka's checkpoint files; names.go its file names
+//	tierstate.go the tier-state-checkpoint: what a tiered partition last knew of its bucket
 //	metrics.go   a log's counters
 //
 // All file access goes through a vfs.FS (Options.FS), so tests inject disk

@@ -24,6 +24,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		uploadLatency   = desc(sub, "upload_duration_seconds", "Time to upload one segment and its indexes.", nil, nil)
 		commits         = desc(sub, "manifest_commits_total", "Manifests committed by conditional put.", nil, nil)
 		fenced          = desc(sub, "fenced_total", "Times a partition was fenced by another writer.", nil, nil)
+		refused         = desc(sub, "manifests_refused_total", "Partitions taken offline because the bucket's manifest went back in time.", nil, nil)
 		remoteReads     = desc(sub, "remote_reads_total", "Reads served from the bucket.", nil, nil)
 		remoteBytes     = desc(sub, "remote_read_bytes_total", "Bytes returned by reads from the bucket.", nil, nil)
 		remoteErrors    = desc(sub, "remote_read_errors_total", "Reads below the local log start that failed.", nil, nil)
@@ -40,7 +41,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		tieredPartsDesc = desc(sub, "partitions", "Tiered partitions open.", nil, nil)
 	)
 	segments, segBytes := tierDescs("remote")
-	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, remoteReads,
+	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, remoteReads,
 		remoteBytes, remoteErrors, remoteLatency, remoteDeleted}
 	if partitions != nil {
 		descs = append(descs, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
@@ -55,6 +56,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 			histogram(ch, uploadLatency, m.UploadLatency.Snapshot())
 			counter(ch, commits, float64(m.ManifestCommits.Load()))
 			counter(ch, fenced, float64(m.Fenced.Load()))
+			counter(ch, refused, float64(m.ManifestsRefused.Load()))
 			counter(ch, remoteReads, float64(m.RemoteReads.Load()))
 			counter(ch, remoteBytes, float64(m.RemoteReadBytes.Load()))
 			counter(ch, remoteErrors, float64(m.RemoteReadErrors.Load()))

@@ -175,7 +175,9 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 	if b.closed {
 		return nil, fmt.Errorf("%w: tiered backend %s", backend.ErrClosed, b.local.Dir())
 	}
-	if p, ok := b.parts[tp]; ok && p.checkOpen() == nil {
+	if p, ok := b.parts[tp]; ok && !p.closed.Load() {
+		// An offline partition (rollback.go) stays open, refusing: its
+		// SetConfig returns why.
 		if err := p.SetConfig(cfg); err != nil {
 			return nil, err
 		}
@@ -214,11 +216,14 @@ func (b *Backend) TieredPartitions() []*Partition {
 	defer b.mu.Unlock()
 	out := make([]*Partition, 0, len(b.parts))
 	for tp, p := range b.parts {
-		if p.checkOpen() == nil {
-			out = append(out, p)
-		} else {
+		switch {
+		case p.closed.Load():
 			delete(b.parts, tp)
+		case p.Offline() == nil:
+			out = append(out, p)
 		}
+		// An offline partition (rollback.go) has no work until it is
+		// reopened: it deletes and uploads nothing.
 	}
 	return out
 }

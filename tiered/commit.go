@@ -61,8 +61,13 @@ func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
 // Only a bucket that runs on into the local log holds the partition's
 // first offsets: once DeleteRecordsBefore moved the local log start past
 // the bucket's end, the local start is the partition's.
+//
+// A manifest of a new generation is recorded in the partition's
+// tier-state-checkpoint first (see rollback.go), so nothing is deleted on
+// its strength before the record is on disk.
 func (p *Partition) adopt(st *manifestState) {
 	defer p.notifyTieredEnd(p.Offsets().TieredEnd)
+	p.record(st)
 	p.man.Store(st)
 	if n := len(st.m.Segments); n > 0 && st.m.Segments[n-1].LastOffset+1 >= p.local.Offsets().LogStart {
 		p.local.SetRemoteLogStart(st.m.LogStartOffset)
@@ -204,7 +209,7 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 	if p.unknown == nil {
 		return nil
 	}
-	now, err := p.readManifest(ctx)
+	now, err := p.judged(ctx)
 	if err != nil {
 		return fmt.Errorf("tiered: reconcile the manifest: %w", err)
 	}

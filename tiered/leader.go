@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 )
@@ -55,6 +57,16 @@ func (p *Partition) attach(ctx context.Context) error {
 			return fmt.Errorf("%w under %q: the partition's log start is %d (log-start-offset-checkpoint) but its local log starts at %d, "+
 				"so the offsets between live in a bucket: is the store URL or prefix right?", ErrNoManifest, p.key(ManifestName), rs, p.local.Offsets().LogStart)
 		}
+		if gen := p.recordedGeneration(); gen > 0 {
+			// A wrong URL or prefix is likelier here than a bucket
+			// rolled back to before the partition (judge refuses that
+			// once attached).
+			return fmt.Errorf("%w under %q: the partition last committed or adopted manifest generation %d (%s): is the store URL or prefix right?",
+				ErrNoManifest, p.key(ManifestName), gen, filepath.Join(p.local.Dir(), local.TierStateCheckpoint))
+		}
+	}
+	if err := p.judge(st); err != nil {
+		return err
 	}
 	p.adopt(st)
 	if st.m.Deleted && (p.openedEmpty || p.local.Offsets().LogEnd == 0) {
@@ -94,7 +106,7 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 		return nil
 	}
 	for attempt := 0; ; attempt++ {
-		now, err := p.readManifest(ctx)
+		now, err := p.judged(ctx)
 		if err != nil {
 			return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", epoch, err)
 		}
@@ -227,7 +239,7 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 // epoch (an upload, retention), so this call needs no bucket. An epoch
 // above the one that fenced this writer lifts the fencing.
 func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
-	if err := p.checkOpen(); err != nil {
+	if err := p.checkNotClosed(); err != nil {
 		return err
 	}
 	if cur := p.epoch.Load(); epoch < cur {
@@ -252,7 +264,7 @@ func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
 // backend.Partition. An upload in flight finishes or fails its commit; no
 // new one starts.
 func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
-	if err := p.checkOpen(); err != nil {
+	if err := p.checkNotClosed(); err != nil {
 		return err
 	}
 	if cur := p.epoch.Load(); epoch < cur {
@@ -293,7 +305,7 @@ func (p *Partition) Refresh(ctx context.Context) error {
 // refreshLocked adopts the bucket's manifest when its generation is newer
 // than the one held. REQUIRES: p.mu held.
 func (p *Partition) refreshLocked(ctx context.Context) error {
-	now, err := p.readManifest(ctx)
+	now, err := p.judged(ctx)
 	if err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: refresh %s: %w", p.key(ManifestName), err))
 	}

@@ -29,6 +29,9 @@ type Metrics struct {
 	UploadLatency   stats.Histogram
 	ManifestCommits atomic.Int64
 	Fenced          atomic.Int64 // partitions fenced by another writer
+	// ManifestsRefused counts partitions taken offline because the
+	// bucket's manifest went back in time (backend.ErrManifestRolledBack).
+	ManifestsRefused atomic.Int64
 
 	RemoteReads       atomic.Int64 // reads served from the bucket
 	RemoteReadBytes   atomic.Int64

@@ -164,8 +164,11 @@ func (s *service) copier() {
 		switch {
 		case err == nil:
 			st.failures = 0
-		case errors.Is(err, backend.ErrClosed) || errors.Is(err, ErrNotLeader) || errors.Is(err, backend.ErrFenced) || s.ctx.Err() != nil:
-			more = false // nothing to retry: the partition went, or is not this broker's to upload
+		case errors.Is(err, backend.ErrClosed) || errors.Is(err, ErrNotLeader) || errors.Is(err, backend.ErrFenced) ||
+			errors.Is(err, backend.ErrManifestRolledBack) || s.ctx.Err() != nil:
+			// Nothing to retry: the partition went, is not this broker's
+			// to upload, or is offline until reopened (rollback.go).
+			more = false
 		default:
 			st.failures++
 			st.notBefore = time.Now().Add(s.backoff(st.failures))
@@ -284,7 +287,8 @@ func (s *service) maintain(p *Partition) {
 	log := s.b.logger.With("prefix", p.prefix)
 	if !p.Attached() {
 		if err := p.Attach(ctx); err != nil {
-			if ctx.Err() == nil && !errors.Is(err, backend.ErrClosed) {
+			// A refused manifest was logged as the partition went offline.
+			if ctx.Err() == nil && !errors.Is(err, backend.ErrClosed) && !errors.Is(err, backend.ErrManifestRolledBack) {
 				log.Warn("tiering: the bucket is unreachable; local data is served meanwhile", "err", err)
 			}
 			return

@@ -22,7 +22,9 @@
 // doing Kafka's RemoteLogManager's work (service.go). Only the leader of a
 // partition writes to its bucket prefix; leadership and fencing are
 // described in leader.go. Opening needs no bucket: a partition attaches to
-// it when first needed.
+// it when first needed. A manifest that went back in time (a restored
+// bucket backup, a versioning rollback) is refused, and the partition goes
+// offline deleting nothing (rollback.go).
 package tiered
 
 import (
@@ -159,6 +161,9 @@ type Partition struct {
 	// verified holds the local segments known to be in the bucket as they
 	// are on disk (see bucketHoldsLocked). Guarded by mu.
 	verified map[int64]verifiedSegment
+	// rec is what the partition last knew of its bucket, and whether it
+	// refused a manifest that went back in time (rollback.go).
+	rec bucketRecord
 
 	caches      *Caches
 	ownCaches   bool                 // made by this partition: Close clears them
@@ -259,6 +264,9 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	// Until attached, the manifest is an empty one (the local log keeps the
 	// log start its checkpoint recorded).
 	p.man.Store(&manifestState{m: &manifest.Manifest{}})
+	if err := p.loadRecord(); err != nil {
+		return nil, err
+	}
 	if !opts.OpenWithoutBucket {
 		if err := p.attach(ctx); err != nil {
 			return nil, err
@@ -437,6 +445,9 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		// A follower follows the leader's log start (the manifest's, and
 		// the one the leader's fetch responses carry) locally only.
 		if offset > p.local.Offsets().LogStart {
+			if err := p.noteLogStart(offset); err != nil {
+				return err
+			}
 			return p.local.DeleteRecordsBefore(ctx, offset)
 		}
 		return nil
@@ -456,6 +467,11 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		}
 	}
 	if offset > p.local.Offsets().LogStart {
+		// Recorded first: past the bucket's end, only the record says
+		// why the local log starts above the bucket (see rollback.go).
+		if err := p.noteLogStart(offset); err != nil {
+			return err
+		}
 		if err := p.local.DeleteRecordsBefore(ctx, offset); err != nil {
 			return err
 		}
@@ -572,8 +588,20 @@ func (p *Partition) Close() error {
 	return p.local.Close()
 }
 
-// checkOpen returns backend.ErrClosed after Close.
+// checkOpen returns backend.ErrClosed after Close, and the RollbackError
+// of a partition that went offline (see rollback.go).
 func (p *Partition) checkOpen() error {
+	if err := p.checkNotClosed(); err != nil {
+		return err
+	}
+	return p.Offline()
+}
+
+// checkNotClosed returns backend.ErrClosed after Close. Leadership changes
+// check only this: an offline partition takes its role (and stays
+// offline), so one partition refusing its bucket does not stop the broker
+// from taking up the others.
+func (p *Partition) checkNotClosed() error {
 	if p.closed.Load() {
 		return fmt.Errorf("%w: tiered partition %s", backend.ErrClosed, p.key(""))
 	}

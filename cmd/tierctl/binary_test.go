@@ -201,6 +201,9 @@ func TestEveryCommandAsBinary(t *testing.T) {
 		t.Fatalf("manifest verify: %s", inv.stdout)
 	}
 	fails(2, "bucket", "manifest", "verify", "--store", "file://"+filepath.Join(root, "no-such-bucket"), "--partition", "orders-0")
+	if inv := ok("manifest accept", "manifest", "accept", part, "--store", store, "--dry-run"); !strings.Contains(inv.stdout, "nothing to accept") {
+		t.Fatalf("manifest accept --dry-run over the partition's own bucket: %s", inv.stdout)
+	}
 	if c := ok("cost", "cost", "--store", store, "--json").jsonLines(t)[0]; c["total"].(map[string]any)["segments"].(float64) < 2 {
 		t.Fatalf("cost --json: %v", c)
 	}

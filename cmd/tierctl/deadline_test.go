@@ -129,6 +129,7 @@ func TestStoreCommandsEndWithinTheBound(t *testing.T) {
 			"verify":          {"verify", logs, "--store", store},
 			"manifest show":   {"manifest", "show", "--store", store, "--partition", "orders-0"},
 			"manifest verify": {"manifest", "verify", "--store", store, "--partition", "orders-0"},
+			"manifest accept": {"manifest", "accept", part, "--store", store},
 			"restore":         {"restore", restoreTo, "--store", store, "--partition", "orders-0"},
 			"gc":              {"gc", "--store", store, "--partition", "orders-0"},
 			"cost":            {"cost", "--store", store},

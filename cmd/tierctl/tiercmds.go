@@ -332,11 +332,12 @@ func firstNonEmpty(s ...string) string {
 
 func newManifestCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "manifest (show|verify) --store URL --partition TOPIC-PARTITION",
-		Short: "Show or verify a partition's manifest in a bucket",
+		Use:   "manifest (show|verify|accept) --store URL --partition TOPIC-PARTITION",
+		Short: "Show, verify or accept a partition's manifest in a bucket",
 		Long: `manifest show prints a partition's committed manifest; manifest verify
-checks the objects it names. A partition with no manifest under --store is
-an error (exit 2).`,
+checks the objects it names; manifest accept makes a partition take a
+bucket that went back in time. A partition with no manifest under --store
+is an error (exit 2).`,
 	}
 	var storeURL, partition string
 	var asJSON, deep bool
@@ -439,7 +440,7 @@ an error (exit 2).`,
 		c.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	}
 	verify.Flags().BoolVar(&deep, "deep", false, "re-read every object and check its CRC-32C")
-	cmd.AddCommand(show, verify)
+	cmd.AddCommand(show, verify, newManifestAcceptCmd())
 	return cmd
 }
 

@@ -162,26 +162,37 @@ func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []strin
 		}
 	}
 	parts, total := loadManifests(ctx, store, prefixes, deep)
-	if !explicit {
+	have := map[string]bool{}
+	for _, rp := range parts {
+		have[rp.prefix] = rp.err != nil || manifestExists(rp.m)
+	}
+	var out []fileReport
+	names := make([]string, 0, len(localDirs))
+	for name := range localDirs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	for _, name := range names {
 		// An offloaded local partition without a manifest: the bucket
-		// is not the one it went to.
-		have := map[string]bool{}
-		for _, rp := range parts {
-			have[rp.prefix] = rp.err != nil || manifestExists(rp.m)
+		// is not the one it went to. One with a manifest it refuses
+		// (the bucket went back in time): what the partition would say
+		// at its next open. A partition that does not open otherwise is
+		// reported by the local checks.
+		dir := localDirs[name]
+		if explicit && !have[name] {
+			continue
 		}
-		for name, dir := range localDirs {
-			if have[name] {
-				continue
-			}
-			// Only the missing manifest matters here: a partition that
-			// does not open is reported by the local checks.
-			p, err := openTieredIn(ctx, dir, store, storeURL)
-			if errors.Is(err, tiered.ErrNoManifest) {
-				return nil, err
-			}
-			if err == nil {
-				p.Close()
-			}
+		p, err := openTieredIn(ctx, dir, store, storeURL)
+		var rb *tiered.RollbackError
+		switch {
+		case errors.Is(err, tiered.ErrNoManifest) && !explicit && !have[name]:
+			return nil, err
+		case errors.As(err, &rb):
+			r := fileReport{Path: dir, Kind: "partition"}
+			r.problemf("%v", err)
+			out = append(out, r)
+		case err == nil:
+			p.Close()
 		}
 	}
 	if listed && len(parts) == 0 {
@@ -196,7 +207,6 @@ func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []strin
 	}
 	defer os.RemoveAll(tmp)
 	bar := newProgress(cmd, total, "verify "+storeurl.Redact(storeURL), deep)
-	var out []fileReport
 	for _, rp := range parts {
 		rs, err := verifyRemote(ctx, store, rp, deep, tmp, bar)
 		if err != nil {

@@ -64,12 +64,12 @@ func (s *syncBuffer) String() string {
 }
 
 // startBrokerProc starts bin on dir, listening on a port of its choice,
-// and waits until it says where. The process is killed with the test if
-// it still runs.
-func startBrokerProc(t *testing.T, bin, dir string) *brokerProc {
+// with extra flags after the test's own, and waits until it says where.
+// The process is killed with the test if it still runs.
+func startBrokerProc(t *testing.T, bin, dir string, extra ...string) *brokerProc {
 	t.Helper()
 	p := &brokerProc{stderr: &syncBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(bin, "--dir", dir, "--listen", "127.0.0.1:0", "--config", "retention.ms=-1")
+	p.cmd = exec.Command(bin, append([]string{"--dir", dir, "--listen", "127.0.0.1:0", "--config", "retention.ms=-1"}, extra...)...)
 	p.cmd.Stderr = p.stderr
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
