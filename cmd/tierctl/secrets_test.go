@@ -117,6 +117,7 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		"verify":          func() []string { return []string{"verify", logs} },
 		"manifest show":   func() []string { return []string{"manifest", "show", "--partition", "orders-0"} },
 		"manifest verify": func() []string { return []string{"manifest", "verify", "--partition", "orders-0"} },
+		"manifest accept": func() []string { return []string{"manifest", "accept", part, "--dry-run"} },
 		"restore": func() []string {
 			return []string{"restore", filepath.Join(t.TempDir(), "restored"), "--partition", "orders-0"}
 		},
