@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"time"
 
@@ -34,7 +35,18 @@ import (
 //   - no intent names it (a segment retention dropped from the manifest
 //     whose delete failed, or an upload of an older tierlog) and it is
 //     older than the grace period, which may not be below the commit window
-//     without Force.
+//     without Force; and it holds no offset at or past the manifest's end.
+//
+// An object no manifest and no intent names that holds offsets past the
+// manifest's end is not garbage gc can prove: a commit named it and the
+// bucket's manifest went back in time since (a restored backup, a
+// versioning rollback, a lagging replica), and it may be the only copy of
+// those records. gc keeps every such object and fails with a
+// *PastEndError naming them (after removing the rest), unless
+// RemovePastEnd says the older manifest was accepted (tierctl manifest
+// accept) and they may go. A partition created anew over a deleted one
+// whose Delete was cut short can leave such objects too: the same flag
+// removes them once an operator has looked.
 //
 // gc reads the manifest again after listing the prefix, so a commit that
 // lands during the listing protects what it names. Keys it does not
@@ -155,7 +167,37 @@ type GCOptions struct {
 	CommitWindow time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// RemovePastEnd lets gc remove objects no manifest and no intent
+	// names that hold offsets past the manifest's end (see the rules
+	// above); without it they are kept and reported (PastEndError).
+	RemovePastEnd bool
 }
+
+// ErrPastEnd is matched by a *PastEndError.
+var ErrPastEnd = errors.New("tiered: unnamed objects past the manifest's end")
+
+// PastEndError is gc's refusal to remove objects that hold offsets past
+// the manifest's end and that nothing names: a newer manifest named them,
+// if the bucket went back in time.
+type PastEndError struct {
+	Prefix     string
+	Generation uint64 // the manifest's
+	End        int64  // the offset after the manifest's last
+	Keys       []string
+}
+
+func (e *PastEndError) Error() string {
+	shown := e.Keys
+	if len(shown) > 3 {
+		shown = shown[:3]
+	}
+	return fmt.Sprintf("%v under %q: %d object(s) hold offsets at or past %d, the end of manifest generation %d, and no manifest or upload intent names them (%s): "+
+		"the manifest may have gone back in time, and they may be the only copy of those records; kept. Check with tierctl verify LOGDIR --store URL; "+
+		"remove them only once the older manifest is accepted (gc --remove-past-end)",
+		ErrPastEnd, e.Prefix, len(e.Keys), e.End, e.Generation, strings.Join(shown, ", "))
+}
+
+func (e *PastEndError) Unwrap() error { return ErrPastEnd }
 
 // MinGCGrace is the smallest Grace GC accepts without Force.
 const MinGCGrace = DefaultCommitWindow
@@ -209,19 +251,31 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	}
 	protected, byIntent, deadIntents := judgeIntents(ctx, p, objects, st, opts)
 	now := opts.Now()
+	end := remoteEnd(st.m)
 	var garbage []string
+	pastEnd := &PastEndError{Prefix: prefix, Generation: st.m.Generation, End: end}
 	for _, o := range objects {
 		k := o.Key
 		if named[k] || protected[k] || strings.HasSuffix(k, IntentSuffix) || !isSegmentObject(p, k) {
 			continue
 		}
-		if byIntent[k] || now.Sub(o.LastModified) > opts.Grace {
-			garbage = append(garbage, k)
+		switch {
+		case byIntent[k]:
+		case now.Sub(o.LastModified) <= opts.Grace:
+			continue
+		case st.etag != "" && !st.m.Deleted && !opts.RemovePastEnd && segmentObjectLast(p, k) >= end:
+			pastEnd.Keys = append(pastEnd.Keys, k)
+			continue
 		}
+		garbage = append(garbage, k)
 	}
 	garbage = append(garbage, deadIntents...) // intents last: their objects go first
+	var kept error
+	if len(pastEnd.Keys) > 0 {
+		kept = pastEnd
+	}
 	if opts.DryRun {
-		return garbage, nil
+		return garbage, kept
 	}
 	if err := store.Delete(ctx, garbage...); err != nil {
 		return nil, err
@@ -229,7 +283,21 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	if _, err := store.AbortStaleUploads(ctx, listPrefix, opts.Grace); err != nil {
 		return garbage, err
 	}
-	return garbage, nil
+	return garbage, kept
+}
+
+// segmentObjectLast is the last offset in a segment object's name (see
+// isSegmentObject), or -1.
+func segmentObjectLast(p *Partition, key string) int64 {
+	name := strings.TrimPrefix(key, p.key(""))
+	if len(name) < 41 {
+		return -1
+	}
+	last, err := strconv.ParseInt(name[21:41], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return last
 }
 
 // judgeIntents reads the upload intents among objects and sorts what they

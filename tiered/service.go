@@ -308,7 +308,11 @@ func (s *service) maintain(p *Partition) {
 	case p.role.Load() == roleFollower:
 		err = p.FollowerStep(ctx)
 	}
-	if err != nil && ctx.Err() == nil && !errors.Is(err, backend.ErrClosed) && !errors.Is(err, ErrNotLeader) {
+	switch {
+	case err == nil || ctx.Err() != nil || errors.Is(err, backend.ErrClosed) || errors.Is(err, ErrNotLeader):
+	case errors.Is(err, ErrPastEnd):
+		log.Error("tiering: gc kept objects past the manifest's end that nothing names (has the bucket gone back in time?)", "err", err)
+	default:
 		log.Warn("tiering: periodic task failed; the next pass retries", "err", err)
 	}
 }
