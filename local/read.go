@@ -118,21 +118,22 @@ func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opt
 	if err != nil || !ok {
 		return nil, err
 	}
-	end, last := p.pos, int64(-1)
-	if p.size <= maxBytes {
-		// More than the first batch may fit: find where the read ends.
-		if end, last, err = seg.batchEnd(p.pos, min(limit, p.pos+maxBytes), p.baseOffset-1); err != nil {
-			return nil, err
-		}
+	// Find where the read ends: whole batches within maxBytes (at least
+	// the first with MinOneBatch), the batch after them checked too.
+	readEnd := min(limit, p.pos+maxBytes)
+	if opts.MinOneBatch {
+		readEnd = max(readEnd, p.pos+p.size)
+	}
+	end, last, err := seg.batchEnd(p.pos, readEnd, p.baseOffset-1)
+	if err != nil {
+		return nil, err
 	}
 	if end == p.pos {
-		if !opts.MinOneBatch {
-			return emptyRecords{next: offset}, nil
-		}
-		end, last = p.pos+p.size, p.lastOffset
+		return emptyRecords{next: offset}, nil
 	}
 	if next >= 0 && last >= next {
-		return nil, fmt.Errorf("%w: %s holds offset %d, at or past the next segment's base %d", backend.ErrCorruptRecord, seg.logPath, last, next)
+		return nil, fmt.Errorf("%w: %s: the batch ending at position %d holds offset %d, at or past the next segment's base %d",
+			backend.ErrCorruptRecord, seg.logPath, end, last, next)
 	}
 	f, err := seg.file()
 	if err != nil {
