@@ -30,9 +30,10 @@ type position struct {
 // translateOffset finds the first batch whose last offset is >= target,
 // searching from the offset index's entry for target and scanning batch
 // headers forward, never past limit. ok is false when no such batch lies
-// before limit. The batch at the index entry must agree with the entry
-// (it ends at or before the entry's offset, Kafka's rule), and offsets
-// must increase from the entry before it: damage is an error.
+// before limit. Offsets must rise strictly from batch to batch, and the
+// batches from the index entry must agree with it: one of them ends at
+// exactly the entry's offset, the last offset of the append that began
+// there (Kafka's rule, so none of them ends past it). Damage is an error.
 func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
@@ -45,15 +46,17 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 		prevLast = oi.Entry(slot - 1).Offset
 	}
 	start := int64(e.Position)
-	var disagree error // the batch at the entry does not agree with it
+	var disagree error  // the batches from the entry do not agree with it
+	reached := slot < 0 // a batch ended at the entry's offset
 	err = s.walkHeaders(start, limit, prevLast, func(h *record.Entry) bool {
 		p.scanned++
 		p.scannedBytes = h.Position + h.Size - start
-		if p.scanned == 1 && slot >= 0 && h.LastOffset > e.Offset {
-			disagree = fmt.Errorf("%w: %s position %d holds offsets up to %d, but %s says offsets up to %d start there",
-				backend.ErrCorruptRecord, s.logPath, h.Position, h.LastOffset, s.path(IndexSuffix), e.Offset)
+		if !reached && h.LastOffset > e.Offset {
+			disagree = fmt.Errorf("%w: %s position %d holds offsets up to %d, but %s says an append of offsets up to %d starts at position %d",
+				backend.ErrCorruptRecord, s.logPath, h.Position, h.LastOffset, s.path(IndexSuffix), e.Offset, e.Position)
 			return false
 		}
+		reached = reached || h.LastOffset == e.Offset
 		if h.LastOffset >= target {
 			p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs = h.Position, h.Size, h.BaseOffset, h.LastOffset, h.MaxTimestamp
 			ok = true

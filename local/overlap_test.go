@@ -233,7 +233,30 @@ func TestPropertyMovedBaseOffset(t *testing.T) {
 					checkOverlapRead(t, what, file, got, recs[i:], err)
 				}
 			}
+			checkTimestampsAfterMove(t, l, recs, file, fmt.Sprintf("trial %d: %s position %d base %d moved to %d, read-only %v", trial, file, pos, b.BaseOffset(), nb, readOnly))
 			l.Close()
+		}
+	}
+}
+
+// checkTimestampsAfterMove asks for the first offset at or after every
+// timestamp of recs: the answer is theirs, or an ErrCorruptRecord naming
+// file and a position.
+func checkTimestampsAfterMove(t *testing.T, l *local.Log, recs []record.Record, file, what string) {
+	t.Helper()
+	for i, r := range recs {
+		if i > 0 && recs[i-1].Timestamp == r.Timestamp {
+			continue
+		}
+		off, _, found, err := l.OffsetForTimestamp(ctx, r.Timestamp)
+		if err != nil {
+			if !errors.Is(err, backend.ErrCorruptRecord) || !strings.Contains(err.Error(), file) || !strings.Contains(err.Error(), "position") {
+				t.Errorf("%s: OffsetForTimestamp(%d): %v; want ErrCorruptRecord naming %s and a position", what, r.Timestamp, err, file)
+			}
+			continue
+		}
+		if !found || off != r.Offset {
+			t.Errorf("%s: OffsetForTimestamp(%d) = %d, %v; want %d", what, r.Timestamp, off, found, r.Offset)
 		}
 	}
 }

@@ -276,41 +276,60 @@ func (l *Log) searchTimestamp(seg *segFile, ts int64) (int64, int64, bool, error
 	if largest < ts {
 		return 0, 0, false, nil
 	}
-	oi, ti, err := seg.indexes()
+	_, ti, err := seg.indexes()
 	if err != nil {
 		return 0, 0, false, err
 	}
 	logStart := l.logStart.Load()
 	te := ti.Lookup(ts)
-	start := oi.Lookup(max(te.Offset, logStart)).Position
+	// Batches before the one holding the time index's offset are older
+	// than ts; the lookup checks that batch against those before it.
+	p, ok, err := seg.translateOffset(max(te.Offset, logStart, seg.base), seg.size.Load())
+	if err != nil || !ok {
+		return 0, 0, false, err
+	}
 	f, err := seg.file()
 	if err != nil {
 		return 0, 0, false, err
 	}
-	sc := record.NewScanner(f, int64(start), seg.size.Load(), record.ScanOptions{})
+	sc := record.NewScanner(f, p.pos, seg.size.Load(), record.ScanOptions{Ordered: true})
 	var it record.Iterator
 	for sc.Next() {
 		e := sc.Entry()
 		if e.MaxTimestamp < ts || e.LastOffset < logStart {
 			continue
 		}
-		if err := it.Reset(e.Data); err != nil {
-			return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
+		off, rts, found, err := firstAtOrAfter(&it, e.Data, ts, logStart)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, seg.logPath, e.Position, err)
 		}
-		for it.Next() {
-			r := it.Record()
-			if r.Timestamp >= ts && r.Offset >= logStart {
-				return r.Offset, r.Timestamp, true, nil
+		if found {
+			// The answer stands only if the next batch does not overlap
+			// the one that holds it.
+			if sc.Next(); sc.Err() != nil {
+				break
 			}
-		}
-		if err := it.Err(); err != nil {
-			return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
+			return off, rts, true, nil
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
 	}
 	return 0, 0, false, nil
+}
+
+// firstAtOrAfter returns the first record of the batch with a timestamp
+// at or after ts and an offset at or after start.
+func firstAtOrAfter(it *record.Iterator, batch []byte, ts, start int64) (int64, int64, bool, error) {
+	if err := it.Reset(batch); err != nil {
+		return 0, 0, false, err
+	}
+	for it.Next() {
+		if r := it.Record(); r.Timestamp >= ts && r.Offset >= start {
+			return r.Offset, r.Timestamp, true, nil
+		}
+	}
+	return 0, 0, false, it.Err()
 }
 
 // ReadAll copies the records of a Read to w and closes them; a helper for
