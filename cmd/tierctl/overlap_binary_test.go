@@ -164,3 +164,51 @@ func TestPropertyToolsOverMovedBaseOffset(t *testing.T) {
 		}
 	}
 }
+
+// TestConsumeStoreRefusesMovedBaseOffset: the same damage in the bucket.
+// After an offload that leaves only the active segment on disk, the second
+// batch of an offloaded .log object has its base offset moved forward by
+// its record count: consume --store exits non-zero naming the object and
+// the position, and manifest verify --deep reports the object.
+func TestConsumeStoreRefusesMovedBaseOffset(t *testing.T) {
+	part := overlapPartition(t)
+	bucket := filepath.Join(t.TempDir(), "bucket")
+	store := "file://" + bucket + "?create=true"
+	bin{t}.ok("offload", part, "--store", store, "--config", "local.retention.ms=0")
+	want := bin{t}.ok("consume", part, "--store", store, "--from", "0", "--json").stdout
+	var object string
+	ents, err := os.ReadDir(filepath.Join(bucket, "orders-0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), ".log") && strings.HasPrefix(e.Name(), "00000000000000000000-") {
+			object = e.Name()
+		}
+	}
+	if object == "" {
+		t.Fatalf("no offloaded segment at offset 0 in %v", ents)
+	}
+	path := filepath.Join(bucket, "orders-0", object)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pos, base, count := logBatches(t, data)
+	setBaseOffset(t, path, pos[1], base[1]+count[1])
+	inv := binRun(t, nil, "consume", part, "--store", store, "--from", "0", "--json")
+	if inv.code == 0 {
+		if inv.stdout != want {
+			t.Errorf("consume --store: exit 0 with other records than were written")
+		} else {
+			t.Errorf("consume --store: exit 0 over a moved base offset")
+		}
+	}
+	if !strings.Contains(inv.stderr, object) || !strings.Contains(inv.stderr, "position") {
+		t.Errorf("consume --store: exit %d without naming %s and a position:\n%s", inv.code, object, inv.stderr)
+	}
+	inv = binRun(t, nil, "manifest", "verify", "--store", store, "--partition", "orders-0", "--deep")
+	if inv.code == 0 || !strings.Contains(inv.stdout+inv.stderr, object) {
+		t.Errorf("manifest verify --deep: exit %d without naming %s:\n%s%s", inv.code, object, inv.stdout, inv.stderr)
+	}
+}
