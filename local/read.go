@@ -299,7 +299,7 @@ func (l *Log) searchTimestamp(seg *segFile, ts int64) (int64, int64, bool, error
 		if e.MaxTimestamp < ts || e.LastOffset < logStart {
 			continue
 		}
-		off, rts, found, err := firstAtOrAfter(&it, e.Data, ts, logStart)
+		off, rts, found, err := it.FirstAtOrAfter(e.Data, ts, logStart)
 		if err != nil {
 			return 0, 0, false, fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, seg.logPath, e.Position, err)
 		}
@@ -316,20 +316,6 @@ func (l *Log) searchTimestamp(seg *segFile, ts int64) (int64, int64, bool, error
 		return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
 	}
 	return 0, 0, false, nil
-}
-
-// firstAtOrAfter returns the first record of the batch with a timestamp
-// at or after ts and an offset at or after start.
-func firstAtOrAfter(it *record.Iterator, batch []byte, ts, start int64) (int64, int64, bool, error) {
-	if err := it.Reset(batch); err != nil {
-		return 0, 0, false, err
-	}
-	for it.Next() {
-		if r := it.Record(); r.Timestamp >= ts && r.Offset >= start {
-			return r.Offset, r.Timestamp, true, nil
-		}
-	}
-	return 0, 0, false, it.Err()
 }
 
 // ReadAll copies the records of a Read to w and closes them; a helper for

@@ -89,3 +89,33 @@ func TestEntryFollows(t *testing.T) {
 		}
 	}
 }
+
+func TestIteratorFirstAtOrAfter(t *testing.T) {
+	var b record.Builder
+	h := record.NewBatchHeader()
+	h.BaseOffset = 100
+	b.Reset(h)
+	for i := range 5 {
+		b.Append(1000+int64(i)*10, nil, []byte{byte(i)}, nil) // timestamps 1000..1040
+	}
+	batch, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var it record.Iterator
+	for _, c := range []struct {
+		ts, start, off int64
+		found          bool
+	}{
+		{0, 0, 100, true}, {1015, 0, 102, true}, {1040, 0, 104, true}, {1041, 0, 0, false},
+		{1000, 103, 103, true}, {1000, 105, 0, false},
+	} {
+		off, ts, found, err := it.FirstAtOrAfter(batch, c.ts, c.start)
+		if err != nil || found != c.found || found && (off != c.off || ts != 1000+(off-100)*10) {
+			t.Errorf("FirstAtOrAfter(ts %d, start %d) = %d, %d, %v, %v; want %d, %v", c.ts, c.start, off, ts, found, err, c.off, c.found)
+		}
+	}
+	if _, _, _, err := it.FirstAtOrAfter(batch[:10], 0, 0); !errors.Is(err, record.ErrCorrupt) {
+		t.Errorf("FirstAtOrAfter of 10 bytes: %v, want ErrCorrupt", err)
+	}
+}

@@ -565,7 +565,7 @@ func (p *Partition) remoteTimestamp(ctx context.Context, seg manifest.Segment, t
 				return 0, 0, false, err
 			}
 			if e.MaxTimestamp >= ts && e.LastOffset >= start {
-				off, rts, found, err := firstAtOrAfter(&it, data[at:at+e.Size], ts, start)
+				off, rts, found, err := it.FirstAtOrAfter(data[at:at+e.Size], ts, start)
 				if err != nil {
 					return 0, 0, false, fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, key, pos+at, err)
 				}
@@ -582,20 +582,6 @@ func (p *Partition) remoteTimestamp(ctx context.Context, seg manifest.Segment, t
 		}
 	}
 	return 0, 0, false, nil
-}
-
-// firstAtOrAfter returns the first record of the batch with a timestamp
-// at or after ts and an offset at or after start.
-func firstAtOrAfter(it *record.Iterator, batch []byte, ts, start int64) (int64, int64, bool, error) {
-	if err := it.Reset(batch); err != nil {
-		return 0, 0, false, err
-	}
-	for it.Next() {
-		if r := it.Record(); r.Timestamp >= ts && r.Offset >= start {
-			return r.Offset, r.Timestamp, true, nil
-		}
-	}
-	return 0, 0, false, it.Err()
 }
 
 // declaredSize reads the size of the entry starting at data[0] from its
