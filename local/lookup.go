@@ -30,9 +30,10 @@ type position struct {
 // translateOffset finds the first batch whose last offset is >= target,
 // searching from the offset index's entry for target and scanning batch
 // headers forward, never past limit. ok is false when no such batch lies
-// before limit. The batch at the index entry must agree with the entry
-// (it ends at or before the entry's offset, Kafka's rule), and offsets
-// must increase from the entry before it: damage is an error.
+// before limit. Offsets must rise strictly from batch to batch, and the
+// batches from the index entry must agree with it: one of them ends at
+// exactly the entry's offset, the last offset of the append that began
+// there (Kafka's rule, so none of them ends past it). Damage is an error.
 func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
@@ -45,14 +46,17 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 		prevLast = oi.Entry(slot - 1).Offset
 	}
 	start := int64(e.Position)
+	var disagree error  // the batches from the entry do not agree with it
+	reached := slot < 0 // a batch ended at the entry's offset
 	err = s.walkHeaders(start, limit, prevLast, func(h *record.Entry) bool {
 		p.scanned++
 		p.scannedBytes = h.Position + h.Size - start
-		if p.scanned == 1 && slot >= 0 && h.LastOffset > e.Offset {
-			err = fmt.Errorf("%w: %s position %d holds offsets up to %d, but %s says offsets up to %d start there",
-				backend.ErrCorruptRecord, s.logPath, h.Position, h.LastOffset, s.path(IndexSuffix), e.Offset)
+		if !reached && h.LastOffset > e.Offset {
+			disagree = fmt.Errorf("%w: %s position %d holds offsets up to %d, but %s says an append of offsets up to %d starts at position %d",
+				backend.ErrCorruptRecord, s.logPath, h.Position, h.LastOffset, s.path(IndexSuffix), e.Offset, e.Position)
 			return false
 		}
+		reached = reached || h.LastOffset == e.Offset
 		if h.LastOffset >= target {
 			p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs = h.Position, h.Size, h.BaseOffset, h.LastOffset, h.MaxTimestamp
 			ok = true
@@ -60,6 +64,9 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 		}
 		return true
 	})
+	if err == nil {
+		err = disagree
+	}
 	if err != nil {
 		return p, false, err
 	}
@@ -68,25 +75,34 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 
 // batchEnd returns the end position and last offset of the last whole batch
 // that starts at or after from and ends at or before limit (from and -1 when
-// none fits); prevLast is the last offset before from.
+// none fits); prevLast is the last offset before from. Every batch up to
+// there is walked, and the one after it checked, by walkHeaders, so a
+// read's batches are known to rise past what comes before and after them.
+// Only the writer's own last segment, whose batches it checked as it
+// appended them, skips ahead to the last index entry before limit: each
+// header is a read there, and the bytes are the newest.
 func (s *segFile) batchEnd(from, limit, prevLast int64) (end, lastOffset int64, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
 		return from, -1, err
 	}
 	start := from
-	// A sealed segment's headers are read through its mapping, so every
-	// one up to limit is walked (and checked) for next to nothing. Others
-	// skip ahead to the last index entry before limit: each header is a
-	// read there, and the bytes are the newest.
-	if s.mapping() == nil {
+	s.mu.Lock()
+	writers := !s.sealed && !s.readOnly
+	s.mu.Unlock()
+	if writers {
 		if pe, ok := oi.LookupPosition(int32(min(limit, math.MaxInt32))); ok && int64(pe.Position) > start {
 			start = int64(pe.Position)
 			prevLast = -1 // the batches skipped are not read
 		}
 	}
 	end, lastOffset = start, -1
-	err = s.walkHeaders(start, limit, prevLast, func(h *record.Entry) bool {
+	// The walk goes on to the segment's end so that walkHeaders checks the
+	// first batch past limit too; it stops there.
+	err = s.walkHeaders(start, s.size.Load(), prevLast, func(h *record.Entry) bool {
+		if h.Position+h.Size > limit {
+			return false
+		}
 		end, lastOffset = h.Position+h.Size, h.LastOffset
 		return true
 	})
@@ -130,10 +146,10 @@ func (s *segFile) checkEnd(oi *index.OffsetIndex) error {
 	if slot > 0 {
 		prevLast = oi.Entry(slot - 1).Offset
 	}
-	last := int64(-1)
+	last, lastPos := int64(-1), int64(-1)
 	size := s.size.Load()
 	if err := s.walkHeaders(int64(e.Position), size, prevLast, func(h *record.Entry) bool {
-		last = h.LastOffset
+		last, lastPos = h.LastOffset, h.Position
 		return true
 	}); err != nil {
 		return err
@@ -144,10 +160,11 @@ func (s *segFile) checkEnd(oi *index.OffsetIndex) error {
 	case last < 0:
 		return fmt.Errorf("%w: %s: no whole batch after position %d (%d bytes)", backend.ErrCorruptRecord, s.logPath, e.Position, size)
 	case last >= next:
-		return fmt.Errorf("%w: %s ends at offset %d, at or past the next segment's base %d", backend.ErrCorruptRecord, s.logPath, last, next)
+		return fmt.Errorf("%w: %s position %d: the last batch ends at offset %d, at or past the next segment's base %d",
+			backend.ErrCorruptRecord, s.logPath, lastPos, last, next)
 	case last+1 < next && !s.opts.gapsAllowed():
-		return fmt.Errorf("%w: %s ends at offset %d but the next segment starts at %d: offsets %d..%d are missing (the file was cut short?) in a topic that is not compacted",
-			backend.ErrCorruptRecord, s.logPath, last, next, last+1, next-1)
+		return fmt.Errorf("%w: %s position %d: the last batch ends at offset %d but the next segment starts at %d: offsets %d..%d are missing (the file was cut short?) in a topic that is not compacted",
+			backend.ErrCorruptRecord, s.logPath, lastPos, last, next, last+1, next-1)
 	}
 	return nil
 }

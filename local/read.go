@@ -118,21 +118,22 @@ func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opt
 	if err != nil || !ok {
 		return nil, err
 	}
-	end, last := p.pos, int64(-1)
-	if p.size <= maxBytes {
-		// More than the first batch may fit: find where the read ends.
-		if end, last, err = seg.batchEnd(p.pos, min(limit, p.pos+maxBytes), p.baseOffset-1); err != nil {
-			return nil, err
-		}
+	// Find where the read ends: whole batches within maxBytes (at least
+	// the first with MinOneBatch), the batch after them checked too.
+	readEnd := min(limit, p.pos+maxBytes)
+	if opts.MinOneBatch {
+		readEnd = max(readEnd, p.pos+p.size)
+	}
+	end, last, err := seg.batchEnd(p.pos, readEnd, p.baseOffset-1)
+	if err != nil {
+		return nil, err
 	}
 	if end == p.pos {
-		if !opts.MinOneBatch {
-			return emptyRecords{next: offset}, nil
-		}
-		end, last = p.pos+p.size, p.lastOffset
+		return emptyRecords{next: offset}, nil
 	}
 	if next >= 0 && last >= next {
-		return nil, fmt.Errorf("%w: %s holds offset %d, at or past the next segment's base %d", backend.ErrCorruptRecord, seg.logPath, last, next)
+		return nil, fmt.Errorf("%w: %s: the batch ending at position %d holds offset %d, at or past the next segment's base %d",
+			backend.ErrCorruptRecord, seg.logPath, end, last, next)
 	}
 	f, err := seg.file()
 	if err != nil {
@@ -275,35 +276,40 @@ func (l *Log) searchTimestamp(seg *segFile, ts int64) (int64, int64, bool, error
 	if largest < ts {
 		return 0, 0, false, nil
 	}
-	oi, ti, err := seg.indexes()
+	_, ti, err := seg.indexes()
 	if err != nil {
 		return 0, 0, false, err
 	}
 	logStart := l.logStart.Load()
 	te := ti.Lookup(ts)
-	start := oi.Lookup(max(te.Offset, logStart)).Position
+	// Batches before the one holding the time index's offset are older
+	// than ts; the lookup checks that batch against those before it.
+	p, ok, err := seg.translateOffset(max(te.Offset, logStart, seg.base), seg.size.Load())
+	if err != nil || !ok {
+		return 0, 0, false, err
+	}
 	f, err := seg.file()
 	if err != nil {
 		return 0, 0, false, err
 	}
-	sc := record.NewScanner(f, int64(start), seg.size.Load(), record.ScanOptions{})
+	sc := record.NewScanner(f, p.pos, seg.size.Load(), record.ScanOptions{Ordered: true})
 	var it record.Iterator
 	for sc.Next() {
 		e := sc.Entry()
 		if e.MaxTimestamp < ts || e.LastOffset < logStart {
 			continue
 		}
-		if err := it.Reset(e.Data); err != nil {
-			return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
+		off, rts, found, err := it.FirstAtOrAfter(e.Data, ts, logStart)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, seg.logPath, e.Position, err)
 		}
-		for it.Next() {
-			r := it.Record()
-			if r.Timestamp >= ts && r.Offset >= logStart {
-				return r.Offset, r.Timestamp, true, nil
+		if found {
+			// The answer stands only if the next batch does not overlap
+			// the one that holds it.
+			if sc.Next(); sc.Err() != nil {
+				break
 			}
-		}
-		if err := it.Err(); err != nil {
-			return 0, 0, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, seg.logPath, err)
+			return off, rts, true, nil
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -42,9 +42,9 @@ func scanAndIndex(f vfs.File, size, base int64, ix *index.Indexer) recoverResult
 		if first < 0 {
 			first = e.LastOffset
 		}
-		if first <= prevLast || e.LastOffset-base > math.MaxInt32 || e.LastOffset < first {
+		if e.Follows(prevLast) != nil || e.LastOffset-base > math.MaxInt32 {
 			res.corruption = fmt.Errorf("%w: batch at position %d: offsets %d..%d do not follow %d within segment %d",
-				record.ErrCorrupt, e.Position, first, e.LastOffset, prevLast, base)
+				record.ErrCorrupt, e.Position, e.BaseOffset, e.LastOffset, prevLast, base)
 			break
 		}
 		if !oi.IsFull() && !ti.IsFull() {

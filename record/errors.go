@@ -10,10 +10,11 @@ import (
 var (
 	// ErrCorrupt is the class of every error that means the bytes are damaged:
 	// a bad size, an unknown magic, a CRC mismatch, a record that does not
-	// parse. A *BatchError of kind ErrCRCMismatch, ErrBadSize, ErrBadMagic
-	// or ErrBadRecord also matches ErrCorrupt. A *ValidationError (a
-	// leader append) classes its kinds by the Kafka error code instead:
-	// there a record that does not parse is ErrInvalidRecord.
+	// parse, offsets out of order. A *BatchError of kind ErrCRCMismatch,
+	// ErrBadSize, ErrBadMagic, ErrBadRecord or ErrOffsetOrder also matches
+	// ErrCorrupt. A *ValidationError (a leader append) classes its kinds by
+	// the Kafka error code instead: there a record that does not parse is
+	// ErrInvalidRecord.
 	ErrCorrupt = errors.New("record: corrupt batch")
 	// ErrCRCMismatch means the stored checksum does not match the bytes.
 	ErrCRCMismatch = errors.New("record: crc mismatch")
@@ -25,6 +26,11 @@ var (
 	// ErrBadRecord means a record inside a batch does not parse: a length
 	// that runs past the batch, a negative header count, trailing bytes.
 	ErrBadRecord = errors.New("record: malformed record")
+	// ErrOffsetOrder means an entry's offsets do not rise strictly past
+	// the last offset of the entry before it, or its last offset lies
+	// below its base: a base offset moved (it is outside the CRC), or
+	// entries out of place. It is a corruption kind.
+	ErrOffsetOrder = errors.New("record: offsets out of order")
 	// ErrTornTail means a file ends inside an entry: fewer than 17 bytes
 	// are left, or the entry's declared size runs past the end. It is what
 	// an interrupted append leaves behind, not corruption.
@@ -103,7 +109,7 @@ func (e *BatchError) Error() string {
 // Unwrap returns the kind and, for corruption kinds, ErrCorrupt.
 func (e *BatchError) Unwrap() []error {
 	switch e.Kind {
-	case ErrCRCMismatch, ErrBadSize, ErrBadMagic, ErrBadRecord:
+	case ErrCRCMismatch, ErrBadSize, ErrBadMagic, ErrBadRecord, ErrOffsetOrder:
 		return []error{e.Kind, ErrCorrupt}
 	}
 	return []error{e.Kind}

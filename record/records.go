@@ -183,6 +183,22 @@ func (it *Iterator) SkipTo(offset int64) {
 	}
 }
 
+// FirstAtOrAfter resets the iterator to entry and returns its first record
+// with a timestamp at or after ts and an offset at or after start (a
+// timestamp lookup's answer inside one batch); found is false when it has
+// none. Errors are Reset's and Err's.
+func (it *Iterator) FirstAtOrAfter(entry []byte, ts, start int64) (offset, timestamp int64, found bool, err error) {
+	if err := it.Reset(entry); err != nil {
+		return 0, 0, false, err
+	}
+	for it.Next() {
+		if r := it.Record(); r.Timestamp >= ts && r.Offset >= start {
+			return r.Offset, r.Timestamp, true, nil
+		}
+	}
+	return 0, 0, false, it.Err()
+}
+
 // Record returns the current record; valid until the next call to Next.
 func (it *Iterator) Record() *Record { return &it.rec }
 

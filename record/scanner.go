@@ -16,6 +16,11 @@ type ScanOptions struct {
 	// Entry.Data then holds just those. Validate needs whole entries and
 	// is ignored in this mode.
 	HeadersOnly bool
+	// Ordered checks that each entry's offsets rise strictly past the last
+	// offset of the entry before it (Entry.Follows; the first entry's
+	// need only be >= 0) and stops at the first that does not with an
+	// ErrOffsetOrder error. It works in every mode.
+	Ordered bool
 	// BufferSize is the read window in bytes; 0 means 64 KiB. An entry
 	// larger than the window is read whole into a larger buffer (unless
 	// HeadersOnly).
@@ -41,6 +46,29 @@ type Entry struct {
 	Data []byte
 }
 
+// Follows reports whether the entry may come after an entry whose last
+// offset is prevLast (-1: none, or unknown): its offsets must rise
+// strictly past prevLast, and its last offset must not lie below its base.
+// A legacy compressed wrapper, whose base is not known, needs only its last
+// offset past prevLast. The base offset is outside a batch's CRC, so this
+// is what catches one moved by any distance: every reader that walks a
+// log's entries checks each one with it. The error is a *BatchError of
+// kind ErrOffsetOrder at the entry's position.
+func (e *Entry) Follows(prevLast int64) error {
+	first := e.BaseOffset
+	if first < 0 && e.Magic < 2 {
+		first = e.LastOffset // a legacy compressed wrapper
+	}
+	if first > prevLast && e.LastOffset >= first {
+		return nil
+	}
+	detail := fmt.Sprintf("offsets %d..%d after offset %d", e.BaseOffset, e.LastOffset, prevLast)
+	if prevLast < 0 {
+		detail = fmt.Sprintf("offsets %d..%d", e.BaseOffset, e.LastOffset)
+	}
+	return &BatchError{Kind: ErrOffsetOrder, Position: e.Position, BaseOffset: e.BaseOffset, Detail: detail}
+}
+
 // Batch returns Data as a v2 batch view; only meaningful when Magic is 2.
 func (e *Entry) Batch() Batch { return Batch(e.Data) }
 
@@ -59,8 +87,9 @@ type Scanner struct {
 	bufStart int64 // file position of buf[0]
 	bufLen   int
 
-	entry Entry
-	err   error
+	entry    Entry
+	prevLast int64 // Ordered: the last offset of the entry before the next
+	err      error
 }
 
 // NewScanner returns a Scanner over r's bytes [start, end).
@@ -71,7 +100,7 @@ func NewScanner(r io.ReaderAt, start, end int64, opts ScanOptions) *Scanner {
 	if opts.BufferSize < BatchHeaderSize {
 		opts.BufferSize = BatchHeaderSize
 	}
-	return &Scanner{r: r, pos: start, end: end, opts: opts}
+	return &Scanner{r: r, pos: start, end: end, opts: opts, prevLast: -1}
 }
 
 // Entry returns the current entry; valid until the next call to Next.
@@ -118,11 +147,14 @@ func (s *Scanner) Next() bool {
 		return false
 	}
 	e, err := describe(data, s.pos, size, magic, base, s.opts.Validate && !s.opts.HeadersOnly)
+	if err == nil && s.opts.Ordered {
+		err = e.Follows(s.prevLast)
+	}
 	if err != nil {
 		s.err = err
 		return false
 	}
-	s.entry = e
+	s.entry, s.prevLast = e, e.LastOffset
 	s.pos += size
 	return true
 }

@@ -239,17 +239,23 @@ func (l *located) whole() bool { return l.at+l.entry.Size <= int64(len(l.data)) 
 // windows of window bytes from there (each from the chunk cache, or one
 // ranged GET that then lands in it) are scanned header by header. found is
 // false when no batch of seg holds target or a later offset. The scan
-// checks, for free, that offsets increase from batch to batch inside the
-// segment's range; damage is backend.ErrCorruptRecord naming the object
-// and position.
+// checks, for free, that offsets rise strictly from batch to batch inside
+// the segment's range and that a batch from the index entry ends at its
+// offset (none past it); damage is backend.ErrCorruptRecord naming the
+// object and position.
 func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, window int64) (l located, found bool, err error) {
 	idx, err := p.remoteIndex(ctx, seg, manifest.IndexSuffix)
 	if err != nil {
 		return l, false, err
 	}
-	l.indexEntry, l.indexSlot, l.indexEntries = index.NewOffsetIndexView(idx, seg.BaseOffset).LookupSlot(target)
+	oi := index.NewOffsetIndexView(idx, seg.BaseOffset)
+	l.indexEntry, l.indexSlot, l.indexEntries = oi.LookupSlot(target)
 	key := p.key(seg.Name(manifest.LogSuffix))
 	prevLast := seg.BaseOffset - 1
+	if l.indexSlot > 0 {
+		prevLast = oi.Entry(l.indexSlot - 1).Offset // offsets up to it come before the entry's position
+	}
+	reached := l.indexSlot < 0 // a batch ended at the index entry's offset (see local's translateOffset)
 	for pos := int64(l.indexEntry.Position); pos < seg.Size; {
 		n := min(seg.Size-pos, window)
 		data, cached, err := p.window(ctx, key, pos, n, n/2)
@@ -264,11 +270,16 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 				break // the window ends inside this batch
 			}
 			if err != nil {
-				return l, false, fmt.Errorf("%w: %s at %d: %w", backend.ErrCorruptRecord, key, pos+at, err)
+				return l, false, fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, key, pos+at, err)
 			}
 			if err := checkOrder(e, prevLast, seg, key, pos+at); err != nil {
 				return l, false, err
 			}
+			if !reached && e.LastOffset > l.indexEntry.Offset {
+				return l, false, fmt.Errorf("%w: %s position %d holds offsets up to %d, but its offset index says an append of offsets up to %d starts at position %d",
+					backend.ErrCorruptRecord, key, pos+at, e.LastOffset, l.indexEntry.Offset, l.indexEntry.Position)
+			}
+			reached = reached || e.LastOffset == l.indexEntry.Offset
 			l.scanned++
 			if e.LastOffset >= target {
 				l.at, l.entry = at, e
@@ -292,18 +303,62 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 	return l, false, nil
 }
 
-// checkOrder checks a remote batch header against the one before it and
-// the segment's range.
+// checkOrder checks a remote batch header against the one before it
+// (record.Entry.Follows) and the segment's range.
 func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string, pos int64) error {
 	first := e.BaseOffset
-	if first < 0 {
+	if first < 0 && e.Magic < 2 {
 		first = e.LastOffset // a legacy wrapper: only its last offset is known
 	}
-	if first <= prevLast || e.LastOffset < first || e.LastOffset > seg.LastOffset || first < seg.BaseOffset {
-		return fmt.Errorf("%w: %s at %d: a batch of offsets %d..%d after offset %d, in a segment of offsets %d..%d",
+	if e.Follows(prevLast) != nil || e.LastOffset > seg.LastOffset || first < seg.BaseOffset {
+		return fmt.Errorf("%w: %s position %d: a batch of offsets %d..%d after offset %d, in a segment of offsets %d..%d",
 			backend.ErrCorruptRecord, key, pos, e.BaseOffset, e.LastOffset, prevLast, seg.BaseOffset, seg.LastOffset)
 	}
 	return nil
+}
+
+// checkNext checks the batch that starts at pos, just after a read's last
+// batch (whose last offset is prevLast), so that no read returns a batch
+// the next one overlaps: a base offset moved forward shows only there.
+// data holds the object's bytes from pos, perhaps fewer than a header;
+// the header is then fetched (through the chunk cache). At the segment's
+// end there is nothing to check: the next segment starts past
+// seg.LastOffset, which checkOrder holds every batch to.
+func (p *Partition) checkNext(ctx context.Context, seg manifest.Segment, key string, pos int64, data []byte, prevLast int64) error {
+	left := seg.Size - pos
+	if left <= 0 {
+		return nil
+	}
+	n := min(left, record.BatchHeaderSize)
+	if int64(len(data)) < n {
+		var err error
+		if data, _, err = p.window(ctx, key, pos, n, n); err != nil {
+			return err
+		}
+	}
+	var buf [record.BatchHeaderSize]byte
+	e, err := record.ReadHeader(bytesAt{data, pos}, pos, seg.Size, buf[:])
+	if err != nil {
+		return fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, key, pos, err)
+	}
+	return checkOrder(e, prevLast, seg, key, pos)
+}
+
+// bytesAt reads bytes that begin at position pos of an object.
+type bytesAt struct {
+	data []byte
+	pos  int64
+}
+
+func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
+	if off < b.pos || off-b.pos > int64(len(b.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.data[off-b.pos:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 // window returns bytes of the object key from pos, n of them or at least
@@ -353,33 +408,49 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 	if l.entry.BaseOffset >= bound {
 		return &memRecords{next: target}, true, nil
 	}
-	// Take whole batches within MaxBytes (at least one with MinOneBatch).
+	// Take whole batches within MaxBytes (at least one with MinOneBatch),
+	// and check the one after them.
 	end, next, prevLast := l.at, target, l.entry.BaseOffset-1
 	key := p.key(seg.Name(manifest.LogSuffix))
+	checked := false // the batch at end was checked
 	for end < int64(len(l.data)) {
 		e, err := record.HeaderAt(l.data, end, int64(len(l.data)))
-		if err != nil || end+e.Size-l.at > maxBytes || e.LastOffset >= bound {
-			break
+		if err != nil {
+			break // the window ends inside it: checkNext reads its header
 		}
 		if err := checkOrder(e, prevLast, seg, key, l.pos+end); err != nil {
 			return nil, false, err
+		}
+		if end+e.Size-l.at > maxBytes || e.LastOffset >= bound {
+			checked = true
+			break
 		}
 		prevLast = e.LastOffset
 		end += e.Size
 		next = e.LastOffset + 1
 	}
+	data := l.data[min(end, int64(len(l.data))):]
 	if end == l.at {
 		if !opts.MinOneBatch {
 			return &memRecords{next: target}, true, nil
 		}
 		if !l.whole() {
-			data, _, err := p.window(ctx, key, l.pos+l.at, l.entry.Size, l.entry.Size)
+			whole, _, err := p.window(ctx, key, l.pos+l.at, l.entry.Size, l.entry.Size)
 			if err != nil {
 				return nil, false, err
 			}
-			return &memRecords{data: data[:l.entry.Size], next: l.entry.LastOffset + 1}, true, nil
+			if err := p.checkNext(ctx, seg, key, l.pos+l.at+l.entry.Size, whole[l.entry.Size:], l.entry.LastOffset); err != nil {
+				return nil, false, err
+			}
+			return &memRecords{data: whole[:l.entry.Size], next: l.entry.LastOffset + 1}, true, nil
 		}
-		end, next = l.at+l.entry.Size, l.entry.LastOffset+1
+		end, next, checked = l.at+l.entry.Size, l.entry.LastOffset+1, false
+		data = l.data[end:]
+	}
+	if !checked {
+		if err := p.checkNext(ctx, seg, key, l.pos+end, data, next-1); err != nil {
+			return nil, false, err
+		}
 	}
 	p.prefetch(seg, l.pos+int64(len(l.data)))
 	return &memRecords{data: l.data[l.at:end], next: next}, true, nil
@@ -477,32 +548,36 @@ func (p *Partition) remoteTimestamp(ctx context.Context, seg manifest.Segment, t
 		if err != nil || !found {
 			return 0, 0, false, err
 		}
-		data := l.data
+		data, pos := l.data, l.pos // pos: data's position in the object
 		if !l.whole() {
 			if data, _, err = p.window(ctx, key, l.pos+l.at, l.entry.Size, l.entry.Size); err != nil {
 				return 0, 0, false, err
 			}
-			l.at = 0
+			pos, l.at = l.pos+l.at, 0
 		}
+		prevLast := l.entry.BaseOffset - 1
 		for at := l.at; at < int64(len(data)); {
 			e, err := record.HeaderAt(data, at, int64(len(data)))
 			if err != nil || at+e.Size > int64(len(data)) {
 				break
 			}
+			if err := checkOrder(e, prevLast, seg, key, pos+at); err != nil {
+				return 0, 0, false, err
+			}
 			if e.MaxTimestamp >= ts && e.LastOffset >= start {
-				if err := it.Reset(data[at : at+e.Size]); err != nil {
-					return 0, 0, false, fmt.Errorf("%w: %s at %d: %w", backend.ErrCorruptRecord, key, l.pos+at, err)
+				off, rts, found, err := it.FirstAtOrAfter(data[at:at+e.Size], ts, start)
+				if err != nil {
+					return 0, 0, false, fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, key, pos+at, err)
 				}
-				for it.Next() {
-					if r := it.Record(); r.Timestamp >= ts && r.Offset >= start {
-						return r.Offset, r.Timestamp, true, nil
+				if found {
+					// The answer stands only if the next batch does not overlap its batch.
+					if err := p.checkNext(ctx, seg, key, pos+at+e.Size, data[at+e.Size:], e.LastOffset); err != nil {
+						return 0, 0, false, err
 					}
-				}
-				if err := it.Err(); err != nil {
-					return 0, 0, false, fmt.Errorf("%w: %s at %d: %w", backend.ErrCorruptRecord, key, l.pos+at, err)
+					return off, rts, true, nil
 				}
 			}
-			target = e.LastOffset + 1
+			prevLast, target = e.LastOffset, e.LastOffset+1
 			at += e.Size
 		}
 	}
@@ -513,11 +588,11 @@ func (p *Partition) remoteTimestamp(ctx context.Context, seg manifest.Segment, t
 // length field, checking it against the bytes left in the segment.
 func declaredSize(data []byte, left int64, key string, pos int64) (int64, error) {
 	if len(data) < record.LogOverhead {
-		return 0, fmt.Errorf("%w: %s at %d: %d bytes, not a batch header", backend.ErrCorruptRecord, key, pos, len(data))
+		return 0, fmt.Errorf("%w: %s position %d: %d bytes, not a batch header", backend.ErrCorruptRecord, key, pos, len(data))
 	}
 	size := int64(binary.BigEndian.Uint32(data[8:12])) + record.LogOverhead
 	if size < record.BatchHeaderSize || size > left {
-		return 0, fmt.Errorf("%w: %s at %d: a batch of %d bytes with %d left in the segment", backend.ErrCorruptRecord, key, pos, size, left)
+		return 0, fmt.Errorf("%w: %s position %d: a batch of %d bytes with %d left in the segment", backend.ErrCorruptRecord, key, pos, size, left)
 	}
 	return size, nil
 }

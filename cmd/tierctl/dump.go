@@ -306,9 +306,11 @@ func reportIndexTail(w *bufio.Writer, path string, sanity error, unused int, o d
 func dumpLog(w *bufio.Writer, f *os.File, size int64, path string, o dumpOptions) (bool, error) {
 	s := record.NewScanner(f, 0, size, record.ScanOptions{})
 	var it record.Iterator
-	if !o.json {
-		base, _, err := local.ParseFileName(filepath.Base(path))
-		if err == nil {
+	prevLast, lastPos := int64(-1), int64(-1) // offsets must rise from the segment's base
+	base, _, nameErr := local.ParseFileName(filepath.Base(path))
+	if nameErr == nil {
+		prevLast = base - 1
+		if !o.json {
 			fmt.Fprintf(w, "Log starting offset: %d\n", base)
 		}
 	}
@@ -318,6 +320,11 @@ func dumpLog(w *bufio.Writer, f *os.File, size int64, path string, o dumpOptions
 		valid := validateEntry(e) == nil
 		problems = problems || !valid
 		printBatch(w, e, valid, o)
+		if err := e.Follows(prevLast); err != nil {
+			problems = true
+			printProblem(w, o, fmt.Sprintf("%s: %v", filepath.Base(path), err))
+		}
+		prevLast, lastPos = e.LastOffset, e.Position
 		if !o.printData {
 			continue
 		}
@@ -342,7 +349,34 @@ func dumpLog(w *bufio.Writer, f *os.File, size int64, path string, o dumpOptions
 		printProblem(w, o, fmt.Sprintf("Found %d invalid bytes at the end of %s (%v)", size-s.ValidEnd(), filepath.Base(path), err))
 		problems = true
 	}
+	if next, ok := nextSegmentBase(path); nameErr == nil && ok && lastPos >= 0 && prevLast >= next {
+		printProblem(w, o, fmt.Sprintf("%s position %d: the last batch ends at offset %d, at or past %s, the next segment's base",
+			filepath.Base(path), lastPos, prevLast, local.FileName(next, local.LogSuffix)))
+		problems = true
+	}
 	return problems, nil
+}
+
+// nextSegmentBase returns the base offset of the segment after the one
+// whose .log is path, from the names of the .log files beside it; false
+// when there is none (the last segment, or a file on its own).
+func nextSegmentBase(path string) (int64, bool) {
+	base, _, err := local.ParseFileName(filepath.Base(path))
+	if err != nil {
+		return 0, false
+	}
+	ents, err := os.ReadDir(filepath.Dir(path))
+	if err != nil {
+		return 0, false
+	}
+	next, found := int64(0), false
+	for _, e := range ents {
+		b, suffix, err := local.ParseFileName(e.Name())
+		if err == nil && suffix == local.LogSuffix && b > base && (!found || b < next) {
+			next, found = b, true
+		}
+	}
+	return next, found
 }
 
 func validateEntry(e *record.Entry) error {

@@ -390,7 +390,7 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 		if len(data) == 0 {
 			break
 		}
-		sc := record.NewScanner(strings.NewReader(buf.String()), 0, int64(len(data)), record.ScanOptions{Validate: true})
+		sc := record.NewScanner(strings.NewReader(buf.String()), 0, int64(len(data)), record.ScanOptions{Validate: true, Ordered: true})
 		for sc.Next() && (o.count <= 0 || n < o.count) {
 			e := sc.Entry()
 			off = e.LastOffset + 1

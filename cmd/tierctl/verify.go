@@ -430,7 +430,7 @@ func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileRe
 	}
 	sort.Slice(bases, func(i, j int) bool { return bases[i] < bases[j] })
 	var out []fileReport
-	prevLast, prevPath := int64(-1), ""
+	prevLast, prevPath, prevPos := int64(-1), "", int64(-1)
 	var rng *offsetRange
 	for _, b := range bases {
 		s := segs[b]
@@ -453,10 +453,10 @@ func verifyPartitionDir(dir string, ents []os.DirEntry, bar *progress) ([]fileRe
 			rng.end = *rep.LastOffset + 1
 		}
 		if rep.FirstOffset != nil && prevLast >= 0 && *rep.FirstOffset <= prevLast {
-			rep.problemf("first offset %d overlaps %s, which ends at offset %d", *rep.FirstOffset, filepath.Base(prevPath), prevLast)
+			rep.problemf("first offset %d overlaps %s, whose batch at position %d ends at offset %d", *rep.FirstOffset, filepath.Base(prevPath), prevPos, prevLast)
 		}
 		if rep.LastOffset != nil {
-			prevLast, prevPath = *rep.LastOffset, s.log
+			prevLast, prevPath, prevPos = *rep.LastOffset, s.log, sum.batches[len(sum.batches)-1].position
 		}
 		out = append(out, rep)
 		if s.hasIdx {
@@ -529,11 +529,8 @@ func verifyLog(path string, bar *progress) (fileReport, *logSummary) {
 				rep.problemf("first offset %d is below the segment's base offset %d (from its name)", first, nameBase)
 			}
 		}
-		if e.BaseOffset > e.LastOffset {
-			rep.problemf("batch at position %d: base offset %d is above its last offset %d", e.Position, e.BaseOffset, e.LastOffset)
-		}
-		if first <= prevLast {
-			rep.problemf("batch at position %d: offset %d does not follow the previous batch's last offset %d", e.Position, first, prevLast)
+		if err := e.Follows(prevLast); err != nil {
+			rep.problemf("%v", err)
 		}
 		prevLast = e.LastOffset
 		last := e.LastOffset
