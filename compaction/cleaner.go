@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/tierlog/tierlog/local"
@@ -159,13 +160,32 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 	if err != nil {
 		return st, err
 	}
-	for _, g := range groups {
-		if err := c.cleanGroup(ctx, g, &st); err != nil {
-			return st, err
-		}
+	if err := c.cleanGroups(ctx, groups, &st); err != nil {
+		return st, err
 	}
 	st.Duration = time.Since(start)
 	return st, nil
+}
+
+// cleanGroups cleans the round's groups in order. Segments that keep
+// nothing at the end of a group go in front of the next one (carry); those
+// left after the last group, or that the next group's offset span cannot
+// take, are emptied one by one.
+func (c *cleaner) cleanGroups(ctx context.Context, groups [][]local.SegmentInfo, st *Stats) error {
+	var carry []local.SegmentInfo
+	var err error
+	for _, g := range groups {
+		if len(carry) > 0 && g[len(g)-1].NextOffset-1-carry[0].BaseOffset > math.MaxInt32 {
+			if err := c.emptySegments(carry, st); err != nil {
+				return err
+			}
+			carry = nil
+		}
+		if carry, err = c.cleanGroup(ctx, carry, g, st); err != nil {
+			return err
+		}
+	}
+	return c.emptySegments(carry, st)
 }
 
 // firstDirtyOf is where a round starts given a cleaner checkpoint: the log
@@ -247,7 +267,7 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 	var it record.Iterator
 	var puts keyBatch
 	for _, s := range dirty {
-		stopped, err := scanSegment(ctx, l, s.BaseOffset, throttle, func(e *record.Entry, _ bool) (int, error) {
+		stopped, err := scanSegment(ctx, l, s.BaseOffset, throttle, func(e *record.Entry) (int, error) {
 			if e.LastOffset < firstDirty {
 				return 0, nil
 			}
@@ -297,11 +317,12 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 var errStop = errors.New("compaction: stop scanning")
 
 // scanSegment validates and visits every batch of the closed segment whose
-// base offset is base, saying whether the batch is its last. fn returns the bytes it wrote, which with the batch's own size go
-// through throttle; errStop ends the scan (stopped is then true); other
-// errors of fn and of the scan are wrapped with the file and position.
+// base offset is base. fn returns the bytes it wrote, which with the
+// batch's own size go through throttle; errStop ends the scan (stopped is
+// then true); other errors of fn and of the scan are wrapped with the file
+// and position.
 func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(context.Context, int) error,
-	fn func(e *record.Entry, last bool) (int, error)) (stopped bool, err error) {
+	fn func(e *record.Entry) (int, error)) (stopped bool, err error) {
 	r, err := l.OpenSegment(base)
 	if err != nil {
 		return false, err
@@ -313,7 +334,7 @@ func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(co
 			return false, fmt.Errorf("compaction: %w", err)
 		}
 		e := sc.Entry()
-		n, err := fn(e, e.Position+e.Size == r.Size())
+		n, err := fn(e)
 		if err == errStop {
 			return true, nil
 		}
@@ -336,8 +357,7 @@ func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(co
 // into one segment each, as Kafka's groupSegmentsBySize: consecutive,
 // summed size within segmentBytes, each index's summed size within
 // maxIndexBytes, and an offset span that fits the index's 32-bit
-// relative offsets. Empty segments are left alone (a cleaned file must
-// end where its last segment does).
+// relative offsets. Empty segments join the run they are in.
 func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes int64,
 	indexSizes func(local.SegmentInfo) (int64, int64, error)) ([][]local.SegmentInfo, error) {
 	var groups [][]local.SegmentInfo
@@ -352,10 +372,6 @@ func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes in
 	for _, s := range segs {
 		if s.BaseOffset >= end {
 			break
-		}
-		if s.Size == 0 {
-			flush()
-			continue
 		}
 		i, ti, err := indexSizes(s)
 		if err != nil {
@@ -396,25 +412,28 @@ type cleaner struct {
 	gets keyBatch // decide's keys to look up
 }
 
-// cleanGroup recopies one group into <base>.log.cleaned and swaps it in.
-func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Stats) (err error) {
-	bases := make([]int64, len(g))
-	for i, s := range g {
+// cleanGroup recopies one group into <base>.log.cleaned and swaps it in,
+// with carry, the segments before it that kept nothing, in front. A
+// cleaned file must hold batches of the last segment it replaces (see
+// local.Replacement.Commit), so the group's own segments that keep
+// nothing at its end are not replaced with it: they are returned, to go
+// in front of the next group (or, after the last, to be emptied one by
+// one).
+func (c *cleaner) cleanGroup(ctx context.Context, carry, g []local.SegmentInfo, st *Stats) (rest []local.SegmentInfo, err error) {
+	segs := append(slices.Clip(carry), g...)
+	bases := make([]int64, len(segs))
+	for i, s := range segs {
 		bases[i] = s.BaseOffset
 	}
 	var r *local.Replacement
 	var w *bufio.Writer
 	if !c.dryRun {
 		if r, err = c.cleaning.NewReplacement(bases); err != nil {
-			return fmt.Errorf("compaction: %w", err)
+			return nil, fmt.Errorf("compaction: %w", err)
 		}
 		c.repl = r
 		defer func() { c.repl = nil }()
-		defer func() {
-			if err != nil {
-				r.Abort()
-			}
-		}()
+		defer r.Abort() // removes the file unless Commit took it
 		w = bufio.NewWriterSize(r, c.bufferBytes)
 	}
 	var written int64
@@ -426,33 +445,69 @@ func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Sta
 		_, err := w.Write(p)
 		return err
 	}
+	keep := 0 // segments the file replaces: up to the last that kept a batch
 	for i, s := range g {
-		if err := c.copySegment(ctx, s, i == len(g)-1, write, st); err != nil {
-			return err
+		before := written
+		if err := c.copySegment(ctx, s, write, st); err != nil {
+			return nil, err
+		}
+		if written > before {
+			keep = len(carry) + i + 1
 		}
 	}
 	st.SegmentsRead += len(g)
+	if keep == 0 {
+		return segs, nil // nothing kept: Abort removes the empty file
+	}
 	st.SegmentsWritten++
 	st.BytesWritten += written
 	if c.dryRun {
-		return nil
+		return segs[keep:], nil
 	}
 	if err := w.Flush(); err != nil {
-		return fmt.Errorf("compaction: write %s: %w", r.Path(), err)
+		return nil, fmt.Errorf("compaction: write %s: %w", r.Path(), err)
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("compaction: %w", err)
+		return nil, fmt.Errorf("compaction: %w", err)
 	}
-	return r.Commit()
+	if err := r.Shorten(keep); err != nil {
+		return nil, err
+	}
+	if err := r.Commit(); err != nil {
+		return nil, err
+	}
+	return segs[keep:], nil
 }
 
-// copySegment writes the batches of s to keep. In the group's last
-// segment, the last batch is kept (as an empty batch if need be) so the
-// cleaned file ends at the offset the group did.
-func (c *cleaner) copySegment(ctx context.Context, s local.SegmentInfo, lastInGroup bool, write func([]byte) error, st *Stats) error {
-	_, err := scanSegment(ctx, c.l, s.BaseOffset, c.throttle, func(e *record.Entry, last bool) (int, error) {
+// emptySegments replaces each of segs that is not empty yet with an empty
+// segment, one at a time (an empty cleaned file may replace one segment
+// only): the clean kept nothing of them, and no later group of the round
+// could take them.
+func (c *cleaner) emptySegments(segs []local.SegmentInfo, st *Stats) error {
+	for _, s := range segs {
+		if s.Size == 0 {
+			continue
+		}
+		st.SegmentsWritten++
+		if c.dryRun {
+			continue
+		}
+		r, err := c.cleaning.NewReplacement([]int64{s.BaseOffset})
+		if err != nil {
+			return fmt.Errorf("compaction: %w", err)
+		}
+		if err := r.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// copySegment writes the batches of s to keep.
+func (c *cleaner) copySegment(ctx context.Context, s local.SegmentInfo, write func([]byte) error, st *Stats) error {
+	_, err := scanSegment(ctx, c.l, s.BaseOffset, c.throttle, func(e *record.Entry) (int, error) {
 		st.BytesRead += e.Size
-		out, err := c.filter(e, lastInGroup && last, st)
+		out, err := c.filter(e, st)
 		if err != nil {
 			return 0, err
 		}
@@ -468,7 +523,7 @@ func (c *cleaner) copySegment(ctx context.Context, s local.SegmentInfo, lastInGr
 
 // filter returns what to write for one entry: the entry itself, a
 // rewritten batch, an empty batch, or nil to drop it.
-func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, error) {
+func (c *cleaner) filter(e *record.Entry, st *Stats) ([]byte, error) {
 	if e.Magic != 2 {
 		return e.Data, nil // legacy message sets are copied as they are
 	}
@@ -481,13 +536,13 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 		return e.Data, nil
 	}
 	if b.IsControl() {
-		return c.filterMarker(b, keepLast, st)
+		return c.filterMarker(b, st)
 	}
 	if b.IsTransactional() && c.txn.dataBatch(b) {
 		st.RecordsRead += int64(b.NumRecords())
 		st.RecordsRemoved += int64(b.NumRecords())
 		st.AbortedRemoved += int64(b.NumRecords())
-		return c.emptyOrNil(b, keepLast), nil
+		return c.emptyOrNil(b), nil
 	}
 	horizon, hasHorizon := b.DeleteHorizon()
 	if err := c.decide(e.Data, hasHorizon, horizon); err != nil {
@@ -509,7 +564,7 @@ func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, err
 	st.RecordsRemoved += int64(removed)
 	st.TombstonesKept += int64(tombstones)
 	if kept == 0 {
-		return c.emptyOrNil(b, keepLast), nil
+		return c.emptyOrNil(b), nil
 	}
 	setHorizon := tombstones > 0 && !hasHorizon
 	if removed == 0 && !setHorizon {
@@ -532,14 +587,12 @@ func header(b record.Batch, hasHorizon bool, horizon int64) record.BatchHeader {
 	}
 }
 
-// emptyOrNil drops b, or, when it must stay (the last batch of a group, or
-// the last batch of a producer that still has state, Kafka's rule),
-// returns its header with no records.
-func (c *cleaner) emptyOrNil(b record.Batch, keepLast bool) []byte {
-	if last, ok := c.lastOfProducer[b.ProducerID()]; ok && b.ProducerID() >= 0 && last == b.LastOffset() && !b.IsControl() {
-		keepLast = true
-	}
-	if !keepLast {
+// emptyOrNil drops b, a batch that keeps no record, or, when it must stay
+// (the last data batch of a producer with an id that still has state,
+// Kafka's RETAIN_EMPTY), returns its header with no records.
+func (c *cleaner) emptyOrNil(b record.Batch) []byte {
+	last, ok := c.lastOfProducer[b.ProducerID()]
+	if !ok || b.ProducerID() < 0 || last != b.LastOffset() || b.IsControl() {
 		return nil
 	}
 	horizon, hasHorizon := b.DeleteHorizon()
@@ -580,7 +633,7 @@ func (c *cleaner) rebuild(b record.Batch, hasHorizon bool, horizon int64, keep f
 // filterMarker returns what to write for a control batch: itself while
 // its transaction's data is in the log; once it may go, itself with a
 // delete horizon, and after that horizon nothing.
-func (c *cleaner) filterMarker(b record.Batch, keepLast bool, st *Stats) ([]byte, error) {
+func (c *cleaner) filterMarker(b record.Batch, st *Stats) ([]byte, error) {
 	st.RecordsRead += int64(b.NumRecords())
 	discardable, err := c.txn.marker(b)
 	if err != nil {
@@ -594,7 +647,7 @@ func (c *cleaner) filterMarker(b record.Batch, keepLast bool, st *Stats) ([]byte
 	case hasHorizon && c.now >= horizon:
 		st.RecordsRemoved += int64(b.NumRecords())
 		st.MarkersRemoved++
-		return c.emptyOrNil(b, keepLast), nil
+		return c.emptyOrNil(b), nil
 	case hasHorizon:
 		return b, c.keptMarker(b)
 	default:
