@@ -300,6 +300,7 @@ func TestCleanModel(t *testing.T) {
 						t.Fatalf("the checkpoint went back from %d to %d", checkpoint, st.End)
 					}
 					checkpoint = st.End
+					checkSegments(t, l, producerLasts(l), recopiedTo(st), fmt.Sprintf("seed %d round %d", seed, round))
 					checkCleaned(t, readAll(t, l), written, st.End)
 				}
 				// Clean to the end twice, a retention apart: every tombstone

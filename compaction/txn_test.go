@@ -189,6 +189,7 @@ func TestCleanModelTransactions(t *testing.T) {
 						checkpoint = st.End
 					}
 					aborted += st.AbortedRemoved
+					checkSegments(t, l, producerLasts(l), recopiedTo(st), fmt.Sprintf("seed %d round %d", seed, round))
 					checkCleaned(t, readAll(t, l), w.written, checkpoint)
 				}
 				if aborted == 0 {
