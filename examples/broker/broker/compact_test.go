@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tierlog/tierlog/examples/broker/broker"
+	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -72,10 +73,15 @@ func TestCompactedTopicStaysReadable(t *testing.T) {
 	}
 }
 
-// waitCleaned waits until the broker's cleaner has cleaned the partition
-// in dir up to its active segment.
+// waitCleaned waits until the broker's background cleaner has cleaned
+// the partition in dir (topic-0) up to its active segment, as its
+// cleaner-offset-checkpoint says.
 func waitCleaned(t *testing.T, b *broker.Broker, dir string) {
 	t.Helper()
+	tp, err := local.ParsePartitionDirName(filepath.Base(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		active := activeBase(t, dir)
@@ -83,11 +89,15 @@ func waitCleaned(t *testing.T, b *broker.Broker, dir string) {
 		if st.LastError != nil {
 			t.Fatalf("the cleaner failed: %v", st.LastError)
 		}
-		if st.LastLog == filepath.Base(dir) && st.Last.End == active {
+		cp, err := local.ReadOffsetCheckpoint(filepath.Join(filepath.Dir(dir), local.CleanerCheckpoint))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cp[tp] == active && active > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the cleaner did not reach the active segment %d of %s in a minute: %+v", active, dir, st)
+			t.Fatalf("the cleaner did not reach the active segment %d of %s in a minute (its checkpoint: %d): %+v", active, dir, cp[tp], st)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

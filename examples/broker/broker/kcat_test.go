@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/examples/broker/broker"
+	"github.com/tierlog/tierlog/local"
 )
 
 // TestCompactedTopicWithKcat is TestCompactedTopicStaysReadable with
@@ -75,14 +76,22 @@ func TestCompactedTopicWithKcat(t *testing.T) {
 }
 
 // cleanNow runs the broker's cleaner until it has cleaned the partition in
-// dir up to its active segment.
+// dir up to its active segment, as its cleaner-offset-checkpoint says.
 func cleanNow(t *testing.T, b *broker.Broker, dir string) {
 	t.Helper()
+	tp, err := local.ParsePartitionDirName(filepath.Base(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for range 100 {
 		if _, err := b.Cleaner().RunOnce(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		if st := b.Cleaner().Stats(); st.LastLog == filepath.Base(dir) && st.Last.End == activeBase(t, dir) {
+		cp, err := local.ReadOffsetCheckpoint(filepath.Join(filepath.Dir(dir), local.CleanerCheckpoint))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cp[tp] == activeBase(t, dir) {
 			return
 		}
 	}
