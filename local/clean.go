@@ -485,6 +485,7 @@ func (l *Log) replaceSegments(bases []int64, cleaned, txnCleaned string, truncat
 	repl = append(repl, segs[:first]...)
 	repl = append(repl, ns)
 	repl = append(repl, segs[first+len(bases):]...)
+	l.segOpts.cleaned.Store(true)
 	l.setSegments(repl)
 	for _, s := range old {
 		s.release()
