@@ -1,7 +1,6 @@
 package compaction
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/local"
-	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -159,10 +157,8 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 	if err != nil {
 		return st, err
 	}
-	for _, g := range groups {
-		if err := c.cleanGroup(ctx, g, &st); err != nil {
-			return st, err
-		}
+	if err := c.cleanGroups(ctx, groups, &st); err != nil {
+		return st, err
 	}
 	st.Duration = time.Since(start)
 	return st, nil
@@ -247,7 +243,7 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 	var it record.Iterator
 	var puts keyBatch
 	for _, s := range dirty {
-		stopped, err := scanSegment(ctx, l, s.BaseOffset, throttle, func(e *record.Entry, _ bool) (int, error) {
+		stopped, err := scanSegment(ctx, l, s.BaseOffset, throttle, func(e *record.Entry) (int, error) {
 			if e.LastOffset < firstDirty {
 				return 0, nil
 			}
@@ -297,11 +293,12 @@ func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firs
 var errStop = errors.New("compaction: stop scanning")
 
 // scanSegment validates and visits every batch of the closed segment whose
-// base offset is base, saying whether the batch is its last. fn returns the bytes it wrote, which with the batch's own size go
-// through throttle; errStop ends the scan (stopped is then true); other
-// errors of fn and of the scan are wrapped with the file and position.
+// base offset is base. fn returns the bytes it wrote, which with the
+// batch's own size go through throttle; errStop ends the scan (stopped is
+// then true); other errors of fn and of the scan are wrapped with the file
+// and position.
 func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(context.Context, int) error,
-	fn func(e *record.Entry, last bool) (int, error)) (stopped bool, err error) {
+	fn func(e *record.Entry) (int, error)) (stopped bool, err error) {
 	r, err := l.OpenSegment(base)
 	if err != nil {
 		return false, err
@@ -313,7 +310,7 @@ func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(co
 			return false, fmt.Errorf("compaction: %w", err)
 		}
 		e := sc.Entry()
-		n, err := fn(e, e.Position+e.Size == r.Size())
+		n, err := fn(e)
 		if err == errStop {
 			return true, nil
 		}
@@ -336,8 +333,7 @@ func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(co
 // into one segment each, as Kafka's groupSegmentsBySize: consecutive,
 // summed size within segmentBytes, each index's summed size within
 // maxIndexBytes, and an offset span that fits the index's 32-bit
-// relative offsets. Empty segments are left alone (a cleaned file must
-// end where its last segment does).
+// relative offsets. Empty segments join the run they are in.
 func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes int64,
 	indexSizes func(local.SegmentInfo) (int64, int64, error)) ([][]local.SegmentInfo, error) {
 	var groups [][]local.SegmentInfo
@@ -353,10 +349,6 @@ func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes in
 		if s.BaseOffset >= end {
 			break
 		}
-		if s.Size == 0 {
-			flush()
-			continue
-		}
 		i, ti, err := indexSizes(s)
 		if err != nil {
 			return nil, err
@@ -370,311 +362,4 @@ func groupSegments(segs []local.SegmentInfo, end, segmentBytes, maxIndexBytes in
 	}
 	flush()
 	return groups, nil
-}
-
-type cleaner struct {
-	l                 *local.Log
-	cleaning          *local.Cleaning // begun before the round read anything
-	bufferBytes       int
-	m                 *OffsetMap
-	end               int64
-	now               int64
-	deleteRetentionMs int64
-	dryRun            bool
-	throttle          func(context.Context, int) error
-	txn               *txnTracker // across the round's groups, in offset order
-	// lastOfProducer is, per producer with state, the last offset of its
-	// last batch: that batch stays (emptied if need be), so its sequence
-	// survives a reload and a retry of it is still found a duplicate.
-	lastOfProducer map[int64]int64
-	abortsByMarker map[int64]producerstate.AbortedTxn // the round's .txnindex entries
-	repl           *local.Replacement                 // the group being written
-
-	b    record.Builder
-	it   record.Iterator
-	kept []uint8  // decide's decision on each record of the batch
-	gets keyBatch // decide's keys to look up
-}
-
-// cleanGroup recopies one group into <base>.log.cleaned and swaps it in.
-func (c *cleaner) cleanGroup(ctx context.Context, g []local.SegmentInfo, st *Stats) (err error) {
-	bases := make([]int64, len(g))
-	for i, s := range g {
-		bases[i] = s.BaseOffset
-	}
-	var r *local.Replacement
-	var w *bufio.Writer
-	if !c.dryRun {
-		if r, err = c.cleaning.NewReplacement(bases); err != nil {
-			return fmt.Errorf("compaction: %w", err)
-		}
-		c.repl = r
-		defer func() { c.repl = nil }()
-		defer func() {
-			if err != nil {
-				r.Abort()
-			}
-		}()
-		w = bufio.NewWriterSize(r, c.bufferBytes)
-	}
-	var written int64
-	write := func(p []byte) error {
-		written += int64(len(p))
-		if w == nil {
-			return nil
-		}
-		_, err := w.Write(p)
-		return err
-	}
-	for i, s := range g {
-		if err := c.copySegment(ctx, s, i == len(g)-1, write, st); err != nil {
-			return err
-		}
-	}
-	st.SegmentsRead += len(g)
-	st.SegmentsWritten++
-	st.BytesWritten += written
-	if c.dryRun {
-		return nil
-	}
-	if err := w.Flush(); err != nil {
-		return fmt.Errorf("compaction: write %s: %w", r.Path(), err)
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("compaction: %w", err)
-	}
-	return r.Commit()
-}
-
-// copySegment writes the batches of s to keep. In the group's last
-// segment, the last batch is kept (as an empty batch if need be) so the
-// cleaned file ends at the offset the group did.
-func (c *cleaner) copySegment(ctx context.Context, s local.SegmentInfo, lastInGroup bool, write func([]byte) error, st *Stats) error {
-	_, err := scanSegment(ctx, c.l, s.BaseOffset, c.throttle, func(e *record.Entry, last bool) (int, error) {
-		st.BytesRead += e.Size
-		out, err := c.filter(e, lastInGroup && last, st)
-		if err != nil {
-			return 0, err
-		}
-		if out != nil {
-			if err := write(out); err != nil {
-				return 0, err
-			}
-		}
-		return len(out), nil
-	})
-	return err
-}
-
-// filter returns what to write for one entry: the entry itself, a
-// rewritten batch, an empty batch, or nil to drop it.
-func (c *cleaner) filter(e *record.Entry, keepLast bool, st *Stats) ([]byte, error) {
-	if e.Magic != 2 {
-		return e.Data, nil // legacy message sets are copied as they are
-	}
-	b := e.Batch()
-	if b.BaseOffset() >= c.end {
-		st.RecordsRead += int64(b.NumRecords())
-		if b.IsControl() {
-			return e.Data, c.keptMarker(b) // copied as it is: its .txnindex entry too
-		}
-		return e.Data, nil
-	}
-	if b.IsControl() {
-		return c.filterMarker(b, keepLast, st)
-	}
-	if b.IsTransactional() && c.txn.dataBatch(b) {
-		st.RecordsRead += int64(b.NumRecords())
-		st.RecordsRemoved += int64(b.NumRecords())
-		st.AbortedRemoved += int64(b.NumRecords())
-		return c.emptyOrNil(b, keepLast), nil
-	}
-	horizon, hasHorizon := b.DeleteHorizon()
-	if err := c.decide(e.Data, hasHorizon, horizon); err != nil {
-		return nil, err
-	}
-	kept, removed, tombstones := 0, 0, 0
-	for _, d := range c.kept {
-		switch d {
-		case keptValue:
-			kept++
-		case keptTombstone:
-			kept++
-			tombstones++
-		default:
-			removed++
-		}
-	}
-	st.RecordsRead += int64(kept + removed)
-	st.RecordsRemoved += int64(removed)
-	st.TombstonesKept += int64(tombstones)
-	if kept == 0 {
-		return c.emptyOrNil(b, keepLast), nil
-	}
-	setHorizon := tombstones > 0 && !hasHorizon
-	if removed == 0 && !setHorizon {
-		return e.Data, nil
-	}
-	if setHorizon {
-		hasHorizon, horizon = true, c.now+c.deleteRetentionMs
-	}
-	return c.rebuild(b, hasHorizon, horizon, func(i int) bool { return c.kept[i] != removedRecord })
-}
-
-// header returns b's header for a rebuilt batch: offsets, epoch, codec,
-// timestamp type, producer fields and transaction flags kept.
-func header(b record.Batch, hasHorizon bool, horizon int64) record.BatchHeader {
-	return record.BatchHeader{
-		BaseOffset: b.BaseOffset(), PartitionLeaderEpoch: b.PartitionLeaderEpoch(), Codec: b.Codec(),
-		TimestampType: b.TimestampType(), Transactional: b.IsTransactional(), Control: b.IsControl(),
-		ProducerID: b.ProducerID(), ProducerEpoch: b.ProducerEpoch(), BaseSequence: b.BaseSequence(),
-		DeleteHorizon: horizon, HasDeleteHorizon: hasHorizon,
-	}
-}
-
-// emptyOrNil drops b, or, when it must stay (the last batch of a group, or
-// the last batch of a producer that still has state, Kafka's rule),
-// returns its header with no records.
-func (c *cleaner) emptyOrNil(b record.Batch, keepLast bool) []byte {
-	if last, ok := c.lastOfProducer[b.ProducerID()]; ok && b.ProducerID() >= 0 && last == b.LastOffset() && !b.IsControl() {
-		keepLast = true
-	}
-	if !keepLast {
-		return nil
-	}
-	horizon, hasHorizon := b.DeleteHorizon()
-	c.b.Reset(header(b, hasHorizon, horizon))
-	return c.b.BuildEmpty(b.LastOffsetDelta(), b.MaxTimestamp())
-}
-
-// rebuild writes b again with the records keep accepts (by their index in
-// the batch) and the given delete horizon, at their original offsets.
-func (c *cleaner) rebuild(b record.Batch, hasHorizon bool, horizon int64, keep func(i int) bool) ([]byte, error) {
-	c.b.Reset(header(b, hasHorizon, horizon))
-	if err := c.it.Reset(b); err != nil {
-		return nil, err
-	}
-	for i := 0; c.it.Next(); i++ {
-		r := c.it.Record()
-		if !keep(i) {
-			continue
-		}
-		if err := c.b.AppendAt(int32(r.Offset-b.BaseOffset()), r.Timestamp, r.Key, r.Value, r.Headers); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.it.Err(); err != nil {
-		return nil, err
-	}
-	c.b.SetLastOffsetDelta(b.LastOffsetDelta())
-	out, err := c.b.Build()
-	if err != nil {
-		return nil, err
-	}
-	if b.TimestampType() == record.LogAppendTime {
-		out.SetLogAppendTime(b.MaxTimestamp())
-	}
-	return out, nil
-}
-
-// filterMarker returns what to write for a control batch: itself while
-// its transaction's data is in the log; once it may go, itself with a
-// delete horizon, and after that horizon nothing.
-func (c *cleaner) filterMarker(b record.Batch, keepLast bool, st *Stats) ([]byte, error) {
-	st.RecordsRead += int64(b.NumRecords())
-	discardable, err := c.txn.marker(b)
-	if err != nil {
-		return nil, err
-	}
-	if !discardable {
-		return b, c.keptMarker(b)
-	}
-	horizon, hasHorizon := b.DeleteHorizon()
-	switch {
-	case hasHorizon && c.now >= horizon:
-		st.RecordsRemoved += int64(b.NumRecords())
-		st.MarkersRemoved++
-		return c.emptyOrNil(b, keepLast), nil
-	case hasHorizon:
-		return b, c.keptMarker(b)
-	default:
-		if err := c.keptMarker(b); err != nil {
-			return nil, err
-		}
-		return c.rebuild(b, true, c.now+c.deleteRetentionMs, func(int) bool { return true })
-	}
-}
-
-// keptMarker notes a marker the cleaned file keeps: an ABORT marker's
-// transaction goes to the cleaned segment's .txnindex, as Kafka's cleaner
-// writes it (read_committed consumers still need it).
-func (c *cleaner) keptMarker(b record.Batch) error {
-	if c.repl == nil {
-		return nil
-	}
-	if a, ok := c.abortsByMarker[b.BaseOffset()]; ok && a.ProducerID == b.ProducerID() {
-		return c.repl.AddAborted(a)
-	}
-	return nil
-}
-
-// filter's decisions on a record.
-const (
-	removedRecord = iota
-	keptValue
-	keptTombstone
-)
-
-// decide sets c.kept to the decision on each record of the data batch
-// data: Kafka's shouldRetainRecord, once a record, against the delete
-// horizon the batch was read with, as Kafka's filterTo (a tombstone kept
-// keeps its place in the rebuilt batch even when the horizon this round
-// sets has already passed, with delete.retention.ms=0; the next round
-// removes it). Keys are looked up batchKeys at a time, their slots
-// loaded together first.
-func (c *cleaner) decide(data []byte, hasHorizon bool, horizon int64) error {
-	if err := c.it.Reset(data); err != nil {
-		return err
-	}
-	c.kept, c.gets.n = c.kept[:0], 0
-	for c.it.Next() {
-		r := c.it.Record()
-		d := uint8(keptValue)
-		if r.Value == nil {
-			d = keptTombstone
-		}
-		switch {
-		case r.Offset >= c.end:
-			c.kept = append(c.kept, d)
-		case r.Key == nil:
-			c.kept = append(c.kept, removedRecord)
-		default:
-			c.kept = append(c.kept, d) // until its key is looked up
-			if c.gets.add(r.Key, r.Offset, len(c.kept)-1) {
-				c.lookUp(hasHorizon, horizon)
-			}
-		}
-	}
-	if err := c.it.Err(); err != nil {
-		return err
-	}
-	c.lookUp(hasHorizon, horizon)
-	return nil
-}
-
-// lookUp decides the records queued in c.gets, and empties it: a record
-// goes if a later one has its key, and a tombstone also once its delete
-// horizon has passed.
-func (c *cleaner) lookUp(hasHorizon bool, horizon int64) {
-	b := &c.gets
-	c.m.touch(b)
-	for i := range b.n {
-		at := b.at[i]
-		if latest, ok := c.m.get(b.h[i]); ok && b.off[i] < latest {
-			c.kept[at] = removedRecord
-		} else if c.kept[at] == keptTombstone && hasHorizon && c.now >= horizon {
-			c.kept[at] = removedRecord
-		}
-	}
-	b.n = 0
 }

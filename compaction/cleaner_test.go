@@ -139,7 +139,10 @@ func readAll(t testing.TB, l *local.Log) []rec {
 		rs.Close()
 		data := buf.Bytes()
 		if len(data) == 0 {
-			t.Fatalf("read at %d below log end %d returned nothing", off, l.Offsets().LogEnd)
+			// The clean removed every batch from off to the log end (the
+			// active segment is empty): the segments must say so.
+			checkNothingFrom(t, l, off)
+			break
 		}
 		for len(data) > 0 {
 			b, err := record.Parse(data)
@@ -175,6 +178,38 @@ func readAll(t testing.TB, l *local.Log) []rec {
 		}
 	}
 	return out
+}
+
+// checkNothingFrom fails unless no segment of l holds a batch ending at or
+// after off (what a read at off below the log end returning nothing
+// means).
+func checkNothingFrom(t testing.TB, l *local.Log, off int64) {
+	t.Helper()
+	segs := l.SegmentInfos()
+	if last := segs[len(segs)-1]; last.Size > 0 {
+		t.Fatalf("read at %d returned nothing, the active segment %d holds %d bytes", off, last.BaseOffset, last.Size)
+	}
+	for _, s := range segs[:len(segs)-1] {
+		if s.NextOffset <= off {
+			continue
+		}
+		h, err := l.OpenSegment(s.BaseOffset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := record.NewScanner(h, 0, h.Size(), record.ScanOptions{HeadersOnly: true})
+		for sc.Next() {
+			if e := sc.Entry(); e.LastOffset >= off {
+				h.Close()
+				t.Fatalf("read at %d returned nothing, segment %d holds the batch %d..%d", off, s.BaseOffset, e.BaseOffset, e.LastOffset)
+			}
+		}
+		err = sc.Err()
+		h.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // checkCleaned checks the log against everything written: below end, each
@@ -265,6 +300,7 @@ func TestCleanModel(t *testing.T) {
 						t.Fatalf("the checkpoint went back from %d to %d", checkpoint, st.End)
 					}
 					checkpoint = st.End
+					checkSegments(t, l, producerLasts(l), recopiedTo(st), fmt.Sprintf("seed %d round %d", seed, round))
 					checkCleaned(t, readAll(t, l), written, st.End)
 				}
 				// Clean to the end twice, a retention apart: every tombstone

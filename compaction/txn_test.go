@@ -129,6 +129,10 @@ func markers(t *testing.T, l *local.Log) (commits, aborts int) {
 		rs.WriteTo(&buf)
 		rs.Close()
 		data := buf.Bytes()
+		if len(data) == 0 {
+			checkNothingFrom(t, l, off)
+			break
+		}
 		for len(data) > 0 {
 			b, err := record.Parse(data)
 			if err != nil {
@@ -185,6 +189,7 @@ func TestCleanModelTransactions(t *testing.T) {
 						checkpoint = st.End
 					}
 					aborted += st.AbortedRemoved
+					checkSegments(t, l, producerLasts(l), recopiedTo(st), fmt.Sprintf("seed %d round %d", seed, round))
 					checkCleaned(t, readAll(t, l), w.written, checkpoint)
 				}
 				if aborted == 0 {
@@ -327,10 +332,10 @@ func TestGroupSegments(t *testing.T) {
 		segBytes, indexBytes, end int64
 		want                      string
 	}{
-		{1000, 1000, 1 << 40, "[[0 10 20 30] [60] [8589934592]]"}, // the span to 2^33 breaks the last group
-		{250, 1000, 1 << 40, "[[0 10] [20 30] [60] [8589934592]]"},
-		{1000, 80, 1 << 40, "[[0 10] [20 30] [60] [8589934592]]"}, // offset index: 40+40 fits, +40 does not
-		{1000, 1000, 25, "[[0 10 20]]"},                           // only segments below end
+		{1000, 1000, 1 << 40, "[[0 10 20 30 50] [60] [8589934592]]"}, // the span to 2^33 breaks the last group; the empty 50 joins
+		{250, 1000, 1 << 40, "[[0 10] [20 30 50] [60] [8589934592]]"},
+		{1000, 80, 1 << 40, "[[0 10] [20 30 50] [60] [8589934592]]"}, // offset index: 40+40 fits, +40 does not
+		{1000, 1000, 25, "[[0 10 20]]"},                              // only segments below end
 	} {
 		groups, err := groupSegments(segs, c.end, c.segBytes, c.indexBytes, idx)
 		if err != nil {

@@ -79,7 +79,10 @@ type Backend struct {
 	recovery map[TopicPartition]int64
 	starts   map[TopicPartition]int64
 	hws      map[TopicPartition]int64
-	closed   bool
+	// cleaned names the logs a cleaner has replaced segments of (the
+	// cleaner-offset-checkpoint's partitions, and those cleaned since).
+	cleaned map[TopicPartition]int64
+	closed  bool
 
 	// sched runs the deadlines of the open logs and the checkpoint task
 	// (deadlines.go). checkpoint and its task are the checkpoint
@@ -146,6 +149,7 @@ func OpenBackend(dir string, opts BackendOptions) (b *Backend, err error) {
 		return m
 	}
 	b.recovery, b.starts, b.hws = read(RecoveryPointCheckpoint), read(LogStartCheckpoint), read(ReplicationCheckpoint)
+	b.cleaned = read(CleanerCheckpoint)
 	if b.sched, err = newScheduler(opts.Timer, opts.Now, deadlineWorkers); err != nil {
 		return nil, fmt.Errorf("local: %w", err)
 	}
@@ -196,6 +200,9 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 		// Closed by its own Close: what it had then is newer than the
 		// checkpoint maps (a DeleteRecordsBefore, the high watermark).
 		b.recovery[tp], b.starts[tp], b.hws[tp] = l.RecoveryPoint(), l.checkpointLogStart(), l.Offsets().HighWatermark
+		if l.segOpts.cleaned.Load() {
+			b.cleaned[tp] = 0
+		}
 	}
 	opts := Options{Config: cfg, CleanShutdown: b.clean, RecoveryPoint: 0, LogStartOffset: -1, HighWatermark: -1,
 		Now: b.opts.Now, Logger: b.opts.Logger, budget: b.budget, Metrics: &b.metrics, FS: b.opts.FS,
@@ -214,6 +221,7 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 	if v, ok := b.hws[tp]; ok {
 		opts.HighWatermark = v
 	}
+	_, opts.Cleaned = b.cleaned[tp]
 	l, err := Open(filepath.Join(b.dir, name), opts)
 	if err != nil {
 		return nil, fmt.Errorf("local: open %s: %w", tp, err)
@@ -329,6 +337,7 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 	delete(b.recovery, tp)
 	delete(b.starts, tp)
 	delete(b.hws, tp)
+	delete(b.cleaned, tp)
 	dir := filepath.Join(b.dir, name)
 	fsys := b.opts.FS
 	if _, err := fsys.Stat(dir); errors.Is(err, fs.ErrNotExist) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/producerstate"
+	"github.com/tierlog/tierlog/record"
 	"github.com/tierlog/tierlog/vfs"
 )
 
@@ -16,10 +17,17 @@ import (
 // it, never by path), and a cleaner's crash-safe replacement of a run of
 // closed segments with one cleaned file (Kafka's LocalLog.replaceSegments).
 
-// ErrSegmentsChanged means the segments a caller read are no longer the
-// log's (retention, a truncation or another cleaner replaced them): a
-// cleaned file is discarded and the next round starts over.
-var ErrSegmentsChanged = errors.New("local: segments changed")
+var (
+	// ErrSegmentsChanged means the segments a caller read are no longer the
+	// log's (retention, a truncation or another cleaner replaced them): a
+	// cleaned file is discarded and the next round starts over.
+	ErrSegmentsChanged = errors.New("local: segments changed")
+	// ErrBadReplacement means a cleaned file does not fit the segments it
+	// would replace: a batch outside their range, offsets that do not
+	// rise, or nothing of the last segment (a crash would then not know
+	// where the replacement ends). Nothing is replaced.
+	ErrBadReplacement = errors.New("local: cleaned file does not fit the segments it replaces")
+)
 
 // SegmentHandle pins one closed segment: its .log and indexes stay
 // readable, even after retention, a truncation or a cleaner took the
@@ -227,6 +235,17 @@ func (c *Cleaning) NewReplacement(bases []int64) (*Replacement, error) {
 // Path is the cleaned file's path (for messages).
 func (r *Replacement) Path() string { return r.path }
 
+// Shorten makes the replacement replace only its first n segments (a
+// cleaner that found nothing to keep in the others leaves them for a
+// later replacement); the file must then hold batches of the n-th.
+func (r *Replacement) Shorten(n int) error {
+	if n < 1 || n > len(r.bases) {
+		return fmt.Errorf("local: a replacement of %d segments from %d cannot be shortened to %d", len(r.bases), r.bases[0], n)
+	}
+	r.bases = r.bases[:n]
+	return nil
+}
+
 // Write appends p to the cleaned file.
 func (r *Replacement) Write(p []byte) (int, error) {
 	if r.err != nil {
@@ -266,12 +285,15 @@ func (r *Replacement) Abort() error {
 	return nil
 }
 
-// Commit replaces the segments with the cleaned file, which must hold
-// batches ending exactly where the last replaced segment ends (its last
-// batch's next offset is the following segment's base). It fails with
-// ErrSegmentsChanged, changing nothing, when the log was truncated since
-// BeginCleaning or the segments are no longer the log's; the file is then
-// removed. The cleaned segment takes the newest mtime of the segments it
+// Commit replaces the segments with the cleaned file, whose batches must
+// lie within their range [first base, the following segment's base), in
+// rising offsets, the last of them in the last replaced segment's range
+// (so that recovery after a crash knows which segments the file
+// replaces, from its base to its last offset); only a replacement of one
+// segment may be empty. A file that does not fit is ErrBadReplacement. It
+// fails with ErrSegmentsChanged when the log was truncated since
+// BeginCleaning or the segments are no longer the log's. Either way
+// nothing changes and the file is removed. The cleaned segment takes the newest mtime of the segments it
 // replaces (as Kafka does, so time retention of mtime-only segments does
 // not restart).
 //
@@ -356,14 +378,43 @@ func (l *Log) checkReplacementLocked(segs []*segFile, bases []int64, cleaned str
 		}
 	}
 	next = segs[first+len(bases)].base
-	got, err := l.nextOffsetOfFile(cleaned, bases[0])
-	if err != nil {
+	if err := l.checkCleanedFile(cleaned, bases, next); err != nil {
 		return 0, 0, err
 	}
-	if got != next {
-		return 0, 0, fmt.Errorf("local: cleaned file %s ends at offset %d, the segments it replaces at %d", cleaned, got, next)
-	}
 	return first, next, nil
+}
+
+// checkCleanedFile checks that the batches of the cleaned file at path
+// fit the segments from bases[0] to next (see Commit).
+func (l *Log) checkCleanedFile(path string, bases []int64, next int64) error {
+	f, err := l.segOpts.fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return fmt.Errorf("local: %w", err)
+	}
+	lastBase := bases[len(bases)-1]
+	prev := bases[0] - 1
+	sc := record.NewScanner(f, 0, st.Size(), record.ScanOptions{HeadersOnly: true})
+	for sc.Next() {
+		e := sc.Entry()
+		if e.BaseOffset <= prev || e.LastOffset < e.BaseOffset || e.LastOffset >= next {
+			return fmt.Errorf("%w: %s holds the batch of offsets %d..%d at position %d, after offset %d, replacing [%d, %d)",
+				ErrBadReplacement, path, e.BaseOffset, e.LastOffset, e.Position, prev, bases[0], next)
+		}
+		prev = e.LastOffset
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrBadReplacement, path, err)
+	}
+	if prev < lastBase && (len(bases) > 1 || st.Size() > 0) {
+		return fmt.Errorf("%w: %s (%d bytes) ends at offset %d, before the last segment it replaces (%d, of %d from %d)",
+			ErrBadReplacement, path, st.Size(), prev, lastBase, len(bases), bases[0])
+	}
+	return nil
 }
 
 // replaceSegments is Commit under the writer lock.
@@ -434,6 +485,7 @@ func (l *Log) replaceSegments(bases []int64, cleaned, txnCleaned string, truncat
 	repl = append(repl, segs[:first]...)
 	repl = append(repl, ns)
 	repl = append(repl, segs[first+len(bases):]...)
+	l.segOpts.cleaned.Store(true)
 	l.setSegments(repl)
 	for _, s := range old {
 		s.release()

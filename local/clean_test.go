@@ -112,9 +112,13 @@ func writeCleaned(t *testing.T, c *Cleaning, l *Log, segs []SegmentInfo, drop fu
 	return r, kept
 }
 
-func newCleanTestLog(t *testing.T, dir string, fsys vfs.FS) *Log {
+func newCleanTestLog(t *testing.T, dir string, fsys vfs.FS, kv ...string) *Log {
 	t.Helper()
-	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "2000", "file.delete.delay.ms": "0", "index.interval.bytes": "200"})
+	m := map[string]string{"segment.bytes": "2000", "file.delete.delay.ms": "0", "index.interval.bytes": "200"}
+	for i := 0; i+1 < len(kv); i += 2 {
+		m[kv[i]] = kv[i+1]
+	}
+	cfg, err := backend.ParseConfig(m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -286,5 +290,137 @@ func TestReplaceSegmentsRejectsStaleOrShortFiles(t *testing.T) {
 	}
 	if got := batchOffsets(t, l); !slices.Equal(got, before) {
 		t.Fatalf("a rejected replacement changed the log: %v", got)
+	}
+}
+
+// TestReplaceSegmentsRejectsFilesOutOfRange: a cleaned file must hold only
+// batches of the segments it replaces, in rising offsets, the last of
+// them in the last segment's range (so that recovery knows where the
+// replacement ends); only a replacement of one segment may be empty.
+// Anything else is ErrBadReplacement and changes nothing.
+func TestReplaceSegmentsRejectsFilesOutOfRange(t *testing.T) {
+	l := newCleanTestLog(t, t.TempDir(), nil, "cleanup.policy", "compact")
+	defer l.Close()
+	segs := l.SegmentInfos()
+	before := batchOffsets(t, l)
+	c := l.BeginCleaning()
+	reject := func(what string, bases []int64, data []byte) {
+		t.Helper()
+		r, err := c.NewReplacement(bases)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Commit(); !errors.Is(err, ErrBadReplacement) {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if got := batchOffsets(t, l); !slices.Equal(got, before) {
+			t.Fatalf("%s: a rejected replacement changed the log: %v", what, got)
+		}
+		if _, err := os.Stat(r.Path()); !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("%s: a refused replacement left %s behind: %v", what, r.Path(), err)
+		}
+	}
+	segBatches := func(s SegmentInfo) [][]byte {
+		h, err := l.OpenSegment(s.BaseOffset)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		var out [][]byte
+		sc := record.NewScanner(h, 0, h.Size(), record.ScanOptions{})
+		for sc.Next() {
+			out = append(out, slices.Clone(sc.Entry().Data))
+		}
+		if sc.Err() != nil {
+			t.Fatal(sc.Err())
+		}
+		return out
+	}
+	first, second := segBatches(segs[0]), segBatches(segs[1])
+	// The next segment's last batch, in a file replacing the one before
+	// it (the shape a cleaner that kept a group's last batch in front
+	// of its own produced).
+	reject("a batch of the next segment", []int64{segs[0].BaseOffset}, second[len(second)-1])
+	reject("a batch below the first base", []int64{segs[1].BaseOffset}, slices.Concat(first[len(first)-1], second[0]))
+	reject("offsets that go back", []int64{segs[0].BaseOffset}, slices.Concat(first[1], first[0]))
+	reject("nothing of the last segment", []int64{segs[0].BaseOffset, segs[1].BaseOffset}, first[0])
+	reject("an empty file for two segments", []int64{segs[0].BaseOffset, segs[1].BaseOffset}, nil)
+
+	// A file that ends before the next segment's base (a compacted
+	// segment whose tail was removed) fits, and so does an empty one for
+	// one segment.
+	r, err := c.NewReplacement([]int64{segs[0].BaseOffset, segs[1].BaseOffset})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Write(slices.Concat(first[0], second[0])); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(); err != nil {
+		t.Fatalf("a file ending inside the last segment: %v", err)
+	}
+	if r, err = c.NewReplacement([]int64{segs[2].BaseOffset}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Commit(); err != nil {
+		t.Fatalf("an empty file for one segment: %v", err)
+	}
+	var want []int64
+	for _, b := range before {
+		if b == record.Batch(first[0]).BaseOffset() || b == record.Batch(second[0]).BaseOffset() || b >= segs[3].BaseOffset {
+			want = append(want, b)
+		}
+	}
+	if got := batchOffsets(t, l); !slices.Equal(got, want) {
+		t.Fatalf("after the replacements the log holds %v, want %v", got, want)
+	}
+}
+
+// TestEmptySwapReplacesItsSegment: a crash after an empty cleaned file
+// became <base>.log.swap leaves the old segment's files beside it;
+// recovery replaces that segment (its .log and indexes), and nothing else.
+func TestEmptySwapReplacesItsSegment(t *testing.T) {
+	dir := t.TempDir()
+	l := newCleanTestLog(t, dir, nil, "cleanup.policy", "compact")
+	segs := l.SegmentInfos()
+	before := batchOffsets(t, l)
+	cfg, end := l.Config(), l.Offsets().LogEnd
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	gone := segs[1]
+	swap := filepath.Join(dir, FileName(gone.BaseOffset, LogSuffix)+SwapSuffix)
+	if err := os.WriteFile(swap, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Flushed to the end before the crash: recovery scans no segment.
+	r, err := Open(dir, Options{Config: cfg, HighWatermark: -1, RecoveryPoint: end})
+	if err != nil {
+		t.Fatalf("reopen: %v", err)
+	}
+	defer r.Close()
+	for _, suf := range []string{IndexSuffix, TimeIndexSuffix} {
+		if b, err := os.ReadFile(filepath.Join(dir, FileName(gone.BaseOffset, suf))); err == nil && len(b) > 0 {
+			t.Fatalf("the replaced segment's %s survived recovery (%d bytes)", suf, len(b))
+		}
+	}
+	var want []int64
+	for _, b := range before {
+		if b < gone.BaseOffset || b >= gone.NextOffset {
+			want = append(want, b)
+		}
+	}
+	if got := batchOffsets(t, r); !slices.Equal(got, want) {
+		t.Fatalf("after recovery the log holds %v, want %v", got, want)
+	}
+	after := r.SegmentInfos()
+	if len(after) != len(segs) || after[1].BaseOffset != gone.BaseOffset || after[1].Size != 0 {
+		t.Fatalf("after recovery the segments are %+v, want %d of them with an empty %d", after, len(segs), gone.BaseOffset)
+	}
+	if _, _, _, err := r.OffsetForTimestamp(context.Background(), 0); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -154,7 +154,9 @@
 // batch to batch and across segment borders, no batch is cut short inside
 // a segment, the batch an index entry points at agrees with it, and a
 // sealed segment's tail ends where the next segment begins (for a topic
-// that is never compacted, exactly there). A time index that fails its
+// that is not compacted and never was cleaned, exactly there: a cleaned
+// segment may end earlier, and Options.Cleaned carries that across a
+// change of cleanup.policy and a restart). A time index that fails its
 // sanity check is rebuilt (read-only: bypassed, and the segment scanned).
 // Damage is backend.ErrCorruptRecord naming the file and position.
 //

@@ -207,6 +207,9 @@ func (l *Log) removeTempFilesAndSwap() error {
 		if err != nil {
 			return err
 		}
+		// An empty swap file replaces the one segment of its base (a
+		// cleaner's replacement of more segments is never empty).
+		next = max(next, base+1)
 		for _, e := range ents {
 			b, suf, err := ParseFileName(e.Name())
 			if err != nil || b < base || b >= next {

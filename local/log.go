@@ -29,6 +29,11 @@ type Options struct {
 	RecoveryPoint int64
 	// CleanShutdown skips recovery (the log dir had .kafka_cleanshutdown).
 	CleanShutdown bool
+	// Cleaned says a log cleaner has replaced segments of the log before
+	// (the log dir's cleaner-offset-checkpoint names it): its segments may
+	// end before the next one's base whatever cleanup.policy says now, and
+	// neither a read nor recovery takes that for damage.
+	Cleaned bool
 	// LogStartOffset and HighWatermark come from the log dir's checkpoints;
 	// -1 when unknown.
 	LogStartOffset int64
@@ -218,6 +223,7 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 			intervalBytes: opts.Config.IndexIntervalBytes, budget: opts.budget, logger: opts.Logger.With("dir", dir)},
 	}
 	l.storeConfig(opts.Config)
+	l.segOpts.cleaned.Store(opts.Cleaned)
 	l.remoteStart.Store(-1)
 	l.dl.sched, l.dl.background = opts.sched, opts.background
 	if l.segOpts.budget == nil {

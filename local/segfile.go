@@ -94,9 +94,14 @@ type segmentOptions struct {
 	// compact is set while the topic's cleanup.policy includes compact:
 	// offsets may then have gaps (see checkEnd).
 	compact atomic.Bool
+	// cleaned is set once a cleaner replaced segments of the log, in this
+	// process or before (Options.Cleaned): a cleaned segment may end
+	// before the next one's base (a cleaner keeps no empty batch there),
+	// even after the policy stops compacting.
+	cleaned atomic.Bool
 }
 
-func (o *segmentOptions) gapsAllowed() bool { return o.compact.Load() }
+func (o *segmentOptions) gapsAllowed() bool { return o.compact.Load() || o.cleaned.Load() }
 
 func newSegFile(opts *segmentOptions, base, size int64, mtime time.Time) *segFile {
 	s := &segFile{base: base, opts: opts, next: -1, maxTs: -2, offsetOfMaxTs: -1, mtime: mtime,

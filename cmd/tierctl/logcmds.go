@@ -257,7 +257,8 @@ func produceRecords(ctx context.Context, l *local.Log, count, batchSize int, cod
 // openPartitionReadOnly opens a partition directory without changing it,
 // with the partition's log start and high watermark from its log
 // directory's checkpoints (log-start-offset-checkpoint,
-// replication-offset-checkpoint) when they name it, as a broker opens it:
+// replication-offset-checkpoint, cleaner-offset-checkpoint) when they name
+// it, as a broker opens it:
 // records below a log start that DeleteRecords or retention moved are
 // not served, and a log start below the first local segment marks the
 // partition as offloaded (local.Log.RemoteLogStart). An unreadable
@@ -281,6 +282,13 @@ func openPartitionReadOnly(ctx context.Context, dir string, cfg backend.Config) 
 			if v, ok := m[tp]; ok {
 				*c.into = v
 			}
+		}
+		// A partition the cleaner has cleaned may have segments that end
+		// before the next one (local.Options.Cleaned).
+		if m, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.CleanerCheckpoint)); err != nil {
+			loggerFrom(ctx).Warn("checkpoint unreadable; treating it as empty", "file", filepath.Join(logDir, local.CleanerCheckpoint), "err", err)
+		} else {
+			_, opts.Cleaned = m[tp]
 		}
 	}
 	l, err := local.Open(dir, opts)
