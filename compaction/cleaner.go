@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
 )
@@ -304,12 +305,23 @@ func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(co
 		return false, err
 	}
 	defer r.Close()
-	sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
+	// Ordered: offsets rise strictly from batch to batch, whatever the
+	// distance a damaged base offset moved; and every batch lies within
+	// the segment's range. The cleaner never rewrites damage.
+	sc := record.NewScanner(r, 0, r.Size(), record.ScanOptions{Validate: true, Ordered: true, BufferSize: 1 << 20})
 	for sc.Next() {
 		if err := ctx.Err(); err != nil {
 			return false, fmt.Errorf("compaction: %w", err)
 		}
 		e := sc.Entry()
+		first := e.BaseOffset
+		if first < 0 && e.Magic < 2 {
+			first = e.LastOffset // a legacy compressed wrapper names only its last
+		}
+		if first < r.BaseOffset() || e.LastOffset >= r.NextOffset() {
+			return false, fmt.Errorf("%w: compaction: %s position %d: a batch of offsets %d..%d in a segment of offsets %d..%d",
+				backend.ErrCorruptRecord, r.Path(), e.Position, e.BaseOffset, e.LastOffset, r.BaseOffset(), r.NextOffset()-1)
+		}
 		n, err := fn(e)
 		if err == errStop {
 			return true, nil
@@ -324,6 +336,9 @@ func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(co
 		}
 	}
 	if err := sc.Err(); err != nil {
+		if errors.Is(err, record.ErrOffsetOrder) {
+			return false, fmt.Errorf("%w: compaction: scan %s: %w", backend.ErrCorruptRecord, r.Path(), err)
+		}
 		return false, fmt.Errorf("compaction: scan %s: %w", r.Path(), err)
 	}
 	return false, nil
