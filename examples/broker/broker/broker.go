@@ -73,6 +73,10 @@ type Options struct {
 	RemoteReadAheadBytes int64
 	// Logger receives the broker's events (default: discard).
 	Logger *slog.Logger
+
+	// wrapListener, set by tests only (export_test.go), wraps the
+	// listener Start serves on.
+	wrapListener func(net.Listener) net.Listener
 }
 
 // Validate checks the options.
@@ -236,6 +240,9 @@ func Start(opts Options) (_ *Broker, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.wrapListener != nil {
+		b.ln = opts.wrapListener(b.ln)
+	}
 	b.connWG.Add(1)
 	go b.accept()
 	b.logger.Info("broker started", "addr", b.ln.Addr().String(), "dir", opts.Dir)
@@ -348,13 +355,41 @@ func (b *Broker) Close() error {
 	return err
 }
 
+// Accept backoff: after a failed accept the loop waits acceptBackoffMin,
+// doubling to acceptBackoffMax while accepts keep failing, as Go's
+// http.Server does.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// accept serves each connection in a goroutine of its own until the
+// listener is closed. A failed accept is retried after a backoff, never
+// the end of the loop: EMFILE or ENFILE (out of descriptors: the
+// connections that hold them close in time), ECONNABORTED (a client gone
+// before its accept), and any other error but the listener's close, as
+// Kafka's Acceptor logs an accept's IOException and goes on. A listener
+// whose port still listens while nothing answers is the one outcome
+// that must not happen.
 func (b *Broker) accept() {
 	defer b.connWG.Done()
+	var backoff time.Duration
 	for {
 		c, err := b.ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			b.logger.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-b.closing:
+				return
+			}
 		}
+		backoff = 0
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
