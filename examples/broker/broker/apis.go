@@ -17,7 +17,7 @@ const apiVersionsKey = 18
 // bump in EndTxn v4+ and AddPartitionsToTxn v4+ (a broker-to-broker
 // shape), the new ListOffsets times past -5.
 var apis = map[int16][2]int16{
-	0:  {3, 11}, // Produce (v3: record batch v2)
+	0:  {0, 11}, // Produce: v3 up served (record batch v2), v0-v2 refused (produceMinVersion)
 	1:  {4, 12}, // Fetch
 	2:  {1, 9},  // ListOffsets (v7: -3, v8: -4, v9: -5)
 	3:  {1, 12}, // Metadata
@@ -39,6 +39,16 @@ var apis = map[int16][2]int16{
 	26: {0, 3},  // EndTxn
 	28: {0, 3},  // TxnOffsetCommit
 }
+
+// produceMinVersion is the first Produce version served: v3 carries
+// record batches (magic 2), the only format the log stores. ApiVersions
+// says Produce from v0 all the same, as Apache Kafka 4.0 does
+// (KAFKA-18659): librdkafka (its issue #4956) does not compress with
+// gzip, snappy or lz4 for a broker whose Produce starts above v0, and
+// sends those batches uncompressed without a word. A Produce below v3 is
+// parsed (kmsg reads every version) and answered UNSUPPORTED_VERSION for
+// each of its partitions; the connection stays usable.
+const produceMinVersion = 3
 
 func supported(key, version int16) bool {
 	r, ok := apis[key]
