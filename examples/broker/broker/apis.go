@@ -20,7 +20,7 @@ var apis = map[int16][2]int16{
 	0:  {0, 11}, // Produce: v3 up served (record batch v2), v0-v2 refused (produceMinVersion)
 	1:  {4, 12}, // Fetch
 	2:  {1, 9},  // ListOffsets (v7: -3, v8: -4, v9: -5)
-	3:  {1, 12}, // Metadata
+	3:  {0, 12}, // Metadata (v0: kafka-python's version probe)
 	8:  {2, 8},  // OffsetCommit
 	9:  {1, 7},  // OffsetFetch
 	10: {0, 3},  // FindCoordinator

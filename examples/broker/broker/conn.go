@@ -40,9 +40,16 @@ type request struct {
 	badVersion bool
 }
 
-// errNoResponse is returned by a handler whose request has no response
-// (a Produce with acks=0).
-var errNoResponse = errors.New("broker: no response")
+var (
+	// errNoResponse is returned by a handler whose request has no
+	// response (a Produce with acks=0).
+	errNoResponse = errors.New("broker: no response")
+	// errBadRequest is a request the broker cannot serve: an unknown api
+	// key, a version outside the range ApiVersions says, a size out of
+	// bounds, a body that does not parse. The connection is closed, as
+	// Kafka closes it, and the close is logged at warn.
+	errBadRequest = errors.New("broker: request not served")
+)
 
 func (b *Broker) serveConn(nc net.Conn) {
 	defer nc.Close()
@@ -51,7 +58,10 @@ func (b *Broker) serveConn(nc net.Conn) {
 	for {
 		req, err := c.read()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			switch {
+			case errors.Is(err, errBadRequest):
+				b.logger.Warn("closing connection", "remote", nc.RemoteAddr().String(), "err", err)
+			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
 				b.logger.Debug("connection closed", "remote", nc.RemoteAddr().String(), "err", err)
 			}
 			return
@@ -83,7 +93,7 @@ func (c *conn) read() (*request, error) {
 	}
 	n := binary.BigEndian.Uint32(size[:])
 	if n > maxRequestBytes || n < 8 {
-		return nil, fmt.Errorf("broker: request of %d bytes (max %d)", n, maxRequestBytes)
+		return nil, fmt.Errorf("%w: a request of %d bytes (min 8, max %d)", errBadRequest, n, maxRequestBytes)
 	}
 	if cap(c.body) < int(n) {
 		c.body = make([]byte, n)
@@ -98,11 +108,11 @@ func (c *conn) read() (*request, error) {
 		req.clientID = string(*cid)
 	}
 	if !rd.Ok() {
-		return nil, errors.New("broker: short request header")
+		return nil, fmt.Errorf("%w: short request header", errBadRequest)
 	}
 	req.kreq = kmsg.RequestForKey(req.key)
 	if req.kreq == nil {
-		return nil, fmt.Errorf("broker: unknown api key %d", req.key)
+		return nil, fmt.Errorf("%w: unknown api key %d", errBadRequest, req.key)
 	}
 	if !supported(req.key, req.version) {
 		if req.key == apiVersionsKey {
@@ -113,14 +123,14 @@ func (c *conn) read() (*request, error) {
 			req.kreq.SetVersion(0)
 			return req, nil
 		}
-		return nil, fmt.Errorf("broker: api key %d version %d not supported", req.key, req.version)
+		return nil, fmt.Errorf("%w: api key %d version %d not supported (client %q)", errBadRequest, req.key, req.version, req.clientID)
 	}
 	req.kreq.SetVersion(req.version)
 	if req.kreq.IsFlexible() {
 		kmsg.SkipTags(&rd)
 	}
 	if err := req.kreq.ReadFrom(rd.Src); err != nil {
-		return nil, fmt.Errorf("broker: parse api key %d version %d: %w", req.key, req.version, err)
+		return nil, fmt.Errorf("%w: parse api key %d version %d: %w", errBadRequest, req.key, req.version, err)
 	}
 	return req, nil
 }

@@ -51,10 +51,10 @@ func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	cid := clusterID
 	resp.ClusterID = &cid
 	resp.ControllerID = NodeID
-	// Version 0 and a null list ask for every topic; so does an empty
-	// list before version 1. Auto-creation is on for versions before 4.
+	// A null list asks for every topic; so does an empty list at version
+	// 0 (it has no null). Auto-creation is on for versions before 4.
 	var names []string
-	if r.Topics == nil {
+	if r.Topics == nil || r.Version == 0 && len(r.Topics) == 0 {
 		names = b.topicNames()
 	}
 	for _, t := range r.Topics {
