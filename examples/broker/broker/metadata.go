@@ -66,7 +66,7 @@ func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	for _, name := range names {
 		mt := kmsg.NewMetadataResponseTopic()
 		mt.Topic = kmsg.StringPtr(name)
-		mt.IsInternal = name == offsetsTopic
+		mt.IsInternal = internalTopic(name)
 		if !legalTopic(name) {
 			mt.ErrorCode = kerr.InvalidTopicException.Code
 			resp.Topics = append(resp.Topics, mt)
@@ -148,11 +148,16 @@ func (b *Broker) deleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
 	for _, name := range names {
 		rt := kmsg.NewDeleteTopicsResponseTopic()
 		rt.Topic = kmsg.StringPtr(name)
-		err := b.deleteTopic(name)
-		if errors.Is(err, backend.ErrNotFound) {
+		var err error
+		if internalTopic(name) {
+			err = errInternalTopic(name)
+		} else if err = b.deleteTopic(name); errors.Is(err, backend.ErrNotFound) {
 			err = kerr.UnknownTopicOrPartition
 		}
 		rt.ErrorCode = errorCode(err)
+		if err != nil && r.Version >= 5 {
+			rt.ErrorMessage = kmsg.StringPtr(err.Error())
+		}
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/record"
@@ -16,6 +17,19 @@ import (
 
 // offsetsTopic holds the committed offsets, compacted by the cleaner.
 const offsetsTopic = "__consumer_offsets"
+
+// internalTopic reports whether name is a topic the broker owns
+// (Kafka's Topic.isInternal; the transaction coordinator here keeps its
+// state in transactions.json, not __transaction_state). Clients cannot
+// produce to it, delete it or its records, or change its config in ways
+// that break it: INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager
+// refuses appends and DeleteRecords of an internal topic.
+func internalTopic(name string) bool { return name == offsetsTopic }
+
+// errInternalTopic refuses a client's change to an internal topic.
+func errInternalTopic(name string) error {
+	return fmt.Errorf("%w: %s is an internal topic", kerr.InvalidTopicException, name)
+}
 
 // Kafka's offset commit record (frozen: Kafka's format, so Kafka's tools
 // read the topic):

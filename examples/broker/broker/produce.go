@@ -35,7 +35,7 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 			pr := kmsg.NewProduceResponseTopicPartition()
 			pr.Partition = rp.Partition
 			p := b.partition(t.Topic, rp.Partition)
-			if p == nil || t.Topic == offsetsTopic {
+			if p == nil || internalTopic(t.Topic) {
 				pr.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				if p != nil {
 					pr.ErrorCode = kerr.InvalidTopicException.Code // internal: written by the coordinator only
