@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 
@@ -96,7 +97,7 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 	for _, t := range r.Topics {
 		rt := kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, t.NumPartitions, 1
-		if rt.NumPartitions <= 0 {
+		if rt.NumPartitions == -1 {
 			rt.NumPartitions = b.opts.Partitions
 		}
 		overrides := map[string]string{}
@@ -109,8 +110,11 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 		switch {
 		case !legalTopic(t.Topic):
 			err = kerr.InvalidTopicException
-		case t.ReplicationFactor > 1:
-			err = kerr.InvalidReplicationFactor
+		case rt.NumPartitions <= 0:
+			// -1 is the default; Kafka refuses the rest.
+			err = fmt.Errorf("%w: NumPartitions %d (-1: the default)", kerr.InvalidPartitions, t.NumPartitions)
+		case t.ReplicationFactor > 1, t.ReplicationFactor == 0, t.ReplicationFactor < -1:
+			err = fmt.Errorf("%w: ReplicationFactor %d on a single node (1, or -1: the default)", kerr.InvalidReplicationFactor, t.ReplicationFactor)
 		case len(t.ReplicaAssignment) > 0:
 			err = kerr.InvalidReplicaAssignment
 		case r.ValidateOnly:

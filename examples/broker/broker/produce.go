@@ -26,6 +26,10 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 	if r.Version < produceMinVersion {
 		return refuseProduce(r, kerr.UnsupportedVersion)
 	}
+	if r.Acks != -1 && r.Acks != 0 && r.Acks != 1 {
+		// Kafka's ReplicaManager.appendRecords: nothing appended.
+		return refuseProduce(r, kerr.InvalidRequiredAcks)
+	}
 	resp := kmsg.NewPtrProduceResponse()
 	var waits []hwWait
 	for ti, t := range r.Topics {
