@@ -60,6 +60,8 @@ func run(args []string) error {
 	store := fs.String("store", "", "bucket `URL` of topics with remote.storage.enable=true (file:///dir, s3://bucket/prefix?…, minio://bucket/prefix?endpoint=…)")
 	partitions := fs.Int("partitions", 1, "partitions of auto-created topics (num.partitions)")
 	noAuto := fs.Bool("no-auto-create", false, "turn auto.create.topics.enable off")
+	fs.IntVar(&opts.MaxPartitions, "max-partitions", 20000, "partitions the broker holds at most, every topic's together")
+	fs.IntVar(&opts.MaxPartitionsPerRequest, "max-partitions-per-request", 10000, "partitions one CreateTopics may ask for, its topics together")
 	verbose := fs.Bool("v", false, "log at debug level")
 	fs.Var(configFlags(opts.TopicConfig), "config", "default topic config `key=value` (repeatable)")
 	fs.Var(configFlags(opts.RemoteLogManager), "broker-config", "broker property `key=value`: remote.log.manager.* and remote.log.reader.* (repeatable; needs --store)")

@@ -6,7 +6,10 @@
 //
 // # Files
 //
-//	broker.go    Options, Start, Close; the topics and their partitions
+//	broker.go    Options, Start, Close; the accept loop; the partitions'
+//	             high watermark watchers
+//	topics.go    opening, creating and deleting topics (the partition
+//	             caps; the file I/O outside Broker.mu)
 //	conn.go      one goroutine a connection: frames, headers, responses
 //	apis.go      the API versions served, and the dispatch
 //	errors.go    backend errors to Kafka error codes (the one mapping)
@@ -108,7 +111,10 @@
 // partition's appends, DeleteRecords and high watermark moves are
 // serialized by partition.mu. Lock order: txnCoordinator.mu, then
 // offsetLog.mu, then Broker.mu, then partition.mu (Broker.mu is held only
-// to look topics up, create or delete them). groupCoordinator.mu is taken
+// to look topics up, and to reserve, publish or unpublish a topic that is
+// created or deleted: the file I/O in between runs without it, with the
+// topic's name held in Broker.creating so no other creation or deletion
+// of that name runs meanwhile). groupCoordinator.mu is taken
 // alone: a JoinGroup or SyncGroup waits for the rebalance after releasing
 // it, and an offset commit writes after releasing it. Long-poll fetches
 // and acks=-1 produces park in two purgatories keyed by partition; a

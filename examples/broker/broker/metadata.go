@@ -94,6 +94,7 @@ func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 
 func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := kmsg.NewPtrCreateTopicsResponse()
+	tooMany := b.tooManyPartitions(r)
 	for _, t := range r.Topics {
 		rt := kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, t.NumPartitions, 1
@@ -108,6 +109,8 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 		}
 		var err error
 		switch {
+		case tooMany != nil:
+			err = tooMany
 		case !legalTopic(t.Topic):
 			err = kerr.InvalidTopicException
 		case rt.NumPartitions <= 0:
@@ -139,6 +142,26 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp
+}
+
+// tooManyPartitions refuses a CreateTopics whose topics ask for more
+// partitions together than Options.MaxPartitionsPerRequest, whole, with
+// POLICY_VIOLATION (Kafka's controller: "Unable to perform excessively
+// large batch operation"); nil when it is within.
+func (b *Broker) tooManyPartitions(r *kmsg.CreateTopicsRequest) error {
+	var n int64
+	for _, t := range r.Topics {
+		if t.NumPartitions == -1 {
+			n += int64(b.opts.Partitions)
+		} else if t.NumPartitions > 0 {
+			n += int64(t.NumPartitions)
+		}
+	}
+	if n > int64(b.opts.MaxPartitionsPerRequest) {
+		return fmt.Errorf("%w: the request asks for %d partitions, past %d (MaxPartitionsPerRequest)",
+			kerr.PolicyViolation, n, b.opts.MaxPartitionsPerRequest)
+	}
+	return nil
 }
 
 func (b *Broker) deleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
