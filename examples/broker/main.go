@@ -24,6 +24,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
@@ -61,6 +62,8 @@ func run(args []string) error {
 	partitions := fs.Int("partitions", 1, "partitions of auto-created topics (num.partitions)")
 	noAuto := fs.Bool("no-auto-create", false, "turn auto.create.topics.enable off")
 	fs.IntVar(&opts.MaxPartitions, "max-partitions", 20000, "partitions the broker holds at most, every topic's together")
+	fs.Int64Var(&opts.QueuedMaxRequestBytes, "queued-max-request-bytes", 256<<20, "bytes of requests read and not yet answered, across connections (queued.max.request.bytes; -1: no bound)")
+	fs.DurationVar(&opts.ConnectionsMaxIdle, "connections-max-idle", 10*time.Minute, "close a connection idle this long (connections.max.idle.ms; -1ns: never)")
 	fs.IntVar(&opts.MaxPartitionsPerRequest, "max-partitions-per-request", 10000, "partitions one CreateTopics may ask for, its topics together")
 	verbose := fs.Bool("v", false, "log at debug level")
 	fs.Var(configFlags(opts.TopicConfig), "config", "default topic config `key=value` (repeatable)")

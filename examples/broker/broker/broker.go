@@ -81,6 +81,16 @@ type Options struct {
 	// POLICY_VIOLATION, as Kafka's controller refuses an excessively
 	// large batch.
 	MaxPartitionsPerRequest int
+	// QueuedMaxRequestBytes bounds the bytes of the requests read and
+	// not yet answered, across connections (Kafka's
+	// queued.max.request.bytes; default 256 MiB here, Kafka's -1 is no
+	// bound; negative: none): a connection whose next request does not
+	// fit waits before it reads the body.
+	QueuedMaxRequestBytes int64
+	// ConnectionsMaxIdle closes a connection that sends no request, or
+	// whose answer's write makes no progress, for this long (Kafka's
+	// connections.max.idle.ms, default 10 minutes; negative: never).
+	ConnectionsMaxIdle time.Duration
 	// Logger receives the broker's events (default: discard).
 	Logger *slog.Logger
 
@@ -144,6 +154,12 @@ func (o *Options) setDefaults() {
 	if o.MaxPartitionsPerRequest == 0 {
 		o.MaxPartitionsPerRequest = 10000
 	}
+	if o.QueuedMaxRequestBytes == 0 {
+		o.QueuedMaxRequestBytes = 256 << 20
+	}
+	if o.ConnectionsMaxIdle == 0 {
+		o.ConnectionsMaxIdle = 10 * time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -164,6 +180,8 @@ type Broker struct {
 	produces *purgatory.Purgatory[backend.TopicPartition]
 	state    *stateFile
 	ln       net.Listener
+	mem      *requestMemory // the bytes of requests in flight
+	requests atomic.Int64   // requests handled since Start (Stats)
 	groups   *groupCoordinator
 	txns     *txnCoordinator
 	offsets  *offsetLog
@@ -216,7 +234,8 @@ func Start(opts Options) (_ *Broker, err error) {
 	}
 	opts.setDefaults()
 	b := &Broker{opts: opts, logger: opts.Logger, topics: map[string]*topic{}, creating: map[string]int32{},
-		conns: map[net.Conn]struct{}{}, stop: make(chan struct{}), closing: make(chan struct{})}
+		conns: map[net.Conn]struct{}{}, stop: make(chan struct{}), closing: make(chan struct{}),
+		mem: newRequestMemory(opts.QueuedMaxRequestBytes)}
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -373,6 +392,7 @@ func (b *Broker) Close() error {
 		c.Close()
 	}
 	b.mu.Unlock()
+	b.mem.close() // connections waiting for memory give up
 	b.connWG.Wait()
 	b.groups.close()
 	close(b.stop)

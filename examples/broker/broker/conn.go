@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -26,7 +27,13 @@ type conn struct {
 	r    *bufio.Reader
 	body []byte // the request being handled; reused, so handlers copy what they keep
 	out  []byte // the response being written
+	held int64  // the bytes of requestMemory the request holds
 }
+
+// keepBufferBytes is the largest request or response buffer a connection
+// keeps for the next request; a larger one is dropped once its request
+// is answered, so an idle connection holds no more.
+const keepBufferBytes = 1 << 20
 
 // request is a parsed request with its header.
 type request struct {
@@ -54,11 +61,16 @@ var (
 func (b *Broker) serveConn(nc net.Conn) {
 	defer nc.Close()
 	c := &conn{b: b, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	defer c.done()
 	ctx := context.Background()
 	for {
+		c.done()
 		req, err := c.read()
 		if err != nil {
+			var ne net.Error
 			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				b.logger.Debug("closing idle connection", "remote", nc.RemoteAddr().String(), "idle", b.opts.ConnectionsMaxIdle)
 			case errors.Is(err, errBadRequest):
 				b.logger.Warn("closing connection", "remote", nc.RemoteAddr().String(), "err", err)
 			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
@@ -66,6 +78,7 @@ func (b *Broker) serveConn(nc net.Conn) {
 			}
 			return
 		}
+		b.requests.Add(1)
 		if f, ok := req.kreq.(*kmsg.FetchRequest); ok {
 			err = b.fetch(ctx, c, req, f)
 		} else {
@@ -85,9 +98,40 @@ func (b *Broker) serveConn(nc net.Conn) {
 	}
 }
 
-// read reads and parses the next request.
+// done ends the request being handled: its memory goes back to the
+// pool, and a large buffer is dropped.
+func (c *conn) done() {
+	c.b.mem.release(c.held)
+	c.held = 0
+	if cap(c.body) > keepBufferBytes {
+		c.body = nil
+	}
+	if cap(c.out) > keepBufferBytes {
+		c.out = nil
+	}
+}
+
+// idleDeadline is when a connection idle from now is closed (zero:
+// never).
+func (c *conn) idleDeadline() time.Time {
+	if c.b.opts.ConnectionsMaxIdle < 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(c.b.opts.ConnectionsMaxIdle)
+}
+
+// armWrite bounds the write of an answer: one that makes no progress for
+// ConnectionsMaxIdle (a client that reads nothing) fails, and the
+// connection closes.
+func (c *conn) armWrite() { c.nc.SetWriteDeadline(c.idleDeadline()) }
+
+// read reads and parses the next request. It waits ConnectionsMaxIdle
+// at most for the request to begin, and for each part of it; before it
+// reads the body it takes the body's size from the broker's request
+// memory (Options.QueuedMaxRequestBytes), waiting for room.
 func (c *conn) read() (*request, error) {
 	var size [4]byte
+	c.nc.SetReadDeadline(c.idleDeadline())
 	if _, err := io.ReadFull(c.r, size[:]); err != nil {
 		return nil, err
 	}
@@ -95,6 +139,12 @@ func (c *conn) read() (*request, error) {
 	if n > maxRequestBytes || n < 8 {
 		return nil, fmt.Errorf("%w: a request of %d bytes (min 8, max %d)", errBadRequest, n, maxRequestBytes)
 	}
+	held, ok := c.b.mem.acquire(int64(n))
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	c.held = held
+	c.nc.SetReadDeadline(c.idleDeadline())
 	if cap(c.body) < int(n) {
 		c.body = make([]byte, n)
 	}
@@ -149,6 +199,7 @@ func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
 	buf = resp.AppendTo(buf)
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	c.out = buf
+	c.armWrite()
 	_, err := c.nc.Write(buf)
 	return err
 }

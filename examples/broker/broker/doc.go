@@ -10,7 +10,10 @@
 //	             high watermark watchers
 //	topics.go    opening, creating and deleting topics (the partition
 //	             caps; the file I/O outside Broker.mu)
-//	conn.go      one goroutine a connection: frames, headers, responses
+//	conn.go      one goroutine a connection: frames, headers, responses;
+//	             the idle close (Options.ConnectionsMaxIdle)
+//	memory.go    the bound on request bytes in flight
+//	             (Options.QueuedMaxRequestBytes); Stats
 //	apis.go      the API versions served, and the dispatch
 //	errors.go    backend errors to Kafka error codes (the one mapping)
 //	metadata.go  Metadata, CreateTopics, DeleteTopics

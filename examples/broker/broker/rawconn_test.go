@@ -41,6 +41,14 @@ func dialRaw(t testing.TB, addr string) *rawConn {
 // version kmsg says, and returns the correlation id.
 func (c *rawConn) send(req kmsg.Request) int32 {
 	c.t.Helper()
+	if _, err := c.nc.Write(c.frame(req)); err != nil {
+		c.t.Fatalf("write api key %d v%d: %v", req.Key(), req.GetVersion(), err)
+	}
+	return c.corr
+}
+
+// frame encodes req as the connection's next request.
+func (c *rawConn) frame(req kmsg.Request) []byte {
 	c.corr++
 	buf := []byte{0, 0, 0, 0}
 	buf = kbin.AppendInt16(buf, req.Key())
@@ -52,10 +60,7 @@ func (c *rawConn) send(req kmsg.Request) int32 {
 	}
 	buf = req.AppendTo(buf)
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
-	if _, err := c.nc.Write(buf); err != nil {
-		c.t.Fatalf("write api key %d v%d: %v", req.Key(), req.GetVersion(), err)
-	}
-	return c.corr
+	return buf
 }
 
 // recv reads the answer to req (sent last) into a response of the same
