@@ -28,6 +28,8 @@ var apis = map[int16][2]int16{
 	12: {0, 4},  // Heartbeat
 	13: {0, 4},  // LeaveGroup
 	14: {0, 5},  // SyncGroup
+	15: {0, 5},  // DescribeGroups
+	16: {0, 5},  // ListGroups
 	18: {0, 4},  // ApiVersions
 	19: {0, 7},  // CreateTopics
 	20: {0, 6},  // DeleteTopics
@@ -38,6 +40,16 @@ var apis = map[int16][2]int16{
 	25: {0, 3},  // AddOffsetsToTxn
 	26: {0, 3},  // EndTxn
 	28: {0, 3},  // TxnOffsetCommit
+	32: {0, 4},  // DescribeConfigs
+	33: {0, 2},  // AlterConfigs
+	42: {0, 2},  // DeleteGroups
+	43: {0, 2},  // ElectLeaders
+	44: {0, 1},  // IncrementalAlterConfigs
+	47: {0, 0},  // OffsetDelete
+	60: {0, 1},  // DescribeCluster
+	61: {0, 0},  // DescribeProducers
+	65: {0, 0},  // DescribeTransactions
+	66: {0, 1},  // ListTransactions
 }
 
 // produceMinVersion is the first Produce version served: v3 carries
@@ -87,7 +99,7 @@ func (b *Broker) handle(ctx context.Context, c *conn, req *request) (kmsg.Respon
 	case *kmsg.FindCoordinatorRequest:
 		return b.findCoordinator(r), nil
 	case *kmsg.JoinGroupRequest:
-		return b.groups.join(ctx, r), nil
+		return b.groups.join(ctx, r, req.clientID, c.remoteHost()), nil
 	case *kmsg.SyncGroupRequest:
 		return b.groups.sync(ctx, r), nil
 	case *kmsg.HeartbeatRequest:
@@ -98,6 +110,37 @@ func (b *Broker) handle(ctx context.Context, c *conn, req *request) (kmsg.Respon
 		return b.groups.offsetCommit(ctx, r), nil
 	case *kmsg.OffsetFetchRequest:
 		return b.groups.offsetFetch(r), nil
+	}
+	return b.handleAdmin(ctx, req)
+}
+
+// handleAdmin runs one admin request.
+func (b *Broker) handleAdmin(ctx context.Context, req *request) (kmsg.Response, error) {
+	switch r := req.kreq.(type) {
+	case *kmsg.DescribeConfigsRequest:
+		return b.describeConfigs(r), nil
+	case *kmsg.AlterConfigsRequest:
+		return b.alterConfigs(r), nil
+	case *kmsg.IncrementalAlterConfigsRequest:
+		return b.incrementalAlterConfigs(r), nil
+	case *kmsg.ListGroupsRequest:
+		return b.groups.listGroups(r), nil
+	case *kmsg.DescribeGroupsRequest:
+		return b.groups.describeGroups(r), nil
+	case *kmsg.DeleteGroupsRequest:
+		return b.groups.deleteGroups(ctx, r), nil
+	case *kmsg.OffsetDeleteRequest:
+		return b.groups.offsetDelete(ctx, r), nil
+	case *kmsg.DescribeClusterRequest:
+		return b.describeCluster(r), nil
+	case *kmsg.ElectLeadersRequest:
+		return b.electLeaders(r), nil
+	case *kmsg.DescribeProducersRequest:
+		return b.describeProducers(r), nil
+	case *kmsg.DescribeTransactionsRequest:
+		return b.txns.describeTransactions(r), nil
+	case *kmsg.ListTransactionsRequest:
+		return b.txns.listTransactions(r), nil
 	}
 	return nil, fmt.Errorf("broker: no handler for api key %d", req.key)
 }

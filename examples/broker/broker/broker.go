@@ -186,6 +186,10 @@ type Broker struct {
 	txns     *txnCoordinator
 	offsets  *offsetLog
 
+	// configMu serializes topic config changes (their partitions'
+	// SetConfig, then topics.json). Lock order: configMu, then mu.
+	configMu sync.Mutex
+
 	// mu guards the fields below.
 	mu     sync.RWMutex
 	topics map[string]*topic

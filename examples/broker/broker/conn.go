@@ -98,6 +98,16 @@ func (b *Broker) serveConn(nc net.Conn) {
 	}
 }
 
+// remoteHost is the client's address without the port (DescribeGroups'
+// client host).
+func (c *conn) remoteHost() string {
+	host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String())
+	if err != nil {
+		return c.nc.RemoteAddr().String()
+	}
+	return "/" + host
+}
+
 // done ends the request being handled: its memory goes back to the
 // pool, and a large buffer is dropped.
 func (c *conn) done() {

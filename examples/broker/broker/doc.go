@@ -26,6 +26,12 @@
 //	txn.go       InitProducerID and the transaction coordinator
 //	             (transactions.json)
 //	groups.go    the group coordinator (classic protocol)
+//	admingroups.go     ListGroups, DescribeGroups, DeleteGroups, OffsetDelete
+//	adminconfigs.go    DescribeConfigs, AlterConfigs,
+//	                   IncrementalAlterConfigs (topic configs kept in
+//	                   topics.json, applied with Partition.SetConfig)
+//	admincluster.go    DescribeCluster, ElectLeaders, DescribeProducers,
+//	                   DescribeTransactions, ListTransactions
 //	offsetlog.go committed offsets in the __consumer_offsets topic
 //	state.go     topics.json, written whole
 //

@@ -206,6 +206,44 @@ func (o *offsetLog) all(group string) map[backend.TopicPartition]committed {
 	return out
 }
 
+// groupNames lists the groups with committed offsets.
+func (o *offsetLog) groupNames() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, 0, len(o.groups))
+	for g := range o.groups {
+		out = append(out, g)
+	}
+	return out
+}
+
+// remove deletes a group's commits of tps: a tombstone each (a null
+// value), then forgets them once the high watermark has passed the
+// batch.
+func (o *offsetLog) remove(ctx context.Context, group string, tps []backend.TopicPartition) error {
+	if len(tps) == 0 {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now().UnixMilli()
+	o.builder.Reset(record.NewBatchHeader())
+	for _, tp := range tps {
+		o.builder.Append(now, appendOffsetKey(nil, group, tp), nil, nil)
+	}
+	batch, err := o.builder.Build()
+	if err != nil {
+		return err
+	}
+	if err := o.p.appendReplicated(ctx, o.b, batch, false); err != nil {
+		return err
+	}
+	for _, tp := range tps {
+		o.forget(group, tp)
+	}
+	return nil
+}
+
 func appendOffsetKey(dst []byte, group string, tp backend.TopicPartition) []byte {
 	dst = kbin.AppendInt16(dst, offsetKeyVersion)
 	dst = kbin.AppendString(dst, group)

@@ -4,13 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"sort"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tierlog/tierlog/backend"
-	"github.com/tierlog/tierlog/local"
-	"github.com/tierlog/tierlog/tiered"
 )
 
 // topicConfig merges the broker's defaults and a topic's overrides.
@@ -84,13 +83,8 @@ func (b *Broker) closeTopic(t *topic, n int32, remove bool) error {
 // may read the bucket, and opening must not need the bucket. The library
 // has no accessor for it on backend.Partition (see docs/embedding.md).
 func latestLocalEpoch(p backend.Partition) int32 {
-	var l *local.Log
-	switch v := p.(type) {
-	case *local.Log:
-		l = v
-	case *tiered.Partition:
-		l = v.Local()
-	default:
+	l := localLog(p)
+	if l == nil {
 		return -1
 	}
 	if e := l.LeaderEpochs(); len(e) > 0 {
@@ -276,4 +270,11 @@ func (b *Broker) topicNames() []string {
 	}
 	sort.Strings(names)
 	return names
+}
+
+// overrides returns a copy of t's config overrides.
+func (b *Broker) overrides(t *topic) map[string]string {
+	b.mu.RLock()
+	defer b.mu.RUnlock()
+	return maps.Clone(t.overrides)
 }
