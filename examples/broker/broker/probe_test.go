@@ -15,7 +15,8 @@ import (
 // TestKafkaPythonProbe: kafka-python 2.0.2 finds the broker's version by
 // sending ApiVersions v0 and, without waiting, Metadata v0 on one
 // connection; both are answered and the connection serves on. Metadata
-// v0's empty topic list asks for every topic.
+// v0's empty topic list asks for every topic. The older probe's
+// ListGroups v0 and FindCoordinator v0 are answered too.
 func TestKafkaPythonProbe(t *testing.T) {
 	b := startBroker(t, testOptions(t.TempDir()))
 	createTopic(t, newClient(t, b.Addr()), "probed", 2, nil)
@@ -48,6 +49,19 @@ func TestKafkaPythonProbe(t *testing.T) {
 	}
 	if !found || len(mr.Brokers) != 1 {
 		t.Errorf("Metadata v0: topics %d (probed found: %v), brokers %d", len(mr.Topics), found, len(mr.Brokers))
+	}
+	// The probe of a broker that fails ApiVersions: ListGroups v0,
+	// then FindCoordinator v0, then Metadata v0, all on one connection.
+	lg := kmsg.NewPtrListGroupsRequest()
+	lg.SetVersion(0)
+	if r := c.roundTrip(lg).(*kmsg.ListGroupsResponse); r.ErrorCode != 0 {
+		t.Fatalf("ListGroups v0: error code %d", r.ErrorCode)
+	}
+	fc := kmsg.NewPtrFindCoordinatorRequest()
+	fc.SetVersion(0)
+	fc.CoordinatorKey = "kafka-python-default-group"
+	if r := c.roundTrip(fc).(*kmsg.FindCoordinatorResponse); r.ErrorCode != 0 {
+		t.Fatalf("FindCoordinator v0: error code %d", r.ErrorCode)
 	}
 	if r := c.apiVersions(3); r.ErrorCode != 0 {
 		t.Fatalf("ApiVersions after the probe: error code %d", r.ErrorCode)
