@@ -183,6 +183,18 @@ func TestMetadataAnsweredDuringCreate(t *testing.T) {
 	if !strings.Contains(strings.Join(names, ","), "present") {
 		t.Errorf("Metadata during the creation: topics %v, want present among them", names)
 	}
+	// The topic under creation is not led yet: a Metadata that would
+	// auto-create it is told LEADER_NOT_AVAILABLE (clients retry), and
+	// a second creation TOPIC_ALREADY_EXISTS.
+	mt := kmsg.NewMetadataRequestTopic()
+	mt.Topic = kmsg.StringPtr("slow")
+	md.Topics, md.AllowAutoTopicCreation = append(md.Topics, mt), true
+	if mresp := other.roundTrip(md).(*kmsg.MetadataResponse); mresp.Topics[0].ErrorCode != kerr.LeaderNotAvailable.Code {
+		t.Errorf("Metadata of the topic under creation: error code %d, want LEADER_NOT_AVAILABLE", mresp.Topics[0].ErrorCode)
+	}
+	if r := other.roundTrip(createRequest("slow", 4)).(*kmsg.CreateTopicsResponse); r.Topics[0].ErrorCode != kerr.TopicAlreadyExists.Code {
+		t.Errorf("second creation of the topic under creation: error code %d, want TOPIC_ALREADY_EXISTS", r.Topics[0].ErrorCode)
+	}
 	cresp := other.roundTrip(createRequest("quick", 1)).(*kmsg.CreateTopicsResponse)
 	if code := cresp.Topics[0].ErrorCode; code != 0 {
 		t.Errorf("CreateTopics quick during the slow creation: error code %d", code)

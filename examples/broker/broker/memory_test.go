@@ -86,9 +86,9 @@ func TestIdleConnectionClosed(t *testing.T) {
 // TestRequestBytesBounded: requests in flight across connections hold at
 // most QueuedMaxRequestBytes (Kafka's queued.max.request.bytes): a
 // connection whose request does not fit waits, its body unread, until
-// another request is done. Three 900 KiB produces parked in the
-// purgatory (the high watermark held) under a 2 MiB bound: two in
-// flight, the third waiting; all answered once the watermark moves.
+// another request is done. Twenty connections' 900 KiB produces parked
+// in the purgatory (the high watermark held) under a 2 MiB bound: two in
+// flight, eighteen waiting; all answered once the watermark moves.
 func TestRequestBytesBounded(t *testing.T) {
 	const bound = 2 << 20
 	opts := testOptions(t.TempDir())
@@ -99,13 +99,14 @@ func TestRequestBytesBounded(t *testing.T) {
 	batch := bigBatch(t, 900<<10)
 	var conns []*rawConn
 	var reqs []*kmsg.ProduceRequest
-	for range 3 {
+	const clients = 20
+	for range clients {
 		c := dialRaw(t, b.Addr())
 		req := produceRequest("held", -1, batch)
 		c.send(req)
 		conns, reqs = append(conns, c), append(reqs, req)
 	}
-	waitFor(t, time.Minute, "one request waiting for memory", func() bool { return b.Stats().WaitingForMemory == 1 })
+	waitFor(t, time.Minute, "18 requests waiting for memory", func() bool { return b.Stats().WaitingForMemory == clients-2 })
 	st := b.Stats()
 	if st.RequestBytesInFlight > bound || st.PeakRequestBytes > bound {
 		t.Fatalf("in flight %d bytes, peak %d: past the bound %d", st.RequestBytesInFlight, st.PeakRequestBytes, bound)

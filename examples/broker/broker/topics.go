@@ -257,7 +257,15 @@ func (b *Broker) topic(name string, create bool) (*topic, error) {
 	}
 	b.mu.RLock()
 	defer b.mu.RUnlock()
-	return b.topics[name], nil
+	if t := b.topics[name]; t != nil {
+		return t, nil
+	}
+	if _, ok := b.creating[name]; ok {
+		// Another request's creation (or deletion) of it is under
+		// way: Kafka's answer for a topic not yet led.
+		return nil, fmt.Errorf("%w: topic %s is being created or deleted", kerr.LeaderNotAvailable, name)
+	}
+	return nil, nil
 }
 
 // topicNames lists the topics, sorted.
