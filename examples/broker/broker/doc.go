@@ -116,10 +116,16 @@
 // # Concurrency
 //
 // Each connection runs one request at a time, in order, as Kafka's
-// broker does (it mutes a connection until its response is sent). A
+// broker does (it mutes a connection until its response is sent), so a
+// client that never reads its answers holds one; a write that stalls
+// for Options.ConnectionsMaxIdle closes the connection. Before it reads
+// a request's body a connection takes the body's size from the broker's
+// request memory (Options.QueuedMaxRequestBytes) and gives it back once
+// the request is answered; requestMemory.mu is taken alone. A
 // partition's appends, DeleteRecords and high watermark moves are
 // serialized by partition.mu. Lock order: txnCoordinator.mu, then
-// offsetLog.mu, then Broker.mu, then partition.mu (Broker.mu is held only
+// offsetLog.mu, then Broker.configMu (topic config changes), then
+// Broker.mu, then partition.mu (Broker.mu is held only
 // to look topics up, and to reserve, publish or unpublish a topic that is
 // created or deleted: the file I/O in between runs without it, with the
 // topic's name held in Broker.creating so no other creation or deletion

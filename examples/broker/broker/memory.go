@@ -74,7 +74,8 @@ func (m *requestMemory) close() {
 type Stats struct {
 	// Connections is the client connections open.
 	Connections int
-	// Requests counts the requests handled since Start.
+	// Requests counts the requests read since Start (each is answered,
+	// unless its connection closes first).
 	Requests int64
 	// RequestBytesInFlight is the bytes of the requests read and not yet
 	// answered, across connections (at most
