@@ -225,7 +225,7 @@ func TestSaramaGroupMemberLeaves(t *testing.T) {
 }
 
 // TestSaramaAdmin: sarama's ClusterAdmin calls: DescribeCluster,
-// DescribeConfig, IncrementalAlterConfig, AlterConfig, ElectLeaders,
+// DescribeConfigs, IncrementalAlterConfig, AlterConfig, ElectLeaders,
 // ListConsumerGroups, DescribeConsumerGroups, DeleteConsumerGroupOffset,
 // DeleteConsumerGroup, DeleteTopic.
 func TestSaramaAdmin(t *testing.T) {
@@ -243,10 +243,12 @@ func TestSaramaAdmin(t *testing.T) {
 		t.Fatalf("DescribeCluster: %v, %d brokers, controller %d", err, len(brokers), controller)
 	}
 	get := func(key string) string {
-		entries, err := adm.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: "sarama-adm", ConfigNames: []string{key}})
-		if err != nil {
-			t.Fatal(err)
+		res, err := adm.DescribeConfigs([]*sarama.ConfigResource{{Type: sarama.TopicResource, Name: "sarama-adm", ConfigNames: []string{key}}},
+			sarama.DescribeConfigsOptions{IncludeSynonyms: true, IncludeDocumentation: true})
+		if err != nil || len(res) != 1 || res[0].ErrorCode != sarama.ErrNoError {
+			t.Fatalf("DescribeConfigs: %v, %+v", err, res)
 		}
+		entries := res[0].Configs
 		for _, e := range entries {
 			if e.Name == key {
 				return e.Value
