@@ -2,6 +2,7 @@
 // protocol on tierlog (package broker beside it does the work):
 //
 //	go run ./examples/broker --listen 127.0.0.1:9092 --dir DIR [--store URL] [--config key=value]… [--broker-config key=value]…
+//	    [--max-partitions N] [--max-partitions-per-request N] [--queued-max-request-bytes N] [--connections-max-idle D]
 //
 // Topics are created on first use with the default config (--config,
 // repeatable, Kafka's topic config names) or by CreateTopics with their
@@ -9,6 +10,11 @@
 // minio://bucket/prefix?endpoint=…) topics with remote.storage.enable=true
 // keep their closed segments in that bucket; --broker-config sets Kafka's
 // remote.log.manager.* and remote.log.reader.* broker properties.
+// The broker's defences: at most --max-partitions partitions
+// (20,000), --max-partitions-per-request in one CreateTopics (10,000),
+// --queued-max-request-bytes of requests in flight across connections
+// (Kafka's queued.max.request.bytes; 256 MiB), and a connection idle for
+// --connections-max-idle is closed (connections.max.idle.ms; 10m).
 // SIGTERM or SIGINT shuts down cleanly; after a SIGKILL the next start
 // recovers the log directory.
 package main
