@@ -181,10 +181,12 @@ type Broker struct {
 	state    *stateFile
 	ln       net.Listener
 	mem      *requestMemory // the bytes of requests in flight
-	requests atomic.Int64   // requests handled since Start (Stats)
-	groups   *groupCoordinator
-	txns     *txnCoordinator
-	offsets  *offsetLog
+	requests atomic.Int64   // requests read since Start (Stats)
+	// bufferBytes is the connections' buffers between requests (Stats).
+	bufferBytes atomic.Int64
+	groups      *groupCoordinator
+	txns        *txnCoordinator
+	offsets     *offsetLog
 
 	// configMu serializes topic config changes (their partitions'
 	// SetConfig, then topics.json). Lock order: configMu, then mu.

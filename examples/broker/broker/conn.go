@@ -28,6 +28,24 @@ type conn struct {
 	body []byte // the request being handled; reused, so handlers copy what they keep
 	out  []byte // the response being written
 	held int64  // the bytes of requestMemory the request holds
+	// counted is what the connection's buffers add to
+	// Broker.bufferBytes.
+	counted int64
+}
+
+// readBufferBytes is the size of a connection's read buffer (allocated
+// while the connection is busy).
+const readBufferBytes = 64 << 10
+
+// count updates Broker.bufferBytes with the buffers the connection holds
+// now.
+func (c *conn) count() {
+	n := int64(cap(c.body) + cap(c.out))
+	if c.r != nil {
+		n += readBufferBytes
+	}
+	c.b.bufferBytes.Add(n - c.counted)
+	c.counted = n
 }
 
 // keepBufferBytes is the largest request or response buffer a connection
@@ -60,8 +78,11 @@ var (
 
 func (b *Broker) serveConn(nc net.Conn) {
 	defer nc.Close()
-	c := &conn{b: b, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
-	defer c.done()
+	c := &conn{b: b, nc: nc, r: bufio.NewReaderSize(nc, readBufferBytes)}
+	defer func() {
+		c.done()
+		c.b.bufferBytes.Add(-c.counted)
+	}()
 	ctx := context.Background()
 	for {
 		c.done()
@@ -119,6 +140,35 @@ func (c *conn) done() {
 	if cap(c.out) > keepBufferBytes {
 		c.out = nil
 	}
+	c.count()
+}
+
+// quietRelease is how long a connection waits for its next request
+// before it gives its buffers back (Kafka allocates a request's buffer
+// for the request alone): a thousand idle connections hold no buffers,
+// and a busy one keeps reusing its own.
+const quietRelease = time.Second
+
+// quiet waits up to quietRelease for the next request to begin; when
+// none does, the connection drops its buffers (read, request, response)
+// until one arrives. With ConnectionsMaxIdle at or below quietRelease
+// the idle close comes first, and quiet does nothing.
+func (c *conn) quiet() error {
+	if c.r == nil || c.r.Buffered() > 0 || c.b.opts.ConnectionsMaxIdle >= 0 && c.b.opts.ConnectionsMaxIdle <= quietRelease {
+		return nil
+	}
+	c.nc.SetReadDeadline(time.Now().Add(quietRelease))
+	_, err := c.r.Peek(1)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ne) && ne.Timeout():
+		c.body, c.out, c.r = nil, nil, nil
+		c.count()
+		return nil
+	}
+	return err
 }
 
 // idleDeadline is when a connection idle from now is closed (zero:
@@ -141,8 +191,20 @@ func (c *conn) armWrite() { c.nc.SetWriteDeadline(c.idleDeadline()) }
 // memory (Options.QueuedMaxRequestBytes), waiting for room.
 func (c *conn) read() (*request, error) {
 	var size [4]byte
-	c.nc.SetReadDeadline(c.idleDeadline())
-	if _, err := io.ReadFull(c.r, size[:]); err != nil {
+	idle := c.idleDeadline()
+	if err := c.quiet(); err != nil {
+		return nil, err
+	}
+	c.nc.SetReadDeadline(idle)
+	if c.r == nil {
+		// Quiet until now: the size straight from the socket, then a
+		// read buffer for the rest.
+		if _, err := io.ReadFull(c.nc, size[:]); err != nil {
+			return nil, err
+		}
+		c.r = bufio.NewReaderSize(c.nc, readBufferBytes)
+		c.count()
+	} else if _, err := io.ReadFull(c.r, size[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(size[:])

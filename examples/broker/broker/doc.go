@@ -11,7 +11,8 @@
 //	topics.go    opening, creating and deleting topics (the partition
 //	             caps; the file I/O outside Broker.mu)
 //	conn.go      one goroutine a connection: frames, headers, responses;
-//	             the idle close (Options.ConnectionsMaxIdle)
+//	             the idle close (Options.ConnectionsMaxIdle); a connection
+//	             quiet for a second drops its buffers
 //	memory.go    the bound on request bytes in flight
 //	             (Options.QueuedMaxRequestBytes); Stats
 //	apis.go      the API versions served, and the dispatch

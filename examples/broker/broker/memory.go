@@ -85,6 +85,10 @@ type Stats struct {
 	// WaitingForMemory is the connections waiting to read a request
 	// until RequestBytesInFlight has room for it.
 	WaitingForMemory int
+	// ConnectionBufferBytes is the read, request and response buffers
+	// the connections hold between requests (a quiet connection holds
+	// none).
+	ConnectionBufferBytes int64
 }
 
 // Stats returns the broker's connection and request figures.
@@ -96,5 +100,6 @@ func (b *Broker) Stats() Stats {
 	st.Connections = len(b.conns)
 	b.mu.RUnlock()
 	st.Requests = b.requests.Load()
+	st.ConnectionBufferBytes = b.bufferBytes.Load()
 	return st
 }

@@ -176,3 +176,27 @@ func TestSlowReaderBounded(t *testing.T) {
 		t.Fatalf("%d of %d fetches answered to a client that read none", served, fetches)
 	}
 }
+
+// TestIdleConnectionsHoldNoBuffers: connections that each sent a large
+// request and went quiet give their buffers back once they have been
+// quiet for a moment (well before ConnectionsMaxIdle closes them): ten
+// idle connections hold no request or response buffer, whatever they
+// sent.
+func TestIdleConnectionsHoldNoBuffers(t *testing.T) {
+	b := startBroker(t, testOptions(t.TempDir()))
+	createTopic(t, newClient(t, b.Addr()), "idle", 1, nil)
+	batch := bigBatch(t, 900<<10)
+	var conns []*rawConn
+	for range 10 {
+		c := dialRaw(t, b.Addr())
+		if code := c.roundTrip(produceRequest("idle", 1, batch)).(*kmsg.ProduceResponse).Topics[0].Partitions[0].ErrorCode; code != 0 {
+			t.Fatalf("produce: error code %d", code)
+		}
+		conns = append(conns, c)
+	}
+	waitFor(t, time.Minute, "the idle connections' buffers released", func() bool { return b.Stats().ConnectionBufferBytes == 0 })
+	// They still serve.
+	for _, c := range conns {
+		c.apiVersions(3)
+	}
+}
