@@ -157,7 +157,8 @@ func (tc *txnCoordinator) describeTransactions(r *kmsg.DescribeTransactionsReque
 var txnStates = []string{txnEmpty, txnOngoing, txnPrepareCommit, txnPrepareAbort, txnCompleteCommit, txnCompleteAbort}
 
 // listTransactions lists the transactional ids, filtered by state,
-// producer id and (v1) how long the open transaction has run.
+// producer id and (v1) how long ago the last transaction began, as
+// Kafka's TransactionStateManager filters them.
 func (tc *txnCoordinator) listTransactions(r *kmsg.ListTransactionsRequest) kmsg.Response {
 	resp := kmsg.NewPtrListTransactionsResponse()
 	for _, s := range r.StateFilters {
@@ -173,7 +174,7 @@ func (tc *txnCoordinator) listTransactions(r *kmsg.ListTransactionsRequest) kmsg
 		switch {
 		case len(r.StateFilters) > 0 && !slices.Contains(r.StateFilters, t.State),
 			len(r.ProducerIDFilters) > 0 && !slices.Contains(r.ProducerIDFilters, t.ProducerID),
-			r.DurationFilterMillis >= 0 && r.Version >= 1 && (t.State != txnOngoing || now-t.StartMs < r.DurationFilterMillis):
+			r.Version >= 1 && r.DurationFilterMillis >= 0 && now-t.StartMs <= r.DurationFilterMillis:
 			continue
 		}
 		ts := kmsg.NewListTransactionsResponseTransactionState()
