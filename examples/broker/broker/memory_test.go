@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"net"
 	"testing"
 	"time"
 
@@ -199,4 +200,40 @@ func TestIdleConnectionsHoldNoBuffers(t *testing.T) {
 	for _, c := range conns {
 		c.apiVersions(3)
 	}
+}
+
+// TestConnectionFloodIdle: two thousand connections that each sent a
+// request and went idle hold no buffers once quiet, and are all closed
+// after ConnectionsMaxIdle; the broker serves a new client afterwards.
+func TestConnectionFloodIdle(t *testing.T) {
+	const flood = 2000
+	opts := testOptions(t.TempDir())
+	opts.ConnectionsMaxIdle = 6 * time.Second // the buffers go after a second
+	b := startBroker(t, opts)
+	var conns []net.Conn
+	defer func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}()
+	req := kmsg.NewPtrApiVersionsRequest()
+	req.SetVersion(3)
+	req.ClientSoftwareName, req.ClientSoftwareVersion = "flood", "1"
+	frame := (&rawConn{t: t}).frame(req)
+	for i := range flood {
+		nc, err := net.Dial("tcp", b.Addr())
+		if err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+		conns = append(conns, nc)
+		if _, err := nc.Write(frame); err != nil {
+			t.Fatalf("connection %d: %v", i, err)
+		}
+	}
+	waitFor(t, time.Minute, "the idle flood connected, holding no buffers", func() bool {
+		st := b.Stats()
+		return st.Connections == flood && st.ConnectionBufferBytes == 0
+	})
+	waitFor(t, time.Minute, "the idle flood closed", func() bool { return b.Stats().Connections == 0 })
+	dialRaw(t, b.Addr()).apiVersions(3)
 }
