@@ -57,9 +57,15 @@ var apis = map[int16][2]int16{
 // says Produce from v0 all the same, as Apache Kafka 4.0 does
 // (KAFKA-18659): librdkafka (its issue #4956) does not compress with
 // gzip, snappy or lz4 for a broker whose Produce starts above v0, and
-// sends those batches uncompressed without a word. A Produce below v3 is
-// parsed (kmsg reads every version) and answered UNSUPPORTED_VERSION for
-// each of its partitions; the connection stays usable.
+// sends those batches uncompressed without a word. Kafka 4.0 advertises
+// 0 (ApiKeys.PRODUCE_API_VERSIONS_RESPONSE_MIN_VERSION) while its
+// oldestVersion stays 3, so its SocketServer refuses a v0-v2 request's
+// header and closes the connection. This broker answers instead, as the
+// change's author wanted ("a disconnection is too confusing if the
+// given version is included as part of the api versions response"): a
+// Produce below v3 is parsed (kmsg reads every version) and answered
+// UNSUPPORTED_VERSION for each of its partitions, nothing appended, and
+// the connection stays usable.
 const produceMinVersion = 3
 
 func supported(key, version int16) bool {
