@@ -224,20 +224,27 @@ func TestSaramaGroupMemberLeaves(t *testing.T) {
 	waitFor(t, 2*time.Minute, "b on every partition", func() bool { return s.partitionsOf("b") == 4 })
 }
 
-// TestSaramaAdmin: sarama's ClusterAdmin calls: DescribeCluster,
-// DescribeConfigs, IncrementalAlterConfig, AlterConfig, ElectLeaders,
-// ListConsumerGroups, DescribeConsumerGroups, DeleteConsumerGroupOffset,
-// DeleteConsumerGroup, DeleteTopic.
-func TestSaramaAdmin(t *testing.T) {
-	b := startBroker(t)
-	adm, err := sarama.NewClusterAdmin([]string{b.Addr()}, saramaConfig())
+// saramaAdmin is a sarama ClusterAdmin of b with topic (n partitions)
+// created, closed with the test.
+func saramaAdmin(t *testing.T, addr, topic string, n int32) sarama.ClusterAdmin {
+	t.Helper()
+	adm, err := sarama.NewClusterAdmin([]string{addr}, saramaConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer adm.Close()
-	if err := adm.CreateTopic("sarama-adm", &sarama.TopicDetail{NumPartitions: 2, ReplicationFactor: 1}, false); err != nil {
+	t.Cleanup(func() { adm.Close() })
+	if err := adm.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: n, ReplicationFactor: 1}, false); err != nil {
 		t.Fatal(err)
 	}
+	return adm
+}
+
+// TestSaramaAdminConfigs: sarama's ClusterAdmin calls DescribeCluster,
+// DescribeConfigs, IncrementalAlterConfig, AlterConfig, ElectLeaders and
+// DeleteTopic (refused for __consumer_offsets).
+func TestSaramaAdminConfigs(t *testing.T) {
+	b := startBroker(t)
+	adm := saramaAdmin(t, b.Addr(), "sarama-adm", 2)
 	brokers, controller, err := adm.DescribeCluster()
 	if err != nil || len(brokers) != 1 || controller != brokers[0].ID() {
 		t.Fatalf("DescribeCluster: %v, %d brokers, controller %d", err, len(brokers), controller)
@@ -248,13 +255,12 @@ func TestSaramaAdmin(t *testing.T) {
 		if err != nil || len(res) != 1 || res[0].ErrorCode != sarama.ErrNoError {
 			t.Fatalf("DescribeConfigs: %v, %+v", err, res)
 		}
-		entries := res[0].Configs
-		for _, e := range entries {
+		for _, e := range res[0].Configs {
 			if e.Name == key {
 				return e.Value
 			}
 		}
-		t.Fatalf("DescribeConfig: no %s in %+v", key, entries)
+		t.Fatalf("DescribeConfigs: no %s in %+v", key, res[0].Configs)
 		return ""
 	}
 	v := "86400000"
@@ -281,7 +287,21 @@ func TestSaramaAdmin(t *testing.T) {
 			t.Errorf("ElectLeaders sarama-adm-%d: %v, want ELECTION_NOT_NEEDED", p, r.ErrorCode)
 		}
 	}
+	if err := adm.DeleteTopic("sarama-adm"); err != nil {
+		t.Fatalf("DeleteTopic: %v", err)
+	}
+	if err := adm.DeleteTopic("__consumer_offsets"); err == nil {
+		t.Fatal("DeleteTopic __consumer_offsets: no error")
+	}
+}
 
+// TestSaramaAdminGroups: sarama's ClusterAdmin calls ListConsumerGroups,
+// DescribeConsumerGroups, ListConsumerGroupOffsets,
+// DeleteConsumerGroupOffset and DeleteConsumerGroup on a group of
+// commits made by sarama's offset manager.
+func TestSaramaAdminGroups(t *testing.T) {
+	b := startBroker(t)
+	adm := saramaAdmin(t, b.Addr(), "sarama-adm", 2)
 	saramaProduce(t, b.Addr(), saramaConfig(), "sarama-adm", "adm", 10)
 	om, err := sarama.NewOffsetManagerFromClient("sarama-adm-group", mustClient(t, b.Addr()))
 	if err != nil {
@@ -324,11 +344,9 @@ func TestSaramaAdmin(t *testing.T) {
 	if err := adm.DeleteConsumerGroup("sarama-adm-group"); err != nil {
 		t.Fatalf("DeleteConsumerGroup: %v", err)
 	}
-	if err := adm.DeleteTopic("sarama-adm"); err != nil {
-		t.Fatalf("DeleteTopic: %v", err)
-	}
-	if err := adm.DeleteTopic("__consumer_offsets"); err == nil {
-		t.Fatal("DeleteTopic __consumer_offsets: no error")
+	groups, err = adm.ListConsumerGroups()
+	if _, ok := groups["sarama-adm-group"]; err != nil || ok {
+		t.Fatalf("ListConsumerGroups after DeleteConsumerGroup: %v, %v", err, groups)
 	}
 }
 
