@@ -22,11 +22,15 @@ all: lint test
 
 ## test: every test, including the S3 integration tests against a real S3
 ## server, the Kafka fixture tests (skipped, with a message, when ../shared
-## is absent), the soak's short form (40 s, testing/soak) and bench/'s
-## smoke test (every bench-compare row on a small log, about 10 s)
+## is absent), the soak's short form (40 s, testing/soak), bench/'s
+## smoke test (every bench-compare row on a small log, about 10 s) and
+## the reference broker driven by sarama, kafka-go and kcat (skipped,
+## naming the Debian package, when absent; examples/broker/clients, a
+## module of its own; about 15 s)
 test: $(S3SERVERS)
 	$(GO) test -timeout 20m ./...
 	cd bench && TIERLOG_VERSITYGW=$(BIN)/versitygw $(GO) test -timeout 10m ./...
+	cd examples/broker/clients && $(GO) test -timeout 10m ./...
 
 ## race: the tests under the race detector
 race: $(S3SERVERS)

@@ -2,6 +2,7 @@
 // protocol on tierlog (package broker beside it does the work):
 //
 //	go run ./examples/broker --listen 127.0.0.1:9092 --dir DIR [--store URL] [--config key=value]… [--broker-config key=value]…
+//	    [--max-partitions N] [--max-partitions-per-request N] [--queued-max-request-bytes N] [--connections-max-idle D]
 //
 // Topics are created on first use with the default config (--config,
 // repeatable, Kafka's topic config names) or by CreateTopics with their
@@ -9,6 +10,11 @@
 // minio://bucket/prefix?endpoint=…) topics with remote.storage.enable=true
 // keep their closed segments in that bucket; --broker-config sets Kafka's
 // remote.log.manager.* and remote.log.reader.* broker properties.
+// The broker's defences: at most --max-partitions partitions
+// (20,000), --max-partitions-per-request in one CreateTopics (10,000),
+// --queued-max-request-bytes of requests in flight across connections
+// (Kafka's queued.max.request.bytes; 256 MiB), and a connection idle for
+// --connections-max-idle is closed (connections.max.idle.ms; 10m).
 // SIGTERM or SIGINT shuts down cleanly; after a SIGKILL the next start
 // recovers the log directory.
 package main
@@ -24,6 +30,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
@@ -64,6 +71,10 @@ func run(args []string) error {
 	store := fs.String("store", "", "bucket `URL` of topics with remote.storage.enable=true (file:///dir, s3://bucket/prefix?…, minio://bucket/prefix?endpoint=…)")
 	partitions := fs.Int("partitions", 1, "partitions of auto-created topics (num.partitions)")
 	noAuto := fs.Bool("no-auto-create", false, "turn auto.create.topics.enable off")
+	fs.IntVar(&opts.MaxPartitions, "max-partitions", 20000, "partitions the broker holds at most, every topic's together")
+	fs.Int64Var(&opts.QueuedMaxRequestBytes, "queued-max-request-bytes", 256<<20, "bytes of requests read and not yet answered, across connections (queued.max.request.bytes; -1: no bound)")
+	fs.DurationVar(&opts.ConnectionsMaxIdle, "connections-max-idle", 10*time.Minute, "close a connection idle this long (connections.max.idle.ms; -1ns: never)")
+	fs.IntVar(&opts.MaxPartitionsPerRequest, "max-partitions-per-request", 10000, "partitions one CreateTopics may ask for, its topics together")
 	verbose := fs.Bool("v", false, "log at debug level")
 	fs.Var(configFlags(opts.TopicConfig), "config", "default topic config `key=value` (repeatable)")
 	fs.Var(configFlags(opts.RemoteLogManager), "broker-config", "broker property `key=value`: remote.log.manager.* and remote.log.reader.* (repeatable; needs --store)")

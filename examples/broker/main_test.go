@@ -23,6 +23,7 @@ func TestFlags(t *testing.T) {
 		{[]string{"--dir", t.TempDir(), "--broker-config", "remote.log.reader.threads=2"}, "need --store"},
 		{[]string{"--dir", t.TempDir(), "--store", "file://" + t.TempDir(), "--broker-config", "no.such.key=1"}, "no.such.key"},
 		{[]string{"--dir", t.TempDir(), "--config", "no.such.key=1"}, "no.such.key"},
+		{[]string{"--dir", t.TempDir(), "--max-partitions", "-1"}, "MaxPartitions -1"},
 	} {
 		if err := run(c.args); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("run(%q) = %v, want an error naming %q", c.args, err, c.want)

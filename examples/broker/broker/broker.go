@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,8 +70,36 @@ type Options struct {
 	// 64 KiB: the library's default, 1 MiB, is below a Kafka consumer's
 	// default fetch of 1 MiB a partition, and never hits.
 	RemoteReadAheadBytes int64
+	// MaxPartitions caps the partitions the broker holds, every topic's
+	// together (__consumer_offsets' too; default 20,000): a creation
+	// past it is refused with POLICY_VIOLATION. Each partition holds a
+	// descriptor and two mappings while open.
+	MaxPartitions int
+	// MaxPartitionsPerRequest caps the partitions one CreateTopics asks
+	// for, its topics together (default 10,000, Kafka's
+	// MAX_RECORDS_PER_USER_OP): a request past it is refused whole with
+	// POLICY_VIOLATION, as Kafka's controller refuses an excessively
+	// large batch.
+	MaxPartitionsPerRequest int
+	// QueuedMaxRequestBytes bounds the bytes of the requests read and
+	// not yet answered, across connections (Kafka's
+	// queued.max.request.bytes; default 256 MiB here, Kafka's -1 is no
+	// bound; negative: none): a connection whose next request does not
+	// fit waits before it reads the body.
+	QueuedMaxRequestBytes int64
+	// ConnectionsMaxIdle closes a connection that sends no request, or
+	// whose answer's write makes no progress, for this long (Kafka's
+	// connections.max.idle.ms, default 10 minutes; negative: never).
+	ConnectionsMaxIdle time.Duration
 	// Logger receives the broker's events (default: discard).
 	Logger *slog.Logger
+
+	// wrapListener, set by tests only (export_test.go), wraps the
+	// listener Start serves on.
+	wrapListener func(net.Listener) net.Listener
+	// openHook, set by tests only (export_test.go), runs before each
+	// partition a topic opens; an error fails the open.
+	openHook func(topic string, partition int32) error
 }
 
 // Validate checks the options.
@@ -82,6 +109,10 @@ func (o Options) Validate() error {
 	}
 	if o.Partitions < 0 {
 		return fmt.Errorf("broker: Options.Partitions %d < 0", o.Partitions)
+	}
+	if o.MaxPartitions < 0 || o.MaxPartitionsPerRequest < 0 {
+		return fmt.Errorf("broker: Options.MaxPartitions %d, MaxPartitionsPerRequest %d: want >= 0 (0: the default)",
+			o.MaxPartitions, o.MaxPartitionsPerRequest)
 	}
 	if _, err := backend.ParseConfig(o.TopicConfig); err != nil {
 		return fmt.Errorf("broker: default topic config: %w", err)
@@ -117,6 +148,18 @@ func (o *Options) setDefaults() {
 	if o.RemoteReadAheadBytes == 0 {
 		o.RemoteReadAheadBytes = 8 << 20
 	}
+	if o.MaxPartitions == 0 {
+		o.MaxPartitions = 20000
+	}
+	if o.MaxPartitionsPerRequest == 0 {
+		o.MaxPartitionsPerRequest = 10000
+	}
+	if o.QueuedMaxRequestBytes == 0 {
+		o.QueuedMaxRequestBytes = 256 << 20
+	}
+	if o.ConnectionsMaxIdle == 0 {
+		o.ConnectionsMaxIdle = 10 * time.Minute
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,15 +180,28 @@ type Broker struct {
 	produces *purgatory.Purgatory[backend.TopicPartition]
 	state    *stateFile
 	ln       net.Listener
-	groups   *groupCoordinator
-	txns     *txnCoordinator
-	offsets  *offsetLog
+	mem      *requestMemory // the bytes of requests in flight
+	requests atomic.Int64   // requests read since Start (Stats)
+	// bufferBytes is the connections' buffers between requests (Stats).
+	bufferBytes atomic.Int64
+	groups      *groupCoordinator
+	txns        *txnCoordinator
+	offsets     *offsetLog
+
+	// configMu serializes topic config changes (their partitions'
+	// SetConfig, then topics.json). Lock order: configMu, then mu.
+	configMu sync.Mutex
 
 	// mu guards the fields below.
 	mu     sync.RWMutex
 	topics map[string]*topic
-	conns  map[net.Conn]struct{}
-	closed bool
+	// creating holds the names of topics being created (their partition
+	// counts) or deleted (0), with the files' I/O under way outside mu.
+	creating map[string]int32
+	// partitionCount is the partitions of topics, together.
+	partitionCount int
+	conns          map[net.Conn]struct{}
+	closed         bool
 
 	connWG  sync.WaitGroup // connection goroutines
 	watchWG sync.WaitGroup // partition watchers
@@ -183,8 +239,9 @@ func Start(opts Options) (_ *Broker, err error) {
 		return nil, err
 	}
 	opts.setDefaults()
-	b := &Broker{opts: opts, logger: opts.Logger, topics: map[string]*topic{}, conns: map[net.Conn]struct{}{},
-		stop: make(chan struct{}), closing: make(chan struct{})}
+	b := &Broker{opts: opts, logger: opts.Logger, topics: map[string]*topic{}, creating: map[string]int32{},
+		conns: map[net.Conn]struct{}{}, stop: make(chan struct{}), closing: make(chan struct{}),
+		mem: newRequestMemory(opts.QueuedMaxRequestBytes)}
 	var cleanup []func()
 	defer func() {
 		if err != nil {
@@ -236,6 +293,9 @@ func Start(opts Options) (_ *Broker, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.wrapListener != nil {
+		b.ln = opts.wrapListener(b.ln)
+	}
 	b.connWG.Add(1)
 	go b.accept()
 	b.logger.Info("broker started", "addr", b.ln.Addr().String(), "dir", opts.Dir)
@@ -280,7 +340,7 @@ func (b *Broker) openTopics() error {
 	var all []opened
 	epochs := map[string]int32{}
 	for name, ts := range b.state.topics() {
-		t, latest, err := b.openTopic(name, ts.Partitions, ts.Config)
+		t, latest, err := b.openTopic(name, ts.Partitions, ts.Config, false)
 		if err != nil {
 			return err
 		}
@@ -294,9 +354,10 @@ func (b *Broker) openTopics() error {
 	b.mu.Lock() // the watchers lead starts read b.topics
 	defer b.mu.Unlock()
 	for _, o := range all {
-		if err := b.lead(o.t, o.epoch); err != nil {
+		if err := b.becomeLeader(o.t, o.epoch); err != nil {
 			return err
 		}
+		b.serveLocked(o.t)
 	}
 	return nil
 }
@@ -337,6 +398,7 @@ func (b *Broker) Close() error {
 		c.Close()
 	}
 	b.mu.Unlock()
+	b.mem.close() // connections waiting for memory give up
 	b.connWG.Wait()
 	b.groups.close()
 	close(b.stop)
@@ -348,13 +410,41 @@ func (b *Broker) Close() error {
 	return err
 }
 
+// Accept backoff: after a failed accept the loop waits acceptBackoffMin,
+// doubling to acceptBackoffMax while accepts keep failing, as Go's
+// http.Server does.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// accept serves each connection in a goroutine of its own until the
+// listener is closed. A failed accept is retried after a backoff, never
+// the end of the loop: EMFILE or ENFILE (out of descriptors: the
+// connections that hold them close in time), ECONNABORTED (a client gone
+// before its accept), and any other error but the listener's close, as
+// Kafka's Acceptor logs an accept's IOException and goes on. A listener
+// whose port still listens while nothing answers is the one outcome
+// that must not happen.
 func (b *Broker) accept() {
 	defer b.connWG.Done()
+	var backoff time.Duration
 	for {
 		c, err := b.ln.Accept()
 		if err != nil {
-			return
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			backoff = min(max(2*backoff, acceptBackoffMin), acceptBackoffMax)
+			b.logger.Warn("accept failed; retrying", "err", err, "backoff", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-b.closing:
+				return
+			}
 		}
+		backoff = 0
 		b.mu.Lock()
 		if b.closed {
 			b.mu.Unlock()
@@ -372,177 +462,6 @@ func (b *Broker) accept() {
 			b.mu.Unlock()
 		}()
 	}
-}
-
-// topicConfig merges the broker's defaults and a topic's overrides.
-func (b *Broker) topicConfig(overrides map[string]string) (backend.Config, error) {
-	m := make(map[string]string, len(b.opts.TopicConfig)+len(overrides))
-	for k, v := range b.opts.TopicConfig {
-		m[k] = v
-	}
-	for k, v := range overrides {
-		m[k] = v
-	}
-	return backend.ParseConfig(m)
-}
-
-// openTopic opens a topic's partitions, not yet led. latest is the
-// largest leader epoch any of its partitions' local logs holds records of
-// (-1 when none: an empty or new log). REQUIRES: b.mu held, or the broker not yet
-// serving.
-func (b *Broker) openTopic(name string, n int32, overrides map[string]string) (_ *topic, latest int32, err error) {
-	cfg, err := b.topicConfig(overrides)
-	if err != nil {
-		return nil, -1, err
-	}
-	latest = -1
-	t := &topic{name: name, overrides: overrides}
-	for i := range n {
-		p, err := b.be.Open(context.Background(), name, i, cfg)
-		if err != nil {
-			return nil, -1, err
-		}
-		t.parts = append(t.parts, &partition{tp: backend.TopicPartition{Topic: name, Partition: i}, p: p})
-		latest = max(latest, latestLocalEpoch(p))
-	}
-	return t, latest, nil
-}
-
-// latestLocalEpoch is the largest leader epoch p's local log holds
-// records of (the last entry of its epoch cache), or -1. It reads local
-// state only: EndOffsetForEpoch would do, but on a tiered partition it
-// may read the bucket, and opening must not need the bucket. The library
-// has no accessor for it on backend.Partition (see docs/embedding.md).
-func latestLocalEpoch(p backend.Partition) int32 {
-	var l *local.Log
-	switch v := p.(type) {
-	case *local.Log:
-		l = v
-	case *tiered.Partition:
-		l = v.Local()
-	default:
-		return -1
-	}
-	if e := l.LeaderEpochs(); len(e) > 0 {
-		return e[len(e)-1].Epoch
-	}
-	return -1
-}
-
-// lead makes the broker the leader of t's partitions at epoch, before
-// their first append: BecomeLeader (a tiered partition starts uploading),
-// the high watermark to the log end (one node is the whole ISR), a
-// watcher each; t serves from then on. REQUIRES: b.mu held.
-func (b *Broker) lead(t *topic, epoch int32) error {
-	for _, p := range t.parts {
-		if err := p.p.BecomeLeader(context.Background(), epoch); err != nil {
-			return fmt.Errorf("broker: %s: become leader at epoch %d: %w", p.tp, epoch, err)
-		}
-		p.epoch = epoch
-		if err := b.advanceHighWatermark(p); err != nil {
-			return err
-		}
-	}
-	// Serving first: a watcher stops when its partition is not served.
-	b.topics[t.name] = t
-	for _, p := range t.parts {
-		b.watchWG.Add(1)
-		go b.watch(p)
-	}
-	return nil
-}
-
-// createTopic creates and opens a topic; it reports false when the topic
-// exists already.
-func (b *Broker) createTopic(name string, n int32, overrides map[string]string) (bool, error) {
-	if n <= 0 {
-		n = b.opts.Partitions
-	}
-	if _, err := b.topicConfig(overrides); err != nil {
-		return false, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return false, backend.ErrClosed
-	}
-	if _, ok := b.topics[name]; ok {
-		return false, nil
-	}
-	t, latest, err := b.openTopic(name, n, overrides)
-	if err != nil {
-		return false, err
-	}
-	// A new topic leads at epoch 0, unless the log directory holds its
-	// partitions already (a restored directory): then above their epochs.
-	epoch := latest + 1
-	if err := b.state.putTopic(name, topicState{Partitions: n, Config: overrides, LeaderEpoch: epoch}); err != nil {
-		return false, err
-	}
-	if err := b.lead(t, epoch); err != nil {
-		return false, err
-	}
-	b.logger.Info("topic created", "topic", name, "partitions", n, "config", overrides, "leader_epoch", epoch)
-	return true, nil
-}
-
-// deleteTopic removes a topic and its data.
-func (b *Broker) deleteTopic(name string) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	t, ok := b.topics[name]
-	if !ok {
-		return backend.ErrNotFound
-	}
-	delete(b.topics, name)
-	if err := b.state.deleteTopic(name); err != nil {
-		return err
-	}
-	var errs []error
-	for _, p := range t.parts {
-		errs = append(errs, b.be.Delete(context.Background(), name, p.tp.Partition))
-	}
-	return errors.Join(errs...)
-}
-
-// partition returns an open partition, or nil.
-func (b *Broker) partition(name string, i int32) *partition {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	t := b.topics[name]
-	if t == nil || i < 0 || int(i) >= len(t.parts) {
-		return nil
-	}
-	return t.parts[i]
-}
-
-// topic returns a topic, creating it with the defaults when auto-creation
-// is on and create is set.
-func (b *Broker) topic(name string, create bool) (*topic, error) {
-	b.mu.RLock()
-	t := b.topics[name]
-	b.mu.RUnlock()
-	if t != nil || !create || b.opts.NoAutoCreate {
-		return t, nil
-	}
-	if _, err := b.createTopic(name, 0, nil); err != nil {
-		return nil, err
-	}
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	return b.topics[name], nil
-}
-
-// topicNames lists the topics, sorted.
-func (b *Broker) topicNames() []string {
-	b.mu.RLock()
-	defer b.mu.RUnlock()
-	names := make([]string, 0, len(b.topics))
-	for n := range b.topics {
-		names = append(names, n)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // watch is a partition's replication loop on a single node: each time

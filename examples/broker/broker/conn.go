@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -26,7 +27,31 @@ type conn struct {
 	r    *bufio.Reader
 	body []byte // the request being handled; reused, so handlers copy what they keep
 	out  []byte // the response being written
+	held int64  // the bytes of requestMemory the request holds
+	// counted is what the connection's buffers add to
+	// Broker.bufferBytes.
+	counted int64
 }
+
+// readBufferBytes is the size of a connection's read buffer (allocated
+// while the connection is busy).
+const readBufferBytes = 64 << 10
+
+// count updates Broker.bufferBytes with the buffers the connection holds
+// now.
+func (c *conn) count() {
+	n := int64(cap(c.body) + cap(c.out))
+	if c.r != nil {
+		n += readBufferBytes
+	}
+	c.b.bufferBytes.Add(n - c.counted)
+	c.counted = n
+}
+
+// keepBufferBytes is the largest request or response buffer a connection
+// keeps for the next request; a larger one is dropped once its request
+// is answered, so an idle connection holds no more.
+const keepBufferBytes = 1 << 20
 
 // request is a parsed request with its header.
 type request struct {
@@ -40,22 +65,41 @@ type request struct {
 	badVersion bool
 }
 
-// errNoResponse is returned by a handler whose request has no response
-// (a Produce with acks=0).
-var errNoResponse = errors.New("broker: no response")
+var (
+	// errNoResponse is returned by a handler whose request has no
+	// response (a Produce with acks=0).
+	errNoResponse = errors.New("broker: no response")
+	// errBadRequest is a request the broker cannot serve: an unknown api
+	// key, a version outside the range ApiVersions says, a size out of
+	// bounds, a body that does not parse. The connection is closed, as
+	// Kafka closes it, and the close is logged at warn.
+	errBadRequest = errors.New("broker: request not served")
+)
 
 func (b *Broker) serveConn(nc net.Conn) {
 	defer nc.Close()
-	c := &conn{b: b, nc: nc, r: bufio.NewReaderSize(nc, 64<<10)}
+	c := &conn{b: b, nc: nc, r: bufio.NewReaderSize(nc, readBufferBytes)}
+	defer func() {
+		c.done()
+		c.b.bufferBytes.Add(-c.counted)
+	}()
 	ctx := context.Background()
 	for {
+		c.done()
 		req, err := c.read()
 		if err != nil {
-			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+			var ne net.Error
+			switch {
+			case errors.As(err, &ne) && ne.Timeout():
+				b.logger.Debug("closing idle connection", "remote", nc.RemoteAddr().String(), "idle", b.opts.ConnectionsMaxIdle)
+			case errors.Is(err, errBadRequest):
+				b.logger.Warn("closing connection", "remote", nc.RemoteAddr().String(), "err", err)
+			case !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed):
 				b.logger.Debug("connection closed", "remote", nc.RemoteAddr().String(), "err", err)
 			}
 			return
 		}
+		b.requests.Add(1)
 		if f, ok := req.kreq.(*kmsg.FetchRequest); ok {
 			err = b.fetch(ctx, c, req, f)
 		} else {
@@ -75,16 +119,104 @@ func (b *Broker) serveConn(nc net.Conn) {
 	}
 }
 
-// read reads and parses the next request.
+// remoteHost is the client's address without the port (DescribeGroups'
+// client host).
+func (c *conn) remoteHost() string {
+	host, _, err := net.SplitHostPort(c.nc.RemoteAddr().String())
+	if err != nil {
+		return c.nc.RemoteAddr().String()
+	}
+	return "/" + host
+}
+
+// done ends the request being handled: its memory goes back to the
+// pool, and a large buffer is dropped.
+func (c *conn) done() {
+	c.b.mem.release(c.held)
+	c.held = 0
+	if cap(c.body) > keepBufferBytes {
+		c.body = nil
+	}
+	if cap(c.out) > keepBufferBytes {
+		c.out = nil
+	}
+	c.count()
+}
+
+// quietRelease is how long a connection waits for its next request
+// before it gives its buffers back (Kafka allocates a request's buffer
+// for the request alone): a thousand idle connections hold no buffers,
+// and a busy one keeps reusing its own.
+const quietRelease = time.Second
+
+// quiet waits up to quietRelease for the next request to begin; when
+// none does, the connection drops its buffers (read, request, response)
+// until one arrives. With ConnectionsMaxIdle at or below quietRelease
+// the idle close comes first, and quiet does nothing.
+func (c *conn) quiet() error {
+	if c.r == nil || c.r.Buffered() > 0 || c.b.opts.ConnectionsMaxIdle >= 0 && c.b.opts.ConnectionsMaxIdle <= quietRelease {
+		return nil
+	}
+	c.nc.SetReadDeadline(time.Now().Add(quietRelease))
+	_, err := c.r.Peek(1)
+	var ne net.Error
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &ne) && ne.Timeout():
+		c.body, c.out, c.r = nil, nil, nil
+		c.count()
+		return nil
+	}
+	return err
+}
+
+// idleDeadline is when a connection idle from now is closed (zero:
+// never).
+func (c *conn) idleDeadline() time.Time {
+	if c.b.opts.ConnectionsMaxIdle < 0 {
+		return time.Time{}
+	}
+	return time.Now().Add(c.b.opts.ConnectionsMaxIdle)
+}
+
+// armWrite bounds the write of an answer: one that makes no progress for
+// ConnectionsMaxIdle (a client that reads nothing) fails, and the
+// connection closes.
+func (c *conn) armWrite() { c.nc.SetWriteDeadline(c.idleDeadline()) }
+
+// read reads and parses the next request. It waits ConnectionsMaxIdle
+// at most for the request to begin, and for each part of it; before it
+// reads the body it takes the body's size from the broker's request
+// memory (Options.QueuedMaxRequestBytes), waiting for room.
 func (c *conn) read() (*request, error) {
 	var size [4]byte
-	if _, err := io.ReadFull(c.r, size[:]); err != nil {
+	idle := c.idleDeadline()
+	if err := c.quiet(); err != nil {
+		return nil, err
+	}
+	c.nc.SetReadDeadline(idle)
+	if c.r == nil {
+		// Quiet until now: the size straight from the socket, then a
+		// read buffer for the rest.
+		if _, err := io.ReadFull(c.nc, size[:]); err != nil {
+			return nil, err
+		}
+		c.r = bufio.NewReaderSize(c.nc, readBufferBytes)
+		c.count()
+	} else if _, err := io.ReadFull(c.r, size[:]); err != nil {
 		return nil, err
 	}
 	n := binary.BigEndian.Uint32(size[:])
 	if n > maxRequestBytes || n < 8 {
-		return nil, fmt.Errorf("broker: request of %d bytes (max %d)", n, maxRequestBytes)
+		return nil, fmt.Errorf("%w: a request of %d bytes (min 8, max %d)", errBadRequest, n, maxRequestBytes)
 	}
+	held, ok := c.b.mem.acquire(int64(n))
+	if !ok {
+		return nil, net.ErrClosed
+	}
+	c.held = held
+	c.nc.SetReadDeadline(c.idleDeadline())
 	if cap(c.body) < int(n) {
 		c.body = make([]byte, n)
 	}
@@ -98,11 +230,11 @@ func (c *conn) read() (*request, error) {
 		req.clientID = string(*cid)
 	}
 	if !rd.Ok() {
-		return nil, errors.New("broker: short request header")
+		return nil, fmt.Errorf("%w: short request header", errBadRequest)
 	}
 	req.kreq = kmsg.RequestForKey(req.key)
 	if req.kreq == nil {
-		return nil, fmt.Errorf("broker: unknown api key %d", req.key)
+		return nil, fmt.Errorf("%w: unknown api key %d", errBadRequest, req.key)
 	}
 	if !supported(req.key, req.version) {
 		if req.key == apiVersionsKey {
@@ -113,14 +245,14 @@ func (c *conn) read() (*request, error) {
 			req.kreq.SetVersion(0)
 			return req, nil
 		}
-		return nil, fmt.Errorf("broker: api key %d version %d not supported", req.key, req.version)
+		return nil, fmt.Errorf("%w: api key %d version %d not supported (client %q)", errBadRequest, req.key, req.version, req.clientID)
 	}
 	req.kreq.SetVersion(req.version)
 	if req.kreq.IsFlexible() {
 		kmsg.SkipTags(&rd)
 	}
 	if err := req.kreq.ReadFrom(rd.Src); err != nil {
-		return nil, fmt.Errorf("broker: parse api key %d version %d: %w", req.key, req.version, err)
+		return nil, fmt.Errorf("%w: parse api key %d version %d: %w", errBadRequest, req.key, req.version, err)
 	}
 	return req, nil
 }
@@ -139,6 +271,7 @@ func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
 	buf = resp.AppendTo(buf)
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
 	c.out = buf
+	c.armWrite()
 	_, err := c.nc.Write(buf)
 	return err
 }

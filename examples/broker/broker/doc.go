@@ -6,8 +6,15 @@
 //
 // # Files
 //
-//	broker.go    Options, Start, Close; the topics and their partitions
-//	conn.go      one goroutine a connection: frames, headers, responses
+//	broker.go    Options, Start, Close; the accept loop; the partitions'
+//	             high watermark watchers
+//	topics.go    opening, creating and deleting topics (the partition
+//	             caps; the file I/O outside Broker.mu)
+//	conn.go      one goroutine a connection: frames, headers, responses;
+//	             the idle close (Options.ConnectionsMaxIdle); a connection
+//	             quiet for a second drops its buffers
+//	memory.go    the bound on request bytes in flight
+//	             (Options.QueuedMaxRequestBytes); Stats
 //	apis.go      the API versions served, and the dispatch
 //	errors.go    backend errors to Kafka error codes (the one mapping)
 //	metadata.go  Metadata, CreateTopics, DeleteTopics
@@ -20,6 +27,12 @@
 //	txn.go       InitProducerID and the transaction coordinator
 //	             (transactions.json)
 //	groups.go    the group coordinator (classic protocol)
+//	admingroups.go     ListGroups, DescribeGroups, DeleteGroups, OffsetDelete
+//	adminconfigs.go    DescribeConfigs, AlterConfigs,
+//	                   IncrementalAlterConfigs (topic configs kept in
+//	                   topics.json, applied with Partition.SetConfig)
+//	admincluster.go    DescribeCluster, ElectLeaders, DescribeProducers,
+//	                   DescribeTransactions, ListTransactions
 //	offsetlog.go committed offsets in the __consumer_offsets topic
 //	state.go     topics.json, written whole
 //
@@ -104,11 +117,20 @@
 // # Concurrency
 //
 // Each connection runs one request at a time, in order, as Kafka's
-// broker does (it mutes a connection until its response is sent). A
+// broker does (it mutes a connection until its response is sent), so a
+// client that never reads its answers holds one; a write that stalls
+// for Options.ConnectionsMaxIdle closes the connection. Before it reads
+// a request's body a connection takes the body's size from the broker's
+// request memory (Options.QueuedMaxRequestBytes) and gives it back once
+// the request is answered; requestMemory.mu is taken alone. A
 // partition's appends, DeleteRecords and high watermark moves are
 // serialized by partition.mu. Lock order: txnCoordinator.mu, then
-// offsetLog.mu, then Broker.mu, then partition.mu (Broker.mu is held only
-// to look topics up, create or delete them). groupCoordinator.mu is taken
+// offsetLog.mu, then Broker.configMu (topic config changes), then
+// Broker.mu, then partition.mu (Broker.mu is held only
+// to look topics up, and to reserve, publish or unpublish a topic that is
+// created or deleted: the file I/O in between runs without it, with the
+// topic's name held in Broker.creating so no other creation or deletion
+// of that name runs meanwhile). groupCoordinator.mu is taken
 // alone: a JoinGroup or SyncGroup waits for the rebalance after releasing
 // it, and an offset commit writes after releasing it. Long-poll fetches
 // and acks=-1 produces park in two purgatories keyed by partition; a

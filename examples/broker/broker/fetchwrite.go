@@ -30,6 +30,7 @@ import (
 //	      [v11+: preferred_read_replica int32],
 //	      records: nullable bytes (tags) ] (tags) ] (tags)
 func (c *conn) writeFetch(req *request, res *fetchResult) error {
+	c.armWrite()
 	v := req.version
 	flex := v >= 12
 	buf := append(c.out[:0], 0, 0, 0, 0)

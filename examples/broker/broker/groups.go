@@ -55,6 +55,8 @@ type group struct {
 type member struct {
 	id               string
 	instanceID       *string
+	clientID         string // the JoinGroup's client id and address (DescribeGroups)
+	clientHost       string
 	protocols        []kmsg.JoinGroupRequestProtocol // metadata copied out of the request
 	sessionTimeout   time.Duration
 	rebalanceTimeout time.Duration
@@ -106,7 +108,7 @@ func (gc *groupCoordinator) answerLocked(m *member, joinErr, syncErr *kerr.Error
 	}
 }
 
-func (gc *groupCoordinator) join(ctx context.Context, r *kmsg.JoinGroupRequest) kmsg.Response {
+func (gc *groupCoordinator) join(ctx context.Context, r *kmsg.JoinGroupRequest, clientID, clientHost string) kmsg.Response {
 	fail := func(err *kerr.Error, memberID string) kmsg.Response {
 		resp := kmsg.NewPtrJoinGroupResponse()
 		resp.ErrorCode, resp.MemberID, resp.Generation = err.Code, memberID, -1
@@ -158,6 +160,7 @@ func (gc *groupCoordinator) join(ctx context.Context, r *kmsg.JoinGroupRequest) 
 		g.members[id] = m
 	}
 	m.instanceID, m.sessionTimeout, m.rebalanceTimeout = r.InstanceID, session, rebalance
+	m.clientID, m.clientHost = clientID, clientHost
 	m.protocols = m.protocols[:0]
 	for _, p := range r.Protocols {
 		p.Metadata = slices.Clone(p.Metadata)

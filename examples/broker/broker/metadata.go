@@ -2,6 +2,7 @@ package broker
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 
@@ -51,10 +52,10 @@ func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	cid := clusterID
 	resp.ClusterID = &cid
 	resp.ControllerID = NodeID
-	// Version 0 and a null list ask for every topic; so does an empty
-	// list before version 1. Auto-creation is on for versions before 4.
+	// A null list asks for every topic; so does an empty list at version
+	// 0 (it has no null). Auto-creation is on for versions before 4.
 	var names []string
-	if r.Topics == nil {
+	if r.Topics == nil || r.Version == 0 && len(r.Topics) == 0 {
 		names = b.topicNames()
 	}
 	for _, t := range r.Topics {
@@ -66,7 +67,7 @@ func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	for _, name := range names {
 		mt := kmsg.NewMetadataResponseTopic()
 		mt.Topic = kmsg.StringPtr(name)
-		mt.IsInternal = name == offsetsTopic
+		mt.IsInternal = internalTopic(name)
 		if !legalTopic(name) {
 			mt.ErrorCode = kerr.InvalidTopicException.Code
 			resp.Topics = append(resp.Topics, mt)
@@ -93,10 +94,11 @@ func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 
 func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 	resp := kmsg.NewPtrCreateTopicsResponse()
+	tooMany := b.tooManyPartitions(r)
 	for _, t := range r.Topics {
 		rt := kmsg.NewCreateTopicsResponseTopic()
 		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = t.Topic, t.NumPartitions, 1
-		if rt.NumPartitions <= 0 {
+		if rt.NumPartitions == -1 {
 			rt.NumPartitions = b.opts.Partitions
 		}
 		overrides := map[string]string{}
@@ -107,10 +109,15 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 		}
 		var err error
 		switch {
+		case tooMany != nil:
+			err = tooMany
 		case !legalTopic(t.Topic):
 			err = kerr.InvalidTopicException
-		case t.ReplicationFactor > 1:
-			err = kerr.InvalidReplicationFactor
+		case rt.NumPartitions <= 0:
+			// -1 is the default; Kafka refuses the rest.
+			err = fmt.Errorf("%w: NumPartitions %d (-1: the default)", kerr.InvalidPartitions, t.NumPartitions)
+		case t.ReplicationFactor > 1, t.ReplicationFactor == 0, t.ReplicationFactor < -1:
+			err = fmt.Errorf("%w: ReplicationFactor %d on a single node (1, or -1: the default)", kerr.InvalidReplicationFactor, t.ReplicationFactor)
 		case len(t.ReplicaAssignment) > 0:
 			err = kerr.InvalidReplicaAssignment
 		case r.ValidateOnly:
@@ -137,6 +144,26 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 	return resp
 }
 
+// tooManyPartitions refuses a CreateTopics whose topics ask for more
+// partitions together than Options.MaxPartitionsPerRequest, whole, with
+// POLICY_VIOLATION (Kafka's controller: "Unable to perform excessively
+// large batch operation"); nil when it is within.
+func (b *Broker) tooManyPartitions(r *kmsg.CreateTopicsRequest) error {
+	var n int64
+	for _, t := range r.Topics {
+		if t.NumPartitions == -1 {
+			n += int64(b.opts.Partitions)
+		} else if t.NumPartitions > 0 {
+			n += int64(t.NumPartitions)
+		}
+	}
+	if n > int64(b.opts.MaxPartitionsPerRequest) {
+		return fmt.Errorf("%w: the request asks for %d partitions, past %d (MaxPartitionsPerRequest)",
+			kerr.PolicyViolation, n, b.opts.MaxPartitionsPerRequest)
+	}
+	return nil
+}
+
 func (b *Broker) deleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
 	resp := kmsg.NewPtrDeleteTopicsResponse()
 	names := r.TopicNames
@@ -148,11 +175,16 @@ func (b *Broker) deleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
 	for _, name := range names {
 		rt := kmsg.NewDeleteTopicsResponseTopic()
 		rt.Topic = kmsg.StringPtr(name)
-		err := b.deleteTopic(name)
-		if errors.Is(err, backend.ErrNotFound) {
+		var err error
+		if internalTopic(name) {
+			err = errInternalTopic(name)
+		} else if err = b.deleteTopic(name); errors.Is(err, backend.ErrNotFound) {
 			err = kerr.UnknownTopicOrPartition
 		}
 		rt.ErrorCode = errorCode(err)
+		if err != nil && r.Version >= 5 {
+			rt.ErrorMessage = kmsg.StringPtr(err.Error())
+		}
 		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kbin"
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/record"
@@ -16,6 +17,19 @@ import (
 
 // offsetsTopic holds the committed offsets, compacted by the cleaner.
 const offsetsTopic = "__consumer_offsets"
+
+// internalTopic reports whether name is a topic the broker owns
+// (Kafka's Topic.isInternal; the transaction coordinator here keeps its
+// state in transactions.json, not __transaction_state). Clients cannot
+// produce to it, delete it or its records, or change its config in ways
+// that break it: INVALID_TOPIC_EXCEPTION, as Kafka's ReplicaManager
+// refuses appends and DeleteRecords of an internal topic.
+func internalTopic(name string) bool { return name == offsetsTopic }
+
+// errInternalTopic refuses a client's change to an internal topic.
+func errInternalTopic(name string) error {
+	return fmt.Errorf("%w: %s is an internal topic", kerr.InvalidTopicException, name)
+}
 
 // Kafka's offset commit record (frozen: Kafka's format, so Kafka's tools
 // read the topic):
@@ -190,6 +204,44 @@ func (o *offsetLog) all(group string) map[backend.TopicPartition]committed {
 		out[tp] = c
 	}
 	return out
+}
+
+// groupNames lists the groups with committed offsets.
+func (o *offsetLog) groupNames() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, 0, len(o.groups))
+	for g := range o.groups {
+		out = append(out, g)
+	}
+	return out
+}
+
+// remove deletes a group's commits of tps: a tombstone each (a null
+// value), then forgets them once the high watermark has passed the
+// batch.
+func (o *offsetLog) remove(ctx context.Context, group string, tps []backend.TopicPartition) error {
+	if len(tps) == 0 {
+		return nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	now := time.Now().UnixMilli()
+	o.builder.Reset(record.NewBatchHeader())
+	for _, tp := range tps {
+		o.builder.Append(now, appendOffsetKey(nil, group, tp), nil, nil)
+	}
+	batch, err := o.builder.Build()
+	if err != nil {
+		return err
+	}
+	if err := o.p.appendReplicated(ctx, o.b, batch, false); err != nil {
+		return err
+	}
+	for _, tp := range tps {
+		o.forget(group, tp)
+	}
+	return nil
 }
 
 func appendOffsetKey(dst []byte, group string, tp backend.TopicPartition) []byte {

@@ -84,8 +84,13 @@ func (b *Broker) deleteRecords(ctx context.Context, r *kmsg.DeleteRecordsRequest
 			pr := kmsg.NewDeleteRecordsResponseTopicPartition()
 			pr.Partition, pr.LowWatermark = rp.Partition, -1
 			p := b.partition(t.Topic, rp.Partition)
-			if p == nil {
+			switch {
+			case p == nil:
 				pr.ErrorCode = kerr.UnknownTopicOrPartition.Code
+				rt.Partitions = append(rt.Partitions, pr)
+				continue
+			case internalTopic(t.Topic):
+				pr.ErrorCode = errorCode(errInternalTopic(t.Topic))
 				rt.Partitions = append(rt.Partitions, pr)
 				continue
 			}

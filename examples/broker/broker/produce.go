@@ -23,6 +23,13 @@ import (
 // then or until the request's timeout, when the partitions still short
 // answer REQUEST_TIMED_OUT.
 func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Response, error) {
+	if r.Version < produceMinVersion {
+		return refuseProduce(r, kerr.UnsupportedVersion)
+	}
+	if r.Acks != -1 && r.Acks != 0 && r.Acks != 1 {
+		// Kafka's ReplicaManager.appendRecords: nothing appended.
+		return refuseProduce(r, kerr.InvalidRequiredAcks)
+	}
 	resp := kmsg.NewPtrProduceResponse()
 	var waits []hwWait
 	for ti, t := range r.Topics {
@@ -32,7 +39,7 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 			pr := kmsg.NewProduceResponseTopicPartition()
 			pr.Partition = rp.Partition
 			p := b.partition(t.Topic, rp.Partition)
-			if p == nil || t.Topic == offsetsTopic {
+			if p == nil || internalTopic(t.Topic) {
 				pr.ErrorCode = kerr.UnknownTopicOrPartition.Code
 				if p != nil {
 					pr.ErrorCode = kerr.InvalidTopicException.Code // internal: written by the coordinator only
@@ -70,6 +77,26 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 				pr.ErrorMessage = &msg
 			}
 		}
+	}
+	return resp, nil
+}
+
+// refuseProduce answers every partition of r with err (no answer for
+// acks=0), appending nothing.
+func refuseProduce(r *kmsg.ProduceRequest, err *kerr.Error) (kmsg.Response, error) {
+	if r.Acks == 0 {
+		return nil, errNoResponse
+	}
+	resp := kmsg.NewPtrProduceResponse()
+	for _, t := range r.Topics {
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = t.Topic
+		for _, rp := range t.Partitions {
+			pr := kmsg.NewProduceResponseTopicPartition()
+			pr.Partition, pr.ErrorCode = rp.Partition, err.Code
+			rt.Partitions = append(rt.Partitions, pr)
+		}
+		resp.Topics = append(resp.Topics, rt)
 	}
 	return resp, nil
 }

@@ -73,6 +73,19 @@ func (s *stateFile) setEpochs(epochs map[string]int32) error {
 	return writeJSON(s.dir, topicsFile, s.t)
 }
 
+// setConfig records a topic's config overrides.
+func (s *stateFile) setConfig(name string, cfg map[string]string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t, ok := s.t[name]
+	if !ok {
+		return fmt.Errorf("broker: %s: topic %s: %w", topicsFile, name, fs.ErrNotExist)
+	}
+	t.Config = cfg
+	s.t[name] = t
+	return writeJSON(s.dir, topicsFile, s.t)
+}
+
 func (s *stateFile) deleteTopic(name string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
