@@ -2,6 +2,7 @@ package tiered_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"math/rand/v2"
 	"slices"
@@ -176,7 +177,7 @@ func (nk *nodeKiller) run(node *s3server.Node, during string, matches func(objst
 	}
 	fp.pr.hook.Store(&hook)
 	deadline := time.Now().Add(clusterBackstop)
-	var down, failedDown int
+	var down, failed int
 	for {
 		select {
 		case <-killed:
@@ -185,7 +186,7 @@ func (nk *nodeKiller) run(node *s3server.Node, during string, matches func(objst
 		}
 		fp.produce(t, 150)
 		if !nk.offload() {
-			failedDown++
+			failed++
 		}
 		if down >= 3 {
 			break
@@ -196,18 +197,21 @@ func (nk *nodeKiller) run(node *s3server.Node, during string, matches func(objst
 	}
 	fp.pr.hook.Store(nil)
 	t.Logf("node %d killed during %s: %d offload(s) failed retryably, %d remote reads served while it was down",
-		node.Index, during, failedDown, nk.rd.ok.Load()-readsAtKill.Load())
-	if err := node.Start(ctx); err != nil {
+		node.Index, during, failed, nk.rd.ok.Load()-readsAtKill.Load())
+	sctx, cancel := context.WithTimeout(ctx, clusterBackstop)
+	defer cancel()
+	if err := node.Start(sctx); err != nil {
 		t.Fatalf("start node %d again: %v", node.Index, err)
 	}
 	readsAtStart := nk.rd.ok.Load()
+	resumeBy := time.Now().Add(clusterBackstop)
 	for tries := 1; ; tries++ {
 		fp.produce(t, 150)
 		if nk.offload() && nk.rd.ok.Load() > readsAtStart {
 			t.Logf("node %d back: offloads and remote reads resumed (%d offload(s))", node.Index, tries)
 			return
 		}
-		if time.Now().After(deadline.Add(clusterBackstop)) {
+		if time.Now().After(resumeBy) {
 			t.Fatalf("node %d back: offloads and remote reads have not resumed after %d offloads (%d reads served since)",
 				node.Index, tries, nk.rd.ok.Load()-readsAtStart)
 		}
