@@ -200,9 +200,12 @@ func (n *Node) Kill() error {
 //
 // The second condition matters: a node just started answers its health
 // check while it does not yet reach every other node's drives, and then
-// answers 404 NoSuchKey, for seconds, for objects written while it was
-// down (seen with the MinIO the Makefile builds). No client could tell
-// that from a deleted object.
+// answers 404 NoSuchKey, for up to ~20 s (its drive monitor runs every
+// 15 s), for objects written while it was down, and even accepts a
+// create-only put (If-None-Match: *) over one, replacing it for the
+// whole cluster (seen with the MinIO the Makefile builds). No client can
+// tell that from a deleted object, and a conditional commit through that
+// node is no longer one.
 func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	if n.proc != nil {
