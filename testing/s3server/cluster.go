@@ -30,8 +30,9 @@ const (
 // Cluster is a distributed MinIO on loopback: ClusterNodes processes of
 // the MinIO binary, each with its own --address and its own drives under
 // one temporary directory, sharing one set of root credentials. Its
-// Server's Endpoint is the first node's: clients talk to that node, which
-// reaches the others' drives over the cluster's internal API.
+// Server's Endpoint is a load balancer in front of the nodes (round robin
+// over those in rotation: a killed node leaves it, a restarted one comes
+// back once it has rejoined); each Node's Endpoint is the node itself.
 //
 // A test may SIGKILL a node (Node.Kill) and start it again with the same
 // arguments and drives (Node.Start). Close stops every node and removes
@@ -40,6 +41,7 @@ type Cluster struct {
 	*Server
 	Nodes []*Node
 	dir   string
+	lb    *balancer
 }
 
 // Node is one server process of a Cluster. Its methods may be called
@@ -158,11 +160,22 @@ func startClusterOnce(ctx context.Context, bin, dir, access, secret string) (*Cl
 		c.stopNodes()
 		return nil, fmt.Errorf("s3server: %s: create the probe bucket: %w", MinIOCluster, err)
 	}
+	addrs := make([]string, len(c.Nodes))
+	for i, n := range c.Nodes {
+		addrs[i] = strings.TrimPrefix(n.Endpoint, "http://")
+	}
+	lb, err := newBalancer(addrs)
+	if err != nil {
+		c.stopNodes()
+		return nil, err
+	}
+	c.lb = lb
 	var once sync.Once
-	c.Server = &Server{Endpoint: c.Nodes[0].Endpoint, AccessKey: access, SecretKey: secret, Region: "us-east-1",
+	c.Server = &Server{Endpoint: lb.endpoint(), AccessKey: access, SecretKey: secret, Region: "us-east-1",
 		Kind: MinIOCluster, cluster: c,
 		stop: func() {
 			once.Do(func() {
+				lb.close()
 				c.stopNodes()
 				if c.dir != "" {
 					os.RemoveAll(c.dir)
@@ -179,14 +192,18 @@ func (c *Cluster) stopNodes() {
 	}
 }
 
-// Kill SIGKILLs the node and returns once the process has been reaped;
-// the cluster goes on without it. Killing a node that is not running is
-// an error.
+// Kill takes the node out of the load balancer's rotation, SIGKILLs it
+// and returns once the process has been reaped; the cluster goes on
+// without it. Requests in flight through it break. Killing a node that
+// is not running is an error.
 func (n *Node) Kill() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if n.proc == nil {
 		return fmt.Errorf("%w: kill node %d (%s): not running", errNodeState, n.Index, n.Endpoint)
+	}
+	if n.c.lb != nil {
+		n.c.lb.leave(n.Index)
 	}
 	n.proc.stop()
 	n.proc = nil
@@ -196,7 +213,8 @@ func (n *Node) Kill() error {
 // Start starts a killed node again, with the arguments and drives it had,
 // and returns once it has rejoined, or ctx ends: it answers its cluster
 // health check (the cluster has write quorum as it sees it) and reads an
-// object written while it was down.
+// object written while it was down. Only then does it join the load
+// balancer's rotation again.
 //
 // The second condition matters: a node just started answers its health
 // check while it does not yet reach every other node's drives, and then
@@ -227,7 +245,13 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.waitReady(ctx); err != nil {
 		return err
 	}
-	return n.waitProbe(ctx, probe)
+	if err := n.waitProbe(ctx, probe); err != nil {
+		return err
+	}
+	if n.c.lb != nil {
+		n.c.lb.join(n.Index)
+	}
+	return nil
 }
 
 // probeBucket holds the objects Start writes while a node is down.
