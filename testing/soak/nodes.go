@@ -12,9 +12,7 @@ import (
 // nodeKiller SIGKILLs a node of the soak's MinIO cluster at random times,
 // besides the proxy's faults, and starts it again (same arguments, same
 // drives) a few seconds later: one node down at a time, which the
-// cluster's erasure set survives. The node may be the one the proxy
-// fronts, so that every request then fails until it is back. Used from
-// the parent's loop only.
+// cluster's erasure set survives. Used from the parent's loop only.
 type nodeKiller struct {
 	c       *s3server.Cluster // nil: a single MinIO, no node to kill
 	down    *s3server.Node    // the node killed, until it is back

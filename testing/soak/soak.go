@@ -18,8 +18,8 @@
 //
 // Run (the parent, in the test process) starts a distributed MinIO
 // (s3server.Cluster: 4 nodes, one erasure set; a single MinIO container
-// where only Docker can give one), a fault proxy in front of its first
-// node (faultproxy) and then, one after the other, lives
+// where only Docker can give one), a fault proxy in front of its load
+// balancer (faultproxy) and then, one after the other, lives
 // of a child process: the test binary re-executed, which Main sends to the
 // workload when ChildEnv is set. Each life opens one log directory
 // (local.Backend), recovering it after the SIGKILL that ended the life
@@ -51,10 +51,11 @@
 // connections reset on their first bytes or mid-request, bodies cut after
 // some kilobytes, streams sliced into small delayed writes, short black
 // holes), and now and then SIGKILLs one node of the cluster, any of them
-// (the proxy's own included, so that every request is then refused), and
-// starts it again with the same drives a few seconds later: a request
-// under a fault may fail retryably, and its step is then tried again
-// later; it must never yield wrong bytes or lose a record. After the loop
+// (the requests in flight through it break; the balancer sends the next
+// ones to the others), and starts it again with the same drives a few
+// seconds later, back in the balancer's rotation once it has rejoined: a
+// request under a fault may fail retryably, and its step is then tried
+// again later; it must never yield wrong bytes or lose a record. After the loop
 // a last life runs with no faults and every node up (the bucket brought
 // up to date, retention, B cleaned to the end) and the parent checks
 // everything once more in-process, before and after a forced tiered.GC.
