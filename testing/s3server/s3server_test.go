@@ -150,3 +150,16 @@ func TestHealthyNeedsALiveProcess(t *testing.T) {
 		t.Fatalf("waitHealthy with a dead process: %v", err)
 	}
 }
+
+// TestServerThatExitsAtOnce: a server binary that exits before it is
+// healthy is an error naming the exit, after the tries, not a hang.
+func TestServerThatExitsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := startProcess(ctx, VersityGW, "/bin/false", "/health", nil, func(dir, access, secret string, port, console int) ([]string, []string) {
+		return nil, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("a server that exits at once: %v", err)
+	}
+}
