@@ -84,3 +84,16 @@ func TestConformanceOverS3AndMinIO(t *testing.T) {
 		}
 	})
 }
+
+// TestConformanceOverMinIOCluster runs the battery over a distributed
+// MinIO of 4 nodes (s3server.MinIOCluster) through each driver.
+func TestConformanceOverMinIOCluster(t *testing.T) {
+	srv := s3server.SharedKind(t, s3server.MinIOCluster)
+	for _, driver := range []string{"s3", "minio"} {
+		t.Run(driver, func(t *testing.T) {
+			storagetest.Run(t, func(t *testing.T) storagetest.Harness {
+				return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: realStoreOn(t, srv, driver)}
+			})
+		})
+	}
+}

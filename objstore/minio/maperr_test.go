@@ -17,6 +17,10 @@ func TestMapErrKeepsTheCause(t *testing.T) {
 		"NoSuchKey": objstore.ErrNotFound, "NoSuchBucket": objstore.ErrBucketNotFound,
 		"PreconditionFailed": objstore.ErrPreconditionFailed, "AccessDenied": objstore.ErrAccessDenied,
 		"BadDigest": objstore.ErrChecksumMismatch, "InvalidRange": objstore.ErrInvalidRange, "SlowDown": objstore.ErrRetryable,
+		// MinIO short of read or write quorum (a node down), also as the
+		// per-key errors of a batch delete, which carry no HTTP status.
+		"SlowDownRead": objstore.ErrRetryable, "SlowDownWrite": objstore.ErrRetryable,
+		"XMinioServerNotInitialized": objstore.ErrRetryable,
 	} {
 		err := mapErr(mc.ErrorResponse{Code: code})
 		var r mc.ErrorResponse

@@ -163,7 +163,8 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", objstore.ErrChecksumMismatch, err)
 	case "InvalidRange":
 		return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
-	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized":
+	case "SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable", "XMinioServerNotInitialized",
+		"SlowDownRead", "SlowDownWrite": // MinIO short of read or write quorum
 		return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 	}
 	switch code := r.StatusCode; {

@@ -198,7 +198,8 @@ func mapErr(err error) error {
 		case "InvalidRange":
 			return fmt.Errorf("%w: %w", objstore.ErrInvalidRange, err)
 		case "SlowDown", "Throttling", "ThrottlingException", "RequestTimeout", "RequestTimeTooSkewed",
-			"InternalError", "ServiceUnavailable", "OperationAborted":
+			"InternalError", "ServiceUnavailable", "OperationAborted",
+			"SlowDownRead", "SlowDownWrite", "XMinioServerNotInitialized": // MinIO short of quorum, or starting
 			return fmt.Errorf("%w: %w", objstore.ErrRetryable, err)
 		}
 	}

@@ -9,6 +9,10 @@
 //   - versitygw: an Apache-2.0 S3 server with its posix backend on a
 //     temporary directory, installed into .cache/bin the same way (or
 //     named by $TIERLOG_VERSITYGW).
+//   - A MinIO cluster: ClusterNodes processes of the MinIO binary on
+//     loopback, one erasure set over all their drives, as MinIO is
+//     deployed (always the binary, never a container). NewCluster gives a
+//     test a private one whose nodes it may SIGKILL and start again.
 //
 // Shared gives a test binary's preferred server (MinIO where it can be
 // started, else versitygw); SharedKind a server of a given kind, and Kinds
@@ -65,6 +69,8 @@ const (
 	MinIO Kind = "minio"
 	// VersityGW: versitygw's posix backend.
 	VersityGW Kind = "versitygw"
+	// MinIOCluster: a distributed MinIO of ClusterNodes nodes (Cluster).
+	MinIOCluster Kind = "minio-cluster"
 )
 
 // Server is a running S3 server.
@@ -75,8 +81,26 @@ type Server struct {
 	Region    string
 	Kind      Kind
 
-	pid  int // the server process, when not a container
-	stop func()
+	pids    []int    // the server's processes, when not a container
+	cluster *Cluster // the cluster, when Kind is MinIOCluster
+	stop    func()
+}
+
+// Cluster returns the nodes of a MinIOCluster server, nil for any other.
+func (s *Server) Cluster() *Cluster { return s.cluster }
+
+// processes returns the server's process ids (none for a container).
+func (s *Server) processes() []int {
+	if s.cluster == nil {
+		return s.pids
+	}
+	var out []int
+	for _, n := range s.cluster.Nodes {
+		if pid := n.pid(); pid != 0 {
+			out = append(out, pid)
+		}
+	}
+	return out
 }
 
 // Close stops the server.
@@ -155,10 +179,11 @@ func SharedKind(t testing.TB, k Kind) *Server {
 	return ss.srv
 }
 
-// Kinds returns the kinds of server this machine can start, MinIO first.
+// Kinds returns the kinds of server this machine can start, MinIO first
+// and the cluster last.
 func Kinds() []Kind {
 	var out []Kind
-	for _, k := range []Kind{MinIO, VersityGW} {
+	for _, k := range []Kind{MinIO, VersityGW, MinIOCluster} {
 		if available(k) == nil {
 			out = append(out, k)
 		}
@@ -179,8 +204,11 @@ func available(k Kind) error {
 	case VersityGW:
 		_, err := findBinary("versitygw", EnvBinary, "make versitygw")
 		return err
+	case MinIOCluster:
+		_, err := findBinary("minio", EnvMinIO, "make minio")
+		return err
 	}
-	return fmt.Errorf("%w: unknown kind %q (want %s or %s)", errNoServer, k, MinIO, VersityGW)
+	return fmt.Errorf("%w: unknown kind %q (want %s, %s or %s)", errNoServer, k, MinIO, VersityGW, MinIOCluster)
 }
 
 var errNoServer = errors.New("no S3 server available")
@@ -195,7 +223,8 @@ func Start(ctx context.Context) (*Server, error) {
 }
 
 // StartKind starts a server of kind k: for MinIO a container when a
-// Docker engine answers, else the binary. The caller closes it.
+// Docker engine answers, else the binary; for MinIOCluster a Cluster
+// (Server.Cluster gives its nodes). The caller closes it.
 func StartKind(ctx context.Context, k Kind) (*Server, error) {
 	if err := available(k); err != nil {
 		return nil, err
@@ -210,6 +239,12 @@ func StartKind(ctx context.Context, k Kind) (*Server, error) {
 			return nil, err
 		}
 		return startMinIOBinary(ctx, bin)
+	case MinIOCluster:
+		c, err := StartCluster(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return c.Server, nil
 	default:
 		bin, err := findBinary("versitygw", EnvBinary, "make versitygw")
 		if err != nil {
@@ -335,10 +370,7 @@ func startMinIOBinary(ctx context.Context, bin string) (*Server, error) {
 }
 
 // startProcess runs a server binary on a temporary directory and free
-// ports until health answers 200 while the process is alive. The process
-// is started from a goroutine locked to its OS thread for the server's
-// life, so Pdeathsig (tied to the starting thread, not the process) kills
-// it only when the test process dies, and then surely.
+// ports until health answers 200 while the process is alive.
 func startProcess(ctx context.Context, kind Kind, bin, health string, ready func(http.Header) bool,
 	args func(dir, access, secret string, port, console int) (argv, env []string)) (*Server, error) {
 	dir, err := os.MkdirTemp("", "tierlog-"+string(kind)+"-")
@@ -357,54 +389,80 @@ func startProcess(ctx context.Context, kind Kind, bin, health string, ready func
 			return nil, err
 		}
 		argv, env := args(dir, access, secret, port, console)
-		var out syncBuffer
-		cmd := exec.Command(bin, argv...)
-		cmd.Env = append(os.Environ(), env...)
-		cmd.Stdout, cmd.Stderr = &out, &out
-		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test process
-		started := make(chan error, 1)
-		exited := make(chan error, 1)
-		kill := make(chan struct{})
-		go func() {
-			runtime.LockOSThread() // never unlocked: the thread lives as long as the server
-			if err := cmd.Start(); err != nil {
-				started <- err
-				return
-			}
-			started <- nil
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			select {
-			case err := <-done:
-				exited <- err
-			case <-kill:
-				cmd.Process.Kill()
-				exited <- <-done
-			}
-		}()
-		if err := <-started; err != nil {
+		p, err := spawn(bin, argv, env)
+		if err != nil {
 			os.RemoveAll(dir)
-			return nil, fmt.Errorf("s3server: start %s: %w", bin, err)
+			return nil, err
 		}
 		endpoint := fmt.Sprintf("http://127.0.0.1:%d", port)
-		if err := waitHealthy(ctx, endpoint+health, ready, exited); err != nil {
-			close(kill)
-			<-exited
-			lastErr = fmt.Errorf("s3server: %s on port %d: %w\n%s", kind, port, err, strings.TrimSpace(out.String()))
+		if err := waitHealthy(ctx, endpoint+health, ready, p.exited); err != nil {
+			p.stop()
+			lastErr = fmt.Errorf("s3server: %s on port %d: %w\n%s", kind, port, err, strings.TrimSpace(p.out.String()))
 			continue
 		}
 		var stopOnce sync.Once
-		return &Server{Endpoint: endpoint, AccessKey: access, SecretKey: secret, Region: "us-east-1", Kind: kind, pid: cmd.Process.Pid,
+		return &Server{Endpoint: endpoint, AccessKey: access, SecretKey: secret, Region: "us-east-1", Kind: kind, pids: []int{p.pid},
 			stop: func() {
 				stopOnce.Do(func() {
-					close(kill)
-					<-exited
+					p.stop()
 					os.RemoveAll(dir)
 				})
 			}}, nil
 	}
 	os.RemoveAll(dir)
 	return nil, lastErr
+}
+
+// process is a server process started by spawn.
+type process struct {
+	pid    int
+	out    *syncBuffer   // its stdout and stderr
+	exited chan struct{} // closed once it has exited and been reaped
+	err    error         // how it exited, set before exited is closed
+	kill   chan struct{}
+	once   sync.Once
+}
+
+// spawn starts bin. The process is started from a goroutine locked to its
+// OS thread for the server's life, so Pdeathsig (tied to the starting
+// thread, not the process) kills it only when the test process dies, and
+// then surely.
+func spawn(bin string, argv, env []string) (*process, error) {
+	p := &process{out: new(syncBuffer), exited: make(chan struct{}), kill: make(chan struct{})}
+	cmd := exec.Command(bin, argv...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = p.out, p.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // dies with the test process
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread lives as long as the server
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		p.pid = cmd.Process.Pid
+		started <- nil
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case p.err = <-done:
+		case <-p.kill:
+			cmd.Process.Kill() // SIGKILL
+			p.err = <-done
+		}
+		close(p.exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, fmt.Errorf("s3server: start %s: %w", bin, err)
+	}
+	return p, nil
+}
+
+// stop SIGKILLs the process, if it still runs, and returns once it has
+// been reaped; it may be called more than once.
+func (p *process) stop() {
+	p.once.Do(func() { close(p.kill) })
+	<-p.exited
 }
 
 // syncBuffer is a bytes.Buffer safe for the process's writes and our read.
@@ -428,12 +486,12 @@ func (b *syncBuffer) String() string {
 // waitHealthy polls url until it answers 200 (and ready, when not nil,
 // accepts the headers) while the process is alive (a stale server on the
 // same port could answer for a dead one).
-func waitHealthy(ctx context.Context, url string, ready func(http.Header) bool, exited <-chan error) error {
+func waitHealthy(ctx context.Context, url string, ready func(http.Header) bool, exited <-chan struct{}) error {
 	client := &http.Client{Timeout: time.Second}
 	for {
 		select {
-		case err := <-exited:
-			return fmt.Errorf("exited before it was ready: %v", err)
+		case <-exited:
+			return errors.New("exited before it was ready")
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
@@ -443,8 +501,8 @@ func waitHealthy(ctx context.Context, url string, ready func(http.Header) bool, 
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && (ready == nil || ready(resp.Header)) {
 				select {
-				case err := <-exited:
-					return fmt.Errorf("exited right after answering: %v", err)
+				case <-exited:
+					return errors.New("exited right after answering")
 				default:
 					return nil
 				}

@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 			fmt.Println("ERR", err)
 			os.Exit(1)
 		}
-		fmt.Println("PID", srv.pid)
+		fmt.Println("PID", strings.Trim(fmt.Sprint(srv.processes()), "[]"))
 		time.Sleep(time.Hour)
 		return
 	}
@@ -95,19 +95,33 @@ func TestServerDiesWithTheTestProcess(t *testing.T) {
 				cmd.Wait()
 				t.Fatalf("child: %q %v", line, err)
 			}
-			pid, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(line, "PID ")))
-			if !alive(pid) {
-				t.Fatalf("server %d is not running while its test process is", pid)
+			var pids []int // a cluster has one per node
+			for _, f := range strings.Fields(strings.TrimPrefix(line, "PID ")) {
+				pid, err := strconv.Atoi(f)
+				if err != nil {
+					t.Fatalf("child: %q: %v", line, err)
+				}
+				pids = append(pids, pid)
+			}
+			if len(pids) == 0 {
+				t.Fatalf("child: %q: no process ids", line)
+			}
+			for _, pid := range pids {
+				if !alive(pid) {
+					t.Fatalf("server %d is not running while its test process is", pid)
+				}
 			}
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
 			deadline := time.Now().Add(10 * time.Second)
-			for alive(pid) {
-				if time.Now().After(deadline) {
-					syscall.Kill(pid, syscall.SIGKILL)
-					t.Fatalf("%s server %d outlived its killed test process", k, pid)
+			for _, pid := range pids {
+				for alive(pid) {
+					if time.Now().After(deadline) {
+						syscall.Kill(pid, syscall.SIGKILL)
+						t.Fatalf("%s server %d outlived its killed test process", k, pid)
+					}
+					time.Sleep(20 * time.Millisecond)
 				}
-				time.Sleep(20 * time.Millisecond)
 			}
 		})
 	}
@@ -128,11 +142,24 @@ func alive(pid int) bool {
 // TestHealthyNeedsALiveProcess: a health answer from a process that has
 // exited (a stale server on the port) is not readiness.
 func TestHealthyNeedsALiveProcess(t *testing.T) {
-	exited := make(chan error, 1)
-	exited <- errors.New("exit status 1")
+	exited := make(chan struct{})
+	close(exited)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := waitHealthy(ctx, "http://127.0.0.1:1/health", nil, exited); err == nil || !strings.Contains(err.Error(), "exited") {
 		t.Fatalf("waitHealthy with a dead process: %v", err)
+	}
+}
+
+// TestServerThatExitsAtOnce: a server binary that exits before it is
+// healthy is an error naming the exit, after the tries, not a hang.
+func TestServerThatExitsAtOnce(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := startProcess(ctx, VersityGW, "/bin/false", "/health", nil, func(dir, access, secret string, port, console int) ([]string, []string) {
+		return nil, nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "exited") {
+		t.Fatalf("a server that exits at once: %v", err)
 	}
 }

@@ -1,8 +1,9 @@
 // Package soak is tierlog's soak test as a library: for a bounded time it
 // runs produce → offload → retention → compaction of another topic →
 // SIGKILL → recovery → restore from the bucket, in a loop, against a real
-// MinIO through a fault proxy (toxiproxy) whose faults switch on and off
-// throughout, and checks after every step that every acknowledged-and-
+// MinIO of 4 nodes through a fault proxy (toxiproxy) whose faults switch
+// on and off throughout, while the cluster's nodes are SIGKILLed and
+// started again, and checks after every step that every acknowledged-and-
 // flushed record reads back byte-identical at its offset, through both
 // tiers.
 //
@@ -15,8 +16,10 @@
 //
 // # The loop
 //
-// Run (the parent, in the test process) starts MinIO (s3server), a fault
-// proxy in front of it (faultproxy) and then, one after the other, lives
+// Run (the parent, in the test process) starts a distributed MinIO
+// (s3server.Cluster: 4 nodes, one erasure set; a single MinIO container
+// where only Docker can give one), a fault proxy in front of its load
+// balancer (faultproxy) and then, one after the other, lives
 // of a child process: the test binary re-executed, which Main sends to the
 // workload when ChildEnv is set. Each life opens one log directory
 // (local.Backend), recovering it after the SIGKILL that ended the life
@@ -47,11 +50,15 @@
 // parent switches faults on and off on the proxy (latency, bandwidth caps,
 // connections reset on their first bytes or mid-request, bodies cut after
 // some kilobytes, streams sliced into small delayed writes, short black
-// holes): a request under a fault may fail retryably, and its step is then
-// tried again later; it must never yield wrong bytes or lose a record.
-// After the loop a last life runs with no faults (the bucket brought up to
-// date, retention, B cleaned to the end) and the parent checks everything
-// once more in-process, before and after a forced tiered.GC.
+// holes), and now and then SIGKILLs one node of the cluster, any of them
+// (the requests in flight through it break; the balancer sends the next
+// ones to the others), and starts it again with the same drives a few
+// seconds later, back in the balancer's rotation once it has rejoined: a
+// request under a fault may fail retryably, and its step is then tried
+// again later; it must never yield wrong bytes or lose a record. After the loop
+// a last life runs with no faults and every node up (the bucket brought
+// up to date, retention, B cleaned to the end) and the parent checks
+// everything once more in-process, before and after a forced tiered.GC.
 //
 // # What is checked
 //
@@ -111,6 +118,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -170,6 +178,12 @@ type Report struct {
 	// Faults is how many faults the proxy switched on, by kind.
 	Faults       int64
 	FaultsByKind map[string]int
+	// NodeKills is how many times a node of the MinIO cluster was
+	// SIGKILLed (and started again), by node; Nodes is the cluster's
+	// size (0: a single MinIO, no node killed).
+	NodeKills       int
+	NodeKillsByNode map[int]int
+	Nodes           int
 	// Counters sums the lives' counters (records_checked, bytes_produced,
 	// bytes_uploaded, step_retries, …) and the parent's final check.
 	Counters map[string]int64
@@ -180,10 +194,10 @@ func (r Report) Summary() string {
 	c := r.Counters
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 	return fmt.Sprintf("soak: seed %d, %v: %d loops, %d SIGKILLs (%d self-inflicted), %d clean exits, %d restores; "+
-		"%d faults injected, %d failed store requests, %d steps retried; produced %d records (%s), uploaded %s, downloaded %s, read back %s; "+
+		"%d faults injected, %d MinIO node kills (of %d nodes), %d failed store requests, %d steps retried; produced %d records (%s), uploaded %s, downloaded %s, read back %s; "+
 		"%d records checked (%d from the bucket) in %d checks (%d cut short by faults); lost or altered: 0",
 		r.Seed, r.Duration.Round(time.Second), r.Loops, r.Kills, r.SelfKills, r.CleanExits, r.Restores,
-		r.Faults, c["store_attempts_failed"], c["step_retries"], c["records_produced"], mb(c["bytes_produced"]),
+		r.Faults, r.NodeKills, r.Nodes, c["store_attempts_failed"], c["step_retries"], c["records_produced"], mb(c["bytes_produced"]),
 		mb(c["bytes_uploaded"]), mb(c["bytes_downloaded"]), mb(c["bytes_read"]),
 		c["records_checked"], c["records_checked_a_remote"], c["checks"], c["checks_incomplete"])
 }
@@ -210,15 +224,23 @@ func Run(t *testing.T, cfg Config) Report {
 			cfg.Seed = uint64(time.Now().UnixNano())
 		}
 	}
-	srv := s3server.SharedKind(t, s3server.MinIO)
+	var cluster *s3server.Cluster
+	var srv *s3server.Server
+	if slices.Contains(s3server.Kinds(), s3server.MinIOCluster) {
+		cluster = s3server.NewCluster(t)
+		srv = cluster.Server
+	} else { // no MinIO binary: a MinIO container where Docker answers (else skipped), no node to kill
+		srv = s3server.SharedKind(t, s3server.MinIO)
+	}
 	bucket := srv.NewBucket(t)
 	proxy := faultproxy.Start(t, srv.Endpoint)
 	exe, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{t: t, cfg: cfg, srv: srv, bucket: bucket, proxy: proxy, exe: exe, root: t.TempDir(),
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x50a4)), report: Report{Seed: cfg.Seed, Counters: map[string]int64{}, FaultsByKind: map[string]int{}}}
+	r := &runner{t: t, cfg: cfg, srv: srv, bucket: bucket, proxy: proxy, exe: exe, root: t.TempDir(), nodes: newNodeKiller(cluster),
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x50a4)), report: Report{Seed: cfg.Seed, Counters: map[string]int64{}, FaultsByKind: map[string]int{}, NodeKillsByNode: map[int]int{}}}
+	r.report.Nodes = r.nodes.size()
 	t.Logf("soak: seed %d (replay with %s=%d), %v against %s through a fault proxy, work dir %s", cfg.Seed, EnvSeed, cfg.Seed, cfg.Duration, srv.Kind, r.root)
 	r.topics()
 	start := time.Now()
@@ -227,6 +249,7 @@ func Run(t *testing.T, cfg Config) Report {
 		r.life(life, deadline)
 	}
 	r.clearFaults()
+	r.nodes.restoreAll(t)
 	r.life(r.report.Loops+1, time.Time{})
 	r.finalCheck()
 	r.report.Duration = time.Since(start)
@@ -241,6 +264,7 @@ type runner struct {
 	srv    *s3server.Server
 	bucket string
 	proxy  *faultproxy.Proxy
+	nodes  *nodeKiller
 	exe    string
 	root   string
 	rng    *rand.Rand
@@ -345,6 +369,7 @@ func (r *runner) life(life int, deadline time.Time) {
 		case <-tick.C:
 			if !deadline.IsZero() {
 				r.toggleFaults()
+				r.nodes.toggle(t, r.rng, &r.report)
 			}
 		}
 	}
@@ -557,4 +582,7 @@ func (r *runner) logReport() {
 	}
 	r.t.Logf("soak: counters:%s", b.String())
 	r.t.Logf("soak: faults by kind: %v", r.report.FaultsByKind)
+	if r.report.Nodes > 0 {
+		r.t.Logf("soak: MinIO node kills by node (of %d): %v", r.report.Nodes, r.report.NodeKillsByNode)
+	}
 }
