@@ -1,0 +1,198 @@
+package tiered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/record"
+)
+
+// The window reader every remote read goes through: locate finds a
+// batch by the remote offset index and windows of the object, checking
+// order as it scans.
+
+// located is a batch of a remote segment found by locate, and how: the
+// remote index entry step 2 chose, and the window of bytes (from the chunk
+// cache or one ranged GET) that holds the batch.
+type located struct {
+	indexEntry   index.OffsetEntry
+	indexSlot    int // -1: none, the segment's start
+	indexEntries int
+	scanned      int   // batch headers read to get there
+	cached       bool  // the window came from the chunk cache
+	pos          int64 // the window's position in the .log
+	data         []byte
+	at           int64 // the batch's offset in data
+	entry        record.Entry
+}
+
+// whole reports whether the window holds the found batch whole.
+func (l *located) whole() bool { return l.at+l.entry.Size <= int64(len(l.data)) }
+
+// locate finds the first batch of seg holding an offset >= target, as every
+// remote read does: the remote offset index gives the position, then
+// windows of window bytes from there (each from the chunk cache, or one
+// ranged GET that then lands in it) are scanned header by header. found is
+// false when no batch of seg holds target or a later offset. The scan
+// checks, for free, that offsets rise strictly from batch to batch inside
+// the segment's range and that a batch from the index entry ends at its
+// offset (none past it); damage is backend.ErrCorruptRecord naming the
+// object and position.
+func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, window int64) (l located, found bool, err error) {
+	idx, err := p.remoteIndex(ctx, seg, manifest.IndexSuffix)
+	if err != nil {
+		return l, false, err
+	}
+	oi := index.NewOffsetIndexView(idx, seg.BaseOffset)
+	l.indexEntry, l.indexSlot, l.indexEntries = oi.LookupSlot(target)
+	key := p.key(seg.Name(manifest.LogSuffix))
+	prevLast := seg.BaseOffset - 1
+	if l.indexSlot > 0 {
+		prevLast = oi.Entry(l.indexSlot - 1).Offset // offsets up to it come before the entry's position
+	}
+	reached := l.indexSlot < 0 // a batch ended at the index entry's offset (see local's translateOffset)
+	for pos := int64(l.indexEntry.Position); pos < seg.Size; {
+		n := min(seg.Size-pos, window)
+		data, cached, err := p.window(ctx, key, pos, n, n/2)
+		if err != nil {
+			return l, false, err
+		}
+		l.pos, l.data, l.cached = pos, data, cached
+		at := int64(0)
+		for at < int64(len(data)) {
+			e, err := record.HeaderAt(data, at, int64(len(data)))
+			if errors.Is(err, record.ErrTornTail) || err == io.EOF {
+				break // the window ends inside this batch
+			}
+			if err != nil {
+				return l, false, fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, key, pos+at, err)
+			}
+			if err := checkOrder(e, prevLast, seg, key, pos+at); err != nil {
+				return l, false, err
+			}
+			if !reached && e.LastOffset > l.indexEntry.Offset {
+				return l, false, fmt.Errorf("%w: %s position %d holds offsets up to %d, but its offset index says an append of offsets up to %d starts at position %d",
+					backend.ErrCorruptRecord, key, pos+at, e.LastOffset, l.indexEntry.Offset, l.indexEntry.Position)
+			}
+			reached = reached || e.LastOffset == l.indexEntry.Offset
+			l.scanned++
+			if e.LastOffset >= target {
+				l.at, l.entry = at, e
+				return l, true, nil
+			}
+			prevLast = e.LastOffset
+			at += e.Size
+		}
+		if at > 0 {
+			pos += at // the next window starts at the batch the last one cut
+			continue
+		}
+		// The batch at pos is larger than the window: its header says how
+		// large, and the scan fetches it whole.
+		size, err := declaredSize(data, seg.Size-pos, key, pos)
+		if err != nil {
+			return l, false, err
+		}
+		window = size
+	}
+	return l, false, nil
+}
+
+// checkOrder checks a remote batch header against the one before it
+// (record.Entry.Follows) and the segment's range.
+func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string, pos int64) error {
+	first := e.BaseOffset
+	if first < 0 && e.Magic < 2 {
+		first = e.LastOffset // a legacy wrapper: only its last offset is known
+	}
+	if e.Follows(prevLast) != nil || e.LastOffset > seg.LastOffset || first < seg.BaseOffset {
+		return fmt.Errorf("%w: %s position %d: a batch of offsets %d..%d after offset %d, in a segment of offsets %d..%d",
+			backend.ErrCorruptRecord, key, pos, e.BaseOffset, e.LastOffset, prevLast, seg.BaseOffset, seg.LastOffset)
+	}
+	return nil
+}
+
+// checkNext checks the batch that starts at pos, just after a read's last
+// batch (whose last offset is prevLast), so that no read returns a batch
+// the next one overlaps: a base offset moved forward shows only there.
+// data holds the object's bytes from pos, perhaps fewer than a header;
+// the header is then fetched (through the chunk cache). At the segment's
+// end there is nothing to check: the next segment starts past
+// seg.LastOffset, which checkOrder holds every batch to.
+func (p *Partition) checkNext(ctx context.Context, seg manifest.Segment, key string, pos int64, data []byte, prevLast int64) error {
+	left := seg.Size - pos
+	if left <= 0 {
+		return nil
+	}
+	n := min(left, record.BatchHeaderSize)
+	if int64(len(data)) < n {
+		var err error
+		if data, _, err = p.window(ctx, key, pos, n, n); err != nil {
+			return err
+		}
+	}
+	var buf [record.BatchHeaderSize]byte
+	e, err := record.ReadHeader(bytesAt{data, pos}, pos, seg.Size, buf[:])
+	if err != nil {
+		return fmt.Errorf("%w: %s position %d: %w", backend.ErrCorruptRecord, key, pos, err)
+	}
+	return checkOrder(e, prevLast, seg, key, pos)
+}
+
+// bytesAt reads bytes that begin at position pos of an object.
+type bytesAt struct {
+	data []byte
+	pos  int64
+}
+
+func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
+	if off < b.pos || off-b.pos > int64(len(b.data)) {
+		return 0, io.EOF
+	}
+	n := copy(p, b.data[off-b.pos:])
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// window returns bytes of the object key from pos, n of them or at least
+// least: from the chunk cache when the cached ranges from pos (one, or
+// consecutive ones joined, as read-ahead leaves them) hold n bytes, or at
+// least least (a read returns whole batches up to MaxBytes, so fewer
+// bytes make a smaller answer, not a wrong one); else one ranged GET of n
+// bytes, cached.
+func (p *Partition) window(ctx context.Context, key string, pos, n, least int64) ([]byte, bool, error) {
+	chunks := p.caches.chunks
+	data := chunks.span(key, pos, n)
+	if int64(len(data)) >= min(n, least) && len(data) > 0 {
+		chunks.lru.hits.Add(1)
+		return data, true, nil
+	}
+	if a := p.ahead.Load(); a != nil && a.key == key && a.start <= pos+int64(len(data)) && a.end > pos {
+		// Read-ahead is fetching what follows the cached bytes: a
+		// sequential consumer that caught up with it waits for it rather
+		// than fetching the same range a second time.
+		select {
+		case <-a.done:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+		if data := chunks.span(key, pos, n); int64(len(data)) >= min(n, least) && len(data) > 0 {
+			chunks.lru.hits.Add(1)
+			return data, true, nil
+		}
+	}
+	chunks.lru.misses.Add(1)
+	data, err := p.store.ReadAll(ctx, key, pos, n)
+	if err != nil {
+		return nil, false, fmt.Errorf("tiered: %w", err)
+	}
+	chunks.put(key, pos, data)
+	return data, false, nil
+}
