@@ -1,0 +1,88 @@
+package tiered
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/manifest"
+)
+
+// A tiered partition's offsets, from the local log's and the committed
+// manifest's.
+
+// Offsets returns the partition's offsets: LogStart is the remote start
+// when old segments live in the bucket; LocalLogStart the local one;
+// TieredEnd the committed manifest's end (see tieredEnd).
+func (p *Partition) Offsets() backend.Offsets {
+	m := p.Manifest()
+	o := p.offsets(m)
+	o.TieredEnd = tieredEnd(m, o.LogStart)
+	return o
+}
+
+// tieredEnd is backend.Offsets.TieredEnd: the offset after the last one
+// of m's segments, or the log start when m holds none (before the
+// manifest is read, m is an empty one). A deleted partition's manifest is
+// nothing of a partition created anew under its name.
+func tieredEnd(m *manifest.Manifest, logStart int64) int64 {
+	if n := len(m.Segments); n > 0 && !m.Deleted {
+		return m.Segments[n-1].LastOffset + 1
+	}
+	return logStart
+}
+
+// notifyTieredEnd fires Changed when the tiered end is no longer before:
+// called (deferred) around each change of the manifest or the log start.
+func (p *Partition) notifyTieredEnd(before int64) {
+	if p.Offsets().TieredEnd != before {
+		p.local.NotifyChanged()
+	}
+}
+
+// offsets is Offsets but for TieredEnd, with m the committed manifest.
+func (p *Partition) offsets(m *manifest.Manifest) backend.Offsets {
+	o := p.local.Offsets()
+	if !p.attached.Load() {
+		// The log start the checkpoint recorded, until the manifest says.
+		if rs, ok := p.local.RemoteLogStart(); ok && rs < o.LogStart {
+			o.LogStart = rs
+		}
+		return o
+	}
+	if m.Deleted {
+		// A deleted partition's log start (where its records ended) is
+		// nothing of this one's: a partition created anew under its name
+		// starts where its own log does.
+		return o
+	}
+	if n := len(m.Segments); n > 0 && m.Segments[n-1].LastOffset+1 >= o.LogStart {
+		// The bucket runs on into the local log: the partition starts
+		// where the manifest says, also above the local log start when a
+		// committed new log start has not reached the local log yet (it
+		// does at the next change; see fitLocalStartLocked).
+		o.LogStart = m.LogStartOffset
+	} else {
+		o.LogStart = max(o.LogStart, m.LogStartOffset)
+	}
+	o.LocalLogStart = max(o.LocalLogStart, o.LogStart)
+	return o
+}
+
+// fitLocalStartLocked moves the local log's start up to the manifest's
+// when a committed log start (DeleteRecordsBefore, remote retention) did
+// not reach it: the change was interrupted after its commit, or its
+// commit's answer was lost and adopted later. REQUIRES: p.mu held.
+func (p *Partition) fitLocalStartLocked(ctx context.Context) error {
+	o := p.local.Offsets()
+	m := p.Manifest()
+	if m.Deleted {
+		return nil // a deleted partition's log start is not this one's (see Offsets)
+	}
+	if target := min(m.LogStartOffset, o.HighWatermark); target > o.LogStart {
+		if err := p.local.DeleteRecordsBefore(ctx, target); err != nil {
+			return fmt.Errorf("tiered: move the local log start to the committed %d: %w", target, err)
+		}
+	}
+	return nil
+}
