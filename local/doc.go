@@ -29,7 +29,8 @@
 //
 // # The files of the package
 //
-//	log.go       Log: options, offsets, close, retiring segments
+//	log.go       Log: options, offsets, close
+//	retire.go    retiring segments: .deleted, then unlinked
 //	flush.go     Flush: what it syncs, and the directory only when it changed
 //	loader.go    opening: leftover files, segment list, recovery, the log end
 //	recover.go   rebuilding one segment's indexes from its .log (LogSegment.recover)
