@@ -333,7 +333,9 @@ type Offsets struct {
 	// all) it is LogStart. It never moves backwards: uploads raise it,
 	// TruncateTo cannot cut below it, DeleteRecordsBefore and retention
 	// leave it or raise it to LogStart; it lies below LogStart while a
-	// DeleteRecordsBefore past it awaits remote retention. A partition
+	// DeleteRecordsBefore past it awaits remote retention. (A partition
+	// deleted and created anew under its name is a new partition: its
+	// tiered end starts at its own log start.) A partition
 	// opened without its bucket (OpenWithoutBucket) knows it once it has
 	// read the manifest. Changed fires when it moves. A partition without
 	// a bucket (a local log; a topic without remote.storage.enable)
