@@ -95,10 +95,9 @@ type Partition interface {
 
 	// Changed returns a channel that is closed the next time LogEnd,
 	// HighWatermark, LastStableOffset or TieredEnd moves, or the partition
-	// closes. A
-	// broker's long-poll Fetch selects on it, then reads Offsets (and asks
-	// Changed again). It MUST NOT block and MAY be called from any
-	// goroutine.
+	// closes. A broker's long-poll Fetch selects on it, then reads Offsets
+	// (and asks Changed again). It MUST NOT block and MAY be called from
+	// any goroutine.
 	Changed() <-chan struct{}
 
 	// SetConfig applies a topic config change to the open partition (Kafka
@@ -224,10 +223,7 @@ type AppendOptions struct {
 // Any other LeaderEpoch is ErrWrongLeaderEpoch. Every backend applies this
 // one rule.
 func (o AppendOptions) EpochAt(leading int32) (int32, error) {
-	switch o.LeaderEpoch {
-	case leading:
-		return leading, nil
-	case 0:
+	if o.LeaderEpoch == leading || o.LeaderEpoch == 0 {
 		return leading, nil
 	}
 	return -1, fmt.Errorf("%w: an append at leader epoch %d to a partition that leads at %d", ErrWrongLeaderEpoch, o.LeaderEpoch, leading)
@@ -337,7 +333,9 @@ type Offsets struct {
 	// all) it is LogStart. It never moves backwards: uploads raise it,
 	// TruncateTo cannot cut below it, DeleteRecordsBefore and retention
 	// leave it or raise it to LogStart; it lies below LogStart while a
-	// DeleteRecordsBefore past it awaits remote retention. A partition
+	// DeleteRecordsBefore past it awaits remote retention. (A partition
+	// deleted and created anew under its name is a new partition: its
+	// tiered end starts at its own log start.) A partition
 	// opened without its bucket (OpenWithoutBucket) knows it once it has
 	// read the manifest. Changed fires when it moves. A partition without
 	// a bucket (a local log; a topic without remote.storage.enable)

@@ -11,7 +11,8 @@ import (
 // error when ctx ends first, the partition's error (ErrClosed) when it
 // closes, and a *ConfigError naming remote.storage.enable at once for a
 // partition without a bucket (TieredEnd -1), which would wait forever.
-// It selects on Changed and reads Offsets; nothing else.
+// It selects on Changed and reads Offsets; woken with nothing moved, it
+// makes an empty Read at the log end to learn whether p closed.
 func WaitTieredEnd(ctx context.Context, p Partition, offset int64) (Offsets, error) {
 	var last Offsets
 	for first := true; ; first = false {

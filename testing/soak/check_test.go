@@ -47,7 +47,7 @@ func newFixture(t *testing.T) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := tiered.Open(ctx, la, tiered.Options{Store: objstore.New(mem.New(), "mem://check", objstore.Options{}), Prefix: "a-0"})
+	p, err := tiered.Open(ctx, la, tiered.Options{Store: objstore.New(mem.New(), "mem://check", objstore.Options{}), Prefix: "a-0", LeaderEpoch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

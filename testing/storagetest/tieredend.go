@@ -18,7 +18,8 @@ import (
 // upload commits (a waiter started before is woken), always equals the
 // offset after the last one ListOffsets' LatestTieredTimestamp finds (the
 // log start when none), stays within the log end, never moves backwards
-// (DeleteRecordsBefore, more uploads), and is the same after a reopen.
+// (DeleteRecordsBefore, more uploads), and is the same after a reopen;
+// WaitTieredEnd on a closed partition returns ErrClosed.
 func testTieredEnd(t *testing.T, h Harness) {
 	c := Config(t, "segment.bytes", "2048")
 	p := h.Open(t, c)
@@ -104,5 +105,11 @@ func testTieredEnd(t *testing.T, h Harness) {
 	p = h.Open(t, c)
 	if o := p.Offsets(); o.TieredEnd != before.TieredEnd {
 		t.Fatalf("tiered end %d after a reopen, %d before", o.TieredEnd, before.TieredEnd)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := backend.WaitTieredEnd(wctx, p, before.LogEnd); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("WaitTieredEnd on a closed partition: %v; want ErrClosed", err)
 	}
 }
