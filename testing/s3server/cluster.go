@@ -223,7 +223,10 @@ func (n *Node) Kill() error {
 // create-only put (If-None-Match: *) over one, replacing it for the
 // whole cluster (seen with the MinIO the Makefile builds). No client can
 // tell that from a deleted object, and a conditional commit through that
-// node is no longer one.
+// node is no longer one. Reading the probe is not proof enough on a busy
+// machine (other buckets' objects were still 404 after it), so the node
+// then waits out one run of its drive monitor (nodeSettle) before it
+// rejoins.
 func (n *Node) Start(ctx context.Context) error {
 	n.mu.Lock()
 	if n.proc != nil {
@@ -248,11 +251,21 @@ func (n *Node) Start(ctx context.Context) error {
 	if err := n.waitProbe(ctx, probe); err != nil {
 		return err
 	}
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("s3server: %s node %d: settling after its start: %w", MinIOCluster, n.Index, ctx.Err())
+	case <-time.After(nodeSettle):
+	}
 	if n.c.lb != nil {
 		n.c.lb.join(n.Index)
 	}
 	return nil
 }
+
+// nodeSettle is how long a restarted node stays out of the balancer's
+// rotation after it reads the probe: one run of MinIO's drive monitor
+// (every 15 s), after which it reaches every peer's drives.
+const nodeSettle = 16 * time.Second
 
 // probeBucket holds the objects Start writes while a node is down.
 const probeBucket = "tierlog-cluster-probe"
