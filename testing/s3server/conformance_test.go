@@ -3,6 +3,7 @@ package s3server_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/s3"
@@ -27,7 +28,10 @@ func TestClusterConformance(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s := objstore.New(d, "s3://"+c.Bucket, objstore.Options{})
+		// A cluster on a busy machine answers SlowDownWrite (503) while
+		// its drives are slow: more tries, longer backoff, as a client
+		// of a loaded cluster is configured.
+		s := objstore.New(d, "s3://"+c.Bucket, objstore.Options{MaxAttempts: 10, MaxBackoff: 5 * time.Second})
 		t.Cleanup(func() { s.Close() })
 		return s
 	}, objstoretest.Options{LargeSize: 11 << 20})

@@ -46,6 +46,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 	"github.com/testcontainers/testcontainers-go/wait"
 
+	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/s3"
 )
 
@@ -117,11 +118,22 @@ func (s *Server) NewBucket(t testing.TB) string {
 	name := BucketName(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s3.CreateBucket(ctx, s3.Config{Bucket: name, Endpoint: s.Endpoint, Region: s.Region, PathStyle: true,
-		AccessKey: s.AccessKey, SecretKey: s.SecretKey}); err != nil {
-		t.Fatalf("s3server: create bucket %s on %s: %v", name, s.Kind, err)
+	// A retryable refusal (a busy MinIO cluster's SlowDownWrite) is tried
+	// again, as a Store would, until the minute is up.
+	for wait := 100 * time.Millisecond; ; wait = min(2*wait, 5*time.Second) {
+		err := s3.CreateBucket(ctx, s3.Config{Bucket: name, Endpoint: s.Endpoint, Region: s.Region, PathStyle: true,
+			AccessKey: s.AccessKey, SecretKey: s.SecretKey})
+		if err == nil {
+			return name
+		}
+		if !errors.Is(err, objstore.ErrRetryable) || ctx.Err() != nil {
+			t.Fatalf("s3server: create bucket %s on %s: %v", name, s.Kind, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
 	}
-	return name
 }
 
 // shared holds the test binary's servers, one per kind.
