@@ -61,8 +61,10 @@ func (p *Partition) attach(ctx context.Context) error {
 			// A wrong URL or prefix is likelier here than a bucket
 			// rolled back to before the partition (judge refuses that
 			// once attached).
-			return fmt.Errorf("%w under %q: the partition last committed or adopted manifest generation %d (%s): is the store URL or prefix right?",
-				ErrNoManifest, p.key(ManifestName), gen, filepath.Join(p.local.Dir(), local.TierStateCheckpoint))
+			// Retryable: a store not yet caught up (a restarted MinIO
+			// node) answers not-found for what it holds.
+			return fmt.Errorf("%w: %w under %q: the partition last committed or adopted manifest generation %d (%s): is the store URL or prefix right?",
+				objstore.ErrRetryable, ErrNoManifest, p.key(ManifestName), gen, filepath.Join(p.local.Dir(), local.TierStateCheckpoint))
 		}
 	}
 	if err := p.judge(st); err != nil {

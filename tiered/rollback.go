@@ -82,6 +82,9 @@ type bucketRecord struct {
 	// have: st is the tier-state-checkpoint's (read at Open or written).
 	have    bool
 	offline atomic.Pointer[RollbackError]
+	// missing: a missing manifest was refused (and logged) since the
+	// last one judged fine.
+	missing atomic.Bool
 }
 
 // remoteEnd is the offset after the bucket's part of the log: after its
@@ -204,12 +207,23 @@ func (p *Partition) judge(st *manifestState) error {
 	exists := st.etag != ""
 	reason := judgeManifest(rec, have, st.m, exists, o.LogStart, known)
 	if reason == "" {
+		p.rec.missing.Store(false)
 		return nil
 	}
 	e := &RollbackError{Key: p.key(ManifestName), Dir: p.local.Dir(), Recorded: rec, HaveRecord: have, Reason: reason}
-	if exists {
-		e.Generation = st.m.Generation
+	if !exists {
+		// A bucket rolled back to before the partition, or a store that
+		// answers not-found for an object it holds (a MinIO node not yet
+		// caught up, seen in the soak): refused, deleting nothing, but
+		// retryably, without going offline, since the answer may change.
+		if !p.rec.missing.Swap(true) {
+			p.metrics.ManifestsRefused.Add(1)
+			p.opts.Logger.Error("refused the bucket's answer that the manifest is gone: the partition changes nothing until it is back", "prefix", p.prefix,
+				"recorded_generation", rec.Generation, "local_log_start", o.LogStart, "err", e)
+		}
+		return fmt.Errorf("%w: %w", objstore.ErrRetryable, e)
 	}
+	e.Generation = st.m.Generation
 	if p.rec.offline.CompareAndSwap(nil, e) {
 		p.metrics.ManifestsRefused.Add(1)
 		p.opts.Logger.Error("refused the bucket's manifest: the partition is offline", "prefix", p.prefix,
