@@ -54,8 +54,8 @@ func (p *Partition) attach(ctx context.Context) error {
 	}
 	if st.etag == "" {
 		if rs, ok := p.local.RemoteLogStart(); ok {
-			return fmt.Errorf("%w under %q: the partition's log start is %d (log-start-offset-checkpoint) but its local log starts at %d, "+
-				"so the offsets between live in a bucket: is the store URL or prefix right?", ErrNoManifest, p.key(ManifestName), rs, p.local.Offsets().LogStart)
+			return fmt.Errorf("%w: %w under %q: the partition's log start is %d (log-start-offset-checkpoint) but its local log starts at %d, "+
+				"so the offsets between live in a bucket: is the store URL or prefix right?", objstore.ErrRetryable, ErrNoManifest, p.key(ManifestName), rs, p.local.Offsets().LogStart)
 		}
 		if gen := p.recordedGeneration(); gen > 0 {
 			// A wrong URL or prefix is likelier here than a bucket
