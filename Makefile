@@ -37,12 +37,13 @@ race: $(S3SERVERS)
 	$(GO) test -race -timeout 30m ./...
 
 ## soak: the soak (produce, offload, retention, compaction, SIGKILL, restore
-## against MinIO through a fault proxy) for SOAK_DURATION (default 10m);
+## against a 4-node MinIO through a fault proxy, its nodes SIGKILLed at
+## random times) for SOAK_DURATION (default 10m);
 ## SOAK_TIMEOUT bounds the whole run; TIERLOG_SOAK_SEED=<seed> replays a run
 SOAK_DURATION ?= 10m
 SOAK_TIMEOUT  ?= 30m
 soak: $(BIN)/minio
-	$(GO) test -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT) ./testing/soak -soak.duration $(SOAK_DURATION)
+	$(GO) test -run '^TestSoak$$' -count=1 -v -timeout $(SOAK_TIMEOUT) ./testing/soak -soak.duration $(SOAK_DURATION) -soak.kill-nodes
 
 ## s3servers: install both S3 servers the tests use into .cache/bin
 s3servers: $(S3SERVERS)

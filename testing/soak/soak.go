@@ -164,6 +164,11 @@ type Config struct {
 	// MaxLife is the longest a life runs before the parent kills it
 	// (default 8 s); lives last a random part of it.
 	MaxLife time.Duration
+	// KillNodes runs the soak on the 4-node MinIO cluster and SIGKILLs
+	// its nodes at random times (make soak). Off, it runs on one MinIO:
+	// the short form in make test, where TestMinIOClusterNodeKill and the
+	// cluster's conformance runs cover the cluster.
+	KillNodes bool
 }
 
 // Report is what a soak did.
@@ -226,10 +231,10 @@ func Run(t *testing.T, cfg Config) Report {
 	}
 	var cluster *s3server.Cluster
 	var srv *s3server.Server
-	if slices.Contains(s3server.Kinds(), s3server.MinIOCluster) {
+	if cfg.KillNodes && slices.Contains(s3server.Kinds(), s3server.MinIOCluster) {
 		cluster = s3server.NewCluster(t)
 		srv = cluster.Server
-	} else { // no MinIO binary: a MinIO container where Docker answers (else skipped), no node to kill
+	} else { // the short form, or no MinIO binary: one MinIO (a container where Docker answers, else skipped), no node to kill
 		srv = s3server.SharedKind(t, s3server.MinIO)
 	}
 	bucket := srv.NewBucket(t)
