@@ -36,12 +36,13 @@ const (
 //
 // A test may SIGKILL a node (Node.Kill) and start it again with the same
 // arguments and drives (Node.Start). Close stops every node and removes
-// the drives.
+// the drives, but for a cluster of a test that failed (NewCluster).
 type Cluster struct {
 	*Server
-	Nodes []*Node
-	dir   string
-	lb    *balancer
+	Nodes      []*Node
+	dir        string
+	lb         *balancer
+	keepDrives bool // set before Close, by NewCluster's cleanup only
 }
 
 // Node is one server process of a Cluster. Its methods may be called
@@ -76,7 +77,15 @@ func NewCluster(t testing.TB) *Cluster {
 	if err != nil {
 		t.Fatalf("s3server: %v", err)
 	}
-	t.Cleanup(c.Close)
+	t.Cleanup(func() {
+		if t.Failed() {
+			// The drives are what explains a failure the cluster had a
+			// part in (which drive holds which version of an object).
+			c.keepDrives = true
+			t.Logf("s3server: %s: the test failed; its nodes' drives are kept in %s", MinIOCluster, c.dir)
+		}
+		c.Close()
+	})
 	return c
 }
 
@@ -177,7 +186,7 @@ func startClusterOnce(ctx context.Context, bin, dir, access, secret string) (*Cl
 			once.Do(func() {
 				lb.close()
 				c.stopNodes()
-				if c.dir != "" {
+				if c.dir != "" && !c.keepDrives {
 					os.RemoveAll(c.dir)
 				}
 			})

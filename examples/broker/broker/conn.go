@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -20,11 +19,14 @@ const maxRequestBytes = 100 << 20
 
 // conn is one client connection. Requests run one at a time, in order;
 // the response to one is written before the next is read, as Kafka's
-// broker mutes a connection while a request is in flight.
+// broker mutes a connection while a request is in flight. A request is
+// read straight from the socket, its size and then its body, with no
+// read buffer: a connection waiting for request memory holds nothing
+// but the four bytes of the size, so a flood of connections costs the
+// bound and not a buffer each.
 type conn struct {
 	b    *Broker
 	nc   net.Conn
-	r    *bufio.Reader
 	body []byte // the request being handled; reused, so handlers copy what they keep
 	out  []byte // the response being written
 	held int64  // the bytes of requestMemory the request holds
@@ -33,17 +35,10 @@ type conn struct {
 	counted int64
 }
 
-// readBufferBytes is the size of a connection's read buffer (allocated
-// while the connection is busy).
-const readBufferBytes = 64 << 10
-
 // count updates Broker.bufferBytes with the buffers the connection holds
 // now.
 func (c *conn) count() {
 	n := int64(cap(c.body) + cap(c.out))
-	if c.r != nil {
-		n += readBufferBytes
-	}
 	c.b.bufferBytes.Add(n - c.counted)
 	c.counted = n
 }
@@ -78,7 +73,7 @@ var (
 
 func (b *Broker) serveConn(nc net.Conn) {
 	defer nc.Close()
-	c := &conn{b: b, nc: nc, r: bufio.NewReaderSize(nc, readBufferBytes)}
+	c := &conn{b: b, nc: nc}
 	defer func() {
 		c.done()
 		c.b.bufferBytes.Add(-c.counted)
@@ -149,26 +144,36 @@ func (c *conn) done() {
 // and a busy one keeps reusing its own.
 const quietRelease = time.Second
 
-// quiet waits up to quietRelease for the next request to begin; when
-// none does, the connection drops its buffers (read, request, response)
-// until one arrives. With ConnectionsMaxIdle at or below quietRelease
-// the idle close comes first, and quiet does nothing.
-func (c *conn) quiet() error {
-	if c.r == nil || c.r.Buffered() > 0 || c.b.opts.ConnectionsMaxIdle >= 0 && c.b.opts.ConnectionsMaxIdle <= quietRelease {
-		return nil
+// readSize reads the next request's size. It waits ConnectionsMaxIdle
+// at most, from now, for all four bytes; a connection that holds buffers
+// and gets nothing for quietRelease drops them (request, response) and
+// goes on waiting, so a thousand idle connections hold none and a busy
+// one keeps reusing its own. With ConnectionsMaxIdle at or below
+// quietRelease the idle close comes first.
+func (c *conn) readSize() (uint32, error) {
+	var size [4]byte
+	idle := c.idleDeadline()
+	got := 0
+	if c.counted > 0 && (c.b.opts.ConnectionsMaxIdle < 0 || c.b.opts.ConnectionsMaxIdle > quietRelease) {
+		c.nc.SetReadDeadline(time.Now().Add(quietRelease))
+		n, err := io.ReadFull(c.nc, size[:])
+		got = n
+		var ne net.Error
+		switch {
+		case err == nil:
+			return binary.BigEndian.Uint32(size[:]), nil
+		case errors.As(err, &ne) && ne.Timeout():
+			c.body, c.out = nil, nil
+			c.count()
+		default:
+			return 0, err
+		}
 	}
-	c.nc.SetReadDeadline(time.Now().Add(quietRelease))
-	_, err := c.r.Peek(1)
-	var ne net.Error
-	switch {
-	case err == nil:
-		return nil
-	case errors.As(err, &ne) && ne.Timeout():
-		c.body, c.out, c.r = nil, nil, nil
-		c.count()
-		return nil
+	c.nc.SetReadDeadline(idle)
+	if _, err := io.ReadFull(c.nc, size[got:]); err != nil {
+		return 0, err
 	}
-	return err
+	return binary.BigEndian.Uint32(size[:]), nil
 }
 
 // idleDeadline is when a connection idle from now is closed (zero:
@@ -190,24 +195,10 @@ func (c *conn) armWrite() { c.nc.SetWriteDeadline(c.idleDeadline()) }
 // reads the body it takes the body's size from the broker's request
 // memory (Options.QueuedMaxRequestBytes), waiting for room.
 func (c *conn) read() (*request, error) {
-	var size [4]byte
-	idle := c.idleDeadline()
-	if err := c.quiet(); err != nil {
+	n, err := c.readSize()
+	if err != nil {
 		return nil, err
 	}
-	c.nc.SetReadDeadline(idle)
-	if c.r == nil {
-		// Quiet until now: the size straight from the socket, then a
-		// read buffer for the rest.
-		if _, err := io.ReadFull(c.nc, size[:]); err != nil {
-			return nil, err
-		}
-		c.r = bufio.NewReaderSize(c.nc, readBufferBytes)
-		c.count()
-	} else if _, err := io.ReadFull(c.r, size[:]); err != nil {
-		return nil, err
-	}
-	n := binary.BigEndian.Uint32(size[:])
 	if n > maxRequestBytes || n < 8 {
 		return nil, fmt.Errorf("%w: a request of %d bytes (min 8, max %d)", errBadRequest, n, maxRequestBytes)
 	}
@@ -221,7 +212,8 @@ func (c *conn) read() (*request, error) {
 		c.body = make([]byte, n)
 	}
 	c.body = c.body[:n]
-	if _, err := io.ReadFull(c.r, c.body); err != nil {
+	c.count()
+	if _, err := io.ReadFull(c.nc, c.body); err != nil {
 		return nil, err
 	}
 	rd := kbin.Reader{Src: c.body}

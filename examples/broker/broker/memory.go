@@ -85,7 +85,7 @@ type Stats struct {
 	// WaitingForMemory is the connections waiting to read a request
 	// until RequestBytesInFlight has room for it.
 	WaitingForMemory int
-	// ConnectionBufferBytes is the read, request and response buffers
+	// ConnectionBufferBytes is the request and response buffers
 	// the connections hold between requests (a quiet connection holds
 	// none).
 	ConnectionBufferBytes int64

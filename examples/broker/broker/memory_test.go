@@ -87,9 +87,11 @@ func TestIdleConnectionClosed(t *testing.T) {
 // TestRequestBytesBounded: requests in flight across connections hold at
 // most QueuedMaxRequestBytes (Kafka's queued.max.request.bytes): a
 // connection whose request does not fit waits, its body unread, until
-// another request is done. Twenty connections' 900 KiB produces parked
+// another request is done. Forty connections' 900 KiB produces parked
 // in the purgatory (the high watermark held) under a 2 MiB bound: two in
-// flight, eighteen waiting; all answered once the watermark moves.
+// flight, thirty-eight waiting, holding no buffer while they wait (the
+// connections' buffers together stay within the bound, a few bytes of
+// answers aside); all answered once the watermark moves.
 func TestRequestBytesBounded(t *testing.T) {
 	const bound = 2 << 20
 	opts := testOptions(t.TempDir())
@@ -100,20 +102,23 @@ func TestRequestBytesBounded(t *testing.T) {
 	batch := bigBatch(t, 900<<10)
 	var conns []*rawConn
 	var reqs []*kmsg.ProduceRequest
-	const clients = 20
+	const clients = 40
 	for range clients {
 		c := dialRaw(t, b.Addr())
 		req := produceRequest("held", -1, batch)
 		c.send(req)
 		conns, reqs = append(conns, c), append(reqs, req)
 	}
-	waitFor(t, time.Minute, "18 requests waiting for memory", func() bool { return b.Stats().WaitingForMemory == clients-2 })
+	waitFor(t, time.Minute, "38 requests waiting for memory", func() bool { return b.Stats().WaitingForMemory == clients-2 })
 	st := b.Stats()
 	if st.RequestBytesInFlight > bound || st.PeakRequestBytes > bound {
 		t.Fatalf("in flight %d bytes, peak %d: past the bound %d", st.RequestBytesInFlight, st.PeakRequestBytes, bound)
 	}
 	if st.RequestBytesInFlight < 2*int64(len(batch)) {
 		t.Fatalf("in flight %d bytes, want two requests of over %d", st.RequestBytesInFlight, len(batch))
+	}
+	if slack := int64(clients * 256); st.ConnectionBufferBytes > bound+slack {
+		t.Fatalf("the connections hold %d bytes of buffers with %d waiting: past the bound %d (+%d of answers)", st.ConnectionBufferBytes, st.WaitingForMemory, bound, slack)
 	}
 	broker.HoldHighWatermark(b, "held", 0, false)
 	for i, c := range conns {
