@@ -18,11 +18,12 @@ import (
 type dueKind uint8
 
 const (
-	dueFlush      dueKind = 1 << iota // flush.ms since the last flush, with something unflushed
-	dueRetention                      // a retention check
-	dueDeletes                        // .deleted files whose file.delete.delay.ms passed
-	dueCheckpoint                     // the Backend's checkpoint files
-	dueRoll                           // segment.ms since the active segment took its first record
+	dueFlush          dueKind = 1 << iota // flush.ms since the last flush, with something unflushed
+	dueRetention                          // a retention check
+	dueDeletes                            // .deleted files whose file.delete.delay.ms passed
+	dueCheckpoint                         // the Backend's checkpoint files
+	dueRoll                               // segment.ms since the active segment took its first record
+	dueProducerExpiry                     // producer.id.expiration.check.interval.ms since the last check
 )
 
 // deadlineWorkers bounds the goroutines doing a Backend's timed work.
@@ -66,6 +67,7 @@ type logDeadlines struct {
 
 	deletes deadline
 	roll    deadline
+	expiry  deadline // the next removal of expired producers
 	// idleSince is when the deadlines first saw the last segment (the one
 	// at idleBase) hold data: the idle roll's clock.
 	idleSince time.Time
@@ -118,6 +120,7 @@ func (l *Log) startDeadlines() {
 		l.armFlushLocked()
 		l.queueRetentionLocked()
 		l.armRollLocked()
+		l.armProducerExpiryLocked()
 	}
 }
 
@@ -133,6 +136,7 @@ func (l *Log) stopDeadlines() {
 	cancelTask(d.retention)
 	cancelTask(d.deletes.task)
 	cancelTask(d.roll.task)
+	cancelTask(d.expiry.task)
 	l.mu.Unlock()
 	if s != nil {
 		s.stop(&d.work)
@@ -186,6 +190,9 @@ func (l *Log) runDeadlines(due dueKind) {
 		if err := l.rollIfIdle(); err != nil && !errors.Is(err, backend.ErrClosed) {
 			l.logger.Error("segment.ms", "err", err)
 		}
+	}
+	if due&dueProducerExpiry != 0 {
+		l.expireProducersDue()
 	}
 }
 

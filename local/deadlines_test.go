@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
 	"github.com/tierlog/tierlog/timingwheel"
 )
 
@@ -142,15 +143,16 @@ func TestFlushMsDeadline(t *testing.T) {
 				t.Fatalf("flush.ms passed a tick ago: recovery point %d, log end %d", rp, leo)
 			}
 			// Nothing unflushed: no flush task is left on the wheel (the
-			// checkpoint task, the retention deadline and the segment.ms
-			// roll of the segment holding the record are).
+			// checkpoint task, the retention deadline, the segment.ms
+			// roll of the segment holding the record and the producer
+			// expiry check are).
 			pending := h.wheel.Pending()
 			h.at(time.Hour - time.Nanosecond)
 			if got := l.Metrics().Flushes.Load(); got != flushes+1 {
 				t.Fatalf("%d flushes of an idle log, want 1", got-flushes)
 			}
-			if pending != 3 {
-				t.Fatalf("%d tasks pending after the flush, want 3 (retention, segment.ms, checkpoint)", pending)
+			if pending != 4 {
+				t.Fatalf("%d tasks pending after the flush, want 4 (retention, segment.ms, producer expiry, checkpoint)", pending)
 			}
 		})
 	}
@@ -347,8 +349,8 @@ func TestCloseAndDeleteCancelDeadlines(t *testing.T) {
 		logs = append(logs, l)
 	}
 	h.settle()
-	if got := h.wheel.Pending() - base; got != 8 {
-		t.Fatalf("%d tasks for two partitions, want 8 (flush, retention, deletion, segment.ms each)", got)
+	if got := h.wheel.Pending() - base; got != 10 {
+		t.Fatalf("%d tasks for two partitions, want 10 (flush, retention, deletion, segment.ms, producer expiry each)", got)
 	}
 	if err := logs[0].Close(); err != nil {
 		t.Fatal(err)
@@ -543,5 +545,68 @@ func TestSegmentMsIdleRollAfterACleanOpen(t *testing.T) {
 	h.at(time.Minute + 10*time.Second + time.Millisecond)
 	if segs := l.SegmentInfos(); len(segs) != 2 || segs[0].Size == 0 || segs[1].Size != 0 {
 		t.Fatalf("segment.ms after a clean open: segments %+v; want the one with data rolled", segs)
+	}
+}
+
+// TestProducerExpiryDeadline: a log with background work removes a
+// producer idle for producer.id.expiration.ms (1 day) at its next
+// producer.id.expiration.check.interval.ms (10 minutes), as Kafka's
+// LogManager does; a producer that wrote since stays. Without it a
+// partition that sees many short-lived idempotent producers keeps every
+// one of them.
+func TestProducerExpiryDeadline(t *testing.T) {
+	h := newWheelHarness(t, time.Second)
+	l, err := h.b.OpenLog(ctx, "pe", 0, cfg(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce := func(pid int64, seq int32) {
+		t.Helper()
+		var b record.Builder
+		hd := record.NewBatchHeader()
+		hd.ProducerID, hd.ProducerEpoch, hd.BaseSequence = pid, 0, seq
+		b.Reset(hd)
+		b.Append(h.clock.Now().UnixMilli(), nil, []byte("v"), nil)
+		bt, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(ctx, bt, backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := func() []int64 {
+		var out []int64
+		for _, p := range l.Producers() {
+			out = append(out, p.ProducerID)
+		}
+		return out
+	}
+	const day, check = 24 * time.Hour, 10 * time.Minute
+	produce(1, 0)
+	produce(2, 0)
+	h.at(12 * time.Hour)
+	produce(2, 1) // producer 2 writes again: its clock starts over
+	// Each producer stays until it is a day idle (Kafka: idle >=
+	// producer.id.expiration.ms), and is gone by the check after that,
+	// at most 10 minutes later.
+	idleSince := map[int64]time.Duration{1: 0, 2: 12 * time.Hour}
+	for at := 12 * time.Hour; at <= 12*time.Hour+day+2*check; at += time.Minute {
+		h.at(at)
+		got := map[int64]bool{}
+		for _, id := range ids() {
+			got[id] = true
+		}
+		for id, since := range idleSince {
+			switch idle := at - since; {
+			case idle < day && !got[id]:
+				t.Fatalf("at %v: producer %d, idle %v, removed before its day", at, id, idle)
+			case idle >= day+check && got[id]:
+				t.Fatalf("at %v: producer %d, idle %v, still there past the check after its day", at, id, idle)
+			}
+		}
+	}
+	if got := ids(); len(got) != 0 {
+		t.Fatalf("producers %v at the end, want none", got)
 	}
 }

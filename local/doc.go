@@ -119,12 +119,18 @@
 //     next. A delay of 0 removes them at once, on the caller's goroutine.
 //   - segment.ms: the moment the active segment has held data for
 //     segment.ms less its jitter (see below); the task rolls it.
+//   - producer expiry: every producer.id.expiration.check.interval.ms
+//     (10 minutes; Options.ProducerState) the log removes the producers
+//     without an open transaction idle for producer.id.expiration.ms
+//     (Kafka's LogManager does it on that period), so the producer state
+//     of a partition that sees many short-lived idempotent producers
+//     stays bounded.
 //   - checkpoints: one task for the whole directory, every
 //     BackgroundInterval (Kafka's log.flush.offset.checkpoint.interval.ms).
 //
-// flush.ms, retention, segment.ms and checkpoints run only with a
-// BackgroundInterval (> 0); without one the caller calls Flush,
-// DeleteOldSegments, Roll and Checkpoint. The removal of .deleted files always runs (a log opened
+// flush.ms, retention, segment.ms, producer expiry and checkpoints run
+// only with a BackgroundInterval (> 0); without one the caller calls
+// Flush, DeleteOldSegments, Roll, RemoveExpiredProducers and Checkpoint. The removal of .deleted files always runs (a log opened
 // without a Backend makes a wheel of its own for it on first need).
 // SetConfig moves every deadline to the new config at once. Close (and a
 // Backend's Delete) cancels the log's tasks and waits for its work in

@@ -7,6 +7,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/producerstate"
@@ -486,7 +487,9 @@ func toBackendAborted(found []producerstate.AbortedTxn) []backend.AbortedTxn {
 
 // RemoveExpiredProducers removes the producers without an open
 // transaction that wrote nothing for producer.id.expiration.ms, as Kafka's
-// periodic check does, and returns how many went.
+// periodic check does, and returns how many went. A log with background
+// work (a Backend's BackgroundInterval > 0) does it itself every
+// producer.id.expiration.check.interval.ms; a log without calls this.
 func (l *Log) RemoveExpiredProducers() (int, error) {
 	if err := l.checkWritable(); err != nil {
 		return 0, err
@@ -494,6 +497,30 @@ func (l *Log) RemoveExpiredProducers() (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ps.RemoveExpiredProducers(l.now().UnixMilli()), nil
+}
+
+// armProducerExpiryLocked arms the next removal of expired producers,
+// producer.id.expiration.check.interval.ms from now (Kafka's LogManager
+// runs it on that period for every log). REQUIRES: l.mu held.
+func (l *Log) armProducerExpiryLocked() {
+	every := time.Duration(l.ps.Config().ExpirationCheckIntervalMs()) * time.Millisecond
+	l.setDeadlineLocked(&l.dl.expiry, l.now().Add(every), true, dueProducerExpiry)
+}
+
+// expireProducersDue is the deadline's work: the producers idle past
+// producer.id.expiration.ms go, so a partition that sees many short-lived
+// idempotent producers holds the recent ones only; the next check is
+// armed.
+func (l *Log) expireProducersDue() {
+	if err := l.lockWritable(); err != nil {
+		return // closed or failed: nothing to arm again
+	}
+	defer l.mu.Unlock()
+	l.dl.expiry.at = time.Time{} // fired
+	if n := l.ps.RemoveExpiredProducers(l.now().UnixMilli()); n > 0 {
+		l.logger.Debug("expired producers removed", "removed", n, "left", l.ps.Len())
+	}
+	l.armProducerExpiryLocked()
 }
 
 // Producers returns the producer state's producers (Kafka's

@@ -29,6 +29,11 @@ type Config struct {
 	// removed by RemoveExpiredProducers and dropped by Load. Default
 	// 86400000 (1 day); at least 1.
 	ProducerIDExpirationMs int64
+	// ProducerIDExpirationCheckIntervalMs is
+	// producer.id.expiration.check.interval.ms: how often a log with
+	// background work removes its expired producers. 0 is Kafka's
+	// default, 600000 (10 minutes); otherwise at least 1.
+	ProducerIDExpirationCheckIntervalMs int64
 	// TransactionMaxTimeoutMs is transaction.max.timeout.ms, the longest
 	// transaction a coordinator allows: HasLateTransaction reports an open
 	// transaction idle for longer than this plus LateTransactionBufferMs.
@@ -40,6 +45,19 @@ type Config struct {
 	// StartVerification and completed with the coordinator. Default true,
 	// as in Kafka; a broker that does not verify sets it false.
 	TransactionVerification bool
+}
+
+// DefaultExpirationCheckIntervalMs is Kafka's default
+// producer.id.expiration.check.interval.ms.
+const DefaultExpirationCheckIntervalMs = 600000
+
+// ExpirationCheckIntervalMs is ProducerIDExpirationCheckIntervalMs, or
+// its default when 0.
+func (c Config) ExpirationCheckIntervalMs() int64 {
+	if c.ProducerIDExpirationCheckIntervalMs == 0 {
+		return DefaultExpirationCheckIntervalMs
+	}
+	return c.ProducerIDExpirationCheckIntervalMs
 }
 
 // DefaultConfig returns Kafka's defaults.
@@ -55,6 +73,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	if c.ProducerIDExpirationMs < 1 || c.ProducerIDExpirationMs > math.MaxInt32 {
 		return &backend.ConfigError{Key: "producer.id.expiration.ms", Value: strconv.FormatInt(c.ProducerIDExpirationMs, 10), Reason: "must be in [1, 2147483647]"}
+	}
+	if c.ProducerIDExpirationCheckIntervalMs < 0 || c.ProducerIDExpirationCheckIntervalMs > math.MaxInt32 {
+		return &backend.ConfigError{Key: "producer.id.expiration.check.interval.ms", Value: strconv.FormatInt(c.ProducerIDExpirationCheckIntervalMs, 10), Reason: "must be in [1, 2147483647], or 0 for the default"}
 	}
 	if c.TransactionMaxTimeoutMs < 1 || c.TransactionMaxTimeoutMs > math.MaxInt32 {
 		return &backend.ConfigError{Key: "transaction.max.timeout.ms", Value: strconv.FormatInt(c.TransactionMaxTimeoutMs, 10), Reason: "must be in [1, 2147483647]"}

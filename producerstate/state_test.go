@@ -632,6 +632,14 @@ func TestBadInput(t *testing.T) {
 	if err := s.SetConfig(bad); !errors.Is(err, backend.ErrInvalidConfig) {
 		t.Fatalf("SetConfig: %v", err)
 	}
+	bad = producerstate.DefaultConfig()
+	bad.ProducerIDExpirationCheckIntervalMs = -1
+	if _, err := producerstate.New(bad); !errors.As(err, &ce) || ce.Key != "producer.id.expiration.check.interval.ms" {
+		t.Fatalf("config: %v", err)
+	}
+	if got := producerstate.DefaultConfig().ExpirationCheckIntervalMs(); got != 600000 {
+		t.Fatalf("the default check interval is %d ms, want Kafka's 600000", got)
+	}
 }
 
 func TestReadMarker(t *testing.T) {
