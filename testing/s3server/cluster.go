@@ -19,13 +19,22 @@ import (
 
 // ClusterNodes and DrivesPerNode are the shape of the clusters this
 // package starts: 4 MinIO server processes of 2 drives each, one erasure
-// set of 8 drives (MinIO's default parity for 8 drives is EC:4, a write
-// quorum of 5), so the cluster keeps reading and writing with any one
-// node down.
+// set of 8 drives at ClusterParity, so the cluster keeps reading and
+// writing with any one node down.
 const (
 	ClusterNodes  = 4
 	DrivesPerNode = 2
 )
+
+// ClusterParity is the cluster's storage class: 5 data and 3 parity
+// drives, a read and a write quorum of 5. MinIO's default for 8 drives,
+// EC:4, reads at a quorum of 4, half the drives: a PUT that fails after
+// reaching 4 of them (its node SIGKILLed mid-write, seen here under the
+// soak) leaves two versions of the object each at read quorum, and the
+// cluster answers one or the other, or 404 for an object that did not
+// exist before, depending on which nodes answer first. A strict-majority
+// read quorum never reads a write that failed short of write quorum.
+const ClusterParity = "EC:3"
 
 // Cluster is a distributed MinIO on loopback: ClusterNodes processes of
 // the MinIO binary, each with its own --address and its own drives under
@@ -141,7 +150,8 @@ func startClusterOnce(ctx context.Context, bin, dir, access, secret string) (*Cl
 		}
 	}
 	env := []string{"MINIO_ROOT_USER=" + access, "MINIO_ROOT_PASSWORD=" + secret, "MINIO_REGION=us-east-1",
-		"MINIO_UPDATE=off", "MINIO_BROWSER=off", "MINIO_CI_CD=1"} // CI_CD: drives on the root disk are fine
+		"MINIO_UPDATE=off", "MINIO_BROWSER=off", "MINIO_CI_CD=1", // CI_CD: drives on the root disk are fine
+		"MINIO_STORAGE_CLASS_STANDARD=" + ClusterParity}
 	c := &Cluster{}
 	for n := 0; n < ClusterNodes; n++ {
 		argv := append([]string{"server", "--address", fmt.Sprintf("127.0.0.1:%d", ports[n]),

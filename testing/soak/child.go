@@ -307,7 +307,7 @@ func movesLogStart(step string) bool {
 }
 
 // openStore opens the bucket through the fault proxy with the driver spec
-// names.
+// names, its writes and deletes journaled (journalDriver).
 func openStore(spec childSpec, opts objstore.Options) (*objstore.Store, error) {
 	var d objstore.Driver
 	var err error
@@ -320,6 +320,9 @@ func openStore(spec childSpec, opts objstore.Options) (*objstore.Store, error) {
 			PathStyle: true, AccessKey: spec.AccessKey, SecretKey: spec.SecretKey})
 	}
 	if err != nil {
+		return nil, err
+	}
+	if d, err = newJournalDriver(d, filepath.Join(spec.Root, journalFile), spec.Life); err != nil {
 		return nil, err
 	}
 	return objstore.New(d, spec.Driver+"://"+spec.Bucket, opts), nil

@@ -15,9 +15,8 @@ import (
 // cluster's erasure set survives. After a node is back no other is
 // killed for healCalm: objects written while it was down sit on 6 of the
 // 8 drives until MinIO heals them onto it, and a second node lost before
-// then leaves them at the edge of read quorum, where MinIO answers 404
-// (seen here): two overlapping failures, which a 4-node cluster is not
-// built to survive. Used from the parent's loop only.
+// then leaves them on 4, below read quorum (s3server.ClusterParity): two
+// overlapping failures, which a 4-node cluster is not built to survive. Used from the parent's loop only.
 type nodeKiller struct {
 	c       *s3server.Cluster // nil: a single MinIO, no node to kill
 	down    *s3server.Node    // the node killed, until it is back

@@ -118,6 +118,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -243,7 +244,18 @@ func Run(t *testing.T, cfg Config) Report {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := &runner{t: t, cfg: cfg, srv: srv, bucket: bucket, proxy: proxy, exe: exe, root: t.TempDir(), nodes: newNodeKiller(cluster),
+	root, err := os.MkdirTemp("", "tierlog-soak-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("soak: the run failed; its work dir (logs, children's output, %s) is kept in %s", journalFile, root)
+			return
+		}
+		os.RemoveAll(root)
+	})
+	r := &runner{t: t, cfg: cfg, srv: srv, bucket: bucket, proxy: proxy, exe: exe, root: root, nodes: newNodeKiller(cluster),
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x50a4)), report: Report{Seed: cfg.Seed, Counters: map[string]int64{}, FaultsByKind: map[string]int{}, NodeKillsByNode: map[int]int{}}}
 	r.report.Nodes = r.nodes.size()
 	t.Logf("soak: seed %d (replay with %s=%d), %v against %s through a fault proxy, work dir %s", cfg.Seed, EnvSeed, cfg.Seed, cfg.Duration, srv.Kind, r.root)
@@ -411,8 +423,28 @@ func (r *runner) failLife(life int, spec childSpec, why string) {
 		out = out[len(out)-8000:]
 	}
 	r.logReport()
-	r.t.Fatalf("soak: life %d (mode %s, restore %q, driver %s): %s\n%s\n--- the child's output (tail) ---\n%s\n"+
-		"replay the run's choices with %s=%d (work dir %s)", life, spec.Mode, spec.Restore, spec.Driver, why, msg, out, EnvSeed, r.cfg.Seed, r.root)
+	r.t.Fatalf("soak: life %d (mode %s, restore %q, driver %s): %s\n%s\n--- the child's output (tail) ---\n%s\n%s"+
+		"replay the run's choices with %s=%d (work dir %s)", life, spec.Mode, spec.Restore, spec.Driver, why, msg, out, r.journalFor(string(msg)), EnvSeed, r.cfg.Seed, r.root)
+}
+
+// objectKey finds the bucket object keys a failure names.
+var objectKey = regexp.MustCompile(`[A-Za-z0-9._/-]+/(?:manifest|[0-9]{20}-[0-9]{20}-[0-9a-f]+\.[a-z-]+|[0-9a-f]+\.intent)`)
+
+// journalFor is the journal's lines about the objects msg names, and
+// its last lines, for a failure's message.
+func (r *runner) journalFor(msg string) string {
+	path := filepath.Join(r.root, journalFile)
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, key := range objectKey.FindAllString(msg, -1) {
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		fmt.Fprintf(&b, "--- the bucket journal's writes and deletes of %s ---\n%s\n", key, journalLines(path, key, 30))
+	}
+	fmt.Fprintf(&b, "--- the bucket journal's last lines ---\n%s\n", journalLines(path, "", 30))
+	return b.String()
 }
 
 // addCounters adds a life's counters to the report and returns them.
@@ -557,7 +589,7 @@ func (r *runner) finalCheck() {
 		}
 		if err != nil {
 			r.logReport()
-			t.Fatalf("soak: the final check (round %d) found: %v\nreplay the run's choices with %s=%d (work dir %s)", round, err, EnvSeed, r.cfg.Seed, r.root)
+			t.Fatalf("soak: the final check (round %d) found: %v\n%sreplay the run's choices with %s=%d (work dir %s)", round, err, r.journalFor(err.Error()), EnvSeed, r.cfg.Seed, r.root)
 		}
 		total.add(ca)
 		if err := p.Close(); err != nil {
