@@ -6,10 +6,12 @@ import (
 )
 
 // Sentinel errors; test them with errors.Is. Backends wrap them with the
-// partition, offset, file or key that failed.
+// partition, offset, file or key that failed. Each maps to the Kafka error
+// code its comment names (KafkaCode).
 var (
 	// ErrOffsetOutOfRange: a read or lookup asked for an offset outside
-	// [LogStart, LogEnd]. Returned as an *OffsetOutOfRangeError.
+	// [LogStart, LogEnd]. Returned as an *OffsetOutOfRangeError. Kafka's
+	// OFFSET_OUT_OF_RANGE (1).
 	ErrOffsetOutOfRange = errors.New("backend: offset out of range")
 	// ErrCorruptRecord: stored or appended bytes fail their checks (CRC,
 	// size, magic). Appends of such batches write nothing. Kafka's
@@ -46,7 +48,8 @@ var (
 	// OFFSET_MOVED_TO_TIERED_STORAGE (109).
 	ErrOffsetMovedToTieredStorage = errors.New("backend: offset moved to tiered storage")
 	// ErrFenced: another writer owns the partition (a manifest commit lost
-	// its conditional write); this one must stop writing.
+	// its conditional write); this one must stop writing. Kafka's
+	// NOT_LEADER_OR_FOLLOWER (6): the client finds the new leader.
 	ErrFenced = errors.New("backend: fenced by another writer")
 	// ErrWrongLeaderEpoch: a leader append (AssignOffsets) whose
 	// LeaderEpoch is not the epoch the partition leads at (its latest
@@ -57,17 +60,27 @@ var (
 	// a replica that does not lead at the epoch with NOT_LEADER_OR_FOLLOWER
 	// (6); a produce carries no epoch to be FENCED_LEADER_EPOCH for.
 	ErrWrongLeaderEpoch = errors.New("backend: wrong leader epoch for a leader append")
-	// ErrNotFound: the partition, object or file does not exist.
+	// ErrNotLeader: a change only the partition's leader makes (an upload
+	// to the bucket, remote retention, a new log start in the bucket) was
+	// asked of a replica that does not lead it (tiered.ErrNotLeader wraps
+	// it). Kafka's NOT_LEADER_OR_FOLLOWER (6).
+	ErrNotLeader = errors.New("backend: not the partition's leader")
+	// ErrNotFound: the partition, object or file does not exist. Kafka's
+	// UNKNOWN_TOPIC_OR_PARTITION (3).
 	ErrNotFound = errors.New("backend: not found")
-	// ErrClosed: the partition or backend was used after Close.
+	// ErrClosed: the partition or backend was used after Close (moved
+	// away, deleted, shutting down). Kafka's NOT_LEADER_OR_FOLLOWER (6):
+	// the client refreshes its metadata and retries.
 	ErrClosed = errors.New("backend: closed")
 	// ErrInvalidName: a topic or partition that Kafka would not accept.
+	// Kafka's INVALID_TOPIC_EXCEPTION (17).
 	ErrInvalidName = errors.New("backend: invalid topic or partition name")
-	// ErrInvalidConfig: an unknown config key or a bad value.
+	// ErrInvalidConfig: an unknown config key or a bad value. Kafka's
+	// INVALID_CONFIG (40).
 	ErrInvalidConfig = errors.New("backend: invalid config")
 	// ErrStorage: the disk (or the bucket, for remote data) failed: an
 	// I/O error, a full disk, an fsync that failed. Kafka's
-	// KAFKA_STORAGE_ERROR. A log whose fsync failed, or whose failed write
+	// KAFKA_STORAGE_ERROR (56). A log whose fsync failed, or whose failed write
 	// could not be undone, refuses writes with it until it is reopened.
 	ErrStorage = errors.New("backend: storage error")
 	// ErrManifestRolledBack: a tiered partition's bucket went back in

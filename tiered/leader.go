@@ -29,8 +29,9 @@ import (
 
 // ErrNotLeader means a change only the leader makes (an upload, remote
 // retention, a new log start in the bucket) was asked of a partition this
-// broker does not lead. Kafka's NOT_LEADER_OR_FOLLOWER.
-var ErrNotLeader = errors.New("tiered: not the partition's leader")
+// broker does not lead. It matches backend.ErrNotLeader, so
+// backend.KafkaCode answers it NOT_LEADER_OR_FOLLOWER (6).
+var ErrNotLeader = fmt.Errorf("tiered: %w", backend.ErrNotLeader)
 
 func (p *Partition) notLeader() error {
 	return fmt.Errorf("%w: %s (epoch %d)", ErrNotLeader, p.prefix, p.epoch.Load())

@@ -2,10 +2,12 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tierlog/tierlog/record"
@@ -92,4 +94,22 @@ func oneBatch(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return append([]byte(nil), bt...)
+}
+
+// TestProduceInvalidTimestamp: a record whose CreateTime is past
+// message.timestamp.after.max.ms is answered INVALID_TIMESTAMP, as
+// Kafka's LogValidator answers it, with nothing appended.
+func TestProduceInvalidTimestamp(t *testing.T) {
+	b := startBroker(t, testOptions(t.TempDir()))
+	cl := newClient(t, b.Addr())
+	createTopic(t, cl, "ts", 1, map[string]string{"message.timestamp.after.max.ms": "60000"})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	rec := &kgo.Record{Topic: "ts", Value: []byte("ahead"), Timestamp: time.Now().Add(time.Hour)}
+	if err := cl.ProduceSync(ctx, rec).FirstErr(); !errors.Is(err, kerr.InvalidTimestamp) {
+		t.Fatalf("produce an hour ahead: %v, want INVALID_TIMESTAMP", err)
+	}
+	if end := b.Partition("ts", 0).Offsets().LogEnd; end != 0 {
+		t.Fatalf("log end %d after a refused produce, want 0", end)
+	}
 }
