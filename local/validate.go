@@ -18,7 +18,7 @@ import (
 // Refusals are *backend.RejectedBatchError, the validator's four classes
 // mapped one to one:
 //
-//	record class             backend sentinel          Kafka error code
+//	record class             backend sentinel          backend.KafkaCode
 //	ErrCorrupt               ErrCorruptRecord          CORRUPT_MESSAGE (2)
 //	ErrMessageTooLarge       ErrRecordTooLarge         MESSAGE_TOO_LARGE (10)
 //	ErrInvalidTimestamp      ErrInvalidTimestamp       INVALID_TIMESTAMP (32)
