@@ -1,9 +1,12 @@
 package s3server
 
 import (
+	"context"
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 )
 
 // balancer is the load balancer a Cluster's clients talk to, as MinIO is
@@ -20,7 +23,7 @@ type balancer struct {
 	mu    sync.Mutex
 	in    []bool // in rotation, by node
 	next  int
-	conns map[net.Conn]int // open client and upstream connections -> node
+	conns map[net.Conn]*link // open client and upstream connections
 	done  bool
 	wg    sync.WaitGroup
 }
@@ -30,7 +33,7 @@ func newBalancer(addrs []string) (*balancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &balancer{ln: ln, addrs: addrs, in: make([]bool, len(addrs)), conns: map[net.Conn]int{}}
+	b := &balancer{ln: ln, addrs: addrs, in: make([]bool, len(addrs)), conns: map[net.Conn]*link{}}
 	for i := range b.in {
 		b.in[i] = true
 	}
@@ -68,6 +71,26 @@ func (b *balancer) pick() int {
 	return -1
 }
 
+// link is a forwarded client connection and its node's: the node, and
+// when a byte last went either way (UnixNano).
+type link struct {
+	node   int
+	active atomic.Int64
+}
+
+// activeWriter notes on l each write it passes on.
+type activeWriter struct {
+	w io.Writer
+	l *link
+}
+
+func (a activeWriter) Write(p []byte) (int, error) {
+	a.l.active.Store(time.Now().UnixNano())
+	n, err := a.w.Write(p)
+	a.l.active.Store(time.Now().UnixNano())
+	return n, err
+}
+
 func (b *balancer) forward(c net.Conn) {
 	defer b.wg.Done()
 	defer c.Close()
@@ -80,26 +103,28 @@ func (b *balancer) forward(c net.Conn) {
 		return
 	}
 	defer up.Close()
-	if !b.track(i, c, up) {
+	l := &link{node: i}
+	l.active.Store(time.Now().UnixNano())
+	if !b.track(l, c, up) {
 		return
 	}
 	defer b.untrack(c, up)
 	done := make(chan struct{}, 2)
-	go func() { io.Copy(up, c); done <- struct{}{} }()
-	go func() { io.Copy(c, up); done <- struct{}{} }()
+	go func() { io.Copy(activeWriter{up, l}, c); done <- struct{}{} }()
+	go func() { io.Copy(activeWriter{c, l}, up); done <- struct{}{} }()
 	<-done // either side ended: end both
 }
 
 // track records a forwarded pair; false when the balancer is closed or
 // the node left the rotation meanwhile.
-func (b *balancer) track(i int, conns ...net.Conn) bool {
+func (b *balancer) track(l *link, conns ...net.Conn) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.done || !b.in[i] {
+	if b.done || !b.in[l.node] {
 		return false
 	}
 	for _, c := range conns {
-		b.conns[c] = i
+		b.conns[c] = l
 	}
 	return true
 }
@@ -117,9 +142,43 @@ func (b *balancer) leave(i int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.in[i] = false
-	for c, n := range b.conns {
-		if n == i {
+	for c, l := range b.conns {
+		if l.node == i {
 			c.Close()
+		}
+	}
+}
+
+// drain takes node i out of the rotation and closes each of its
+// connections once no byte has gone either way on it for quiet (between
+// two requests of a client, which retries a request on a connection
+// closed before it wrote any), until none is left or ctx ends; it
+// reports whether none is left.
+func (b *balancer) drain(ctx context.Context, i int, quiet time.Duration) bool {
+	b.mu.Lock()
+	b.in[i] = false
+	b.mu.Unlock()
+	for {
+		left := 0
+		b.mu.Lock()
+		for c, l := range b.conns {
+			if l.node != i {
+				continue
+			}
+			if time.Since(time.Unix(0, l.active.Load())) >= quiet {
+				c.Close()
+				continue
+			}
+			left++
+		}
+		b.mu.Unlock()
+		if left == 0 {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(quiet / 4):
 		}
 	}
 }

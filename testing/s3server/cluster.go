@@ -229,6 +229,25 @@ func (n *Node) Kill() error {
 	return nil
 }
 
+// DrainAndKill is Kill for a node no client request is in flight
+// through: the node leaves the load balancer's rotation, each of its
+// client connections is closed once quiet (no byte either way) for
+// quiet, and then, or when ctx ends with requests still in flight, it is
+// SIGKILLed. The node still dies in the middle of its peers' requests
+// (a node's share of every write), but not in the middle of one it
+// coordinates: a PUT whose coordinating node is SIGKILLed after the new
+// version reached some drives and before it was committed or undone
+// leaves the object unreadable (neither version at read quorum: 404 or
+// 503 until an operator heals it), which MinIO, not its client, must
+// answer for. DrainAndKill reports whether the drain finished.
+func (n *Node) DrainAndKill(ctx context.Context, quiet time.Duration) (bool, error) {
+	drained := true
+	if n.c.lb != nil {
+		drained = n.c.lb.drain(ctx, n.Index, quiet)
+	}
+	return drained, n.Kill()
+}
+
 // Start starts a killed node again, with the arguments and drives it had,
 // and returns once it has rejoined, or ctx ends: it answers its cluster
 // health check (the cluster has write quorum as it sees it) and reads an

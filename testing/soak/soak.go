@@ -186,10 +186,13 @@ type Report struct {
 	FaultsByKind map[string]int
 	// NodeKills is how many times a node of the MinIO cluster was
 	// SIGKILLed (and started again), by node; Nodes is the cluster's
-	// size (0: a single MinIO, no node killed).
-	NodeKills       int
-	NodeKillsByNode map[int]int
-	Nodes           int
+	// size (0: a single MinIO, no node killed); NodeKillsUndrained is
+	// the kills whose client connections had not drained in time
+	// (nodeKiller).
+	NodeKills          int
+	NodeKillsByNode    map[int]int
+	NodeKillsUndrained int
+	Nodes              int
 	// Counters sums the lives' counters (records_checked, bytes_produced,
 	// bytes_uploaded, step_retries, …) and the parent's final check.
 	Counters map[string]int64
@@ -620,6 +623,6 @@ func (r *runner) logReport() {
 	r.t.Logf("soak: counters:%s", b.String())
 	r.t.Logf("soak: faults by kind: %v", r.report.FaultsByKind)
 	if r.report.Nodes > 0 {
-		r.t.Logf("soak: MinIO node kills by node (of %d): %v", r.report.Nodes, r.report.NodeKillsByNode)
+		r.t.Logf("soak: MinIO node kills by node (of %d): %v; killed before their client connections drained: %d", r.report.Nodes, r.report.NodeKillsByNode, r.report.NodeKillsUndrained)
 	}
 }
