@@ -1,7 +1,6 @@
 package local
 
 import (
-	"iter"
 	"sync/atomic"
 
 	"github.com/tierlog/tierlog/stats"
@@ -55,24 +54,6 @@ func (l *Log) Size() (segments int, bytes int64) {
 type SegmentSpan struct {
 	BaseOffset, NextOffset, Size int64
 	Active                       bool
-}
-
-// Spans yields the log's segments in offset order without allocating,
-// from a snapshot of the segment list.
-func (l *Log) Spans() iter.Seq[SegmentSpan] {
-	return func(yield func(SegmentSpan) bool) {
-		segs := l.segments()
-		leo := l.leo.Load()
-		for i, s := range segs {
-			next := leo
-			if i+1 < len(segs) {
-				next = segs[i+1].base
-			}
-			if !yield(SegmentSpan{BaseOffset: s.base, NextOffset: next, Size: s.size.Load(), Active: i == len(segs)-1}) {
-				return
-			}
-		}
-	}
 }
 
 // Metrics returns the counters the log records into (shared with the other

@@ -531,18 +531,3 @@ func (l *Log) Producers() []producerstate.ProducerInfo {
 	return l.ps.Producers()
 }
 
-// OpenTransactions returns the transactions still open, oldest first.
-func (l *Log) OpenTransactions() []producerstate.OpenTxn {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ps.OpenTransactions()
-}
-
-// HungTransactions returns the open transactions whose producer has
-// written nothing for longer than timeoutMs: reported, never aborted here
-// (the coordinator or an operator decides).
-func (l *Log) HungTransactions(timeoutMs int64) []producerstate.OpenTxn {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.ps.HungTransactions(l.now().UnixMilli(), timeoutMs)
-}
