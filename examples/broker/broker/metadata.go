@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
 )
 
 // clusterID is the cluster id every Metadata answer carries.
@@ -30,18 +31,10 @@ func (b *Broker) hostPort() (string, int32) {
 	return host, int32(p)
 }
 
-// legalTopic reports whether Kafka accepts name as a topic.
-func legalTopic(name string) bool {
-	if name == "" || name == "." || name == ".." || len(name) > 249 {
-		return false
-	}
-	for _, c := range name {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
-			return false
-		}
-	}
-	return true
-}
+// legalTopic reports whether Kafka accepts name as a topic: the
+// library's rule (local.ValidateTopic), the one the log directory's
+// names follow.
+func legalTopic(name string) bool { return local.ValidateTopic(name) == nil }
 
 func (b *Broker) metadata(r *kmsg.MetadataRequest) kmsg.Response {
 	resp := kmsg.NewPtrMetadataResponse()
