@@ -187,6 +187,7 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 		p.adopt(&manifestState{m: next, etag: info.ETag})
 		p.claimed.Store(epoch)
 		p.metrics.ManifestCommits.Add(1)
+		p.backupManifest(ctx, next.Generation, data)
 		return nil
 	case errors.Is(err, objstore.ErrPreconditionFailed):
 		p.unknown = next

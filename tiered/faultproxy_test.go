@@ -416,6 +416,12 @@ func checkOnlyNamed(t *testing.T, store *objstore.Store, prefix string) {
 			}
 			continue
 		}
+		if gen, ok := tiered.ParseBackupName(strings.TrimPrefix(o.Key, prefix+"/")); ok {
+			if gen > m.Generation || gen+2 <= m.Generation {
+				t.Errorf("gc left %s, a manifest backup beside generation %d, which keeps the last two", o.Key, m.Generation)
+			}
+			continue
+		}
 		if !live[o.Key] {
 			t.Errorf("gc left %s, which neither the manifest (generation %d) nor a live intent names", o.Key, m.Generation)
 		}

@@ -48,10 +48,14 @@ import (
 // whose Delete was cut short can leave such objects too: the same flag
 // removes them once an operator has looked.
 //
+// A manifest backup (backup.go) older than the last keptBackups
+// generations is garbage too, whatever its age: no commit names a
+// backup, and a restore takes only the newest.
+//
 // gc reads the manifest again after listing the prefix, so a commit that
 // lands during the listing protects what it names. Keys it does not
-// recognize (neither segment objects, intents nor the manifest) are left
-// alone.
+// recognize (neither segment objects, intents, backups nor the manifest)
+// are left alone.
 
 // DefaultCommitWindow is how long after its intent a writer may still
 // commit an upload (Options.CommitWindow).
@@ -256,6 +260,14 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	pastEnd := &PastEndError{Prefix: prefix, Generation: st.m.Generation, End: end}
 	for _, o := range objects {
 		k := o.Key
+		if gen, ok := ParseBackupName(strings.TrimPrefix(k, p.key(""))); ok {
+			// A manifest backup older than the ones a partition keeps
+			// (its delete failed): no restore takes it (backup.go).
+			if st.etag != "" && gen+keptBackups <= st.m.Generation {
+				garbage = append(garbage, k)
+			}
+			continue
+		}
 		if named[k] || protected[k] || strings.HasSuffix(k, IntentSuffix) || !isSegmentObject(p, k) {
 			continue
 		}

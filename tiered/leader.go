@@ -50,6 +50,9 @@ func (p *Partition) attach(ctx context.Context) error {
 		return nil
 	}
 	st, err := p.readManifest(ctx)
+	if err == nil && st.etag == "" && p.manifestExpected() {
+		st, err = p.restoreManifest(ctx)
+	}
 	if err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: %s: the bucket cannot be read (local data is served meanwhile): %w", p.key(ManifestName), err))
 	}
@@ -232,6 +235,7 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 	p.adopt(&manifestState{m: next, etag: info.ETag})
 	p.claimed.Store(next.WriterEpoch)
 	p.metrics.ManifestCommits.Add(1)
+	p.backupManifest(ctx, next.Generation, data)
 	p.opts.Logger.Info("claimed the bucket", "prefix", p.prefix, "epoch", next.WriterEpoch, "generation", next.Generation,
 		"previous_epoch", now.m.WriterEpoch)
 	return nil

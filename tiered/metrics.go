@@ -32,6 +32,11 @@ type Metrics struct {
 	// ManifestsRefused counts partitions taken offline because the
 	// bucket's manifest went back in time (backend.ErrManifestRolledBack).
 	ManifestsRefused atomic.Int64
+	// ManifestsRestored counts manifests put back from their backup after
+	// the bucket answered that they were gone (see backup.go);
+	// ManifestBackupErrors the backups that could not be written.
+	ManifestsRestored    atomic.Int64
+	ManifestBackupErrors atomic.Int64
 
 	RemoteReads       atomic.Int64 // reads served from the bucket
 	RemoteReadBytes   atomic.Int64

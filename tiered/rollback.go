@@ -177,8 +177,13 @@ func (p *Partition) loadRecord() error {
 // judged reads the bucket's manifest and judges it (judgeManifest): a
 // manifest the partition must refuse takes it offline, and the error is
 // the RollbackError. Every read of the manifest to adopt goes through it.
+// A manifest missing where the record says one must be is restored from
+// its backup first, when one is new enough (restoreManifest).
 func (p *Partition) judged(ctx context.Context) (*manifestState, error) {
 	st, err := p.readManifest(ctx)
+	if err == nil && st.etag == "" && p.manifestExpected() {
+		st, err = p.restoreManifest(ctx) // the bucket lost it: from its backup (backup.go)
+	}
 	if err != nil {
 		return nil, err
 	}

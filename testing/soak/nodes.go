@@ -22,7 +22,7 @@ import (
 // its share of its peers' writes. After a node is back no other is
 // killed for healCalm: objects written while it was down sit on 6 of the
 // 8 drives until MinIO heals them onto it, and a second node lost before
-// then leaves them on 4, below read quorum (s3server.ClusterParity): two
+// then leaves them on 4, at the edge of read quorum: two
 // overlapping failures, which a 4-node cluster is not built to survive.
 // Used from the parent's loop only.
 type nodeKiller struct {

@@ -1,0 +1,181 @@
+package tiered_test
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// backups lists the manifest backups under tl/orders-0 by generation.
+func backups(t *testing.T, store *objstore.Store) []uint64 {
+	t.Helper()
+	var gens []uint64
+	for k := range objectKeys(t, store) {
+		if gen, ok := tiered.ParseBackupName(strings.TrimPrefix(k, "tl/orders-0/")); ok {
+			gens = append(gens, gen)
+		}
+	}
+	return gens
+}
+
+// TestManifestBackupKeepsTwo: every commit backs its generation up, and
+// the partition keeps the last two, byte for byte the manifest they
+// were.
+func TestManifestBackupKeepsTwo(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://backups", objstore.Options{})
+	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	tp := openUploaded(t, b, 1, 2000)
+	produce(t, tp, 6000)
+	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Manifest().Generation >= 4 })
+	gen := tp.Manifest().Generation
+	got := backups(t, store)
+	if len(got) != 2 {
+		t.Fatalf("backups of generations %v at generation %d, want the last two", got, gen)
+	}
+	for _, g := range got {
+		if g != gen && g != gen-1 {
+			t.Fatalf("backups of generations %v at generation %d, want %d and %d", got, gen, gen-1, gen)
+		}
+	}
+	if !bytes.Equal(objectBytes(t, store, "tl/orders-0/"+tiered.BackupName(gen)), objectBytes(t, store, rollbackManifest)) {
+		t.Fatal("the newest backup is not the manifest's bytes")
+	}
+}
+
+// TestLostManifestIsRestored: a bucket that lost the manifest (as a MinIO
+// cluster did when a client went away in the middle of its PUT) gets it
+// back from its newest backup when the partition opens: the partition
+// reads every record, in the bucket and on disk, and counts the restore.
+// Without a backup at or above the recorded generation it is refused
+// retryably, as before, deleting nothing; a read-only open restores
+// nothing.
+func TestLostManifestIsRestored(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://lost", objstore.Options{})
+	dir := t.TempDir()
+	b := openTieredBackend(t, dir, store, tiered.BackendOptions{})
+	tp := openUploaded(t, b, 1, 2000)
+	produce(t, tp, 6000)
+	eventually(t, 20*time.Second, "the records were not offloaded and their local copies removed", func() bool {
+		k, _ := tp.CopyLag()
+		return k == 0 && tp.Offsets().LocalLogStart > 0
+	})
+	want := batchesFrom(t, tp, 0)
+	gen, manifestBytes := tp.Manifest().Generation, objectBytes(t, store, rollbackManifest)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lose := func() {
+		t.Helper()
+		if err := store.Delete(ctx, rollbackManifest); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Read-only: refused, nothing written.
+	lose()
+	l, err := local.Open(filepath.Join(dir, "orders-0"), local.Options{Config: cfg(t, tieredCfg...), ReadOnly: true, LogStartOffset: 0, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ro, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0"}); err == nil {
+		ro.Close()
+		t.Fatal("a read-only open took a bucket without its manifest")
+	}
+	l.Close()
+	if _, err := store.Head(ctx, rollbackManifest); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a read-only open wrote the manifest: %v", err)
+	}
+
+	// The leader restores it.
+	b = openTieredBackend(t, dir, store, tiered.BackendOptions{})
+	p, err := b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp = p.(*tiered.Partition)
+	if err := tp.BecomeLeader(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Attach(ctx); err != nil {
+		t.Fatalf("attach to a bucket whose manifest is lost but backed up: %v", err)
+	}
+	if n := b.Metrics().ManifestsRestored.Load(); n != 1 {
+		t.Fatalf("ManifestsRestored = %d, want 1", n)
+	}
+	if tp.Offsets().LogStart != 0 {
+		t.Fatalf("log start %d after the restore, want 0", tp.Offsets().LogStart)
+	}
+	got := batchesFrom(t, tp, 0)
+	if len(got) != len(want) {
+		t.Fatalf("%d batches read after the restore, want %d", len(got), len(want))
+	}
+	for off, bt := range want {
+		if !bytes.Equal(got[off], bt) {
+			t.Fatalf("the batch at %d differs after the restore", off)
+		}
+	}
+	if !bytes.Equal(objectBytes(t, store, rollbackManifest), manifestBytes) && tp.Manifest().Generation == gen {
+		t.Fatal("the restored manifest is not the backup's bytes")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// No backup new enough: refused, retryably, and nothing is deleted.
+	lose()
+	for _, g := range backups(t, store) {
+		if err := store.Delete(ctx, "tl/orders-0/"+tiered.BackupName(g)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objects := objectKeys(t, store)
+	b = openTieredBackend(t, dir, store, tiered.BackendOptions{})
+	defer b.Close()
+	p, err = b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err == nil {
+		err = p.(*tiered.Partition).Attach(ctx)
+	}
+	if !errors.Is(err, objstore.ErrRetryable) {
+		t.Fatalf("attach without the manifest or a backup: %v; want a retryable refusal", err)
+	}
+	if l := lost(objects, objectKeys(t, store)); len(l) > 0 {
+		t.Fatalf("the bucket lost %d objects: %v", len(l), l)
+	}
+}
+
+// TestGCRemovesStaleBackups: a backup older than the last two (its
+// delete failed) is gc's garbage, whatever its age; the last two stay.
+func TestGCRemovesStaleBackups(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://stale-backups", objstore.Options{})
+	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	tp := openUploaded(t, b, 1, 2000)
+	produce(t, tp, 6000)
+	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Manifest().Generation >= 4 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	stale := "tl/orders-0/" + tiered.BackupName(1)
+	data := objectBytes(t, store, rollbackManifest)
+	if _, err := store.Put(ctx, stale, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kept := backups(t, store)
+	removed, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(removed) != 1 || removed[0] != stale {
+		t.Fatalf("gc removed %v, want only the stale backup %s", removed, stale)
+	}
+	if got := backups(t, store); len(got) != len(kept)-1 {
+		t.Fatalf("backups %v after gc, want the last two of %v", got, kept)
+	}
+}
