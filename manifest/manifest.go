@@ -559,6 +559,20 @@ func (m *Manifest) Append(s Segment) error {
 	return nil
 }
 
+// Objects returns how many objects m's segments have in the bucket (every
+// one each records: Segment.Objects) and their bytes; the manifest itself
+// is not counted.
+func (m *Manifest) Objects() (count int, bytes int64) {
+	for _, s := range m.Segments {
+		for _, suf := range s.Objects() {
+			size, _ := s.Object(suf)
+			count++
+			bytes += size
+		}
+	}
+	return count, bytes
+}
+
 // Size returns the bytes of all segments' logs.
 func (m *Manifest) Size() int64 {
 	var n int64
