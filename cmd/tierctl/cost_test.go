@@ -27,6 +27,13 @@ func TestEstimate(t *testing.T) {
 		!near(c.ReadAllUSD, 7*0.0004/1000+float64(4<<20+1)/(1<<30)*0.09) || !near(c.GCUSD, 0.005/1000) {
 		t.Fatalf("%+v", c)
 	}
+	// A segment with every kind of object counts them all: six objects,
+	// six PUTs, and their bytes.
+	full := &manifest.Manifest{Generation: 1, Segments: []manifest.Segment{{Size: 1000, IndexSize: 8, TimeIndexSize: 12, Records: 1,
+		TxnIndexSize: 34, SnapshotSize: 50, EpochsSize: 20}}}
+	if c := estimate("t-0", full, p, 1<<20); c.Objects != 6+1 || c.UploadPuts != 6+1 || c.RestoreGets != 7 || c.Bytes != 1000+8+12+34+50+20 {
+		t.Fatalf("a segment with every object: %+v", c)
+	}
 	for v, want := range map[float64]string{0: "$0", 12.345: "$12.35", 0.01: "$0.01", 0.0000446: "$0.000045", 0.0012: "$0.0012"} {
 		if got := usd(v); got != want {
 			t.Errorf("usd(%g) = %s, want %s", v, got, want)
