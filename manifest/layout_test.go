@@ -2,6 +2,7 @@ package manifest
 
 import (
 	"errors"
+	"os"
 	"strings"
 	"testing"
 )
@@ -147,4 +148,48 @@ func FuzzParseKey(f *testing.F) {
 			t.Fatalf("Layout.Parse(%q) = %+v, %v; ParseKey gave %+v", key, o, err, k.Object)
 		}
 	})
+}
+
+// TestDocsBucketTables keeps the bucket layout tables of docs/formats.md
+// and docs/operators.md honest: every kind the layout has is a row, with
+// a name ending in the kind's suffix, and every row is a kind.
+func TestDocsBucketTables(t *testing.T) {
+	for _, doc := range []string{"../docs/formats.md", "../docs/operators.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, section, ok := strings.Cut(string(b), "\n## The bucket\n")
+		if !ok {
+			t.Fatalf("%s has no section \"The bucket\"", doc)
+		}
+		if i := strings.Index(section, "\n## "); i >= 0 {
+			section = section[:i]
+		}
+		rows := map[string]string{} // kind -> name
+		for _, line := range strings.Split(section, "\n") {
+			cols := strings.Split(line, "|")
+			if !strings.HasPrefix(line, "| `") || len(cols) < 4 {
+				continue
+			}
+			name, kind := strings.Trim(strings.TrimSpace(cols[1]), "`"), strings.TrimSpace(cols[2])
+			if _, dup := rows[kind]; dup {
+				t.Errorf("%s: kind %s has two rows", doc, kind)
+			}
+			rows[kind] = name
+		}
+		for _, k := range Kinds() {
+			name, ok := rows[k.String()]
+			switch {
+			case !ok:
+				t.Errorf("%s's bucket table has no row for kind %s", doc, k)
+			case !strings.HasSuffix(name, k.Suffix()):
+				t.Errorf("%s's bucket table names kind %s %q, which does not end in %q", doc, k, name, k.Suffix())
+			}
+			delete(rows, k.String())
+		}
+		for kind, name := range rows {
+			t.Errorf("%s's bucket table has %q (kind %s), which the layout does not", doc, name, kind)
+		}
+	}
 }
