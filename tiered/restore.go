@@ -226,8 +226,9 @@ func syncDir(fsys vfs.FS, dir string) error {
 	return nil
 }
 
-// DownloadSegment downloads one segment the manifest names (.log, .index,
-// .timeindex) into dir under Kafka's file names, as Restore does: streamed
+// DownloadSegment downloads one segment the manifest names (every object
+// it records but its leader-epoch checkpoint, which Restore writes once
+// for the partition) into dir under Kafka's file names, as Restore does: streamed
 // through temporary files, resumed when cut short, and renamed only once
 // size and CRC-32C match the manifest (a mismatch is ErrCorruptRecord
 // naming the object). It does not sync dir.
