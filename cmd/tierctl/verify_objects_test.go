@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/record"
 )
 
 // TestVerifyEveryObject: manifest verify and verify --store check every
@@ -17,14 +20,55 @@ import (
 // too, not a fixed three), size the progress bar by them, and report a
 // damaged object of each kind on that object.
 func TestVerifyEveryObject(t *testing.T) {
-	root := t.TempDir()
-	logs, bucket := filepath.Join(root, "logs"), filepath.Join(root, "bucket")
-	if code, _, errOut := tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200",
-		"--config", "segment.bytes=1048576"); code != 0 {
-		t.Fatalf("produce: %s", errOut)
-	}
-	if code, _, errOut := tierctl(t, "offload", filepath.Join(logs, "orders-0"), "--store", "file://"+bucket+"?create=true"); code != 0 {
-		t.Fatalf("offload: %s", errOut)
+	t.Run("produced", func(t *testing.T) {
+		logs := filepath.Join(t.TempDir(), "logs")
+		if code, _, errOut := tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "20000", "--record-size", "200",
+			"--config", "segment.bytes=1048576"); code != 0 {
+			t.Fatalf("produce: %s", errOut)
+		}
+		verifyEveryObject(t, filepath.Join(logs, "orders-0"), manifest.KindSnapshot, manifest.KindEpochs)
+	})
+	t.Run("transactional", func(t *testing.T) {
+		// writeProducerPartition's aborted transaction, its segment rolled
+		// so that offload uploads it.
+		part := writeProducerPartition(t)
+		l, err := local.Open(part, local.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Producer 9's transaction ends (offload uploads only below the
+		// last stable offset).
+		var b record.Builder
+		marker, err := b.BuildEndTxnMarker(record.EndTxnMarker{ProducerID: 9, CoordinatorEpoch: 4, Commit: true, Timestamp: psTime})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(context.Background(), marker, backend.AppendOptions{AssignOffsets: true, Coordinator: true}); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Roll(); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// Its high watermark at its end (Kafka's checkpoint format).
+		hw := fmt.Sprintf("0\n1\norders 0 %d\n", l.Offsets().LogEnd)
+		if err := os.WriteFile(filepath.Join(filepath.Dir(part), local.ReplicationCheckpoint), []byte(hw), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		verifyEveryObject(t, part, manifest.KindTxnIndex, manifest.KindSnapshot, manifest.KindEpochs)
+	})
+}
+
+// verifyEveryObject offloads the partition in part and checks that the
+// bucket's segments have objects of the kinds want besides the three
+// always there, then the commands against them.
+func verifyEveryObject(t *testing.T, part string, want ...manifest.Kind) {
+	bucket := filepath.Join(t.TempDir(), "bucket")
+	code, out, errOut := tierctl(t, "offload", part, "--store", "file://"+bucket+"?create=true", "--config", "retention.ms=-1")
+	if code != 0 || strings.Contains(out, "uploaded 0 ") {
+		t.Fatalf("offload: exit %d %s%s", code, out, errOut)
 	}
 	store := "file://" + bucket
 	// The bucket's segment objects, by kind.
@@ -49,9 +93,12 @@ func TestVerifyEveryObject(t *testing.T) {
 		}
 	}
 	segments := len(byKind[manifest.KindLog])
-	if len(byKind[manifest.KindSnapshot]) == 0 || len(byKind[manifest.KindEpochs]) == 0 || len(objects) <= 3*segments {
-		t.Fatalf("the bucket's %d segments have %d objects: want snapshots and leader-epoch checkpoints too", segments, len(objects))
+	for _, k := range want {
+		if len(byKind[k]) == 0 || len(objects) <= 3*segments {
+			t.Fatalf("the bucket's %d segments have %d objects, none a %s", segments, len(objects), k)
+		}
 	}
+	t.Logf("%d segments, %d objects", segments, len(objects))
 	// The progress bar's totals.
 	st, err := openStore(context.Background(), store)
 	if err != nil {
@@ -98,7 +145,11 @@ func TestVerifyEveryObject(t *testing.T) {
 			t.Fatal(err)
 		}
 		bad := append([]byte(nil), good...)
-		bad[len(bad)/2] ^= 0x40
+		if len(bad) == 0 {
+			bad = []byte{0} // an empty index: no byte to flip
+		} else {
+			bad[len(bad)/2] ^= 0x40
+		}
 		if err := os.WriteFile(path, bad, 0o644); err != nil {
 			t.Fatal(err)
 		}
