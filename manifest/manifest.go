@@ -12,10 +12,14 @@
 //	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.txnindex    when it has aborted transactions
 //	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.snapshot    producer state at last+1
 //	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.leader-epoch-checkpoint   epochs up to last
+//	<prefix>/<topic>-<partition>/<id>.intent    an upload intent (JSON): the objects of an upload in flight
 //
 // What Kafka's LogSegmentData carries (KIP-405): the log, its three
 // indexes, the producer snapshot at its end and the leader epochs up to its
 // end, in the same file formats.
+//
+// Layout formats every one of these keys and parses them back (Kinds lists
+// the kinds); nothing else builds or parses a key.
 //
 // <id> is 16 hex digits, new for every upload attempt, so a retried or
 // racing upload never overwrites another's objects.
@@ -66,7 +70,6 @@ package manifest
 
 import (
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -186,7 +189,7 @@ func (s Segment) Object(suffix string) (size int64, crc uint32) {
 // Name returns the object name (without the partition prefix) of the
 // segment's file with suffix: <base 20d>-<last 20d>-<id><suffix>.
 func (s Segment) Name(suffix string) string {
-	return fmt.Sprintf("%020d-%020d-%s%s", s.BaseOffset, s.LastOffset, hex.EncodeToString(s.ID[:]), suffix)
+	return segmentName(s.BaseOffset, s.LastOffset, s.ID, suffix)
 }
 
 // Manifest is a partition's remote segments, sorted by base offset. A
@@ -554,6 +557,20 @@ func (m *Manifest) Append(s Segment) error {
 		return err
 	}
 	return nil
+}
+
+// Objects returns how many objects m's segments have in the bucket (every
+// one each records: Segment.Objects) and their bytes; the manifest itself
+// is not counted.
+func (m *Manifest) Objects() (count int, bytes int64) {
+	for _, s := range m.Segments {
+		for _, suf := range s.Objects() {
+			size, _ := s.Object(suf)
+			count++
+			bytes += size
+		}
+	}
+	return count, bytes
 }
 
 // Size returns the bytes of all segments' logs.

@@ -150,10 +150,7 @@ func (b *Backend) Readers() *ReaderPool { return b.readers }
 
 // PartitionPrefix is the key prefix of tp's objects.
 func (b *Backend) PartitionPrefix(tp backend.TopicPartition) string {
-	if b.prefix == "" {
-		return tp.String()
-	}
-	return b.prefix + "/" + tp.String()
+	return manifest.PartitionLayout(b.prefix, tp.Topic, tp.Partition).Prefix()
 }
 
 // Partitions lists the partitions in the log directory; see
@@ -299,7 +296,7 @@ func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (
 		if err != nil {
 			return 0, err
 		}
-		_, err = b.store.Put(ctx, ps.key(ManifestName), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: st.etag})
+		_, err = b.store.Put(ctx, ps.layout().Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: st.etag})
 		if err == nil {
 			b.logger.Info("partition marked deleted in the bucket", "prefix", prefix, "generation", next.Generation)
 			return next.Generation, nil
@@ -323,8 +320,9 @@ func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (
 // means its claim is visible to the second read.
 func (b *Backend) removeObjects(ctx context.Context, prefix string, gen uint64) error {
 	var keys []string
-	manifestKey := prefix + "/" + ManifestName
-	if err := b.store.List(ctx, prefix+"/", func(o objstore.ObjectInfo) bool {
+	l := manifest.NewLayout(prefix)
+	manifestKey := l.Manifest()
+	if err := b.store.List(ctx, l.ListPrefix(), func(o objstore.ObjectInfo) bool {
 		if o.Key != manifestKey {
 			keys = append(keys, o.Key)
 		}

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
@@ -37,41 +35,25 @@ import (
 // after all, or that another writer restored first, wins), and judges it
 // as any manifest read. A read-only partition (tools) restores nothing;
 // without such a backup the partition is refused as before, retryably.
-// gc leaves backups alone (they are no segment's objects); the deletion of
-// a partition removes them with its other objects.
-
-// backupPrefix begins every backup's object name.
-const backupPrefix = ManifestName + "."
+// gc removes backups older than the last keptBackups (a delete that
+// failed); the deletion of a partition removes them with its other
+// objects. Their names are manifest.Layout's (KindManifestBackup).
 
 // keptBackups is how many generations' backups a partition keeps.
 const keptBackups = 2
-
-// BackupName is the object name of generation gen's manifest backup.
-func BackupName(gen uint64) string { return fmt.Sprintf("%s%020d", backupPrefix, gen) }
-
-// ParseBackupName returns the generation a manifest backup's object name
-// holds; ok is false for any other name.
-func ParseBackupName(name string) (gen uint64, ok bool) {
-	digits, found := strings.CutPrefix(name, backupPrefix)
-	if !found || len(digits) != 20 {
-		return 0, false
-	}
-	gen, err := strconv.ParseUint(digits, 10, 64)
-	return gen, err == nil
-}
 
 // backupManifest writes the committed generation gen (its encoded bytes,
 // data) to its backup and deletes the one keptBackups older. Best effort:
 // the commit stands either way; a failure is logged and counted, and the
 // older backups stay.
 func (p *Partition) backupManifest(ctx context.Context, gen uint64, data []byte) {
-	if _, err := p.store.Put(ctx, p.key(BackupName(gen)), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+	if _, err := p.store.Put(ctx, p.layout().Backup(gen), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
 		p.metrics.ManifestBackupErrors.Add(1)
 		p.opts.Logger.Warn("could not back up the manifest; the older backups stay", "prefix", p.prefix, "generation", gen, "err", err)
 		return
 	}
 	if gen > keptBackups {
-		if err := p.store.Delete(ctx, p.key(BackupName(gen-keptBackups))); err != nil {
+		if err := p.store.Delete(ctx, p.layout().Backup(gen-keptBackups)); err != nil {
 			p.opts.Logger.Debug("could not delete an old manifest backup", "prefix", p.prefix, "generation", gen-keptBackups, "err", err)
 		}
 	}
@@ -96,12 +78,12 @@ func (p *Partition) restoreManifest(ctx context.Context) (*manifestState, error)
 		return missing, nil
 	}
 	floor := p.recordedGeneration()
-	dir := p.key("")
+	layout := p.layout()
 	var best uint64
 	found := false
-	if err := p.store.List(ctx, dir+backupPrefix, func(o objstore.ObjectInfo) bool {
-		if gen, ok := ParseBackupName(strings.TrimPrefix(o.Key, dir)); ok && gen >= floor && (!found || gen > best) {
-			best, found = gen, true
+	if err := p.store.List(ctx, layout.Join(manifest.BackupPrefix), func(o objstore.ObjectInfo) bool {
+		if b, err := layout.Parse(o.Key); err == nil && b.Kind == manifest.KindManifestBackup && b.Generation >= floor && (!found || b.Generation > best) {
+			best, found = b.Generation, true
 		}
 		return true
 	}); err != nil {
@@ -110,7 +92,7 @@ func (p *Partition) restoreManifest(ctx context.Context) (*manifestState, error)
 	if !found {
 		return missing, nil
 	}
-	key := p.key(BackupName(best))
+	key := layout.Backup(best)
 	rc, _, err := p.store.Get(ctx, key, 0, -1)
 	if err != nil {
 		return nil, fmt.Errorf("tiered: read the manifest's backup: %w", err)
@@ -130,12 +112,12 @@ func (p *Partition) restoreManifest(ctx context.Context) (*manifestState, error)
 	if m.Generation != best {
 		return nil, fmt.Errorf("tiered: %s: %w: it holds generation %d", key, manifest.ErrCorrupt, m.Generation)
 	}
-	info, err := p.store.Put(ctx, p.key(ManifestName), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfNoneMatch: true})
+	info, err := p.store.Put(ctx, layout.Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfNoneMatch: true})
 	if errors.Is(err, objstore.ErrPreconditionFailed) {
 		return p.readManifest(ctx) // there after all, or restored by another writer first
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tiered: restore %s from %s: %w", p.key(ManifestName), key, err)
+		return nil, fmt.Errorf("tiered: restore %s from %s: %w", layout.Manifest(), key, err)
 	}
 	p.metrics.ManifestsRestored.Add(1)
 	p.opts.Logger.Warn("the bucket answered that the manifest is gone; restored it from its backup", "prefix", p.prefix,

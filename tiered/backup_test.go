@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/tiered"
@@ -19,8 +19,8 @@ func backups(t *testing.T, store *objstore.Store) []uint64 {
 	t.Helper()
 	var gens []uint64
 	for k := range objectKeys(t, store) {
-		if gen, ok := tiered.ParseBackupName(strings.TrimPrefix(k, "tl/orders-0/")); ok {
-			gens = append(gens, gen)
+		if o, err := manifest.NewLayout("tl/orders-0").Parse(k); err == nil && o.Kind == manifest.KindManifestBackup {
+			gens = append(gens, o.Generation)
 		}
 	}
 	return gens
@@ -45,7 +45,7 @@ func TestManifestBackupKeepsTwo(t *testing.T) {
 			t.Fatalf("backups of generations %v at generation %d, want %d and %d", got, gen, gen-1, gen)
 		}
 	}
-	if !bytes.Equal(objectBytes(t, store, "tl/orders-0/"+tiered.BackupName(gen)), objectBytes(t, store, rollbackManifest)) {
+	if !bytes.Equal(objectBytes(t, store, manifest.NewLayout("tl/orders-0").Backup(gen)), objectBytes(t, store, rollbackManifest)) {
 		t.Fatal("the newest backup is not the manifest's bytes")
 	}
 }
@@ -132,7 +132,7 @@ func TestLostManifestIsRestored(t *testing.T) {
 	// No backup new enough: refused, retryably, and nothing is deleted.
 	lose()
 	for _, g := range backups(t, store) {
-		if err := store.Delete(ctx, "tl/orders-0/"+tiered.BackupName(g)); err != nil {
+		if err := store.Delete(ctx, manifest.NewLayout("tl/orders-0").Backup(g)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -162,7 +162,7 @@ func TestGCRemovesStaleBackups(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	stale := "tl/orders-0/" + tiered.BackupName(1)
+	stale := manifest.NewLayout("tl/orders-0").Backup(1)
 	data := objectBytes(t, store, rollbackManifest)
 	if _, err := store.Put(ctx, stale, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)

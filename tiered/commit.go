@@ -28,7 +28,7 @@ const maxManifestBytes = 64 << 20
 // readManifest GETs and decodes the manifest (one request); a missing one
 // is empty.
 func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
-	key := p.key(ManifestName)
+	key := p.layout().Manifest()
 	rc, info, err := p.store.Get(ctx, key, 0, -1)
 	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
 		return &manifestState{m: &manifest.Manifest{}}, nil
@@ -79,7 +79,7 @@ func (p *Partition) adopt(st *manifestState) {
 // fence stops this writer: the manifest was committed by writerEpoch
 // (another writer). BecomeLeader with a higher epoch lifts it.
 func (p *Partition) fence(writerEpoch int32, cause error) {
-	err := fmt.Errorf("%w: %s: %w", backend.ErrFenced, p.key(ManifestName), cause)
+	err := fmt.Errorf("%w: %s: %w", backend.ErrFenced, p.layout().Manifest(), cause)
 	if p.fenc.CompareAndSwap(nil, &fencing{err: err, epoch: writerEpoch}) {
 		p.metrics.Fenced.Add(1)
 		p.opts.Logger.Warn("fenced: another writer owns the partition", "err", err)
@@ -181,7 +181,7 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 		return err
 	}
 	opts := objstore.PutOptions{IfMatch: st.etag, IfNoneMatch: st.etag == ""}
-	info, err := p.store.Put(ctx, p.key(ManifestName), bytes.NewReader(data), int64(len(data)), opts)
+	info, err := p.store.Put(ctx, p.layout().Manifest(), bytes.NewReader(data), int64(len(data)), opts)
 	switch {
 	case err == nil:
 		p.adopt(&manifestState{m: next, etag: info.ETag})

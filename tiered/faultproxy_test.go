@@ -155,10 +155,12 @@ func (fp *faultyPartition) produce(t *testing.T, n int) {
 // commit can no longer land. gc must remove both.
 func (fp *faultyPartition) plantGarbage(t *testing.T) {
 	t.Helper()
-	name := fmt.Sprintf("%020d-%020d-%s%s", 0, 9, "00000000deadbeef", manifest.LogSuffix)
+	id := [8]byte{0, 0, 0, 0, 0xde, 0xad, 0xbe, 0xef}
+	name := manifest.SegmentObject(manifest.Segment{BaseOffset: 0, LastOffset: 9, ID: id}, manifest.KindLog).Name()
 	in, _ := json.Marshal(map[string]any{"version": 1, "generation": 0, "writerEpoch": 1, "createdMs": time.Now().UnixMilli(),
 		"commitWindowMs": tiered.DefaultCommitWindow.Milliseconds(), "objects": []string{name}})
-	fp.orphan = []string{fp.prefix + "/" + name, fp.prefix + "/00000000deadbeef" + tiered.IntentSuffix}
+	l := manifest.NewLayout(fp.prefix)
+	fp.orphan = []string{l.Join(name), l.Intent(id)}
 	for i, data := range [][]byte{[]byte("a crashed upload"), in} {
 		if _, err := fp.pr.store.Put(ctx, fp.orphan[i], bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
 			t.Fatal(err)
@@ -371,11 +373,12 @@ func checkOnlyNamed(t *testing.T, store *objstore.Store, prefix string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	named := map[string]int64{prefix + "/" + tiered.ManifestName: -1}
+	l := manifest.NewLayout(prefix)
+	named := map[string]int64{l.Manifest(): -1}
 	for _, s := range m.Segments {
 		for _, suf := range s.Objects() {
 			size, _ := s.Object(suf)
-			named[prefix+"/"+s.Name(suf)] = size
+			named[l.Segment(s, suf)] = size
 		}
 	}
 	var objects []objstore.ObjectInfo
@@ -416,8 +419,8 @@ func checkOnlyNamed(t *testing.T, store *objstore.Store, prefix string) {
 			}
 			continue
 		}
-		if gen, ok := tiered.ParseBackupName(strings.TrimPrefix(o.Key, prefix+"/")); ok {
-			if gen > m.Generation || gen+2 <= m.Generation {
+		if b, err := manifest.NewLayout(prefix).Parse(o.Key); err == nil && b.Kind == manifest.KindManifestBackup {
+			if gen := b.Generation; gen > m.Generation || gen+2 <= m.Generation {
 				t.Errorf("gc left %s, a manifest backup beside generation %d, which keeps the last two", o.Key, m.Generation)
 			}
 			continue

@@ -4,12 +4,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
 
@@ -65,8 +63,9 @@ const DefaultCommitWindow = time.Hour
 // the writer, gc and the object store disagreeing.
 const clockSkew = 5 * time.Minute
 
-// IntentSuffix ends the key of an upload intent.
-const IntentSuffix = ".intent"
+// IntentSuffix ends the key of an upload intent (manifest.IntentSuffix;
+// manifest.Layout formats every key).
+const IntentSuffix = manifest.IntentSuffix
 
 // ErrNoManifest means a partition has no manifest in the bucket where one
 // must exist (gc without NoManifestOK; a partition whose local log says it
@@ -94,7 +93,7 @@ func (p *Partition) writeIntent(ctx context.Context, gen uint64, segs []manifest
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
-	in := &intent{key: p.key(hex.EncodeToString(id[:]) + IntentSuffix), Version: 1, Generation: gen,
+	in := &intent{key: p.layout().Intent(id), Version: 1, Generation: gen,
 		WriterEpoch: p.epoch.Load(), CreatedMs: p.opts.Now().UnixMilli(), Window: p.opts.CommitWindow.Milliseconds()}
 	for _, s := range segs {
 		for _, suf := range manifest.AllSuffixes { // those it will have are among them
@@ -230,10 +229,7 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	if first.etag == "" && !opts.NoManifestOK {
 		return nil, fmt.Errorf("%w under %q: refusing to collect garbage there (is the store URL or the partition right?)", ErrNoManifest, prefix)
 	}
-	listPrefix := prefix
-	if listPrefix != "" && !strings.HasSuffix(listPrefix, "/") {
-		listPrefix += "/"
-	}
+	listPrefix := p.layout().ListPrefix()
 	var objects []objstore.ObjectInfo
 	if err := store.List(ctx, listPrefix, func(o objstore.ObjectInfo) bool {
 		objects = append(objects, o)
@@ -247,10 +243,10 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	if err != nil {
 		return nil, err
 	}
-	named := map[string]bool{p.key(ManifestName): true}
+	named := map[string]bool{p.layout().Manifest(): true}
 	for _, s := range st.m.Segments {
 		for _, suf := range s.Objects() {
-			named[p.key(s.Name(suf))] = true
+			named[p.layout().Segment(s, suf)] = true
 		}
 	}
 	protected, byIntent, deadIntents := judgeIntents(ctx, p, objects, st, opts)
@@ -260,22 +256,23 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	pastEnd := &PastEndError{Prefix: prefix, Generation: st.m.Generation, End: end}
 	for _, o := range objects {
 		k := o.Key
-		if gen, ok := ParseBackupName(strings.TrimPrefix(k, p.key(""))); ok {
+		obj, err := p.layout().Parse(k)
+		if err == nil && obj.Kind == manifest.KindManifestBackup {
 			// A manifest backup older than the ones a partition keeps
 			// (its delete failed): no restore takes it (backup.go).
-			if st.etag != "" && gen+keptBackups <= st.m.Generation {
+			if st.etag != "" && obj.Generation+keptBackups <= st.m.Generation {
 				garbage = append(garbage, k)
 			}
 			continue
 		}
-		if named[k] || protected[k] || strings.HasSuffix(k, IntentSuffix) || !isSegmentObject(p, k) {
-			continue
+		if named[k] || protected[k] || err != nil || !obj.Kind.Segment() {
+			continue // named, protected, an intent, or a key the layout does not know
 		}
 		switch {
 		case byIntent[k]:
 		case now.Sub(o.LastModified) <= opts.Grace:
 			continue
-		case st.etag != "" && !st.m.Deleted && !opts.RemovePastEnd && segmentObjectLast(p, k) >= end:
+		case st.etag != "" && !st.m.Deleted && !opts.RemovePastEnd && obj.LastOffset >= end:
 			pastEnd.Keys = append(pastEnd.Keys, k)
 			continue
 		}
@@ -298,20 +295,6 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	return garbage, kept
 }
 
-// segmentObjectLast is the last offset in a segment object's name (see
-// isSegmentObject), or -1.
-func segmentObjectLast(p *Partition, key string) int64 {
-	name := strings.TrimPrefix(key, p.key(""))
-	if len(name) < 41 {
-		return -1
-	}
-	last, err := strconv.ParseInt(name[21:41], 10, 64)
-	if err != nil {
-		return -1
-	}
-	return last
-}
-
 // judgeIntents reads the upload intents among objects and sorts what they
 // name: protected (a live intent: its commit may still land), byIntent
 // (named by any intent), and the intents that are dead (their commits can
@@ -320,7 +303,7 @@ func judgeIntents(ctx context.Context, p *Partition, objects []objstore.ObjectIn
 	protected, byIntent = map[string]bool{}, map[string]bool{}
 	now := opts.Now()
 	for _, o := range objects {
-		if !strings.HasSuffix(o.Key, IntentSuffix) {
+		if obj, err := p.layout().Parse(o.Key); err != nil || obj.Kind != manifest.KindIntent {
 			continue
 		}
 		in, err := readIntent(ctx, p.store, o.Key)
@@ -346,9 +329,9 @@ func judgeIntents(ctx context.Context, p *Partition, objects []objstore.ObjectIn
 		if in != nil {
 			for _, name := range in.Objects {
 				if live {
-					protected[p.key(name)] = true
+					protected[p.layout().Join(name)] = true
 				}
-				byIntent[p.key(name)] = true
+				byIntent[p.layout().Join(name)] = true
 			}
 		}
 	}
@@ -372,17 +355,4 @@ func readIntent(ctx context.Context, store *objstore.Store, key string) (*intent
 	}
 	in.key = key
 	return &in, nil
-}
-
-// isSegmentObject reports whether key is a segment object of the
-// partition: <base 20d>-<last 20d>-<id 16 hex> and one of
-// manifest.AllSuffixes.
-func isSegmentObject(p *Partition, key string) bool {
-	name := strings.TrimPrefix(key, p.key(""))
-	for _, suf := range manifest.AllSuffixes {
-		if stem, ok := strings.CutSuffix(name, suf); ok && len(stem) == 20+1+20+1+16 && stem[20] == '-' && stem[41] == '-' {
-			return true
-		}
-	}
-	return false
 }

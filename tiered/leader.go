@@ -54,12 +54,12 @@ func (p *Partition) attach(ctx context.Context) error {
 		st, err = p.restoreManifest(ctx)
 	}
 	if err != nil {
-		return storageError(ctx, fmt.Errorf("tiered: %s: the bucket cannot be read (local data is served meanwhile): %w", p.key(ManifestName), err))
+		return storageError(ctx, fmt.Errorf("tiered: %s: the bucket cannot be read (local data is served meanwhile): %w", p.layout().Manifest(), err))
 	}
 	if st.etag == "" {
 		if rs, ok := p.local.RemoteLogStart(); ok {
 			return fmt.Errorf("%w: %w under %q: the partition's log start is %d (log-start-offset-checkpoint) but its local log starts at %d, "+
-				"so the offsets between live in a bucket: is the store URL or prefix right?", objstore.ErrRetryable, ErrNoManifest, p.key(ManifestName), rs, p.local.Offsets().LogStart)
+				"so the offsets between live in a bucket: is the store URL or prefix right?", objstore.ErrRetryable, ErrNoManifest, p.layout().Manifest(), rs, p.local.Offsets().LogStart)
 		}
 		if gen := p.recordedGeneration(); gen > 0 {
 			// A wrong URL or prefix is likelier here than a bucket
@@ -68,7 +68,7 @@ func (p *Partition) attach(ctx context.Context) error {
 			// Retryable: a store not yet caught up (a restarted MinIO
 			// node) answers not-found for what it holds.
 			return fmt.Errorf("%w: %w under %q: the partition last committed or adopted manifest generation %d (%s): is the store URL or prefix right?",
-				objstore.ErrRetryable, ErrNoManifest, p.key(ManifestName), gen, filepath.Join(p.local.Dir(), local.TierStateCheckpoint))
+				objstore.ErrRetryable, ErrNoManifest, p.layout().Manifest(), gen, filepath.Join(p.local.Dir(), local.TierStateCheckpoint))
 		}
 	}
 	if err := p.judge(st); err != nil {
@@ -226,7 +226,7 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 	if err != nil {
 		return err
 	}
-	info, err := p.store.Put(ctx, p.key(ManifestName), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: now.etag, IfNoneMatch: now.etag == ""})
+	info, err := p.store.Put(ctx, p.layout().Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: now.etag, IfNoneMatch: now.etag == ""})
 	if err != nil {
 		p.adopt(now)
 		p.unknown = next
@@ -314,7 +314,7 @@ func (p *Partition) Refresh(ctx context.Context) error {
 func (p *Partition) refreshLocked(ctx context.Context) error {
 	now, err := p.judged(ctx)
 	if err != nil {
-		return storageError(ctx, fmt.Errorf("tiered: refresh %s: %w", p.key(ManifestName), err))
+		return storageError(ctx, fmt.Errorf("tiered: refresh %s: %w", p.layout().Manifest(), err))
 	}
 	if cur := p.man.Load(); now.etag != cur.etag && now.m.Generation >= cur.m.Generation {
 		p.adopt(now)

@@ -50,7 +50,7 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 	}
 	oi := index.NewOffsetIndexView(idx, seg.BaseOffset)
 	l.indexEntry, l.indexSlot, l.indexEntries = oi.LookupSlot(target)
-	key := p.key(seg.Name(manifest.LogSuffix))
+	key := p.layout().Segment(seg, manifest.LogSuffix)
 	prevLast := seg.BaseOffset - 1
 	if l.indexSlot > 0 {
 		prevLast = oi.Entry(l.indexSlot - 1).Offset // offsets up to it come before the entry's position

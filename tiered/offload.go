@@ -164,7 +164,7 @@ func (p *Partition) abandonLocked(in *intent, segs []manifest.Segment) {
 	var keys []string
 	for _, seg := range segs {
 		for _, suf := range manifest.AllSuffixes {
-			keys = append(keys, p.key(seg.Name(suf)))
+			keys = append(keys, p.layout().Segment(seg, suf))
 		}
 	}
 	if err := p.store.Delete(ctx, keys...); err != nil {
@@ -276,41 +276,41 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 	for _, lim := range p.uploadRate {
 		body = &limitedBody{ctx: ctx, rs: body, lim: lim}
 	}
-	if err := p.putObject(ctx, seg.Name(manifest.LogSuffix), body, seg.Size, seg.LogCRC); err != nil {
+	if err := p.putObject(ctx, p.layout().Segment(seg, manifest.LogSuffix), body, seg.Size, seg.LogCRC); err != nil {
 		return seg, err
 	}
 	extras[manifest.IndexSuffix], extras[manifest.TimeIndexSuffix] = idx, tidx
 	for _, suf := range manifest.AllSuffixes[1:] {
 		if data := extras[suf]; len(data) > 0 || suf == manifest.IndexSuffix || suf == manifest.TimeIndexSuffix {
-			if err := p.putObject(ctx, seg.Name(suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
+			if err := p.putObject(ctx, p.layout().Segment(seg, suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
 				return seg, err
 			}
 		}
 	}
 	// Warm the index cache: the first remote read needs it.
-	p.caches.indexes.put(p.key(seg.Name(manifest.IndexSuffix)), idx)
-	p.caches.indexes.put(p.key(seg.Name(manifest.TimeIndexSuffix)), tidx)
+	p.caches.indexes.put(p.layout().Segment(seg, manifest.IndexSuffix), idx)
+	p.caches.indexes.put(p.layout().Segment(seg, manifest.TimeIndexSuffix), tidx)
 	return seg, nil
 }
 
 // putObject puts one of a segment's objects under its key, new to this
 // upload attempt (so never over another's), with its CRC-32C checked by
 // the store.
-func (p *Partition) putObject(ctx context.Context, name string, body io.ReadSeeker, size int64, crc uint32) error {
-	_, err := p.store.Put(ctx, p.key(name), body, size, objstore.PutOptions{CRC32C: crc, HasCRC32C: true, IfNoneMatch: true})
+func (p *Partition) putObject(ctx context.Context, key string, body io.ReadSeeker, size int64, crc uint32) error {
+	_, err := p.store.Put(ctx, key, body, size, objstore.PutOptions{CRC32C: crc, HasCRC32C: true, IfNoneMatch: true})
 	if errors.Is(err, objstore.ErrPreconditionFailed) {
 		// The key is new to this attempt: if it exists, an earlier try
 		// of this very put succeeded before its answer was lost.
-		info, herr := p.store.Head(ctx, p.key(name))
+		info, herr := p.store.Head(ctx, key)
 		if herr == nil && info.Size == size {
 			return nil
 		}
 		if herr != nil {
-			return fmt.Errorf("tiered: upload %s: %w: its outcome is unknown: %w", name, objstore.ErrRetryable, herr)
+			return fmt.Errorf("tiered: upload %s: %w: its outcome is unknown: %w", key, objstore.ErrRetryable, herr)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("tiered: upload %s: %w", name, err)
+		return fmt.Errorf("tiered: upload %s: %w", key, err)
 	}
 	return nil
 }

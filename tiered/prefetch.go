@@ -45,7 +45,7 @@ func (p *Partition) prefetch(seg manifest.Segment, end int64) {
 		}
 		seg, end = m.Segments[i], 0
 	}
-	key := p.key(seg.Name(manifest.LogSuffix))
+	key := p.layout().Segment(seg, manifest.LogSuffix)
 	if p.caches.chunks.has(key, end) {
 		p.prefetching.Store(false)
 		return

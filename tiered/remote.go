@@ -160,7 +160,7 @@ func (p *Partition) abortedFor(ctx context.Context, fetch, upper int64) ([]backe
 		}
 		var complete bool
 		if found, complete, err = producerstate.CollectAbortedTxns(found, data, fetch, upper); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, p.key(seg.Name(manifest.TxnIndexSuffix)), err)
+			return nil, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, p.layout().Segment(seg, manifest.TxnIndexSuffix), err)
 		}
 		if complete {
 			return toAborted(found, nil), nil
@@ -188,7 +188,7 @@ func toAborted(remote []producerstate.AbortedTxn, local []backend.AbortedTxn) []
 // .txnindex), from the cache or by one GET, checked against the size and
 // CRC-32C the manifest recorded.
 func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffix string) ([]byte, error) {
-	key := p.key(seg.Name(suffix))
+	key := p.layout().Segment(seg, suffix)
 	if b, ok := p.caches.indexes.get(key); ok {
 		return b, nil
 	}
@@ -228,7 +228,7 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 	// Take whole batches within MaxBytes (at least one with MinOneBatch),
 	// and check the one after them.
 	end, next, prevLast := l.at, target, l.entry.BaseOffset-1
-	key := p.key(seg.Name(manifest.LogSuffix))
+	key := p.layout().Segment(seg, manifest.LogSuffix)
 	checked := false // the batch at end was checked
 	for end < int64(len(l.data)) {
 		e, err := record.HeaderAt(l.data, end, int64(len(l.data)))
@@ -359,7 +359,7 @@ func (p *Partition) remoteTimestamp(ctx context.Context, seg manifest.Segment, t
 	start := p.Offsets().LogStart
 	target := max(manifest.TimestampInIndex(seg, tidx, ts).Offset, start, seg.BaseOffset)
 	var it record.Iterator
-	key := p.key(seg.Name(manifest.LogSuffix))
+	key := p.layout().Segment(seg, manifest.LogSuffix)
 	for target <= seg.LastOffset {
 		l, found, err := p.locate(ctx, seg, target, 1<<20)
 		if err != nil || !found {
@@ -448,7 +448,7 @@ func (p *Partition) LookupRemote(ctx context.Context, offset int64) (RemoteLooku
 		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: m.LogStartOffset, LogEnd: p.Offsets().LocalLogStart}
 	}
 	seg := m.Segments[i]
-	r.Segments, r.SegmentIndex, r.Object = len(m.Segments), i, p.key(seg.Name(manifest.LogSuffix))
+	r.Segments, r.SegmentIndex, r.Object = len(m.Segments), i, p.layout().Segment(seg, manifest.LogSuffix)
 	l, found, err := p.locate(ctx, seg, max(offset, seg.BaseOffset), 1<<20+readSlack)
 	r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = l.indexEntries, l.indexSlot, l.indexEntry.Offset, l.indexEntry.Position
 	r.BatchesScanned, r.Cached = l.scanned, l.cached

@@ -226,8 +226,9 @@ func syncDir(fsys vfs.FS, dir string) error {
 	return nil
 }
 
-// DownloadSegment downloads one segment the manifest names (.log, .index,
-// .timeindex) into dir under Kafka's file names, as Restore does: streamed
+// DownloadSegment downloads one segment the manifest names (every object
+// it records but its leader-epoch checkpoint, which Restore writes once
+// for the partition) into dir under Kafka's file names, as Restore does: streamed
 // through temporary files, resumed when cut short, and renamed only once
 // size and CRC-32C match the manifest (a mismatch is ErrCorruptRecord
 // naming the object). It does not sync dir.
@@ -235,19 +236,29 @@ func DownloadSegment(ctx context.Context, store *objstore.Store, prefix string, 
 	p := &Partition{store: store, prefix: prefix}
 	buf := make([]byte, 1<<20)
 	for _, suf := range s.Objects() {
-		name := local.FileName(s.BaseOffset, localSuffix(suf))
-		if suf == manifest.SnapshotSuffix { // named by the offset it describes
-			name = local.FileName(s.LastOffset+1, local.SnapshotSuffix)
-		}
 		if suf == manifest.EpochsSuffix {
 			continue // the partition's checkpoint is written once, from the manifest
 		}
 		size, crc := s.Object(suf)
-		if err := restoreObject(ctx, store, opts.fs(), p.key(s.Name(suf)), size, crc, filepath.Join(dir, name), buf, opts.OnProgress); err != nil {
+		if err := restoreObject(ctx, store, opts.fs(), p.layout().Segment(s, suf), size, crc, filepath.Join(dir, localName(s, suf)), buf, opts.OnProgress); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// localName is the local file name of segment s's object with suffix:
+// Kafka's, the producer snapshot named by the offset it describes (a
+// leader-epoch checkpoint, which a partition directory holds one of, is
+// given the segment's base offset).
+func localName(s manifest.Segment, suffix string) string {
+	switch suffix {
+	case manifest.SnapshotSuffix:
+		return local.FileName(s.LastOffset+1, local.SnapshotSuffix)
+	case manifest.EpochsSuffix:
+		return local.FileName(s.BaseOffset, manifest.EpochsSuffix)
+	}
+	return local.FileName(s.BaseOffset, localSuffix(suffix))
 }
 
 // localSuffix is the local file suffix of a segment object's.

@@ -64,7 +64,7 @@ func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
 	var keys []string
 	for _, s := range segs[:n] {
 		for _, suf := range s.Objects() {
-			keys = append(keys, p.key(s.Name(suf)))
+			keys = append(keys, p.layout().Segment(s, suf))
 		}
 	}
 	// The log start moved: the local log follows when it still holds

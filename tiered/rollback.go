@@ -215,7 +215,7 @@ func (p *Partition) judge(st *manifestState) error {
 		p.rec.missing.Store(false)
 		return nil
 	}
-	e := &RollbackError{Key: p.key(ManifestName), Dir: p.local.Dir(), Recorded: rec, HaveRecord: have, Reason: reason}
+	e := &RollbackError{Key: p.layout().Manifest(), Dir: p.local.Dir(), Recorded: rec, HaveRecord: have, Reason: reason}
 	if !exists {
 		// A bucket rolled back to before the partition, or a store that
 		// answers not-found for an object it holds (a MinIO node not yet

@@ -44,8 +44,9 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 )
 
-// ManifestName is the manifest's object name under the partition prefix.
-const ManifestName = "manifest"
+// ManifestName is the manifest's object name under the partition prefix
+// (manifest.ManifestName; manifest.Layout formats every key).
+const ManifestName = manifest.ManifestName
 
 // Options configure a Partition.
 type Options struct {
@@ -275,12 +276,8 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	return p, nil
 }
 
-func (p *Partition) key(name string) string {
-	if p.prefix == "" {
-		return name
-	}
-	return p.prefix + "/" + name
-}
+// layout is the key layout of the partition's objects.
+func (p *Partition) layout() manifest.Layout { return manifest.NewLayout(p.prefix) }
 
 // Manifest returns the committed manifest (do not modify it).
 func (p *Partition) Manifest() *manifest.Manifest { return p.man.Load().m }
@@ -527,7 +524,7 @@ func (p *Partition) checkOpen() error {
 // from taking up the others.
 func (p *Partition) checkNotClosed() error {
 	if p.closed.Load() {
-		return fmt.Errorf("%w: tiered partition %s", backend.ErrClosed, p.key(""))
+		return fmt.Errorf("%w: tiered partition %s", backend.ErrClosed, p.layout().ListPrefix())
 	}
 	return nil
 }

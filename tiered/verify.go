@@ -5,11 +5,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
+	"path/filepath"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/vfs"
 )
 
 // Before local retention deletes a local segment, the bucket must hold
@@ -58,16 +62,12 @@ func (p *Partition) markVerifiedLocked(seg manifest.Segment, headed bool) {
 }
 
 // headObjects checks that a segment's objects exist with the sizes the
-// manifest records.
+// manifest records (the bucket check's shallow check of each).
 func (p *Partition) headObjects(ctx context.Context, seg manifest.Segment) error {
 	for _, suf := range seg.Objects() {
-		key := p.key(seg.Name(suf))
-		info, err := p.store.Head(ctx, key)
-		if err != nil {
-			return fmt.Errorf("tiered: check %s after its commit: %w", key, err)
-		}
-		if size, _ := seg.Object(suf); info.Size != size {
-			return fmt.Errorf("%w: tiered: %s is %d bytes, the manifest says %d", backend.ErrCorruptRecord, key, info.Size, size)
+		size, crc := seg.Object(suf)
+		if err := checkObject(ctx, p.store, nil, p.layout().Segment(seg, suf), size, crc, "", CheckOptions{}, nil); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -107,7 +107,7 @@ func (p *Partition) bucketHoldsLocked(ctx context.Context, m *manifest.Manifest,
 	}
 	if h.Size() != seg.Size || mine.LogCRC != seg.LogCRC {
 		return fmt.Errorf("%w: local segment %s (%d bytes, CRC-32C %08x) is not the bucket's %s (%d bytes, CRC-32C %08x)",
-			ErrDiverged, h.Path(), h.Size(), mine.LogCRC, p.key(seg.Name(manifest.LogSuffix)), seg.Size, seg.LogCRC)
+			ErrDiverged, h.Path(), h.Size(), mine.LogCRC, p.layout().Segment(seg, manifest.LogSuffix), seg.Size, seg.LogCRC)
 	}
 	if err := p.headObjects(ctx, seg); err != nil {
 		return err
@@ -150,7 +150,7 @@ func (p *Partition) compareWithBucketLocked(ctx context.Context, m *manifest.Man
 		if err != nil {
 			return err
 		}
-		key := p.key(seg.Name(manifest.LogSuffix))
+		key := p.layout().Segment(seg, manifest.LogSuffix)
 		if !found || l.entry.BaseOffset != off {
 			return fmt.Errorf("%w: %s has no batch beginning at offset %d, where local segment %s has one", ErrDiverged, key, off, h.Path())
 		}
@@ -200,4 +200,132 @@ func (p *Partition) markRangeVerifiedLocked(si local.SegmentInfo) {
 		p.verified = map[int64]verifiedSegment{}
 	}
 	p.verified[si.BaseOffset] = verifiedSegment{size: si.Size, last: si.NextOffset - 1, ranged: true}
+}
+
+// The bucket check: the one check of a manifest's objects, behind tierctl
+// verify --store and tierctl manifest verify. Every object each segment
+// records (manifest.Segment.Objects: the .log, its indexes and whichever
+// of the .txnindex, producer snapshot and leader-epoch checkpoint it has)
+// is headed for its size and, when deep, read whole for its CRC-32C, and
+// what is wrong is reported on that object.
+
+// ObjectCheck is what the bucket check found of one object of a segment.
+type ObjectCheck struct {
+	Key  string
+	Kind manifest.Kind
+	// Size is the object's size the manifest records.
+	Size int64
+	// Path is, with CheckOptions.Dir, the local file holding the
+	// object's bytes (only when Err is nil); it is removed once the
+	// segment's callback returns.
+	Path string
+	// Err says what is wrong with the object, naming Key: missing (or
+	// unreadable: the store's error), of another size or, when deep,
+	// another CRC-32C than the manifest records (backend.ErrCorruptRecord).
+	// nil: the object is as the manifest records.
+	Err error
+}
+
+// CheckOptions configure CheckBucket.
+type CheckOptions struct {
+	// Deep reads every object and checks its CRC-32C too.
+	Deep bool
+	// Dir, with Deep, keeps the bytes of each object that checks in Dir
+	// under its local file name (Kafka's) while the segment's callback
+	// runs, for checks of the content.
+	Dir string
+	// FS is the file system Dir is on (vfs.Default when nil).
+	FS vfs.FS
+	// OnProgress is called with the bytes read, when Deep.
+	OnProgress func(n int64)
+}
+
+// CheckBucket checks every object each of m's segments records under
+// prefix (a partition's prefix), segment by segment, and calls fn with
+// each segment and the check of each of its objects, in the order of
+// Segment.Objects; an error fn returns ends the check and is returned, as
+// is ctx's. What is wrong with an object is in its ObjectCheck, not in the
+// error CheckBucket returns.
+func CheckBucket(ctx context.Context, store *objstore.Store, prefix string, m *manifest.Manifest, opts CheckOptions,
+	fn func(s manifest.Segment, objects []ObjectCheck) error) error {
+	l := manifest.NewLayout(prefix)
+	fsys := opts.FS
+	if fsys == nil {
+		fsys = vfs.Default
+	}
+	var buf []byte
+	if opts.Deep {
+		buf = make([]byte, 1<<20)
+	}
+	for _, s := range m.Segments {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		checks := make([]ObjectCheck, 0, len(manifest.AllSuffixes))
+		for _, suf := range s.Objects() {
+			kind, _ := manifest.KindOfSuffix(suf)
+			size, crc := s.Object(suf)
+			c := ObjectCheck{Key: l.Segment(s, suf), Kind: kind, Size: size}
+			var path string
+			if opts.Deep && opts.Dir != "" {
+				path = filepath.Join(opts.Dir, localName(s, suf))
+			}
+			if c.Err = checkObject(ctx, store, fsys, c.Key, size, crc, path, opts, buf); c.Err == nil {
+				c.Path = path
+			}
+			checks = append(checks, c)
+		}
+		err := fn(s, checks)
+		for _, c := range checks {
+			if c.Path != "" {
+				fsys.Remove(c.Path)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkObject checks one object: its size by a HEAD and, when deep, its
+// CRC-32C by reading it (into the file path when not "").
+func checkObject(ctx context.Context, store *objstore.Store, fsys vfs.FS, key string, size int64, crc uint32, path string, opts CheckOptions, buf []byte) error {
+	info, err := store.Head(ctx, key)
+	if err != nil {
+		return fmt.Errorf("tiered: check %s: %w", key, err)
+	}
+	if info.Size != size {
+		return fmt.Errorf("%w: tiered: %s is %d bytes, the manifest says %d", backend.ErrCorruptRecord, key, info.Size, size)
+	}
+	if !opts.Deep {
+		return nil
+	}
+	if path != "" {
+		return restoreObject(ctx, store, fsys, key, size, crc, path, buf, opts.OnProgress)
+	}
+	rc, _, err := store.Get(ctx, key, 0, -1)
+	if err != nil {
+		return fmt.Errorf("tiered: check %s: %w", key, err)
+	}
+	defer rc.Close()
+	h := crc32.New(castagnoli)
+	n, err := io.CopyBuffer(io.MultiWriter(h, progressWriter(opts.OnProgress)), io.LimitReader(rc, size+1), buf)
+	if err != nil {
+		return fmt.Errorf("tiered: check %s: %w", key, err)
+	}
+	if got := h.Sum32(); n != size || got != crc {
+		return fmt.Errorf("%w: tiered: %s: %d bytes with CRC-32C %08x, the manifest recorded %d bytes with %08x", backend.ErrCorruptRecord, key, n, got, size, crc)
+	}
+	return nil
+}
+
+// progressWriter counts the bytes written to it into a progress callback.
+type progressWriter func(n int64)
+
+func (w progressWriter) Write(b []byte) (int, error) {
+	if w != nil {
+		w(int64(len(b)))
+	}
+	return len(b), nil
 }

@@ -63,19 +63,24 @@ type partitionCost struct {
 // estimate prices a manifest. A consumer reading everything once from the
 // bucket costs one GET per remote index and one ranged GET per fetchBytes
 // of log; a restore costs one GET per object; a gc pass one LIST per
-// 1,000 objects; the upload 3 PUTs per segment and one per manifest
-// generation.
+// 1,000 objects; the upload one PUT per object and two per manifest
+// generation (the manifest and its backup). The objects are every one
+// each segment records (manifest.Manifest.Objects: its .log, indexes, and
+// whichever of the .txnindex, producer snapshot and leader-epoch
+// checkpoint it has), the manifest and the two backups a partition keeps
+// (fewer below generation 2); a restore reads all but the backups.
 func estimate(name string, m *manifest.Manifest, p prices, fetchBytes int64) partitionCost {
-	c := partitionCost{Partition: name, Segments: len(m.Segments), Objects: 3*len(m.Segments) + 1}
+	objects, bytes := m.Objects()
+	backups := int(min(m.Generation, 2))
+	c := partitionCost{Partition: name, Segments: len(m.Segments), Objects: objects + 1 + backups, Bytes: bytes}
 	var logBytes int64
 	for _, s := range m.Segments {
-		c.Bytes += s.Size + s.IndexSize + s.TimeIndexSize
 		logBytes += s.Size
 		c.Records += s.Records
 		c.ReadAllGets += 1 + (s.Size+fetchBytes-1)/fetchBytes
 	}
-	c.UploadPuts = 3*int64(len(m.Segments)) + int64(m.Generation)
-	c.RestoreGets = int64(c.Objects)
+	c.UploadPuts = int64(objects) + 2*int64(m.Generation)
+	c.RestoreGets = int64(objects + 1)
 	c.GCLists = int64(c.Objects+999) / 1000
 	get := func(n int64) float64 { return float64(n) / 1000 * p.GetPer1000 }
 	put := func(n int64) float64 { return float64(n) / 1000 * p.PutPer1000 }
@@ -100,7 +105,8 @@ func newCostCmd() *cobra.Command {
 		Long: `cost reads the manifests of the given partitions (default: every partition
 with a manifest in the bucket) and turns their object and byte counts into
 an estimate at list prices: storage per month, the PUTs the upload took
-(three objects per segment, one manifest write per generation), the GETs
+(one per object a segment has, two manifest writes per generation: the
+manifest and its backup), the GETs
 of reading everything once from the bucket (one per remote index, one per
 --fetch-bytes of log), of a restore (one per object), and of a gc pass
 (one LIST per 1,000 objects). A partition given that has no manifest, and

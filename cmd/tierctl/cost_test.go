@@ -18,14 +18,21 @@ func TestEstimate(t *testing.T) {
 	p := prices{StorageGBMonth: 0.023, PutPer1000: 0.005, GetPer1000: 0.0004, TransferGB: 0.09}
 	c := estimate("t-0", m, p, 1<<20)
 	bytes := int64(3<<20 + 100 + 20 + 1<<20 + 1 + 50 + 10)
-	if c.Segments != 2 || c.Objects != 7 || c.Bytes != bytes || c.Records != 15 || c.UploadPuts != 10 ||
+	if c.Segments != 2 || c.Objects != 9 || c.Bytes != bytes || c.Records != 15 || c.UploadPuts != 14 ||
 		c.ReadAllGets != (1+3)+(1+2) || c.RestoreGets != 7 || c.GCLists != 1 {
 		t.Fatalf("%+v", c)
 	}
 	near := func(got, want float64) bool { return math.Abs(got-want) < 1e-12 }
-	if !near(c.StorageMonth, float64(bytes)/(1<<30)*0.023) || !near(c.UploadUSD, 10*0.005/1000) ||
+	if !near(c.StorageMonth, float64(bytes)/(1<<30)*0.023) || !near(c.UploadUSD, 14*0.005/1000) ||
 		!near(c.ReadAllUSD, 7*0.0004/1000+float64(4<<20+1)/(1<<30)*0.09) || !near(c.GCUSD, 0.005/1000) {
 		t.Fatalf("%+v", c)
+	}
+	// A segment with every kind of object counts them all: six objects,
+	// six PUTs, and their bytes; generation 1 has one backup.
+	full := &manifest.Manifest{Generation: 1, Segments: []manifest.Segment{{Size: 1000, IndexSize: 8, TimeIndexSize: 12, Records: 1,
+		TxnIndexSize: 34, SnapshotSize: 50, EpochsSize: 20}}}
+	if c := estimate("t-0", full, p, 1<<20); c.Objects != 6+1+1 || c.UploadPuts != 6+2 || c.RestoreGets != 7 || c.Bytes != 1000+8+12+34+50+20 {
+		t.Fatalf("a segment with every object: %+v", c)
 	}
 	for v, want := range map[float64]string{0: "$0", 12.345: "$12.35", 0.01: "$0.01", 0.0000446: "$0.000045", 0.0012: "$0.0012"} {
 		if got := usd(v); got != want {

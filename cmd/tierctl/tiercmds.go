@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -227,8 +226,8 @@ func openTieredIn(ctx context.Context, dir string, store *objstore.Store, storeU
 // errNoManifestAt is the error for a partition named by --partition whose
 // manifest the bucket does not have.
 func errNoManifestAt(storeURL, partition string) error {
-	return fmt.Errorf("%w for partition %s under --store %s (no object %s/%s): is the --store URL (bucket and prefix) or --partition right?",
-		tiered.ErrNoManifest, partition, storeurl.Redact(storeURL), partition, tiered.ManifestName)
+	return fmt.Errorf("%w for partition %s under --store %s (no object %s): is the --store URL (bucket and prefix) or --partition right?",
+		tiered.ErrNoManifest, partition, storeurl.Redact(storeURL), manifest.NewLayout(partition).Manifest())
 }
 
 // errNoPartitions wraps errEmptyBucket with the URL.
@@ -393,39 +392,21 @@ is an error (exit 2).`,
 			defer store.Close()
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
-			problems := 0
-			for _, s := range m.Segments {
-				for _, suf := range s.Objects() {
-					var o struct {
-						size int64
-						crc  uint32
-					}
-					o.size, o.crc = s.Object(suf)
-					key := prefix + "/" + s.Name(suf)
-					info, err := store.Head(ctx, key)
-					switch {
-					case err != nil:
+			problems, checked := 0, 0
+			err = tiered.CheckBucket(ctx, store, prefix, m, tiered.CheckOptions{Deep: deep}, func(_ manifest.Segment, objects []tiered.ObjectCheck) error {
+				for _, o := range objects {
+					checked++
+					if o.Err != nil {
 						problems++
-						fmt.Fprintf(w, "problem: %s: %v\n", key, err)
-						continue
-					case info.Size != o.size:
-						problems++
-						fmt.Fprintf(w, "problem: %s is %d bytes, the manifest says %d\n", key, info.Size, o.size)
-						continue
-					}
-					if deep {
-						data, err := store.ReadAll(ctx, key, 0, -1)
-						if err != nil {
-							problems++
-							fmt.Fprintf(w, "problem: %s: %v\n", key, err)
-						} else if got := crc32.Checksum(data, crc32.MakeTable(crc32.Castagnoli)); got != o.crc {
-							problems++
-							fmt.Fprintf(w, "problem: %s has CRC-32C %08x, the manifest says %08x\n", key, got, o.crc)
-						}
+						fmt.Fprintf(w, "problem: %s (%s): %v\n", o.Key, o.Kind, o.Err)
 					}
 				}
+				return nil
+			})
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(w, "manifest generation %d: %d segments, %d objects checked, %d problems\n", m.Generation, len(m.Segments), 3*len(m.Segments), problems)
+			fmt.Fprintf(w, "manifest generation %d: %d segments, %d objects checked, %d problems\n", m.Generation, len(m.Segments), checked, problems)
 			if problems > 0 {
 				w.Flush()
 				return errProblems

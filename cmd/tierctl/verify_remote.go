@@ -3,12 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"strings"
 
-	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/tiered"
@@ -19,10 +16,8 @@ import (
 func bucketPartitions(ctx context.Context, store *objstore.Store) ([]string, error) {
 	var out []string
 	err := store.List(ctx, "", func(o objstore.ObjectInfo) bool {
-		if prefix, ok := strings.CutSuffix(o.Key, "/"+tiered.ManifestName); ok {
-			if _, err := local.ParsePartitionDirName(filepath.Base(prefix)); err == nil {
-				out = append(out, prefix)
-			}
+		if k, err := manifest.ParseKey(o.Key); err == nil && k.Kind == manifest.KindManifest {
+			out = append(out, strings.TrimSuffix(o.Key, "/"+k.Name()))
 		}
 		return true
 	})
@@ -31,21 +26,24 @@ func bucketPartitions(ctx context.Context, store *objstore.Store) ([]string, err
 }
 
 // verifyRemote checks a partition's objects in the bucket against its
-// manifest: that each exists with the recorded size or, when deep, that
-// its bytes have the recorded CRC-32C and that the segment verifies as a
-// local one does (every batch CRC, offsets inside the manifest's range,
-// the record count, each index entry against the log). A deep check
+// manifest, through the bucket check (tiered.CheckBucket): that every
+// object each segment records exists with the recorded size or, when
+// deep, that its bytes have the recorded CRC-32C and that the segment
+// verifies as a local one does (every batch CRC, offsets inside the
+// manifest's range, the record count, each index entry against the log,
+// the producer snapshot and the aborted transactions). A deep check
 // downloads one segment at a time into tmp, so disk use is bounded by the
-// largest segment. Object reports are named by their keys.
+// largest segment. Object reports are named by their keys, and what is
+// wrong with an object is reported on that object.
 func verifyRemote(ctx context.Context, store *objstore.Store, rp remotePartition, deep bool, tmp string, bar *progress) ([]fileReport, error) {
-	prefix, m := rp.prefix, rp.m
+	l, m := manifest.NewLayout(rp.prefix), rp.m
 	if rp.err != nil {
-		r := fileReport{Path: prefix + "/" + tiered.ManifestName, Kind: "manifest"}
+		r := fileReport{Path: l.Manifest(), Kind: manifest.KindManifest.String()}
 		r.problemf("%v", rp.err)
 		return []fileReport{r}, nil
 	}
 	if !manifestExists(m) {
-		r := fileReport{Path: prefix + "/" + tiered.ManifestName, Kind: "manifest"}
+		r := fileReport{Path: l.Manifest(), Kind: manifest.KindManifest.String()}
 		if rp.mustExist {
 			r.problemf("no manifest: is the --store URL (bucket and prefix) or --partition right?")
 		} else {
@@ -54,68 +52,70 @@ func verifyRemote(ctx context.Context, store *objstore.Store, rp remotePartition
 		return []fileReport{r}, nil
 	}
 	if len(m.Segments) == 0 {
-		r := fileReport{Path: prefix + "/" + tiered.ManifestName, Kind: "manifest"}
+		r := fileReport{Path: l.Manifest(), Kind: manifest.KindManifest.String()}
 		r.Notes = append(r.Notes, fmt.Sprintf("manifest generation %d names no segments", m.Generation))
 		return []fileReport{r}, nil
 	}
 	var out []fileReport
-	for _, s := range m.Segments {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
+	opts := tiered.CheckOptions{Deep: deep, Dir: tmp, OnProgress: bar.Add}
+	err := tiered.CheckBucket(ctx, store, rp.prefix, m, opts, func(s manifest.Segment, objects []tiered.ObjectCheck) error {
 		if !deep {
-			for _, suf := range s.Objects() {
-				key := prefix + "/" + s.Name(suf)
-				size, _ := s.Object(suf)
-				r := fileReport{Path: key, Kind: "object", Bytes: size}
-				switch info, err := store.Head(ctx, key); {
-				case err != nil:
-					r.problemf("%v", err)
-				case info.Size != size:
-					r.problemf("%d bytes, the manifest says %d", info.Size, size)
+			for _, o := range objects {
+				r := fileReport{Path: o.Key, Kind: "object", Bytes: o.Size}
+				if o.Err != nil {
+					r.problemf("%v", o.Err)
 				}
 				bar.Add(1)
 				out = append(out, r)
 			}
-			continue
+			return nil
 		}
-		out = append(out, verifyRemoteSegment(ctx, store, prefix, s, tmp, bar)...)
-	}
-	return out, nil
+		out = append(out, verifyRemoteSegment(s, objects)...)
+		return nil
+	})
+	return out, err
 }
 
-// verifyRemoteSegment downloads one segment into tmp, checks it, and
-// removes the files.
-func verifyRemoteSegment(ctx context.Context, store *objstore.Store, prefix string, s manifest.Segment, tmp string, bar *progress) []fileReport {
-	paths := []string{
-		filepath.Join(tmp, local.FileName(s.BaseOffset, local.LogSuffix)),
-		filepath.Join(tmp, local.FileName(s.BaseOffset, local.IndexSuffix)),
-		filepath.Join(tmp, local.FileName(s.BaseOffset, local.TimeIndexSuffix)),
+// verifyRemoteSegment checks the content of a segment's objects the
+// bucket check downloaded (those whose size and CRC-32C matched): one
+// report an object, under its key.
+func verifyRemoteSegment(s manifest.Segment, objects []tiered.ObjectCheck) []fileReport {
+	byKind := map[manifest.Kind]tiered.ObjectCheck{}
+	for _, o := range objects {
+		byKind[o.Kind] = o
 	}
-	keys := []string{prefix + "/" + s.Name(manifest.LogSuffix), prefix + "/" + s.Name(manifest.IndexSuffix), prefix + "/" + s.Name(manifest.TimeIndexSuffix)}
-	defer func() {
-		// The .txnindex and snapshot (checked against their CRC-32C by the
-		// download) go too.
-		for _, p := range append(paths, filepath.Join(tmp, local.FileName(s.BaseOffset, local.TxnIndexSuffix)),
-			filepath.Join(tmp, local.FileName(s.LastOffset+1, local.SnapshotSuffix))) {
-			os.Remove(p)
+	var sum *logSummary
+	out := make([]fileReport, 0, len(objects))
+	for _, o := range objects {
+		var r fileReport
+		switch {
+		case o.Err != nil:
+			r = fileReport{Kind: o.Kind.String(), Bytes: o.Size}
+			r.problemf("%v", o.Err)
+		case o.Kind == manifest.KindLog:
+			r, sum = verifyLog(o.Path, nil)
+			if r.FirstOffset != nil && (*r.FirstOffset < s.BaseOffset || *r.LastOffset > s.LastOffset) {
+				r.problemf("offsets %d..%d leave the manifest's range %d..%d", *r.FirstOffset, *r.LastOffset, s.BaseOffset, s.LastOffset)
+			}
+			if r.Records != s.Records {
+				r.problemf("%d records, the manifest says %d", r.Records, s.Records)
+			}
+		case o.Kind == manifest.KindIndex || o.Kind == manifest.KindTimeIndex || o.Kind == manifest.KindTxnIndex:
+			if byKind[manifest.KindLog].Err != nil {
+				r = fileReport{Kind: o.Kind.String(), Bytes: o.Size}
+				r.Notes = append(r.Notes, "its CRC-32C matches; its entries were not checked, the .log being damaged")
+			} else if o.Kind == manifest.KindTxnIndex {
+				r = verifyTxnIndexFile(o.Path, sum)
+			} else {
+				r = verifyIndexFile(o.Path, sum)
+			}
+		case o.Kind == manifest.KindSnapshot:
+			r = verifySnapshotFile(o.Path, &offsetRange{start: s.BaseOffset, end: s.LastOffset + 1})
+		default:
+			r = fileReport{Kind: o.Kind.String(), Bytes: o.Size}
 		}
-	}()
-	if err := tiered.DownloadSegment(ctx, store, prefix, s, tmp, tiered.RestoreOptions{OnProgress: bar.Add}); err != nil {
-		r := fileReport{Path: keys[0], Kind: "log", Bytes: s.Size}
-		r.problemf("%v", err)
-		return []fileReport{r}
-	}
-	rep, sum := verifyLog(paths[0], nil)
-	if rep.FirstOffset != nil && (*rep.FirstOffset < s.BaseOffset || *rep.LastOffset > s.LastOffset) {
-		rep.problemf("offsets %d..%d leave the manifest's range %d..%d", *rep.FirstOffset, *rep.LastOffset, s.BaseOffset, s.LastOffset)
-	}
-	if rep.Records != s.Records {
-		rep.problemf("%d records, the manifest says %d", rep.Records, s.Records)
-	}
-	out := []fileReport{rep, verifyIndexFile(paths[1], sum), verifyIndexFile(paths[2], sum)}
-	for i := range out {
-		out[i].Path = keys[i]
+		r.Path = o.Key
+		out = append(out, r)
 	}
 	return out
 }
@@ -148,12 +148,11 @@ func loadManifests(ctx context.Context, store *objstore.Store, prefixes []string
 		if err != nil {
 			continue
 		}
-		for _, s := range m.Segments {
-			if deep {
-				total += s.Size + s.IndexSize + s.TimeIndexSize
-			} else {
-				total += 3
-			}
+		objects, bytes := m.Objects()
+		if deep {
+			total += bytes
+		} else {
+			total += int64(objects)
 		}
 	}
 	return out, total
