@@ -83,9 +83,10 @@ func newOffloadCmd() *cobra.Command {
 		Use:   "offload PARTITION_DIR --store URL",
 		Short: "Upload closed segments to a bucket, commit the manifest, apply local retention",
 		Long: `offload uploads every closed segment of the partition that lies below its
-high watermark and that the bucket does not hold yet (.log, trimmed .index
-and .timeindex, each with its CRC-32C), commits the manifest with a
-conditional put, then deletes local copies the manifest names as
+last stable offset and that the bucket does not hold yet (.log, trimmed
+.index and .timeindex, and the .txnindex, producer snapshot and leader-epoch
+checkpoint it has, each with its CRC-32C), commits the manifest with a
+conditional put (and its backup), then deletes local copies the manifest names as
 local.retention.ms/bytes say (--config local.retention.ms=0 keeps only what
 must stay local), and applies total retention (retention.ms/bytes) to the
 bucket: segments leave the manifest first, then their objects are deleted.
