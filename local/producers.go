@@ -530,4 +530,3 @@ func (l *Log) Producers() []producerstate.ProducerInfo {
 	defer l.mu.Unlock()
 	return l.ps.Producers()
 }
-
