@@ -308,7 +308,8 @@ func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (
 }
 
 // removeObjects deletes every object under a deleted partition's prefix
-// but its manifest, which stays as the deletion's record: a writer from
+// (its manifest backups too: no incarnation restores another's) but its
+// manifest, which stays as the deletion's record: a writer from
 // before the deletion finds it and is refused, while a new, empty
 // partition of the same name starts over from it (see claimLocked).
 //

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -122,7 +124,9 @@ func TestLostManifestIsRestored(t *testing.T) {
 			t.Fatalf("the batch at %d differs after the restore", off)
 		}
 	}
-	if !bytes.Equal(objectBytes(t, store, rollbackManifest), manifestBytes) && tp.Manifest().Generation == gen {
+	if g := tp.Manifest().Generation; g < gen {
+		t.Fatalf("generation %d after the restore, below the lost one's %d", g, gen)
+	} else if g == gen && !bytes.Equal(objectBytes(t, store, rollbackManifest), manifestBytes) {
 		t.Fatal("the restored manifest is not the backup's bytes")
 	}
 	if err := b.Close(); err != nil {
@@ -177,5 +181,124 @@ func TestGCRemovesStaleBackups(t *testing.T) {
 	}
 	if got := backups(t, store); len(got) != len(kept)-1 {
 		t.Fatalf("backups %v after gc, want the last two of %v", got, kept)
+	}
+}
+
+// TestFollowerRestoresNothing: a follower whose bucket lost the manifest
+// is refused retryably and writes nothing: only a leader restores.
+func TestFollowerRestoresNothing(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://follower-lost", objstore.Options{})
+	dir := t.TempDir()
+	b := openTieredBackend(t, dir, store, tiered.BackendOptions{})
+	openUploaded(t, b, 1, 2000)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Delete(ctx, rollbackManifest); err != nil {
+		t.Fatal(err)
+	}
+	b = openTieredBackend(t, dir, store, tiered.BackendOptions{})
+	defer b.Close()
+	p, err := b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := p.(*tiered.Partition)
+	if err := tp.BecomeFollower(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := tp.Attach(ctx); !errors.Is(err, objstore.ErrRetryable) {
+		t.Fatalf("a follower's attach without the manifest: %v; want a retryable refusal", err)
+	}
+	if _, err := store.Head(ctx, rollbackManifest); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a follower wrote the manifest: %v", err)
+	}
+	if n := b.Metrics().ManifestsRestored.Load(); n != 0 {
+		t.Fatalf("ManifestsRestored = %d on a follower", n)
+	}
+}
+
+// TestNothingDeletedWithoutABackup: while the manifest's backups cannot be
+// written, the commits go on (uploads land) but nothing is deleted on
+// their strength: local copies stay, so the newest backup never trails a
+// deletion. Once the backups can be written the next change writes the
+// due one and local retention goes on.
+func TestNothingDeletedWithoutABackup(t *testing.T) {
+	fs := faultstore.Wrap(mem.New(), 1, faultstore.Rule{Op: objstore.OpPut, KeyContains: "/manifest.", Probability: 1, Fault: faultstore.Permanent})
+	store := objstore.New(fs, "mem://no-backups", objstore.Options{})
+	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	tp := openUploaded(t, b, 1, 2000)
+	produce(t, tp, 4000)
+	eventually(t, 20*time.Second, "more commits", func() bool {
+		k, _ := tp.CopyLag()
+		return k == 0 && tp.Manifest().Generation >= 2
+	})
+	_, _ = tp.Offload(ctx)
+	if o := tp.Offsets(); o.LocalLogStart != 0 {
+		t.Fatalf("local retention removed offsets below %d while no backup could be written", o.LocalLogStart)
+	}
+	if n := b.Metrics().ManifestBackupErrors.Load(); n == 0 {
+		t.Fatal("no backup error counted")
+	}
+	if got := backups(t, store); len(got) != 0 {
+		t.Fatalf("backups %v written through a store that refuses them", got)
+	}
+	fs.SetEnabled(false)
+	eventually(t, 20*time.Second, "local retention after the backups came back", func() bool {
+		_, _ = tp.Offload(ctx)
+		return tp.Offsets().LocalLogStart > 0
+	})
+	gen := tp.Manifest().Generation
+	if got := backups(t, store); !slices.Contains(got, gen) {
+		t.Fatalf("backups %v, want one of generation %d", got, gen)
+	}
+}
+
+// TestGCRefusesALostManifestWithBackups: gc, even with NoManifestOK,
+// removes nothing from a prefix whose manifest is gone while its backup
+// is there (a restore brings back what it names); with RemovePastEnd it
+// removes backups above the manifest's generation (a newer bucket given
+// up for an accepted older one).
+func TestGCRefusesALostManifestWithBackups(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://gc-lost", objstore.Options{})
+	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	tp := openUploaded(t, b, 1, 2000)
+	produce(t, tp, 6000)
+	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Manifest().Generation >= 4 })
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	manifestBytes := objectBytes(t, store, rollbackManifest)
+	if err := store.Delete(ctx, rollbackManifest); err != nil {
+		t.Fatal(err)
+	}
+	objects := objectKeys(t, store)
+	if _, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{NoManifestOK: true}); !errors.Is(err, tiered.ErrNoManifest) {
+		t.Fatalf("gc of a prefix that lost its manifest but holds its backup: %v; want ErrNoManifest", err)
+	}
+	if l := lost(objects, objectKeys(t, store)); len(l) > 0 {
+		t.Fatalf("gc removed %v", l)
+	}
+	// Put back an older manifest (generation 2), as an accepted rollback
+	// leaves the bucket: RemovePastEnd removes the newer backups.
+	m, err := manifest.Decode(manifestBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Generation = 2
+	data, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Put(ctx, rollbackManifest, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{RemovePastEnd: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range backups(t, store) {
+		if g > 2 {
+			t.Fatalf("backups %v after gc with RemovePastEnd over generation 2", backups(t, store))
+		}
 	}
 }

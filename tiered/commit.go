@@ -221,8 +221,13 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 		p.adopt(now) // our commit landed
 		p.claimed.Store(now.m.WriterEpoch)
 		p.metrics.ManifestCommits.Add(1)
-	case now.etag == cur.etag && bytes.Equal(nowBytes, enc(cur.m)):
-		// Our commit did not land; the manifest is the one we knew.
+		p.backupManifest(ctx, now.m.Generation, nowBytes)
+	case bytes.Equal(nowBytes, enc(cur.m)):
+		// Our commit did not land; the manifest is the one we knew (under
+		// a new ETag when it was restored from its backup meanwhile).
+		if now.etag != cur.etag {
+			p.adopt(now)
+		}
 	case recreatedSince(cur, now):
 		p.unknown = nil
 		p.adopt(now)

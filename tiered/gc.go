@@ -48,7 +48,10 @@ import (
 //
 // A manifest backup (backup.go) older than the last keptBackups
 // generations is garbage too, whatever its age: no commit names a
-// backup, and a restore takes only the newest.
+// backup, and a restore takes only the newest; so is one above the
+// manifest's generation under RemovePastEnd. gc refuses a prefix whose
+// manifest is missing while a backup of it is there, even with
+// NoManifestOK: a restore would bring back what the backup names.
 //
 // gc reads the manifest again after listing the prefix, so a commit that
 // lands during the listing protects what it names. Keys it does not
@@ -237,6 +240,16 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	}); err != nil {
 		return nil, err
 	}
+	if first.etag == "" {
+		for _, o := range objects {
+			if b, err := p.layout().Parse(o.Key); err == nil && b.Kind == manifest.KindManifestBackup {
+				// The bucket lost the manifest: its backups name what a
+				// restore brings back (backup.go).
+				return nil, fmt.Errorf("%w under %q, but its backup %s is there: a leader opening the partition restores it; refusing to collect garbage meanwhile",
+					ErrNoManifest, prefix, o.Key)
+			}
+		}
+	}
 	// After the listing: whatever a commit named before the listing ended
 	// is named here.
 	st, err := p.readManifest(ctx)
@@ -260,7 +273,10 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 		if err == nil && obj.Kind == manifest.KindManifestBackup {
 			// A manifest backup older than the ones a partition keeps
 			// (its delete failed): no restore takes it (backup.go).
-			if st.etag != "" && obj.Generation+keptBackups <= st.m.Generation {
+			// Above the manifest's generation with RemovePastEnd: a
+			// newer bucket given up for an accepted older one, whose
+			// objects go too.
+			if st.etag != "" && (obj.Generation+keptBackups <= st.m.Generation || opts.RemovePastEnd && obj.Generation > st.m.Generation) {
 				garbage = append(garbage, k)
 			}
 			continue

@@ -484,6 +484,9 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		cut = si.NextOffset
 	}
 	if cut >= 0 {
+		if err := p.ensureBackupLocked(ctx); err != nil {
+			return err // local copies go once the manifest naming their upload has a backup
+		}
 		if err := p.local.TrimLocalBefore(ctx, cut); err != nil {
 			return err
 		}

@@ -80,6 +80,9 @@ func (p *Partition) fitLocalStartLocked(ctx context.Context) error {
 		return nil // a deleted partition's log start is not this one's (see Offsets)
 	}
 	if target := min(m.LogStartOffset, o.HighWatermark); target > o.LogStart {
+		if err := p.ensureBackupLocked(ctx); err != nil {
+			return err
+		}
 		if err := p.local.DeleteRecordsBefore(ctx, target); err != nil {
 			return fmt.Errorf("tiered: move the local log start to the committed %d: %w", target, err)
 		}

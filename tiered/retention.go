@@ -61,6 +61,12 @@ func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	p.metrics.RemoteSegmentsDeleted.Add(int64(n))
+	if err := p.ensureBackupLocked(ctx); err != nil {
+		// Nothing is deleted on the strength of a generation without a
+		// backup (backup.go): gc removes the objects, and the local log
+		// follows the log start at the next change.
+		return n, err
+	}
 	var keys []string
 	for _, s := range segs[:n] {
 		for _, suf := range s.Objects() {

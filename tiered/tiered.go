@@ -159,6 +159,10 @@ type Partition struct {
 	// unknown is a manifest whose commit may or may not have happened (the
 	// answer was lost); the next change reconciles it first. Guarded by mu.
 	unknown *manifest.Manifest
+	// backupDue is a committed generation whose backup is not written yet
+	// (backup.go): nothing is deleted on its strength until it is.
+	// Guarded by mu.
+	backupDue *pendingBackup
 	// verified holds the local segments known to be in the bucket as they
 	// are on disk (see bucketHoldsLocked). Guarded by mu.
 	verified map[int64]verifiedSegment
@@ -386,6 +390,9 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 		if err := p.commitLocked(ctx, st, &next); err != nil {
 			return err
 		}
+	}
+	if err := p.ensureBackupLocked(ctx); err != nil {
+		return err // the local log follows at the next change (fitLocalStartLocked)
 	}
 	if offset > p.local.Offsets().LogStart {
 		// Recorded first: past the bucket's end, only the record says

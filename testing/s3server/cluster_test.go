@@ -34,7 +34,10 @@ func TestClusterKeepsServingWithANodeDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := objstore.New(d, "s3://"+bucket, objstore.Options{Timeout: 10 * time.Second})
+	// Generous bounds, not speeds: under a CPU hog the cluster answers
+	// 503 SlowDown for a while after a node dies (seen under make test
+	// with stress-ng), and a put retries through it.
+	st := objstore.New(d, "s3://"+bucket, objstore.Options{Timeout: 10 * time.Second, MaxAttempts: 20})
 	defer st.Close()
 	put := func(key string, opts objstore.PutOptions) error {
 		body := bytes.Repeat([]byte(key), 1000)
