@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -28,6 +29,9 @@ type journalDriver struct {
 const journalFile = "store-journal.txt"
 
 func newJournalDriver(d objstore.Driver, path string, life int) (*journalDriver, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("soak: the bucket journal %q is not in a work dir", path)
+	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err

@@ -544,7 +544,7 @@ func (r *runner) finalCheck() {
 		t.Fatal(err)
 	}
 	defer led.close()
-	spec := childSpec{Endpoint: r.srv.Endpoint, Region: r.srv.Region, AccessKey: r.srv.AccessKey, SecretKey: r.srv.SecretKey, Bucket: r.bucket, Driver: "s3"}
+	spec := childSpec{Root: r.root, Endpoint: r.srv.Endpoint, Region: r.srv.Region, AccessKey: r.srv.AccessKey, SecretKey: r.srv.SecretKey, Bucket: r.bucket, Driver: "s3"}
 	store, err := openStore(spec, objstore.Options{})
 	if err != nil {
 		t.Fatal(err)
