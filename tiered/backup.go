@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 
 	"github.com/tierlog/tierlog/manifest"
@@ -168,21 +167,9 @@ func (p *Partition) restoreManifest(ctx context.Context) (*manifestState, error)
 
 // readBackup reads and decodes the backup of generation gen under key.
 func (p *Partition) readBackup(ctx context.Context, key string, gen uint64) ([]byte, *manifest.Manifest, error) {
-	rc, _, err := p.store.Get(ctx, key, 0, -1)
+	data, m, _, err := p.readManifestObject(ctx, key)
 	if err != nil {
-		return nil, nil, fmt.Errorf("tiered: read the manifest's backup %s: %w", key, err)
-	}
-	data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
-	rc.Close()
-	if err != nil {
-		return nil, nil, fmt.Errorf("%w: tiered: read the manifest's backup %s: %w", objstore.ErrRetryable, key, err)
-	}
-	if len(data) > maxManifestBytes {
-		return nil, nil, fmt.Errorf("tiered: %s: %w: more than the %d bytes a manifest may have", key, manifest.ErrCorrupt, maxManifestBytes)
-	}
-	m, err := manifest.Decode(data)
-	if err != nil {
-		return nil, nil, fmt.Errorf("tiered: %s: %w", key, err)
+		return nil, nil, err
 	}
 	if m.Generation != gen {
 		return nil, nil, fmt.Errorf("tiered: %s: %w: it holds generation %d", key, manifest.ErrCorrupt, m.Generation)

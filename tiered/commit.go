@@ -28,31 +28,40 @@ const maxManifestBytes = 64 << 20
 // readManifest GETs and decodes the manifest (one request); a missing one
 // is empty.
 func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
-	key := p.layout().Manifest()
-	rc, info, err := p.store.Get(ctx, key, 0, -1)
+	_, m, info, err := p.readManifestObject(ctx, p.layout().Manifest())
 	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
 		return &manifestState{m: &manifest.Manifest{}}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("tiered: read manifest: %w", err)
+		return nil, err
+	}
+	return &manifestState{m: m, etag: info.ETag}, nil
+}
+
+// readManifestObject GETs and decodes the manifest (or a backup of one)
+// under key, at most maxManifestBytes, returning its bytes too.
+func (p *Partition) readManifestObject(ctx context.Context, key string) ([]byte, *manifest.Manifest, objstore.ObjectInfo, error) {
+	rc, info, err := p.store.Get(ctx, key, 0, -1)
+	if err != nil {
+		return nil, nil, info, fmt.Errorf("tiered: read %s: %w", key, err)
 	}
 	if info.Size > maxManifestBytes {
 		rc.Close()
-		return nil, fmt.Errorf("tiered: %s: %w: %d bytes, more than the %d a manifest may have", key, manifest.ErrCorrupt, info.Size, maxManifestBytes)
+		return nil, nil, info, fmt.Errorf("tiered: %s: %w: %d bytes, more than the %d a manifest may have", key, manifest.ErrCorrupt, info.Size, maxManifestBytes)
 	}
 	data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
 	rc.Close()
 	if err != nil {
-		return nil, fmt.Errorf("tiered: read manifest: %w", err)
+		return nil, nil, info, fmt.Errorf("tiered: read %s: %w", key, err)
 	}
 	if len(data) > maxManifestBytes {
-		return nil, fmt.Errorf("tiered: %s: %w: more than the %d bytes a manifest may have", key, manifest.ErrCorrupt, maxManifestBytes)
+		return nil, nil, info, fmt.Errorf("tiered: %s: %w: more than the %d bytes a manifest may have", key, manifest.ErrCorrupt, maxManifestBytes)
 	}
 	m, err := manifest.Decode(data)
 	if err != nil {
-		return nil, fmt.Errorf("tiered: %s: %w", key, err)
+		return nil, nil, info, fmt.Errorf("tiered: %s: %w", key, err)
 	}
-	return &manifestState{m: m, etag: info.ETag}, nil
+	return data, m, info, nil
 }
 
 // adopt makes st the committed manifest, and tells the local log where the
