@@ -37,6 +37,9 @@ func TestManifestBackupKeepsTwo(t *testing.T) {
 	tp := openUploaded(t, b, 1, 2000)
 	produce(t, tp, 6000)
 	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Manifest().Generation >= 4 })
+	if err := b.Close(); err != nil { // no commit after this: the bucket holds still
+		t.Fatal(err)
+	}
 	gen := tp.Manifest().Generation
 	got := backups(t, store)
 	if len(got) != 2 {
