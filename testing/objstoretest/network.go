@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,18 +42,22 @@ func NetworkFaults() []NetworkFault {
 	}
 }
 
-// networkSlack is what the battery allows past the store's bound for
-// scheduling on a loaded 2-core machine. The bound is the property
-// checked, not a speed.
-const networkSlack = 1500 * time.Millisecond
+// networkLiveness is how long past the store's bound a round may run
+// before the battery calls an operation hung. It is a liveness check,
+// not a speed: the bound is an idle deadline (a put whose body moves
+// does not run out of time), and a busy 2-core machine may take seconds
+// past it; a hang never returns at all. What bounds an operation is
+// checked without a clock: no request makes more than MaxAttempts
+// attempts.
+const networkLiveness = time.Minute
 
 // RunNetworkFaults runs operations of every kind through a fault proxy,
 // one fault at a time. newStore returns a Store with opts over a fresh
 // bucket reached through p (its part size at 5 MiB, so the 6 MiB object
 // is a multipart upload). With a fault on, every operation must succeed
 // with the right bytes or fail with an error wrapping
-// objstore.ErrRetryable, within the store's bound (plus slack): never
-// hang, never wrong bytes. A conditional put may also lose its condition
+// objstore.ErrRetryable, after at most MaxAttempts attempts per request:
+// never hang, never wrong bytes. A conditional put may also lose its condition
 // to its own earlier attempt whose answer the fault swallowed; the object
 // must then hold its bytes. Once the fault is removed, every operation
 // must succeed. The faults seen (failed attempts) are counted and logged,
@@ -61,16 +66,20 @@ func RunNetworkFaults(t *testing.T, p *faultproxy.Proxy, newStore func(t *testin
 	if len(faults) == 0 {
 		faults = NetworkFaults()
 	}
-	var attempts, failed atomic.Int64
-	s := newStore(t, objstore.Options{Timeout: time.Second, MaxAttempts: 2, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+	const maxAttempts = 2
+	var attempts, failed, overAttempts atomic.Int64
+	s := newStore(t, objstore.Options{Timeout: time.Second, MaxAttempts: maxAttempts, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		OnRequest: func(e objstore.Event) {
 			attempts.Add(1)
 			if e.Err != nil {
 				failed.Add(1)
 			}
+			if e.Attempt > maxAttempts {
+				overAttempts.Add(1)
+			}
 		}})
 	bound := s.Bound()
-	t.Logf("store bound %v (+%v slack)", bound, networkSlack)
+	t.Logf("store bound %v (an operation hung: none back %v past it)", bound, networkLiveness)
 	fx := map[string][]byte{"fx/small": randBytes(1000, 10), "fx/medium": randBytes(200<<10, 11), "fx/large": randBytes(6<<20, 12)}
 	for k, v := range fx {
 		put(t, s, k, v, objstore.PutOptions{})
@@ -95,6 +104,9 @@ func RunNetworkFaults(t *testing.T, p *faultproxy.Proxy, newStore func(t *testin
 	}
 	t.Logf("faults injected: %d toxics, one at a time; under them %d operations failed retryably, and %d of %d request attempts in all failed",
 		p.Added(), opsFailed, failed.Load(), attempts.Load())
+	if n := overAttempts.Load(); n > 0 {
+		t.Errorf("%d request attempts past MaxAttempts (%d): the store's retries are not bounded", n, maxAttempts)
+	}
 	if failed.Load() == 0 || opsFailed == 0 {
 		t.Fatalf("no fault was seen: the proxy injected nothing")
 	}
@@ -121,9 +133,9 @@ func newNetworkOps(t *testing.T, s *objstore.Store, fx map[string][]byte, prefix
 	return o
 }
 
-// run runs the round's operations at once and checks each: time within
-// the bound, the right bytes, and an error that is retryable (or none,
-// when mustSucceed).
+// run runs the round's operations at once and checks each: it returns
+// (within networkLiveness past the bound, else it hung), with the right
+// bytes, and an error that is retryable (or none, when mustSucceed).
 func (o *networkOps) run(t *testing.T, bound time.Duration, mustSucceed bool) (ok, retryable int) {
 	t.Helper()
 	s, fx := o.s, o.fx
@@ -229,6 +241,10 @@ func (o *networkOps) run(t *testing.T, bound time.Duration, mustSucceed bool) (o
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
+	pending := map[string]bool{}
+	for _, op := range ops {
+		pending[op.name] = true
+	}
 	for _, op := range ops {
 		wg.Add(1)
 		go func() {
@@ -238,8 +254,11 @@ func (o *networkOps) run(t *testing.T, bound time.Duration, mustSucceed bool) (o
 			took := time.Since(start)
 			mu.Lock()
 			defer mu.Unlock()
-			if took > bound+networkSlack {
-				t.Errorf("%s took %v, past the bound %v: %v", op.name, took, bound, err)
+			delete(pending, op.name)
+			if took > bound {
+				// A put whose body moved, or a loaded machine: logged, not
+				// asserted (see networkLiveness).
+				t.Logf("%s took %v, past the bound %v (idle deadline): %v", op.name, took, bound, err)
 			}
 			switch {
 			case err == nil:
@@ -256,8 +275,25 @@ func (o *networkOps) run(t *testing.T, bound time.Duration, mustSucceed bool) (o
 			}
 		}()
 	}
-	wg.Wait()
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(bound + networkLiveness):
+		mu.Lock()
+		defer mu.Unlock()
+		t.Fatalf("operations hung, not back %v past the store's bound %v: %v", networkLiveness, bound, keys(pending))
+	}
 	return ok, retryable
+}
+
+func keys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // verify checks, with no fault on, that what the writes claimed holds.
