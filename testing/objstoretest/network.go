@@ -6,7 +6,8 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -282,18 +283,9 @@ func (o *networkOps) run(t *testing.T, bound time.Duration, mustSucceed bool) (o
 	case <-time.After(bound + networkLiveness):
 		mu.Lock()
 		defer mu.Unlock()
-		t.Fatalf("operations hung, not back %v past the store's bound %v: %v", networkLiveness, bound, keys(pending))
+		t.Fatalf("operations hung, not back %v past the store's bound %v: %v", networkLiveness, bound, slices.Sorted(maps.Keys(pending)))
 	}
 	return ok, retryable
-}
-
-func keys(m map[string]bool) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // verify checks, with no fault on, that what the writes claimed holds.
