@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/minio"
@@ -42,26 +43,28 @@ func eachServer(t *testing.T, fn func(t *testing.T, srv *s3server.Server)) {
 // realStoreOn is realStore on a given server.
 func realStoreOn(t testing.TB, srv *s3server.Server, kind string) *objstore.Store {
 	t.Helper()
-	bucket := s3server.BucketName(t)
+	bucket := srv.NewBucket(t)
 	ctx := context.Background()
 	var d objstore.Driver
 	var err error
 	switch kind {
 	case "s3":
-		c := s3.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
-		if err = s3.CreateBucket(ctx, c); err == nil {
-			d, err = s3.Open(ctx, c)
-		}
+		d, err = s3.Open(ctx, s3.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, PathStyle: true, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
 	default:
-		c := minio.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey}
-		if err = minio.CreateBucket(ctx, c); err == nil {
-			d, err = minio.Open(ctx, c)
-		}
+		d, err = minio.Open(ctx, minio.Config{Bucket: bucket, Endpoint: srv.Endpoint, Region: srv.Region, AccessKey: srv.AccessKey, SecretKey: srv.SecretKey})
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := objstore.New(d, kind+"://"+bucket, objstore.Options{})
+	var opts objstore.Options
+	if srv.Kind == s3server.MinIOCluster {
+		// Four MinIO processes on a busy 2-core machine lose write quorum
+		// for seconds at a time (503 SlowDownWrite); the defaults give up
+		// after 1.5 s of backoff. The battery tests tiered's semantics,
+		// not the cluster's availability (TestMinIOClusterNodeKill does).
+		opts = objstore.Options{MaxAttempts: 8, BaseBackoff: 200 * time.Millisecond, MaxBackoff: 5 * time.Second}
+	}
+	s := objstore.New(d, kind+"://"+bucket, opts)
 	t.Cleanup(func() { s.Close() })
 	return s
 }
