@@ -43,10 +43,14 @@ const (
 	ShortRead
 	// Permanent returns a non-retryable error (Rule.Err, or access denied).
 	Permanent
+	// Hook calls Rule.Hook before calling the driver, which then does the
+	// operation: a test blocks an operation there, or changes the store
+	// under it.
+	Hook
 )
 
 func (f Fault) String() string {
-	return [...]string{"fail-before", "fail-after", "latency", "cut-body", "short-read", "permanent"}[f]
+	return [...]string{"fail-before", "fail-after", "latency", "cut-body", "short-read", "permanent", "hook"}[f]
 }
 
 // Rule says when to inject a fault. An operation matches when Op is empty
@@ -63,6 +67,7 @@ type Rule struct {
 	Latency     time.Duration
 	AfterBytes  int64
 	Err         error
+	Hook        func(op objstore.Op, key string) // for Fault Hook
 }
 
 // rule is a Rule with its match counter.
@@ -153,6 +158,8 @@ func (d *Driver) before(ctx context.Context, op objstore.Op, key string) (after 
 			after = r
 		case CutBody, ShortRead:
 			body = append(body, r)
+		case Hook:
+			r.Hook(op, key)
 		}
 	}
 	return after, body, nil
