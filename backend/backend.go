@@ -158,6 +158,12 @@ type Tiered interface {
 	// leader epochs the bucket keeps for that point, and returns that
 	// offset: the follower fetches from the leader from there.
 	BuildFromBucket(ctx context.Context, leaderLocalLogStart int64) (next int64, err error)
+	// ReadWaits reports whether a Read of offset now would be served by a
+	// tier that waits on the network (the bucket), so that a broker can
+	// run such reads of one Fetch side by side (Kafka's RemoteLogReader
+	// pool) without knowing the tiers. It is a hint from the partition's
+	// current offsets: the Read itself decides again, from its own view.
+	ReadWaits(offset int64) bool
 }
 
 // The special times of OffsetForTimestamp (Kafka's ListOffsets).

@@ -139,7 +139,7 @@ func remoteSetup(dir string, n int64) error {
 			}
 			size += int64(len(ring[k].batches))
 		}
-		if err := tp.Local().Roll(); err != nil {
+		if err := tp.Roll(); err != nil {
 			return err
 		}
 		if err := tp.BecomeLeader(ctx, 1); err != nil {

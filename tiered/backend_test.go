@@ -184,7 +184,7 @@ func TestBackendTiersWithoutScheduling(t *testing.T) {
 		t.Fatal(err)
 	}
 	tp, ok := now.(*tiered.Partition)
-	if !ok || tp.Local() != plain.(*local.Log) {
+	if !ok || tiered.LocalOf(tp) != plain.(*local.Log) {
 		t.Fatalf("turning remote storage on: %T", now)
 	}
 	if err := tp.BecomeLeader(ctx, 1); err != nil {
@@ -600,7 +600,7 @@ func openRolledPartitions(t testing.TB, b *tiered.Backend, n int) []*tiered.Part
 		}
 		tp := p.(*tiered.Partition)
 		produce(t, tp, 300)
-		if err := tp.Local().Roll(); err != nil {
+		if err := tp.Roll(); err != nil {
 			t.Fatal(err)
 		}
 		all = append(all, tp)

@@ -122,7 +122,7 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 		last = idem.batch(3)
 		lastInfo = mustAppendAsLeader(t, p, last, false)
 	}
-	if err := p.Local().Roll(); err != nil { // the idempotent producer's records: retention removes them
+	if err := p.Roll(); err != nil { // the idempotent producer's records: retention removes them
 		t.Fatal(err)
 	}
 	kept := p.Offsets().LogEnd
@@ -137,11 +137,11 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 	mustAppendAsLeader(t, p, b.marker(false), true)
 	// Records with no producer after a roll: the segment holding the
 	// ABORT marker is not the last, which a recovery would rebuild.
-	if err := p.Local().Roll(); err != nil {
+	if err := p.Roll(); err != nil {
 		t.Fatal(err)
 	}
 	produce(t, p, 5)
-	if err := p.Local().Roll(); err != nil { // close the last segment too
+	if err := p.Roll(); err != nil { // close the last segment too
 		t.Fatal(err)
 	}
 	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
@@ -262,14 +262,14 @@ func TestOffloadStopsAtLastStableOffset(t *testing.T) {
 	for range 6 {
 		mustAppendAsLeader(t, p, plain.batch(3), false)
 	}
-	if err := p.Local().Roll(); err != nil {
+	if err := p.Roll(); err != nil {
 		t.Fatal(err)
 	}
 	txnFirst := mustAppendAsLeader(t, p, a.batch(2), false).FirstOffset
 	for range 6 {
 		mustAppendAsLeader(t, p, plain.batch(3), false)
 	}
-	if err := p.Local().Roll(); err != nil {
+	if err := p.Roll(); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
@@ -293,7 +293,7 @@ func TestOffloadStopsAtLastStableOffset(t *testing.T) {
 	}
 
 	commit := mustAppendAsLeader(t, p, a.marker(true), true)
-	if err := p.Local().Roll(); err != nil {
+	if err := p.Roll(); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {

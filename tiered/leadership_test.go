@@ -149,7 +149,7 @@ func (c *cluster) moveLeader(to *replica) {
 	if _, err := old.p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: oldEpoch}); err != nil {
 		c.t.Fatal(err)
 	}
-	if err := old.p.Local().Roll(); err != nil {
+	if err := old.p.Roll(); err != nil {
 		c.t.Fatal(err)
 	}
 	old.p.SetHighWatermark(old.p.Offsets().LogEnd)
@@ -166,7 +166,7 @@ func (c *cluster) moveLeader(to *replica) {
 		if err := r.p.BecomeFollower(ctx, c.epoch); err != nil {
 			c.t.Fatal(err)
 		}
-		latest := r.p.Local().LeaderEpochs()
+		latest := tiered.LocalOf(r.p).LeaderEpochs()
 		if len(latest) == 0 {
 			continue
 		}
@@ -300,7 +300,7 @@ func TestLeadershipMovesOverTheBucket(t *testing.T) {
 		}
 	}
 	for _, r := range c.replicas {
-		t.Logf("%s: offsets %+v, %d local segments", r.name, r.p.Offsets(), len(r.p.Local().SegmentInfos()))
+		t.Logf("%s: offsets %+v, %d local segments", r.name, r.p.Offsets(), len(r.p.LocalSegments()))
 	}
 	m := c.leader.p.Manifest()
 	t.Logf("%d records acknowledged over %d leader epochs; %d remote segments; %d bytes compared with the bucket before local deletes; %d follower builds",
@@ -351,12 +351,12 @@ func TestFollowerComparesBytesBeforeLocalDeletes(t *testing.T) {
 			t.Fatal(err)
 		}
 		produceValue(t, f, 2000, tc.letter)
-		if err := f.Local().Roll(); err != nil {
+		if err := f.Roll(); err != nil {
 			t.Fatal(err)
 		}
-		before := len(f.Local().SegmentInfos())
+		before := len(f.LocalSegments())
 		err := f.FollowerStep(ctx)
-		after := len(f.Local().SegmentInfos())
+		after := len(f.LocalSegments())
 		if tc.same {
 			if err != nil || after != 1 || f.Metrics().VerifyBytes.Load() == 0 {
 				t.Fatalf("equal bytes: %v; %d of %d segments left, %d bytes compared", err, after, before, f.Metrics().VerifyBytes.Load())
@@ -397,7 +397,7 @@ func TestFollowerComparesBytesBeforeLocalDeletes(t *testing.T) {
 		t.Fatal(err)
 	}
 	produce(t, nl, 1000)
-	if err := nl.Local().Roll(); err != nil {
+	if err := nl.Roll(); err != nil {
 		t.Fatal(err)
 	}
 	for off, data := range batchesFrom(t, nl, 0) {
@@ -415,7 +415,7 @@ func TestFollowerComparesBytesBeforeLocalDeletes(t *testing.T) {
 	for _, s := range m.Segments {
 		if s.BaseOffset == last+1 {
 			straddled = true
-			for _, si := range nl.Local().SegmentInfos() {
+			for _, si := range nl.LocalSegments() {
 				if si.BaseOffset == s.BaseOffset {
 					straddled = false // lined up after all: the case is not tested
 				}
@@ -423,9 +423,9 @@ func TestFollowerComparesBytesBeforeLocalDeletes(t *testing.T) {
 		}
 	}
 	if !straddled {
-		t.Fatalf("no segment uploaded from the bucket's end (%d) inside a local segment: %+v", last+1, nl.Local().SegmentInfos())
+		t.Fatalf("no segment uploaded from the bucket's end (%d) inside a local segment: %+v", last+1, nl.LocalSegments())
 	}
-	if err := nl.Local().SetConfig(cfg(t, "segment.bytes", "70000", "local.retention.ms", "0", "file.delete.delay.ms", "0", "remote.storage.enable", "true")); err != nil {
+	if err := tiered.LocalOf(nl).SetConfig(cfg(t, "segment.bytes", "70000", "local.retention.ms", "0", "file.delete.delay.ms", "0", "remote.storage.enable", "true")); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nl.Offload(ctx); err != nil { // local retention, now

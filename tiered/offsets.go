@@ -11,14 +11,12 @@ import (
 // A tiered partition's offsets, from the local log's and the committed
 // manifest's.
 
-// Offsets returns the partition's offsets: LogStart is the remote start
-// when old segments live in the bucket; LocalLogStart the local one;
-// TieredEnd the committed manifest's end (see tieredEnd).
+// Offsets returns the partition's offsets in one view: LogStart is the
+// remote start when old segments live in the bucket; LocalLogStart the
+// local one; TieredEnd the committed manifest's end (see tieredEnd).
 func (p *Partition) Offsets() backend.Offsets {
-	m := p.Manifest()
-	o := p.offsets(m)
-	o.TieredEnd = tieredEnd(m, o.LogStart)
-	return o
+	v := p.view()
+	return v.offsets()
 }
 
 // tieredEnd is backend.Offsets.TieredEnd: the offset after the last one
@@ -38,35 +36,6 @@ func (p *Partition) notifyTieredEnd(before int64) {
 	if p.Offsets().TieredEnd != before {
 		p.local.NotifyChanged()
 	}
-}
-
-// offsets is Offsets but for TieredEnd, with m the committed manifest.
-func (p *Partition) offsets(m *manifest.Manifest) backend.Offsets {
-	o := p.local.Offsets()
-	if !p.attached.Load() {
-		// The log start the checkpoint recorded, until the manifest says.
-		if rs, ok := p.local.RemoteLogStart(); ok && rs < o.LogStart {
-			o.LogStart = rs
-		}
-		return o
-	}
-	if m.Deleted {
-		// A deleted partition's log start (where its records ended) is
-		// nothing of this one's: a partition created anew under its name
-		// starts where its own log does.
-		return o
-	}
-	if n := len(m.Segments); n > 0 && m.Segments[n-1].LastOffset+1 >= o.LogStart {
-		// The bucket runs on into the local log: the partition starts
-		// where the manifest says, also above the local log start when a
-		// committed new log start has not reached the local log yet (it
-		// does at the next change; see fitLocalStartLocked).
-		o.LogStart = m.LogStartOffset
-	} else {
-		o.LogStart = max(o.LogStart, m.LogStartOffset)
-	}
-	o.LocalLogStart = max(o.LocalLogStart, o.LogStart)
-	return o
 }
 
 // fitLocalStartLocked moves the local log's start up to the manifest's

@@ -200,7 +200,7 @@ func TestPropertyMovedBaseOffsetInBucket(t *testing.T) {
 			"local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
 		p := open(t, dir, store, 1, c)
 		produceSmall(t, rng, p, 250)
-		if err := p.Local().Roll(); err != nil {
+		if err := p.Roll(); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := p.Offload(ctx); err != nil {
@@ -259,10 +259,10 @@ func TestPropertyMovedBaseOffsetNeverUploaded(t *testing.T) {
 		c := cfg(t, "segment.bytes", "8192", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
 		p := open(t, dir, store, 1, c)
 		produceSmall(t, rng, p, 120)
-		if err := p.Local().Roll(); err != nil {
+		if err := p.Roll(); err != nil {
 			t.Fatal(err)
 		}
-		infos := p.Local().SegmentInfos()
+		infos := p.LocalSegments()
 		victim := infos[rng.IntN(len(infos)-1)] // closed
 		p.Close()
 		data, err := os.ReadFile(victim.Path)

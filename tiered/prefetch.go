@@ -32,14 +32,14 @@ type readAhead struct {
 // it is skipped, since the consumers' own reads keep the store busy and
 // read-ahead would add requests and evict ranges not yet read. Close
 // cancels it and waits for it.
-func (p *Partition) prefetch(seg manifest.Segment, end int64) {
+func (p *Partition) prefetch(v *view, seg manifest.Segment, end int64) {
 	if p.opts.PrefetchBytes <= 0 || p.closed.Load() || !p.prefetching.CompareAndSwap(false, true) {
 		return
 	}
-	m := p.Manifest()
+	m := v.m
 	if end >= seg.Size {
 		i, ok := m.Find(seg.LastOffset + 1)
-		if !ok || m.Segments[i].BaseOffset >= p.local.Offsets().LogStart {
+		if !ok || !v.inBucket(m.Segments[i].BaseOffset) {
 			p.prefetching.Store(false)
 			return
 		}

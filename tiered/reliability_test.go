@@ -27,7 +27,7 @@ func closedSegments(t *testing.T, dir string, store *objstore.Store, c backend.C
 	t.Helper()
 	p := open(t, dir, store, 1, c)
 	produce(t, p, n)
-	if err := p.Local().Roll(); err != nil {
+	if err := p.Roll(); err != nil {
 		t.Fatal(err)
 	}
 	return p
@@ -41,7 +41,7 @@ func TestOffloadRefusesDamagedSegment(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "orders-0")
 	c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "0", "file.delete.delay.ms", "0")
 	p := closedSegments(t, dir, store, c, 2000)
-	segs := p.Local().SegmentInfos()
+	segs := p.LocalSegments()
 	victim := segs[1]
 	f, err := os.OpenFile(victim.Path, os.O_RDWR, 0)
 	if err != nil {
@@ -94,19 +94,19 @@ func TestLocalRetentionKeepsDivergedSegments(t *testing.T) {
 	}
 	defer b.Close()
 	produceValue(t, b, 2000, "w")
-	if err := b.Local().Roll(); err != nil {
+	if err := b.Roll(); err != nil {
 		t.Fatal(err)
 	}
-	before := len(b.Local().SegmentInfos())
-	want := batchesFrom(t, b.Local(), 0)
+	before := len(b.LocalSegments())
+	want := batchesFrom(t, tiered.LocalOf(b), 0)
 	n, err := b.Offload(ctx)
 	if !errors.Is(err, tiered.ErrDiverged) {
 		t.Fatalf("offload over a diverged bucket: %d uploaded, err %v; want ErrDiverged", n, err)
 	}
-	if got := len(b.Local().SegmentInfos()); got != before || b.Metrics().LocalDeletesRefused.Load() == 0 {
+	if got := len(b.LocalSegments()); got != before || b.Metrics().LocalDeletesRefused.Load() == 0 {
 		t.Fatalf("local retention deleted %d of the second writer's %d segments", before-got, before)
 	}
-	got := batchesFrom(t, b.Local(), 0)
+	got := batchesFrom(t, tiered.LocalOf(b), 0)
 	for last, data := range want {
 		if !bytes.Equal(got[last], data) {
 			t.Fatalf("the second writer's batch ending at %d changed", last)
@@ -204,7 +204,7 @@ func TestMissingManifestIsAnError(t *testing.T) {
 		t.Fatal(err)
 	}
 	produce(t, p, 2000)
-	p.Local().Roll()
+	p.Roll()
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -315,7 +315,7 @@ func TestUploadRateLimit(t *testing.T) {
 	}
 	defer p.Close()
 	produce(t, p, 20_000) // about 4.2 MB
-	if err := p.Local().Roll(); err != nil {
+	if err := p.Roll(); err != nil {
 		t.Fatal(err)
 	}
 	_, bytes := p.CopyLag()
@@ -342,7 +342,7 @@ func TestLocalRetentionBelowTheLogStart(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "orders-0")
 	keep := cfg(t, "segment.bytes", "65536", "file.delete.delay.ms", "0", "remote.storage.enable", "true", "retention.ms", "-1")
 	p := closedSegments(t, dir, store, keep, 2000)
-	segs := p.Local().SegmentInfos()
+	segs := p.LocalSegments()
 	if len(segs) < 4 {
 		t.Fatalf("%d segments; the test needs at least 4", len(segs))
 	}
@@ -399,13 +399,13 @@ func TestLocalRetentionBelowTheLogStart(t *testing.T) {
 	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Local().SegmentInfos()[0].BaseOffset; got != 0 {
+	if got := p.LocalSegments()[0].BaseOffset; got != 0 {
 		t.Fatalf("the reopened log's first segment is %d, want the stale one at 0", got)
 	}
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatalf("offload with a segment below the log start: %v", err)
 	}
-	if got := p.Local().SegmentInfos()[0]; got.BaseOffset < start || !got.Active {
+	if got := p.LocalSegments()[0]; got.BaseOffset < start || !got.Active {
 		t.Fatalf("after local retention the first local segment is %d (active %v); want only the active one, above %d", got.BaseOffset, got.Active, start)
 	}
 	if n := p.Metrics().LocalDeletesRefused.Load(); n != 0 {

@@ -1,17 +1,15 @@
 package tiered
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"slices"
-	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 )
@@ -20,75 +18,6 @@ import (
 // beyond MaxBytes: enough to cover the scan to the batch holding the offset
 // (at most one index interval and one batch) in the same ranged GET.
 const readSlack = 64 << 10
-
-// Read serves offsets at or above the local log start from the local log
-// and older ones from the bucket: the manifest picks the segment (step 1),
-// its cached remote offset index the position (step 2), then one window
-// (from the chunk cache, or one ranged GET) returns whole batches from the
-// one holding the offset.
-func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOptions) (backend.Records, error) {
-	if err := p.checkOpen(); err != nil {
-		return nil, err
-	}
-	lo := p.local.Offsets()
-	if o := p.Offsets(); offset < o.LogStart && offset >= lo.LogStart {
-		// Below a committed log start the local log has not reached yet.
-		return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
-	}
-	if offset >= lo.LogStart {
-		recs, err := p.local.Read(ctx, offset, opts)
-		var oor *backend.OffsetOutOfRangeError
-		if !errors.As(err, &oor) {
-			return recs, err
-		}
-		if offset > oor.LogEnd { // past the end: say the partition's range, not the local one
-			return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: p.Offsets().LogStart, LogEnd: oor.LogEnd}
-		}
-		// Local retention raised the local log start under this read: the
-		// offset is the bucket's now (never an out-of-range for a reader
-		// of a partition that still holds it).
-		lo = p.local.Offsets()
-	}
-	if o := p.Offsets(); offset < o.LogStart {
-		p.metrics.RemoteReadErrors.Add(1)
-		return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
-	}
-	if opts.Replica {
-		return nil, &backend.OffsetMovedToTieredStorageError{Offset: offset, LocalLogStart: lo.LogStart}
-	}
-	if !p.attached.Load() {
-		if err := p.attach(ctx); err != nil {
-			p.metrics.RemoteReadErrors.Add(1)
-			return nil, err
-		}
-		if o := p.Offsets(); offset < o.LogStart { // the manifest's start may be past the checkpoint's
-			p.metrics.RemoteReadErrors.Add(1)
-			return nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
-		}
-	}
-	release, err := p.opts.Readers.acquire(ctx)
-	if err != nil {
-		p.metrics.RemoteReadErrors.Add(1)
-		return nil, err
-	}
-	defer release()
-	start := time.Now()
-	recs, remote, err := p.readRemote(ctx, offset, opts, lo)
-	if err == nil && remote && opts.Isolation == backend.ReadCommitted {
-		mr := recs.(*memRecords)
-		mr.aborted, err = p.abortedFor(ctx, offset, mr.next)
-	}
-	switch {
-	case err != nil:
-		err = storageError(ctx, err)
-		p.metrics.RemoteReadErrors.Add(1)
-	case remote:
-		p.metrics.RemoteReads.Add(1)
-		p.metrics.RemoteReadBytes.Add(recs.Len())
-		p.metrics.RemoteReadLatency.Since(start)
-	}
-	return recs, err
-}
 
 // storageError types a failure to reach the bucket as backend.ErrStorage
 // (Kafka's KAFKA_STORAGE_ERROR, which clients retry); errors that already
@@ -107,81 +36,122 @@ func storageError(ctx context.Context, err error) error {
 	return fmt.Errorf("%w: %w", backend.ErrStorage, err)
 }
 
-// readRemote serves a read below the local log start; remote says whether
-// the bucket served it (the manifest may have moved on, leaving the local
-// log to).
-func (p *Partition) readRemote(ctx context.Context, offset int64, opts backend.ReadOptions, lo backend.Offsets) (recs backend.Records, remote bool, err error) {
+// bucketTier is the bucket: the committed manifest's segments, from the
+// partition's log start up to the local log's start.
+type bucketTier struct{ p *Partition }
+
+func (bucketTier) remote() bool { return true }
+
+// start is the log start while the bucket runs on into the local log
+// (before the manifest is read, the one the checkpoint recorded); at or
+// past the local start, the bucket serves nothing.
+func (bucketTier) start(v *view) int64 { return v.logStart() }
+
+// read is step 1 of the two-step lookup: the manifest's segment holding
+// offset (or the next one), below end; readSegment does step 2.
+func (t bucketTier) read(ctx context.Context, v *view, offset, end int64, opts backend.ReadOptions) (backend.Records, bool, error) {
 	maxBytes := int64(opts.MaxBytes)
 	if maxBytes <= 0 {
 		maxBytes = 1 << 20
 	}
-	m := p.Manifest()
-	for {
-		i, ok := m.Find(offset)
-		if !ok || m.Segments[i].BaseOffset >= lo.LogStart {
-			// Nothing in the bucket at or after offset before the local
-			// log: the local log serves from its start, unless offset is
-			// below the partition's log start now (a DeleteRecordsBefore
-			// since the caller's check), which is out of range, not a
-			// read from a later offset.
-			if o := p.Offsets(); offset < o.LogStart {
-				return nil, false, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.LogEnd}
-			}
-			recs, err := p.local.Read(ctx, max(offset, lo.LogStart), opts)
-			return recs, false, err
+	for i, ok := v.m.Find(offset); ok && i < len(v.m.Segments) && v.m.Segments[i].BaseOffset < end; i++ {
+		seg := v.m.Segments[i]
+		recs, found, err := t.p.readSegment(ctx, v, seg, max(offset, seg.BaseOffset), maxBytes, opts)
+		if errors.Is(err, objstore.ErrNotFound) && t.p.Manifest() != v.m {
+			// Retention committed past the view and deleted the segment
+			// under the read: a new view answers from the new manifest.
+			return nil, true, fmt.Errorf("%w: %w", errViewMoved, err)
 		}
-		seg := m.Segments[i]
-		recs, found, err := p.readSegment(ctx, seg, max(offset, seg.BaseOffset), maxBytes, opts)
 		if err != nil || found {
 			return recs, true, err
 		}
-		offset = seg.LastOffset + 1 // nothing at or after offset here: next segment
+		// Nothing at or after offset in this segment: the next one.
 	}
+	return nil, false, nil
 }
 
-// abortedFor collects the aborted transactions a read_committed read from
-// fetch up to upper overlaps: from the bucket's segments (their .txnindex,
-// fetched once and cached like the offset indexes) from the one holding
-// fetch on, then the local log's, until an index shows no later one can
-// add any (Kafka's collectAbortedTransactions over both tiers).
-func (p *Partition) abortedFor(ctx context.Context, fetch, upper int64) ([]backend.AbortedTxn, error) {
+// aborted reads the .txnindex of each segment from the one holding fetch
+// (fetched once and cached like the offset indexes).
+func (t bucketTier) aborted(ctx context.Context, v *view, acc []backend.AbortedTxn, fetch, upper, end int64) ([]backend.AbortedTxn, bool, error) {
 	var found []producerstate.AbortedTxn
-	m := p.Manifest()
-	localStart := p.local.Offsets().LogStart
-	i, ok := m.Find(fetch)
-	for ; ok && i < len(m.Segments) && m.Segments[i].BaseOffset < localStart; i++ {
-		seg := m.Segments[i]
+	complete := false
+	for i, ok := v.m.Find(fetch); ok && !complete && i < len(v.m.Segments) && v.m.Segments[i].BaseOffset < end; i++ {
+		seg := v.m.Segments[i]
 		if seg.TxnIndexSize == 0 {
 			continue
 		}
-		data, err := p.remoteIndex(ctx, seg, manifest.TxnIndexSuffix)
+		data, err := t.p.remoteIndex(ctx, seg, manifest.TxnIndexSuffix)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
-		var complete bool
 		if found, complete, err = producerstate.CollectAbortedTxns(found, data, fetch, upper); err != nil {
-			return nil, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, p.layout().Segment(seg, manifest.TxnIndexSuffix), err)
-		}
-		if complete {
-			return toAborted(found, nil), nil
+			return nil, false, fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, t.p.layout().Segment(seg, manifest.TxnIndexSuffix), err)
 		}
 	}
-	more, _, err := p.local.CollectAborted(max(fetch, localStart), upper)
-	if err != nil {
-		return nil, err
+	for _, a := range found {
+		acc = append(acc, backend.AbortedTxn{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
 	}
-	return toAborted(found, more), nil
+	return acc, complete, nil
 }
 
-// toAborted merges the bucket's and the local log's aborted transactions,
-// sorted by first offset.
-func toAborted(remote []producerstate.AbortedTxn, local []backend.AbortedTxn) []backend.AbortedTxn {
-	out := local
-	for _, a := range remote {
-		out = append(out, backend.AbortedTxn{ProducerID: a.ProducerID, FirstOffset: a.FirstOffset})
+// offsetForTimestamp searches the segments by their largest timestamp,
+// then their remote time index.
+func (t bucketTier) offsetForTimestamp(ctx context.Context, v *view, ts, end int64) (int64, int64, bool, error) {
+	if ts == backend.MaxTimestamp {
+		if i := maxTimestampSegment(v, end); i >= 0 {
+			seg := v.m.Segments[i]
+			return t.p.remoteTimestamp(ctx, v, seg, seg.MaxTimestamp)
+		}
+		return -1, -1, false, nil
 	}
-	slices.SortFunc(out, func(a, b backend.AbortedTxn) int { return cmp.Compare(a.FirstOffset, b.FirstOffset) })
-	return slices.Compact(out)
+	for i, ok := v.m.FindTimestamp(ts); ok && i < len(v.m.Segments) && v.m.Segments[i].BaseOffset < end; i++ {
+		seg := v.m.Segments[i]
+		if seg.MaxTimestamp < ts {
+			continue
+		}
+		off, rts, found, err := t.p.remoteTimestamp(ctx, v, seg, ts)
+		if err != nil || found {
+			return off, rts, found, err
+		}
+	}
+	return -1, -1, false, nil
+}
+
+// maxTimestamp is the largest of the manifest's recorded segment
+// timestamps: no GET.
+func (bucketTier) maxTimestamp(_ context.Context, v *view, end int64) (int64, bool, error) {
+	if i := maxTimestampSegment(v, end); i >= 0 {
+		return v.m.Segments[i].MaxTimestamp, true, nil
+	}
+	return 0, false, nil
+}
+
+// maxTimestampSegment is the first segment below end, at or past the log
+// start, with the largest timestamp (-1: none).
+func maxTimestampSegment(v *view, end int64) int {
+	best := -1
+	for i, s := range v.m.Segments {
+		if s.BaseOffset < end && s.LastOffset >= v.m.LogStartOffset && (best < 0 || s.MaxTimestamp > v.m.Segments[best].MaxTimestamp) {
+			best = i
+		}
+	}
+	return best
+}
+
+// epochs are the manifest's: each segment keeps its leader-epoch map.
+func (bucketTier) epochs(v *view, end int64, add func(int32, int64)) {
+	m := v.m
+	for _, s := range m.Segments {
+		if s.LastOffset < m.LogStartOffset || s.BaseOffset >= end {
+			continue
+		}
+		if len(s.Epochs) == 0 { // a version 1 manifest: the highest epoch only
+			add(s.LeaderEpoch, max(s.BaseOffset, m.LogStartOffset))
+		}
+		for _, e := range s.Epochs {
+			add(e.Epoch, max(e.StartOffset, m.LogStartOffset))
+		}
+	}
 }
 
 // remoteIndex returns one of the segment's small objects (an index, its
@@ -216,12 +186,12 @@ func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffi
 
 // readSegment reads whole batches of seg from the one holding target.
 // found is false when no batch of seg holds target or a later offset.
-func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, target, maxBytes int64, opts backend.ReadOptions) (backend.Records, bool, error) {
+func (p *Partition) readSegment(ctx context.Context, v *view, seg manifest.Segment, target, maxBytes int64, opts backend.ReadOptions) (backend.Records, bool, error) {
 	l, found, err := p.locate(ctx, seg, target, maxBytes+readSlack)
 	if err != nil || !found {
 		return nil, false, err
 	}
-	bound := p.readBound(opts.Isolation)
+	bound := v.readBound(opts.Isolation)
 	if l.entry.BaseOffset >= bound {
 		return &memRecords{next: target}, true, nil
 	}
@@ -269,94 +239,20 @@ func (p *Partition) readSegment(ctx context.Context, seg manifest.Segment, targe
 			return nil, false, err
 		}
 	}
-	p.prefetch(seg, l.pos+int64(len(l.data)))
+	p.prefetch(v, seg, l.pos+int64(len(l.data)))
 	return &memRecords{data: l.data[l.at:end], next: next}, true, nil
-}
-
-// readBound is the first offset a read with isolation may not return.
-func (p *Partition) readBound(isolation backend.Isolation) int64 {
-	o := p.local.Offsets()
-	switch isolation {
-	case backend.ReadHighWatermark:
-		return o.HighWatermark
-	case backend.ReadCommitted:
-		return o.LastStableOffset
-	}
-	return o.LogEnd
-}
-
-// OffsetForTimestamp searches the bucket's segments (by their largest
-// timestamp, then their remote time index) and then the local log.
-func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, bool, error) {
-	if err := p.checkOpen(); err != nil {
-		return 0, 0, false, err
-	}
-	if _, remote := p.local.RemoteLogStart(); remote {
-		if err := p.attach(ctx); err != nil {
-			return 0, 0, false, err
-		}
-	}
-	m := p.Manifest()
-	localStart := p.local.Offsets().LogStart
-	switch ts {
-	case backend.EarliestTimestamp:
-		return p.Offsets().LogStart, -1, true, nil
-	case backend.LatestTieredTimestamp:
-		if n := len(m.Segments); n > 0 {
-			return m.Segments[n-1].LastOffset, -1, true, nil
-		}
-		return -1, -1, false, nil
-	case backend.MaxTimestamp:
-		return p.maxTimestampOffset(ctx, m, localStart)
-	}
-	if ts < 0 {
-		return p.local.OffsetForTimestamp(ctx, ts)
-	}
-	if len(m.Segments) > 0 {
-		i, ok := m.FindTimestamp(ts)
-		for ; ok && i < len(m.Segments) && m.Segments[i].BaseOffset < localStart; i++ {
-			seg := m.Segments[i]
-			if seg.MaxTimestamp < ts {
-				continue
-			}
-			off, rts, found, err := p.remoteTimestamp(ctx, seg, ts)
-			if err != nil || found {
-				return off, rts, found, err
-			}
-		}
-	}
-	return p.local.OffsetForTimestamp(ctx, ts)
-}
-
-// maxTimestampOffset answers MAX_TIMESTAMP over both tiers: the first
-// record carrying the partition's largest timestamp.
-func (p *Partition) maxTimestampOffset(ctx context.Context, m *manifest.Manifest, localStart int64) (int64, int64, bool, error) {
-	best := -1
-	for i, s := range m.Segments {
-		if s.BaseOffset < localStart && s.LastOffset >= m.LogStartOffset && (best < 0 || s.MaxTimestamp > m.Segments[best].MaxTimestamp) {
-			best = i
-		}
-	}
-	lOff, lTs, lFound, err := p.local.OffsetForTimestamp(ctx, backend.MaxTimestamp)
-	if err != nil {
-		return 0, 0, false, err
-	}
-	if best < 0 || (lFound && lTs > m.Segments[best].MaxTimestamp) {
-		return lOff, lTs, lFound, nil
-	}
-	return p.remoteTimestamp(ctx, m.Segments[best], m.Segments[best].MaxTimestamp)
 }
 
 // remoteTimestamp is Kafka's findOffsetByTimestamp over a remote segment:
 // the time index entry only chooses where to start scanning; batches are
 // then read window by window (through locate) and records filtered by the
 // log start offset.
-func (p *Partition) remoteTimestamp(ctx context.Context, seg manifest.Segment, ts int64) (int64, int64, bool, error) {
+func (p *Partition) remoteTimestamp(ctx context.Context, v *view, seg manifest.Segment, ts int64) (int64, int64, bool, error) {
 	tidx, err := p.remoteIndex(ctx, seg, manifest.TimeIndexSuffix)
 	if err != nil {
 		return 0, 0, false, err
 	}
-	start := p.Offsets().LogStart
+	start := v.logStart()
 	target := max(manifest.TimestampInIndex(seg, tidx, ts).Offset, start, seg.BaseOffset)
 	var it record.Iterator
 	key := p.layout().Segment(seg, manifest.LogSuffix)
@@ -442,10 +338,11 @@ func (p *Partition) LookupRemote(ctx context.Context, offset int64) (RemoteLooku
 	if err := p.attach(ctx); err != nil {
 		return r, err
 	}
-	m := p.Manifest()
+	v := p.view()
+	m := v.m
 	i, ok := m.Find(offset)
 	if !ok {
-		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: m.LogStartOffset, LogEnd: p.Offsets().LocalLogStart}
+		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: m.LogStartOffset, LogEnd: v.offsets().LocalLogStart}
 	}
 	seg := m.Segments[i]
 	r.Segments, r.SegmentIndex, r.Object = len(m.Segments), i, p.layout().Segment(seg, manifest.LogSuffix)

@@ -270,7 +270,7 @@ func TestUnrecordedManifestDeletesNothingLocally(t *testing.T) {
 	}
 	defer p.Close()
 	produce(t, p, 2000)
-	before := len(p.Local().SegmentInfos())
+	before := len(p.LocalSegments())
 	ffs.SetHook(faultfs.FailAll(faultfs.OpRename, func(path string) bool {
 		return strings.Contains(path, local.TierStateCheckpoint)
 	}, syscall.EIO))
@@ -278,7 +278,7 @@ func TestUnrecordedManifestDeletesNothingLocally(t *testing.T) {
 	if err == nil {
 		t.Fatal("offload succeeded with its record unwritten")
 	}
-	if n := len(p.Local().SegmentInfos()); n != before || p.Offsets().LocalLogStart != 0 {
+	if n := len(p.LocalSegments()); n != before || p.Offsets().LocalLogStart != 0 {
 		t.Fatalf("local retention deleted %d segments (local start %d) on a manifest whose record failed: %v", before-n, p.Offsets().LocalLogStart, err)
 	}
 }

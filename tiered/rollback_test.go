@@ -280,7 +280,7 @@ func TestRollbackWhileRunning(t *testing.T) {
 	objects := objectKeys(t, store)
 	// Into the local log underneath: the partition goes offline while
 	// these are appended, and its own Append then refuses.
-	produce(t, tp.Local(), 2000)
+	produce(t, tiered.LocalOf(tp), 2000)
 	eventually(t, 20*time.Second, "the leader neither stopped nor refused the older manifest", func() bool {
 		return tp.Offline() != nil || tp.Fenced() != nil
 	})

@@ -1,30 +1,3 @@
-// Package tiered keeps a partition's closed segments in an object store and
-// serves reads of old offsets from there, through the same two-step lookup
-// as the local log: the manifest (segment by base offset) then the
-// segment's remote offset index (fetched once, cached).
-//
-// A Partition wraps a local.Log. Offload uploads closed segments below the
-// high watermark (.log, trimmed .index and .timeindex, each with its
-// CRC-32C, under keys unique per attempt), then commits the manifest with a
-// conditional put; only then may local retention delete the local copies.
-// A commit that loses the conditional put means another writer owns the
-// partition: this one is fenced and uploads and deletes nothing more.
-//
-// Reads of remote offsets go through a byte-bounded chunk cache with
-// read-ahead across segment borders, and remote indexes through a memory and
-// on-disk cache. ApplyRetention applies total retention to the bucket
-// (manifest first, then objects); Restore rebuilds a partition directory from
-// the bucket alone; GC removes objects no manifest names.
-//
-// A broker uses a Backend (OpenBackend): a log directory whose topics with
-// remote.storage.enable=true open as Partitions sharing one set of caches,
-// one upload quota and one remote reader pool, with a background service
-// doing Kafka's RemoteLogManager's work (service.go). Only the leader of a
-// partition writes to its bucket prefix; leadership and fencing are
-// described in leader.go. Opening needs no bucket: a partition attaches to
-// it when first needed. A manifest that went back in time (a restored
-// bucket backup, a versioning rollback) is refused, and the partition goes
-// offline deleting nothing (rollback.go).
 package tiered
 
 import (
@@ -42,6 +15,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/producerstate"
 )
 
 // ManifestName is the manifest's object name under the partition prefix
@@ -130,6 +104,8 @@ type Partition struct {
 	store  *objstore.Store
 	prefix string
 	opts   Options
+	// tiers is the stack reads walk, oldest offsets first (tiers.go).
+	tiers []tier
 
 	mu   sync.Mutex // serializes Offload and manifest changes
 	man  atomic.Pointer[manifestState]
@@ -247,6 +223,7 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 		opts.Metrics = new(Metrics)
 	}
 	p := &Partition{metrics: opts.Metrics, local: l, store: opts.Store, prefix: opts.Prefix, opts: opts, caches: opts.Caches}
+	p.tiers = []tier{bucketTier{p}, localTier{p}}
 	if p.caches == nil {
 		p.caches, p.ownCaches = NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes,
 			IndexDir: opts.IndexCacheDir, IndexDiskBytes: opts.IndexCacheDiskBytes}), true
@@ -289,8 +266,39 @@ func (p *Partition) Manifest() *manifest.Manifest { return p.man.Load().m }
 // Prefix returns the partition's key prefix in the bucket.
 func (p *Partition) Prefix() string { return p.prefix }
 
-// Local returns the wrapped local log.
-func (p *Partition) Local() *local.Log { return p.local }
+// Roll closes the local tier's active segment (if it holds data) and
+// starts a new one at the log end: the closed segment uploads once it is
+// wholly below the last stable offset. Segments also close by size
+// (segment.bytes), age (segment.ms) and the idle roll.
+func (p *Partition) Roll() error {
+	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if err := p.local.Roll(); err != nil {
+		return err
+	}
+	if p.opts.onWork != nil {
+		p.opts.onWork(p)
+	}
+	return nil
+}
+
+// LocalSegments describes the local tier's segments, oldest first (the
+// bucket's are Manifest().Segments).
+func (p *Partition) LocalSegments() []local.SegmentInfo { return p.local.SegmentInfos() }
+
+// LeaderEpochs returns the partition's leader epochs over every tier,
+// each with the first offset written in it, oldest first: the bucket's
+// (from the committed manifest, no GET) then the local log's.
+func (p *Partition) LeaderEpochs() []local.EpochEntry {
+	v := p.view()
+	return p.epochs(&v)
+}
+
+// Producers returns the producer state's producers (Kafka's
+// DescribeProducers): the local log's, which carries the state of every
+// producer the partition remembers.
+func (p *Partition) Producers() []producerstate.ProducerInfo { return p.local.Producers() }
 
 // Append appends to the local log. A leader append of a partition that
 // leads (BecomeLeader, or Open with Options.LeaderEpoch) is stamped with
@@ -361,11 +369,12 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 	if err := p.checkOpen(); err != nil {
 		return err
 	}
-	if offset > p.local.Offsets().HighWatermark {
-		o := p.Offsets()
+	v := p.view()
+	o := v.offsets()
+	if offset > o.HighWatermark {
 		return &backend.OffsetOutOfRangeError{Offset: offset, LogStart: o.LogStart, LogEnd: o.HighWatermark}
 	}
-	defer p.notifyTieredEnd(p.Offsets().TieredEnd) // with no segment in the bucket, it is the log start
+	defer p.notifyTieredEnd(o.TieredEnd) // with no segment in the bucket, it is the log start
 	if p.role.Load() != roleLeader {
 		// A follower follows the leader's log start (the manifest's, and
 		// the one the leader's fetch responses carry) locally only.
@@ -448,8 +457,9 @@ func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, 
 			return -1, -1, false, err
 		}
 	}
-	epochs := p.epochs()
-	leo := p.local.Offsets().LogEnd
+	v := p.view()
+	epochs := p.epochs(&v)
+	leo := v.local.LogEnd
 	for i := len(epochs) - 1; i >= 0; i-- {
 		if epochs[i].Epoch <= epoch {
 			end := leo
@@ -460,34 +470,6 @@ func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, 
 		}
 	}
 	return -1, -1, false, nil
-}
-
-// epochs merges the bucket's leader epochs (from the manifest) with the
-// local cache's: each epoch once, with the first offset written in it.
-func (p *Partition) epochs() []local.EpochEntry {
-	var out []local.EpochEntry
-	add := func(epoch int32, start int64) {
-		if n := len(out); n > 0 && epoch <= out[n-1].Epoch {
-			return // an epoch seen already (or older): its first start stands
-		}
-		out = append(out, local.EpochEntry{Epoch: epoch, StartOffset: start})
-	}
-	m := p.Manifest()
-	for _, s := range m.Segments {
-		if s.LastOffset < m.LogStartOffset {
-			continue
-		}
-		if len(s.Epochs) == 0 { // a version 1 manifest: the highest epoch only
-			add(s.LeaderEpoch, max(s.BaseOffset, m.LogStartOffset))
-		}
-		for _, e := range s.Epochs {
-			add(e.Epoch, max(e.StartOffset, m.LogStartOffset))
-		}
-	}
-	for _, e := range p.local.LeaderEpochs() {
-		add(e.Epoch, e.StartOffset)
-	}
-	return out
 }
 
 // Flush flushes the local log.

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -145,7 +146,7 @@ func TestEndToEnd(t *testing.T) {
 	if lagSegs, lagBytes := p.CopyLag(); lagSegs != 0 || lagBytes != 0 {
 		t.Fatalf("copy lag after offload: %d segments, %d bytes", lagSegs, lagBytes)
 	}
-	segs := p.Local().SegmentInfos()
+	segs := p.LocalSegments()
 	if n < 9 || len(segs) != 1 || !segs[0].Active {
 		t.Fatalf("offloaded %d segments; %d left locally, want only the active one", n, len(segs))
 	}
@@ -377,7 +378,7 @@ func TestRestoreAndGC(t *testing.T) {
 	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0")
 	p := open(t, dir, store, 1, c)
 	produce(t, p, 30_000)
-	if err := p.Local().Roll(); err != nil { // close the last segment too
+	if err := p.Roll(); err != nil { // close the last segment too
 		t.Fatal(err)
 	}
 	if _, err := p.Offload(ctx); err != nil {
@@ -474,8 +475,8 @@ func TestFaults(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatalf("offload after the faults stopped: %v", err)
 	}
-	if len(p.Local().SegmentInfos()) != 1 {
-		t.Fatalf("%d local segments left; offload did not catch up", len(p.Local().SegmentInfos()))
+	if len(p.LocalSegments()) != 1 {
+		t.Fatalf("%d local segments left; offload did not catch up", len(p.LocalSegments()))
 	}
 	fd.SetEnabled(true)
 	retryable := 0
@@ -533,7 +534,7 @@ func TestRemoteRetention(t *testing.T) {
 		t.Fatalf("manifest after retention: %d segments, log start %d", len(m.Segments), m.LogStartOffset)
 	}
 	var total int64 = m.Size()
-	for _, si := range p.Local().SegmentInfos() {
+	for _, si := range p.LocalSegments() {
 		total += si.Size
 	}
 	if total > 4000000+1048576 {
@@ -552,6 +553,45 @@ func TestRemoteRetention(t *testing.T) {
 	}
 	if leftovers, _ := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true, DryRun: true}); len(leftovers) != 0 {
 		t.Fatalf("retention left garbage: %v", leftovers)
+	}
+}
+
+// TestReadRacingRemoteRetention: remote retention commits a new log start
+// and deletes the oldest segment while a read of it, from the manifest
+// before, is on its way to the bucket. The read's 404 is not a storage
+// error: the read takes a new view, in which the offset is below the log
+// start (Kafka's OFFSET_OUT_OF_RANGE, which a consumer resets from).
+func TestReadRacingRemoteRetention(t *testing.T) {
+	var p *tiered.Partition
+	var once sync.Once
+	retained, hookErr := 0, error(nil)
+	fd := faultstore.Wrap(mem.New(), 0, faultstore.Rule{Op: objstore.OpGet, KeyContains: "00000000000000000000-", Every: 1, Fault: faultstore.Hook,
+		Hook: func(_ objstore.Op, key string) {
+			if strings.HasSuffix(key, ".log") {
+				once.Do(func() { retained, hookErr = p.ApplyRetention(ctx) })
+			}
+		}})
+	store := objstore.New(fd, "mem://race", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	fd.SetEnabled(false)
+	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.bytes", "4000000", "retention.ms", "-1")
+	p = open(t, dir, store, 1, c)
+	defer p.Close()
+	produce(t, p, 50_000)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fd.SetEnabled(true)
+	_, err := p.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+	if hookErr != nil || retained == 0 {
+		t.Fatalf("retention under the read removed %d segments: %v (the read: %v)", retained, hookErr, err)
+	}
+	var oor *backend.OffsetOutOfRangeError
+	if !errors.As(err, &oor) || errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("a read of a segment retention deleted under it: %v, want an out-of-range error", err)
+	}
+	if ls := p.Offsets().LogStart; oor.LogStart != ls || ls == 0 {
+		t.Fatalf("out of range with log start %d, the partition's is %d", oor.LogStart, ls)
 	}
 }
 

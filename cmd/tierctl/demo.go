@@ -508,7 +508,7 @@ func demoBroker(ctx context.Context, w io.Writer, dir string, store *objstore.St
 		return fmt.Errorf("demo: clicks-0 is not tiered")
 	}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if lag, _ := tp.CopyLag(); lag == 0 && len(tp.Local().SegmentInfos()) == 1 {
+		if lag, _ := tp.CopyLag(); lag == 0 && len(tp.LocalSegments()) == 1 {
 			break
 		}
 		if time.Now().After(deadline) {

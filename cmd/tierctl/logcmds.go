@@ -347,7 +347,7 @@ func runConsume(cmd *cobra.Command, dir string, o consumeOptions) error {
 	}
 	var l backend.Partition
 	if o.store != "" {
-		p, store, err := openTiered(cmd.Context(), dir, o.store)
+		p, _, store, err := openTiered(cmd.Context(), dir, o.store)
 		if err != nil {
 			return err
 		}
@@ -480,12 +480,12 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 	var tp *tiered.Partition
 	var loc *local.Log
 	if o.store != "" {
-		p, store, err := openTiered(cmd.Context(), dir, o.store)
+		p, ll, store, err := openTiered(cmd.Context(), dir, o.store)
 		if err != nil {
 			return err
 		}
 		defer store.Close()
-		l, tp, loc = p, p, p.Local()
+		l, tp, loc = p, p, ll
 	} else {
 		ll, err := openPartitionReadOnly(cmd.Context(), dir, backend.Config{})
 		if err != nil {

@@ -183,45 +183,47 @@ func notAPartitionDir(logDir string) error {
 }
 
 // openTiered opens a partition directory read-only and its manifest.
-func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *objstore.Store, error) {
+func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *local.Log, *objstore.Store, error) {
 	if _, err := partitionOf(dir); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	store, err := openStore(ctx, storeURL)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	p, err := openTieredIn(ctx, dir, store, storeURL)
+	p, l, err := openTieredIn(ctx, dir, store, storeURL)
 	if err != nil {
 		store.Close()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return p, store, nil
+	return p, l, store, nil
 }
 
 // openTieredIn opens a partition directory read-only (with its log dir's
-// checkpoints) over store. A partition whose checkpoint says it was
-// offloaded while store has no manifest for it is an error wrapping
+// checkpoints) over store, and returns the tiered partition and the
+// read-only local log under it (for the local tier's own reports; Close
+// the partition, which closes it). A partition whose checkpoint says it
+// was offloaded while store has no manifest for it is an error wrapping
 // tiered.ErrNoManifest that names the URL and the partition: the usual
 // cause is a wrong --store.
-func openTieredIn(ctx context.Context, dir string, store *objstore.Store, storeURL string) (*tiered.Partition, error) {
+func openTieredIn(ctx context.Context, dir string, store *objstore.Store, storeURL string) (*tiered.Partition, *local.Log, error) {
 	tp, err := partitionOf(dir)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l, err := openPartitionReadOnly(ctx, dir, backend.Config{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
 	if err != nil {
 		l.Close()
 		if errors.Is(err, tiered.ErrNoManifest) {
-			return nil, fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(storeURL), tp, dir, err)
+			return nil, nil, fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(storeURL), tp, dir, err)
 		}
-		return nil, err
+		return nil, nil, err
 	}
-	return p, nil
+	return p, l, nil
 }
 
 // errNoManifestAt is the error for a partition named by --partition whose
@@ -255,13 +257,13 @@ in the bucket is an error (exit 2): the URL or its prefix is likely wrong.`,
 			var m *manifest.Manifest
 			var l *local.Log
 			if storeURL != "" {
-				p, store, err := openTiered(ctx, args[0], storeURL)
+				p, ll, store, err := openTiered(ctx, args[0], storeURL)
 				if err != nil {
 					return err
 				}
 				defer store.Close()
 				defer p.Close()
-				m, l = p.Manifest(), p.Local()
+				m, l = p.Manifest(), ll
 			} else {
 				var err error
 				if l, err = openPartitionReadOnly(ctx, args[0], backend.Config{}); err != nil {

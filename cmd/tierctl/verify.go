@@ -182,7 +182,7 @@ func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []strin
 		if explicit && !have[name] {
 			continue
 		}
-		p, err := openTieredIn(ctx, dir, store, storeURL)
+		p, _, err := openTieredIn(ctx, dir, store, storeURL)
 		var rb *tiered.RollbackError
 		switch {
 		case errors.Is(err, tiered.ErrNoManifest) && !explicit && !have[name]:

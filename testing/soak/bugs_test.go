@@ -243,7 +243,7 @@ func TestBugAppendAfterRestoreBreaksOffload(t *testing.T) {
 	}
 	p := open(filepath.Join(t.TempDir(), "t-0"))
 	appendN(t, p, 20)
-	if err := p.Local().Roll(); err != nil { // everything in closed segments
+	if err := p.Roll(); err != nil { // everything in closed segments
 		t.Fatal(err)
 	}
 	if _, err := p.Offload(ctx); err != nil {
@@ -257,7 +257,7 @@ func TestBugAppendAfterRestoreBreaksOffload(t *testing.T) {
 	p = open(dir)
 	defer p.Close()
 	appendN(t, p, 5)
-	if err := p.Local().Roll(); err != nil {
+	if err := p.Roll(); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Offload(ctx); err != nil {

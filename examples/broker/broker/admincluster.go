@@ -9,9 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/tierlog/tierlog/backend"
-	"github.com/tierlog/tierlog/local"
-	"github.com/tierlog/tierlog/tiered"
+	"github.com/tierlog/tierlog/producerstate"
 )
 
 // describeCluster answers the one node, which is also the controller.
@@ -86,8 +84,8 @@ func (b *Broker) describeProducers(r *kmsg.DescribeProducersRequest) kmsg.Respon
 				rt.Partitions = append(rt.Partitions, rp)
 				continue
 			}
-			l := localLog(p.p)
-			if l == nil {
+			l, ok := p.p.(producerLister)
+			if !ok {
 				rp.ErrorCode = kerr.UnknownServerError.Code
 				rp.ErrorMessage = kmsg.StringPtr(fmt.Sprintf("partition of type %T has no producer state to read", p.p))
 				rt.Partitions = append(rt.Partitions, rp)
@@ -106,16 +104,10 @@ func (b *Broker) describeProducers(r *kmsg.DescribeProducersRequest) kmsg.Respon
 	return resp
 }
 
-// localLog is the local log under p: p itself, or a tiered partition's;
-// nil for another backend's partition.
-func localLog(p backend.Partition) *local.Log {
-	switch v := p.(type) {
-	case *local.Log:
-		return v
-	case *tiered.Partition:
-		return v.Local()
-	}
-	return nil
+// producerLister is what a partition that keeps producer state offers
+// (a *local.Log and a *tiered.Partition do).
+type producerLister interface {
+	Producers() []producerstate.ProducerInfo
 }
 
 // describeTransactions describes each transactional id's transaction.

@@ -82,7 +82,7 @@ func waitUploaded(b *testing.B, br *broker.Broker, topic string, i int32) *tiere
 	tp := br.Partition(topic, i).(*tiered.Partition)
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		if lag, _ := tp.CopyLag(); lag == 0 && len(tp.Local().SegmentInfos()) == 1 {
+		if lag, _ := tp.CopyLag(); lag == 0 && len(tp.LocalSegments()) == 1 {
 			return tp
 		}
 		if time.Now().After(deadline) {

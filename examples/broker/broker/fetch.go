@@ -147,8 +147,9 @@ func (b *Broker) readFetch(ctx context.Context, r *kmsg.FetchRequest) *fetchResu
 	return res
 }
 
-// earlyReads are the reads of a Fetch's partitions whose offsets only
-// the bucket holds, run side by side before the in-order pass (remote
+// earlyReads are the reads of a Fetch's partitions that the partition
+// says wait on the network (backend.Tiered.ReadWaits: only the bucket
+// holds their offsets; the broker does not route by tier), run side by side before the in-order pass (remote
 // reads wait on the network; Kafka's RemoteLogReader pool runs them
 // concurrently too, and tiered's reader pool bounds them), each up to its
 // partition's PartitionMaxBytes. The in-order pass takes each where the
@@ -164,7 +165,7 @@ type earlyRead struct {
 }
 
 // readRemoteEarly starts the remote reads of r, when at least two of its
-// partitions read from the bucket and their PartitionMaxBytes fit the
+// partitions' reads wait on the network and their PartitionMaxBytes fit the
 // Fetch's MaxBytes together (so each gets its own bound, as it would in
 // order), and waits for them.
 func (b *Broker) readRemoteEarly(ctx context.Context, r *kmsg.FetchRequest, maxBytes int64, iso backend.Isolation) *earlyReads {
@@ -182,7 +183,7 @@ func (b *Broker) readRemoteEarly(ctx context.Context, r *kmsg.FetchRequest, maxB
 			if p == nil || p.checkLeaderEpoch(rp.CurrentLeaderEpoch) != nil {
 				continue
 			}
-			if o := p.p.Offsets(); rp.FetchOffset >= o.LocalLogStart || rp.FetchOffset < o.LogStart {
+			if t, ok := p.p.(backend.Tiered); !ok || !t.ReadWaits(rp.FetchOffset) {
 				continue
 			}
 			jobs = append(jobs, job{at: [2]int{ti, pi}, p: p, offset: rp.FetchOffset, max: rp.PartitionMaxBytes})

@@ -69,12 +69,12 @@ func waitOffloaded(t testing.TB, b *broker.Broker, topic string, i int32) *tiere
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		lag, _ := tp.CopyLag()
-		if lag == 0 && len(tp.Local().SegmentInfos()) == 1 && tp.Offsets().LocalLogStart > 0 {
+		if lag == 0 && len(tp.LocalSegments()) == 1 && tp.Offsets().LocalLogStart > 0 {
 			return tp
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s-%d: after 2m, %d segments to upload, %d local segments, offsets %+v", topic, i, lag,
-				len(tp.Local().SegmentInfos()), tp.Offsets())
+				len(tp.LocalSegments()), tp.Offsets())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

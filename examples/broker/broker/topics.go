@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
 )
 
 // topicConfig merges the broker's defaults and a topic's overrides.
@@ -77,14 +78,15 @@ func (b *Broker) closeTopic(t *topic, n int32, remove bool) error {
 	return errors.Join(errs...)
 }
 
-// latestLocalEpoch is the largest leader epoch p's local log holds
-// records of (the last entry of its epoch cache), or -1. It reads local
-// state only: EndOffsetForEpoch would do, but on a tiered partition it
-// may read the bucket, and opening must not need the bucket. The library
-// has no accessor for it on backend.Partition (see docs/embedding.md).
+// latestLocalEpoch is the largest leader epoch p holds records of (the
+// last of its LeaderEpochs), or -1. It reads no bucket: EndOffsetForEpoch
+// would do, but on a tiered partition it may read the bucket, and opening
+// must not need the bucket (a tiered partition's LeaderEpochs are its
+// committed manifest's, in memory, and its local log's). The library has
+// no accessor for it on backend.Partition (see docs/embedding.md).
 func latestLocalEpoch(p backend.Partition) int32 {
-	l := localLog(p)
-	if l == nil {
+	l, ok := p.(interface{ LeaderEpochs() []local.EpochEntry })
+	if !ok {
 		return -1
 	}
 	if e := l.LeaderEpochs(); len(e) > 0 {
