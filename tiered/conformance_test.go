@@ -50,7 +50,7 @@ func (h *tieredHarness) Open(t *testing.T, c backend.Config) backend.Partition {
 func TestConformanceOverFS(t *testing.T) {
 	var stores []*objstore.Store
 	metrics := new(tiered.Metrics)
-	storagetest.Run(t, func(t *testing.T) storagetest.Harness {
+	all := storagetest.Run(t, func(t *testing.T) storagetest.Harness {
 		d, err := fs.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)
@@ -59,14 +59,14 @@ func TestConformanceOverFS(t *testing.T) {
 		stores = append(stores, s)
 		return &tieredHarness{dir: filepath.Join(t.TempDir(), "t-0"), store: s, metrics: metrics}
 	})
-	// The battery must really have read from the bucket.
+	// The battery, when it ran whole, must really have read from the bucket.
 	var gets int64
 	for _, s := range stores {
 		gets += s.Stats().Requests[objstore.OpGet]
 	}
 	reads := metrics.RemoteReads.Load()
 	t.Logf("%d reads served from the bucket (%d GETs, the rest from its chunk cache)", reads, gets)
-	if reads < 500 || gets < 30 {
+	if all && (reads < 500 || gets < 30) {
 		t.Fatalf("only %d reads from the bucket (%d GETs): the battery barely read from it", reads, gets)
 	}
 }

@@ -39,8 +39,10 @@ type Compactor interface {
 	Compact(t *testing.T, p backend.Partition)
 }
 
-// Run runs the battery; newHarness is called once per subtest.
-func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
+// Run runs the battery; newHarness is called once per subtest. It
+// reports whether every clause ran: a -run filter (go test -run
+// 'X/ConcurrentReaders') runs only some.
+func Run(t *testing.T, newHarness func(t *testing.T) Harness) (all bool) {
 	tests := []struct {
 		name string
 		fn   func(t *testing.T, h Harness)
@@ -75,9 +77,11 @@ func Run(t *testing.T, newHarness func(t *testing.T) Harness) {
 		{"ReplicaRead", testReplicaRead},
 		{"Closed", testClosed},
 	}
+	ran := 0
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.fn(t, newHarness(t)) })
+		t.Run(tc.name, func(t *testing.T) { ran++; tc.fn(t, newHarness(t)) })
 	}
+	return ran == len(tests)
 }
 
 var ctx = context.Background()
