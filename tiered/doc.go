@@ -61,10 +61,13 @@
 // Every read, timestamp lookup, epoch lookup and aborted-transaction scan
 // takes one view (view.go) and decides from it alone: which tier serves
 // its offset, the bound of its isolation, the segments it walks. It never
-// takes a second snapshot halfway. The one race a view cannot rule out,
-// local retention dropping a segment the view still reads locally, comes
-// back from the local tier as errViewMoved, and Read takes a new view
-// (at most viewTries).
+// takes a second snapshot halfway. The two races a view cannot rule out
+// come back from the tier as errViewMoved, and Read takes a new view (at
+// most viewTries): local retention dropping a segment the view still
+// reads locally, and total retention deleting a segment of the bucket
+// the view still names (a 404 while the committed manifest has moved
+// past the view's; a 404 of a segment the current manifest names is a
+// storage error).
 //
 // The tiers are a stack, oldest offsets first (Partition.tiers):
 //
