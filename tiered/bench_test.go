@@ -217,6 +217,56 @@ func BenchmarkLocalRead(b *testing.B) {
 	}
 }
 
+// BenchmarkPartitionLocalRead reads the local log through a tiered
+// Partition that has offloaded nothing: random, the batches
+// BenchmarkLocalRead reads from the log itself; fetch, the whole log in
+// 1 MiB reads as a consumer's fetches do. Its cost over BenchmarkLocalRead
+// is the Partition's: its view of the offsets and the walk of the tiers.
+func BenchmarkPartitionLocalRead(b *testing.B) {
+	l, _ := benchLog(b)
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: objstore.New(mem.New(), "mem://bench", objstore.Options{}), Prefix: "orders-0", LeaderEpoch: 1})
+	if err != nil {
+		l.Close()
+		b.Fatal(err)
+	}
+	defer p.Close()
+	b.Run("random", func(b *testing.B) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		offs := make([]int64, 64)
+		for i := range offs {
+			offs[i] = rng.Int64N(benchLEO)
+		}
+		var buf bytes.Buffer
+		i := 0
+		for b.Loop() {
+			r, err := p.Read(ctx, offs[i&63], backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			buf.Reset()
+			r.WriteTo(&buf)
+			r.Close()
+			i++
+		}
+	})
+	b.Run("fetch", func(b *testing.B) {
+		var total int64
+		for b.Loop() {
+			for off := int64(0); off < benchLEO; {
+				r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, _ := r.WriteTo(io.Discard)
+				total += n
+				off = r.(backend.OffsetRange).NextOffset()
+				r.Close()
+			}
+		}
+		b.SetBytes(total / int64(b.N))
+	})
+}
+
 // BenchmarkSequentialRemote consumes all offloaded data in 256 KiB reads,
 // with and without read-ahead.
 func BenchmarkSequentialRemote(b *testing.B) {
