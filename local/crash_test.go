@@ -6,38 +6,36 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/crashchild"
 )
 
 // The crash tests run a workload in a child process (this test binary,
-// re-executed) that kills itself with SIGKILL after its k-th operation:
+// re-executed by testing/crashchild) that kills itself with SIGKILL at its
+// k-th operation:
 // appends, rolls, flushes, retention and checkpoint writes. The parent then
 // optionally tears the unflushed tail (a power loss keeps only what was
 // fsynced), reopens the log dir and checks that every flushed record is
 // there at its offset, that nothing torn or corrupt is served, and that the
 // log takes appends again.
 
-const crashEnv = "TIERLOG_CRASH_CHILD"
+// crashRoles are the children this test binary runs (crashchild.Dispatch).
+var crashRoles = map[string]crashchild.Role{
+	"crash":           crashChild,
+	"producers-crash": producerCrashChild,
+}
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(crashEnv); spec != "" {
-		crashChild(spec)
-		return
-	}
-	if spec := os.Getenv(producerCrashEnv); spec != "" {
-		producerCrashChild(spec)
-		return
+	if code, ok := crashchild.Dispatch(crashRoles); ok {
+		os.Exit(code)
 	}
 	code := m.Run()
 	for _, d := range benchCleanup {
@@ -56,26 +54,28 @@ func crashValue(offset int64) []byte {
 	return fmt.Appendf(nil, "rec-%d-%s", offset, strings.Repeat("z", int(offset%40)))
 }
 
+// crashArgs are a crash child's arguments: its directory, its seed and
+// the operation it dies at.
+func crashArgs(dir string, seed uint64, k int) []string {
+	return []string{dir, strconv.FormatUint(seed, 10), strconv.Itoa(k)}
+}
+
+func parseCrashArgs(args []string) (dir string, seed uint64, k int) {
+	seed, _ = strconv.ParseUint(args[1], 10, 64)
+	k, _ = strconv.Atoi(args[2])
+	return args[0], seed, k
+}
+
 // crashChild runs the workload and kills itself at operation k. After each
 // flush it appends the flushed log end to dir/acked, fsynced.
-func crashChild(spec string) {
-	parts := strings.Split(spec, ":")
-	dir := parts[0]
-	seed, _ := strconv.ParseUint(parts[1], 10, 64)
-	k, _ := strconv.Atoi(parts[2])
+func crashChild(args []string) int {
+	dir, seed, k := parseCrashArgs(args)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	acked, err := os.OpenFile(filepath.Join(dir, "acked"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		panic(err)
 	}
-	op := 0
-	step := func() {
-		op++
-		if op == k {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			time.Sleep(time.Second)
-		}
-	}
+	step := crashchild.NewKillAt(k).Step
 	c, _ := backend.ParseConfig(crashConfig)
 	b, err := local.OpenBackend(filepath.Join(dir, "logs"), local.BackendOptions{})
 	if err != nil {
@@ -130,7 +130,7 @@ func crashChild(spec string) {
 		}
 	}
 	b.Close()
-	os.Exit(0)
+	return 0
 }
 
 func lastAcked(t *testing.T, dir string) int64 {
@@ -189,20 +189,13 @@ func tearTail(t *testing.T, part string, flushed int64, rng *rand.Rand) {
 }
 
 func TestCrashAtKthOperation(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs, rng := crashPlan(t, 200, 40, 0, "crash test")
-	for run := 0; run < runs; run++ {
+	rng := crashchild.Rand(t, 0)
+	for run, k := range (crashchild.Plan{Runs: 200, Short: 40, Steps: 400}).Ks(rng) {
 		dir := t.TempDir()
-		k := 1 + rng.IntN(400)
 		childSeed := rng.Uint64()
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%d", crashEnv, dir, childSeed, k))
-		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("run %d (k=%d, child seed %d): child did not die by SIGKILL: %v\n%s", run, k, childSeed, err, out)
+		c := crashchild.Start(t, "crash", crashArgs(dir, childSeed, k), crashchild.Options{})
+		if exit := c.Wait(); !exit.Killed() {
+			t.Fatalf("run %d (k=%d, child seed %d): child did not die by SIGKILL: %v\n%s", run, k, childSeed, exit, c.Output())
 		}
 		flushed := lastAcked(t, dir)
 		part := filepath.Join(dir, "logs", "crash-0")
@@ -252,19 +245,4 @@ func checkAfterCrash(t *testing.T, dir string, flushed int64, what string) {
 		t.Fatalf("%s: close: %v", what, err)
 	}
 	checkIndexesMatchLog(t, filepath.Join(dir, "logs", "crash-0"))
-}
-
-// crashPlan is a crash test's number of runs (short of them in -short) and
-// its random source, seeded from TIERLOG_CRASH_SEED when set, else from
-// the clock; the seed is logged so a failure can be replayed.
-func crashPlan(t *testing.T, runs, short int, stream uint64, what string) (int, *rand.Rand) {
-	if testing.Short() {
-		runs = short
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("TIERLOG_CRASH_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("%s seed %d (set TIERLOG_CRASH_SEED to replay)", what, seed)
-	return runs, rand.New(rand.NewPCG(seed, stream))
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/vfs"
 )
 
@@ -462,10 +463,10 @@ func TestCrashPowerLossTruncation(t *testing.T) {
 }
 
 func testPowerLoss(t *testing.T, truncate bool) {
-	runs, rng := crashPlan(t, 150, 40, 1, "power loss test (goroutine timing may still differ)")
+	rng := crashchild.Rand(t, 1)
+	t.Log("a replay makes the same choices; goroutine timing may still differ")
 	modes := []string{"lost", "kept", "torn"}
-	for run := 0; run < runs; run++ {
-		k := 1 + rng.IntN(2000)
+	for run, k := range (crashchild.Plan{Runs: 150, Short: 40, Steps: 2000}).Ks(rng) {
 		mode := modes[run%3]
 		perAppend := run%4 == 3 // flush.messages=1
 		again := rng.IntN(2) == 0

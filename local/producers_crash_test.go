@@ -7,17 +7,14 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/crashchild"
 )
 
 // The producer crash test: a child process appends idempotent producers'
@@ -28,8 +25,6 @@ import (
 // acknowledged-and-flushed batch, and the last batch of each producer the
 // recovered log holds: each retry MUST be refused or found a duplicate
 // (with the original offsets), never appended again.
-
-const producerCrashEnv = "TIERLOG_PRODUCER_CRASH_CHILD"
 
 var producerCrashConfig = map[string]string{
 	"segment.bytes": "4000", "index.interval.bytes": "300", "file.delete.delay.ms": "0", "retention.bytes": "40000",
@@ -48,23 +43,16 @@ func idemBatch(pid int64, seq int32, n int) []byte {
 	return append([]byte(nil), out...)
 }
 
-func producerCrashChild(spec string) {
-	parts := strings.Split(spec, ":")
-	dir := parts[0]
-	seed, _ := strconv.ParseUint(parts[1], 10, 64)
-	k, _ := strconv.Atoi(parts[2])
+// producerCrashChild runs the producers' workload (crashArgs) and kills
+// itself at step k.
+func producerCrashChild(args []string) int {
+	dir, seed, k := parseCrashArgs(args)
 	rng := rand.New(rand.NewPCG(seed, seed))
 	acked, err := os.OpenFile(filepath.Join(dir, "acked"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		panic(err)
 	}
-	step := 0
-	kill := func() {
-		if step++; step == k {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			time.Sleep(time.Second)
-		}
-	}
+	kill := crashchild.NewKillAt(k).Step
 	c, _ := backend.ParseConfig(producerCrashConfig)
 	b, err := local.OpenBackend(filepath.Join(dir, "logs"), local.BackendOptions{})
 	if err != nil {
@@ -117,25 +105,19 @@ func producerCrashChild(spec string) {
 		}
 	}
 	b.Close()
-	os.Exit(0)
+	return 0
 }
 
 func TestProducersAfterCrash(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	runs, rng := crashPlan(t, 80, 20, 1, "crash test")
+	rng := crashchild.Rand(t, 1)
+	ks := (crashchild.Plan{Runs: 80, Short: 20, Steps: 600}).Ks(rng)
 	checked := 0
-	for run := range runs {
+	for run, k := range ks {
 		dir := t.TempDir()
-		k := 1 + rng.IntN(600)
 		childSeed := rng.Uint64()
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%d", producerCrashEnv, dir, childSeed, k))
-		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Fatalf("run %d (k=%d, child seed %d): child did not die by SIGKILL: %v\n%s", run, k, childSeed, err, out)
+		c := crashchild.Start(t, "producers-crash", crashArgs(dir, childSeed, k), crashchild.Options{})
+		if exit := c.Wait(); !exit.Killed() {
+			t.Fatalf("run %d (k=%d, child seed %d): child did not die by SIGKILL: %v\n%s", run, k, childSeed, exit, c.Output())
 		}
 		what := fmt.Sprintf("run %d (k=%d, child seed %d)", run, k, childSeed)
 		// Each producer's last batch at the last flush.
@@ -158,7 +140,7 @@ func TestProducersAfterCrash(t *testing.T) {
 		}
 		checked += checkProducersAfterCrash(t, dir, acked, what)
 	}
-	t.Logf("%d retries checked after %d crashes", checked, runs)
+	t.Logf("%d retries checked after %d crashes", checked, len(ks))
 }
 
 // checkProducersAfterCrash reopens the crashed log dir and retries each
