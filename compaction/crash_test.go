@@ -5,24 +5,22 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
 	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/testing/faultfs"
 	"github.com/tierlog/tierlog/vfs"
 )
 
 // The crash test cleans a log in a child process (this test binary,
-// re-executed) that kills itself with SIGKILL before its k-th operation
+// re-executed by testing/crashchild) that kills itself with SIGKILL before its k-th operation
 // that changes the disk (through testing/faultfs): each write to a .cleaned
 // file (in 512-byte pieces), each fsync, rename and removal of the segment
 // replacement, each write of the index rebuilds. The parent
@@ -31,12 +29,9 @@ import (
 // segments' records or the cleaned ones, exactly, never a mix; then that
 // cleaning resumes to the same result a plain map predicts.
 
-const crashEnv = "TIERLOG_CLEAN_CRASH_CHILD"
-
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(crashEnv); spec != "" {
-		crashChild(spec)
-		return
+	if code, ok := crashchild.Dispatch(map[string]crashchild.Role{"clean": crashChild}); ok {
+		os.Exit(code)
 	}
 	os.Exit(m.Run())
 }
@@ -59,52 +54,48 @@ func crashOpen(dir string, clean bool, fsys vfs.FS) (*local.Log, error) {
 	return l, l.SetHighWatermark(l.Offsets().LogEnd)
 }
 
-// crashChild cleans dir once and kills itself at write k; if it gets to
-// the end, it prints how many writes there were.
-func crashChild(spec string) {
-	dir, kArg, _ := strings.Cut(spec, ":")
-	k, _ := strconv.Atoi(kArg)
+// crashChild cleans args[0] once and kills itself at write args[1]; if it
+// gets to the end, it prints how many writes there were ("writes n").
+func crashChild(args []string) int {
+	dir := args[0]
+	k, _ := strconv.Atoi(args[1])
 	ffs := faultfs.New(vfs.Default)
 	l, err := crashOpen(dir, true, ffs)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(3)
+		return 3
 	}
-	var n atomic.Int64
+	kill := crashchild.NewKillAt(k)
 	ffs.SetHook(func(op faultfs.Op) error {
-		if op.Mutates() && n.Add(1) == int64(k) {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-			for {
-				// The signal is on its way. (A bare select{} can be
-				// reported as a deadlock before it lands.)
-				time.Sleep(time.Second)
-			}
+		if op.Mutates() {
+			kill.Step()
 		}
 		return nil
 	})
 	if _, err := Clean(context.Background(), l, -1, Options{MemoryBytes: 1 << 20, Now: func() time.Time { return crashTime }, WriteBufferBytes: 512}); err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		os.Exit(3)
+		return 3
 	}
-	fmt.Println(n.Load())
-	os.Exit(0)
+	fmt.Println("writes", kill.Steps())
+	return 0
 }
 
+// runCrashChild cleans dir in a child that dies at write k: it returns
+// the child's count of writes if it got to the end, or killed.
 func runCrashChild(t *testing.T, dir string, k int) (out string, killed bool) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run", "^$")
-	cmd.Env = append(os.Environ(), crashEnv+"="+dir+":"+strconv.Itoa(k))
-	b, err := cmd.Output()
-	if ee, ok := err.(*exec.ExitError); ok {
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL {
-			return "", true
-		}
-		t.Fatalf("child (k=%d): %v\n%s", k, err, ee.Stderr)
+	c := crashchild.Start(t, "clean", []string{dir, strconv.Itoa(k)}, crashchild.Options{})
+	switch exit := c.Wait(); {
+	case exit.Killed():
+		return "", true
+	case !exit.Exited(0):
+		t.Fatalf("child (k=%d): %v\n%s", k, exit, c.Output())
 	}
+	line, err := c.WaitLine("writes ", 0)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("child (k=%d): %v\n%s", k, err, c.Output())
 	}
-	return strings.TrimSpace(string(b)), false
+	return strings.TrimPrefix(line, "writes "), false
 }
 
 func copyTree(t *testing.T, src, dst string) {
@@ -186,14 +177,7 @@ func TestCleanCrashAtEveryWrite(t *testing.T) {
 	}
 
 	// Every write when there are few enough, else an even spread.
-	runs := min(events, 300)
-	if testing.Short() {
-		runs = min(events, 30)
-	}
-	var ks []int
-	for i := range runs {
-		ks = append(ks, 1+i*events/runs)
-	}
+	ks := (crashchild.Plan{Runs: 300, Short: 30, Steps: events, Spread: true}).Ks(nil)
 	mixed := 0
 	for _, k := range ks {
 		dir := filepath.Join(root, fmt.Sprintf("k%d", k), "users-0")
