@@ -4,14 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -20,50 +15,45 @@ import (
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/fs"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/tiered"
 )
 
-// The crash test runs offload and retention in a child process that
-// SIGKILLs itself at its k-th object store operation (before or after the
+// The crash test runs offload and retention in a child process (this test
+// binary, re-executed by testing/crashchild) that SIGKILLs itself at its k-th object store operation (before or after the
 // operation), then checks from the parent: no manifest entry names a
 // missing object, no record is lost, offload catches up, and gc removes
 // exactly the leftovers.
 
-const crashEnv = "TIERLOG_TIERED_CRASH"
+// crashRoles are the children this test binary runs (crashchild.Dispatch).
+var crashRoles = map[string]crashchild.Role{"offload-crash": crashChild}
 
-// killer is a Driver that kills the process around its k-th operation.
+// killer is a Driver that kills the process around its k-th operation
+// (uploads run in parallel: KillAt counts them once each).
 type killer struct {
 	objstore.Driver
-	k     int64
-	n     atomic.Int64 // uploads run in parallel
+	kill  *crashchild.KillAt
 	after bool
-}
-
-func (d *killer) step() {
-	if d.n.Add(1) == d.k {
-		syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		time.Sleep(time.Second)
-	}
 }
 
 func (d *killer) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
 	if !d.after {
-		d.step()
+		d.kill.Step()
 	}
 	info, err := d.Driver.Put(ctx, key, body, size, opts)
 	if d.after {
-		d.step()
+		d.kill.Step()
 	}
 	return info, err
 }
 
 func (d *killer) Delete(ctx context.Context, keys []string) error {
 	if !d.after {
-		d.step()
+		d.kill.Step()
 	}
 	err := d.Driver.Delete(ctx, keys)
 	if d.after {
-		d.step()
+		d.kill.Step()
 	}
 	return err
 }
@@ -71,17 +61,19 @@ func (d *killer) Delete(ctx context.Context, keys []string) error {
 var crashCfg = map[string]string{"segment.bytes": "200000", "local.retention.ms": "0", "file.delete.delay.ms": "0",
 	"retention.bytes": "1500000", "retention.ms": "-1"}
 
-func crashChild(spec string) {
-	parts := strings.Split(spec, ":")
-	root := parts[0]
-	k, _ := strconv.Atoi(parts[1])
-	after := parts[2] == "after"
+// crashChild offloads and applies retention to a log in args[0] and kills
+// itself at object store operation args[1], args[2] ("before" or
+// "after") the operation.
+func crashChild(args []string) int {
+	root := args[0]
+	k, _ := strconv.Atoi(args[1])
+	after := args[2] == "after"
 	c, _ := backend.ParseConfig(crashCfg)
 	d, err := fs.Open(filepath.Join(root, "bucket"))
 	if err != nil {
 		panic(err)
 	}
-	store := objstore.New(&killer{Driver: d, k: int64(k), after: after}, "crash", objstore.Options{})
+	store := objstore.New(&killer{Driver: d, kill: crashchild.NewKillAt(k), after: after}, "crash", objstore.Options{})
 	b, err := local.OpenBackend(filepath.Join(root, "logs"), local.BackendOptions{})
 	if err != nil {
 		panic(err)
@@ -107,7 +99,7 @@ func crashChild(spec string) {
 		b.Checkpoint()
 	}
 	b.Close()
-	os.Exit(0)
+	return 0
 }
 
 // nopTB lets produce run outside a test.
@@ -118,32 +110,20 @@ func (nopTB) Fatal(args ...any)         { panic(fmt.Sprint(args...)) }
 func (nopTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
 
 func TestCrashDuringOffloadAndRetention(t *testing.T) {
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
-	rng := rand.New(rand.NewPCG(seed, 1))
-	runs := 60
-	if testing.Short() {
-		runs = 15
-	}
+	rng := crashchild.Rand(t, 1)
+	ks := (crashchild.Plan{Runs: 60, Short: 15, Steps: 45}).Ks(rng)
 	crashed := 0
-	defer func() { t.Logf("%d of %d runs were killed mid-offload or mid-retention", crashed, runs) }()
-	for run := 0; run < runs; run++ {
+	defer func() { t.Logf("%d of %d runs were killed mid-offload or mid-retention", crashed, len(ks)) }()
+	for run, k := range ks {
 		root := t.TempDir()
 		os.MkdirAll(filepath.Join(root, "bucket"), 0o755)
-		k := 1 + rng.IntN(45)
 		when := []string{"before", "after"}[rng.IntN(2)]
-		cmd := exec.Command(exe, "-test.run=^$")
-		cmd.Env = append(os.Environ(), fmt.Sprintf("%s=%s:%d:%s", crashEnv, root, k, when))
-		out, err := cmd.CombinedOutput()
-		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			if err == nil {
+		c := crashchild.Start(t, "offload-crash", []string{root, strconv.Itoa(k), when}, crashchild.Options{})
+		if exit := c.Wait(); !exit.Killed() {
+			if exit.Exited(0) {
 				continue // the child finished before its k-th operation
 			}
-			t.Fatalf("run %d (k=%d %s): child: %v\n%s", run, k, when, err, out)
+			t.Fatalf("run %d (k=%d %s): child: %v\n%s", run, k, when, exit, c.Output())
 		}
 		crashed++
 		checkAfterTieredCrash(t, root, fmt.Sprintf("run %d (k=%d, %s)", run, k, when))

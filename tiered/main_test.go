@@ -9,13 +9,13 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/minio"
 	"github.com/tierlog/tierlog/objstore/s3"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/testing/s3server"
 )
 
 func TestMain(m *testing.M) {
-	if spec := os.Getenv(crashEnv); spec != "" {
-		crashChild(spec)
-		return
+	if code, ok := crashchild.Dispatch(crashRoles); ok {
+		os.Exit(code)
 	}
 	os.Exit(s3server.RunTests(m))
 }
