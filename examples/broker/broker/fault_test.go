@@ -1,22 +1,19 @@
 package broker_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tierlog/tierlog/examples/broker/broker"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/testing/faultproxy"
 )
 
@@ -101,53 +98,38 @@ func TestProduceRetries(t *testing.T) {
 	checkOnce(t, proxy.Addr, "retries", n)
 }
 
-// The broker as a child process, for TestKillDuringProduce.
-const (
-	envChildDir  = "TIERLOG_BROKER_CHILD_DIR"
-	envChildAddr = "TIERLOG_BROKER_CHILD_ADDR"
-)
+// childRoles are the children this test binary runs (crashchild.Dispatch
+// in TestMain).
+var childRoles = map[string]crashchild.Role{"broker": brokerChild}
 
-// TestChildBroker is the child: it serves until it is killed.
-func TestChildBroker(t *testing.T) {
-	dir := os.Getenv(envChildDir)
-	if dir == "" {
-		t.Skip("the child process of TestKillDuringProduce")
-	}
-	b, err := broker.Start(broker.Options{Listen: os.Getenv(envChildAddr), Dir: dir})
+// brokerChild is the broker as a child process, for TestKillDuringProduce:
+// it serves the log directory args[0] on args[1] until it is killed.
+func brokerChild(args []string) int {
+	b, err := broker.Start(broker.Options{Listen: args[1], Dir: args[0]})
 	if err != nil {
-		t.Fatal(err)
+		fmt.Fprintln(os.Stderr, err)
+		return 1
 	}
 	fmt.Printf("listening on %s\n", b.Addr())
-	select {} // until SIGKILL
+	for {
+		time.Sleep(time.Hour) // until SIGKILL
+	}
 }
 
 // startChild starts the broker in a child process and waits until it
-// listens.
-func startChild(t *testing.T, dir, addr string) *exec.Cmd {
+// listens. A failed test logs the child's output.
+func startChild(t *testing.T, dir, addr string) *crashchild.Child {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestChildBroker$")
-	cmd.Env = append(os.Environ(), envChildDir+"="+dir, envChildAddr+"="+addr)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if strings.HasPrefix(sc.Text(), "listening on") {
-			go func() {
-				for sc.Scan() {
-				}
-			}()
-			return cmd
+	c := crashchild.Start(t, "broker", []string{dir, addr}, crashchild.Options{})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("the child broker's output:\n%s", c.Output())
 		}
+	})
+	if _, err := c.WaitLine("listening on", time.Minute); err != nil {
+		t.Fatalf("the child broker did not start: %v", err)
 	}
-	t.Fatalf("the child broker did not start: %v", sc.Err())
-	return nil
+	return c
 }
 
 // TestKillDuringProduce SIGKILLs the broker (a child process) while kgo
@@ -194,10 +176,10 @@ func TestKillDuringProduce(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	// Kill while the producer is still sending.
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	child.Kill()
+	if exit := child.Wait(); !exit.Killed() {
+		t.Fatalf("the child broker was not killed: %v", exit)
 	}
-	child.Wait()
 	mu.Lock()
 	beforeKill := len(acked)
 	mu.Unlock()

@@ -18,11 +18,17 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/objstore/s3"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/testing/s3server"
 	"github.com/tierlog/tierlog/tiered"
 )
 
-func TestMain(m *testing.M) { os.Exit(s3server.RunTests(m)) }
+func TestMain(m *testing.M) {
+	if code, ok := crashchild.Dispatch(childRoles); ok {
+		os.Exit(code)
+	}
+	os.Exit(s3server.RunTests(m))
+}
 
 // s3Store opens a fresh bucket on the test binary's versitygw (a real S3
 // server; MinIO syncs every object and is slower here).
