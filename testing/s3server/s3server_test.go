@@ -1,12 +1,10 @@
 package s3server
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,24 +13,27 @@ import (
 
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/s3"
+	"github.com/tierlog/tierlog/testing/crashchild"
 )
 
-const childEnv = "TIERLOG_S3SERVER_CHILD"
-
 func TestMain(m *testing.M) {
-	if k := os.Getenv(childEnv); k != "" {
-		// A child that starts a server, says its pid, and waits to be
-		// killed.
-		srv, err := StartKind(context.Background(), Kind(k))
-		if err != nil {
-			fmt.Println("ERR", err)
-			os.Exit(1)
-		}
-		fmt.Println("PID", strings.Trim(fmt.Sprint(srv.processes()), "[]"))
-		time.Sleep(time.Hour)
-		return
+	if code, ok := crashchild.Dispatch(map[string]crashchild.Role{"server": serverChild}); ok {
+		os.Exit(code)
 	}
 	os.Exit(RunTests(m))
+}
+
+// serverChild starts a server of kind args[0], says its pids, and waits
+// to be killed.
+func serverChild(args []string) int {
+	srv, err := StartKind(context.Background(), Kind(args[0]))
+	if err != nil {
+		fmt.Println("ERR", err)
+		return 1
+	}
+	fmt.Println("PID", strings.Trim(fmt.Sprint(srv.processes()), "[]"))
+	time.Sleep(time.Hour)
+	return 0
 }
 
 func TestKinds(t *testing.T) {
@@ -80,20 +81,10 @@ func TestServerDiesWithTheTestProcess(t *testing.T) {
 	}
 	for _, k := range Kinds() {
 		t.Run(string(k), func(t *testing.T) {
-			cmd := exec.Command(os.Args[0], "-test.run", "^$")
-			cmd.Env = append(os.Environ(), childEnv+"="+string(k))
-			out, err := cmd.StdoutPipe()
+			c := crashchild.Start(t, "server", []string{string(k)}, crashchild.Options{})
+			line, err := c.WaitLine("PID ", 0)
 			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			line, err := bufio.NewReader(out).ReadString('\n')
-			if err != nil || !strings.HasPrefix(line, "PID ") {
-				cmd.Process.Kill()
-				cmd.Wait()
-				t.Fatalf("child: %q %v", line, err)
+				t.Fatalf("child: %v\n%s", err, c.Output())
 			}
 			var pids []int // a cluster has one per node
 			for _, f := range strings.Fields(strings.TrimPrefix(line, "PID ")) {
@@ -111,8 +102,8 @@ func TestServerDiesWithTheTestProcess(t *testing.T) {
 					t.Fatalf("server %d is not running while its test process is", pid)
 				}
 			}
-			cmd.Process.Signal(syscall.SIGKILL)
-			cmd.Wait()
+			c.Kill()
+			c.Wait()
 			deadline := time.Now().Add(10 * time.Second)
 			for _, pid := range pids {
 				for alive(pid) {
