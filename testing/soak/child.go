@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
@@ -25,12 +24,9 @@ import (
 	"github.com/tierlog/tierlog/objstore/minio"
 	"github.com/tierlog/tierlog/objstore/s3"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/tiered"
 )
-
-// ChildEnv is the environment variable that makes a test binary run one
-// life of the soak's workload (see Main) instead of its tests.
-const ChildEnv = "TIERLOG_SOAK_CHILD"
 
 // The topics: A is tiered, B compacted; both in one log directory.
 const (
@@ -562,9 +558,7 @@ func (c *child) do(name string, fn func(ctx context.Context) error) error {
 	c.saveProgress()
 	if c.spec.Mode == modeSelfKill && c.op == c.spec.KillAtOp {
 		delay := time.Duration(c.rng.Int64N(int64(300 * time.Millisecond)))
-		time.AfterFunc(delay, func() {
-			syscall.Kill(os.Getpid(), syscall.SIGKILL)
-		})
+		time.AfterFunc(delay, crashchild.KillSelf)
 	}
 	hung := time.AfterFunc(hangAfter, func() {
 		buf := make([]byte, 1<<20)

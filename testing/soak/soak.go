@@ -20,8 +20,8 @@
 // (s3server.Cluster: 4 nodes, one erasure set; a single MinIO container
 // where only Docker can give one), a fault proxy in front of its load
 // balancer (faultproxy) and then, one after the other, lives
-// of a child process: the test binary re-executed, which Main sends to the
-// workload when ChildEnv is set. Each life opens one log directory
+// of a child process: the test binary re-executed (testing/crashchild),
+// which Main sends to the workload. Each life opens one log directory
 // (local.Backend), recovering it after the SIGKILL that ended the life
 // before, with two topics:
 //
@@ -112,24 +112,22 @@ package soak
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/testing/faultproxy"
 	"github.com/tierlog/tierlog/testing/s3server"
 	"github.com/tierlog/tierlog/tiered"
@@ -144,15 +142,27 @@ const EnvSeed = "TIERLOG_SOAK_SEED"
 //
 //	func TestMain(m *testing.M) { os.Exit(soak.Main(m)) }
 func Main(m *testing.M) int {
-	if spec := os.Getenv(ChildEnv); spec != "" {
-		var s childSpec
-		if err := json.Unmarshal([]byte(spec), &s); err != nil {
-			fmt.Fprintf(os.Stderr, "soak: bad %s: %v\n", ChildEnv, err)
-			return exitHarness
-		}
-		return runChild(s)
+	if code, ok := crashchild.Dispatch(map[string]crashchild.Role{lifeRole: lifeChild}); ok {
+		return code
 	}
 	return s3server.RunTests(m)
+}
+
+// lifeRole is the crashchild role of a life; its one argument is the
+// childSpec in JSON.
+const lifeRole = "soak-life"
+
+func lifeChild(args []string) int {
+	var s childSpec
+	if len(args) != 1 {
+		fmt.Fprintf(os.Stderr, "soak: a life takes one argument, not %d\n", len(args))
+		return exitHarness
+	}
+	if err := json.Unmarshal([]byte(args[0]), &s); err != nil {
+		fmt.Fprintf(os.Stderr, "soak: bad child spec: %v\n", err)
+		return exitHarness
+	}
+	return runChild(s)
 }
 
 // Config tunes a soak.
@@ -243,10 +253,6 @@ func Run(t *testing.T, cfg Config) Report {
 	}
 	bucket := srv.NewBucket(t)
 	proxy := faultproxy.Start(t, srv.Endpoint)
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	root, err := os.MkdirTemp("", "tierlog-soak-")
 	if err != nil {
 		t.Fatal(err)
@@ -258,7 +264,7 @@ func Run(t *testing.T, cfg Config) Report {
 		}
 		os.RemoveAll(root)
 	})
-	r := &runner{t: t, cfg: cfg, srv: srv, bucket: bucket, proxy: proxy, exe: exe, root: root, nodes: newNodeKiller(cluster),
+	r := &runner{t: t, cfg: cfg, srv: srv, bucket: bucket, proxy: proxy, root: root, nodes: newNodeKiller(cluster),
 		rng: rand.New(rand.NewPCG(cfg.Seed, 0x50a4)), report: Report{Seed: cfg.Seed, Counters: map[string]int64{}, FaultsByKind: map[string]int{}, NodeKillsByNode: map[int]int{}}}
 	r.report.Nodes = r.nodes.size()
 	t.Logf("soak: seed %d (replay with %s=%d), %v against %s through a fault proxy, work dir %s", cfg.Seed, EnvSeed, cfg.Seed, cfg.Duration, srv.Kind, r.root)
@@ -285,7 +291,6 @@ type runner struct {
 	bucket string
 	proxy  *faultproxy.Proxy
 	nodes  *nodeKiller
-	exe    string
 	root   string
 	rng    *rand.Rand
 	report Report
@@ -358,15 +363,8 @@ func (r *runner) life(life int, deadline time.Time) {
 		t.Fatal(err)
 	}
 	defer out.Close()
-	cmd := exec.Command(r.exe, "-test.run=^$")
-	cmd.Env = append(os.Environ(), ChildEnv+"="+string(specJSON))
-	cmd.Stdout, cmd.Stderr = out, out
 	began := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	c := crashchild.Start(t, lifeRole, []string{string(specJSON)}, crashchild.Options{Output: out})
 	var kill <-chan time.Time
 	if killAfter > 0 {
 		kill = time.After(killAfter)
@@ -377,14 +375,14 @@ func (r *runner) life(life int, deadline time.Time) {
 	killed := false
 	for waiting := true; waiting; {
 		select {
-		case err = <-done:
+		case <-c.Done():
 			waiting = false
 		case <-kill:
-			cmd.Process.Signal(syscall.SIGKILL)
+			c.Kill()
 			killed = true
 		case <-hang:
-			cmd.Process.Signal(syscall.SIGKILL)
-			<-done
+			c.Kill()
+			c.Wait()
 			r.failLife(life, spec, "the child has not ended after 15 minutes")
 		case <-tick.C:
 			if !deadline.IsZero() {
@@ -395,22 +393,22 @@ func (r *runner) life(life int, deadline time.Time) {
 	}
 	r.report.Loops++
 	lc := r.addCounters(life)
-	var ee *exec.ExitError
+	exit := c.Wait()
 	switch {
-	case err == nil:
+	case exit.Exited(0):
 		r.report.CleanExits++
-	case errors.As(err, &ee) && ee.Sys().(syscall.WaitStatus).Signal() == syscall.SIGKILL && (killed || spec.Mode == modeSelfKill):
+	case exit.Killed() && (killed || spec.Mode == modeSelfKill):
 		r.report.Kills++
 		if !killed {
 			r.report.SelfKills++
 		}
 	default:
-		r.failLife(life, spec, fmt.Sprintf("the child failed: %v", err))
+		r.failLife(life, spec, fmt.Sprintf("the child failed: %v", exit))
 	}
 	how := "exited"
 	if killed {
 		how = "killed by the parent"
-	} else if err != nil {
+	} else if !exit.Exited(0) {
 		how = "killed itself"
 	}
 	t.Logf("soak: life %d (%s, restore %q, %s store) %s after %v: %d steps, %d checks, %d restores",
