@@ -107,6 +107,17 @@
 // covers it has returned and its 'f' entry is on disk. After a restart the
 // life adopts a tail appended but never written to the ledger (killed
 // between the two) and forgets an unacknowledged tail recovery cut.
+//
+// # Files
+//
+// The parent: soak.go (Run, a life's start and end, faults, the final
+// check) and nodes.go (MinIO node kills). A life: child.go (its spec, its
+// run, and do and check around every step), recovery.go (opening the log
+// directory after a SIGKILL and bringing the ledger up to it), steps.go
+// (the workload's steps, and the final life's), restore.go (losing A's
+// directory and rebuilding it from the bucket). Both: ledger.go (the
+// ledger and its models of A and B), check.go (the checks and Violation),
+// journal.go (the bucket journal).
 package soak
 
 import (
