@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"math"
 	"os"
 
 	"github.com/tierlog/tierlog/index"
@@ -33,7 +32,7 @@ type recoverResult struct {
 func scanAndIndex(f vfs.File, size, base int64, ix *index.Indexer) recoverResult {
 	res := recoverResult{nextOffset: base, firstOffset: -1, maxTs: -1, offsetOfMaxTs: -1}
 	sc := record.NewScanner(f, 0, size, record.ScanOptions{Validate: true})
-	prevLast := base - 1
+	order := LocalSegmentOrder(base)
 	var epoch int32 = -1
 	oi, ti := ix.Offsets, ix.Times
 	for sc.Next() {
@@ -42,9 +41,8 @@ func scanAndIndex(f vfs.File, size, base int64, ix *index.Indexer) recoverResult
 		if first < 0 {
 			first = e.LastOffset
 		}
-		if e.Follows(prevLast) != nil || e.LastOffset-base > math.MaxInt32 {
-			res.corruption = fmt.Errorf("%w: batch at position %d: offsets %d..%d do not follow %d within segment %d",
-				record.ErrCorrupt, e.Position, e.BaseOffset, e.LastOffset, prevLast, base)
+		if err := order.Check(e); err != nil {
+			res.corruption = err
 			break
 		}
 		if !oi.IsFull() && !ti.IsFull() {
@@ -62,7 +60,6 @@ func scanAndIndex(f vfs.File, size, base int64, ix *index.Indexer) recoverResult
 		if res.firstOffset < 0 {
 			res.firstOffset = first
 		}
-		prevLast = e.LastOffset
 		res.validBytes = e.Position + e.Size
 		res.nextOffset = e.LastOffset + 1
 	}

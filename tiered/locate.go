@@ -8,6 +8,7 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/record"
 )
@@ -103,16 +104,16 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 	return l, false, nil
 }
 
-// checkOrder checks a remote batch header against the one before it
-// (record.Entry.Follows) and the segment's range.
+// checkOrder checks a remote batch header at position pos of the object
+// key against the one before it (whose last offset is prevLast) and the
+// segment's range: local.SegmentOrder, the rule every reader of a
+// segment holds its batches to.
 func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string, pos int64) error {
-	first := e.BaseOffset
-	if first < 0 && e.Magic < 2 {
-		first = e.LastOffset // a legacy wrapper: only its last offset is known
-	}
-	if e.Follows(prevLast) != nil || e.LastOffset > seg.LastOffset || first < seg.BaseOffset {
-		return fmt.Errorf("%w: %s position %d: a batch of offsets %d..%d after offset %d, in a segment of offsets %d..%d",
-			backend.ErrCorruptRecord, key, pos, e.BaseOffset, e.LastOffset, prevLast, seg.BaseOffset, seg.LastOffset)
+	o := local.NewSegmentOrder(seg.BaseOffset, seg.LastOffset, false)
+	o.From(max(prevLast, seg.BaseOffset-1))
+	e.Position = pos
+	if err := o.Check(&e); err != nil {
+		return fmt.Errorf("%w: %s: %w", backend.ErrCorruptRecord, key, err)
 	}
 	return nil
 }

@@ -376,8 +376,9 @@ func segmentEpochs(upTo []local.EpochEntry, base int64) []manifest.EpochStart {
 }
 
 // scanForUpload reads the whole segment once, validating every batch (its
-// CRC, offsets that start at the segment's base, follow one another
-// without a gap and end where the next segment begins) and computing what
+// CRC, and local.SegmentOrder, contiguous: offsets that start at the
+// segment's base, follow one another without a gap and end where the
+// next segment begins) and computing what
 // the manifest records: the .log's CRC-32C, the record count, the highest
 // leader epoch and the largest timestamp. Damage is backend.ErrCorruptRecord
 // naming the file and position.
@@ -389,22 +390,16 @@ func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *mani
 		return fmt.Errorf("%w: tiered: %s holds nothing from position %d", backend.ErrCorruptRecord, h.Path(), start)
 	}
 	crc := uint32(0)
-	next := seg.BaseOffset
+	order := local.NewSegmentOrder(seg.BaseOffset, h.NextOffset()-1, true)
 	sc := record.NewScanner(h, start, h.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
 	for sc.Next() {
 		e := sc.Entry()
 		if ix != nil {
 			ix.add(e.Position-start, e.Size, e.LastOffset, e.MaxTimestamp)
 		}
-		first := e.BaseOffset
-		if first < 0 { // a legacy compressed wrapper: its offsets end at LastOffset
-			first = next
+		if err := order.Check(e); err != nil {
+			return fmt.Errorf("%w: tiered: %s: %w", backend.ErrCorruptRecord, h.Path(), err)
 		}
-		if first != next || e.LastOffset < first {
-			return fmt.Errorf("%w: tiered: %s position %d: offsets %d..%d where %d was next",
-				backend.ErrCorruptRecord, h.Path(), e.Position, e.BaseOffset, e.LastOffset, next)
-		}
-		next = e.LastOffset + 1
 		crc = crc32.Update(crc, castagnoli, e.Data)
 		if e.Magic == 2 {
 			b := e.Batch()
@@ -418,9 +413,9 @@ func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *mani
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("%w: tiered: %s: %w", backend.ErrCorruptRecord, h.Path(), err)
 	}
-	if next != h.NextOffset() {
+	if order.Next() != h.NextOffset() {
 		return fmt.Errorf("%w: tiered: %s ends at offset %d, but the next segment starts at %d",
-			backend.ErrCorruptRecord, h.Path(), next-1, h.NextOffset())
+			backend.ErrCorruptRecord, h.Path(), order.Next()-1, h.NextOffset())
 	}
 	seg.LogCRC = crc
 	return nil

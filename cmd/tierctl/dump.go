@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -306,10 +307,11 @@ func reportIndexTail(w *bufio.Writer, path string, sanity error, unused int, o d
 func dumpLog(w *bufio.Writer, f *os.File, size int64, path string, o dumpOptions) (bool, error) {
 	s := record.NewScanner(f, 0, size, record.ScanOptions{})
 	var it record.Iterator
-	prevLast, lastPos := int64(-1), int64(-1) // offsets must rise from the segment's base
+	lastPos := int64(-1)
+	order := local.NewSegmentOrder(0, math.MaxInt64, false) // a file not named by its base offset
 	base, _, nameErr := local.ParseFileName(filepath.Base(path))
 	if nameErr == nil {
-		prevLast = base - 1
+		order = local.LocalSegmentOrder(base)
 		if !o.json {
 			fmt.Fprintf(w, "Log starting offset: %d\n", base)
 		}
@@ -320,11 +322,11 @@ func dumpLog(w *bufio.Writer, f *os.File, size int64, path string, o dumpOptions
 		valid := validateEntry(e) == nil
 		problems = problems || !valid
 		printBatch(w, e, valid, o)
-		if err := e.Follows(prevLast); err != nil {
+		if err := order.Check(e); err != nil {
 			problems = true
 			printProblem(w, o, fmt.Sprintf("%s: %v", filepath.Base(path), err))
 		}
-		prevLast, lastPos = e.LastOffset, e.Position
+		lastPos = e.Position
 		if !o.printData {
 			continue
 		}
@@ -349,9 +351,9 @@ func dumpLog(w *bufio.Writer, f *os.File, size int64, path string, o dumpOptions
 		printProblem(w, o, fmt.Sprintf("Found %d invalid bytes at the end of %s (%v)", size-s.ValidEnd(), filepath.Base(path), err))
 		problems = true
 	}
-	if next, ok := nextSegmentBase(path); nameErr == nil && ok && lastPos >= 0 && prevLast >= next {
+	if next, ok := nextSegmentBase(path); nameErr == nil && ok && lastPos >= 0 && order.Next()-1 >= next {
 		printProblem(w, o, fmt.Sprintf("%s position %d: the last batch ends at offset %d, at or past %s, the next segment's base",
-			filepath.Base(path), lastPos, prevLast, local.FileName(next, local.LogSuffix)))
+			filepath.Base(path), lastPos, order.Next()-1, local.FileName(next, local.LogSuffix)))
 		problems = true
 	}
 	return problems, nil

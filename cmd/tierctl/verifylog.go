@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -223,7 +224,10 @@ func verifyLog(path string, bar *progress) (fileReport, *logSummary) {
 	sum := &logSummary{size: st.Size()}
 	s := record.NewScanner(f, 0, st.Size(), record.ScanOptions{})
 	var it record.Iterator
-	prevLast := int64(-1)
+	order := local.NewSegmentOrder(0, math.MaxInt64, false) // a file not named by its base offset
+	if nameErr == nil {
+		order = local.LocalSegmentOrder(nameBase)
+	}
 	for s.Next() {
 		e := s.Entry()
 		rep.Batches++
@@ -235,16 +239,16 @@ func verifyLog(path string, bar *progress) (fileReport, *logSummary) {
 		if first < 0 {
 			first = e.LastOffset
 		}
-		if rep.FirstOffset == nil {
-			rep.FirstOffset = &first
-			if nameErr == nil && first < nameBase {
+		if err := order.Check(e); err != nil {
+			if rep.FirstOffset == nil && nameErr == nil && first < nameBase {
 				rep.problemf("first offset %d is below the segment's base offset %d (from its name)", first, nameBase)
+			} else {
+				rep.problemf("%v", err)
 			}
 		}
-		if err := e.Follows(prevLast); err != nil {
-			rep.problemf("%v", err)
+		if rep.FirstOffset == nil {
+			rep.FirstOffset = &first
 		}
-		prevLast = e.LastOffset
 		last := e.LastOffset
 		rep.LastOffset = &last
 		sum.batches = append(sum.batches, batchInfo{position: e.Position, lastOffset: e.LastOffset, maxTimestamp: e.MaxTimestamp})
