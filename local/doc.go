@@ -185,8 +185,13 @@
 // scheduler.mu; a log's work takes Log.mu with no other lock held; Close
 // waits for the log's work in progress before it takes Log.mu.
 //
-// fileBudget.mu is taken alone: the budget releases it before it closes an
-// evicted segment's files (which takes segFile.mu). Readers take no lock
+// Three of Log's locks are leaves, each guarding one thing and held for
+// no call out: Log.rpMu (the recovery point against a roll's background
+// flush: taken under Log.mu by a roll and a truncation, and alone by the
+// flush), Log.changeMu (the Changed channel: taken under Log.mu or alone)
+// and Log.flushErrMu (a background flush's first error). fileBudget.mu is
+// taken alone: the budget releases it before it closes an evicted
+// segment's files (which takes segFile.mu). Readers take no lock
 // of the log: they load the segment list and the offsets atomically and
 // take a segment reference (segFile.acquire). A method named …Locked
 // requires the lock its comment names.
