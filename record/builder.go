@@ -114,13 +114,13 @@ func (b *Builder) appendAt(delta int32, ts int64, key, value []byte, headers []H
 	}
 	body := recordBodySize(ts-b.baseTs, int64(delta), key, value, headers)
 	p := b.buf
-	p = binary.AppendVarint(p, int64(body))
+	p = appendVarint(p, int64(body))
 	p = append(p, 0) // record attributes, unused
-	p = binary.AppendVarint(p, ts-b.baseTs)
-	p = binary.AppendVarint(p, int64(delta))
+	p = appendVarint(p, ts-b.baseTs)
+	p = appendVarint(p, int64(delta))
 	p = appendVarBytes(p, key)
 	p = appendVarBytes(p, value)
-	p = binary.AppendVarint(p, int64(len(headers)))
+	p = appendVarint(p, int64(len(headers)))
 	for _, h := range headers {
 		p = appendVarBytes(p, h.Key)
 		p = appendVarBytes(p, h.Value)
@@ -233,16 +233,6 @@ func recordBodySize(tsDelta, offDelta int64, key, value []byte, headers []Header
 	return n
 }
 
-func varintSize(v int64) int {
-	u := uint64(v<<1) ^ uint64(v>>63)
-	n := 1
-	for u >= 0x80 {
-		u >>= 7
-		n++
-	}
-	return n
-}
-
 func varBytesSize(b []byte) int {
 	if b == nil {
 		return 1
@@ -252,8 +242,8 @@ func varBytesSize(b []byte) int {
 
 func appendVarBytes(p, b []byte) []byte {
 	if b == nil {
-		return binary.AppendVarint(p, -1)
+		return appendVarint(p, -1)
 	}
-	p = binary.AppendVarint(p, int64(len(b)))
+	p = appendVarint(p, int64(len(b)))
 	return append(p, b...)
 }

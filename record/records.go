@@ -1,9 +1,6 @@
 package record
 
-import (
-	"encoding/binary"
-	"math"
-)
+import "math"
 
 // minRecordSize is the smallest encoded v2 record: one byte each for length,
 // attributes, timestampDelta, offsetDelta, keyLength, valueLength and
@@ -165,16 +162,16 @@ func (it *Iterator) SkipTo(offset int64) {
 	}
 	for it.left > 0 {
 		p := it.data
-		length, n := binary.Varint(p)
+		length, n := varint64(p)
 		if n <= 0 || length < minRecordSize-1 || int64(len(p)-n) < length {
 			return
 		}
 		body := p[n : n+int(length)]
-		_, m := binary.Varint(body[1:]) // after the attributes: the timestamp delta
+		_, m := varint64(body[1:]) // after the attributes: the timestamp delta
 		if m <= 0 {
 			return
 		}
-		delta, k := binary.Varint(body[1+m:])
+		delta, k := varint64(body[1+m:])
 		if k <= 0 || it.base+delta >= offset {
 			return
 		}
@@ -207,7 +204,7 @@ func (it *Iterator) Err() error { return it.err }
 
 func (it *Iterator) decode() error {
 	p := it.data
-	length, n := binary.Varint(p)
+	length, n := varint64(p)
 	if n <= 0 || length < minRecordSize-1 || length > math.MaxInt32 {
 		return batchErr(ErrBadRecord, it.base, "record length varint %d (n=%d)", length, n)
 	}
@@ -221,12 +218,12 @@ func (it *Iterator) decode() error {
 	r := &it.rec
 	r.Attributes = int8(body[0])
 	body = body[1:]
-	tsDelta, n := binary.Varint(body)
+	tsDelta, n := varint64(body)
 	if n <= 0 {
 		return batchErr(ErrBadRecord, it.base, "timestamp delta")
 	}
 	body = body[n:]
-	offDelta, n := binary.Varint(body)
+	offDelta, n := varint64(body)
 	if n <= 0 || offDelta < math.MinInt32 || offDelta > math.MaxInt32 {
 		return batchErr(ErrBadRecord, it.base, "offset delta")
 	}
@@ -248,7 +245,7 @@ func (it *Iterator) decode() error {
 	if r.Value, body, ok = readVarBytes(body); !ok {
 		return batchErr(ErrBadRecord, it.base, "value at offset %d", r.Offset)
 	}
-	count, n := binary.Varint(body)
+	count, n := varint64(body)
 	if n <= 0 || count < 0 || count > int64(len(body)) {
 		return batchErr(ErrBadRecord, it.base, "header count %d at offset %d", count, r.Offset)
 	}
@@ -273,7 +270,7 @@ func (it *Iterator) decode() error {
 
 // readVarBytes reads a varint length (-1 = null) and that many bytes.
 func readVarBytes(p []byte) (v, rest []byte, ok bool) {
-	l, n := binary.Varint(p)
+	l, n := varint64(p)
 	if n <= 0 || l < -1 || l > int64(len(p)-n) {
 		return nil, p, false
 	}
