@@ -405,3 +405,34 @@ func TestIteratorSkipTo(t *testing.T) {
 		}
 	}
 }
+
+// TestIteratorSkipToStopsAtMalformed: SkipTo reads each record's length
+// and deltas as Next does, so a record Next would refuse is not skipped
+// but reported by the Next after it, whatever its offset.
+func TestIteratorSkipToStopsAtMalformed(t *testing.T) {
+	rec := func(offDelta int64) []byte {
+		body := []byte{0} // attributes
+		body = binary.AppendVarint(body, 0)
+		body = binary.AppendVarint(body, offDelta)
+		body = append(body, 1, 1, 0) // null key, null value, no headers
+		return append(binary.AppendVarint(nil, int64(len(body))), body...)
+	}
+	cases := map[string][]byte{
+		// An offset delta past int32, below the target offset.
+		"offset delta past int32": rec(-1 << 33),
+		// A timestamp delta that does not end within the record.
+		"timestamp delta": {0x0c, 0, 0x80, 0x80, 0x80, 0x80, 0x80},
+	}
+	for name, first := range cases {
+		area := append(append([]byte(nil), first...), rec(1)...)
+		b := rawBatch(hdr{base: 100, magic: 2, lastDelta: 1, pid: -1, epoch: -1, seq: -1, count: 2}, area)
+		var it record.Iterator
+		if err := it.Reset(b); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		it.SkipTo(101)
+		if it.Next() || !errors.Is(it.Err(), record.ErrBadRecord) {
+			t.Errorf("%s: after SkipTo(101), Next gave a record (%v) or err %v, want ErrBadRecord", name, it.Record().Offset, it.Err())
+		}
+	}
+}

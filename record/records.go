@@ -154,28 +154,21 @@ func (it *Iterator) Next() bool {
 // SkipTo moves past the records before offset without decoding their
 // keys, values and headers, so that the next Next returns the first record
 // at or after offset: finding one record in a batch reads three varints of
-// each record before it. It stops early at anything malformed, which the
-// next Next then reports. Legacy (magic 0/1) entries are not skipped.
+// each record before it. It stops early at a record whose length,
+// timestamp delta or offset delta Next would refuse (both read them
+// through head), which the next Next then reports; the keys, values and
+// headers it skips are not checked. Legacy (magic 0/1) entries are not
+// skipped.
 func (it *Iterator) SkipTo(offset int64) {
 	if it.err != nil || it.isLegacy {
 		return
 	}
 	for it.left > 0 {
-		p := it.data
-		length, n := varint64(p)
-		if n <= 0 || length < minRecordSize-1 || int64(len(p)-n) < length {
+		_, _, delta, _, rest, err := it.head(it.data)
+		if err != nil || it.base+int64(delta) >= offset {
 			return
 		}
-		body := p[n : n+int(length)]
-		_, m := varint64(body[1:]) // after the attributes: the timestamp delta
-		if m <= 0 {
-			return
-		}
-		delta, k := varint64(body[1+m:])
-		if k <= 0 || it.base+delta >= offset {
-			return
-		}
-		it.data = p[n+int(length):]
+		it.data = rest
 		it.left--
 	}
 }
@@ -202,33 +195,44 @@ func (it *Iterator) Record() *Record { return &it.rec }
 // Err returns the error that stopped iteration, or nil at a clean end.
 func (it *Iterator) Err() error { return it.err }
 
-func (it *Iterator) decode() error {
-	p := it.data
+// head reads the framing of the record at the start of p, as decode and
+// SkipTo read every record: its length, attributes, timestamp delta and
+// offset delta. It returns them with the rest of the record's body (from
+// the key length on) and the bytes after the record.
+func (it *Iterator) head(p []byte) (attrs int8, tsDelta int64, offDelta int32, body, rest []byte, err error) {
 	length, n := varint64(p)
 	if n <= 0 || length < minRecordSize-1 || length > math.MaxInt32 {
-		return batchErr(ErrBadRecord, it.base, "record length varint %d (n=%d)", length, n)
+		return 0, 0, 0, nil, nil, batchErr(ErrBadRecord, it.base, "record length varint %d (n=%d)", length, n)
 	}
 	p = p[n:]
 	if int64(len(p)) < length {
-		return batchErr(ErrBadRecord, it.base, "record of %d bytes runs past the %d left", length, len(p))
+		return 0, 0, 0, nil, nil, batchErr(ErrBadRecord, it.base, "record of %d bytes runs past the %d left", length, len(p))
 	}
-	body := p[:length]
-	it.data = p[length:]
+	body, rest = p[:length], p[length:]
+	attrs = int8(body[0])
+	body = body[1:]
+	tsDelta, n = varint64(body)
+	if n <= 0 {
+		return 0, 0, 0, nil, nil, batchErr(ErrBadRecord, it.base, "timestamp delta")
+	}
+	body = body[n:]
+	d, n := varint64(body)
+	if n <= 0 || d < math.MinInt32 || d > math.MaxInt32 {
+		return 0, 0, 0, nil, nil, batchErr(ErrBadRecord, it.base, "offset delta")
+	}
+	return attrs, tsDelta, int32(d), body[n:], rest, nil
+}
+
+func (it *Iterator) decode() error {
+	attrs, tsDelta, offDelta, body, rest, err := it.head(it.data)
+	if err != nil {
+		return err
+	}
+	it.data = rest
 
 	r := &it.rec
-	r.Attributes = int8(body[0])
-	body = body[1:]
-	tsDelta, n := varint64(body)
-	if n <= 0 {
-		return batchErr(ErrBadRecord, it.base, "timestamp delta")
-	}
-	body = body[n:]
-	offDelta, n := varint64(body)
-	if n <= 0 || offDelta < math.MinInt32 || offDelta > math.MaxInt32 {
-		return batchErr(ErrBadRecord, it.base, "offset delta")
-	}
-	body = body[n:]
-	r.Offset = it.base + offDelta
+	r.Attributes = attrs
+	r.Offset = it.base + int64(offDelta)
 	if it.appendTime >= 0 {
 		r.Timestamp = it.appendTime
 	} else {
@@ -236,7 +240,7 @@ func (it *Iterator) decode() error {
 	}
 	r.Sequence = NoSequence
 	if it.baseSeq != NoSequence {
-		r.Sequence = incrementSequence(it.baseSeq, int32(offDelta))
+		r.Sequence = incrementSequence(it.baseSeq, offDelta)
 	}
 	var ok bool
 	if r.Key, body, ok = readVarBytes(body); !ok {
