@@ -94,7 +94,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 		opts.Now = time.Now
 	}
 	st := Stats{}
-	cleaning := l.BeginCleaning() // before anything is read
+	cleaning := l.Segments().BeginCleaning() // before anything is read
 	segs := closedSegments(l)
 	firstDirty = firstDirtyOf(l, firstDirty)
 	st.FirstDirty, st.End = firstDirty, firstDirty
@@ -153,7 +153,7 @@ func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (S
 		c.bufferBytes = 1 << 20
 	}
 	groups, err := groupSegments(segs, end, l.Config().SegmentBytes, l.Config().SegmentIndexBytes, func(s local.SegmentInfo) (int64, int64, error) {
-		return l.IndexSizes(s.BaseOffset)
+		return l.Segments().IndexSizes(s.BaseOffset)
 	})
 	if err != nil {
 		return st, err
@@ -197,7 +197,7 @@ func DirtySegments(l *local.Log, segs []local.SegmentInfo, firstDirty int64, now
 			break
 		}
 		if lag > 0 {
-			ts, err := l.LargestTimestamp(s.BaseOffset)
+			ts, err := l.Segments().LargestTimestamp(s.BaseOffset)
 			if err != nil {
 				return nil, err
 			}
@@ -300,7 +300,7 @@ var errStop = errors.New("compaction: stop scanning")
 // and position.
 func scanSegment(ctx context.Context, l *local.Log, base int64, throttle func(context.Context, int) error,
 	fn func(e *record.Entry) (int, error)) (stopped bool, err error) {
-	r, err := l.OpenSegment(base)
+	r, err := l.Segments().OpenSegment(base)
 	if err != nil {
 		return false, err
 	}

@@ -193,7 +193,7 @@ func checkNothingFrom(t testing.TB, l *local.Log, off int64) {
 		if s.NextOffset <= off {
 			continue
 		}
-		h, err := l.OpenSegment(s.BaseOffset)
+		h, err := l.Segments().OpenSegment(s.BaseOffset)
 		if err != nil {
 			t.Fatal(err)
 		}

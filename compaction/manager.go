@@ -275,7 +275,7 @@ func (c *Cleaner) grab() (*candidate, error) {
 		ratio := DirtyRatio(segs, dirty)
 		due := false
 		if cfg.MaxCompactionLagMs > 0 && cfg.MaxCompactionLagMs < 1<<62 {
-			ts, err := l.LargestTimestamp(dirty[0].BaseOffset)
+			ts, err := l.Segments().LargestTimestamp(dirty[0].BaseOffset)
 			due = err == nil && ts >= 0 && ts < now.UnixMilli()-cfg.MaxCompactionLagMs
 			if err == nil && ts >= 0 && !due {
 				// Due once now - lag > ts.

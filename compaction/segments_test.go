@@ -105,7 +105,7 @@ func checkSegments(t *testing.T, l *local.Log, last map[int64]int64, recopied in
 	prev := int64(-1)
 	for i, s := range segs[:len(segs)-1] {
 		next := segs[i+1].BaseOffset
-		h, err := l.OpenSegment(s.BaseOffset)
+		h, err := l.Segments().OpenSegment(s.BaseOffset)
 		if err != nil {
 			t.Fatalf("%s: %v", when, err)
 		}

@@ -49,7 +49,7 @@ func scanTransactions(ctx context.Context, l *local.Log, end int64) (txnScan, er
 	if err := ctx.Err(); err != nil {
 		return out, fmt.Errorf("compaction: %w", err)
 	}
-	found, err := l.AbortedTxns(l.Offsets().LogStart, end)
+	found, err := l.Segments().AbortedTxns(l.Offsets().LogStart, end)
 	if err != nil {
 		return out, fmt.Errorf("compaction: %w", err)
 	}

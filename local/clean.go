@@ -41,7 +41,8 @@ type SegmentHandle struct {
 
 // OpenSegment pins the closed (not last) segment whose base offset is
 // base. The caller MUST Close the handle.
-func (l *Log) OpenSegment(base int64) (*SegmentHandle, error) {
+func (sg Segments) OpenSegment(base int64) (*SegmentHandle, error) {
+	l := sg.l
 	segs := l.segments()
 	for i, s := range segs[:len(segs)-1] {
 		if s.base != base {
@@ -142,7 +143,8 @@ func (h *SegmentHandle) Close() error {
 
 // LargestTimestamp returns the largest record timestamp of the segment
 // whose base offset is base (-1 when it has none), from its time index.
-func (l *Log) LargestTimestamp(base int64) (int64, error) {
+func (sg Segments) LargestTimestamp(base int64) (int64, error) {
+	l := sg.l
 	for _, s := range l.segments() {
 		if s.base != base {
 			continue
@@ -160,7 +162,8 @@ func (l *Log) LargestTimestamp(base int64) (int64, error) {
 // IndexSizes returns the bytes of the offset and time index entries of
 // the closed segment whose base is base (what a cleaner's grouping bounds
 // by segment.index.bytes); a missing index counts 0 (it is rebuilt).
-func (l *Log) IndexSizes(base int64) (offsetIndex, timeIndex int64, err error) {
+func (sg Segments) IndexSizes(base int64) (offsetIndex, timeIndex int64, err error) {
+	l := sg.l
 	for _, s := range l.segments() {
 		if s.base != base {
 			continue
@@ -195,8 +198,8 @@ type Cleaning struct {
 }
 
 // BeginCleaning starts a cleaner's round; call it before reading anything.
-func (l *Log) BeginCleaning() *Cleaning {
-	return &Cleaning{l: l, truncations: l.truncations.Load()}
+func (sg Segments) BeginCleaning() *Cleaning {
+	return &Cleaning{l: sg.l, truncations: sg.l.truncations.Load()}
 }
 
 // Replacement is one cleaned file being written to replace consecutive

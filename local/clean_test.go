@@ -79,7 +79,7 @@ func writeCleaned(t *testing.T, c *Cleaning, l *Log, segs []SegmentInfo, drop fu
 	var out bytes.Buffer
 	var kept []int64
 	for i, si := range segs {
-		r, err := l.OpenSegment(si.BaseOffset)
+		r, err := l.Segments().OpenSegment(si.BaseOffset)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -162,7 +162,7 @@ func TestReplaceSegmentsCrashAtEveryStep(t *testing.T) {
 	}
 	group := segs[1:4]
 	bases := []int64{group[0].BaseOffset, group[1].BaseOffset, group[2].BaseOffset}
-	repl, kept := writeCleaned(t, l.BeginCleaning(), l, group, func(o int64) bool { return o%4 == 0 })
+	repl, kept := writeCleaned(t, l.Segments().BeginCleaning(), l, group, func(o int64) bool { return o%4 == 0 })
 	cleanedPath := repl.Path()
 	var after []int64
 	for _, o := range before {
@@ -251,7 +251,7 @@ func TestReplaceSegmentsRejectsStaleOrShortFiles(t *testing.T) {
 
 	// A cleaned file that ends before the last replaced segment's end
 	// would lose offsets: rejected, and the log is unchanged.
-	c := l.BeginCleaning()
+	c := l.Segments().BeginCleaning()
 	r, _ := writeCleaned(t, c, l, segs[:1], func(int64) bool { return false })
 	r.bases = append(r.bases, segs[1].BaseOffset)
 	if err := r.Commit(); err == nil {
@@ -279,7 +279,7 @@ func TestReplaceSegmentsRejectsStaleOrShortFiles(t *testing.T) {
 	}
 	// A truncation since the cleaner began: its map may name offsets that
 	// are gone, so its file must not go in.
-	c = l.BeginCleaning()
+	c = l.Segments().BeginCleaning()
 	if err := l.TruncateTo(l.Offsets().LogEnd - 1); err != nil {
 		t.Fatal(err)
 	}
@@ -303,7 +303,7 @@ func TestReplaceSegmentsRejectsFilesOutOfRange(t *testing.T) {
 	defer l.Close()
 	segs := l.SegmentInfos()
 	before := batchOffsets(t, l)
-	c := l.BeginCleaning()
+	c := l.Segments().BeginCleaning()
 	reject := func(what string, bases []int64, data []byte) {
 		t.Helper()
 		r, err := c.NewReplacement(bases)
@@ -324,7 +324,7 @@ func TestReplaceSegmentsRejectsFilesOutOfRange(t *testing.T) {
 		}
 	}
 	segBatches := func(s SegmentInfo) [][]byte {
-		h, err := l.OpenSegment(s.BaseOffset)
+		h, err := l.Segments().OpenSegment(s.BaseOffset)
 		if err != nil {
 			t.Fatal(err)
 		}

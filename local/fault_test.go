@@ -284,13 +284,13 @@ func TestRenameFailureDuringCleanerSwap(t *testing.T) {
 		before := batchBases(t, l)
 		// Replace segments 1 and 2 with their batches but those at
 		// multiples of 4 (the group's last batch always stays).
-		r, err := l.BeginCleaning().NewReplacement([]int64{segs[1].BaseOffset, segs[2].BaseOffset})
+		r, err := l.Segments().BeginCleaning().NewReplacement([]int64{segs[1].BaseOffset, segs[2].BaseOffset})
 		if err != nil {
 			t.Fatal(err)
 		}
 		dropped := map[int64]bool{}
 		for i, si := range segs[1:3] {
-			h, err := l.OpenSegment(si.BaseOffset)
+			h, err := l.Segments().OpenSegment(si.BaseOffset)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -103,7 +103,8 @@ func (l *Log) appendEpochLocked(opts backend.AppendOptions) (int32, error) {
 // the partition ends at offset. The epoch cache starts empty; the first
 // batches appended bring their epochs. Segments readers hold stay readable
 // until released.
-func (l *Log) StartAt(ctx context.Context, offset int64, snapshot []byte) error {
+func (sg Segments) StartAt(ctx context.Context, offset int64, snapshot []byte) error {
+	l := sg.l
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -146,7 +147,8 @@ func (l *Log) StartAt(ctx context.Context, offset int64, snapshot []byte) error 
 // SpanAfter returns the first segment holding an offset above offset (the
 // segment after a bucket's copy that ends at offset), by binary search; ok
 // is false when the log ends at or before offset+1.
-func (l *Log) SpanAfter(offset int64) (span SegmentSpan, ok bool) {
+func (sg Segments) SpanAfter(offset int64) (span SegmentSpan, ok bool) {
+	l := sg.l
 	segs := l.segments()
 	leo := l.leo.Load()
 	next := func(i int) int64 {

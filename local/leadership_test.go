@@ -69,10 +69,10 @@ func TestStartAt(t *testing.T) {
 		}
 	}
 	before := len(l.SegmentInfos())
-	if err := l.StartAt(ctx, 100, snap[:len(snap)-3]); err == nil || len(l.SegmentInfos()) != before {
+	if err := l.Segments().StartAt(ctx, 100, snap[:len(snap)-3]); err == nil || len(l.SegmentInfos()) != before {
 		t.Fatalf("a damaged snapshot: %v, %d segments of %d", err, len(l.SegmentInfos()), before)
 	}
-	if err := l.StartAt(ctx, 100, snap); err != nil {
+	if err := l.Segments().StartAt(ctx, 100, snap); err != nil {
 		t.Fatal(err)
 	}
 	o := l.Offsets()
@@ -121,7 +121,7 @@ func TestSpanAfter(t *testing.T) {
 				break
 			}
 		}
-		got, ok := l.SpanAfter(off)
+		got, ok := l.Segments().SpanAfter(off)
 		if ok != (want != nil) || (ok && (got.BaseOffset != want.BaseOffset || got.NextOffset != want.NextOffset || got.Active != want.Active)) {
 			t.Fatalf("SpanAfter(%d) = %+v, %v; want %+v", off, got, ok, want)
 		}

@@ -249,7 +249,7 @@ func (l *Log) Dir() string { return l.dir }
 func (l *Log) Config() backend.Config { return *l.cfg.Load() }
 
 // ReadOnly says whether the log was opened with Options.ReadOnly.
-func (l *Log) ReadOnly() bool { return l.readOnly }
+func (sg Segments) ReadOnly() bool { return sg.l.readOnly }
 
 func (l *Log) storeConfig(c backend.Config) {
 	l.cfg.Store(&c)
@@ -336,12 +336,15 @@ func (l *Log) notifyChanged() {
 	if !l.closed.Load() {
 		l.offsetsChangedLocked()
 	}
-	l.NotifyChanged()
+	l.wakeWaiters()
 }
 
 // NotifyChanged wakes what waits on Changed. A wrapper whose Offsets add
 // one of its own (a tiered partition's TieredEnd) calls it when that moves.
-func (l *Log) NotifyChanged() {
+func (sg Segments) NotifyChanged() { sg.l.wakeWaiters() }
+
+// wakeWaiters closes the channel Changed returned, if any.
+func (l *Log) wakeWaiters() {
 	l.changeMu.Lock()
 	if l.changeCh != nil {
 		close(l.changeCh)
@@ -355,7 +358,8 @@ func (l *Log) NotifyChanged() {
 // opened with (log-start-offset-checkpoint holds the partition's log
 // start) or as SetRemoteLogStart last set it; ok is false when the local
 // log start is the partition's.
-func (l *Log) RemoteLogStart() (offset int64, ok bool) {
+func (sg Segments) RemoteLogStart() (offset int64, ok bool) {
+	l := sg.l
 	v := l.remoteStart.Load()
 	return v, v >= 0
 }
@@ -364,7 +368,7 @@ func (l *Log) RemoteLogStart() (offset int64, ok bool) {
 // the local log live elsewhere (-1: none). A Backend writes it into
 // log-start-offset-checkpoint in place of the local log start, so a reopen
 // knows the partition begins below its local files.
-func (l *Log) SetRemoteLogStart(offset int64) { l.remoteStart.Store(max(offset, -1)) }
+func (sg Segments) SetRemoteLogStart(offset int64) { sg.l.remoteStart.Store(max(offset, -1)) }
 
 // checkpointLogStart is what log-start-offset-checkpoint records: the
 // partition's log start.

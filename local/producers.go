@@ -438,7 +438,8 @@ func (l *Log) abortedFor(segs []*segFile, i int, fetch, upper int64) (out []back
 // from fetch up to upper overlaps, from the local segments (from the one
 // holding fetch on); complete says a segment's index showed no later one
 // can add any. A tiered partition asks its bucket's segments first.
-func (l *Log) CollectAborted(fetch, upper int64) ([]backend.AbortedTxn, bool, error) {
+func (sg Segments) CollectAborted(fetch, upper int64) ([]backend.AbortedTxn, bool, error) {
+	l := sg.l
 	segs := l.segments()
 	i := sort.Search(len(segs), func(i int) bool { return segs[i].base > fetch }) - 1
 	return l.abortedFor(segs, max(i, 0), fetch, upper)
@@ -448,7 +449,8 @@ func (l *Log) CollectAborted(fetch, upper int64) ([]backend.AbortedTxn, bool, er
 // offsets) that overlap [from, upper), from the .txnindex of the segments
 // from the one holding from on, until one shows no later segment can add
 // any: what a log cleaner removes. Sorted by first offset.
-func (l *Log) AbortedTxns(from, upper int64) ([]producerstate.AbortedTxn, error) {
+func (sg Segments) AbortedTxns(from, upper int64) ([]producerstate.AbortedTxn, error) {
+	l := sg.l
 	segs := l.segments()
 	i := max(sort.Search(len(segs), func(i int) bool { return segs[i].base > from })-1, 0)
 	var found []producerstate.AbortedTxn

@@ -167,8 +167,8 @@ func (l *Log) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 // TrimLocalBefore is DeleteRecordsBefore for a tiered log's local
 // retention: the local copies below offset go because the bucket holds
 // them, and the deletes are logged as local retention's.
-func (l *Log) TrimLocalBefore(ctx context.Context, offset int64) error {
-	return l.deleteBefore(ctx, offset, "local retention")
+func (sg Segments) TrimLocalBefore(ctx context.Context, offset int64) error {
+	return sg.l.deleteBefore(ctx, offset, "local retention")
 }
 
 // deleteBefore raises the (local) log start to offset and deletes the

@@ -52,8 +52,8 @@ func WriteTierState(dir string, st TierState) error {
 }
 
 // TierState reads the log's tier-state-checkpoint; see ReadTierState.
-func (l *Log) TierState() (TierState, bool, error) {
-	return readTierState(l.segOpts.fs, l.dir)
+func (sg Segments) TierState() (TierState, bool, error) {
+	return readTierState(sg.l.segOpts.fs, sg.l.dir)
 }
 
 // WriteTierState writes the log's tier-state-checkpoint durably. A
@@ -61,7 +61,8 @@ func (l *Log) TierState() (TierState, bool, error) {
 // fails the log (it refuses writes, deletions included, until reopened):
 // the tiered layer records a manifest before it deletes anything on its
 // strength, and must not delete on a record that may not be on disk.
-func (l *Log) WriteTierState(st TierState) error {
+func (sg Segments) WriteTierState(st TierState) error {
+	l := sg.l
 	if err := l.checkWritable(); err != nil {
 		return err
 	}

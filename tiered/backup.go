@@ -113,7 +113,7 @@ func (p *Partition) ensureBackupLocked(ctx context.Context) error {
 // holds its manifest: a recorded generation, or a log start (the
 // log-start-offset-checkpoint) below the local log.
 func (p *Partition) manifestExpected() bool {
-	_, below := p.local.RemoteLogStart()
+	_, below := p.segs.RemoteLogStart()
 	return below || p.recordedGeneration() > 0
 }
 
@@ -125,7 +125,7 @@ func (p *Partition) manifestExpected() bool {
 // that does not lead.
 func (p *Partition) restoreManifest(ctx context.Context) (*manifestState, error) {
 	missing := &manifestState{m: &manifest.Manifest{}}
-	if p.local.ReadOnly() || p.role.Load() != roleLeader {
+	if p.segs.ReadOnly() || p.role.Load() != roleLeader {
 		return missing, nil
 	}
 	floor := p.recordedGeneration()

@@ -67,7 +67,7 @@ func BenchmarkOffload(b *testing.B) {
 		// Each round offloads the same log under a fresh prefix: forget
 		// the last round's bucket, or the open (rightly) refuses a log
 		// whose log start lives in a bucket with no manifest here.
-		l.SetRemoteLogStart(-1)
+		l.Segments().SetRemoteLogStart(-1)
 		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: fmt.Sprintf("b%d/orders-0", i), LeaderEpoch: 1})
 		if err != nil {
 			b.Fatal(err)

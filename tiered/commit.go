@@ -79,9 +79,9 @@ func (p *Partition) adopt(st *manifestState) {
 	p.record(st)
 	p.man.Store(st)
 	if n := len(st.m.Segments); n > 0 && st.m.Segments[n-1].LastOffset+1 >= p.local.Offsets().LogStart {
-		p.local.SetRemoteLogStart(st.m.LogStartOffset)
+		p.segs.SetRemoteLogStart(st.m.LogStartOffset)
 	} else {
-		p.local.SetRemoteLogStart(-1)
+		p.segs.SetRemoteLogStart(-1)
 	}
 }
 

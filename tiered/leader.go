@@ -57,7 +57,7 @@ func (p *Partition) attach(ctx context.Context) error {
 		return storageError(ctx, fmt.Errorf("tiered: %s: the bucket cannot be read (local data is served meanwhile): %w", p.layout().Manifest(), err))
 	}
 	if st.etag == "" {
-		if rs, ok := p.local.RemoteLogStart(); ok {
+		if rs, ok := p.segs.RemoteLogStart(); ok {
 			return fmt.Errorf("%w: %w under %q: the partition's log start is %d (log-start-offset-checkpoint) but its local log starts at %d, "+
 				"so the offsets between live in a bucket: is the store URL or prefix right?", objstore.ErrRetryable, ErrNoManifest, p.layout().Manifest(), rs, p.local.Offsets().LogStart)
 		}
@@ -373,7 +373,7 @@ func (p *Partition) BuildFromBucket(ctx context.Context, leaderLocalLogStart int
 		}
 	}
 	next := seg.LastOffset + 1
-	if err := p.local.StartAt(ctx, next, snap); err != nil {
+	if err := p.segs.StartAt(ctx, next, snap); err != nil {
 		return 0, err
 	}
 	p.verified = nil

@@ -63,11 +63,11 @@ func (p *Partition) RemoteSize() (segments int, bytes int64) {
 // yet uploaded is (now minus that segment's largest timestamp), or 0 when
 // nothing waits: how far behind the bucket is, in time.
 func (p *Partition) CopyLagAge(now time.Time) time.Duration {
-	s, ok := p.local.SpanAfter(lastOffset(p.Manifest()))
+	s, ok := p.segs.SpanAfter(lastOffset(p.Manifest()))
 	if !ok || s.Active || s.NextOffset > p.local.Offsets().LastStableOffset {
 		return 0
 	}
-	ts, err := p.local.LargestTimestamp(s.BaseOffset)
+	ts, err := p.segs.LargestTimestamp(s.BaseOffset)
 	if err != nil || ts < 0 {
 		return 0
 	}

@@ -186,7 +186,7 @@ func (p *Partition) pendingLocked(limit int) ([]pendingSegment, error) {
 	lso := p.local.Offsets().LastStableOffset
 	var out []pendingSegment
 	for after := lastRemote; limit < 0 || len(out) < limit; {
-		s, ok := p.local.SpanAfter(after)
+		s, ok := p.segs.SpanAfter(after)
 		if !ok || s.Active || s.NextOffset > lso {
 			break
 		}
@@ -209,7 +209,7 @@ func (p *Partition) CopyLag() (segments int, bytes int64) {
 	}
 	hw := p.local.Offsets().LastStableOffset
 	for after := lastRemote; ; {
-		s, ok := p.local.SpanAfter(after)
+		s, ok := p.segs.SpanAfter(after)
 		if !ok || s.Active || s.NextOffset > hw {
 			return segments, bytes
 		}
@@ -231,7 +231,7 @@ func (p *Partition) CopyLag() (segments int, bytes int64) {
 // with indexes built for them by Kafka's rule.
 func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (manifest.Segment, error) {
 	seg := manifest.Segment{BaseOffset: ps.from, LastOffset: ps.next - 1, UploadTimeMs: p.opts.Now().UnixMilli(), MaxTimestamp: -1, ID: id}
-	h, err := p.local.OpenSegment(ps.base)
+	h, err := p.segs.OpenSegment(ps.base)
 	if err != nil {
 		return seg, fmt.Errorf("tiered: %w", err)
 	}
@@ -482,7 +482,7 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		if err := p.ensureBackupLocked(ctx); err != nil {
 			return err // local copies go once the manifest naming their upload has a backup
 		}
-		if err := p.local.TrimLocalBefore(ctx, cut); err != nil {
+		if err := p.segs.TrimLocalBefore(ctx, cut); err != nil {
 			return err
 		}
 		for base := range p.verified {

@@ -34,7 +34,7 @@ func tieredEnd(m *manifest.Manifest, logStart int64) int64 {
 // called (deferred) around each change of the manifest or the log start.
 func (p *Partition) notifyTieredEnd(before int64) {
 	if p.Offsets().TieredEnd != before {
-		p.local.NotifyChanged()
+		p.segs.NotifyChanged()
 	}
 }
 

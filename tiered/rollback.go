@@ -166,7 +166,7 @@ func (p *Partition) recordedGeneration() uint64 {
 // loadRecord reads the partition's tier-state-checkpoint. Called by Open,
 // before p is shared.
 func (p *Partition) loadRecord() error {
-	st, ok, err := p.local.TierState()
+	st, ok, err := p.segs.TierState()
 	if err != nil {
 		return fmt.Errorf("%w: tiered: %s: %w", backend.ErrStorage, p.prefix, err)
 	}
@@ -206,7 +206,7 @@ func (p *Partition) judge(st *manifestState) error {
 	known := o.LogStart
 	if have {
 		known = rec.LogStart
-	} else if rs, ok := p.local.RemoteLogStart(); ok {
+	} else if rs, ok := p.segs.RemoteLogStart(); ok {
 		known = rs
 	}
 	exists := st.etag != ""
@@ -287,7 +287,7 @@ func (p *Partition) noteLogStart(offset int64) error {
 // writeRecordLocked writes next as the partition's record. REQUIRES:
 // p.rec.mu held.
 func (p *Partition) writeRecordLocked(next local.TierState) error {
-	err := p.local.WriteTierState(next)
+	err := p.segs.WriteTierState(next)
 	switch {
 	case err == nil:
 		p.rec.st, p.rec.have = next, true
@@ -336,7 +336,7 @@ func PlanAcceptance(ctx context.Context, store *objstore.Store, prefix string, l
 	if st.etag == "" {
 		return nil, fmt.Errorf("%w under %q: nothing to accept (is the store URL or the partition right?)", ErrNoManifest, prefix)
 	}
-	rec, have, err := l.TierState()
+	rec, have, err := l.Segments().TierState()
 	if err != nil {
 		return nil, err
 	}
@@ -344,7 +344,7 @@ func PlanAcceptance(ctx context.Context, store *objstore.Store, prefix string, l
 	known := o.LogStart
 	if have {
 		known = rec.LogStart
-	} else if rs, ok := l.RemoteLogStart(); ok {
+	} else if rs, ok := l.Segments().RemoteLogStart(); ok {
 		known = rs
 	}
 	next := partitionStart(st.m, o.LogStart)

@@ -101,6 +101,7 @@ type Options struct {
 // implements backend.Partition.
 type Partition struct {
 	local  *local.Log
+	segs   local.Segments // local's face for the tiers (segment handles, the remote log start)
 	store  *objstore.Store
 	prefix string
 	opts   Options
@@ -222,7 +223,7 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = new(Metrics)
 	}
-	p := &Partition{metrics: opts.Metrics, local: l, store: opts.Store, prefix: opts.Prefix, opts: opts, caches: opts.Caches}
+	p := &Partition{metrics: opts.Metrics, local: l, segs: l.Segments(), store: opts.Store, prefix: opts.Prefix, opts: opts, caches: opts.Caches}
 	p.tiers = []tier{bucketTier{p}, localTier{p}}
 	if p.caches == nil {
 		p.caches, p.ownCaches = NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes,
@@ -240,7 +241,7 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	p.epoch.Store(opts.LeaderEpoch)
 	// A read-only local log (a tool's) makes a reader: no role, so it
 	// never takes the bucket's writer for a rival.
-	if !opts.noRole && !l.ReadOnly() {
+	if !opts.noRole && !l.Segments().ReadOnly() {
 		p.role.Store(roleLeader)
 	}
 	// Until attached, the manifest is an empty one (the local log keeps the
@@ -335,7 +336,7 @@ func (p *Partition) SetHighWatermark(hw int64) error {
 // holds offsets the bucket lacks: one binary search of the local
 // segments, no allocation.
 func (p *Partition) hasCopyWork() bool {
-	s, ok := p.local.SpanAfter(lastOffset(p.Manifest()))
+	s, ok := p.segs.SpanAfter(lastOffset(p.Manifest()))
 	return ok && !s.Active && s.NextOffset <= p.local.Offsets().LastStableOffset
 }
 
@@ -451,7 +452,7 @@ func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, 
 		// for its latest epoch this way without the bucket.)
 		return p.local.EndOffsetForEpoch(ctx, epoch)
 	}
-	if _, remote := p.local.RemoteLogStart(); remote {
+	if _, remote := p.segs.RemoteLogStart(); remote {
 		// Epochs of offsets only the bucket holds are in the manifest.
 		if err := p.attach(ctx); err != nil {
 			return -1, -1, false, err

@@ -322,7 +322,7 @@ func (t localTier) read(ctx context.Context, v *view, offset, _ int64, opts back
 }
 
 func (t localTier) aborted(_ context.Context, _ *view, acc []backend.AbortedTxn, fetch, upper, _ int64) ([]backend.AbortedTxn, bool, error) {
-	more, _, err := t.p.local.CollectAborted(fetch, upper)
+	more, _, err := t.p.segs.CollectAborted(fetch, upper)
 	if err != nil {
 		return nil, false, err
 	}

@@ -95,7 +95,7 @@ func (p *Partition) bucketHoldsLocked(ctx context.Context, m *manifest.Manifest,
 		}
 		return nil
 	}
-	h, err := p.local.OpenSegment(si.BaseOffset)
+	h, err := p.segs.OpenSegment(si.BaseOffset)
 	if err != nil {
 		return fmt.Errorf("tiered: %w", err)
 	}
@@ -125,7 +125,7 @@ func (p *Partition) compareWithBucketLocked(ctx context.Context, m *manifest.Man
 	if last := lastOffset(m); si.NextOffset-1 > last {
 		return fmt.Errorf("%w: local segment %d..%d is not wholly in the bucket, which ends at %d", ErrDiverged, si.BaseOffset, si.NextOffset-1, last)
 	}
-	h, err := p.local.OpenSegment(si.BaseOffset)
+	h, err := p.segs.OpenSegment(si.BaseOffset)
 	if err != nil {
 		return fmt.Errorf("tiered: %w", err)
 	}

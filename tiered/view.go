@@ -41,7 +41,7 @@ func (p *Partition) view() view {
 	v.attached = p.attached.Load() // before the manifest: attach stores it first
 	v.m = p.Manifest()
 	if !v.attached {
-		v.remoteStart, v.remoteStartOK = p.local.RemoteLogStart()
+		v.remoteStart, v.remoteStartOK = p.segs.RemoteLogStart()
 	}
 	return v
 }

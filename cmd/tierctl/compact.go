@@ -111,7 +111,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 			return err
 		}
 	}
-	if rs, ok := l.RemoteLogStart(); ok {
+	if rs, ok := l.Segments().RemoteLogStart(); ok {
 		return usagef("%s was offloaded to a bucket (its log starts at %d, per %s, below its first local segment at %d), and compact refuses a tiered partition: %s",
 			dir, rs, local.LogStartCheckpoint, l.Offsets().LogStart, compactTieredWhy)
 	}

@@ -261,7 +261,7 @@ func produceRecords(ctx context.Context, l *local.Log, count, batchSize int, cod
 // it, as a broker opens it:
 // records below a log start that DeleteRecords or retention moved are
 // not served, and a log start below the first local segment marks the
-// partition as offloaded (local.Log.RemoteLogStart). An unreadable
+// partition as offloaded (local.Segments.RemoteLogStart). An unreadable
 // checkpoint counts as empty, with a warning, as it does for a broker.
 // A directory whose name is not <topic>-<partition> is opened without
 // checkpoints.

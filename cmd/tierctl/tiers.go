@@ -17,7 +17,7 @@ var errInBucket = errors.New("offloaded to a bucket")
 // bucket, by its log-start checkpoint: ok is false when the log starts at
 // its local files.
 func bucketRange(l *local.Log) (from, to int64, ok bool) {
-	rs, ok := l.RemoteLogStart()
+	rs, ok := l.Segments().RemoteLogStart()
 	to = l.Offsets().LogStart
 	return rs, to, ok && rs < to
 }
