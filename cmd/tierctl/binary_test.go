@@ -35,6 +35,9 @@ func TestMain(m *testing.M) {
 	if binDir != "" {
 		os.RemoveAll(binDir)
 	}
+	if brokerDir != "" {
+		os.RemoveAll(brokerDir)
+	}
 	os.Exit(code)
 }
 

@@ -7,9 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"maps"
 	"math/rand/v2"
+	"net/url"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,8 +23,8 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
-	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/storeurl"
 	"github.com/tierlog/tierlog/record"
@@ -32,6 +37,7 @@ type demoOptions struct {
 	records int
 	store   string
 	json    bool
+	broker  string
 }
 
 // demoSummary is what the demo measured; --json prints it instead of the
@@ -53,8 +59,10 @@ type demoSummary struct {
 	BrokerRecords     int              `json:"brokerRecords"`
 	BrokerProduceMBps float64          `json:"brokerProduceMBps"`
 	BrokerConsumeMBps float64          `json:"brokerConsumeMBps"`
-	Seconds           float64          `json:"seconds"`
-	KeptIn            string           `json:"keptIn,omitempty"`
+	// BrokerSkipped says why step 10 did not run ("" when it did).
+	BrokerSkipped string  `json:"brokerSkipped,omitempty"`
+	Seconds       float64 `json:"seconds"`
+	KeptIn        string  `json:"keptIn,omitempty"`
 }
 
 type demoLookup struct {
@@ -84,13 +92,18 @@ func newDemoCmd() *cobra.Command {
   7. compact a cleanup.policy=compact topic: the latest record per key;
   8. compare the codecs on the same records;
   9. verify every CRC, offset and index entry of the log directory;
- 10. start the reference broker (examples/broker) in this process, on the
+ 10. with --broker PATH, run the reference broker (examples/broker, built
+     with go build -o PATH ./examples/broker) as its own process on the
      same bucket, and produce and consume through it with a Kafka client
      (franz-go's kgo) over loopback, as users use tierlog: a tiered topic
-     whose closed segments are read back from the bucket.
+     whose closed segments are read back from the bucket. tierctl does not
+     link the broker: without --broker, or with a mem:// bucket the
+     broker's process cannot see, this step is skipped and says so.
+     make demo builds the broker and passes --broker.
 
 It removes its files when done unless --keep is given.`,
 		Example: `  tierctl demo
+  go build -o /tmp/broker ./examples/broker && tierctl demo --broker /tmp/broker
   tierctl demo --keep --dir /tmp/tierlog-demo`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -102,6 +115,7 @@ It removes its files when done unless --keep is given.`,
 	cmd.Flags().IntVar(&o.records, "records", 50_000, "records to produce")
 	cmd.Flags().StringVar(&o.store, "store", "", "bucket URL to offload to (default: a file:// bucket in the demo directory; mem://name keeps it in this process, so not with --keep)")
 	cmd.Flags().BoolVar(&o.json, "json", false, "print only the measured summary, as JSON")
+	cmd.Flags().StringVar(&o.broker, "broker", "", "the reference broker's binary (go build -o PATH ./examples/broker), for step 10 (default: step 10 is skipped)")
 	return cmd
 }
 
@@ -113,6 +127,11 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		// The kept partition has only its active segment locally: the
 		// rest would vanish with an in-memory bucket.
 		if err := refuseMemStore(o.store, "with --keep, the kept orders-0 would lose its offloaded segments when the bucket vanishes as demo exits (or drop --keep)"); err != nil {
+			return err
+		}
+	}
+	if o.broker != "" {
+		if o.broker, err = lookBroker(o.broker); err != nil {
 			return err
 		}
 	}
@@ -314,7 +333,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 	}
 	fmt.Fprintf(w, "   %d files verified, %d with problems\n\n", len(reports), bad)
 	sum.FilesVerified, sum.FilesWithProblems = len(reports), bad
-	if err := demoBroker(ctx, w, filepath.Join(root, "broker"), store, min(o.records, 20_000), &sum); err != nil {
+	if err := demoBroker(ctx, w, o.broker, filepath.Join(root, "broker"), storeURL, store, min(o.records, 20_000), &sum); err != nil {
 		return err
 	}
 	sum.Seconds = time.Since(start).Seconds()
@@ -470,21 +489,63 @@ func readCompacted(ctx context.Context, l backend.Partition, end int64) (records
 	return records, len(seen), err
 }
 
-// demoBroker starts the reference broker on a loopback port, with the
-// demo's bucket for its tiered topics, and produces and consumes n records
-// through it with kgo, the Kafka client, in this process: to a tiered
-// topic whose closed segments leave the disk once uploaded, so the
-// consumer reads them back from the bucket.
-func demoBroker(ctx context.Context, w io.Writer, dir string, store *objstore.Store, n int, sum *demoSummary) error {
+// demoBrokerPrefix is where, in the demo's bucket, the broker keeps its
+// tiered partitions (each under demoBrokerPrefix/<topic>-<partition>/).
+const demoBrokerPrefix = "demo/broker"
+
+// demoBrokerConfig is the default topic config the demo's broker gets: a
+// tiered topic with small segments, deleted locally once uploaded.
+var demoBrokerConfig = map[string]string{"remote.storage.enable": "true", "segment.bytes": "65536",
+	"local.retention.ms": "0", "file.delete.delay.ms": "0"}
+
+// demoBroker runs the reference broker at brokerPath as its own process on
+// a loopback port, with dir as its data directory and the demo's bucket
+// (under demoBrokerPrefix) for its tiered topics, and produces and
+// consumes n records through it with kgo, the Kafka client, in this
+// process: to a tiered topic whose closed segments leave the disk once
+// uploaded, so the consumer reads them back from the bucket. Without a
+// broker, or with a mem:// bucket, it says that it skipped the step.
+func demoBroker(ctx context.Context, w io.Writer, brokerPath, dir, storeURL string, store *objstore.Store, n int, sum *demoSummary) (err error) {
 	fmt.Fprintf(w, "10. A Kafka client through the reference broker (examples/broker) on loopback\n")
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Dir: dir, Store: store, StorePrefix: "demo/broker",
-		TopicConfig: map[string]string{"remote.storage.enable": "true", "segment.bytes": "65536", "local.retention.ms": "0",
-			"file.delete.delay.ms": "0"}})
+	if brokerPath == "" {
+		sum.BrokerSkipped = "no --broker"
+		fmt.Fprintf(w, "   skipped: no --broker. tierctl does not link the broker; it runs as its own process:\n")
+		fmt.Fprintf(w, "   make demo builds it and passes --broker, or: go build -o /tmp/broker ./examples/broker && tierctl demo --broker /tmp/broker\n\n")
+		return nil
+	}
+	if u, perr := url.Parse(storeURL); perr == nil && strings.EqualFold(u.Scheme, "mem") {
+		sum.BrokerSkipped = "mem:// bucket"
+		fmt.Fprintf(w, "   skipped: the broker runs as its own process, which cannot see this process's mem:// bucket;\n")
+		fmt.Fprintf(w, "   run it with a file://, s3:// or minio:// --store (the default is a file:// bucket in the demo directory)\n\n")
+		return nil
+	}
+	brokerURL, err := brokerStoreURL(storeURL)
 	if err != nil {
 		return err
 	}
-	defer b.Close()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("clicks"),
+	args := []string{"--listen", "127.0.0.1:0", "--dir", dir, "--store", brokerURL}
+	for _, k := range slices.Sorted(maps.Keys(demoBrokerConfig)) {
+		args = append(args, "--config", k+"="+demoBrokerConfig[k])
+	}
+	b, err := startBroker(ctx, brokerPath, args...)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Stop's error carries the broker's output; else err gets it.
+		switch stopErr := b.Stop(); {
+		case err == nil:
+			err = stopErr
+		case stopErr != nil:
+			err = fmt.Errorf("%w\n%w", err, stopErr)
+		default:
+			err = b.withOutput(err)
+		}
+	}()
+	// Every wait below ends when the broker exits.
+	ctx = b.Context()
+	fmt.Fprintf(w, "   started %s (pid %d): listening on %s, its tiered topics in %s\n", brokerPath, b.cmd.Process.Pid, b.Addr, storeurl.Redact(brokerURL))
+	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("clicks"),
 		kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.ProducerBatchMaxBytes(32<<10))
 	if err != nil {
 		return err
@@ -497,28 +558,21 @@ func demoBroker(ctx context.Context, w io.Writer, dir string, store *objstore.St
 		size += len(recs[i].Key) + len(recs[i].Value)
 	}
 	t0 := time.Now()
-	if err := cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		return err
+	produceCtx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := cl.ProduceSync(produceCtx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("demo: produce through the broker: %w", err)
 	}
 	produced := time.Since(t0)
 	// The broker's tiering service uploads each closed segment and
 	// deletes its local copy (local.retention.ms=0): wait for it.
-	tp, ok := b.Partition("clicks", 0).(*tiered.Partition)
-	if !ok {
-		return fmt.Errorf("demo: clicks-0 is not tiered")
+	partDir := filepath.Join(dir, "logs", "clicks-0")
+	remoteSegs, localStart, err := waitBrokerOffloaded(ctx, store, manifest.PartitionLayout(demoBrokerPrefix, "clicks", 0).Prefix(), partDir)
+	if err != nil {
+		return err
 	}
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-		if lag, _ := tp.CopyLag(); lag == 0 && len(tp.LocalSegments()) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("demo: the broker did not upload clicks-0's segments within a minute")
-		}
-	}
-	remoteSegs, _ := tp.RemoteSize()
-	localStart := tp.Offsets().LocalLogStart
 	t0 = time.Now()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(b.Addr()), kgo.ConsumeTopics("clicks"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	cons, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.ConsumeTopics("clicks"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		return err
 	}
@@ -527,11 +581,11 @@ func demoBroker(ctx context.Context, w io.Writer, dir string, store *objstore.St
 	pollCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	for got < n {
-		fs := cons.PollFetches(pollCtx)
-		if err := fs.Err0(); err != nil {
+		fetches := cons.PollFetches(pollCtx)
+		if err := fetches.Err0(); err != nil {
 			return fmt.Errorf("demo: consume through the broker: %w", err)
 		}
-		for _, r := range fs.Records() {
+		for _, r := range fetches.Records() {
 			if r.Offset != int64(got) || string(r.Value) != string(recs[got].Value) {
 				return fmt.Errorf("demo: the broker returned offset %d %q, want offset %d %q", r.Offset, r.Value, got, recs[got].Value)
 			}
@@ -539,6 +593,8 @@ func demoBroker(ctx context.Context, w io.Writer, dir string, store *objstore.St
 		}
 	}
 	consumed := time.Since(t0)
+	cons.Close()
+	cl.Close()
 	sum.BrokerRecords = got
 	sum.BrokerProduceMBps = float64(size) / 1e6 / produced.Seconds()
 	sum.BrokerConsumeMBps = float64(size) / 1e6 / consumed.Seconds()
@@ -551,5 +607,67 @@ func demoBroker(ctx context.Context, w io.Writer, dir string, store *objstore.St
 		fmt.Fprintf(w, "   clicks is tiered (remote.storage.enable=true, local.retention.ms=0), but no segment of it closed yet: all came from the active segment\n")
 	}
 	fmt.Fprintf(w, "   through Kafka's wire protocol: Produce appends to a tierlog partition; Fetch sends local segments with sendfile, bucket ranges from ranged GETs\n\n")
-	return b.Close()
+	return nil
+}
+
+// brokerStoreURL is the URL of the demo's bucket under demoBrokerPrefix,
+// for the broker's --store: the prefix appended to the URL's path (a
+// file:// directory, or an s3:// or minio:// key prefix), and for file://
+// create=true, since the prefix's directory does not exist yet. The demo
+// has opened storeURL, so it parses and holds no credentials.
+func brokerStoreURL(storeURL string) (string, error) {
+	u, err := url.Parse(storeURL)
+	if err != nil {
+		return "", fmt.Errorf("demo: %s: %w", storeurl.Redact(storeURL), err)
+	}
+	u.Path, u.RawPath = path.Join(u.Path, demoBrokerPrefix), ""
+	if strings.EqualFold(u.Scheme, "file") {
+		q := u.Query()
+		q.Set("create", "true")
+		u.RawQuery = q.Encode()
+	}
+	return u.String(), nil
+}
+
+// waitBrokerOffloaded waits, at most a minute, until the broker's
+// partition directory dir holds one segment (the active one) and the
+// manifest under prefix in store covers every offset below it: every
+// closed segment uploaded and its local copy deleted. It only reads: the
+// segment file names in dir and the committed manifest. It returns the
+// manifest's segments and the local log start (the active segment's base).
+func waitBrokerOffloaded(ctx context.Context, store *objstore.Store, prefix, dir string) (remoteSegs int, localStart int64, err error) {
+	wait, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var bases []int64
+	var remoteEnd int64
+	for {
+		bases, err = brokerDirSegments(dir)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return 0, 0, fmt.Errorf("demo: the broker's partition directory: %w", err)
+		}
+		if len(bases) == 1 {
+			m, err := tiered.ReadManifest(wait, store, prefix)
+			if err != nil && wait.Err() == nil {
+				return 0, 0, fmt.Errorf("demo: the broker's manifest under %s: %w", prefix, err)
+			}
+			if err == nil {
+				remoteEnd = 0
+				if len(m.Segments) > 0 {
+					remoteEnd = m.Segments[len(m.Segments)-1].LastOffset + 1
+				}
+				if remoteEnd >= bases[0] {
+					return len(m.Segments), bases[0], nil
+				}
+			}
+		}
+		select {
+		case <-wait.Done():
+			if ctx.Err() != nil {
+				return 0, 0, fmt.Errorf("demo: waiting for the broker's uploads: %w", ctx.Err())
+			}
+			return 0, 0, fmt.Errorf("demo: the broker did not upload clicks-0's segments within a minute: %s holds %d segment(s), the bucket's manifest under %s ends at offset %d",
+				dir, len(bases), prefix, remoteEnd)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }

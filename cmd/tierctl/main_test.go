@@ -190,9 +190,12 @@ func TestUsageErrors(t *testing.T) {
 	}
 }
 
+// TestDemo runs the demo with the reference broker for step 10 (built by
+// brokerBinary); TestDemoWithoutBroker runs it without.
 func TestDemo(t *testing.T) {
+	broker := brokerBinary(t)
 	dir := t.TempDir()
-	code, out, errOut := tierctl(t, "demo", "--records", "5000", "--keep", "--dir", dir)
+	code, out, errOut := tierctl(t, "demo", "--records", "5000", "--keep", "--dir", dir, "--broker", broker)
 	if code != 0 || !strings.Contains(out, "0 with problems") || !strings.Contains(out, "5000 of 5000 records") ||
 		!strings.Contains(out, "keys once, at its latest offset") || !strings.Contains(out, "consumed them back in order") {
 		t.Fatalf("exit %d\n%s%s", code, out, errOut)
@@ -202,17 +205,18 @@ func TestDemo(t *testing.T) {
 		t.Fatalf("verify of the demo's files: exit %d\n%s", code, out)
 	}
 	// --json: the measured summary alone.
-	code, out, errOut = tierctl(t, "demo", "--records", "8000", "--json")
+	code, out, errOut = tierctl(t, "demo", "--records", "8000", "--json", "--broker", broker)
 	var sum demoSummary
 	if err := json.Unmarshal([]byte(out), &sum); code != 0 || err != nil || sum.RecordsRead != 8000 || sum.RemoteSegments == 0 ||
 		sum.Requests["put"] == 0 || len(sum.Lookups) != 3 || sum.FilesVerified == 0 || sum.FilesWithProblems != 0 ||
-		sum.BrokerRecords != 8000 {
+		sum.BrokerRecords != 8000 || sum.BrokerSkipped != "" {
 		t.Fatalf("demo --json: exit %d %v\n%s%s", code, err, out, errOut)
 	}
-	// Without --keep nothing is left behind.
+	// Without --keep nothing is left behind, the broker's directory
+	// neither.
 	dir2 := t.TempDir()
-	if code, _, _ := tierctl(t, "demo", "--records", "1000", "--dir", filepath.Join(dir2, "d")); code != 0 {
-		t.Fatal("demo failed")
+	if code, out, errOut := tierctl(t, "demo", "--records", "1000", "--dir", filepath.Join(dir2, "d"), "--broker", broker); code != 0 {
+		t.Fatalf("demo failed: exit %d\n%s%s", code, out, errOut)
 	}
 	if _, err := os.Stat(filepath.Join(dir2, "d")); !os.IsNotExist(err) {
 		t.Fatalf("demo left %s behind", filepath.Join(dir2, "d"))
