@@ -103,9 +103,12 @@ fuzz:
 	  done; \
 	done
 
-## demo: the end-to-end pipeline on a temporary directory
+## demo: the end-to-end pipeline on a temporary directory, ending with a
+## Kafka client through the reference broker, built into .cache/bin and run
+## by tierctl as its own process (tierctl does not link examples/)
 demo:
-	$(GO) run ./cmd/tierctl demo
+	$(GO) build -o $(BIN)/broker ./examples/broker
+	$(GO) run ./cmd/tierctl demo --broker $(BIN)/broker
 
 ## tierctl: build the operator CLI into bin/
 tierctl:
