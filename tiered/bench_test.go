@@ -198,6 +198,12 @@ func BenchmarkCachedRemoteRead(b *testing.B) {
 func BenchmarkLocalRead(b *testing.B) {
 	l, _ := benchLog(b)
 	defer l.Close()
+	readRandom(b, l)
+}
+
+// readRandom reads the batches of 64 random offsets of the bench log
+// from p, over and over, 16 KiB at a time.
+func readRandom(b *testing.B, p backend.Partition) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	offs := make([]int64, 64)
 	for i := range offs {
@@ -206,7 +212,7 @@ func BenchmarkLocalRead(b *testing.B) {
 	var buf bytes.Buffer
 	i := 0
 	for b.Loop() {
-		r, err := l.Read(ctx, offs[i&63], backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
+		r, err := p.Read(ctx, offs[i&63], backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -230,25 +236,7 @@ func BenchmarkPartitionLocalRead(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	b.Run("random", func(b *testing.B) {
-		rng := rand.New(rand.NewPCG(3, 4))
-		offs := make([]int64, 64)
-		for i := range offs {
-			offs[i] = rng.Int64N(benchLEO)
-		}
-		var buf bytes.Buffer
-		i := 0
-		for b.Loop() {
-			r, err := p.Read(ctx, offs[i&63], backend.ReadOptions{MaxBytes: 16 << 10, MinOneBatch: true})
-			if err != nil {
-				b.Fatal(err)
-			}
-			buf.Reset()
-			r.WriteTo(&buf)
-			r.Close()
-			i++
-		}
-	})
+	b.Run("random", func(b *testing.B) { readRandom(b, p) })
 	b.Run("fetch", func(b *testing.B) {
 		var total int64
 		for b.Loop() {

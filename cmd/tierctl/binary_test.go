@@ -23,45 +23,56 @@ import (
 	"github.com/tierlog/tierlog/testing/s3server"
 )
 
+// built is a binary go build makes once per test binary, in a temporary
+// directory TestMain removes.
+type built struct {
+	name, pkg string // the binary's name, the package go build builds
+	once      sync.Once
+	dir, path string
+	err       error
+}
+
+// The binaries the tests build: tierctl, and the reference broker demo's
+// step 10 runs as its own process.
 var (
-	binOnce sync.Once
-	binDir  string
-	binPath string
-	binErr  error
+	tierctlBin = &built{name: "tierctl", pkg: "."}
+	brokerBin  = &built{name: "broker", pkg: "github.com/tierlog/tierlog/examples/broker"}
 )
+
+// get builds the binary the first time (a -short run skips the test
+// instead) and returns its path.
+func (b *built) get(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds " + b.name)
+	}
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "tierctl-test-"+b.name+"-"); b.err != nil {
+			return
+		}
+		b.path = filepath.Join(b.dir, b.name)
+		if out, err := exec.Command("go", "build", "-o", b.path, b.pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.path
+}
 
 func TestMain(m *testing.M) {
 	code := s3server.RunTests(m)
-	if binDir != "" {
-		os.RemoveAll(binDir)
-	}
-	if brokerDir != "" {
-		os.RemoveAll(brokerDir)
+	for _, b := range []*built{tierctlBin, brokerBin} {
+		if b.dir != "" {
+			os.RemoveAll(b.dir)
+		}
 	}
 	os.Exit(code)
 }
 
 // tierctlBinary builds tierctl once per test binary.
-func tierctlBinary(t testing.TB) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the binary")
-	}
-	binOnce.Do(func() {
-		if binDir, binErr = os.MkdirTemp("", "tierctl-bin-"); binErr != nil {
-			return
-		}
-		binPath = filepath.Join(binDir, "tierctl")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
-		if err != nil {
-			binErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if binErr != nil {
-		t.Fatal(binErr)
-	}
-	return binPath
-}
+func tierctlBinary(t testing.TB) string { return tierctlBin.get(t) }
 
 // invocation is one run of the built binary.
 type invocation struct {

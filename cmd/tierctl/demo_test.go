@@ -2,45 +2,16 @@ package main
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
-)
-
-var (
-	brokerOnce sync.Once
-	brokerDir  string // removed by TestMain
-	brokerPath string
-	brokerErr  error
 )
 
 // brokerBinary builds the reference broker (examples/broker) once per test
 // binary, for demo's step 10: tierctl runs it as its own process.
-func brokerBinary(t testing.TB) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("builds the reference broker")
-	}
-	brokerOnce.Do(func() {
-		if brokerDir, brokerErr = os.MkdirTemp("", "tierctl-broker-"); brokerErr != nil {
-			return
-		}
-		brokerPath = filepath.Join(brokerDir, "broker")
-		out, err := exec.Command("go", "build", "-o", brokerPath, "github.com/tierlog/tierlog/examples/broker").CombinedOutput()
-		if err != nil {
-			brokerErr = fmt.Errorf("go build ./examples/broker: %v\n%s", err, out)
-		}
-	})
-	if brokerErr != nil {
-		t.Fatal(brokerErr)
-	}
-	return brokerPath
-}
+func brokerBinary(t testing.TB) string { return brokerBin.get(t) }
 
 // TestDemoWithoutBroker: without --broker, or with a mem:// bucket the
 // broker's process could not see, step 10 says it is skipped and how to

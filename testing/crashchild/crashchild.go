@@ -374,3 +374,16 @@ func (o *output) find(prefix string) (line string, found bool, changed <-chan st
 	}
 	return "", false, o.changed, o.ended
 }
+
+// Alive reports whether the process pid runs, as a test that killed a
+// child (or its own parent died) checks: a zombie waiting for its reaper
+// does not count. It reads /proc (Linux).
+func Alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
+}

@@ -232,12 +232,12 @@ func TestChildDiesWithItsParent(t *testing.T) {
 		t.Fatalf("%v\n%s", err, c.Output())
 	}
 	pid, err := strconv.Atoi(strings.TrimPrefix(line, "PID "))
-	if err != nil || !alive(pid) {
+	if err != nil || !Alive(pid) {
 		t.Fatalf("%q: the grandchild is not running (%v)", line, err)
 	}
 	c.Kill()
 	c.Wait()
-	for deadline := time.Now().Add(10 * time.Second); alive(pid); time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); Alive(pid); time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			killPid(pid)
 			t.Fatalf("child %d outlived its killed parent", pid)
@@ -340,18 +340,6 @@ func (*fakeTB) Logf(string, ...any) {}
 func (f *fakeTB) Fatalf(format string, args ...any) {
 	f.fatal = fmt.Sprintf(format, args...)
 	runtime.Goexit()
-}
-
-// alive reports whether pid runs (a zombie waiting for its reaper does
-// not count).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 func killPid(pid int) {

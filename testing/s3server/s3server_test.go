@@ -98,7 +98,7 @@ func TestServerDiesWithTheTestProcess(t *testing.T) {
 				t.Fatalf("child: %q: no process ids", line)
 			}
 			for _, pid := range pids {
-				if !alive(pid) {
+				if !crashchild.Alive(pid) {
 					t.Fatalf("server %d is not running while its test process is", pid)
 				}
 			}
@@ -106,7 +106,7 @@ func TestServerDiesWithTheTestProcess(t *testing.T) {
 			c.Wait()
 			deadline := time.Now().Add(10 * time.Second)
 			for _, pid := range pids {
-				for alive(pid) {
+				for crashchild.Alive(pid) {
 					if time.Now().After(deadline) {
 						syscall.Kill(pid, syscall.SIGKILL)
 						t.Fatalf("%s server %d outlived its killed test process", k, pid)
@@ -116,18 +116,6 @@ func TestServerDiesWithTheTestProcess(t *testing.T) {
 			}
 		})
 	}
-}
-
-// alive reports whether pid runs (a zombie waiting for its reaper does
-// not count).
-func alive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }
 
 // TestHealthyNeedsALiveProcess: a health answer from a process that has
