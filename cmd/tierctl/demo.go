@@ -7,24 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"maps"
 	"math/rand/v2"
-	"net/url"
 	"os"
-	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
-	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/storeurl"
 	"github.com/tierlog/tierlog/record"
@@ -135,59 +128,93 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 			return err
 		}
 	}
-	start := time.Now()
-	root := o.dir
-	if root == "" {
-		root, err = os.MkdirTemp("", "tierlog-demo-")
+	d := &demo{ctx: ctx, o: o, start: time.Now(), root: o.dir, sum: demoSummary{Records: o.records, Requests: map[string]int64{}}}
+	if d.root == "" {
+		d.root, err = os.MkdirTemp("", "tierlog-demo-")
 		if err != nil {
 			return err
 		}
-	} else if err := os.MkdirAll(root, 0o755); err != nil {
+	} else if err := os.MkdirAll(d.root, 0o755); err != nil {
 		return err
 	}
 	if !o.keep {
-		defer os.RemoveAll(root)
+		defer os.RemoveAll(d.root)
 	}
-	sum := demoSummary{Records: o.records, Requests: map[string]int64{}}
 	if o.json {
 		jsonOut := out
 		defer func() {
 			if err == nil || errors.Is(err, errProblems) {
-				writeJSON(jsonOut, sum)
+				writeJSON(jsonOut, d.sum)
 			}
 		}()
 		out = io.Discard
 	}
-	w := bufio.NewWriter(out)
-	defer w.Flush()
-	logDir := filepath.Join(root, "logs")
-	b, err := local.OpenBackend(logDir, local.BackendOptions{RemoteStorage: true})
-	if err != nil {
+	d.w = bufio.NewWriter(out)
+	defer d.w.Flush()
+	d.logDir = filepath.Join(d.root, "logs")
+	if d.b, err = local.OpenBackend(d.logDir, local.BackendOptions{RemoteStorage: true}); err != nil {
 		return err
 	}
-	defer b.Close()
+	defer d.b.Close()
+	defer func() {
+		if d.store != nil { // opened by the offload step
+			d.store.Close()
+		}
+	}()
 	cfg, err := backend.ParseConfig(map[string]string{"segment.bytes": "1048576", "file.delete.delay.ms": "0",
 		"remote.storage.enable": "true", "local.retention.ms": "0"})
 	if err != nil {
 		return err
 	}
-	l, err := b.OpenLog(ctx, "orders", 0, cfg)
-	if err != nil {
+	if d.l, err = d.b.OpenLog(ctx, "orders", 0, cfg); err != nil {
 		return err
 	}
+	fmt.Fprintf(d.w, "tierlog demo: a Kafka-compatible partition log, end to end\n\n")
+	for _, step := range []func() error{d.produce, d.lookups, d.readLocal, d.offload, d.readTiered,
+		func() error { return demoCompaction(ctx, d.w, d.b, o.records) }, d.codecs, d.verify,
+		func() error {
+			return demoBroker(ctx, d.w, o.broker, filepath.Join(d.root, "broker"), d.storeURL, d.store, min(o.records, 20_000), &d.sum)
+		}} {
+		if err := step(); err != nil {
+			return err
+		}
+	}
+	return d.summary()
+}
 
-	fmt.Fprintf(w, "tierlog demo: a Kafka-compatible partition log, end to end\n\n")
-	fmt.Fprintf(w, "1. Producing %d records (200-byte values, keys from 1,000) to orders-0, segment.bytes=1 MiB\n", o.records)
-	st, err := produceRecords(ctx, l, o.records, 16384, record.None, randomRecords(200, 1000), nil)
+// demo is one run of the demo: its options, what each step opened and the
+// summary the steps fill in.
+type demo struct {
+	ctx    context.Context
+	o      demoOptions
+	w      *bufio.Writer
+	start  time.Time
+	root   string // the demo directory
+	logDir string
+	sum    demoSummary
+
+	b        *local.Backend
+	l        *local.Log // orders-0
+	storeURL string
+	store    *objstore.Store
+	tp       *tiered.Partition // orders-0, tiered, once offloaded
+	bad      int               // files verify found problems in
+}
+
+// produce is steps 1 and 2: records into orders-0, and its directory.
+func (d *demo) produce() error {
+	w := d.w
+	fmt.Fprintf(w, "1. Producing %d records (200-byte values, keys from 1,000) to orders-0, segment.bytes=1 MiB\n", d.o.records)
+	st, err := produceRecords(d.ctx, d.l, d.o.records, 16384, record.None, randomRecords(200, 1000), nil)
 	if err != nil {
 		return err
 	}
-	segs := l.SegmentInfos()
-	sum.ProduceMBps = float64(st.bytes) / 1e6 / st.elapsed.Seconds()
+	segs := d.l.SegmentInfos()
+	d.sum.ProduceMBps = float64(st.bytes) / 1e6 / st.elapsed.Seconds()
 	fmt.Fprintf(w, "   %d batches, %.1f MB in %v (%.0f MB/s); %d segments\n\n", st.batches, float64(st.bytes)/1e6,
 		st.elapsed.Round(time.Millisecond), float64(st.bytes)/1e6/st.elapsed.Seconds(), len(segs))
 
-	fmt.Fprintf(w, "2. The partition directory, in Kafka's layout (%s)\n", l.Dir())
+	fmt.Fprintf(w, "2. The partition directory, in Kafka's layout (%s)\n", d.l.Dir())
 	for i, sg := range segs {
 		if i == 2 && len(segs) > 4 {
 			fmt.Fprintf(w, "   … %d more segments\n", len(segs)-3)
@@ -205,10 +232,15 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		fmt.Fprintf(w, "   %s %8d B   .index %8d B   .timeindex %8d B   (%s)\n", filepath.Base(sg.Path), sg.Size, size64(idx), size64(tidx), state)
 	}
 	fmt.Fprintln(w)
+	return nil
+}
 
+// lookups is step 3: the two-step lookup of three offsets.
+func (d *demo) lookups() error {
+	w := d.w
 	fmt.Fprintln(w, "3. Two-step lookups (segment by base offset, then its sparse offset index)")
-	for _, off := range []int64{0, int64(o.records) / 2, int64(o.records) * 49 / 50} {
-		r, err := l.Lookup(off)
+	for _, off := range []int64{0, int64(d.o.records) / 2, int64(d.o.records) * 49 / 50} {
+		r, err := d.l.Lookup(off)
 		if err != nil {
 			return err
 		}
@@ -216,114 +248,134 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		if r.IndexSlot >= 0 {
 			entry = fmt.Sprintf("entry %d of %d (offset %d, position %d)", r.IndexSlot, r.IndexEntries, r.IndexOffset, r.IndexPosition)
 		}
-		sum.Lookups = append(sum.Lookups, demoLookup{Offset: off, Segment: r.SegmentIndex, IndexEntry: r.IndexSlot,
+		d.sum.Lookups = append(d.sum.Lookups, demoLookup{Offset: off, Segment: r.SegmentIndex, IndexEntry: r.IndexSlot,
 			BytesScanned: r.BytesScanned, BatchBase: r.BaseOffset, BatchLast: r.LastOffset})
 		fmt.Fprintf(w, "   offset %-6d -> segment %d of %d, %s, scanned %d header(s) / %d B -> batch %d..%d\n",
 			off, r.SegmentIndex, r.Segments, entry, r.BatchesScanned, r.BytesScanned, r.BaseOffset, r.LastOffset)
 	}
 	fmt.Fprintln(w)
+	return nil
+}
 
+// readLocal is step 4: every offset back from the local log.
+func (d *demo) readLocal() error {
+	w := d.w
 	fmt.Fprintln(w, "4. Reading every offset back (whole batches from the batch holding the offset)")
 	readStart := time.Now()
-	got, reads, readBytes, err := readEveryRecord(ctx, l, 0)
+	got, reads, readBytes, err := readEveryRecord(d.ctx, d.l, 0)
 	if err != nil {
 		return err
 	}
 	el := time.Since(readStart)
-	sum.ReadLocalMBps = float64(readBytes) / 1e6 / el.Seconds()
-	fmt.Fprintf(w, "   %d of %d records at their offsets, in %d reads of up to 1 MiB (%.0f MB/s)\n", got, o.records, reads, float64(readBytes)/1e6/el.Seconds())
-	if got != int64(o.records) {
-		return fmt.Errorf("demo: read back %d records, produced %d", got, o.records)
+	d.sum.ReadLocalMBps = float64(readBytes) / 1e6 / el.Seconds()
+	fmt.Fprintf(w, "   %d of %d records at their offsets, in %d reads of up to 1 MiB (%.0f MB/s)\n", got, d.o.records, reads, float64(readBytes)/1e6/el.Seconds())
+	if got != int64(d.o.records) {
+		return fmt.Errorf("demo: read back %d records, produced %d", got, d.o.records)
 	}
 	fmt.Fprintln(w)
+	return nil
+}
 
-	storeURL := o.store
-	if storeURL == "" {
-		storeURL = "file://" + filepath.Join(root, "bucket") + "?create=true"
+// offload is step 5: the closed segments of orders-0 to the bucket.
+func (d *demo) offload() error {
+	w := d.w
+	d.storeURL = d.o.store
+	if d.storeURL == "" {
+		d.storeURL = "file://" + filepath.Join(d.root, "bucket") + "?create=true"
 	}
-	fmt.Fprintf(w, "5. Offloading closed segments to %s (local.retention.ms=0)\n", storeurl.Redact(storeURL))
-	store, err := storeurl.Open(ctx, storeURL, storeOptionsFrom(ctx))
+	fmt.Fprintf(w, "5. Offloading closed segments to %s (local.retention.ms=0)\n", storeurl.Redact(d.storeURL))
+	store, err := storeurl.Open(d.ctx, d.storeURL, storeOptionsFrom(d.ctx))
 	if err != nil {
 		return err
 	}
-	defer store.Close()
-	tp, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "demo/orders-0", LeaderEpoch: 0})
-	if err != nil {
+	d.store = store
+	if d.tp, err = tiered.Open(d.ctx, d.l, tiered.Options{Store: store, Prefix: "demo/orders-0", LeaderEpoch: 0}); err != nil {
 		return err
 	}
 	offStart := time.Now()
-	uploaded, err := tp.Offload(ctx)
+	uploaded, err := d.tp.Offload(d.ctx)
 	if err != nil {
 		return err
 	}
 	offEl := time.Since(offStart)
-	m, stats := tp.Manifest(), store.Stats()
-	sum.BytesUploaded = tp.Metrics().BytesUploaded.Load()
-	sum.UploadMBps = float64(m.Size()) / 1e6 / offEl.Seconds()
+	m, stats := d.tp.Manifest(), store.Stats()
+	d.sum.BytesUploaded = d.tp.Metrics().BytesUploaded.Load()
+	d.sum.UploadMBps = float64(m.Size()) / 1e6 / offEl.Seconds()
 	fmt.Fprintf(w, "   %d segments (%.1f MB) uploaded in %v (%.0f MB/s): %d PUTs; manifest generation %d\n",
 		uploaded, float64(m.Size())/1e6, offEl.Round(time.Millisecond), float64(m.Size())/1e6/offEl.Seconds(), stats.Requests[objstore.OpPut], m.Generation)
 	if len(m.Segments) == 0 {
 		fmt.Fprintf(w, "   nothing to offload: every record is still in the active segment\n\n")
 	} else {
 		fmt.Fprintf(w, "   tiers: %d segments in the bucket (offsets %d..%d), %d local (from offset %d)\n\n",
-			len(m.Segments), m.Segments[0].BaseOffset, m.Segments[len(m.Segments)-1].LastOffset, len(l.SegmentInfos()), tp.Offsets().LocalLogStart)
+			len(m.Segments), m.Segments[0].BaseOffset, m.Segments[len(m.Segments)-1].LastOffset, len(d.l.SegmentInfos()), d.tp.Offsets().LocalLogStart)
 	}
+	return nil
+}
 
+// readTiered is step 6: every offset back through both tiers.
+func (d *demo) readTiered() error {
+	w, m := d.w, d.tp.Manifest()
 	fmt.Fprintln(w, "6. Reading every offset back through both tiers")
-	getsBefore := store.Stats().Requests[objstore.OpGet]
-	readStart = time.Now()
-	got, reads, readBytes, err = readEveryRecord(ctx, tp, 0)
+	getsBefore := d.store.Stats().Requests[objstore.OpGet]
+	readStart := time.Now()
+	got, reads, readBytes, err := readEveryRecord(d.ctx, d.tp, 0)
 	if err != nil {
 		return err
 	}
-	el = time.Since(readStart)
-	sum.ReadTieredMBps, sum.RecordsRead = float64(readBytes)/1e6/el.Seconds(), got
-	sum.RemoteSegments, sum.LocalSegments = len(m.Segments), len(l.SegmentInfos())
-	for op, n := range store.Stats().Requests {
-		sum.Requests[string(op)] = n
+	el := time.Since(readStart)
+	d.sum.ReadTieredMBps, d.sum.RecordsRead = float64(readBytes)/1e6/el.Seconds(), got
+	d.sum.RemoteSegments, d.sum.LocalSegments = len(m.Segments), len(d.l.SegmentInfos())
+	for op, n := range d.store.Stats().Requests {
+		d.sum.Requests[string(op)] = n
 	}
 	fmt.Fprintf(w, "   %d of %d records at their offsets, in %d reads (%.0f MB/s); %d GETs from the bucket\n",
-		got, o.records, reads, float64(readBytes)/1e6/el.Seconds(), store.Stats().Requests[objstore.OpGet]-getsBefore)
-	if got != int64(o.records) {
-		return fmt.Errorf("demo: read back %d records through both tiers, produced %d", got, o.records)
+		got, d.o.records, reads, float64(readBytes)/1e6/el.Seconds(), d.store.Stats().Requests[objstore.OpGet]-getsBefore)
+	if got != int64(d.o.records) {
+		return fmt.Errorf("demo: read back %d records through both tiers, produced %d", got, d.o.records)
 	}
-	probe := int64(o.records) / 4
+	probe := int64(d.o.records) / 4
 	if i, ok := m.Find(probe); ok {
 		seg := m.Segments[i]
 		fmt.Fprintf(w, "   remote lookup of offset %d: manifest binary search over %d segments -> %s, then its remote offset index\n\n",
 			probe, len(m.Segments), seg.Name(".log"))
 	}
+	return nil
+}
 
-	if err := demoCompaction(ctx, w, b, o.records); err != nil {
-		return err
-	}
-
+// codecs is step 8: the same records in every codec; it closes the
+// backend for step 9.
+func (d *demo) codecs() error {
+	w := d.w
 	fmt.Fprintln(w, "8. The same records in every codec (a topic each, 10,000 records)")
 	for _, c := range []record.Codec{record.None, record.GZIP, record.Snappy, record.LZ4, record.ZSTD} {
-		cl, err := b.OpenLog(ctx, "codec-"+c.String(), 0, backend.DefaultConfig())
+		cl, err := d.b.OpenLog(d.ctx, "codec-"+c.String(), 0, backend.DefaultConfig())
 		if err != nil {
 			return err
 		}
-		cst, err := produceRecords(ctx, cl, 10_000, 16384, c, orderRecords(), nil)
+		cst, err := produceRecords(d.ctx, cl, 10_000, 16384, c, orderRecords(), nil)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "   %-6s %8d bytes on disk (%5.2fx)\n", c, cst.bytes, float64(cst.raw)/float64(max(cst.bytes, 1)))
 	}
-	if err := b.Close(); err != nil {
+	if err := d.b.Close(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
+	return nil
+}
 
-	fmt.Fprintf(w, "9. tierctl verify %s (every CRC, offset and index entry)\n", logDir)
-	reports, err := verifyPath(logDir, nil)
+// verify is step 9: tierctl verify over the log directory.
+func (d *demo) verify() error {
+	w := d.w
+	fmt.Fprintf(w, "9. tierctl verify %s (every CRC, offset and index entry)\n", d.logDir)
+	reports, err := verifyPath(d.logDir, nil)
 	if err != nil {
 		return err
 	}
-	bad := 0
 	for _, r := range reports {
 		if len(r.Problems) > 0 {
-			bad++
+			d.bad++
 			var buf bytes.Buffer
 			bw := bufio.NewWriter(&buf)
 			r.print(bw)
@@ -331,23 +383,26 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 			fmt.Fprint(w, buf.String())
 		}
 	}
-	fmt.Fprintf(w, "   %d files verified, %d with problems\n\n", len(reports), bad)
-	sum.FilesVerified, sum.FilesWithProblems = len(reports), bad
-	if err := demoBroker(ctx, w, o.broker, filepath.Join(root, "broker"), storeURL, store, min(o.records, 20_000), &sum); err != nil {
-		return err
-	}
-	sum.Seconds = time.Since(start).Seconds()
+	fmt.Fprintf(w, "   %d files verified, %d with problems\n\n", len(reports), d.bad)
+	d.sum.FilesVerified, d.sum.FilesWithProblems = len(reports), d.bad
+	return nil
+}
+
+// summary prints the measured summary; errProblems when verify found any.
+func (d *demo) summary() error {
+	w, sum := d.w, &d.sum
+	sum.Seconds = time.Since(d.start).Seconds()
 	fmt.Fprintf(w, "Summary: %d records; %d segments in the bucket (%.1f MB uploaded at %.0f MB/s), %d local;\n",
-		o.records, sum.RemoteSegments, float64(sum.BytesUploaded)/1e6, sum.UploadMBps, sum.LocalSegments)
+		d.o.records, sum.RemoteSegments, float64(sum.BytesUploaded)/1e6, sum.UploadMBps, sum.LocalSegments)
 	fmt.Fprintf(w, "         %d PUTs and %d GETs in all; produce %.0f MB/s, read %.0f MB/s local, %.0f MB/s through both tiers.\n",
 		sum.Requests["put"], sum.Requests["get"], sum.ProduceMBps, sum.ReadLocalMBps, sum.ReadTieredMBps)
-	fmt.Fprintf(w, "Done in %v.\n", time.Since(start).Round(time.Millisecond))
-	if o.keep {
-		sum.KeptIn = root
-		fmt.Fprintf(w, "Files kept in %s; try: tierctl lookup %s --offset %d\n", root, l.Dir(), int64(o.records)-10)
+	fmt.Fprintf(w, "Done in %v.\n", time.Since(d.start).Round(time.Millisecond))
+	if d.o.keep {
+		sum.KeptIn = d.root
+		fmt.Fprintf(w, "Files kept in %s; try: tierctl lookup %s --offset %d\n", d.root, d.l.Dir(), int64(d.o.records)-10)
 	}
-	if bad > 0 {
-		w.Flush()
+	if d.bad > 0 {
+		d.w.Flush()
 		return errProblems
 	}
 	return nil
@@ -487,187 +542,4 @@ func readCompacted(ctx context.Context, l backend.Partition, end int64) (records
 		return nil
 	})
 	return records, len(seen), err
-}
-
-// demoBrokerPrefix is where, in the demo's bucket, the broker keeps its
-// tiered partitions (each under demoBrokerPrefix/<topic>-<partition>/).
-const demoBrokerPrefix = "demo/broker"
-
-// demoBrokerConfig is the default topic config the demo's broker gets: a
-// tiered topic with small segments, deleted locally once uploaded.
-var demoBrokerConfig = map[string]string{"remote.storage.enable": "true", "segment.bytes": "65536",
-	"local.retention.ms": "0", "file.delete.delay.ms": "0"}
-
-// demoBroker runs the reference broker at brokerPath as its own process on
-// a loopback port, with dir as its data directory and the demo's bucket
-// (under demoBrokerPrefix) for its tiered topics, and produces and
-// consumes n records through it with kgo, the Kafka client, in this
-// process: to a tiered topic whose closed segments leave the disk once
-// uploaded, so the consumer reads them back from the bucket. Without a
-// broker, or with a mem:// bucket, it says that it skipped the step.
-func demoBroker(ctx context.Context, w io.Writer, brokerPath, dir, storeURL string, store *objstore.Store, n int, sum *demoSummary) (err error) {
-	fmt.Fprintf(w, "10. A Kafka client through the reference broker (examples/broker) on loopback\n")
-	if brokerPath == "" {
-		sum.BrokerSkipped = "no --broker"
-		fmt.Fprintf(w, "   skipped: no --broker. tierctl does not link the broker; it runs as its own process:\n")
-		fmt.Fprintf(w, "   make demo builds it and passes --broker, or: go build -o /tmp/broker ./examples/broker && tierctl demo --broker /tmp/broker\n\n")
-		return nil
-	}
-	if u, perr := url.Parse(storeURL); perr == nil && strings.EqualFold(u.Scheme, "mem") {
-		sum.BrokerSkipped = "mem:// bucket"
-		fmt.Fprintf(w, "   skipped: the broker runs as its own process, which cannot see this process's mem:// bucket;\n")
-		fmt.Fprintf(w, "   run it with a file://, s3:// or minio:// --store (the default is a file:// bucket in the demo directory)\n\n")
-		return nil
-	}
-	brokerURL, err := brokerStoreURL(storeURL)
-	if err != nil {
-		return err
-	}
-	args := []string{"--listen", "127.0.0.1:0", "--dir", dir, "--store", brokerURL}
-	for _, k := range slices.Sorted(maps.Keys(demoBrokerConfig)) {
-		args = append(args, "--config", k+"="+demoBrokerConfig[k])
-	}
-	b, err := startBroker(ctx, brokerPath, args...)
-	if err != nil {
-		return err
-	}
-	defer func() {
-		// Stop's error carries the broker's output; else err gets it.
-		switch stopErr := b.Stop(); {
-		case err == nil:
-			err = stopErr
-		case stopErr != nil:
-			err = fmt.Errorf("%w\n%w", err, stopErr)
-		default:
-			err = b.withOutput(err)
-		}
-	}()
-	// Every wait below ends when the broker exits.
-	ctx = b.Context()
-	fmt.Fprintf(w, "   started %s (pid %d): listening on %s, its tiered topics in %s\n", brokerPath, b.cmd.Process.Pid, b.Addr, storeurl.Redact(brokerURL))
-	cl, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.AllowAutoTopicCreation(), kgo.DefaultProduceTopic("clicks"),
-		kgo.ProducerBatchCompression(kgo.Lz4Compression()), kgo.ProducerBatchMaxBytes(32<<10))
-	if err != nil {
-		return err
-	}
-	defer cl.Close()
-	recs := make([]*kgo.Record, n)
-	size := 0
-	for i := range recs {
-		recs[i] = &kgo.Record{Key: fmt.Appendf(nil, "user-%d", i%500), Value: fmt.Appendf(nil, "click %08d on /products/%d", i, i%977)}
-		size += len(recs[i].Key) + len(recs[i].Value)
-	}
-	t0 := time.Now()
-	produceCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	if err := cl.ProduceSync(produceCtx, recs...).FirstErr(); err != nil {
-		return fmt.Errorf("demo: produce through the broker: %w", err)
-	}
-	produced := time.Since(t0)
-	// The broker's tiering service uploads each closed segment and
-	// deletes its local copy (local.retention.ms=0): wait for it.
-	partDir := filepath.Join(dir, "logs", "clicks-0")
-	remoteSegs, localStart, err := waitBrokerOffloaded(ctx, store, manifest.PartitionLayout(demoBrokerPrefix, "clicks", 0).Prefix(), partDir)
-	if err != nil {
-		return err
-	}
-	t0 = time.Now()
-	cons, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.ConsumeTopics("clicks"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	if err != nil {
-		return err
-	}
-	defer cons.Close()
-	got := 0
-	pollCtx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for got < n {
-		fetches := cons.PollFetches(pollCtx)
-		if err := fetches.Err0(); err != nil {
-			return fmt.Errorf("demo: consume through the broker: %w", err)
-		}
-		for _, r := range fetches.Records() {
-			if r.Offset != int64(got) || string(r.Value) != string(recs[got].Value) {
-				return fmt.Errorf("demo: the broker returned offset %d %q, want offset %d %q", r.Offset, r.Value, got, recs[got].Value)
-			}
-			got++
-		}
-	}
-	consumed := time.Since(t0)
-	cons.Close()
-	cl.Close()
-	sum.BrokerRecords = got
-	sum.BrokerProduceMBps = float64(size) / 1e6 / produced.Seconds()
-	sum.BrokerConsumeMBps = float64(size) / 1e6 / consumed.Seconds()
-	fmt.Fprintf(w, "   kgo (idempotent, lz4) produced %d records in %v (%.0f MB/s) and consumed them back in order in %v (%.0f MB/s)\n",
-		n, produced.Round(time.Millisecond), sum.BrokerProduceMBps, consumed.Round(time.Millisecond), sum.BrokerConsumeMBps)
-	if remoteSegs > 0 {
-		fmt.Fprintf(w, "   clicks is tiered (remote.storage.enable=true, local.retention.ms=0): offsets 0..%d came from %d segment(s) in the bucket, the rest from the active segment\n",
-			localStart-1, remoteSegs)
-	} else {
-		fmt.Fprintf(w, "   clicks is tiered (remote.storage.enable=true, local.retention.ms=0), but no segment of it closed yet: all came from the active segment\n")
-	}
-	fmt.Fprintf(w, "   through Kafka's wire protocol: Produce appends to a tierlog partition; Fetch sends local segments with sendfile, bucket ranges from ranged GETs\n\n")
-	return nil
-}
-
-// brokerStoreURL is the URL of the demo's bucket under demoBrokerPrefix,
-// for the broker's --store: the prefix appended to the URL's path (a
-// file:// directory, or an s3:// or minio:// key prefix), and for file://
-// create=true, since the prefix's directory does not exist yet. The demo
-// has opened storeURL, so it parses and holds no credentials.
-func brokerStoreURL(storeURL string) (string, error) {
-	u, err := url.Parse(storeURL)
-	if err != nil {
-		return "", fmt.Errorf("demo: %s: %w", storeurl.Redact(storeURL), err)
-	}
-	u.Path, u.RawPath = path.Join(u.Path, demoBrokerPrefix), ""
-	if strings.EqualFold(u.Scheme, "file") {
-		q := u.Query()
-		q.Set("create", "true")
-		u.RawQuery = q.Encode()
-	}
-	return u.String(), nil
-}
-
-// waitBrokerOffloaded waits, at most a minute, until the broker's
-// partition directory dir holds one segment (the active one) and the
-// manifest under prefix in store covers every offset below it: every
-// closed segment uploaded and its local copy deleted. It only reads: the
-// segment file names in dir and the committed manifest. It returns the
-// manifest's segments and the local log start (the active segment's base).
-func waitBrokerOffloaded(ctx context.Context, store *objstore.Store, prefix, dir string) (remoteSegs int, localStart int64, err error) {
-	wait, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	var bases []int64
-	var remoteEnd int64
-	for {
-		bases, err = brokerDirSegments(dir)
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return 0, 0, fmt.Errorf("demo: the broker's partition directory: %w", err)
-		}
-		if len(bases) == 1 {
-			m, err := tiered.ReadManifest(wait, store, prefix)
-			if err != nil && wait.Err() == nil {
-				return 0, 0, fmt.Errorf("demo: the broker's manifest under %s: %w", prefix, err)
-			}
-			if err == nil {
-				remoteEnd = 0
-				if len(m.Segments) > 0 {
-					remoteEnd = m.Segments[len(m.Segments)-1].LastOffset + 1
-				}
-				if remoteEnd >= bases[0] {
-					return len(m.Segments), bases[0], nil
-				}
-			}
-		}
-		select {
-		case <-wait.Done():
-			if ctx.Err() != nil {
-				return 0, 0, fmt.Errorf("demo: waiting for the broker's uploads: %w", ctx.Err())
-			}
-			return 0, 0, fmt.Errorf("demo: the broker did not upload clicks-0's segments within a minute: %s holds %d segment(s), the bucket's manifest under %s ends at offset %d",
-				dir, len(bases), prefix, remoteEnd)
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
 }
