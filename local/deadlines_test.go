@@ -12,6 +12,7 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/producerstate"
 	"github.com/tierlog/tierlog/record"
 	"github.com/tierlog/tierlog/timingwheel"
 )
@@ -608,5 +609,51 @@ func TestProducerExpiryDeadline(t *testing.T) {
 	}
 	if got := ids(); len(got) != 0 {
 		t.Fatalf("producers %v at the end, want none", got)
+	}
+}
+
+// TestRemoveExpiredProducers: a log without background work (opened on
+// its own, no Backend's BackgroundInterval) keeps its producers until the
+// embedder calls RemoveExpiredProducers, which removes those idle for
+// producer.id.expiration.ms and keeps the others.
+func TestRemoveExpiredProducers(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	dir := t.TempDir()
+	ps := producerstate.DefaultConfig()
+	ps.ProducerIDExpirationMs, ps.TransactionVerification = 60_000, false
+	l, err := local.Open(dir, local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1, Now: func() time.Time { return now },
+		ProducerState: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	produce := func(pid int64, seq int32) {
+		t.Helper()
+		var b record.Builder
+		hd := record.NewBatchHeader()
+		hd.ProducerID, hd.ProducerEpoch, hd.BaseSequence = pid, 0, seq
+		b.Reset(hd)
+		b.Append(now.UnixMilli(), nil, []byte("v"), nil)
+		bt, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(ctx, bt, backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	produce(1, 0)
+	now = now.Add(45 * time.Second)
+	produce(2, 0)
+	now = now.Add(30 * time.Second) // producer 1 idle 75 s, producer 2 30 s
+	if n := len(l.Producers()); n != 2 {
+		t.Fatalf("%d producers before the call, want 2: nothing removes them on its own", n)
+	}
+	n, err := l.RemoveExpiredProducers()
+	if err != nil || n != 1 {
+		t.Fatalf("RemoveExpiredProducers: %d, %v; want 1", n, err)
+	}
+	if ps := l.Producers(); len(ps) != 1 || ps[0].ProducerID != 2 {
+		t.Fatalf("producers left %+v, want producer 2 alone", ps)
 	}
 }
