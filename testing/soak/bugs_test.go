@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -130,22 +130,6 @@ func TestBugDeleteRecordsMidSegmentStopsLocalRetention(t *testing.T) {
 	}
 }
 
-// cancelAfterManifest is a Driver that cancels the caller's context once a
-// manifest put has succeeded: what a process killed right after the
-// manifest commit leaves.
-type cancelAfterManifest struct {
-	objstore.Driver
-	cancel context.CancelFunc
-}
-
-func (d *cancelAfterManifest) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	info, err := d.Driver.Put(ctx, key, body, size, opts)
-	if err == nil && strings.HasSuffix(key, "/"+tiered.ManifestName) && d.cancel != nil {
-		d.cancel()
-	}
-	return info, err
-}
-
 // TestBugManifestLogStartNotAppliedToLocalLog: tiered.DeleteRecordsBefore
 // commits the manifest's new LogStartOffset, then raises the local log's
 // log start. A process that stops between the two (killed, or its context
@@ -164,7 +148,7 @@ func TestBugManifestLogStartNotAppliedToLocalLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := &cancelAfterManifest{Driver: mem.New()}
+	drv := faultstore.Wrap(mem.New(), 0)
 	store := objstore.New(drv, "mem://bug", objstore.Options{})
 	dir := t.TempDir()
 	open := func() (*local.Backend, *tiered.Partition) {
@@ -187,10 +171,17 @@ func TestBugManifestLogStartNotAppliedToLocalLog(t *testing.T) {
 	if _, err := p.Offload(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// Cancel the caller's context once a manifest put has succeeded: what
+	// a process killed right after the manifest commit leaves.
 	ctx, cancel := context.WithCancel(context.Background())
-	drv.cancel = cancel
+	cut := drv.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: "/" + tiered.ManifestName, Every: 1, Fault: faultstore.Hook,
+		After: func(c faultstore.Call) {
+			if c.Err == nil {
+				cancel()
+			}
+		}})
 	err = p.DeleteRecordsBefore(ctx, 5) // the manifest commit lands, then the call is cut
-	drv.cancel = nil
+	cut.Remove()
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("DeleteRecordsBefore: %v, want it cut after the manifest commit", err)
 	}
@@ -310,22 +301,6 @@ func TestBugOffloadBringsBackDeletedRecords(t *testing.T) {
 	}
 }
 
-// loseManifestAnswer is a Driver whose manifest puts land but answer with
-// a retryable error, as when a connection drops after the server
-// committed: the writer cannot know the outcome.
-type loseManifestAnswer struct {
-	objstore.Driver
-	on bool
-}
-
-func (d *loseManifestAnswer) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	info, err := d.Driver.Put(ctx, key, body, size, opts)
-	if err == nil && d.on && strings.HasSuffix(key, "/"+tiered.ManifestName) {
-		return objstore.ObjectInfo{}, fmt.Errorf("%w: the answer was lost", objstore.ErrRetryable)
-	}
-	return info, err
-}
-
 // TestBugManifestLogStartNotAppliedAfterLostAnswer is the same bug as
 // TestBugManifestLogStartNotAppliedToLocalLog without a crash: a
 // DeleteRecordsBefore whose manifest commit lands but whose answer is
@@ -344,7 +319,7 @@ func TestBugManifestLogStartNotAppliedAfterLostAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := &loseManifestAnswer{Driver: mem.New()}
+	drv := faultstore.Wrap(mem.New(), 0)
 	p, err := tiered.Open(ctx, l, tiered.Options{Store: objstore.New(drv, "mem://bug", objstore.Options{MaxAttempts: 1}), Prefix: "t-0"})
 	if err != nil {
 		t.Fatal(err)
@@ -354,11 +329,15 @@ func TestBugManifestLogStartNotAppliedAfterLostAnswer(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	drv.on = true
+	// Manifest puts land but answer with a retryable error, as when a
+	// connection drops after the server committed: the writer cannot
+	// know the outcome.
+	lost := drv.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: "/" + tiered.ManifestName, Every: 1, Fault: faultstore.FailAfter,
+		Err: fmt.Errorf("%w: the answer was lost", objstore.ErrRetryable)})
 	if err := p.DeleteRecordsBefore(ctx, 5); !errors.Is(err, objstore.ErrRetryable) {
 		t.Fatalf("DeleteRecordsBefore with the answer lost: %v, want a retryable error", err)
 	}
-	drv.on = false
+	lost.Remove()
 	if _, err := p.Offload(ctx); err != nil { // reconciles: the commit had landed
 		t.Fatal(err)
 	}
@@ -429,35 +408,6 @@ func TestBugReopenForgetsLogStartPastTheBucket(t *testing.T) {
 	}
 }
 
-// cutBodies is a Driver whose segment bodies (".log" objects) end after
-// 100 bytes with an unexpected EOF, as a connection cut mid-body does.
-type cutBodies struct {
-	objstore.Driver
-	on bool
-}
-
-func (d *cutBodies) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, error) {
-	rc, info, err := d.Driver.Get(ctx, key, offset, length)
-	if err != nil || !d.on || !strings.HasSuffix(key, ".log") {
-		return rc, info, err
-	}
-	return &cutReader{ReadCloser: rc, left: 100}, info, nil
-}
-
-type cutReader struct {
-	io.ReadCloser
-	left int
-}
-
-func (r *cutReader) Read(p []byte) (int, error) {
-	if r.left <= 0 {
-		return 0, io.ErrUnexpectedEOF
-	}
-	n, err := r.ReadCloser.Read(p[:min(len(p), r.left)])
-	r.left -= n
-	return n, err
-}
-
 // TestBugRestoreCutBodiesNotRetryable: when a segment's body is cut short
 // restoreAttempts times in a row (faults on the network), tiered.Restore
 // gives up with an error that formats its cause with %v
@@ -473,7 +423,7 @@ func TestBugRestoreCutBodiesNotRetryable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	drv := &cutBodies{Driver: mem.New()}
+	drv := faultstore.Wrap(mem.New(), 0)
 	store := objstore.New(drv, "mem://bug", objstore.Options{})
 	l, err := local.Open(filepath.Join(t.TempDir(), "t-0"), local.Options{Config: cfg, LogStartOffset: -1, HighWatermark: -1})
 	if err != nil {
@@ -488,7 +438,9 @@ func TestBugRestoreCutBodiesNotRetryable(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Close()
-	drv.on = true
+	// Segment bodies (".log" objects) end after 100 bytes with an
+	// unexpected EOF, as a connection cut mid-body does.
+	drv.Add(faultstore.Rule{Op: objstore.OpGet, KeySuffix: ".log", Every: 1, Fault: faultstore.CutBody, AfterBytes: 100, Err: io.ErrUnexpectedEOF})
 	_, err = tiered.Restore(ctx, store, "t-0", filepath.Join(t.TempDir(), "t-0"), tiered.RestoreOptions{})
 	if err == nil {
 		t.Fatal("a restore whose every segment body is cut after 100 bytes succeeded")
