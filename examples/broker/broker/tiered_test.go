@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/objstore/s3"
 	"github.com/tierlog/tierlog/testing/crashchild"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/testing/s3server"
 	"github.com/tierlog/tierlog/tiered"
 )
@@ -146,49 +145,12 @@ func TestTieredCodecs(t *testing.T) {
 	}
 }
 
-// switchDriver is a bucket that can be taken down: every request then
-// fails as a refused connection would (retryably).
-type switchDriver struct {
-	objstore.Driver
-	down atomic.Bool
-}
-
-var errDown = fmt.Errorf("%w: dial tcp 127.0.0.1:9000: connection refused", objstore.ErrRetryable)
-
-func (d *switchDriver) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	if d.down.Load() {
-		return objstore.ObjectInfo{}, errDown
-	}
-	return d.Driver.Put(ctx, key, body, size, opts)
-}
-
-func (d *switchDriver) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, error) {
-	if d.down.Load() {
-		return nil, objstore.ObjectInfo{}, errDown
-	}
-	return d.Driver.Get(ctx, key, offset, length)
-}
-
-func (d *switchDriver) Head(ctx context.Context, key string) (objstore.ObjectInfo, error) {
-	if d.down.Load() {
-		return objstore.ObjectInfo{}, errDown
-	}
-	return d.Driver.Head(ctx, key)
-}
-
-func (d *switchDriver) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, bool, error) {
-	if d.down.Load() {
-		return nil, false, errDown
-	}
-	return d.Driver.List(ctx, prefix, startAfter, limit)
-}
-
-func (d *switchDriver) Delete(ctx context.Context, keys []string) error {
-	if d.down.Load() {
-		return errDown
-	}
-	return d.Driver.Delete(ctx, keys)
-}
+// bucketDown is a rule that takes the bucket down while on: every request
+// but an abort of stale uploads fails as a refused connection would
+// (retryably).
+var bucketDown = faultstore.Rule{Every: 1, Fault: faultstore.FailBefore,
+	Match: func(op objstore.Op, _ string) bool { return op != objstore.OpAbort },
+	Err:   fmt.Errorf("%w: dial tcp 127.0.0.1:9000: connection refused", objstore.ErrRetryable)}
 
 // fetchOnce sends one Fetch of topic-0 from offset and returns the
 // partition's error code and how many record bytes came back.
@@ -217,7 +179,9 @@ func fetchOnce(t *testing.T, cl *kgo.Client, topic string, offset int64) (code i
 // KAFKA_STORAGE_ERROR (retryable: kgo waits and retries) while the local
 // offsets are served; once it is back, everything is consumed.
 func TestTieredRestartAndBucketDown(t *testing.T) {
-	drv := &switchDriver{Driver: mem.New()}
+	drv := faultstore.Wrap(mem.New(), 0)
+	down := drv.Add(bucketDown)
+	down.SetEnabled(false)
 	store := objstore.New(drv, "mem://broker", objstore.Options{MaxAttempts: 1})
 	opts := tieredOptions(t.TempDir(), store)
 	b := startBroker(t, opts)
@@ -241,7 +205,7 @@ func TestTieredRestartAndBucketDown(t *testing.T) {
 			m.WriterEpoch, len(m.Segments), len(first.Segments), tp.Fenced())
 	}
 
-	drv.down.Store(true)
+	down.SetEnabled(true)
 	if code, _ := fetchOnce(t, cl, "tiered", 0); code != kerr.KafkaStorageError.Code {
 		t.Fatalf("fetch of offset 0 with the bucket down: error %d, want KAFKA_STORAGE_ERROR (%d)", code, kerr.KafkaStorageError.Code)
 	}
@@ -254,7 +218,7 @@ func TestTieredRestartAndBucketDown(t *testing.T) {
 		t.Fatalf("%d records consumed from a bucket that is down", len(recs))
 	}
 	cancel()
-	drv.down.Store(false)
+	down.SetEnabled(false)
 	for i, r := range consumeN(t, cons, 6000, time.Minute) {
 		if r.Offset != int64(i) || string(r.Value) != string(value(i)) {
 			t.Fatalf("offset %d holds %q, want offset %d %q", r.Offset, r.Value, i, value(i))
