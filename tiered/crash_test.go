@@ -1,9 +1,7 @@
 package tiered_test
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +14,7 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/fs"
 	"github.com/tierlog/tierlog/testing/crashchild"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -28,34 +27,18 @@ import (
 // crashRoles are the children this test binary runs (crashchild.Dispatch).
 var crashRoles = map[string]crashchild.Role{"offload-crash": crashChild}
 
-// killer is a Driver that kills the process around its k-th operation
-// (uploads run in parallel: KillAt counts them once each).
-type killer struct {
-	objstore.Driver
-	kill  *crashchild.KillAt
-	after bool
-}
-
-func (d *killer) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	if !d.after {
-		d.kill.Step()
+// killAround is a rule that kills the process around its k-th put or
+// delete, before or after the operation (uploads run in parallel: KillAt
+// counts them once each).
+func killAround(kill *crashchild.KillAt, after bool) faultstore.Rule {
+	r := faultstore.Rule{Every: 1, Fault: faultstore.Hook,
+		Match: func(op objstore.Op, _ string) bool { return op == objstore.OpPut || op == objstore.OpDelete }}
+	if after {
+		r.After = func(faultstore.Call) { kill.Step() }
+	} else {
+		r.Hook = func(objstore.Op, string) { kill.Step() }
 	}
-	info, err := d.Driver.Put(ctx, key, body, size, opts)
-	if d.after {
-		d.kill.Step()
-	}
-	return info, err
-}
-
-func (d *killer) Delete(ctx context.Context, keys []string) error {
-	if !d.after {
-		d.kill.Step()
-	}
-	err := d.Driver.Delete(ctx, keys)
-	if d.after {
-		d.kill.Step()
-	}
-	return err
+	return r
 }
 
 var crashCfg = map[string]string{"segment.bytes": "200000", "local.retention.ms": "0", "file.delete.delay.ms": "0",
@@ -73,7 +56,7 @@ func crashChild(args []string) int {
 	if err != nil {
 		panic(err)
 	}
-	store := objstore.New(&killer{Driver: d, kill: crashchild.NewKillAt(k), after: after}, "crash", objstore.Options{})
+	store := objstore.New(faultstore.Wrap(d, 0, killAround(crashchild.NewKillAt(k), after)), "crash", objstore.Options{})
 	b, err := local.OpenBackend(filepath.Join(root, "logs"), local.BackendOptions{})
 	if err != nil {
 		panic(err)
