@@ -7,11 +7,7 @@ package tiered_test
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,39 +15,9 @@ import (
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
-
-// reviewDriver lets a test block the next List of a prefix and fail
-// deletes.
-type reviewDriver struct {
-	objstore.Driver
-	mu         sync.Mutex
-	listHook   func(prefix string) // called (once) before the next List
-	failDelete atomic.Bool
-}
-
-func (d *reviewDriver) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, bool, error) {
-	d.mu.Lock()
-	h := d.listHook
-	d.listHook = nil
-	d.mu.Unlock()
-	if h != nil {
-		h(prefix)
-	}
-	return d.Driver.List(ctx, prefix, startAfter, limit)
-}
-
-func (d *reviewDriver) Delete(ctx context.Context, keys []string) error {
-	if d.failDelete.Load() {
-		return fmt.Errorf("%w: injected delete failure", objstore.ErrRetryable)
-	}
-	return d.Driver.Delete(ctx, keys)
-}
-
-func (d *reviewDriver) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, error) {
-	return d.Driver.Get(ctx, key, offset, length)
-}
 
 // openUploaded opens orders-0 on b as a tiered leader at epoch, produces n
 // records and waits until every closed segment is committed.
@@ -102,18 +68,18 @@ func missingObjects(t *testing.T, bucket interface {
 // from the deleted manifest, uploads and commits: the old deletion must
 // not remove what the new manifest names.
 func TestDeleteDoesNotRemoveRecreatedPartitionsObjects(t *testing.T) {
-	drv := &reviewDriver{Driver: mem.New()}
+	bucket := mem.New()
+	drv := faultstore.Wrap(bucket, 0)
 	store := objstore.New(drv, "mem://review-delete-race", objstore.Options{MaxAttempts: 1})
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
 	openUploaded(t, b, 1, 2000)
 
+	// The next List (Delete's, of the prefix) waits for release.
 	entered, release := make(chan struct{}), make(chan struct{})
-	drv.mu.Lock()
-	drv.listHook = func(prefix string) {
+	drv.Add(faultstore.Rule{Op: objstore.OpList, Nth: 1, Fault: faultstore.Hook, Hook: func(objstore.Op, string) {
 		close(entered)
 		<-release
-	}
-	drv.mu.Unlock()
+	}})
 	errc := make(chan error, 1)
 	go func() { errc <- b.Delete(ctx, "orders", 0) }()
 	select {
@@ -127,14 +93,14 @@ func TestDeleteDoesNotRemoveRecreatedPartitionsObjects(t *testing.T) {
 	// The topic is re-created while the old deletion is between its
 	// deleted-manifest commit and its object removal.
 	p2 := openUploaded(t, b, 1, 2000)
-	if missing := missingObjects(t, drv.Driver, p2.Manifest()); len(missing) != 0 {
+	if missing := missingObjects(t, bucket, p2.Manifest()); len(missing) != 0 {
 		t.Fatalf("before the old Delete finishes, the new partition already lacks %v", missing)
 	}
 	close(release)
 	if err := <-errc; err != nil {
 		t.Logf("old Delete: %v", err)
 	}
-	if missing := missingObjects(t, drv.Driver, p2.Manifest()); len(missing) != 0 {
+	if missing := missingObjects(t, bucket, p2.Manifest()); len(missing) != 0 {
 		t.Fatalf("the old partition's Delete removed %d objects the re-created partition's committed manifest (generation %d) names, e.g. %s: data loss",
 			len(missing), p2.Manifest().Generation, missing[0])
 	}
@@ -145,22 +111,23 @@ func TestDeleteDoesNotRemoveRecreatedPartitionsObjects(t *testing.T) {
 // deleted and the local directory gone, removes the objects (no partition
 // leads the prefix, so no service gc would).
 func TestDeleteRetryFinishesObjectRemoval(t *testing.T) {
-	drv := &reviewDriver{Driver: mem.New()}
+	bucket := mem.New()
+	drv := faultstore.Wrap(bucket, 0)
 	store := objstore.New(drv, "mem://review-delete-retry", objstore.Options{MaxAttempts: 1})
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
 	openUploaded(t, b, 1, 2000)
 
-	drv.failDelete.Store(true)
+	failDeletes := drv.Add(faultstore.Rule{Op: objstore.OpDelete, Every: 1, Fault: faultstore.FailBefore})
 	err := b.Delete(ctx, "orders", 0)
 	if err == nil {
 		t.Fatal("Delete succeeded with every object delete failing")
 	}
 	t.Logf("first Delete (object removal fails): %v", err)
-	drv.failDelete.Store(false)
+	failDeletes.Remove()
 
 	err2 := b.Delete(ctx, "orders", 0)
 	t.Logf("second Delete: %v", err2)
-	objs, _, _ := drv.Driver.List(ctx, "tl/orders-0/", "", 100000)
+	objs, _, _ := bucket.List(ctx, "tl/orders-0/", "", 100000)
 	if len(objs) != 1 {
 		t.Fatalf("after a retried Delete (err %v), %d objects remain under the deleted partition's prefix (want its deleted manifest only): the later Delete did not finish", err2, len(objs))
 	}
@@ -176,7 +143,7 @@ func TestDeleteRetryFinishesObjectRemoval(t *testing.T) {
 // is fenced (the manifest was born after the generation it knew), and
 // commits nothing of the deleted partition's records.
 func TestStaleWriterCannotClaimRecreatedPartition(t *testing.T) {
-	drv := &reviewDriver{Driver: mem.New()}
+	drv := mem.New()
 	store := objstore.New(drv, "mem://review-stale", objstore.Options{MaxAttempts: 1})
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
 	openUploaded(t, b, 1, 2000)
@@ -213,8 +180,7 @@ func TestStaleWriterCannotClaimRecreatedPartition(t *testing.T) {
 // directory.
 func TestRestartAfterDeletionDoesNotResurrect(t *testing.T) {
 	keep := []string{"segment.bytes", "65536", "retention.ms", "-1", "file.delete.delay.ms", "0", "remote.storage.enable", "true"}
-	drv := &reviewDriver{Driver: mem.New()}
-	store := objstore.New(drv, "mem://review-restart", objstore.Options{MaxAttempts: 1})
+	store := objstore.New(mem.New(), "mem://review-restart", objstore.Options{MaxAttempts: 1})
 	dir := t.TempDir()
 	b := openTieredBackend(t, dir, store, tiered.BackendOptions{})
 	openUploaded(t, b, 1, 2000, keep...)
