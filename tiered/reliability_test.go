@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +17,7 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -119,28 +119,26 @@ func TestLocalRetentionKeepsDivergedSegments(t *testing.T) {
 // protects them, the commit names objects that exist, and every record
 // reads back from the bucket after local retention.
 func TestGCDuringUpload(t *testing.T) {
-	drv := mem.New()
 	var gcRan bool
-	hooked := &hookDriver{Driver: drv}
-	store := objstore.New(hooked, "mem://gc-race", objstore.Options{})
+	drv := faultstore.Wrap(mem.New(), 0)
+	store := objstore.New(drv, "mem://gc-race", objstore.Options{})
 	c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "0", "file.delete.delay.ms", "0")
 	p := closedSegments(t, filepath.Join(t.TempDir(), "orders-0"), store, c, 2000)
 	defer p.Close()
 	want := batchesFrom(t, p, 0)
-	hooked.beforePut = func(key string) {
-		if strings.HasSuffix(key, "/manifest") && !gcRan {
-			gcRan = true
-			gone, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true, NoManifestOK: true})
-			if err != nil {
-				t.Errorf("gc: %v", err)
-			}
-			for _, k := range gone {
-				if !strings.HasSuffix(k, tiered.IntentSuffix) {
-					t.Errorf("gc removed %s, which a commit in flight names", k)
-				}
+	// gc runs before the next manifest put reaches the bucket.
+	drv.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: "/manifest", Nth: 1, Fault: faultstore.Hook, Hook: func(objstore.Op, string) {
+		gcRan = true
+		gone, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true, NoManifestOK: true})
+		if err != nil {
+			t.Errorf("gc: %v", err)
+		}
+		for _, k := range gone {
+			if !strings.HasSuffix(k, tiered.IntentSuffix) {
+				t.Errorf("gc removed %s, which a commit in flight names", k)
 			}
 		}
-	}
+	}})
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -237,19 +235,6 @@ func TestMissingManifestIsAnError(t *testing.T) {
 	if o := p.Offsets(); o.LogStart != 0 {
 		t.Fatalf("log start %d through the right prefix, want 0", o.LogStart)
 	}
-}
-
-// hookDriver calls beforePut before each Put reaches the driver.
-type hookDriver struct {
-	objstore.Driver
-	beforePut func(key string)
-}
-
-func (d *hookDriver) Put(c context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	if d.beforePut != nil {
-		d.beforePut(key)
-	}
-	return d.Driver.Put(c, key, body, size, opts)
 }
 
 // TestRemoteBatchWithChangedBaseOffset: a batch in the bucket whose base
@@ -417,34 +402,6 @@ func TestLocalRetentionBelowTheLogStart(t *testing.T) {
 	}
 }
 
-// slowManifestDriver holds the first manifest PUT after a segment upload
-// until its context ends (abandoned) or hold passes, and runs during()
-// meanwhile.
-type slowManifestDriver struct {
-	objstore.Driver
-	hold      time.Duration
-	during    func()
-	sawLog    atomic.Bool
-	held      atomic.Bool
-	abandoned atomic.Bool
-}
-
-func (d *slowManifestDriver) Put(c context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	if strings.HasSuffix(key, ".log") {
-		d.sawLog.Store(true)
-	}
-	if strings.HasSuffix(key, "/manifest") && d.sawLog.Load() && !d.held.Swap(true) {
-		d.during()
-		select {
-		case <-c.Done():
-			d.abandoned.Store(true)
-			return objstore.ObjectInfo{}, c.Err()
-		case <-time.After(d.hold):
-		}
-	}
-	return d.Driver.Put(c, key, body, size, opts)
-}
-
 // TestCommitEndsWithItsWindow: gc judges an upload intent dead once its
 // commit window and the clock skew margin have passed, and removes its
 // objects. A manifest PUT still in flight then (slow, retrying) must not
@@ -454,17 +411,30 @@ func TestCommitEndsWithItsWindow(t *testing.T) {
 	const window = 300 * time.Millisecond
 	var store *objstore.Store
 	var gone []string
-	drv := &slowManifestDriver{Driver: mem.New(), hold: 30 * time.Second}
-	drv.during = func() {
-		// gc, by a clock past the window and the skew margin.
-		g, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{CommitWindow: window, Now: func() time.Time {
-			return time.Now().Add(window + 5*time.Minute + time.Second)
+	var abandoned atomic.Bool
+	drv := faultstore.Wrap(mem.New(), 0)
+	// The first manifest PUT after a segment upload runs gc, then is held
+	// until its context ends (abandoned) or 30s pass.
+	held := drv.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: "/manifest", Nth: 1, Fault: faultstore.Hook,
+		Before: func(c context.Context, _ faultstore.Call) error {
+			// gc, by a clock past the window and the skew margin.
+			g, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{CommitWindow: window, Now: func() time.Time {
+				return time.Now().Add(window + 5*time.Minute + time.Second)
+			}})
+			if err != nil {
+				t.Errorf("gc: %v", err)
+			}
+			gone = g
+			select {
+			case <-c.Done():
+				abandoned.Store(true)
+				return c.Err()
+			case <-time.After(30 * time.Second):
+				return nil
+			}
 		}})
-		if err != nil {
-			t.Errorf("gc: %v", err)
-		}
-		gone = g
-	}
+	held.SetEnabled(false)
+	drv.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: ".log", Nth: 1, Fault: faultstore.Hook, Hook: func(objstore.Op, string) { held.SetEnabled(true) }})
 	store = objstore.New(drv, "mem://window", objstore.Options{MaxAttempts: 1})
 	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
 	if err != nil {
@@ -477,13 +447,13 @@ func TestCommitEndsWithItsWindow(t *testing.T) {
 	defer p.Close()
 	produce(t, p, 1000)
 	_, err = p.Offload(ctx)
-	if !drv.held.Load() || len(gone) == 0 {
+	if held.Fired() == 0 || len(gone) == 0 {
 		t.Fatalf("gc did not run during the commit (removed %v)", gone)
 	}
 	if !errors.Is(err, tiered.ErrCommitWindow) {
 		t.Fatalf("offload whose commit outlasted its window: %v; want ErrCommitWindow", err)
 	}
-	if !drv.abandoned.Load() {
+	if !abandoned.Load() {
 		t.Fatal("the held manifest PUT was not abandoned at the window's end: it waited out its hold")
 	}
 	// The next offload settles the lost commit and uploads again; every
