@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,58 +17,41 @@ import (
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/testing/s3server"
 	"github.com/tierlog/tierlog/tiered"
 )
 
-// switchDriver is a bucket that can be taken down: every request then
-// fails as a refused connection would (retryably).
+// bucketDown is a rule that takes the bucket down while on: every request
+// but an abort of stale uploads fails as a refused connection would
+// (retryably).
+var bucketDown = faultstore.Rule{Every: 1, Fault: faultstore.FailBefore,
+	Match: func(op objstore.Op, _ string) bool { return op != objstore.OpAbort },
+	Err:   fmt.Errorf("%w: dial tcp 127.0.0.1:9000: connection refused", objstore.ErrRetryable)}
+
+// recordPuts is a rule that gives onPut every successful put's key and
+// size.
+func recordPuts(onPut func(key string, size int64)) faultstore.Rule {
+	return faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.Hook, After: func(c faultstore.Call) {
+		if c.Err == nil {
+			onPut(c.Key, c.Size)
+		}
+	}}
+}
+
+// switchDriver gives onPut every successful put's key and size, as
+// recordPuts does; BenchmarkCopyQuota (bench_test.go) still builds it.
 type switchDriver struct {
 	objstore.Driver
-	down atomic.Bool
-	// onPut, when set, sees every successful put's key.
 	onPut func(key string, size int64)
 }
 
-var errDown = fmt.Errorf("%w: dial tcp 127.0.0.1:9000: connection refused", objstore.ErrRetryable)
-
 func (d *switchDriver) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	if d.down.Load() {
-		return objstore.ObjectInfo{}, errDown
-	}
 	info, err := d.Driver.Put(ctx, key, body, size, opts)
 	if err == nil && d.onPut != nil {
 		d.onPut(key, size)
 	}
 	return info, err
-}
-
-func (d *switchDriver) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, error) {
-	if d.down.Load() {
-		return nil, objstore.ObjectInfo{}, errDown
-	}
-	return d.Driver.Get(ctx, key, offset, length)
-}
-
-func (d *switchDriver) Head(ctx context.Context, key string) (objstore.ObjectInfo, error) {
-	if d.down.Load() {
-		return objstore.ObjectInfo{}, errDown
-	}
-	return d.Driver.Head(ctx, key)
-}
-
-func (d *switchDriver) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, bool, error) {
-	if d.down.Load() {
-		return nil, false, errDown
-	}
-	return d.Driver.List(ctx, prefix, startAfter, limit)
-}
-
-func (d *switchDriver) Delete(ctx context.Context, keys []string) error {
-	if d.down.Load() {
-		return errDown
-	}
-	return d.Driver.Delete(ctx, keys)
 }
 
 // fastManager runs the tiering service's periodic pass often, for tests.
@@ -201,7 +183,9 @@ func TestBackendTiersWithoutScheduling(t *testing.T) {
 // storage error and uploads wait; when the bucket returns, reads work and
 // the backlog uploads, without anyone asking.
 func TestBackendBucketDownAtStartup(t *testing.T) {
-	drv := &switchDriver{Driver: mem.New()}
+	drv := faultstore.Wrap(mem.New(), 0)
+	down := drv.Add(bucketDown)
+	down.SetEnabled(false)
 	store := objstore.New(drv, "mem://down", objstore.Options{MaxAttempts: 1, Timeout: time.Second})
 	dir := t.TempDir()
 	b, err := tiered.OpenBackend(dir, tiered.BackendOptions{Store: store, Prefix: "tl", Manager: fastManager})
@@ -221,7 +205,7 @@ func TestBackendBucketDownAtStartup(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	drv.down.Store(true)
+	down.SetEnabled(true)
 	b, err = tiered.OpenBackend(dir, tiered.BackendOptions{Store: store, Prefix: "tl", Manager: fastManager})
 	if err != nil {
 		t.Fatalf("a Backend needs its bucket to open: %v", err)
@@ -269,7 +253,7 @@ func TestBackendBucketDownAtStartup(t *testing.T) {
 		want[off] = data
 	}
 
-	drv.down.Store(false)
+	down.SetEnabled(false)
 	eventually(t, 10*time.Second, "the backlog did not upload once the bucket returned", func() bool {
 		n, _ := p.CopyLag()
 		return n == 0 && p.Attached()
@@ -294,14 +278,13 @@ func TestBackendBucketDownAtStartup(t *testing.T) {
 func TestBackendFairTurns(t *testing.T) {
 	var mu sync.Mutex
 	var order []string // partition of each .log uploaded, in order
-	drv := &switchDriver{Driver: mem.New()}
-	drv.onPut = func(key string, _ int64) {
+	drv := faultstore.Wrap(mem.New(), 0, recordPuts(func(key string, _ int64) {
 		if strings.HasSuffix(key, manifest.LogSuffix) {
 			mu.Lock()
 			order = append(order, strings.Split(key, "/")[1])
 			mu.Unlock()
 		}
-	}
+	}))
 	store := objstore.New(drv, "mem://fair", objstore.Options{})
 	m := fastManager
 	m.CopierThreads = 1
@@ -365,7 +348,10 @@ func TestBackendFairTurns(t *testing.T) {
 // then removes the local directory and every object under its prefix;
 // with the bucket down nothing is removed and the error is retryable.
 func TestBackendDeleteRemovesBucketData(t *testing.T) {
-	drv := &switchDriver{Driver: mem.New()}
+	bucket := mem.New()
+	drv := faultstore.Wrap(bucket, 0)
+	down := drv.Add(bucketDown)
+	down.SetEnabled(false)
 	store := objstore.New(drv, "mem://delete", objstore.Options{MaxAttempts: 1})
 	dir := t.TempDir()
 	b := openTieredBackend(t, dir, store, tiered.BackendOptions{})
@@ -378,7 +364,7 @@ func TestBackendDeleteRemovesBucketData(t *testing.T) {
 	produce(t, p, 2000)
 	eventually(t, 10*time.Second, "nothing uploaded", func() bool { n, _ := tp.CopyLag(); return n == 0 && tp.Manifest().Generation > 0 })
 	count := func(prefix string) int {
-		objs, _, _ := drv.Driver.List(ctx, prefix, "", 100000)
+		objs, _, _ := bucket.List(ctx, prefix, "", 100000)
 		return len(objs)
 	}
 	if count("tl/orders-0/") == 0 {
@@ -389,21 +375,21 @@ func TestBackendDeleteRemovesBucketData(t *testing.T) {
 	stale := open(t, filepath.Join(t.TempDir(), "orders-0"), objstore.New(drv, "mem://stale", objstore.Options{}), 5, cfg(t, "segment.bytes", "65536"))
 	defer stale.Close()
 
-	drv.down.Store(true)
+	down.SetEnabled(true)
 	if err := b.Delete(ctx, "orders", 0); !errors.Is(err, backend.ErrStorage) {
 		t.Fatalf("delete with the bucket down: %v", err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "orders-0")); err != nil {
 		t.Fatalf("a failed delete removed the local data: %v", err)
 	}
-	drv.down.Store(false)
+	down.SetEnabled(false)
 	if err := b.Delete(ctx, "orders", 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "orders-0")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the local directory is still there: %v", err)
 	}
-	objs, _, _ := drv.Driver.List(ctx, "tl/orders-0/", "", 100000)
+	objs, _, _ := bucket.List(ctx, "tl/orders-0/", "", 100000)
 	if len(objs) != 1 || objs[0].Key != "tl/orders-0/manifest" {
 		t.Fatalf("left under the deleted partition's prefix: %v (want its deleted manifest only)", objs)
 	}
@@ -443,8 +429,19 @@ func TestReaderPoolBounds(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// While on, every get of a .log waits until blocked closes.
 	blocked := make(chan struct{})
-	slow := &slowGetDriver{Driver: mem.New(), release: blocked}
+	slow := faultstore.Wrap(mem.New(), 0)
+	hold := slow.Add(faultstore.Rule{Op: objstore.OpGet, KeySuffix: manifest.LogSuffix, Every: 1, Fault: faultstore.Hook,
+		Before: func(ctx context.Context, _ faultstore.Call) error {
+			select {
+			case <-blocked:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	hold.SetEnabled(false)
 	store := objstore.New(slow, "mem://readers", objstore.Options{})
 	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, Readers: r, ChunkCacheBytes: -1, PrefetchBytes: -1})
 	if err != nil {
@@ -455,7 +452,7 @@ func TestReaderPoolBounds(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	slow.block.Store(true)
+	hold.SetEnabled(true)
 	errs := make(chan error, 3)
 	for range 3 {
 		go func() {
@@ -480,24 +477,6 @@ func TestReaderPoolBounds(t *testing.T) {
 	if st := r.Stats(); st.Rejected != 1 || st.Reading != 0 {
 		t.Fatalf("%+v", st)
 	}
-}
-
-// slowGetDriver holds every get of a .log until release closes, while block is set.
-type slowGetDriver struct {
-	objstore.Driver
-	block   atomic.Bool
-	release chan struct{}
-}
-
-func (d *slowGetDriver) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, error) {
-	if d.block.Load() && strings.HasSuffix(key, manifest.LogSuffix) {
-		select {
-		case <-d.release:
-		case <-ctx.Done():
-			return nil, objstore.ObjectInfo{}, ctx.Err()
-		}
-	}
-	return d.Driver.Get(ctx, key, offset, length)
 }
 
 func TestParseManagerConfig(t *testing.T) {
@@ -544,7 +523,7 @@ func TestBackendThousandPartitionsOverS3(t *testing.T) {
 	const parts, quota, threads = 1000, 4 << 20, 16
 	rec := &putRecorder{}
 	store := realStoreOn(t, s3server.SharedKind(t, s3server.VersityGW), "s3")
-	store = objstore.New(&switchDriver{Driver: store.Driver(), onPut: rec.onPut}, store.Name(), objstore.Options{})
+	store = objstore.New(faultstore.Wrap(store.Driver(), 0, recordPuts(rec.onPut)), store.Name(), objstore.Options{})
 	m := fastManager
 	m.TaskInterval = 500 * time.Millisecond
 	m.CopyBytesPerSecond = quota
