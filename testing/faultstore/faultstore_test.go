@@ -207,16 +207,19 @@ func TestHandles(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Added at run time, its counts start at zero: Nth 1 is the next match.
-	h := d.Add(faultstore.Rule{Op: objstore.OpPut, Nth: 1, Fault: faultstore.FailBefore})
+	once := d.Add(faultstore.Rule{Op: objstore.OpPut, Nth: 1, Fault: faultstore.FailBefore})
 	if err := put(d, "b", "x"); !errors.Is(err, objstore.ErrRetryable) {
 		t.Fatalf("the first put after Add: %v, want the injected error", err)
 	}
 	if err := put(d, "b", "x"); err != nil {
 		t.Fatalf("the second: %v (Nth 1 fires once)", err)
 	}
+	if once.Matched() != 2 || once.Fired() != 1 {
+		t.Fatalf("Nth 1 added after a put: matched %d, fired %d; want 2 and 1", once.Matched(), once.Fired())
+	}
 
 	// Off, a rule neither matches nor counts.
-	h = d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 2, Fault: faultstore.FailBefore})
+	h := d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 2, Fault: faultstore.FailBefore})
 	h.SetEnabled(false)
 	for range 3 {
 		if err := put(d, "c", "x"); err != nil {
