@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,21 +36,6 @@ func recordPuts(onPut func(key string, size int64)) faultstore.Rule {
 			onPut(c.Key, c.Size)
 		}
 	}}
-}
-
-// switchDriver gives onPut every successful put's key and size, as
-// recordPuts does; BenchmarkCopyQuota (bench_test.go) still builds it.
-type switchDriver struct {
-	objstore.Driver
-	onPut func(key string, size int64)
-}
-
-func (d *switchDriver) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
-	info, err := d.Driver.Put(ctx, key, body, size, opts)
-	if err == nil && d.onPut != nil {
-		d.onPut(key, size)
-	}
-	return info, err
 }
 
 // fastManager runs the tiering service's periodic pass often, for tests.

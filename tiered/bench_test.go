@@ -16,6 +16,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -288,7 +289,7 @@ func BenchmarkCopyQuota(b *testing.B) {
 	const parts, quota = 200, 4 << 20
 	for b.Loop() {
 		rec := &putRecorder{}
-		store := objstore.New(&switchDriver{Driver: mem.New(), onPut: rec.onPut}, "mem", objstore.Options{})
+		store := objstore.New(faultstore.Wrap(mem.New(), 0, recordPuts(rec.onPut)), "mem", objstore.Options{})
 		m := fastManager
 		m.CopyBytesPerSecond = quota
 		m.CopierThreads = 16
