@@ -32,7 +32,7 @@ type readAhead struct {
 // it is skipped, since the consumers' own reads keep the store busy and
 // read-ahead would add requests and evict ranges not yet read. Close
 // cancels it and waits for it.
-func (p *Partition) prefetch(v *view, seg manifest.Segment, end int64) {
+func (p *Partition) prefetch(v view, seg manifest.Segment, end int64) {
 	if p.opts.PrefetchBytes <= 0 || p.closed.Load() || !p.prefetching.CompareAndSwap(false, true) {
 		return
 	}

@@ -45,11 +45,11 @@ func (bucketTier) remote() bool { return true }
 // start is the log start while the bucket runs on into the local log
 // (before the manifest is read, the one the checkpoint recorded); at or
 // past the local start, the bucket serves nothing.
-func (bucketTier) start(v *view) int64 { return v.logStart() }
+func (bucketTier) start(v view) int64 { return v.logStart() }
 
 // read is step 1 of the two-step lookup: the manifest's segment holding
 // offset (or the next one), below end; readSegment does step 2.
-func (t bucketTier) read(ctx context.Context, v *view, offset, end int64, opts backend.ReadOptions) (backend.Records, bool, error) {
+func (t bucketTier) read(ctx context.Context, v view, offset, end int64, opts backend.ReadOptions) (backend.Records, bool, error) {
 	maxBytes := int64(opts.MaxBytes)
 	if maxBytes <= 0 {
 		maxBytes = 1 << 20
@@ -72,7 +72,7 @@ func (t bucketTier) read(ctx context.Context, v *view, offset, end int64, opts b
 
 // aborted reads the .txnindex of each segment from the one holding fetch
 // (fetched once and cached like the offset indexes).
-func (t bucketTier) aborted(ctx context.Context, v *view, acc []backend.AbortedTxn, fetch, upper, end int64) ([]backend.AbortedTxn, bool, error) {
+func (t bucketTier) aborted(ctx context.Context, v view, acc []backend.AbortedTxn, fetch, upper, end int64) ([]backend.AbortedTxn, bool, error) {
 	var found []producerstate.AbortedTxn
 	complete := false
 	for i, ok := v.m.Find(fetch); ok && !complete && i < len(v.m.Segments) && v.m.Segments[i].BaseOffset < end; i++ {
@@ -96,7 +96,7 @@ func (t bucketTier) aborted(ctx context.Context, v *view, acc []backend.AbortedT
 
 // offsetForTimestamp searches the segments by their largest timestamp,
 // then their remote time index.
-func (t bucketTier) offsetForTimestamp(ctx context.Context, v *view, ts, end int64) (int64, int64, bool, error) {
+func (t bucketTier) offsetForTimestamp(ctx context.Context, v view, ts, end int64) (int64, int64, bool, error) {
 	if ts == backend.MaxTimestamp {
 		if i := maxTimestampSegment(v, end); i >= 0 {
 			seg := v.m.Segments[i]
@@ -119,7 +119,7 @@ func (t bucketTier) offsetForTimestamp(ctx context.Context, v *view, ts, end int
 
 // maxTimestamp is the largest of the manifest's recorded segment
 // timestamps: no GET.
-func (bucketTier) maxTimestamp(_ context.Context, v *view, end int64) (int64, bool, error) {
+func (bucketTier) maxTimestamp(_ context.Context, v view, end int64) (int64, bool, error) {
 	if i := maxTimestampSegment(v, end); i >= 0 {
 		return v.m.Segments[i].MaxTimestamp, true, nil
 	}
@@ -128,7 +128,7 @@ func (bucketTier) maxTimestamp(_ context.Context, v *view, end int64) (int64, bo
 
 // maxTimestampSegment is the first segment below end, at or past the log
 // start, with the largest timestamp (-1: none).
-func maxTimestampSegment(v *view, end int64) int {
+func maxTimestampSegment(v view, end int64) int {
 	best := -1
 	for i, s := range v.m.Segments {
 		if s.BaseOffset < end && s.LastOffset >= v.m.LogStartOffset && (best < 0 || s.MaxTimestamp > v.m.Segments[best].MaxTimestamp) {
@@ -139,7 +139,7 @@ func maxTimestampSegment(v *view, end int64) int {
 }
 
 // epochs are the manifest's: each segment keeps its leader-epoch map.
-func (bucketTier) epochs(v *view, end int64, add func(int32, int64)) {
+func (bucketTier) epochs(v view, end int64, add func(int32, int64)) {
 	m := v.m
 	for _, s := range m.Segments {
 		if s.LastOffset < m.LogStartOffset || s.BaseOffset >= end {
@@ -186,7 +186,7 @@ func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffi
 
 // readSegment reads whole batches of seg from the one holding target.
 // found is false when no batch of seg holds target or a later offset.
-func (p *Partition) readSegment(ctx context.Context, v *view, seg manifest.Segment, target, maxBytes int64, opts backend.ReadOptions) (backend.Records, bool, error) {
+func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segment, target, maxBytes int64, opts backend.ReadOptions) (backend.Records, bool, error) {
 	l, found, err := p.locate(ctx, seg, target, maxBytes+readSlack)
 	if err != nil || !found {
 		return nil, false, err
@@ -247,7 +247,7 @@ func (p *Partition) readSegment(ctx context.Context, v *view, seg manifest.Segme
 // the time index entry only chooses where to start scanning; batches are
 // then read window by window (through locate) and records filtered by the
 // log start offset.
-func (p *Partition) remoteTimestamp(ctx context.Context, v *view, seg manifest.Segment, ts int64) (int64, int64, bool, error) {
+func (p *Partition) remoteTimestamp(ctx context.Context, v view, seg manifest.Segment, ts int64) (int64, int64, bool, error) {
 	tidx, err := p.remoteIndex(ctx, seg, manifest.TimeIndexSuffix)
 	if err != nil {
 		return 0, 0, false, err

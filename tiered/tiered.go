@@ -293,7 +293,7 @@ func (p *Partition) LocalSegments() []local.SegmentInfo { return p.local.Segment
 // (from the committed manifest, no GET) then the local log's.
 func (p *Partition) LeaderEpochs() []local.EpochEntry {
 	v := p.view()
-	return p.epochs(&v)
+	return p.epochs(v)
 }
 
 // Producers returns the producer state's producers (Kafka's
@@ -459,7 +459,7 @@ func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, 
 		}
 	}
 	v := p.view()
-	epochs := p.epochs(&v)
+	epochs := p.epochs(v)
 	leo := v.local.LogEnd
 	for i := len(epochs) - 1; i >= 0; i-- {
 		if epochs[i].Epoch <= epoch {

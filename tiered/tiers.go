@@ -24,7 +24,7 @@ import (
 type tier interface {
 	// start is the first offset the tier serves in v. A tier whose start
 	// is at or past the next one's holds nothing in v.
-	start(v *view) int64
+	start(v view) int64
 	// remote says the tier's reads wait on the network: they need the
 	// manifest read (attach), take a slot of the remote reader pool,
 	// count in the remote read metrics, and are refused to a replica's
@@ -36,23 +36,23 @@ type tier interface {
 	// every tier's end returns no records (found) or an out-of-range
 	// error from the last tier. errViewMoved says the tier's own offsets
 	// moved past the view.
-	read(ctx context.Context, v *view, offset, end int64, opts backend.ReadOptions) (recs backend.Records, found bool, err error)
+	read(ctx context.Context, v view, offset, end int64, opts backend.ReadOptions) (recs backend.Records, found bool, err error)
 	// aborted appends the aborted transactions that overlap [fetch,
 	// upper) from the tier's segments holding offsets from fetch below
 	// end; complete says that no later tier can add any (Kafka's
 	// collectAbortedTransactions stops there too).
-	aborted(ctx context.Context, v *view, acc []backend.AbortedTxn, fetch, upper, end int64) (out []backend.AbortedTxn, complete bool, err error)
+	aborted(ctx context.Context, v view, acc []backend.AbortedTxn, fetch, upper, end int64) (out []backend.AbortedTxn, complete bool, err error)
 	// offsetForTimestamp is backend.Partition.OffsetForTimestamp over the
 	// tier's offsets below end, for a timestamp ts >= 0 or
 	// backend.MaxTimestamp (the first record with the largest timestamp).
-	offsetForTimestamp(ctx context.Context, v *view, ts, end int64) (offset, timestamp int64, found bool, err error)
+	offsetForTimestamp(ctx context.Context, v view, ts, end int64) (offset, timestamp int64, found bool, err error)
 	// maxTimestamp is the largest timestamp of the tier's records below
 	// end as far as it knows without reading them (ok false: none), so a
 	// MAX_TIMESTAMP lookup asks only the tier that holds it.
-	maxTimestamp(ctx context.Context, v *view, end int64) (ts int64, ok bool, err error)
+	maxTimestamp(ctx context.Context, v view, end int64) (ts int64, ok bool, err error)
 	// epochs calls add with each leader epoch of the tier's offsets below
 	// end and the first offset written in it, oldest first.
-	epochs(v *view, end int64, add func(epoch int32, start int64))
+	epochs(v view, end int64, add func(epoch int32, start int64))
 }
 
 // errViewMoved says that a tier's offsets moved past the view a read
@@ -65,7 +65,7 @@ var errViewMoved = errors.New("tiered: the tier moved past the read's view")
 const viewTries = 4
 
 // span returns the offsets [start, end) tier i serves in v.
-func (p *Partition) span(v *view, i int) (start, end int64) {
+func (p *Partition) span(v view, i int) (start, end int64) {
 	start, end = p.tiers[i].start(v), int64(math.MaxInt64)
 	if i+1 < len(p.tiers) {
 		end = p.tiers[i+1].start(v)
@@ -76,7 +76,7 @@ func (p *Partition) span(v *view, i int) (start, end int64) {
 // tierOf returns the index of the tier that serves offset in v: the
 // newest whose start is at or below it (the oldest tier for an offset
 // below every start).
-func (p *Partition) tierOf(v *view, offset int64) int {
+func (p *Partition) tierOf(v view, offset int64) int {
 	for i := len(p.tiers) - 1; i > 0; i-- {
 		if start, end := p.span(v, i); offset >= start && start < end {
 			return i
@@ -99,7 +99,7 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 	for try := 1; ; try++ {
 		v := p.view()
 		var recs backend.Records
-		recs, err = p.readView(ctx, &v, offset, opts)
+		recs, err = p.readView(ctx, v, offset, opts)
 		if !errors.Is(err, errViewMoved) || try == viewTries {
 			return recs, err
 		}
@@ -110,11 +110,11 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 // a Read of offset now is remote (see tier.remote).
 func (p *Partition) ReadWaits(offset int64) bool {
 	v := p.view()
-	return offset >= v.logStart() && offset <= v.local.LogEnd && p.tiers[p.tierOf(&v, offset)].remote()
+	return offset >= v.logStart() && offset <= v.local.LogEnd && p.tiers[p.tierOf(v, offset)].remote()
 }
 
 // readView is Read from the view v.
-func (p *Partition) readView(ctx context.Context, v *view, offset int64, opts backend.ReadOptions) (backend.Records, error) {
+func (p *Partition) readView(ctx context.Context, v view, offset int64, opts backend.ReadOptions) (backend.Records, error) {
 	i := p.tierOf(v, offset)
 	t := p.tiers[i]
 	if offset < v.logStart() {
@@ -169,7 +169,7 @@ func (p *Partition) readView(ctx context.Context, v *view, offset int64, opts ba
 // readFrom walks the stack from tier i: each tier reads from offset (or
 // its start) below the next one's start, and hands on to the next where
 // it holds nothing more.
-func (p *Partition) readFrom(ctx context.Context, v *view, i int, offset int64, opts backend.ReadOptions) (backend.Records, error) {
+func (p *Partition) readFrom(ctx context.Context, v view, i int, offset int64, opts backend.ReadOptions) (backend.Records, error) {
 	for ; i < len(p.tiers); i++ {
 		start, end := p.span(v, i)
 		if start >= end {
@@ -187,7 +187,7 @@ func (p *Partition) readFrom(ctx context.Context, v *view, i int, offset int64, 
 // fetch up to upper overlaps, from tier i on down the stack until a tier
 // says no later one can add any (Kafka's collectAbortedTransactions over
 // both tiers), sorted by first offset.
-func (p *Partition) abortedFor(ctx context.Context, v *view, i int, fetch, upper int64) ([]backend.AbortedTxn, error) {
+func (p *Partition) abortedFor(ctx context.Context, v view, i int, fetch, upper int64) ([]backend.AbortedTxn, error) {
 	var out []backend.AbortedTxn
 	for ; i < len(p.tiers); i++ {
 		start, end := p.span(v, i)
@@ -235,20 +235,20 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 		}
 		return -1, -1, false, nil
 	case backend.MaxTimestamp:
-		return p.maxTimestampOffset(ctx, &v)
+		return p.maxTimestampOffset(ctx, v)
 	}
 	if ts < 0 {
 		return p.local.OffsetForTimestamp(ctx, ts) // latest, earliest-local: the local log's own
 	}
 	var off, rts int64
-	for i := p.tierOf(&v, v.logStart()); i < len(p.tiers); i++ {
-		start, end := p.span(&v, i)
+	for i := p.tierOf(v, v.logStart()); i < len(p.tiers); i++ {
+		start, end := p.span(v, i)
 		if start >= end {
 			continue
 		}
 		var found bool
 		var err error
-		if off, rts, found, err = p.tiers[i].offsetForTimestamp(ctx, &v, ts, end); err != nil || found {
+		if off, rts, found, err = p.tiers[i].offsetForTimestamp(ctx, v, ts, end); err != nil || found {
 			return off, rts, found, err
 		}
 	}
@@ -258,7 +258,7 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 // maxTimestampOffset answers MAX_TIMESTAMP over the stack: the first
 // record carrying the partition's largest timestamp, asked of the oldest
 // tier that holds it.
-func (p *Partition) maxTimestampOffset(ctx context.Context, v *view) (int64, int64, bool, error) {
+func (p *Partition) maxTimestampOffset(ctx context.Context, v view) (int64, int64, bool, error) {
 	best, bestTs := -1, int64(math.MinInt64)
 	for i := range p.tiers {
 		start, end := p.span(v, i)
@@ -282,7 +282,7 @@ func (p *Partition) maxTimestampOffset(ctx context.Context, v *view) (int64, int
 
 // epochs merges the stack's leader epochs in one view: each epoch once,
 // with the first offset written in it, from the oldest tier on.
-func (p *Partition) epochs(v *view) []local.EpochEntry {
+func (p *Partition) epochs(v view) []local.EpochEntry {
 	var out []local.EpochEntry
 	add := func(epoch int32, start int64) {
 		if n := len(out); n > 0 && epoch <= out[n-1].Epoch {
@@ -302,12 +302,15 @@ func (p *Partition) epochs(v *view) []local.EpochEntry {
 // end, and answers what it holds without the bucket.
 type localTier struct{ p *Partition }
 
-func (localTier) start(v *view) int64 { return v.local.LogStart }
-func (localTier) remote() bool        { return false }
+func (localTier) start(v view) int64 { return v.local.LogStart }
+func (localTier) remote() bool       { return false }
 
-func (t localTier) read(ctx context.Context, v *view, offset, _ int64, opts backend.ReadOptions) (backend.Records, bool, error) {
+func (t localTier) read(ctx context.Context, v view, offset, _ int64, opts backend.ReadOptions) (backend.Records, bool, error) {
 	recs, err := t.p.local.Read(ctx, offset, opts)
-	var oor *backend.OffsetOutOfRangeError
+	if err == nil {
+		return recs, true, nil
+	}
+	var oor *backend.OffsetOutOfRangeError // on the heap (errors.As): only on this path
 	switch {
 	case !errors.As(err, &oor):
 		return recs, true, err
@@ -321,7 +324,7 @@ func (t localTier) read(ctx context.Context, v *view, offset, _ int64, opts back
 	return nil, true, fmt.Errorf("%w: %w", errViewMoved, err)
 }
 
-func (t localTier) aborted(_ context.Context, _ *view, acc []backend.AbortedTxn, fetch, upper, _ int64) ([]backend.AbortedTxn, bool, error) {
+func (t localTier) aborted(_ context.Context, _ view, acc []backend.AbortedTxn, fetch, upper, _ int64) ([]backend.AbortedTxn, bool, error) {
 	more, _, err := t.p.segs.CollectAborted(fetch, upper)
 	if err != nil {
 		return nil, false, err
@@ -329,16 +332,16 @@ func (t localTier) aborted(_ context.Context, _ *view, acc []backend.AbortedTxn,
 	return append(acc, more...), true, nil
 }
 
-func (t localTier) offsetForTimestamp(ctx context.Context, _ *view, ts, _ int64) (int64, int64, bool, error) {
+func (t localTier) offsetForTimestamp(ctx context.Context, _ view, ts, _ int64) (int64, int64, bool, error) {
 	return t.p.local.OffsetForTimestamp(ctx, ts)
 }
 
-func (t localTier) maxTimestamp(ctx context.Context, _ *view, _ int64) (int64, bool, error) {
+func (t localTier) maxTimestamp(ctx context.Context, _ view, _ int64) (int64, bool, error) {
 	_, ts, found, err := t.p.local.OffsetForTimestamp(ctx, backend.MaxTimestamp)
 	return ts, found, err
 }
 
-func (t localTier) epochs(_ *view, _ int64, add func(int32, int64)) {
+func (t localTier) epochs(_ view, _ int64, add func(int32, int64)) {
 	for _, e := range t.p.local.LeaderEpochs() {
 		add(e.Epoch, e.StartOffset)
 	}

@@ -49,7 +49,7 @@ func (p *Partition) view() view {
 // offsets returns the partition's offsets in v: LogStart is the remote
 // start when old segments live in the bucket; LocalLogStart the local
 // one; TieredEnd the committed manifest's end (see tieredEnd).
-func (v *view) offsets() backend.Offsets {
+func (v view) offsets() backend.Offsets {
 	o := v.local
 	o.TieredEnd = tieredEnd(v.m, v.logStart())
 	o.LogStart = v.logStart()
@@ -58,7 +58,7 @@ func (v *view) offsets() backend.Offsets {
 }
 
 // logStart is the partition's log start in v.
-func (v *view) logStart() int64 {
+func (v view) logStart() int64 {
 	ls := v.local.LogStart
 	switch {
 	case !v.attached:
@@ -85,10 +85,10 @@ func (v *view) logStart() int64 {
 
 // inBucket reports whether offset is older than the local tier holds in
 // v: only the bucket can serve it (once attached).
-func (v *view) inBucket(offset int64) bool { return offset < v.local.LogStart }
+func (v view) inBucket(offset int64) bool { return offset < v.local.LogStart }
 
 // readBound is the first offset a read with isolation may not return.
-func (v *view) readBound(isolation backend.Isolation) int64 {
+func (v view) readBound(isolation backend.Isolation) int64 {
 	switch isolation {
 	case backend.ReadHighWatermark:
 		return v.local.HighWatermark
@@ -99,6 +99,6 @@ func (v *view) readBound(isolation backend.Isolation) int64 {
 }
 
 // outOfRange is the error for offset, in v's terms.
-func (v *view) outOfRange(offset int64) error {
+func (v view) outOfRange(offset int64) error {
 	return &backend.OffsetOutOfRangeError{Offset: offset, LogStart: v.logStart(), LogEnd: v.local.LogEnd}
 }
