@@ -105,7 +105,10 @@
 // The reference broker's Fetch (examples/broker/broker/fetch.go,
 // Broker.readFetch) calls backend.Partition.Read on each partition; it
 // asks ReadWaits only to run the reads that wait on the network side by
-// side. Then, each step below the one before, none going back up:
+// side. Then, each step below the one before, none going back up (but for
+// the one bounded step back to Read that errViewMoved takes: a first read
+// of the manifest, or a tier that moved past the view, makes Read take a
+// new view and start again, at most viewTries times):
 //
 //  1. Partition.Read (tiers.go) checks the partition is open and takes a
 //     view: the local offsets, then the manifest.
@@ -151,8 +154,10 @@
 // partition off the queue under it and call into the partition without
 // it. The caches' locks (lru.mu) are leaves: nothing is called under them
 // but their eviction callbacks, which take no lock. Readers take no lock
-// of the partition: a view loads atomics, and the remote reader pool is a
-// semaphore (a channel). A method named …Locked requires Partition.mu.
+// of the partition once it is attached: a view loads atomics, and the
+// remote reader pool is a semaphore (a channel); the first read that
+// needs the bucket takes attachMu to read the manifest. A method named
+// …Locked requires Partition.mu.
 //
 // # Failures
 //

@@ -1,7 +1,28 @@
 package tiered
 
-import "github.com/tierlog/tierlog/local"
+import (
+	"context"
+	"fmt"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+)
 
 // LocalOf returns the local log under p, for tests that look (and write)
 // beneath the partition: nothing outside the package's tests has it.
 func LocalOf(p *Partition) *local.Log { return p.local }
+
+// KeepMovingLocalTier makes every read of p's local tier report that the
+// tier moved past the read's view, as local retention racing every view
+// would. Call it before p is shared.
+func KeepMovingLocalTier(p *Partition) {
+	i := len(p.tiers) - 1
+	p.tiers[i] = movingTier{p.tiers[i]}
+}
+
+// movingTier is a tier whose offsets always moved past the view.
+type movingTier struct{ tier }
+
+func (movingTier) read(context.Context, view, int64, int64, backend.ReadOptions) (backend.Records, bool, error) {
+	return nil, true, fmt.Errorf("%w: %w", errViewMoved, &backend.OffsetOutOfRangeError{Offset: 0, LogStart: 0, LogEnd: 0})
+}

@@ -57,9 +57,11 @@ func (t bucketTier) read(ctx context.Context, v view, offset, end int64, opts ba
 	for i, ok := v.m.Find(offset); ok && i < len(v.m.Segments) && v.m.Segments[i].BaseOffset < end; i++ {
 		seg := v.m.Segments[i]
 		recs, found, err := t.p.readSegment(ctx, v, seg, max(offset, seg.BaseOffset), maxBytes, opts)
-		if errors.Is(err, objstore.ErrNotFound) && t.p.Manifest() != v.m {
+		if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) && !t.p.names(seg) {
 			// Retention committed past the view and deleted the segment
 			// under the read: a new view answers from the new manifest.
+			// A segment the committed manifest still names is missing
+			// from the bucket: a storage error, never retried away.
 			return nil, true, fmt.Errorf("%w: %w", errViewMoved, err)
 		}
 		if err != nil || found {
@@ -68,6 +70,17 @@ func (t bucketTier) read(ctx context.Context, v view, offset, end int64, opts ba
 		// Nothing at or after offset in this segment: the next one.
 	}
 	return nil, false, nil
+}
+
+// names reports whether the committed manifest names seg, the same
+// upload, with offsets at or above its log start.
+func (p *Partition) names(seg manifest.Segment) bool {
+	m := p.Manifest()
+	if seg.LastOffset < m.LogStartOffset {
+		return false
+	}
+	i, ok := m.Holding(seg.BaseOffset)
+	return ok && m.Segments[i].BaseOffset == seg.BaseOffset && m.Segments[i].ID == seg.ID
 }
 
 // aborted reads the .txnindex of each segment from the one holding fetch

@@ -595,6 +595,70 @@ func TestReadRacingRemoteRetention(t *testing.T) {
 	}
 }
 
+// TestReadWhileTiersKeepMoving: a read whose tier moves past every view
+// it takes (local retention racing each one) fails, after a bounded
+// number of views, with a retryable storage error (Kafka's
+// KAFKA_STORAGE_ERROR, which a client retries): never the moved tier's
+// out-of-range, which would send a consumer to reset an offset the
+// partition holds.
+func TestReadWhileTiersKeepMoving(t *testing.T) {
+	p := open(t, filepath.Join(t.TempDir(), "orders-0"), objstore.New(mem.New(), "mem://moving", objstore.Options{}), 1, cfg(t))
+	defer p.Close()
+	produce(t, p, 100)
+	tiered.KeepMovingLocalTier(p)
+	_, err := p.Read(ctx, 10, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+	if !errors.Is(err, backend.ErrStorage) || !errors.Is(err, objstore.ErrRetryable) || errors.Is(err, backend.ErrOffsetOutOfRange) {
+		t.Fatalf("a read under tiers that keep moving: %v; want a retryable storage error, not out of range", err)
+	}
+	if got := backend.KafkaCode(err); got != backend.CodeKafkaStorageError {
+		t.Fatalf("Kafka code %d, want KAFKA_STORAGE_ERROR (%d)", got, backend.CodeKafkaStorageError)
+	}
+}
+
+// TestReadOfAMissingNamedSegment: a segment the committed manifest names
+// is gone from the bucket while a read of it is on its way, and an
+// unrelated commit (an offload of a new segment) lands meanwhile. The 404
+// is a storage error naming the object: the view did not move past the
+// segment, so no new view is taken to retry it away.
+func TestReadOfAMissingNamedSegment(t *testing.T) {
+	var p *tiered.Partition
+	inner := mem.New()
+	var mu sync.Mutex
+	var hookErr error
+	fd := faultstore.Wrap(inner, 0, faultstore.Rule{Op: objstore.OpGet, KeyContains: "00000000000000000000-", KeySuffix: ".log", Every: 1, Fault: faultstore.Hook,
+		Hook: func(_ objstore.Op, key string) {
+			// Before each GET of it (a read that took a new view tries
+			// again), one more commit moves the manifest.
+			mu.Lock()
+			defer mu.Unlock()
+			if hookErr == nil {
+				hookErr = inner.Delete(ctx, []string{key}) // the bucket lost it
+			}
+			if hookErr == nil {
+				produce(t, p, 10_000)
+				_, hookErr = p.Offload(ctx) // an unrelated commit
+			}
+		}})
+	fd.SetEnabled(false)
+	c := cfg(t, "segment.bytes", "1048576", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	p = open(t, filepath.Join(t.TempDir(), "orders-0"), objstore.New(fd, "mem://lost", objstore.Options{}), 1, c)
+	defer p.Close()
+	produce(t, p, 20_000)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gen := p.Manifest().Generation
+	fd.SetEnabled(true)
+	_, err := p.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+	if hookErr != nil || p.Manifest().Generation == gen {
+		t.Fatalf("the hook: %v (manifest generation %d, was %d)", hookErr, p.Manifest().Generation, gen)
+	}
+	if !errors.Is(err, backend.ErrStorage) || !errors.Is(err, objstore.ErrNotFound) || errors.Is(err, backend.ErrOffsetOutOfRange) ||
+		!strings.Contains(err.Error(), "00000000000000000000-") || strings.Contains(err.Error(), "moved under") {
+		t.Fatalf("a read of a named segment missing from the bucket: %v; want the storage error of its 404", err)
+	}
+}
+
 // TestIndexCacheOnDisk: a partition reopened with the same cache directory
 // does not fetch a remote index again.
 func TestIndexCacheOnDisk(t *testing.T) {

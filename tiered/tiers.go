@@ -11,6 +11,7 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
 )
 
 // A tier holds a range of a partition's offsets and serves reads of it.
@@ -60,8 +61,10 @@ type tier interface {
 // locally (it is the bucket's now). Read takes a new view.
 var errViewMoved = errors.New("tiered: the tier moved past the read's view")
 
-// viewTries bounds the views one Read takes when local retention keeps
-// moving past them; each one moves the local start up by a segment.
+// viewTries bounds the views one Read takes: a new view follows the
+// first read of the manifest (attach), local retention moving past the
+// view, or bucket retention deleting a segment the view names. Past it,
+// Read fails with a retryable storage error.
 const viewTries = 4
 
 // span returns the offsets [start, end) tier i serves in v.
@@ -95,13 +98,19 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 	if err := p.checkOpen(); err != nil {
 		return nil, err
 	}
-	var err error
 	for try := 1; ; try++ {
-		v := p.view()
-		var recs backend.Records
-		recs, err = p.readView(ctx, v, offset, opts)
-		if !errors.Is(err, errViewMoved) || try == viewTries {
+		recs, err := p.readView(ctx, p.view(), offset, opts)
+		if !errors.Is(err, errViewMoved) {
 			return recs, err
+		}
+		if try == viewTries {
+			// The tiers kept moving under the read: a retryable storage
+			// error, never the moved tier's own answer (the local log's
+			// out-of-range would send a consumer to reset an offset the
+			// partition holds).
+			p.metrics.RemoteReadErrors.Add(1)
+			return nil, fmt.Errorf("%w: %w: tiered: a read of offset %d: the partition's tiers moved under %d views in a row (the last: %v)",
+				backend.ErrStorage, objstore.ErrRetryable, offset, viewTries, err)
 		}
 	}
 }
@@ -110,7 +119,7 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 // a Read of offset now is remote (see tier.remote).
 func (p *Partition) ReadWaits(offset int64) bool {
 	v := p.view()
-	return offset >= v.logStart() && offset <= v.local.LogEnd && p.tiers[p.tierOf(v, offset)].remote()
+	return offset >= v.logStart() && p.tiers[p.tierOf(v, offset)].remote()
 }
 
 // readView is Read from the view v.

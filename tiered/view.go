@@ -20,10 +20,11 @@ import (
 // them; loaded the other way round, a view could miss a segment both
 // tiers hold. What moves after the view was taken (an append, local
 // retention raising the local start, a new commit) is not in it: an
-// answer from a view is the answer at its moment, and the one race that
-// makes a view's answer impossible (the local tier dropping a segment
-// the view still reads locally) shows as an out-of-range from the local
-// log, which Read answers by taking one new view (see Read).
+// answer from a view is the answer at its moment. The races that make a
+// view's answer impossible (the local tier dropping a segment the view
+// still reads locally; bucket retention deleting a segment the view
+// names) come back as errViewMoved, and Read takes a new view, at most
+// viewTries in all (see Read).
 type view struct {
 	local    backend.Offsets    // the local tier's offsets
 	m        *manifest.Manifest // the bucket tier's committed manifest
