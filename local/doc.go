@@ -45,7 +45,9 @@
 //	records.go   the Records a Read returns (sendfile to sockets)
 //	retention.go retention, DeleteRecordsBefore, TruncateTo
 //	epochs.go    the leader epoch cache
-//	clean.go     SegmentHandle and Replacement: the door for tiered and compaction
+//	segments.go  Segments: the Log's face for tiered and compaction
+//	clean.go     SegmentHandle and Replacement, through that face
+//	segorder.go  SegmentOrder: the order rule every reader of a segment checks
 //	budget.go    the bound on closed segments' open files
 //	deadlines.go a log's timed work: flush.ms, retention, segment.ms, .deleted files
 //	scheduler.go the timing wheel and worker pool that run it

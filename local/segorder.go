@@ -53,7 +53,7 @@ func (o *SegmentOrder) Next() int64 { return o.prev + 1 }
 // record.ErrOffsetOrder at e's position, naming the segment's range.
 func (o *SegmentOrder) Check(e *record.Entry) error {
 	prev := o.prev
-	o.prev = max(o.prev, e.LastOffset)
+	o.prev = e.LastOffset
 	err := e.Follows(prev)
 	if err == nil && e.LastOffset > o.Last {
 		err = o.errorf(e, "offsets %d..%d run past the segment's last offset %d", e.BaseOffset, e.LastOffset, o.Last)
