@@ -2,6 +2,8 @@ package manifest
 
 import (
 	"errors"
+	"fmt"
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -199,6 +201,28 @@ func TestDocsBucketTables(t *testing.T) {
 		}
 		for kind, name := range rows {
 			t.Errorf("%s's bucket table has %q (kind %s), which the layout does not", doc, name, kind)
+		}
+	}
+}
+
+// TestSegmentNameFormat: the segment name builder writes what
+// fmt.Sprintf("%020d-%020d-%x%s") wrote, for every kind of offset, and a
+// layout's Segment key is its prefix, a slash and that name.
+func TestSegmentNameFormat(t *testing.T) {
+	id := [8]byte{0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 0xff}
+	for _, off := range []int64{0, 1, 9, 10, 4991, 1 << 31, 99999999999999999, math.MaxInt64, -1, math.MinInt64} {
+		for _, suffix := range []string{".log", ".index", ".timeindex", ".snapshot", ".leader-epoch-checkpoint", ".txnindex", ""} {
+			want := fmt.Sprintf("%020d-%020d-%x%s", off, off/2, id, suffix)
+			if got := segmentName(off, off/2, id, suffix); got != want {
+				t.Fatalf("segmentName(%d, %d, %x, %q) = %q, want %q", off, off/2, id, suffix, got, want)
+			}
+			s := Segment{BaseOffset: off, LastOffset: off / 2, ID: id}
+			for _, prefix := range []string{"", "tl/orders-0", strings.Repeat("p/", 100) + "t-0"} {
+				l := NewLayout(prefix)
+				if got, want := l.Segment(s, suffix), l.Join(want); got != want {
+					t.Fatalf("Layout(%q).Segment = %q, want %q", prefix, got, want)
+				}
+			}
 		}
 	}
 }

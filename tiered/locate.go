@@ -30,6 +30,7 @@ type located struct {
 	data         []byte
 	at           int64 // the batch's offset in data
 	entry        record.Entry
+	key          string // the segment's .log object
 }
 
 // whole reports whether the window holds the found batch whole.
@@ -52,6 +53,7 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 	oi := index.NewOffsetIndexView(idx, seg.BaseOffset)
 	l.indexEntry, l.indexSlot, l.indexEntries = oi.LookupSlot(target)
 	key := p.layout().Segment(seg, manifest.LogSuffix)
+	l.key = key
 	prevLast := seg.BaseOffset - 1
 	if l.indexSlot > 0 {
 		prevLast = oi.Entry(l.indexSlot - 1).Offset // offsets up to it come before the entry's position

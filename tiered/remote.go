@@ -211,7 +211,7 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 	// Take whole batches within MaxBytes (at least one with MinOneBatch),
 	// and check the one after them.
 	end, next, prevLast := l.at, target, l.entry.BaseOffset-1
-	key := p.layout().Segment(seg, manifest.LogSuffix)
+	key := l.key
 	checked := false // the batch at end was checked
 	for end < int64(len(l.data)) {
 		e, err := record.HeaderAt(l.data, end, int64(len(l.data)))
