@@ -561,21 +561,7 @@ func TestProducerExpiryDeadline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	produce := func(pid int64, seq int32) {
-		t.Helper()
-		var b record.Builder
-		hd := record.NewBatchHeader()
-		hd.ProducerID, hd.ProducerEpoch, hd.BaseSequence = pid, 0, seq
-		b.Reset(hd)
-		b.Append(h.clock.Now().UnixMilli(), nil, []byte("v"), nil)
-		bt, err := b.Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.Append(ctx, bt, backend.AppendOptions{AssignOffsets: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produce := func(pid int64, seq int32) { t.Helper(); appendIdempotent(t, l, pid, seq, h.clock.Now()) }
 	ids := func() []int64 {
 		var out []int64
 		for _, p := range l.Producers() {
@@ -627,21 +613,7 @@ func TestRemoveExpiredProducers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	produce := func(pid int64, seq int32) {
-		t.Helper()
-		var b record.Builder
-		hd := record.NewBatchHeader()
-		hd.ProducerID, hd.ProducerEpoch, hd.BaseSequence = pid, 0, seq
-		b.Reset(hd)
-		b.Append(now.UnixMilli(), nil, []byte("v"), nil)
-		bt, err := b.Build()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := l.Append(ctx, bt, backend.AppendOptions{AssignOffsets: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	produce := func(pid int64, seq int32) { t.Helper(); appendIdempotent(t, l, pid, seq, now) }
 	produce(1, 0)
 	now = now.Add(45 * time.Second)
 	produce(2, 0)
@@ -655,5 +627,23 @@ func TestRemoveExpiredProducers(t *testing.T) {
 	}
 	if ps := l.Producers(); len(ps) != 1 || ps[0].ProducerID != 2 {
 		t.Fatalf("producers left %+v, want producer 2 alone", ps)
+	}
+}
+
+// appendIdempotent appends one record of producer pid (epoch 0) at
+// sequence seq, timestamped at.
+func appendIdempotent(t *testing.T, l *local.Log, pid int64, seq int32, at time.Time) {
+	t.Helper()
+	var b record.Builder
+	hd := record.NewBatchHeader()
+	hd.ProducerID, hd.ProducerEpoch, hd.BaseSequence = pid, 0, seq
+	b.Reset(hd)
+	b.Append(at.UnixMilli(), nil, []byte("v"), nil)
+	bt, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append(ctx, bt, backend.AppendOptions{AssignOffsets: true}); err != nil {
+		t.Fatal(err)
 	}
 }
