@@ -46,11 +46,10 @@ func (l *located) whole() bool { return l.at+l.entry.Size <= int64(len(l.data)) 
 // offset (none past it); damage is backend.ErrCorruptRecord naming the
 // object and position.
 func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, window int64) (l located, found bool, err error) {
-	idx, err := p.remoteIndex(ctx, seg, manifest.IndexSuffix)
+	oi, err := p.remoteOffsetIndex(ctx, seg)
 	if err != nil {
 		return l, false, err
 	}
-	oi := index.NewOffsetIndexView(idx, seg.BaseOffset)
 	l.indexEntry, l.indexSlot, l.indexEntries = oi.LookupSlot(target)
 	key := p.layout().Segment(seg, manifest.LogSuffix)
 	l.key = key

@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/producerstate"
@@ -167,34 +168,65 @@ func (bucketTier) epochs(v view, end int64, add func(int32, int64)) {
 	}
 }
 
+// cachedIndex is one of a segment's small objects held in memory: its
+// bytes and, for its offset index, the parsed view step 2 of a lookup
+// searches, built once when the bytes arrive rather than at every read.
+type cachedIndex struct {
+	data    []byte
+	offsets *index.OffsetIndex // nil but for the .index
+}
+
+// newCachedIndex holds data, seg's object of suffix.
+func newCachedIndex(seg manifest.Segment, suffix string, data []byte) cachedIndex {
+	c := cachedIndex{data: data}
+	if suffix == manifest.IndexSuffix {
+		c.offsets = index.NewOffsetIndexView(data, seg.BaseOffset)
+	}
+	return c
+}
+
 // remoteIndex returns one of the segment's small objects (an index, its
 // .txnindex), from the cache or by one GET, checked against the size and
 // CRC-32C the manifest recorded.
 func (p *Partition) remoteIndex(ctx context.Context, seg manifest.Segment, suffix string) ([]byte, error) {
+	c, err := p.remoteObject(ctx, seg, suffix)
+	return c.data, err
+}
+
+// remoteOffsetIndex returns the segment's remote offset index, parsed.
+func (p *Partition) remoteOffsetIndex(ctx context.Context, seg manifest.Segment) (*index.OffsetIndex, error) {
+	c, err := p.remoteObject(ctx, seg, manifest.IndexSuffix)
+	return c.offsets, err
+}
+
+// remoteObject is remoteIndex, as the cache holds it.
+func (p *Partition) remoteObject(ctx context.Context, seg manifest.Segment, suffix string) (cachedIndex, error) {
 	key := p.layout().Segment(seg, suffix)
-	if b, ok := p.caches.indexes.get(key); ok {
-		return b, nil
+	if c, ok := p.caches.indexes.get(key); ok {
+		return c, nil
 	}
 	size, want := seg.Object(suffix)
 	valid := func(b []byte) bool { return int64(len(b)) == size && crc32.Checksum(b, castagnoli) == want }
 	if b, ok := p.caches.disk.get(key); ok && valid(b) {
-		p.caches.indexes.put(key, b)
-		return b, nil
+		c := newCachedIndex(seg, suffix, b)
+		p.caches.indexes.put(key, c)
+		return c, nil
 	}
 	var b []byte
 	if size > 0 {
 		var err error
 		if b, err = p.store.ReadAll(ctx, key, 0, size); err != nil {
-			return nil, fmt.Errorf("tiered: %w", err)
+			return cachedIndex{}, fmt.Errorf("tiered: %w", err)
 		}
 	}
 	if !valid(b) {
-		return nil, fmt.Errorf("%w: %s: %d bytes with CRC-32C 0x%08x, the manifest recorded %d and 0x%08x",
+		return cachedIndex{}, fmt.Errorf("%w: %s: %d bytes with CRC-32C 0x%08x, the manifest recorded %d and 0x%08x",
 			backend.ErrCorruptRecord, key, len(b), crc32.Checksum(b, castagnoli), size, want)
 	}
-	p.caches.indexes.put(key, b)
+	c := newCachedIndex(seg, suffix, b)
+	p.caches.indexes.put(key, c)
 	p.caches.disk.put(key, b)
-	return b, nil
+	return c, nil
 }
 
 // readSegment reads whole batches of seg from the one holding target.

@@ -21,8 +21,8 @@ import (
 // keys, which name their partition and upload, so partitions share one
 // safely.
 type Caches struct {
-	indexes *lru[string, []byte] // remote index objects by key
-	disk    *diskCache           // nil: none
+	indexes *lru[string, cachedIndex] // remote index objects by key
+	disk    *diskCache                // nil: none
 	chunks  *rangeCache
 }
 
@@ -50,7 +50,9 @@ func NewCaches(o CacheOptions) *Caches {
 	if o.ChunkBytes == 0 {
 		o.ChunkBytes = 64 << 20
 	}
-	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(b []byte) int64 { return int64(len(b)) }, nil),
+	// An offset index's parsed view adds its summary (one key per 32
+	// entries, about 3% of the bytes), not counted.
+	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(c cachedIndex) int64 { return int64(len(c.data)) }, nil),
 		chunks: newRangeCache(o.ChunkBytes)}
 	if o.IndexDir != "" {
 		if o.IndexDiskBytes <= 0 {
