@@ -73,10 +73,10 @@ func TestLostManifestIsRestored(t *testing.T) {
 		return k == 0 && tp.Offsets().LocalLogStart > 0
 	})
 	want := batchesFrom(t, tp, 0)
-	gen, manifestBytes := tp.Manifest().Generation, objectBytes(t, store, rollbackManifest)
-	if err := b.Close(); err != nil {
+	if err := b.Close(); err != nil { // no commit after this: the bucket holds still
 		t.Fatal(err)
 	}
+	gen, manifestBytes := tp.Manifest().Generation, objectBytes(t, store, rollbackManifest)
 	lose := func() {
 		t.Helper()
 		if err := store.Delete(ctx, rollbackManifest); err != nil {
