@@ -133,11 +133,11 @@ func (t bucketTier) offsetForTimestamp(ctx context.Context, v view, ts, end int6
 
 // maxTimestamp is the largest of the manifest's recorded segment
 // timestamps: no GET.
-func (bucketTier) maxTimestamp(_ context.Context, v view, end int64) (int64, bool, error) {
+func (bucketTier) maxTimestamp(_ context.Context, v view, end int64) (int64, int64, bool, error) {
 	if i := maxTimestampSegment(v, end); i >= 0 {
-		return v.m.Segments[i].MaxTimestamp, true, nil
+		return v.m.Segments[i].MaxTimestamp, -1, true, nil // its offset takes GETs: asked only of the best tier
 	}
-	return 0, false, nil
+	return 0, -1, false, nil
 }
 
 // maxTimestampSegment is the first segment below end, at or past the log

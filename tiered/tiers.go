@@ -48,17 +48,20 @@ type tier interface {
 	// backend.MaxTimestamp (the first record with the largest timestamp).
 	offsetForTimestamp(ctx context.Context, v view, ts, end int64) (offset, timestamp int64, found bool, err error)
 	// maxTimestamp is the largest timestamp of the tier's records below
-	// end as far as it knows without reading them (ok false: none), so a
-	// MAX_TIMESTAMP lookup asks only the tier that holds it.
-	maxTimestamp(ctx context.Context, v view, end int64) (ts int64, ok bool, err error)
+	// end as far as it knows without reading the bucket (ok false: none),
+	// so a MAX_TIMESTAMP lookup asks only the tier that holds it; offset
+	// is the first record carrying it when the tier found it on the way
+	// (-1: offsetForTimestamp finds it).
+	maxTimestamp(ctx context.Context, v view, end int64) (ts, offset int64, ok bool, err error)
 	// epochs calls add with each leader epoch of the tier's offsets below
 	// end and the first offset written in it, oldest first.
 	epochs(v view, end int64, add func(epoch int32, start int64))
 }
 
 // errViewMoved says that a tier's offsets moved past the view a read
-// was taken from: local retention dropped a segment the view still read
-// locally (it is the bucket's now). Read takes a new view.
+// was taken from (local retention dropped a segment the view still read
+// locally; bucket retention deleted one the view names), or that the
+// manifest was read for the first time. Read takes a new view.
 var errViewMoved = errors.New("tiered: the tier moved past the read's view")
 
 // viewTries bounds the views one Read takes: a new view follows the
@@ -268,22 +271,25 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 // record carrying the partition's largest timestamp, asked of the oldest
 // tier that holds it.
 func (p *Partition) maxTimestampOffset(ctx context.Context, v view) (int64, int64, bool, error) {
-	best, bestTs := -1, int64(math.MinInt64)
+	best, bestTs, bestOff := -1, int64(math.MinInt64), int64(-1)
 	for i := range p.tiers {
 		start, end := p.span(v, i)
 		if start >= end {
 			continue
 		}
-		ts, ok, err := p.tiers[i].maxTimestamp(ctx, v, end)
+		ts, off, ok, err := p.tiers[i].maxTimestamp(ctx, v, end)
 		if err != nil {
 			return 0, 0, false, err
 		}
 		if ok && (best < 0 || ts > bestTs) {
-			best, bestTs = i, ts
+			best, bestTs, bestOff = i, ts, off
 		}
 	}
-	if best < 0 {
+	switch {
+	case best < 0:
 		best = len(p.tiers) - 1 // none holds a record: the newest tier's answer
+	case bestOff >= 0:
+		return bestOff, bestTs, true, nil // found on the way: not asked twice
 	}
 	_, end := p.span(v, best)
 	return p.tiers[best].offsetForTimestamp(ctx, v, backend.MaxTimestamp, end)
@@ -345,9 +351,9 @@ func (t localTier) offsetForTimestamp(ctx context.Context, _ view, ts, _ int64) 
 	return t.p.local.OffsetForTimestamp(ctx, ts)
 }
 
-func (t localTier) maxTimestamp(ctx context.Context, _ view, _ int64) (int64, bool, error) {
-	_, ts, found, err := t.p.local.OffsetForTimestamp(ctx, backend.MaxTimestamp)
-	return ts, found, err
+func (t localTier) maxTimestamp(ctx context.Context, _ view, _ int64) (int64, int64, bool, error) {
+	off, ts, found, err := t.p.local.OffsetForTimestamp(ctx, backend.MaxTimestamp)
+	return ts, off, found, err
 }
 
 func (t localTier) epochs(_ view, _ int64, add func(int32, int64)) {
