@@ -452,13 +452,10 @@ func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, 
 		// for its latest epoch this way without the bucket.)
 		return p.local.EndOffsetForEpoch(ctx, epoch)
 	}
-	if _, remote := p.segs.RemoteLogStart(); remote {
-		// Epochs of offsets only the bucket holds are in the manifest.
-		if err := p.attach(ctx); err != nil {
-			return -1, -1, false, err
-		}
+	v, err := p.attachedView(ctx) // epochs of offsets only the bucket holds are in the manifest
+	if err != nil {
+		return -1, -1, false, err
 	}
-	v := p.view()
 	epochs := p.epochs(v)
 	leo := v.local.LogEnd
 	for i := len(epochs) - 1; i >= 0; i-- {

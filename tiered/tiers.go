@@ -229,14 +229,9 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 	if err := p.checkOpen(); err != nil {
 		return 0, 0, false, err
 	}
-	v := p.view()
-	if !v.attached && v.remoteStartOK {
-		// Old offsets live in the bucket: their timestamps are known once
-		// its manifest is read.
-		if err := p.attach(ctx); err != nil {
-			return 0, 0, false, err
-		}
-		v = p.view()
+	v, err := p.attachedView(ctx) // the bucket's timestamps are in its manifest and indexes
+	if err != nil {
+		return 0, 0, false, err
 	}
 	switch ts {
 	case backend.EarliestTimestamp:
@@ -259,7 +254,6 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 			continue
 		}
 		var found bool
-		var err error
 		if off, rts, found, err = p.tiers[i].offsetForTimestamp(ctx, v, ts, end); err != nil || found {
 			return off, rts, found, err
 		}

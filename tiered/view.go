@@ -1,6 +1,8 @@
 package tiered
 
 import (
+	"context"
+
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/manifest"
 )
@@ -45,6 +47,21 @@ func (p *Partition) view() view {
 		v.remoteStart, v.remoteStartOK = p.segs.RemoteLogStart()
 	}
 	return v
+}
+
+// attachedView takes a view in which the bucket's offsets are known:
+// when the local log's checkpoint says old offsets live in the bucket and
+// its manifest is not read yet, it reads it first (attach) and takes the
+// view after.
+func (p *Partition) attachedView(ctx context.Context) (view, error) {
+	v := p.view()
+	if v.attached || !v.remoteStartOK {
+		return v, nil
+	}
+	if err := p.attach(ctx); err != nil {
+		return view{}, err
+	}
+	return p.view(), nil
 }
 
 // offsets returns the partition's offsets in v: LogStart is the remote
