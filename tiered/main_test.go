@@ -59,10 +59,12 @@ func realStoreOn(t testing.TB, srv *s3server.Server, kind string) *objstore.Stor
 	var opts objstore.Options
 	if srv.Kind == s3server.MinIOCluster {
 		// Four MinIO processes on a busy 2-core machine lose write quorum
-		// for seconds at a time (503 SlowDownWrite); the defaults give up
-		// after 1.5 s of backoff. The battery tests tiered's semantics,
-		// not the cluster's availability (TestMinIOClusterNodeKill does).
-		opts = objstore.Options{MaxAttempts: 8, BaseBackoff: 200 * time.Millisecond, MaxBackoff: 5 * time.Second}
+		// for seconds at a time (503 SlowDownWrite; seen for over 10 s,
+		// each time at the MaxBytes clause's first put); the defaults give
+		// up after 1.5 s of backoff. The battery tests tiered's semantics,
+		// not the cluster's availability (TestMinIOClusterNodeKill does):
+		// it waits up to about 36 s of backoff.
+		opts = objstore.Options{MaxAttempts: 12, BaseBackoff: 200 * time.Millisecond, MaxBackoff: 5 * time.Second}
 	}
 	s := objstore.New(d, kind+"://"+bucket, opts)
 	t.Cleanup(func() { s.Close() })
