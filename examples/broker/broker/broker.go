@@ -181,6 +181,7 @@ type Broker struct {
 	state    *stateFile
 	ln       net.Listener
 	mem      *requestMemory // the bytes of requests in flight
+	bodies   bodyPool       // request buffers over keepBufferBytes, between requests
 	requests atomic.Int64   // requests read since Start (Stats)
 	// bufferBytes is the connections' buffers between requests (Stats).
 	bufferBytes atomic.Int64

@@ -125,11 +125,13 @@ func (c *conn) remoteHost() string {
 }
 
 // done ends the request being handled: its memory goes back to the
-// pool, and a large buffer is dropped.
+// pool, a large request buffer goes back to Broker.bodies, and a large
+// response buffer is dropped.
 func (c *conn) done() {
 	c.b.mem.release(c.held)
 	c.held = 0
 	if cap(c.body) > keepBufferBytes {
+		c.b.bodies.put(c.body)
 		c.body = nil
 	}
 	if cap(c.out) > keepBufferBytes {
@@ -208,10 +210,14 @@ func (c *conn) read() (*request, error) {
 	}
 	c.held = held
 	c.nc.SetReadDeadline(c.idleDeadline())
-	if cap(c.body) < int(n) {
+	switch {
+	case cap(c.body) >= int(n):
+		c.body = c.body[:n]
+	case n > keepBufferBytes:
+		c.body = c.b.bodies.get(int(n))
+	default:
 		c.body = make([]byte, n)
 	}
-	c.body = c.body[:n]
 	c.count()
 	if _, err := io.ReadFull(c.nc, c.body); err != nil {
 		return nil, err

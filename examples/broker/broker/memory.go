@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"math/bits"
 	"sync"
 )
 
@@ -102,4 +103,58 @@ func (b *Broker) Stats() Stats {
 	st.Requests = b.requests.Load()
 	st.ConnectionBufferBytes = b.bufferBytes.Load()
 	return st
+}
+
+// bodyPool holds request buffers larger than keepBufferBytes between
+// requests. A connection gives such a buffer back once its request is
+// answered and takes one for its next large request, so a client
+// producing 4 MiB requests reuses a few buffers instead of allocating
+// (and zeroing) 4 MiB a request, while an idle connection holds none.
+// What the pool holds is the runtime's to free (a sync.Pool is emptied
+// over two collections without use); what is in flight stays bounded by
+// requestMemory.
+//
+// Sizes are rounded up to a class, four a doubling (at most a quarter
+// more than asked), so requests of similar size share buffers.
+type bodyPool struct {
+	classes [bodyClasses]sync.Pool // of *[]byte
+}
+
+// bodyClasses covers keepBufferBytes (1 MiB) up to maxRequestBytes
+// (100 MiB, under 128 MiB): seven doublings of four classes.
+const bodyClasses = 7 * 4
+
+// bodyClass returns the class of a buffer for n bytes (n above
+// keepBufferBytes, at most maxRequestBytes) and the class's size.
+func bodyClass(n int) (class, size int) {
+	e := bits.Len(uint(n-1)) - 1 // 1<<e < n <= 1<<(e+1)
+	step := 1 << e / 4
+	q := (n + step - 1) / step // 5..8
+	return (e-bits.Len(keepBufferBytes)+1)*4 + q - 5, q * step
+}
+
+// get returns a buffer of length n from the pool, or a new one (at or
+// below keepBufferBytes, always a new one).
+func (p *bodyPool) get(n int) []byte {
+	if n <= keepBufferBytes {
+		return make([]byte, n)
+	}
+	class, size := bodyClass(n)
+	if b, ok := p.classes[class].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, size)
+}
+
+// put gives b, from get, back to the pool.
+func (p *bodyPool) put(b []byte) {
+	if cap(b) <= keepBufferBytes {
+		return
+	}
+	class, size := bodyClass(cap(b))
+	if size != cap(b) {
+		return // not one of the pool's
+	}
+	b = b[:0]
+	p.classes[class].Put(&b)
 }
