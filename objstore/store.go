@@ -467,10 +467,17 @@ func (s *Store) Head(ctx context.Context, key string) (ObjectInfo, error) {
 // List calls fn with every object under prefix in ascending key order,
 // page by page, until fn returns false.
 func (s *Store) List(ctx context.Context, prefix string, fn func(ObjectInfo) bool) error {
+	return s.ListAfter(ctx, prefix, "", fn)
+}
+
+// ListAfter is List of the objects under prefix whose keys sort after
+// startAfter ("" for all of them): a listing that resumes where an
+// earlier one ended costs only the pages past it.
+func (s *Store) ListAfter(ctx context.Context, prefix, startAfter string, fn func(ObjectInfo) bool) error {
 	if err := validatePrefix(prefix); err != nil {
 		return err
 	}
-	after := ""
+	after := startAfter
 	for {
 		var page []ObjectInfo
 		var more bool

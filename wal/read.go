@@ -1,0 +1,151 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// tailRead is how many bytes of an object's end one read of its footer
+// asks for: the footer of an object of up to about 1,000 partitions fits.
+const tailRead = 64 << 10
+
+// ReadFooter reads and checks the footer of the object at key, of size
+// bytes (from a List), in one ranged GET when the footer fits in the last
+// 64 KiB, else two.
+func ReadFooter(ctx context.Context, store *objstore.Store, key string, size int64) (Footer, error) {
+	n := min(size, tailRead)
+	tail, err := store.ReadAll(ctx, key, size-n, n)
+	if err != nil {
+		return Footer{}, err
+	}
+	flen, err := FooterLen(tail, size)
+	if err != nil {
+		return Footer{}, fmt.Errorf("%s: %w", key, err)
+	}
+	if need := int64(flen + trailerSize); need > n {
+		if tail, err = store.ReadAll(ctx, key, size-need, need); err != nil {
+			return Footer{}, err
+		}
+	}
+	f, err := DecodeFooter(tail, size)
+	if err != nil {
+		return Footer{}, fmt.Errorf("%s: %w", key, err)
+	}
+	return f, nil
+}
+
+// ReadObjectFooter reads the footer of the object at key, its size
+// found by a HEAD.
+func ReadObjectFooter(ctx context.Context, store *objstore.Store, key string) (Footer, int64, error) {
+	info, err := store.Head(ctx, key)
+	if err != nil {
+		return Footer{}, 0, err
+	}
+	f, err := ReadFooter(ctx, store, key, info.Size)
+	return f, info.Size, err
+}
+
+// ReadExtent reads an extent's bytes from the object at key with one
+// ranged GET and checks them against the extent's CRC-32C.
+func ReadExtent(ctx context.Context, store *objstore.Store, key string, e Extent) ([]byte, error) {
+	b, err := store.ReadAll(ctx, key, e.Position, int64(e.Size))
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckExtent(e, b); err != nil {
+		return nil, fmt.Errorf("%s: %w", key, err)
+	}
+	return b, nil
+}
+
+// Object is one WAL object as a scan finds it.
+type Object struct {
+	Key    string
+	Size   int64
+	Footer Footer
+}
+
+// errStop ends a Scan early without an error.
+var errStop = errors.New("wal: scan stopped")
+
+// Scan calls fn with each of writer w's objects whose sequence number is
+// above after, in order, their footers read and checked, until fn returns
+// false. An object whose key or footer does not check is an error naming
+// it (ErrCorrupt), as is a footer that names another writer or sequence
+// number than its key.
+func Scan(ctx context.Context, store *objstore.Store, l Layout, w WriterID, after uint64, fn func(Object) bool) error {
+	prefix, start := l.WriterPrefix(w), ""
+	if after > 0 {
+		start = l.Key(w, after)
+	}
+	var ferr error
+	err := store.ListAfter(ctx, prefix, start, func(info objstore.ObjectInfo) bool {
+		id, seq, err := l.Parse(info.Key)
+		if err != nil {
+			ferr = fmt.Errorf("%w: %v", ErrCorrupt, err)
+			return false
+		}
+		if seq <= after {
+			return true
+		}
+		f, err := ReadFooter(ctx, store, info.Key, info.Size)
+		if err != nil {
+			ferr = err
+			return false
+		}
+		if f.Writer != id || f.Sequence != seq {
+			ferr = fmt.Errorf("%w: %s holds the footer of writer %s sequence %d", ErrCorrupt, info.Key, f.Writer, f.Sequence)
+			return false
+		}
+		if !fn(Object{Key: info.Key, Size: info.Size, Footer: f}) {
+			ferr = errStop
+			return false
+		}
+		return true
+	})
+	if errors.Is(ferr, errStop) {
+		return nil
+	}
+	if ferr != nil {
+		return ferr
+	}
+	return err
+}
+
+// Located is a partition's extent in one object.
+type Located struct {
+	Key      string
+	Sequence uint64
+	Extent   Extent
+}
+
+// Tail returns the extents of each of tps in writer w's objects
+// numbered above after and below below (0: no bound), in order, each
+// partition's stopping at the first fence that names it: what w
+// acknowledged of them in that range. One scan serves every partition,
+// so a new leader of many partitions reads each footer once. Fences that
+// name none of a partition, and voided numbers, hold nothing of it.
+func Tail(ctx context.Context, store *objstore.Store, l Layout, w WriterID, after, below uint64, tps ...TopicPartition) (map[TopicPartition][]Located, error) {
+	out := make(map[TopicPartition][]Located, len(tps))
+	live := make(map[TopicPartition]bool, len(tps))
+	for _, tp := range tps {
+		live[tp] = true
+	}
+	err := Scan(ctx, store, l, w, after, func(o Object) bool {
+		if below > 0 && o.Footer.Sequence >= below {
+			return false
+		}
+		for tp := range live {
+			if o.Footer.Fences(tp) {
+				delete(live, tp)
+			} else if e, ok := o.Footer.Find(tp); ok {
+				out[tp] = append(out[tp], Located{Key: o.Key, Sequence: o.Footer.Sequence, Extent: e})
+			}
+		}
+		return len(live) > 0
+	})
+	return out, err
+}

@@ -1,0 +1,607 @@
+package wal
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// Defaults, with Inkless's names and meanings (inkless.produce.*).
+const (
+	// DefaultCommitInterval is produce.commit.interval.ms: an object is
+	// uploaded at most this long after its first append.
+	DefaultCommitInterval = 250 * time.Millisecond
+	// DefaultBufferMaxBytes is produce.buffer.max.bytes: an object is
+	// uploaded once it holds this many bytes.
+	DefaultBufferMaxBytes = 8 << 20
+)
+
+// Options configure a Writer.
+type Options struct {
+	// Root is the bucket prefix the objects go under ("" for the top).
+	Root string
+	// CommitInterval: an object is uploaded at most this long after its
+	// first append (default DefaultCommitInterval).
+	CommitInterval time.Duration
+	// BufferMaxBytes: an object is uploaded once it holds this many bytes
+	// (default DefaultBufferMaxBytes). Best effort: one append is never
+	// split, so an object may hold up to one append more.
+	BufferMaxBytes int
+	// MaxBufferedBytes bounds the bytes appended and not yet settled
+	// (durable or failed), across the object being filled and the one
+	// being uploaded: Append waits past it (default 4 × BufferMaxBytes).
+	MaxBufferedBytes int
+	// SettleBackoff is the wait between attempts to learn the outcome of
+	// an upload whose answer was lost while the bucket stays unreachable
+	// (default 1 s).
+	SettleBackoff time.Duration
+	// Logger receives a line for every fence met and every voided upload
+	// (default: discard).
+	Logger *slog.Logger
+	// OnUpload, when set, is called after each object settles (metrics).
+	OnUpload func(UploadEvent)
+}
+
+// UploadEvent reports one settled object.
+type UploadEvent struct {
+	Key      string
+	Sequence uint64
+	Bytes    int
+	Extents  int
+	Took     time.Duration
+	// Err is nil when the object is durable; else why its appends failed.
+	Err error
+}
+
+// Validate checks the options and fills defaults.
+func (o *Options) Validate() error {
+	if o.CommitInterval < 0 || o.BufferMaxBytes < 0 || o.MaxBufferedBytes < 0 || o.SettleBackoff < 0 {
+		return fmt.Errorf("wal: negative option (commit interval %v, buffer max bytes %d, max buffered bytes %d, settle backoff %v)",
+			o.CommitInterval, o.BufferMaxBytes, o.MaxBufferedBytes, o.SettleBackoff)
+	}
+	if o.CommitInterval == 0 {
+		o.CommitInterval = DefaultCommitInterval
+	}
+	if o.BufferMaxBytes == 0 {
+		o.BufferMaxBytes = DefaultBufferMaxBytes
+	}
+	if o.MaxBufferedBytes == 0 {
+		o.MaxBufferedBytes = 4 * o.BufferMaxBytes
+	}
+	if o.MaxBufferedBytes < o.BufferMaxBytes {
+		return fmt.Errorf("wal: max buffered bytes %d below buffer max bytes %d", o.MaxBufferedBytes, o.BufferMaxBytes)
+	}
+	if o.SettleBackoff == 0 {
+		o.SettleBackoff = time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Location is where an append became durable.
+type Location struct {
+	Writer   WriterID
+	Sequence uint64
+	Key      string
+	// Extent is the partition's extent in the object: the append's
+	// batches lie in it (with those of the partition's other appends
+	// that went into the same object).
+	Extent Extent
+}
+
+// Ack is the outcome of one append: Done is closed once it settles, and
+// then Err is nil (durable: Location says where) or why it failed
+// (ErrUploadFailed, ErrFenced, ErrPartitionFailed, ErrClosed). Every
+// append of a partition that went into one object shares its Ack.
+type Ack struct {
+	done chan struct{}
+	err  error
+	loc  Location
+}
+
+// Done is closed when the append has settled.
+func (a *Ack) Done() <-chan struct{} { return a.done }
+
+// Err is the append's outcome, once Done is closed.
+func (a *Ack) Err() error { <-a.done; return a.err }
+
+// Location is where the append is durable, once Done is closed and Err is
+// nil.
+func (a *Ack) Location() Location { <-a.done; return a.loc }
+
+// Wait waits for the append to settle or ctx to end.
+func (a *Ack) Wait(ctx context.Context) error {
+	select {
+	case <-a.done:
+		return a.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (a *Ack) settle(loc Location, err error) {
+	a.loc, a.err = loc, err
+	close(a.done)
+}
+
+// extentBuf is one partition's appends to an object being filled.
+type extentBuf struct {
+	data        []byte
+	first, last int64
+	ack         *Ack
+}
+
+// object is an object being filled or uploaded.
+type object struct {
+	parts   map[TopicPartition]*extentBuf
+	size    int
+	started time.Time
+	// settled is closed once every append in it has settled.
+	settled chan struct{}
+}
+
+// partState is a partition the writer refuses appends for until Reset.
+type partState struct {
+	err error // ErrUploadFailed (wrapped), or ErrFenced (wrapped)
+}
+
+// Writer gathers the appends of many partitions into shared objects and
+// uploads each with a create-only PUT at the writer's next sequence
+// number; see the package doc for the protocol. It is safe for
+// concurrent use. Appends of one partition settle in the order they were
+// made, and an append never settles durable after an earlier append of
+// its partition failed.
+type Writer struct {
+	store  *objstore.Store
+	layout Layout
+	id     WriterID
+	opts   Options
+
+	ctx    context.Context // the uploads'; cancelled by Close's deadline
+	cancel context.CancelFunc
+	kick   chan struct{} // cap 1: an object may be due
+	done   chan struct{} // closed when run returns
+
+	mu sync.Mutex
+	// open is the object being filled (nil: none); inflight the one
+	// being uploaded (nil: none).
+	open, inflight *object
+	// buffered is the bytes of open and inflight; space is closed and
+	// replaced whenever it drops.
+	buffered int
+	space    chan struct{}
+	// refused holds the partitions whose appends fail until Reset.
+	refused  map[TopicPartition]partState
+	flushReq bool
+	closing  bool
+	// seq is the next sequence number to upload at (owned by run; read
+	// under mu for Stats).
+	seq uint64
+}
+
+// NewWriter starts a writer with a new random id over store.
+func NewWriter(store *objstore.Store, opts Options) (*Writer, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	var id WriterID
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("wal: writer id: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	w := &Writer{
+		store: store, layout: NewLayout(opts.Root), id: id, opts: opts,
+		ctx: ctx, cancel: cancel,
+		kick: make(chan struct{}, 1), done: make(chan struct{}),
+		space: make(chan struct{}), refused: map[TopicPartition]partState{}, seq: 1,
+	}
+	go w.run()
+	return w, nil
+}
+
+// ID is the writer's id.
+func (w *Writer) ID() WriterID { return w.id }
+
+// Layout is the layout of the writer's keys.
+func (w *Writer) Layout() Layout { return w.layout }
+
+// NextSequence is the sequence number of the next object to upload.
+func (w *Writer) NextSequence() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seq
+}
+
+// Append adds batches of tp (one or more whole record batches, their
+// offsets first..last, above every offset of tp appended before since
+// the last Reset) to the object being filled, and returns its Ack. It
+// waits while MaxBufferedBytes are buffered (or until ctx ends). It fails
+// at once with ErrPartitionFailed or ErrFenced for a partition refused
+// until Reset, and with ErrClosed after Close. The writer copies batches.
+func (w *Writer) Append(ctx context.Context, tp TopicPartition, batches []byte, first, last int64) (*Ack, error) {
+	if len(batches) == 0 || first < 0 || last < first || len(batches) > 1<<30 {
+		return nil, fmt.Errorf("wal: append to %s of %d bytes at offsets %d..%d", tp, len(batches), first, last)
+	}
+	w.mu.Lock()
+	for {
+		if w.closing {
+			w.mu.Unlock()
+			return nil, ErrClosed
+		}
+		if st, ok := w.refused[tp]; ok {
+			w.mu.Unlock()
+			return nil, fmt.Errorf("%w: %s: %w", ErrPartitionFailed, tp, st.err)
+		}
+		if w.buffered == 0 || w.buffered+len(batches) <= w.opts.MaxBufferedBytes {
+			break
+		}
+		space := w.space
+		w.mu.Unlock()
+		select {
+		case <-space:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		w.mu.Lock()
+	}
+	defer w.mu.Unlock()
+	o := w.open
+	if o == nil {
+		o = &object{parts: map[TopicPartition]*extentBuf{}, started: time.Now(), settled: make(chan struct{})}
+		w.open = o
+		w.signal()
+	}
+	e := o.parts[tp]
+	if e == nil {
+		e = &extentBuf{first: first, last: -1, ack: &Ack{done: make(chan struct{})}}
+		o.parts[tp] = e
+	}
+	if first <= e.last {
+		return nil, fmt.Errorf("wal: append to %s at offset %d, not after its last %d", tp, first, e.last)
+	}
+	e.data = append(e.data, batches...)
+	e.last = last
+	o.size += len(batches)
+	w.buffered += len(batches)
+	if o.size >= w.opts.BufferMaxBytes {
+		w.signal()
+	}
+	return e.ack, nil
+}
+
+// signal wakes run. REQUIRES: mu held or not; never blocks.
+func (w *Writer) signal() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Reset lets tp append again after a failure or a fence: the caller has
+// truncated tp back to its durable end, or leads it again under a new
+// claim. Appends of tp still buffered are failed first (ErrPartitionFailed).
+func (w *Writer) Reset(tp TopicPartition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(tp, fmt.Errorf("%w: %s was reset", ErrPartitionFailed, tp))
+	delete(w.refused, tp)
+}
+
+// Forget fails tp's buffered appends (ErrPartitionFailed) and forgets
+// the partition: it was closed or deleted, or this Backend no longer
+// leads it.
+func (w *Writer) Forget(tp TopicPartition) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(tp, fmt.Errorf("%w: %s was closed", ErrPartitionFailed, tp))
+	delete(w.refused, tp)
+}
+
+// dropLocked fails tp's appends in the object being filled. REQUIRES: mu.
+func (w *Writer) dropLocked(tp TopicPartition, err error) {
+	if w.open == nil {
+		return
+	}
+	if e, ok := w.open.parts[tp]; ok {
+		delete(w.open.parts, tp)
+		w.open.size -= len(e.data)
+		w.releaseLocked(len(e.data))
+		e.ack.settle(Location{}, err)
+	}
+}
+
+// releaseLocked takes n bytes off buffered and wakes waiting appends.
+// REQUIRES: mu.
+func (w *Writer) releaseLocked(n int) {
+	if n == 0 {
+		return
+	}
+	w.buffered -= n
+	close(w.space)
+	w.space = make(chan struct{})
+}
+
+// Flush uploads what is buffered now and waits until it has settled (or
+// ctx ends). It returns nil when every append made before the call has
+// settled, whatever their outcomes: each Ack has its own.
+func (w *Writer) Flush(ctx context.Context) error {
+	w.mu.Lock()
+	var wait []chan struct{}
+	for _, o := range []*object{w.inflight, w.open} {
+		if o != nil {
+			wait = append(wait, o.settled)
+		}
+	}
+	w.flushReq = w.open != nil
+	w.mu.Unlock()
+	w.signal()
+	for _, c := range wait {
+		select {
+		case <-c:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// Close uploads what is buffered, waits for it to settle (until ctx
+// ends: then the upload in flight is abandoned and its appends fail with
+// ErrClosed, their outcome unknown to this writer), and stops. Appends
+// after Close fail with ErrClosed.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	w.closing = true
+	w.mu.Unlock()
+	w.signal()
+	select {
+	case <-w.done:
+		return nil
+	case <-ctx.Done():
+		w.cancel()
+		<-w.done
+		return ctx.Err()
+	}
+}
+
+// run uploads objects one at a time, in sequence order, until Close.
+func (w *Writer) run() {
+	defer close(w.done)
+	defer w.cancel()
+	for {
+		o := w.next()
+		if o == nil {
+			return
+		}
+		w.upload(o)
+	}
+}
+
+// next waits until the object being filled is due (full, old enough,
+// flushed or closing), takes it and returns it; nil once closing with
+// nothing left.
+func (w *Writer) next() *object {
+	for {
+		w.mu.Lock()
+		o := w.open
+		wait := time.Duration(-1)
+		if o == nil && w.closing {
+			w.mu.Unlock()
+			return nil
+		}
+		if o != nil {
+			wait = w.opts.CommitInterval - time.Since(o.started)
+			if o.size >= w.opts.BufferMaxBytes || w.flushReq || w.closing || wait <= 0 || len(o.parts) == 0 {
+				w.open, w.inflight, w.flushReq = nil, o, false
+				w.mu.Unlock()
+				return o
+			}
+		}
+		w.mu.Unlock()
+		var timer *time.Timer
+		var fire <-chan time.Time
+		if wait > 0 {
+			timer = time.NewTimer(wait)
+			fire = timer.C
+		}
+		select {
+		case <-w.kick:
+		case <-fire:
+		}
+		if timer != nil {
+			timer.Stop()
+		}
+	}
+}
+
+// outcome is what became of one put of an object.
+type outcome int
+
+const (
+	landed  outcome = iota // the object is durable
+	fenced                 // a fence holds the sequence number: see its footer
+	voided                 // this writer voided the number: nothing landed
+	unknown                // the writer stopped before it learned
+)
+
+// upload puts o at the next sequence numbers until its appends have all
+// settled: durable, fenced or failed.
+func (w *Writer) upload(o *object) {
+	start := time.Now()
+	for len(o.parts) > 0 {
+		seq := w.seq
+		key := w.layout.Key(w.id, seq)
+		body, f := w.seal(o, seq)
+		res, fence := w.put(key, seq, body)
+		w.mu.Lock()
+		w.seq = seq + 1
+		w.mu.Unlock()
+		switch res {
+		case landed:
+			for _, e := range f.Extents {
+				w.settle(o, e.TopicPartition, Location{Writer: w.id, Sequence: seq, Key: key, Extent: e}, nil)
+			}
+			w.report(key, seq, len(body), len(f.Extents), start, nil)
+		case fenced:
+			// The fence names the partitions claimed from this writer;
+			// their appends fail, and the others go again at the next
+			// number. A fence naming none voids the number only.
+			var claimed []TopicPartition
+			for _, e := range fence.Extents {
+				if _, ok := o.parts[e.TopicPartition]; ok {
+					claimed = append(claimed, e.TopicPartition)
+				}
+				w.refuse(e.TopicPartition, fmt.Errorf("%w: %s claimed at leader epoch %d (fence at %s)", ErrFenced, e.TopicPartition, fence.FenceEpoch, key))
+			}
+			w.opts.Logger.Warn("wal: fenced", "key", key, "claimed", len(fence.Extents), "epoch", fence.FenceEpoch)
+			for _, tp := range claimed {
+				w.settle(o, tp, Location{}, fmt.Errorf("%w: %s claimed at leader epoch %d (fence at %s)", ErrFenced, tp, fence.FenceEpoch, key))
+			}
+			w.report(key, seq, len(body), len(claimed), start, ErrFenced)
+		case voided, unknown:
+			err := fmt.Errorf("%w: %s: its sequence number was voided", ErrUploadFailed, key)
+			if res == unknown {
+				err = fmt.Errorf("%w: %s: the writer closed before the upload's outcome was known", ErrClosed, key)
+			}
+			for _, e := range f.Extents {
+				w.refuse(e.TopicPartition, err)
+				w.settle(o, e.TopicPartition, Location{}, err)
+			}
+			w.report(key, seq, len(body), len(f.Extents), start, err)
+			w.opts.Logger.Error("wal: upload failed", "key", key, "partitions", len(f.Extents), "err", err)
+		}
+	}
+	w.mu.Lock()
+	w.inflight = nil
+	w.mu.Unlock()
+	close(o.settled)
+}
+
+func (w *Writer) report(key string, seq uint64, n, extents int, start time.Time, err error) {
+	if w.opts.OnUpload != nil {
+		w.opts.OnUpload(UploadEvent{Key: key, Sequence: seq, Bytes: n, Extents: extents, Took: time.Since(start), Err: err})
+	}
+}
+
+// settle settles tp's appends in o and takes them out of it.
+func (w *Writer) settle(o *object, tp TopicPartition, loc Location, err error) {
+	e := o.parts[tp]
+	delete(o.parts, tp)
+	w.mu.Lock()
+	w.releaseLocked(len(e.data))
+	w.mu.Unlock()
+	e.ack.settle(loc, err)
+}
+
+// refuse fails tp's appends in the object being filled and every later
+// one until Reset: they follow offsets that did not become durable.
+func (w *Writer) refuse(tp TopicPartition, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(tp, fmt.Errorf("%w: %s: %w", ErrPartitionFailed, tp, err))
+	if _, ok := w.refused[tp]; !ok {
+		w.refused[tp] = partState{err: err}
+	}
+}
+
+// seal lays o out as an object at seq: its partitions' batches in
+// partition order, then the footer.
+func (w *Writer) seal(o *object, seq uint64) ([]byte, Footer) {
+	tps := make([]TopicPartition, 0, len(o.parts))
+	for tp := range o.parts {
+		tps = append(tps, tp)
+	}
+	slices.SortFunc(tps, func(a, b TopicPartition) int { return a.compare(b) })
+	f := Footer{Writer: w.id, Sequence: seq, CreatedMs: time.Now().UnixMilli(), Extents: make([]Extent, len(tps))}
+	body := make([]byte, 0, o.size+footerFixed+len(tps)*64+trailerSize)
+	for i, tp := range tps {
+		e := o.parts[tp]
+		f.Extents[i] = Extent{TopicPartition: tp, FirstOffset: e.first, LastOffset: e.last,
+			Position: int64(len(body)), Size: int32(len(e.data)), CRC: crc32.Checksum(e.data, castagnoli)}
+		body = append(body, e.data...)
+	}
+	return f.appendTo(body), f
+}
+
+// put puts body at key create-only and learns what became of it. A put
+// whose answer is an error may still have landed (or land later, from an
+// attempt still on the wire): put then voids the number with a fence of
+// its own, create-only, and whichever of the two the bucket holds is the
+// outcome. It keeps trying while the bucket is unreachable, until Close's
+// deadline.
+func (w *Writer) put(key string, seq uint64, body []byte) (outcome, Footer) {
+	err := w.putOnce(key, body)
+	if err == nil {
+		return landed, Footer{}
+	}
+	var void []byte
+	for attempt := 0; ; attempt++ {
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			res, f, rerr := w.whose(key, body, void)
+			if rerr == nil {
+				return res, f
+			}
+			err = rerr
+		}
+		if w.ctx.Err() != nil {
+			return unknown, Footer{}
+		}
+		w.opts.Logger.Warn("wal: upload outcome unknown; voiding its sequence number", "key", key, "attempt", attempt, "err", err)
+		if attempt > 0 {
+			select {
+			case <-time.After(w.opts.SettleBackoff):
+			case <-w.ctx.Done():
+				return unknown, Footer{}
+			}
+		}
+		if void == nil {
+			void, _ = EncodeFence(Footer{Writer: w.id, Sequence: seq, CreatedMs: time.Now().UnixMilli()})
+		}
+		if err = w.putOnce(key, void); err == nil {
+			return voided, Footer{}
+		}
+	}
+}
+
+func (w *Writer) putOnce(key string, body []byte) error {
+	_, err := w.store.Put(w.ctx, key, bytes.NewReader(body), int64(len(body)),
+		objstore.PutOptions{IfNoneMatch: true, CRC32C: crc32.Checksum(body, castagnoli), HasCRC32C: true})
+	return err
+}
+
+// whose reads the object that holds key and says whose it is: this
+// writer's data (an earlier attempt landed), its own void, or a fence.
+func (w *Writer) whose(key string, body, void []byte) (outcome, Footer, error) {
+	f, size, err := ReadObjectFooter(w.ctx, w.store, key)
+	if err != nil {
+		return 0, Footer{}, err
+	}
+	tail, err := w.store.ReadAll(w.ctx, key, max(0, size-int64(len(body))), min(size, int64(len(body))))
+	if err != nil {
+		return 0, Footer{}, err
+	}
+	switch {
+	case int64(len(body)) == size && bytes.Equal(tail, body):
+		return landed, f, nil
+	case void != nil && int64(len(void)) == size && bytes.Equal(tail, void):
+		return voided, f, nil
+	case f.Fence:
+		return fenced, f, nil
+	}
+	// Another writer's data under this writer's id: ids are random, so
+	// this is damage. None of this object's appends is there: they fail
+	// as if the number were voided.
+	w.opts.Logger.Error("wal: a sequence number holds an object this writer did not put", "key", key, "writer", f.Writer, "sequence", f.Sequence)
+	return voided, Footer{}, nil
+}

@@ -1,0 +1,335 @@
+package wal_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/faultstore"
+	"github.com/tierlog/tierlog/wal"
+)
+
+func memStore(t testing.TB, rules ...faultstore.Rule) (*objstore.Store, *faultstore.Driver) {
+	t.Helper()
+	return memStoreOver(t, mem.New(), rules...)
+}
+
+func memStoreOver(t testing.TB, inner objstore.Driver, rules ...faultstore.Rule) (*objstore.Store, *faultstore.Driver) {
+	t.Helper()
+	d := faultstore.Wrap(inner, 1, rules...)
+	s := objstore.New(d, "mem://", objstore.Options{Timeout: 2 * time.Second, MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond})
+	t.Cleanup(func() { s.Close() })
+	return s, d
+}
+
+func newWriter(t testing.TB, s *objstore.Store, opts wal.Options) *wal.Writer {
+	t.Helper()
+	if opts.Root == "" {
+		opts.Root = "root"
+	}
+	w, err := wal.NewWriter(s, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		w.Close(ctx)
+	})
+	return w
+}
+
+func waitAck(t testing.TB, a *wal.Ack) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := a.Wait(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal("an append never settled")
+	}
+	return err
+}
+
+var tpA, tpB = wal.TopicPartition{Topic: "a", Partition: 0}, wal.TopicPartition{Topic: "b", Partition: 1}
+
+// Appends of two partitions go into one object, each durable where its Ack
+// says, and read back byte for byte through the footer.
+func TestAppendFlushReadBack(t *testing.T) {
+	s, _ := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Hour})
+	ctx := context.Background()
+	a1, err := w.Append(ctx, tpA, []byte("a-batch-1"), 0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b1, _ := w.Append(ctx, tpB, []byte("b-batch"), 10, 10)
+	a2, _ := w.Append(ctx, tpA, []byte("a-batch-2"), 5, 9)
+	if a1 != a2 {
+		t.Fatal("two appends of one partition into one object have different Acks")
+	}
+	select {
+	case <-a1.Done():
+		t.Fatal("an append settled before its object was uploaded (commit interval of an hour, no flush)")
+	case <-time.After(20 * time.Millisecond):
+	}
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range []*wal.Ack{a1, b1} {
+		if err := waitAck(t, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	la, lb := a1.Location(), b1.Location()
+	if la.Key != lb.Key || la.Sequence != 1 || la.Writer != w.ID() {
+		t.Fatalf("locations %+v and %+v: one object, sequence 1, of writer %s expected", la, lb, w.ID())
+	}
+	if la.Extent.FirstOffset != 0 || la.Extent.LastOffset != 9 {
+		t.Fatalf("a-0's extent %+v, offsets 0..9 expected", la.Extent)
+	}
+	got, err := wal.ReadExtent(ctx, s, la.Key, la.Extent)
+	if err != nil || string(got) != "a-batch-1a-batch-2" {
+		t.Fatalf("a-0's extent reads %q, %v", got, err)
+	}
+	f, _, err := wal.ReadObjectFooter(ctx, s, la.Key)
+	if err != nil || len(f.Extents) != 2 {
+		t.Fatalf("footer %+v, %v", f, err)
+	}
+	if w.NextSequence() != 2 {
+		t.Fatalf("next sequence %d after one object, 2 expected", w.NextSequence())
+	}
+}
+
+// An object is uploaded once it holds BufferMaxBytes, and once
+// CommitInterval has passed since its first append.
+func TestUploadTriggers(t *testing.T) {
+	s, _ := memStore(t)
+	t.Run("size", func(t *testing.T) {
+		w := newWriter(t, s, wal.Options{Root: "size", CommitInterval: time.Hour, BufferMaxBytes: 100})
+		a, _ := w.Append(context.Background(), tpA, make([]byte, 60), 0, 0)
+		b, _ := w.Append(context.Background(), tpA, make([]byte, 60), 1, 1)
+		if err := waitAck(t, a); err != nil || a != b {
+			t.Fatalf("a full object: %v", err)
+		}
+	})
+	t.Run("interval", func(t *testing.T) {
+		w := newWriter(t, s, wal.Options{Root: "interval", CommitInterval: 30 * time.Millisecond})
+		a, _ := w.Append(context.Background(), tpA, []byte("x"), 0, 0)
+		if err := waitAck(t, a); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// Appends wait while MaxBufferedBytes are buffered, until ctx ends.
+func TestAppendWaitsForSpace(t *testing.T) {
+	s, d := memStore(t)
+	release := make(chan struct{})
+	d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.Hook, Before: func(ctx context.Context, c faultstore.Call) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Millisecond, BufferMaxBytes: 10, MaxBufferedBytes: 20})
+	ctx := context.Background()
+	first, _ := w.Append(ctx, tpA, make([]byte, 20), 0, 0) // uploading, held
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := w.Append(short, tpA, make([]byte, 5), 1, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("an append past MaxBufferedBytes = %v, want it to wait until its context ends", err)
+	}
+	close(release)
+	if err := waitAck(t, first); err != nil {
+		t.Fatal(err)
+	}
+	a, err := w.Append(ctx, tpA, make([]byte, 5), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitAck(t, a); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A put whose answer is lost but that landed is found again: the appends
+// are durable, and the number is not voided.
+func TestLostAnswerOfALandedPut(t *testing.T) {
+	s, d := memStore(t)
+	d.Add(faultstore.Rule{Op: objstore.OpPut, Nth: 1, Fault: faultstore.FailAfter})
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Millisecond})
+	a, _ := w.Append(context.Background(), tpA, []byte("x"), 0, 0)
+	if err := waitAck(t, a); err != nil {
+		t.Fatalf("a put that landed, its answer lost: %v", err)
+	}
+	if loc := a.Location(); loc.Sequence != 1 {
+		t.Fatalf("durable at sequence %d, 1 expected", loc.Sequence)
+	}
+}
+
+// A put that fails for good voids its number: its appends fail with
+// ErrUploadFailed, the partition refuses appends until Reset, and the
+// number holds a void that a late attempt can never replace.
+func TestFailedPutVoidsItsNumber(t *testing.T) {
+	s, d := memStore(t)
+	down := d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.FailBefore})
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Millisecond, SettleBackoff: time.Millisecond})
+	ctx := context.Background()
+	a, _ := w.Append(ctx, tpA, []byte("lost"), 0, 0)
+	time.Sleep(20 * time.Millisecond) // a few failed voids while the bucket is down
+	select {
+	case <-a.Done():
+		t.Fatal("an append settled while the bucket was down and its outcome unknown")
+	default:
+	}
+	down.Remove()
+	if err := waitAck(t, a); !errors.Is(err, wal.ErrUploadFailed) {
+		t.Fatalf("append = %v, want ErrUploadFailed", err)
+	}
+	if _, err := w.Append(ctx, tpA, []byte("next"), 1, 1); !errors.Is(err, wal.ErrPartitionFailed) {
+		t.Fatalf("an append after a failed one = %v, want ErrPartitionFailed until Reset", err)
+	}
+	b, err := w.Append(ctx, tpB, []byte("other"), 0, 0)
+	if err != nil {
+		t.Fatalf("another partition: %v", err)
+	}
+	w.Reset(tpA)
+	a2, err := w.Append(ctx, tpA, []byte("again"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range []*wal.Ack{a2, b} {
+		if err := waitAck(t, x); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if a2.Location().Sequence != 2 {
+		t.Fatalf("after a voided sequence 1 the next object is at %d, 2 expected", a2.Location().Sequence)
+	}
+	f, _, err := wal.ReadObjectFooter(ctx, s, w.Layout().Key(w.ID(), 1))
+	if err != nil || !f.Fence || len(f.Extents) != 0 {
+		t.Fatalf("sequence 1 holds %+v (%v), a void expected", f, err)
+	}
+	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 0, 0, tpA)
+	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Sequence != 2 {
+		t.Fatalf("tail of a-0 = %+v, %v: only sequence 2 expected", tails, err)
+	}
+}
+
+// A fence at the writer's next number fails the appends of the
+// partitions it names, and the writer puts the others at the number
+// after; the fenced partitions refuse appends until Reset.
+func TestFenceFailsClaimedPartitionsOnly(t *testing.T) {
+	s, _ := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Hour})
+	ctx := context.Background()
+	a, _ := w.Append(ctx, tpA, []byte("a0"), 0, 0)
+	w.Flush(ctx)
+	if err := waitAck(t, a); err != nil {
+		t.Fatal(err)
+	}
+	a1, _ := w.Append(ctx, tpA, []byte("a1"), 1, 1)
+	b1, _ := w.Append(ctx, tpB, []byte("b1"), 0, 0)
+	f, err := wal.Fence(ctx, s, w.Layout(), w.ID(), 0, 7, []wal.TopicPartition{tpA})
+	if err != nil || f != 2 {
+		t.Fatalf("Fence = %d, %v; the number after 1 expected", f, err)
+	}
+	w.Flush(ctx)
+	if err := waitAck(t, a1); !errors.Is(err, wal.ErrFenced) {
+		t.Fatalf("a claimed partition's append = %v, want ErrFenced", err)
+	}
+	if err := waitAck(t, b1); err != nil || b1.Location().Sequence != 3 {
+		t.Fatalf("another partition's append = %v at %d; durable at 3 expected", err, b1.Location().Sequence)
+	}
+	if _, err := w.Append(ctx, tpA, []byte("a2"), 2, 2); !errors.Is(err, wal.ErrFenced) {
+		t.Fatalf("an append of a claimed partition = %v, want ErrFenced", err)
+	}
+	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 0, f, tpA, tpB)
+	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Extent.LastOffset != 0 {
+		t.Fatalf("a-0's tail below the fence = %+v, %v: offset 0 only", tails[tpA], err)
+	}
+	// The writer leads a-0 again under a new claim.
+	w.Reset(tpA)
+	a3, err := w.Append(ctx, tpA, []byte("a1"), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Flush(ctx)
+	if err := waitAck(t, a3); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Fence aims past a writer that keeps taking the number it aimed at, and a
+// fence whose own answer was lost is found again.
+func TestFenceRacesAndLostAnswer(t *testing.T) {
+	inner := mem.New()
+	s, d := memStoreOver(t, inner)
+	l := wal.NewLayout("r")
+	id := wal.WriterID{7}
+	// The "writer" takes each number Fence aims at, three times.
+	taken := 0
+	d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.Hook, Before: func(ctx context.Context, c faultstore.Call) error {
+		if taken < 3 {
+			taken++
+			_, seq, _ := l.Parse(c.Key)
+			body, _ := wal.EncodeFence(wal.Footer{Writer: id, Sequence: seq})
+			_, err := inner.Put(ctx, c.Key, bytes.NewReader(body), int64(len(body)), objstore.PutOptions{IfNoneMatch: true})
+			return err
+		}
+		return nil
+	}})
+	d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.FailAfter})
+	seq, err := wal.Fence(context.Background(), s, l, id, 0, 1, []wal.TopicPartition{tpA})
+	if err != nil || seq != 4 {
+		t.Fatalf("Fence = %d, %v; 4 expected after three numbers taken", seq, err)
+	}
+}
+
+// A writer's Close uploads what is buffered; appends after fail.
+func TestClose(t *testing.T) {
+	s, _ := memStore(t)
+	w, err := wal.NewWriter(s, wal.Options{CommitInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := w.Append(context.Background(), tpA, []byte("x"), 0, 0)
+	if err := w.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := waitAck(t, a); err != nil {
+		t.Fatalf("an append before Close: %v", err)
+	}
+	if _, err := w.Append(context.Background(), tpA, []byte("y"), 1, 1); !errors.Is(err, wal.ErrClosed) {
+		t.Fatalf("append after Close = %v", err)
+	}
+}
+
+func TestOptionsValidate(t *testing.T) {
+	for _, o := range []wal.Options{{CommitInterval: -1}, {BufferMaxBytes: 100, MaxBufferedBytes: 50}} {
+		if err := o.Validate(); err == nil {
+			t.Fatalf("%+v validated", o)
+		}
+	}
+	var o wal.Options
+	if err := o.Validate(); err != nil || o.CommitInterval != wal.DefaultCommitInterval || o.BufferMaxBytes != wal.DefaultBufferMaxBytes {
+		t.Fatalf("defaults %+v, %v", o, err)
+	}
+}
+
+func ExampleWriter() {
+	store := objstore.New(mem.New(), "mem://", objstore.Options{})
+	w, _ := wal.NewWriter(store, wal.Options{Root: "cluster"})
+	ack, _ := w.Append(context.Background(), wal.TopicPartition{Topic: "orders", Partition: 0}, []byte("record batches"), 0, 9)
+	w.Flush(context.Background())
+	fmt.Println(ack.Err(), ack.Location().Sequence)
+	w.Close(context.Background())
+	// Output: <nil> 1
+}
