@@ -35,10 +35,24 @@
 //	logStartOffset     varint   (the partition's remote log start)
 //	flags              uvarint  (v2) bit 0: the partition is deleted (no
 //	                   segments; its objects are being removed); bit 1: born
-//	                   follows; other bits must be 0 (a reader refuses a
-//	                   manifest with a bit it does not know)
+//	                   follows; bit 2: wal follows; other bits must be 0 (a
+//	                   reader refuses a manifest with a bit it does not
+//	                   know)
 //	born               uvarint  (v2, only with flags bit 1) the generation
 //	                   this incarnation of the partition started at
+//	wal                (v2, only with flags bit 2) where a diskless
+//	                   partition's data beyond its segments lies:
+//	  writer           8 bytes  the WAL writer that leads it
+//	  after            uvarint  its objects above this number may hold it
+//	  count            uvarint  extents in earlier writers' objects, in
+//	                   offset order, each:
+//	    writer         8 bytes
+//	    sequence       uvarint
+//	    position       uvarint
+//	    size           uvarint
+//	    firstOffset    uvarint
+//	    span           uvarint  (lastOffset - firstOffset)
+//	    crc            uint32   CRC-32C of the extent's bytes
 //	count              uvarint
 //	count segments, each:
 //	  flags            byte     (bit 0: a gap precedes this segment)
@@ -99,8 +113,40 @@ var magic = [4]byte{'T', 'L', 'M', 'F'}
 const (
 	flagDeleted = 1
 	flagBorn    = 2
-	knownFlags  = flagDeleted | flagBorn
+	flagWAL     = 4
+	knownFlags  = flagDeleted | flagBorn | flagWAL
 )
+
+// WAL is where a diskless partition's data beyond its segments lies (see
+// package wal): in the objects of Writer numbered above After, and before
+// them in Extents, read from earlier writers' objects when Writer claimed
+// the partition.
+type WAL struct {
+	Writer  [8]byte
+	After   uint64
+	Extents []WALExtent
+}
+
+// WALExtent is a partition's extent in one WAL object.
+type WALExtent struct {
+	Writer                  [8]byte
+	Sequence                uint64
+	Position, Size          int64
+	FirstOffset, LastOffset int64
+	CRC                     uint32
+}
+
+// validate checks the extents' order.
+func (w *WAL) validate() error {
+	prev := int64(-1)
+	for i, e := range w.Extents {
+		if e.Sequence == 0 || e.Position < 0 || e.Size <= 0 || e.Size > math.MaxInt32 || e.FirstOffset <= prev || e.LastOffset < e.FirstOffset {
+			return fmt.Errorf("%w: WAL extent %d (sequence %d, offsets %d..%d, size %d) out of order", ErrInvalid, i, e.Sequence, e.FirstOffset, e.LastOffset, e.Size)
+		}
+		prev = e.LastOffset
+	}
+	return nil
+}
 
 // minEntryBytes is the smallest encoded segment: flags, nine one-byte
 // varints, the id and three CRCs. Used to cap the count before allocating.
@@ -208,7 +254,10 @@ type Manifest struct {
 	// from (see tiered's claim), or 0 for a partition never deleted. A
 	// writer that last read a generation below Born knew a deleted
 	// incarnation of the partition, and must not write into this one.
-	Born     uint64
+	Born uint64
+	// WAL is set for a diskless partition: where its data beyond its
+	// segments lies.
+	WAL      *WAL
 	Segments []Segment
 
 	// prefixMaxTs[i] is the largest MaxTimestamp of Segments[0..i]; it
@@ -256,6 +305,11 @@ func (m *Manifest) Validate() error {
 	if m.Born > m.Generation {
 		return fmt.Errorf("%w: born at generation %d, after its own generation %d", ErrInvalid, m.Born, m.Generation)
 	}
+	if m.WAL != nil {
+		if err := m.WAL.validate(); err != nil {
+			return err
+		}
+	}
 	if m.Deleted && len(m.Segments) > 0 {
 		return fmt.Errorf("%w: a deleted partition names %d segments", ErrInvalid, len(m.Segments))
 	}
@@ -283,9 +337,26 @@ func (m *Manifest) Encode() ([]byte, error) {
 	if m.Born > 0 {
 		flags |= flagBorn
 	}
+	if m.WAL != nil {
+		flags |= flagWAL
+	}
 	b = binary.AppendUvarint(b, flags)
 	if m.Born > 0 {
 		b = binary.AppendUvarint(b, m.Born)
+	}
+	if m.WAL != nil {
+		b = append(b, m.WAL.Writer[:]...)
+		b = binary.AppendUvarint(b, m.WAL.After)
+		b = binary.AppendUvarint(b, uint64(len(m.WAL.Extents)))
+		for _, e := range m.WAL.Extents {
+			b = append(b, e.Writer[:]...)
+			b = binary.AppendUvarint(b, e.Sequence)
+			b = binary.AppendUvarint(b, uint64(e.Position))
+			b = binary.AppendUvarint(b, uint64(e.Size))
+			b = binary.AppendUvarint(b, uint64(e.FirstOffset))
+			b = binary.AppendUvarint(b, uint64(e.LastOffset-e.FirstOffset))
+			b = binary.BigEndian.AppendUint32(b, e.CRC)
+		}
 	}
 	b = binary.AppendUvarint(b, uint64(len(m.Segments)))
 	prevLast, prevTs, prevEpoch, prevTime := int64(-1), int64(0), int64(0), int64(0)
@@ -406,6 +477,38 @@ func (d *decoder) decodeV2(s *Segment) {
 	}
 }
 
+// minWALExtentBytes is the smallest encoded WAL extent: the writer, five
+// one-byte uvarints and the CRC.
+const minWALExtentBytes = 8 + 5 + 4
+
+// wal decodes the WAL record.
+func (d *decoder) wal() *WAL {
+	w := &WAL{}
+	copy(w.Writer[:], d.bytes(8, "wal writer"))
+	w.After = d.uvarint("wal after")
+	n := d.uvarint("wal extent count")
+	if n > uint64(len(d.b)/minWALExtentBytes) {
+		d.fail(fmt.Sprintf("%d WAL extents cannot fit in %d bytes", n, len(d.b)))
+		return w
+	}
+	for j := uint64(0); j < n && d.err == nil; j++ {
+		var e WALExtent
+		copy(e.Writer[:], d.bytes(8, "wal extent writer"))
+		e.Sequence = d.uvarint("wal extent sequence")
+		e.Position = d.int63("wal extent position")
+		e.Size = d.int63("wal extent size")
+		e.FirstOffset = d.int63("wal extent first offset")
+		span := d.int63("wal extent span")
+		if span > math.MaxInt64-e.FirstOffset {
+			d.fail("wal extent span out of range")
+		}
+		e.LastOffset = e.FirstOffset + span
+		e.CRC = binary.BigEndian.Uint32(d.bytes(4, "wal extent crc"))
+		w.Extents = append(w.Extents, e)
+	}
+	return w
+}
+
 // header decodes the fields before the segment count.
 func (d *decoder) header(version uint16) (*Manifest, error) {
 	m := &Manifest{}
@@ -424,6 +527,9 @@ func (d *decoder) header(version uint16) (*Manifest, error) {
 		m.Deleted = flags&flagDeleted != 0
 		if flags&flagBorn != 0 {
 			m.Born = d.uvarint("born")
+		}
+		if flags&flagWAL != 0 {
+			m.WAL = d.wal()
 		}
 	}
 	return m, nil
