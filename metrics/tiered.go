@@ -27,6 +27,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		refused         = desc(sub, "manifests_refused_total", "Partitions taken offline because the bucket's manifest went back in time.", nil, nil)
 		restored        = desc(sub, "manifests_restored_total", "Manifests put back from their backup after the bucket answered that they were gone.", nil, nil)
 		backupErrors    = desc(sub, "manifest_backup_errors_total", "Manifest backups that could not be written after a commit.", nil, nil)
+		confirmed       = desc(sub, "puts_confirmed_total", "Objects put again over themselves because the first put's answer was lost after it landed.", nil, nil)
 		remoteReads     = desc(sub, "remote_reads_total", "Reads served from the bucket.", nil, nil)
 		remoteBytes     = desc(sub, "remote_read_bytes_total", "Bytes returned by reads from the bucket.", nil, nil)
 		remoteErrors    = desc(sub, "remote_read_errors_total", "Reads below the local log start that failed.", nil, nil)
@@ -43,7 +44,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		tieredPartsDesc = desc(sub, "partitions", "Tiered partitions open.", nil, nil)
 	)
 	segments, segBytes := tierDescs("remote")
-	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, remoteReads,
+	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, remoteReads,
 		remoteBytes, remoteErrors, remoteLatency, remoteDeleted}
 	if partitions != nil {
 		descs = append(descs, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
@@ -61,6 +62,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 			counter(ch, refused, float64(m.ManifestsRefused.Load()))
 			counter(ch, restored, float64(m.ManifestsRestored.Load()))
 			counter(ch, backupErrors, float64(m.ManifestBackupErrors.Load()))
+			counter(ch, confirmed, float64(m.PutsConfirmed.Load()))
 			counter(ch, remoteReads, float64(m.RemoteReads.Load()))
 			counter(ch, remoteBytes, float64(m.RemoteReadBytes.Load()))
 			counter(ch, remoteErrors, float64(m.RemoteReadErrors.Load()))

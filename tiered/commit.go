@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 
 	"github.com/tierlog/tierlog/backend"
@@ -227,6 +228,12 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 	nowBytes, cur := enc(now.m), p.man.Load()
 	switch {
 	case bytes.Equal(nowBytes, enc(p.unknown)):
+		// Our commit landed, as far as this read shows: confirmPut
+		// makes it durable before it is adopted (and recorded), or
+		// leaves it unknown.
+		if err := p.confirmPut(ctx, p.layout().Manifest(), bytes.NewReader(nowBytes), int64(len(nowBytes)), now.etag, crc32.Checksum(nowBytes, castagnoli)); err != nil {
+			return err
+		}
 		p.adopt(now) // our commit landed
 		p.claimed.Store(now.m.WriterEpoch)
 		p.metrics.ManifestCommits.Add(1)

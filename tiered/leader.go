@@ -128,9 +128,12 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 			// Another writer, or a retry of this put whose first try
 			// landed: reconciling tells which.
 			if err := p.reconcileLocked(ctx); err != nil {
-				if errors.Is(err, objstore.ErrRetryable) && attempt < 3 {
+				if errors.Is(err, objstore.ErrRetryable) && attempt < 3 && p.unknown == nil {
 					continue // an older leader's commit landed first: claim over it
 				}
+				// Still unknown (the bucket could not be read back): the
+				// next change reconciles first. Claiming again now would
+				// take this writer's own landed claim for a rival's.
 				return err
 			}
 			if p.claimed.Load() == epoch {

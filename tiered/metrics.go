@@ -37,6 +37,10 @@ type Metrics struct {
 	// ManifestBackupErrors the backups that could not be written.
 	ManifestsRestored    atomic.Int64
 	ManifestBackupErrors atomic.Int64
+	// PutsConfirmed counts objects (manifests, segments' objects) put a
+	// second time over themselves because the first put's answer was
+	// lost after it landed (see confirmPut).
+	PutsConfirmed atomic.Int64
 
 	RemoteReads       atomic.Int64 // reads served from the bucket
 	RemoteReadBytes   atomic.Int64

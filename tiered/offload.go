@@ -303,7 +303,7 @@ func (p *Partition) putObject(ctx context.Context, key string, body io.ReadSeeke
 		// of this very put succeeded before its answer was lost.
 		info, herr := p.store.Head(ctx, key)
 		if herr == nil && info.Size == size {
-			return nil
+			return p.confirmPut(ctx, key, body, size, info.ETag, crc)
 		}
 		if herr != nil {
 			return fmt.Errorf("tiered: upload %s: %w: its outcome is unknown: %w", key, objstore.ErrRetryable, herr)
@@ -312,6 +312,24 @@ func (p *Partition) putObject(ctx context.Context, key string, body io.ReadSeeke
 	if err != nil {
 		return fmt.Errorf("tiered: upload %s: %w", key, err)
 	}
+	return nil
+}
+
+// confirmPut makes durable an object this writer put under key whose
+// answer was lost, and that a read (a HEAD, a GET) now shows: on a store
+// whose failed writes can leave a version that some reads see and others
+// do not (an erasure-coded cluster short of its write quorum: a MinIO
+// node killed mid-write), a read is no proof. It puts the same bytes again
+// over it (If-Match its ETag): an answered put is. A failure is retryable;
+// the outcome stays unknown.
+func (p *Partition) confirmPut(ctx context.Context, key string, body io.ReadSeeker, size int64, etag string, crc uint32) error {
+	if _, err := body.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("tiered: confirm %s: %w", key, err)
+	}
+	if _, err := p.store.Put(ctx, key, body, size, objstore.PutOptions{IfMatch: etag, CRC32C: crc, HasCRC32C: true}); err != nil {
+		return fmt.Errorf("tiered: confirm %s: %w: its outcome is unknown: %w", key, objstore.ErrRetryable, err)
+	}
+	p.metrics.PutsConfirmed.Add(1)
 	return nil
 }
 

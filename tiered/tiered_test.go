@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -440,7 +441,10 @@ func TestRestoreAndGC(t *testing.T) {
 // fail retryably; nothing is lost.
 func TestFaults(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("faultstore seed %d", seed)
+	if v := os.Getenv("TIERLOG_FAULTS_SEED"); v != "" {
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
+	t.Logf("faultstore seed %d (set TIERLOG_FAULTS_SEED to replay)", seed)
 	fd := faultstore.Wrap(mem.New(), seed,
 		faultstore.Rule{Fault: faultstore.FailBefore, Probability: 0.2},
 		faultstore.Rule{Op: objstore.OpPut, Fault: faultstore.FailAfter, Probability: 0.2},
