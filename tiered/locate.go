@@ -53,12 +53,20 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 	l.indexEntry, l.indexSlot, l.indexEntries = oi.LookupSlot(target)
 	key := p.layout().Segment(seg, manifest.LogSuffix)
 	l.key = key
+	// The scan starts one index entry before the chosen one (at the
+	// segment's start before the first), so the batch before any batch it
+	// returns is read too: a base offset moved back into the batch before
+	// shows as an overlap (checkOrder) instead of a wrong answer.
+	var from index.OffsetEntry
 	prevLast := seg.BaseOffset - 1
-	if l.indexSlot > 0 {
-		prevLast = oi.Entry(l.indexSlot - 1).Offset // offsets up to it come before the entry's position
+	if scan := l.indexSlot - 1; scan >= 0 {
+		from = oi.Entry(scan)
+		if scan > 0 {
+			prevLast = oi.Entry(scan - 1).Offset // offsets up to it come before the entry's position
+		}
 	}
-	reached := l.indexSlot < 0 // a batch ended at the index entry's offset (see local's translateOffset)
-	for pos := int64(l.indexEntry.Position); pos < seg.Size; {
+	reached := l.indexSlot < 1 // a batch ended at the scan's index entry's offset (see local's translateOffset)
+	for pos := int64(from.Position); pos < seg.Size; {
 		n := min(seg.Size-pos, window)
 		data, cached, err := p.window(ctx, key, pos, n, n/2)
 		if err != nil {
@@ -77,11 +85,11 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 			if err := checkOrder(e, prevLast, seg, key, pos+at); err != nil {
 				return l, false, err
 			}
-			if !reached && e.LastOffset > l.indexEntry.Offset {
+			if !reached && e.LastOffset > from.Offset {
 				return l, false, fmt.Errorf("%w: %s position %d holds offsets up to %d, but its offset index says an append of offsets up to %d starts at position %d",
-					backend.ErrCorruptRecord, key, pos+at, e.LastOffset, l.indexEntry.Offset, l.indexEntry.Position)
+					backend.ErrCorruptRecord, key, pos+at, e.LastOffset, from.Offset, from.Position)
 			}
-			reached = reached || e.LastOffset == l.indexEntry.Offset
+			reached = reached || e.LastOffset == from.Offset
 			l.scanned++
 			if e.LastOffset >= target {
 				l.at, l.entry = at, e
