@@ -25,6 +25,9 @@ type Layout struct{ root string }
 // bucket's top).
 func NewLayout(root string) Layout { return Layout{root: strings.Trim(root, "/")} }
 
+// Root is the root the layout was made with, its slashes trimmed.
+func (l Layout) Root() string { return l.root }
+
 // Prefix is the folder every WAL key begins with ("<root>/_wal/").
 func (l Layout) Prefix() string {
 	if l.root == "" {

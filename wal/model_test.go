@@ -273,7 +273,7 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 	}
 	var tails map[wal.TopicPartition][]wal.Located
 	for range 50 {
-		if tails, err = wal.Tail(ctx, m.store, from.Layout(), from.ID(), r.after, f, tp); err == nil {
+		if tails, err = wal.Tail(ctx, m.store, from.Layout(), from.ID(), r.after, f, r.epoch, tp); err == nil {
 			break
 		}
 	}
@@ -311,7 +311,7 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 	m.mu.Unlock()
 	m.stopOn(p, to)
 	m.mu.Lock()
-	w.Reset(tp)
+	w.Lead(tp, r.epoch+1)
 	m.rec[p] = record{writer: to, after: w.NextSequence() - 1, epoch: r.epoch + 1}
 	m.lead(p, to, next)
 }

@@ -124,11 +124,13 @@ type Located struct {
 
 // Tail returns the extents of each of tps in writer w's objects
 // numbered above after and below below (0: no bound), in order, each
-// partition's stopping at the first fence that names it: what w
-// acknowledged of them in that range. One scan serves every partition,
-// so a new leader of many partitions reads each footer once. Fences that
-// name none of a partition, and voided numbers, hold nothing of it.
-func Tail(ctx context.Context, store *objstore.Store, l Layout, w WriterID, after, below uint64, tps ...TopicPartition) (map[TopicPartition][]Located, error) {
+// partition's stopping at the first fence that names it at an epoch of
+// at least epoch (the epoch w leads them at, from the claim that named
+// it: a fence below it is stale, see Writer.Lead): what w acknowledged of
+// them in that range. One scan serves every partition, so a new leader of
+// many partitions reads each footer once. Fences that name none of a
+// partition, and voided numbers, hold nothing of it.
+func Tail(ctx context.Context, store *objstore.Store, l Layout, w WriterID, after, below uint64, epoch int32, tps ...TopicPartition) (map[TopicPartition][]Located, error) {
 	out := make(map[TopicPartition][]Located, len(tps))
 	live := make(map[TopicPartition]bool, len(tps))
 	for _, tp := range tps {
@@ -139,7 +141,7 @@ func Tail(ctx context.Context, store *objstore.Store, l Layout, w WriterID, afte
 			return false
 		}
 		for tp := range live {
-			if o.Footer.Fences(tp) {
+			if o.Footer.Fences(tp) && o.Footer.FenceEpoch >= epoch {
 				delete(live, tp)
 			} else if e, ok := o.Footer.Find(tp); ok {
 				out[tp] = append(out[tp], Located{Key: o.Key, Sequence: o.Footer.Sequence, Extent: e})

@@ -49,6 +49,14 @@ type Options struct {
 	Logger *slog.Logger
 	// OnUpload, when set, is called after each object settles (metrics).
 	OnUpload func(UploadEvent)
+	// OnSettled, when set, is told of each partition's appends as they
+	// settle: once per partition and object, in the order of the
+	// partition's appends, with the Location where they are durable or
+	// why they failed. It is called from the writer's goroutine, not
+	// under its lock, and must not block for long: every partition's
+	// uploads wait for it. Appends dropped by Reset or Forget are not
+	// reported (their caller asked for it).
+	OnSettled func(tp TopicPartition, loc Location, err error)
 }
 
 // UploadEvent reports one settled object.
@@ -182,7 +190,10 @@ type Writer struct {
 	buffered int
 	space    chan struct{}
 	// refused holds the partitions whose appends fail until Reset.
-	refused  map[TopicPartition]partState
+	refused map[TopicPartition]partState
+	// lead holds the leader epoch each partition was last led at (Lead):
+	// a fence of an older epoch is stale for it.
+	lead     map[TopicPartition]int32
 	flushReq bool
 	closing  bool
 	// seq is the next sequence number to upload at (owned by run; read
@@ -204,7 +215,7 @@ func NewWriter(store *objstore.Store, opts Options) (*Writer, error) {
 		store: store, layout: NewLayout(opts.Root), id: id, opts: opts,
 		ctx: ctx, cancel: cancel,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		space: make(chan struct{}), refused: map[TopicPartition]partState{}, seq: 1,
+		space: make(chan struct{}), refused: map[TopicPartition]partState{}, lead: map[TopicPartition]int32{}, seq: 1,
 	}
 	go w.run()
 	return w, nil
@@ -298,6 +309,27 @@ func (w *Writer) Reset(tp TopicPartition) {
 	delete(w.refused, tp)
 }
 
+// Lead is Reset for a partition the caller now leads at epoch (it
+// claimed it, with a fence of the writer before it): a fence that names
+// tp at an epoch below it is stale (a claim this one superseded, or one
+// that lost) and fails nothing of tp from then on, as Tail, given the
+// same epoch, reads past it.
+func (w *Writer) Lead(tp TopicPartition, epoch int32) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.dropLocked(tp, fmt.Errorf("%w: %s is led anew at epoch %d", ErrPartitionFailed, tp, epoch))
+	delete(w.refused, tp)
+	w.lead[tp] = epoch
+}
+
+// stale says whether a fence at epoch is stale for tp (Lead).
+func (w *Writer) stale(tp TopicPartition, epoch int32) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	le, ok := w.lead[tp]
+	return ok && le > epoch
+}
+
 // Forget fails tp's buffered appends (ErrPartitionFailed) and forgets
 // the partition: it was closed or deleted, or this Backend no longer
 // leads it.
@@ -306,19 +338,23 @@ func (w *Writer) Forget(tp TopicPartition) {
 	defer w.mu.Unlock()
 	w.dropLocked(tp, fmt.Errorf("%w: %s was closed", ErrPartitionFailed, tp))
 	delete(w.refused, tp)
+	delete(w.lead, tp)
 }
 
 // dropLocked fails tp's appends in the object being filled. REQUIRES: mu.
-func (w *Writer) dropLocked(tp TopicPartition, err error) {
+// It says whether there were any.
+func (w *Writer) dropLocked(tp TopicPartition, err error) bool {
 	if w.open == nil {
-		return
+		return false
 	}
-	if e, ok := w.open.parts[tp]; ok {
+	e, ok := w.open.parts[tp]
+	if ok {
 		delete(w.open.parts, tp)
 		w.open.size -= len(e.data)
 		w.releaseLocked(len(e.data))
 		e.ack.settle(Location{}, err)
 	}
+	return ok
 }
 
 // releaseLocked takes n bytes off buffered and wakes waiting appends.
@@ -443,7 +479,7 @@ func (w *Writer) upload(o *object) {
 		seq := w.seq
 		key := w.layout.Key(w.id, seq)
 		body, f := w.seal(o, seq)
-		res, fence := w.put(key, seq, body)
+		res, fence := w.put(key, seq, body, f)
 		w.mu.Lock()
 		w.seq = seq + 1
 		w.mu.Unlock()
@@ -459,6 +495,9 @@ func (w *Writer) upload(o *object) {
 			// number. A fence naming none voids the number only.
 			var claimed []TopicPartition
 			for _, e := range fence.Extents {
+				if w.stale(e.TopicPartition, fence.FenceEpoch) {
+					continue
+				}
 				if _, ok := o.parts[e.TopicPartition]; ok {
 					claimed = append(claimed, e.TopicPartition)
 				}
@@ -501,17 +540,24 @@ func (w *Writer) settle(o *object, tp TopicPartition, loc Location, err error) {
 	w.mu.Lock()
 	w.releaseLocked(len(e.data))
 	w.mu.Unlock()
+	if w.opts.OnSettled != nil {
+		w.opts.OnSettled(tp, loc, err)
+	}
 	e.ack.settle(loc, err)
 }
 
 // refuse fails tp's appends in the object being filled and every later
 // one until Reset: they follow offsets that did not become durable.
 func (w *Writer) refuse(tp TopicPartition, err error) {
+	dropErr := fmt.Errorf("%w: %s: %w", ErrPartitionFailed, tp, err)
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.dropLocked(tp, fmt.Errorf("%w: %s: %w", ErrPartitionFailed, tp, err))
+	dropped := w.dropLocked(tp, dropErr)
 	if _, ok := w.refused[tp]; !ok {
 		w.refused[tp] = partState{err: err}
+	}
+	w.mu.Unlock()
+	if dropped && w.opts.OnSettled != nil {
+		w.opts.OnSettled(tp, Location{}, dropErr)
 	}
 }
 
@@ -534,25 +580,43 @@ func (w *Writer) seal(o *object, seq uint64) ([]byte, Footer) {
 	return f.appendTo(body), f
 }
 
-// put puts body at key create-only and learns what became of it. A put
-// whose answer is an error may still have landed (or land later, from an
-// attempt still on the wire): put then voids the number with a fence of
-// its own, create-only, and whichever of the two the bucket holds is the
-// outcome. It keeps trying while the bucket is unreachable, until Close's
-// deadline.
-func (w *Writer) put(key string, seq uint64, body []byte) (outcome, Footer) {
-	err := w.putOnce(key, body)
+// put puts body (whose footer is mine) at key create-only and learns
+// what became of it. A put whose answer is an error may still have landed
+// (or land later, from an attempt still on the wire): put then voids the
+// number with a fence of its own, create-only, and whichever of the two
+// the bucket holds is the outcome. It keeps trying while the bucket is
+// unreachable, until Close's deadline.
+func (w *Writer) put(key string, seq uint64, body []byte, mine Footer) (outcome, Footer) {
+	err := w.putOnce(key, body, objstore.PutOptions{IfNoneMatch: true})
 	if err == nil {
 		return landed, Footer{}
 	}
 	var void []byte
+	var voidFooter Footer
 	for attempt := 0; ; attempt++ {
 		if errors.Is(err, objstore.ErrPreconditionFailed) {
-			res, f, rerr := w.whose(key, body, void)
-			if rerr == nil {
+			res, f, etag, rerr := w.whose(key, int64(len(body)), mine, int64(len(void)), voidFooter)
+			switch {
+			case errors.Is(rerr, errForeign):
+				return voided, Footer{}
+			case rerr != nil:
+				err = rerr
+			case res == fenced:
 				return res, f
+			default:
+				// This writer's own object, data or void, whose put's
+				// answer was lost: a read of it is no proof that it is
+				// durable (an erasure-coded cluster short of its write
+				// quorum shows such a version to some reads and not to
+				// others); a put over it that is answered is.
+				own := body
+				if res == voided {
+					own = void
+				}
+				if err = w.putOnce(key, own, objstore.PutOptions{IfMatch: etag}); err == nil {
+					return res, f
+				}
 			}
-			err = rerr
 		}
 		if w.ctx.Err() != nil {
 			return unknown, Footer{}
@@ -566,42 +630,54 @@ func (w *Writer) put(key string, seq uint64, body []byte) (outcome, Footer) {
 			}
 		}
 		if void == nil {
-			void, _ = EncodeFence(Footer{Writer: w.id, Sequence: seq, CreatedMs: time.Now().UnixMilli()})
+			voidFooter = Footer{Writer: w.id, Sequence: seq, CreatedMs: time.Now().UnixMilli(), Fence: true}
+			void, _ = EncodeFence(voidFooter)
 		}
-		if err = w.putOnce(key, void); err == nil {
+		if err = w.putOnce(key, void, objstore.PutOptions{IfNoneMatch: true}); err == nil {
 			return voided, Footer{}
 		}
 	}
 }
 
-func (w *Writer) putOnce(key string, body []byte) error {
-	_, err := w.store.Put(w.ctx, key, bytes.NewReader(body), int64(len(body)),
-		objstore.PutOptions{IfNoneMatch: true, CRC32C: crc32.Checksum(body, castagnoli), HasCRC32C: true})
+func (w *Writer) putOnce(key string, body []byte, opts objstore.PutOptions) error {
+	opts.CRC32C, opts.HasCRC32C = crc32.Checksum(body, castagnoli), true
+	_, err := w.store.Put(w.ctx, key, bytes.NewReader(body), int64(len(body)), opts)
 	return err
 }
 
-// whose reads the object that holds key and says whose it is: this
-// writer's data (an earlier attempt landed), its own void, or a fence.
-func (w *Writer) whose(key string, body, void []byte) (outcome, Footer, error) {
-	f, size, err := ReadObjectFooter(w.ctx, w.store, key)
+// whose reads the footer of the object that holds key and says whose it
+// is: this writer's data (mine, an object of size bytes: an earlier
+// attempt landed), its own void (of voidSize bytes; 0: none put yet), or
+// a fence. Footers are compared, not bodies: a footer holds the CRC-32C
+// of every extent and the writer's clock at sealing.
+func (w *Writer) whose(key string, size int64, mine Footer, voidSize int64, void Footer) (outcome, Footer, string, error) {
+	info, err := w.store.Head(w.ctx, key)
 	if err != nil {
-		return 0, Footer{}, err
+		return 0, Footer{}, "", err
 	}
-	tail, err := w.store.ReadAll(w.ctx, key, max(0, size-int64(len(body))), min(size, int64(len(body))))
+	f, err := ReadFooter(w.ctx, w.store, key, info.Size)
 	if err != nil {
-		return 0, Footer{}, err
+		return 0, Footer{}, "", err
 	}
 	switch {
-	case int64(len(body)) == size && bytes.Equal(tail, body):
-		return landed, f, nil
-	case void != nil && int64(len(void)) == size && bytes.Equal(tail, void):
-		return voided, f, nil
+	case info.Size == size && sameFooter(f, mine):
+		return landed, f, info.ETag, nil
+	case voidSize > 0 && info.Size == voidSize && sameFooter(f, void):
+		return voided, f, info.ETag, nil
 	case f.Fence:
-		return fenced, f, nil
+		return fenced, f, info.ETag, nil
 	}
 	// Another writer's data under this writer's id: ids are random, so
 	// this is damage. None of this object's appends is there: they fail
 	// as if the number were voided.
 	w.opts.Logger.Error("wal: a sequence number holds an object this writer did not put", "key", key, "writer", f.Writer, "sequence", f.Sequence)
-	return voided, Footer{}, nil
+	return voided, Footer{}, "", errForeign
+}
+
+// errForeign: the number holds an object this writer did not put.
+var errForeign = errors.New("wal: foreign object")
+
+func sameFooter(a, b Footer) bool {
+	return a.Writer == b.Writer && a.Sequence == b.Sequence && a.CreatedMs == b.CreatedMs && a.Fence == b.Fence &&
+		a.FenceEpoch == b.FenceEpoch && slices.Equal(a.Extents, b.Extents)
 }

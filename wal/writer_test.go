@@ -217,7 +217,7 @@ func TestFailedPutVoidsItsNumber(t *testing.T) {
 	if err != nil || !f.Fence || len(f.Extents) != 0 {
 		t.Fatalf("sequence 1 holds %+v (%v), a void expected", f, err)
 	}
-	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 0, 0, tpA)
+	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 0, 0, 0, tpA)
 	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Sequence != 2 {
 		t.Fatalf("tail of a-0 = %+v, %v: only sequence 2 expected", tails, err)
 	}
@@ -251,7 +251,7 @@ func TestFenceFailsClaimedPartitionsOnly(t *testing.T) {
 	if _, err := w.Append(ctx, tpA, []byte("a2"), 2, 2); !errors.Is(err, wal.ErrFenced) {
 		t.Fatalf("an append of a claimed partition = %v, want ErrFenced", err)
 	}
-	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 0, f, tpA, tpB)
+	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 0, f, 0, tpA, tpB)
 	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Extent.LastOffset != 0 {
 		t.Fatalf("a-0's tail below the fence = %+v, %v: offset 0 only", tails[tpA], err)
 	}
