@@ -59,6 +59,7 @@ type Config struct {
 	MessageTimestampType   string   // message.timestamp.type: CreateTime or LogAppendTime
 	FileDeleteDelayMs      int64    // file.delete.delay.ms: delay between .deleted rename and removal
 	RemoteStorageEnable    bool     // remote.storage.enable
+	DisklessEnable         bool     // diskless.enable: appends durable in the bucket's WAL objects, the disk a cache
 	LocalRetentionMs       int64    // local.retention.ms: -2 = retention.ms
 	LocalRetentionBytes    int64    // local.retention.bytes: -2 = retention.bytes
 
@@ -157,6 +158,14 @@ var configKeys = []configKey{
 			return fmt.Errorf("want true or false")
 		}
 		c.RemoteStorageEnable = b
+		return nil
+	}},
+	{name: "diskless.enable", def: "false", set: func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("want true or false")
+		}
+		c.DisklessEnable = b
 		return nil
 	}},
 	longKey("local.retention.ms", LocalRetentionUseTotal, -2, maxLong, func(c *Config) *int64 { return &c.LocalRetentionMs }),

@@ -246,3 +246,26 @@ func TestTruncateToCheckpointFailureFailsTheLog(t *testing.T) {
 		t.Fatalf("append after it: %v; want the log failed", err)
 	}
 }
+
+// A diskless topic's appends are durable only in a bucket: a directory
+// without a tiered layer refuses one, naming the key, and an open log
+// refuses becoming diskless or ceasing to be.
+func TestDisklessTopicNeedsABucket(t *testing.T) {
+	b, err := local.OpenBackend(t.TempDir(), local.BackendOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	_, err = b.Open(ctx, "events", 0, cfg(t, "diskless.enable", "true"))
+	var ce *backend.ConfigError
+	if !errors.As(err, &ce) || ce.Key != "diskless.enable" {
+		t.Fatalf("diskless.enable=true in a directory without tiered storage: %v", err)
+	}
+	l, err := b.OpenLog(ctx, "events", 0, cfg(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetConfig(cfg(t, "diskless.enable", "true")); !errors.As(err, &ce) || ce.Key != "diskless.enable" {
+		t.Fatalf("a classic log made diskless: %v", err)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"sort"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -276,6 +277,12 @@ func (l *Log) SetConfig(c backend.Config) error {
 		// Its old offsets may live only in a bucket, and its local
 		// retention is the tiered layer's: Kafka refuses this too.
 		return &backend.ConfigError{Key: "remote.storage.enable", Value: "false", Reason: "a tiered log cannot stop being tiered (" + l.dir + ")"}
+	}
+	if old.DisklessEnable != c.DisklessEnable {
+		// A diskless log's recent offsets are durable only in WAL
+		// objects; a classic one's only on this disk (KIP-1150 fixes it
+		// at creation too).
+		return &backend.ConfigError{Key: "diskless.enable", Value: strconv.FormatBool(c.DisklessEnable), Reason: "a topic is diskless or not from its creation (" + l.dir + ")"}
 	}
 	l.storeConfig(c)
 	// New segments only: an active segment keeps the index size and

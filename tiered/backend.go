@@ -15,6 +15,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/wal"
 )
 
 // BackendOptions configure a Backend.
@@ -82,6 +83,12 @@ type Backend struct {
 	mu     sync.Mutex
 	parts  map[backend.TopicPartition]*Partition // the tiered partitions open
 	closed bool
+	// wal is the WAL writer of the diskless partitions, started with the
+	// first of them (guarded by mu); dlParts the diskless partitions its
+	// acknowledgements go to (guarded by dlMu, a leaf).
+	wal     *wal.Writer
+	dlMu    sync.Mutex
+	dlParts map[wal.TopicPartition]*Partition
 
 	svc *service
 }
@@ -124,7 +131,7 @@ func OpenBackend(dir string, opts BackendOptions) (*Backend, error) {
 		return nil, err
 	}
 	b := &Backend{local: lb, store: opts.Store, prefix: strings.Trim(opts.Prefix, "/"), opts: opts, logger: opts.Logger.With("logdir", dir),
-		metrics: opts.Metrics, parts: map[backend.TopicPartition]*Partition{},
+		metrics: opts.Metrics, parts: map[backend.TopicPartition]*Partition{}, dlParts: map[wal.TopicPartition]*Partition{},
 		caches: NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes,
 			IndexDir: filepath.Join(dir, RemoteIndexCacheDir), IndexDiskBytes: opts.Manager.IndexFileCacheBytes}),
 		quota:   NewQuota(opts.Manager.CopyBytesPerSecond),
@@ -180,6 +187,9 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		}
 		return p, nil
 	}
+	if cfg.DisklessEnable {
+		cfg.RemoteStorageEnable = true // implied: a diskless topic's segments consolidate into the bucket
+	}
 	l, err := b.local.OpenLog(ctx, topic, partition, cfg)
 	if err != nil {
 		return nil, err
@@ -187,12 +197,60 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 	if !cfg.RemoteStorageEnable {
 		return l, nil
 	}
-	p, err := Open(ctx, l, b.partitionOptions(tp))
+	opts := b.partitionOptions(tp)
+	if cfg.DisklessEnable {
+		if opts.dl, err = b.disklessLocked(tp); err != nil {
+			l.Close()
+			return nil, err
+		}
+	}
+	p, err := Open(ctx, l, opts)
 	if err != nil {
+		if opts.dl != nil {
+			opts.dl.closed()
+		}
 		return nil, err
+	}
+	if opts.dl != nil {
+		b.dlMu.Lock()
+		b.dlParts[opts.dl.tp] = p
+		b.dlMu.Unlock()
 	}
 	b.parts[tp] = p
 	return p, nil
+}
+
+// disklessLocked is the WAL state of a diskless partition tp, the
+// Backend's writer started if it was not. REQUIRES: b.mu.
+func (b *Backend) disklessLocked(tp backend.TopicPartition) (*diskless, error) {
+	if b.wal == nil {
+		w, err := wal.NewWriter(b.store, wal.Options{Root: b.prefix, CommitInterval: b.opts.Manager.DisklessCommitInterval,
+			BufferMaxBytes: b.opts.Manager.DisklessBufferMaxBytes, Logger: b.logger, OnSettled: b.settled})
+		if err != nil {
+			return nil, err
+		}
+		b.wal = w
+		b.logger.Info("diskless: WAL writer started", "writer", w.ID(), "prefix", w.Layout().Prefix())
+	}
+	d := &diskless{w: b.wal, tp: walTP(tp)}
+	d.closed = func() {
+		b.dlMu.Lock()
+		if b.dlParts[d.tp] != nil && b.dlParts[d.tp].dl == d {
+			delete(b.dlParts, d.tp)
+		}
+		b.dlMu.Unlock()
+	}
+	return d, nil
+}
+
+// settled passes the WAL writer's word on a partition's appends to it.
+func (b *Backend) settled(tp wal.TopicPartition, loc wal.Location, err error) {
+	b.dlMu.Lock()
+	p := b.dlParts[tp]
+	b.dlMu.Unlock()
+	if p != nil {
+		p.settled(loc, err)
+	}
 }
 
 // partitionOptions are the Options of tp's Partition: shared caches,
@@ -356,9 +414,19 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	parts := b.parts
+	w := b.wal
 	b.mu.Unlock()
 	b.svc.stop()
 	var errs []error
+	if w != nil {
+		// What the diskless partitions appended goes to the bucket
+		// first, within the store's bound.
+		ctx, cancel := context.WithTimeout(context.Background(), b.store.Bound())
+		if err := w.Close(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("tiered: close the WAL writer: %w", err))
+		}
+		cancel()
+	}
 	for tp, p := range parts {
 		if err := p.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("tiered: close %s: %w", tp, err))

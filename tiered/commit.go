@@ -186,6 +186,9 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	}
 	next.Generation = st.m.Generation + 1
 	next.WriterEpoch = epoch
+	if p.dl != nil {
+		next.WAL = p.walRecordLocked(st.m, next)
+	}
 	data, err := next.Encode()
 	if err != nil {
 		return err

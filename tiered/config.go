@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/wal"
 )
 
 // ManagerConfig is the broker-wide configuration of a Backend's tiering
@@ -45,6 +46,14 @@ type ManagerConfig struct {
 	RetryBackoff    time.Duration
 	RetryBackoffMax time.Duration
 	RetryJitter     float64
+	// DisklessCommitInterval and DisklessBufferMaxBytes shape the WAL
+	// objects of diskless topics: one is uploaded at most this long after
+	// its first append, or once it holds this many bytes
+	// (diskless.produce.commit.interval.ms, 250;
+	// diskless.produce.buffer.max.bytes, 8 MiB: Inkless's
+	// produce.commit.interval.ms and produce.buffer.max.bytes).
+	DisklessCommitInterval time.Duration
+	DisklessBufferMaxBytes int
 }
 
 // managerKeys are the keys ParseManagerConfig reads, with their defaults.
@@ -59,6 +68,8 @@ var managerKeys = map[string]string{
 	"remote.log.manager.task.retry.backoff.ms":       "500",
 	"remote.log.manager.task.retry.backoff.max.ms":   "30000",
 	"remote.log.manager.task.retry.jitter":           "0.2",
+	"diskless.produce.commit.interval.ms":            "250",
+	"diskless.produce.buffer.max.bytes":              strconv.Itoa(8 << 20),
 }
 
 // ManagerConfigKeys lists the keys ParseManagerConfig accepts, sorted.
@@ -111,6 +122,8 @@ func ParseManagerConfig(props map[string]string) (ManagerConfig, error) {
 	c.IndexFileCacheBytes = long("remote.log.index.file.cache.total.size.bytes", 1)
 	c.RetryBackoff = ms("remote.log.manager.task.retry.backoff.ms")
 	c.RetryBackoffMax = ms("remote.log.manager.task.retry.backoff.max.ms")
+	c.DisklessCommitInterval = ms("diskless.produce.commit.interval.ms")
+	c.DisklessBufferMaxBytes = int(long("diskless.produce.buffer.max.bytes", 1))
 	if err != nil {
 		return ManagerConfig{}, err
 	}
@@ -150,6 +163,12 @@ func (c ManagerConfig) withDefaults() ManagerConfig {
 	}
 	if c.RetryJitter <= 0 || c.RetryJitter > 0.5 {
 		c.RetryJitter = 0.2
+	}
+	if c.DisklessCommitInterval <= 0 {
+		c.DisklessCommitInterval = wal.DefaultCommitInterval
+	}
+	if c.DisklessBufferMaxBytes <= 0 {
+		c.DisklessBufferMaxBytes = wal.DefaultBufferMaxBytes
 	}
 	return c
 }

@@ -44,6 +44,10 @@
 //	restore.go   rebuilding a partition directory from the bucket
 //	gc.go        removing objects no commit can name
 //	verify.go    checking a bucket against its manifest (CheckBucket)
+//	diskless.go  diskless partitions (diskless.enable=true): appends into
+//	             the Backend's WAL writer (package wal), the durable end,
+//	             the claim that fences the writer before and rebuilds the
+//	             tail from the bucket
 //	cache.go     the byte-bounded LRU; shared.go the caches partitions share
 //	backend.go   Backend; service.go its copier, expiration and reader pools
 //	config.go, limits.go, metrics.go   configuration, quotas, counters
@@ -147,12 +151,16 @@
 //	Partition.mu      serializes Offload, retention, DeleteRecordsBefore,
 //	                  leadership changes and every manifest commit
 //	Partition.attachMu  serializes the first read of the manifest
+//	diskless.mu       a diskless partition's appends, truncation and
+//	                  the claim's rebuild of its tail
 //	bucketRecord.mu   the tier-state record; held across its file's write
 //	local.Log's locks (see package local), then the caches' lru.mu
 //
-// service.mu is taken alone: the copier and expiration pools take a
-// partition off the queue under it and call into the partition without
-// it. The caches' locks (lru.mu) are leaves: nothing is called under them
+// diskless.ownMu and diskless.hwMu are leaves; the WAL writer's
+// callback (Backend.settled) takes only them, Backend.dlMu (a leaf) and
+// the local log's locks. service.mu is taken alone: the copier and
+// expiration pools take a partition off the queue under it and call into
+// the partition without it. The caches' locks (lru.mu) are leaves: nothing is called under them
 // but their eviction callbacks, which take no lock. Readers take no lock
 // of the partition once it is attached: a view loads atomics, and the
 // remote reader pool is a semaphore (a channel); the first read that

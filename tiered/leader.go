@@ -74,6 +74,12 @@ func (p *Partition) attach(ctx context.Context) error {
 	if err := p.judge(st); err != nil {
 		return err
 	}
+	if p.dl == nil && st.m.WAL != nil && !st.m.Deleted {
+		// Its recent records may be only in WAL objects, which a classic
+		// partition neither reads nor keeps.
+		return fmt.Errorf("%w: %s: the bucket's manifest (generation %d) is a diskless partition's: open it with diskless.enable=true",
+			backend.ErrInvalidConfig, p.layout().Manifest(), st.m.Generation)
+	}
 	p.adopt(st)
 	if st.m.Deleted && (p.openedEmpty || p.local.Offsets().LogEnd == 0) {
 		p.reborn.Store(true)
@@ -119,6 +125,11 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 		next, err := p.claimOver(now, epoch)
 		if next == nil {
 			return err // claimed already, or fenced
+		}
+		if p.dl != nil {
+			if err := p.claimWALLocked(ctx, now, next, epoch); err != nil {
+				return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", epoch, err)
+			}
 		}
 		err = p.claimPut(ctx, now, next)
 		switch {
@@ -191,7 +202,11 @@ func (p *Partition) claimOver(now *manifestState, epoch int32) (*manifest.Manife
 		p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.m.WriterEpoch, epoch))
 		return nil, p.Fenced()
 	case now.m.WriterEpoch == epoch && now.etag == p.man.Load().etag:
-		// This writer's own manifest (a restart at the same epoch).
+		// This writer's own manifest (a restart at the same epoch); a
+		// diskless partition's new WAL writer still claims it.
+		if p.walNamesOther(now.m) {
+			return nextClaim(now, epoch), nil
+		}
 		p.claimed.Store(epoch)
 		return nil, nil
 	case now.m.WriterEpoch == epoch:
@@ -201,11 +216,16 @@ func (p *Partition) claimOver(now *manifestState, epoch int32) (*manifest.Manife
 		p.fence(epoch, fmt.Errorf("the manifest moved to generation %d, written by another writer of leader epoch %d", now.m.Generation, epoch))
 		return nil, p.Fenced()
 	default:
-		m := *now.m
-		m.Segments = append([]manifest.Segment(nil), now.m.Segments...)
-		m.Generation, m.WriterEpoch = now.m.Generation+1, epoch
-		return &m, nil
+		return nextClaim(now, epoch), nil
 	}
+}
+
+// nextClaim is the manifest a claim at epoch commits over now.
+func nextClaim(now *manifestState, epoch int32) *manifest.Manifest {
+	m := *now.m
+	m.Segments = append([]manifest.Segment(nil), now.m.Segments...)
+	m.Generation, m.WriterEpoch = now.m.Generation+1, epoch
+	return &m
 }
 
 // recreatedSince says whether the partition was deleted and created anew
@@ -264,6 +284,14 @@ func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
 		p.fenc.CompareAndSwap(f, nil)
 	}
 	p.opts.Logger.Info("became leader", "prefix", p.prefix, "epoch", epoch)
+	if p.dl != nil {
+		// A diskless partition claims now (fencing the writer before it,
+		// taking its tail): its appends wait for the claim. The bucket
+		// unreachable, the first append claims.
+		if err := p.claimDiskless(ctx); err != nil {
+			p.opts.Logger.Warn("diskless: the claim failed; the first append tries again", "prefix", p.prefix, "epoch", epoch, "err", err)
+		}
+	}
 	if p.opts.onWork != nil {
 		p.opts.onWork(p)
 	}
@@ -285,6 +313,9 @@ func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
 	}
 	p.epoch.Store(epoch)
 	p.role.Store(roleFollower)
+	if p.dl != nil {
+		p.dl.w.Forget(p.dl.tp)
+	}
 	p.opts.Logger.Info("became follower", "prefix", p.prefix, "epoch", epoch)
 	return nil
 }

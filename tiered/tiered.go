@@ -92,6 +92,9 @@ type Options struct {
 
 	// noRole opens the partition neither leader nor follower (a Backend's).
 	noRole bool
+	// dl, when set, makes the partition diskless (a Backend's, for
+	// diskless.enable=true; diskless.go).
+	dl *diskless
 	// onWork, when set, is told when the partition may have a segment to
 	// upload (its high watermark moved; it became leader).
 	onWork func(*Partition)
@@ -107,6 +110,8 @@ type Partition struct {
 	opts   Options
 	// tiers is the stack reads walk, oldest offsets first (tiers.go).
 	tiers []tier
+	// dl is a diskless partition's WAL state (nil for the others).
+	dl *diskless
 
 	mu   sync.Mutex // serializes Offload and manifest changes
 	man  atomic.Pointer[manifestState]
@@ -223,7 +228,7 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Metrics == nil {
 		opts.Metrics = new(Metrics)
 	}
-	p := &Partition{metrics: opts.Metrics, local: l, segs: l.Segments(), store: opts.Store, prefix: opts.Prefix, opts: opts, caches: opts.Caches}
+	p := &Partition{metrics: opts.Metrics, local: l, segs: l.Segments(), store: opts.Store, prefix: opts.Prefix, opts: opts, caches: opts.Caches, dl: opts.dl}
 	p.tiers = []tier{bucketTier{p}, localTier{p}}
 	if p.caches == nil {
 		p.caches, p.ownCaches = NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes,
@@ -315,6 +320,9 @@ func (p *Partition) Append(ctx context.Context, batches []byte, opts backend.App
 		}
 		opts.LeaderEpoch = epoch
 	}
+	if p.dl != nil {
+		return p.appendDiskless(ctx, batches, opts)
+	}
 	return p.local.Append(ctx, batches, opts)
 }
 
@@ -323,7 +331,11 @@ func (p *Partition) SetHighWatermark(hw int64) error {
 	if err := p.checkOpen(); err != nil {
 		return err
 	}
-	if err := p.local.SetHighWatermark(hw); err != nil {
+	if p.dl != nil {
+		// Held below the durable end (diskless.go).
+		p.dl.wantHW.Store(hw)
+		p.applyHW()
+	} else if err := p.local.SetHighWatermark(hw); err != nil {
 		return err
 	}
 	if p.opts.onWork != nil {
@@ -432,6 +444,9 @@ func (p *Partition) SetConfig(cfg backend.Config) error {
 	if cfg.Compact() {
 		return fmt.Errorf("%w: tiered storage is not supported for cleanup.policy=compact (%s)", backend.ErrInvalidConfig, p.local.Dir())
 	}
+	if cfg.DisklessEnable {
+		cfg.RemoteStorageEnable = true // implied
+	}
 	if !cfg.RemoteStorageEnable {
 		return &backend.ConfigError{Key: "remote.storage.enable", Value: "false",
 			Reason: "a tiered partition cannot stop being tiered (" + p.local.Dir() + ")"}
@@ -475,6 +490,9 @@ func (p *Partition) Flush() error {
 	if err := p.checkOpen(); err != nil {
 		return err
 	}
+	if p.dl != nil {
+		return p.flushDiskless()
+	}
 	return p.local.Flush()
 }
 
@@ -488,6 +506,12 @@ func (p *Partition) Close() error {
 	}
 	p.stopClosing()
 	p.mu.Lock() // wait out a change in flight
+	if p.dl != nil {
+		p.dl.w.Forget(p.dl.tp)
+		if p.dl.closed != nil {
+			p.dl.closed()
+		}
+	}
 	p.bg.Wait()
 	if p.ownCaches {
 		p.caches.clear()

@@ -1,0 +1,435 @@
+package tiered
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/wal"
+)
+
+// Diskless partitions (diskless.enable=true; docs/diskless.md).
+//
+// A diskless partition is a tiered partition whose leader appends are
+// durable once the WAL object holding them is in the bucket (package
+// wal): the Backend's one wal.Writer gathers the appends of all its
+// diskless partitions into shared objects. The local log still validates,
+// assigns offsets and keeps producer state and epochs; it is a cache, and
+// its closed segments upload as any tiered partition's (consolidation).
+//
+//   - The durable end is the offset up to which the partition's batches
+//     are in the bucket: in WAL objects, or in segments. The high
+//     watermark never passes it (SetHighWatermark asks; the writer's
+//     acknowledgements let it through), so a consumer never reads, and a
+//     broker never acknowledges, what the bucket does not hold. Flush
+//     waits for it.
+//   - A failed upload fails the appends in it and after it; before the
+//     next append the local log is truncated back to the durable end, and
+//     the producer state with it.
+//   - The manifest says where the partition's data beyond its segments
+//     is (manifest.WAL): extents in earlier writers' objects, and this
+//     writer's objects above a number. Every commit carries it forward,
+//     dropping what the segments now cover.
+//   - Claiming the partition (the first change of a leader epoch, or the
+//     first append) fences the writer the manifest names, reads the
+//     partition's tail below the fence, rebuilds the local log's tail from
+//     it (a restart with the log directory gone is the same claim), and
+//     commits the manifest naming this writer, with the conditional put
+//     that fences an older leader's manifest commits.
+//
+// Locks: Partition.mu, then diskless.mu (appends, truncation, the claim's
+// rebuild), then diskless.ownMu and diskless.hwMu (leaves). The writer's
+// callback takes only the leaves.
+type diskless struct {
+	w  *wal.Writer
+	tp wal.TopicPartition
+	// closed, when set, is called once the partition closes (the
+	// Backend forgets it).
+	closed func()
+
+	// mu serializes leader appends (the local append and the WAL append,
+	// in one order), the truncation after a failed upload, and the
+	// claim's rebuild of the tail.
+	mu sync.Mutex
+	// failed says an upload of the partition's appends failed: the next
+	// append truncates the local log back to the durable end first.
+	failed atomic.Bool
+	// durable is the end of what the bucket holds; wantHW the high
+	// watermark the broker asked for.
+	durable atomic.Int64
+	wantHW  atomic.Int64
+	// hwMu serializes setting the local high watermark from the two.
+	hwMu sync.Mutex
+
+	// ownMu guards own and lastSeq: this writer's acknowledged extents of
+	// the partition not yet below the bucket's segments, oldest first,
+	// and the number of the last object that held the partition's data
+	// (or the claim's After).
+	ownMu   sync.Mutex
+	own     []wal.Location
+	lastSeq uint64
+}
+
+// walTP is the partition's name in WAL footers.
+func walTP(tp backend.TopicPartition) wal.TopicPartition {
+	return wal.TopicPartition{Topic: tp.Topic, Partition: tp.Partition}
+}
+
+// appendDiskless is Append for a diskless partition: leader appends only,
+// into the local log and the writer's open object, in one order.
+func (p *Partition) appendDiskless(ctx context.Context, batches []byte, opts backend.AppendOptions) (backend.AppendInfo, error) {
+	d := p.dl
+	if !opts.AssignOffsets || p.role.Load() != roleLeader {
+		return backend.AppendInfo{}, fmt.Errorf("%w: %s is diskless: only its leader appends (the bucket is its replica)", backend.ErrNotLeader, p.prefix)
+	}
+	if err := p.claimDiskless(ctx); err != nil {
+		return backend.AppendInfo{}, err
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := p.Fenced(); err != nil {
+		return backend.AppendInfo{}, err
+	}
+	if d.failed.Load() {
+		if err := p.truncateToDurableLocked(); err != nil {
+			return backend.AppendInfo{}, err
+		}
+	}
+	info, err := p.local.Append(ctx, batches, opts)
+	if err != nil || info.Duplicate {
+		return info, err
+	}
+	data, err := p.readBack(ctx, info)
+	if err == nil {
+		_, err = d.w.Append(ctx, d.tp, data, info.FirstOffset, info.LastOffset)
+	}
+	if err != nil {
+		// Nothing of it may stay: undo the local append.
+		if terr := p.local.TruncateTo(info.FirstOffset); terr != nil {
+			d.failed.Store(true)
+		}
+		if errors.Is(err, wal.ErrFenced) {
+			p.fence(p.epoch.Load(), err)
+			return backend.AppendInfo{}, p.Fenced()
+		}
+		return backend.AppendInfo{}, fmt.Errorf("%w: %s: the append could not go into a WAL object: %w", backend.ErrStorage, p.prefix, err)
+	}
+	return info, nil
+}
+
+// readBack reads an append's batches from the local log as written:
+// offsets assigned, epochs stamped, recompressed where the topic says.
+func (p *Partition) readBack(ctx context.Context, info backend.AppendInfo) ([]byte, error) {
+	r, err := p.local.Read(ctx, info.FirstOffset, backend.ReadOptions{MaxBytes: info.Bytes, MinOneBatch: true})
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	var buf bytes.Buffer
+	buf.Grow(info.Bytes)
+	if _, err := r.WriteTo(&buf); err != nil {
+		return nil, err
+	}
+	if buf.Len() != info.Bytes {
+		return nil, fmt.Errorf("tiered: %s: the append of offsets %d..%d reads back as %d bytes, %d written", p.prefix, info.FirstOffset, info.LastOffset, buf.Len(), info.Bytes)
+	}
+	return buf.Bytes(), nil
+}
+
+// truncateToDurableLocked drops what a failed upload left above the
+// durable end and lets the partition append again. REQUIRES: d.mu.
+func (p *Partition) truncateToDurableLocked() error {
+	d := p.dl
+	end := d.durable.Load()
+	if p.local.Offsets().LogEnd > end {
+		if err := p.local.TruncateTo(end); err != nil {
+			return fmt.Errorf("%w: %s: truncate to the durable end %d after a failed upload: %w", backend.ErrStorage, p.prefix, end, err)
+		}
+		p.opts.Logger.Warn("diskless: truncated to the durable end after a failed upload", "prefix", p.prefix, "durable_end", end)
+	}
+	d.w.Reset(d.tp)
+	d.failed.Store(false)
+	return nil
+}
+
+// settled is the writer's word on the partition's appends in one object.
+func (p *Partition) settled(loc wal.Location, err error) {
+	d := p.dl
+	if err != nil {
+		d.failed.Store(true)
+		if errors.Is(err, wal.ErrFenced) {
+			p.fence(p.epoch.Load(), err)
+		}
+		p.opts.Logger.Warn("diskless: appends failed", "prefix", p.prefix, "err", err)
+		return
+	}
+	d.ownMu.Lock()
+	d.own = append(d.own, loc)
+	d.lastSeq = loc.Sequence
+	d.ownMu.Unlock()
+	if end := loc.Extent.LastOffset + 1; end > d.durable.Load() {
+		d.durable.Store(end)
+	}
+	p.applyHW()
+}
+
+// applyHW sets the local high watermark to the broker's, held below the
+// durable end.
+func (p *Partition) applyHW() {
+	d := p.dl
+	d.hwMu.Lock()
+	defer d.hwMu.Unlock()
+	hw := min(d.wantHW.Load(), d.durable.Load())
+	if hw != p.local.Offsets().HighWatermark {
+		if err := p.local.SetHighWatermark(hw); err != nil {
+			p.opts.Logger.Warn("diskless: set the high watermark", "prefix", p.prefix, "hw", hw, "err", err)
+		}
+	}
+}
+
+// flushDiskless waits until everything appended is in the bucket.
+func (p *Partition) flushDiskless() error {
+	target := p.local.Offsets().LogEnd
+	ctx, cancel := context.WithTimeout(p.closing, p.store.Bound())
+	defer cancel()
+	if err := p.dl.w.Flush(ctx); err != nil {
+		return storageError(ctx, fmt.Errorf("tiered: %s: flush the WAL: %w", p.prefix, err))
+	}
+	if end := p.dl.durable.Load(); end < target {
+		if err := p.Fenced(); err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s: offsets %d..%d did not reach the bucket (the partition truncates to %d at its next append)",
+			backend.ErrStorage, p.prefix, end, target-1, end)
+	}
+	return nil
+}
+
+// claimDiskless claims the partition for this leader epoch unless done
+// (beginLeaderChange claims): a diskless partition appends only once the
+// manifest names its writer.
+func (p *Partition) claimDiskless(ctx context.Context) error {
+	if p.claimed.Load() == p.epoch.Load() {
+		return p.Fenced()
+	}
+	_, done, err := p.beginLeaderChange(ctx)
+	if err != nil {
+		return err
+	}
+	done()
+	return nil
+}
+
+// walNamesOther says whether a diskless partition must commit a claim over
+// m even at its own epoch: m does not name this writer (a restarted
+// Backend has a new one).
+func (p *Partition) walNamesOther(m *manifest.Manifest) bool {
+	return p.dl != nil && (m.WAL == nil || wal.WriterID(m.WAL.Writer) != p.dl.w.ID())
+}
+
+// claimWALLocked prepares a claim of a diskless partition (next, over the
+// manifest now, at epoch): it fences the writer now names, reads the
+// partition's tail below the fence, rebuilds the local log's tail from the
+// bucket, and names this writer in next. REQUIRES: p.mu.
+func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next *manifest.Manifest, epoch int32) error {
+	d := p.dl
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	base := remoteEnd(now.m)
+	var extents []manifest.WALExtent
+	prev := now.m.WAL
+	if prev != nil {
+		for _, e := range prev.Extents {
+			if e.LastOffset >= base {
+				extents = append(extents, e)
+			}
+		}
+	}
+	if prev == nil && ((now.etag != "" && !now.m.Deleted) || p.local.Offsets().LogEnd > p.local.Offsets().LogStart) {
+		// Records written before the partition was diskless are durable
+		// on this disk only: a claim would cut them off.
+		o := p.local.Offsets()
+		return fmt.Errorf("%w: %s: diskless.enable=true, but the partition was written as a classic one (manifest generation %d names no WAL writer; local offsets %d..%d): a topic is diskless from its creation",
+			backend.ErrInvalidConfig, p.prefix, now.m.Generation, o.LogStart, o.LogEnd-1)
+	}
+	if prev != nil && wal.WriterID(prev.Writer) == d.w.ID() {
+		// This writer's own record (a new epoch on the same Backend): its
+		// objects and the local log already agree.
+		d.w.Lead(d.tp, epoch)
+		next.WAL = d.recordLocked(base, extents)
+		return nil
+	}
+	if prev != nil {
+		old := wal.WriterID(prev.Writer)
+		f, err := wal.Fence(ctx, p.store, d.w.Layout(), old, prev.After, epoch, []wal.TopicPartition{d.tp})
+		if err != nil {
+			return storageError(ctx, fmt.Errorf("tiered: %s: fence WAL writer %s: %w", p.prefix, old, err))
+		}
+		tails, err := wal.Tail(ctx, p.store, d.w.Layout(), old, prev.After, f, now.m.WriterEpoch, d.tp)
+		if err != nil {
+			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from WAL writer %s: %w", p.prefix, old, err))
+		}
+		last := base - 1
+		if n := len(extents); n > 0 {
+			last = extents[n-1].LastOffset
+		}
+		for _, l := range tails[d.tp] {
+			if l.Extent.LastOffset <= last {
+				continue // below the segments, or held already
+			}
+			extents = append(extents, manifest.WALExtent{Writer: [8]byte(old), Sequence: l.Sequence, Position: l.Extent.Position,
+				Size: int64(l.Extent.Size), FirstOffset: l.Extent.FirstOffset, LastOffset: l.Extent.LastOffset, CRC: l.Extent.CRC})
+			last = l.Extent.LastOffset
+		}
+		p.opts.Logger.Info("diskless: fenced the previous WAL writer", "prefix", p.prefix, "writer", old, "fence", f, "extents", len(extents))
+	}
+	if err := p.rebuildTailLocked(ctx, base, extents); err != nil {
+		return err
+	}
+	d.w.Lead(d.tp, epoch)
+	d.failed.Store(false)
+	d.ownMu.Lock()
+	d.own, d.lastSeq = nil, d.w.NextSequence()-1
+	d.ownMu.Unlock()
+	// What the local log holds now is the bucket's: durable, and the
+	// high watermark (on a diskless partition the bucket is the replica).
+	end := p.local.Offsets().LogEnd
+	d.durable.Store(end)
+	d.wantHW.Store(max(d.wantHW.Load(), end))
+	p.applyHW()
+	next.WAL = d.recordLocked(base, extents)
+	return nil
+}
+
+// rebuildTailLocked makes the local log's tail above base exactly the
+// extents' batches: it cuts the log back to base (or starts it there,
+// after a lost directory), and appends each extent read from the bucket.
+// REQUIRES: p.mu, d.mu.
+func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, extents []manifest.WALExtent) error {
+	o := p.local.Offsets()
+	switch {
+	case o.LogEnd > base:
+		if err := p.local.TruncateTo(base); err != nil {
+			return fmt.Errorf("tiered: %s: cut the local log back to the bucket's segments' end %d: %w", p.prefix, base, err)
+		}
+	case o.LogEnd < base:
+		if err := p.startAtLocked(ctx, base); err != nil {
+			return err
+		}
+	}
+	l := wal.NewLayout(p.walRoot())
+	for _, e := range extents {
+		ext := wal.Extent{TopicPartition: p.dl.tp, FirstOffset: e.FirstOffset, LastOffset: e.LastOffset, Position: e.Position, Size: int32(e.Size), CRC: e.CRC}
+		key := l.Key(wal.WriterID(e.Writer), e.Sequence)
+		data, err := wal.ReadExtent(ctx, p.store, key, ext)
+		if err != nil {
+			return storageError(ctx, fmt.Errorf("tiered: %s: read its tail from %s: %w", p.prefix, key, err))
+		}
+		if err := p.appendTailLocked(ctx, data, base, key, e.Position); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// appendTailLocked appends an extent's batches from base on, as a
+// follower appends, in runs no longer than a segment may hold (an extent
+// holds every append of an upload interval). REQUIRES: d.mu.
+func (p *Partition) appendTailLocked(ctx context.Context, data []byte, base int64, key string, extentPos int64) error {
+	limit := min(p.local.Config().SegmentBytes, 1<<20)
+	from, at := int64(-1), int64(0)
+	flush := func(to int64) error {
+		if from < 0 || to <= from {
+			return nil
+		}
+		if _, err := p.local.Append(ctx, data[from:to], backend.AppendOptions{}); err != nil {
+			return fmt.Errorf("%w: %s: the tail from %s position %d does not append: %w", backend.ErrCorruptRecord, p.prefix, key, extentPos+from, err)
+		}
+		from = -1
+		return nil
+	}
+	for at < int64(len(data)) {
+		e, err := record.HeaderAt(data, at, int64(len(data)))
+		if err != nil {
+			return fmt.Errorf("%w: %s: the tail from %s position %d: %w", backend.ErrCorruptRecord, p.prefix, key, extentPos+at, err)
+		}
+		switch {
+		case e.LastOffset < base:
+			if err := flush(at); err != nil { // below the segments: the bucket's already
+				return err
+			}
+		case from < 0:
+			from = at
+		case at+e.Size-from > limit:
+			if err := flush(at); err != nil {
+				return err
+			}
+			from = at
+		}
+		at += e.Size
+	}
+	return flush(at)
+}
+
+// startAtLocked starts an empty (or short) local log at the bucket's end,
+// with the producer state the last segment's snapshot holds. REQUIRES:
+// p.mu.
+func (p *Partition) startAtLocked(ctx context.Context, next int64) error {
+	m := p.Manifest()
+	var snap []byte
+	if n := len(m.Segments); n > 0 && m.Segments[n-1].LastOffset+1 == next && m.Segments[n-1].SnapshotSize > 0 {
+		var err error
+		if snap, err = p.remoteIndex(ctx, m.Segments[n-1], manifest.SnapshotSuffix); err != nil {
+			return storageError(ctx, err)
+		}
+	}
+	if err := p.segs.StartAt(ctx, next, snap); err != nil {
+		return err
+	}
+	p.verified = nil
+	return nil
+}
+
+// walRoot is the root the Backend's WAL objects live under.
+func (p *Partition) walRoot() string { return p.dl.w.Layout().Root() }
+
+// recordLocked is the WAL record of a manifest whose segments end at
+// base: the earlier writers' extents past it, and this writer's objects
+// from the first that holds an acknowledged extent past it (or, with
+// none, after the last that held any). It drops the writer's extents the
+// segments cover. REQUIRES: d.mu or p.mu (own's owner in a commit).
+func (d *diskless) recordLocked(base int64, extents []manifest.WALExtent) *manifest.WAL {
+	d.ownMu.Lock()
+	defer d.ownMu.Unlock()
+	i := 0
+	for i < len(d.own) && d.own[i].Extent.LastOffset < base {
+		i++
+	}
+	d.own = d.own[i:]
+	after := d.lastSeq
+	if len(d.own) > 0 {
+		after = d.own[0].Sequence - 1
+	}
+	return &manifest.WAL{Writer: [8]byte(d.w.ID()), After: after, Extents: extents}
+}
+
+// walRecordLocked is the WAL record a commit of next carries. REQUIRES:
+// p.mu.
+func (p *Partition) walRecordLocked(prev, next *manifest.Manifest) *manifest.WAL {
+	base := remoteEnd(next)
+	var extents []manifest.WALExtent
+	if prev.WAL != nil {
+		for _, e := range prev.WAL.Extents {
+			if e.LastOffset >= base {
+				extents = append(extents, e)
+			}
+		}
+	}
+	return p.dl.recordLocked(base, extents)
+}

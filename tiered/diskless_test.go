@@ -1,0 +1,319 @@
+package tiered_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/faultstore"
+	"github.com/tierlog/tierlog/tiered"
+	"github.com/tierlog/tierlog/wal"
+)
+
+var disklessCfg = []string{"diskless.enable", "true", "segment.bytes", "16384", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1"}
+
+func openDisklessBackend(t *testing.T, dir string, store *objstore.Store) *tiered.Backend {
+	t.Helper()
+	m := fastManager
+	m.DisklessCommitInterval = 5 * time.Millisecond
+	return openTieredBackend(t, dir, store, tiered.BackendOptions{Manager: m})
+}
+
+func openDiskless(t *testing.T, b *tiered.Backend, epoch int32) *tiered.Partition {
+	t.Helper()
+	p, err := b.Open(ctx, "orders", 0, cfg(t, disklessCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp, ok := p.(*tiered.Partition)
+	if !ok {
+		t.Fatalf("a diskless topic opened as %T", p)
+	}
+	if err := tp.BecomeLeader(ctx, epoch); err != nil {
+		t.Fatal(err)
+	}
+	return tp
+}
+
+// appendOne appends one batch of n records as the leader and returns its
+// last offset.
+func appendOne(t *testing.T, p backend.Partition, n int, letter string) (int64, error) {
+	t.Helper()
+	var b record.Builder
+	b.Reset(record.NewBatchHeader())
+	for range n {
+		b.Append(1_700_000_000_000, nil, bytes.Repeat([]byte(letter), 100), nil)
+	}
+	batch, _ := b.Build()
+	info, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true})
+	if err != nil {
+		return -1, err
+	}
+	return info.LastOffset, p.SetHighWatermark(p.Offsets().LogEnd)
+}
+
+func walKeys(t *testing.T, store *objstore.Store) []string {
+	t.Helper()
+	var keys []string
+	for k := range objectKeys(t, store) {
+		if strings.Contains(k, "/"+wal.Dir+"/") {
+			keys = append(keys, k)
+		}
+	}
+	return keys
+}
+
+// TestDisklessAcknowledgesOnlyWhatTheBucketHolds: a diskless partition's
+// high watermark (what a broker acknowledges, what a consumer reads) stays
+// below an append until the WAL object holding it is in the bucket;
+// Flush waits for it; the closed segments then consolidate into the
+// bucket and the manifest names the writer.
+func TestDisklessAcknowledgesOnlyWhatTheBucketHolds(t *testing.T) {
+	inner := mem.New()
+	d := faultstore.Wrap(inner, 1)
+	store := objstore.New(d, "mem://diskless", objstore.Options{})
+	b := openDisklessBackend(t, t.TempDir(), store)
+	p := openDiskless(t, b, 1)
+
+	release := make(chan struct{})
+	hold := d.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/" + wal.Dir + "/", Every: 1, Fault: faultstore.Hook,
+		Before: func(ctx context.Context, _ faultstore.Call) error {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	last, err := appendOne(t, p, 10, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond) // several commit intervals: the object is being put, held
+	if o := p.Offsets(); o.HighWatermark != 0 || o.LogEnd != last+1 {
+		t.Fatalf("offsets %+v while the WAL object is held: the high watermark must stay at 0", o)
+	}
+	r, err := p.Read(ctx, 0, backend.ReadOptions{Isolation: backend.ReadHighWatermark})
+	if err != nil || r.Len() != 0 {
+		t.Fatalf("a consumer's read while the WAL object is held: %d bytes, %v", r.Len(), err)
+	}
+	r.Close()
+	close(release)
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.HighWatermark != last+1 {
+		t.Fatalf("offsets %+v after Flush: the high watermark must reach %d", o, last+1)
+	}
+	hold.Remove()
+	if n := len(walKeys(t, store)); n == 0 {
+		t.Fatal("no WAL object in the bucket")
+	}
+
+	for i := range 300 {
+		if _, err := appendOne(t, p, 10, string(rune('b'+i%20))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "closed segments never consolidated into the bucket", func() bool {
+		m := p.Manifest()
+		return len(m.Segments) > 0 && m.WAL != nil
+	})
+	m := p.Manifest()
+	if len(m.WAL.Extents) != 0 {
+		t.Fatalf("one writer's partition names extents of earlier writers: %+v", m.WAL)
+	}
+	if m.WAL.After == 0 && m.Segments[len(m.Segments)-1].LastOffset+1 >= p.Offsets().LogEnd {
+		t.Fatalf("every offset is in segments, yet the WAL record %+v still starts at the writer's first object", m.WAL)
+	}
+}
+
+// TestDisklessDeleteTheDiskAndFailover: a broker whose log directory is
+// gone (a second Backend on an empty directory, the first one still
+// running as a zombie) claims the partition: it fences the first one's WAL
+// writer, rebuilds the tail from the bucket, and every acknowledged record
+// is there, once, in order; the zombie's appends fail as fenced.
+// Leadership then moves back, and again every record is there.
+func TestDisklessDeleteTheDiskAndFailover(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://diskless-failover", objstore.Options{})
+	b1 := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	p1 := openDiskless(t, b1, 1)
+	for i := range 200 {
+		if _, err := appendOne(t, p1, 5, string(rune('a'+i%26))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := batchesFrom(t, p1, 0)
+	end := p1.Offsets().LogEnd
+
+	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
+	p2 := openDiskless(t, b2, 2)
+	if err := p2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if o := p2.Offsets(); o.LogEnd != end || o.HighWatermark != end {
+		t.Fatalf("the new leader's offsets %+v, want log end and high watermark %d", o, end)
+	}
+	checkBatches(t, "the new leader", batchesFrom(t, p2, 0), want)
+
+	// The zombie: its next append fails as fenced, now or once its
+	// object meets the fence.
+	_, err := appendOne(t, p1, 5, "z")
+	if err == nil {
+		err = p1.Flush()
+	}
+	if !errors.Is(err, backend.ErrFenced) {
+		t.Fatalf("the old leader's append after the claim: %v, want ErrFenced", err)
+	}
+
+	for i := range 50 {
+		if _, err := appendOne(t, p2, 5, string(rune('A'+i%26))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p2.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want = batchesFrom(t, p2, 0)
+
+	// Back to the first Backend, at a higher epoch.
+	if err := p1.BecomeLeader(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendOne(t, p1, 5, "c"); err != nil {
+		t.Fatalf("the first Backend leading again: %v", err)
+	}
+	if err := p1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := batchesFrom(t, p1, 0)
+	if len(got) != len(want)+1 {
+		t.Fatalf("%d batches after leadership came back, want %d and the new one", len(got), len(want))
+	}
+	delete(got, p1.Offsets().LogEnd-1)
+	checkBatches(t, "the first Backend leading again", got, want)
+}
+
+func checkBatches(t *testing.T, what string, got, want map[int64][]byte) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d batches, want %d", what, len(got), len(want))
+	}
+	for off, b := range want {
+		if !bytes.Equal(got[off], b) {
+			t.Fatalf("%s: the batch ending at %d differs", what, off)
+		}
+	}
+}
+
+// TestDisklessFailedUploadTruncates: an append whose WAL object could not
+// be put (its number voided) is never acknowledged; Flush says so, the
+// next append truncates the partition back to its durable end and reuses
+// the offsets, and the partition reads back exactly what was acknowledged.
+func TestDisklessFailedUploadTruncates(t *testing.T) {
+	inner := mem.New()
+	d := faultstore.Wrap(inner, 1)
+	store := objstore.New(d, "mem://diskless-fail", objstore.Options{MaxAttempts: 1})
+	b := openDisklessBackend(t, t.TempDir(), store)
+	p := openDiskless(t, b, 1)
+	if _, err := appendOne(t, p, 10, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	durable := p.Offsets().LogEnd
+	want := batchesFrom(t, p, 0)
+
+	// The next WAL put fails before it lands; the void that follows lands.
+	d.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/" + wal.Dir + "/", Nth: 1, Fault: faultstore.FailBefore})
+	if _, err := appendOne(t, p, 10, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("Flush after a failed upload: %v, want ErrStorage", err)
+	}
+	if hw := p.Offsets().HighWatermark; hw != durable {
+		t.Fatalf("high watermark %d after a failed upload, want the durable end %d", hw, durable)
+	}
+	last, err := appendOne(t, p, 10, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first := last - 9; first != durable {
+		t.Fatalf("the append after the failure starts at %d, want the durable end %d", first, durable)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	got := batchesFrom(t, p, 0)
+	if len(got) != len(want)+1 {
+		t.Fatalf("%d batches, want %d", len(got), len(want)+1)
+	}
+	for off, b := range got {
+		if w, ok := want[off]; ok && !bytes.Equal(w, b) {
+			t.Fatalf("the batch ending at %d changed", off)
+		}
+		if bytes.Contains(b, []byte("xxxxxxxx")) {
+			t.Fatal("the failed append's records are in the log")
+		}
+	}
+}
+
+// TestDisklessIsFixedAtCreation: a classic tiered partition opened as
+// diskless refuses to claim (its records are durable on its disk only,
+// and a claim would cut them off), and a diskless partition's bucket
+// opened as classic is refused (its recent records may be only in WAL
+// objects); both name the config key's cause.
+func TestDisklessIsFixedAtCreation(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://fixed", objstore.Options{})
+	dir := t.TempDir()
+	b := openTieredBackend(t, dir, store, tiered.BackendOptions{})
+	openUploaded(t, b, 1, 500)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openDisklessBackend(t, dir, store)
+	p, err := b.Open(ctx, "orders", 0, cfg(t, disklessCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.(*tiered.Partition).BecomeLeader(ctx, 2)
+	if _, err := appendOne(t, p, 1, "x"); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("a classic partition opened as diskless appended: %v", err)
+	}
+	b.Close()
+
+	store2 := objstore.New(mem.New(), "mem://fixed2", objstore.Options{})
+	dir2 := t.TempDir()
+	b = openDisklessBackend(t, dir2, store2)
+	dp := openDiskless(t, b, 1)
+	if _, err := appendOne(t, dp, 1, "x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openTieredBackend(t, t.TempDir(), store2, tiered.BackendOptions{})
+	p, err = b.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.(*tiered.Partition).Attach(ctx); !errors.Is(err, backend.ErrInvalidConfig) || !strings.Contains(err.Error(), "diskless") {
+		t.Fatalf("a diskless partition's bucket opened as classic: %v", err)
+	}
+}
