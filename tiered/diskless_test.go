@@ -317,3 +317,86 @@ func TestDisklessIsFixedAtCreation(t *testing.T) {
 		t.Fatalf("a diskless partition's bucket opened as classic: %v", err)
 	}
 }
+
+// TestDisklessWALGC: gc removes the WAL objects whose every extent is in
+// the partition's segments, keeps the ones holding the tail, keeps a
+// fence at its writer's last number and an object whose footer is
+// damaged; afterwards a claim on an empty directory still reads every
+// record.
+func TestDisklessWALGC(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://walgc", objstore.Options{})
+	b1 := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	p1 := openDiskless(t, b1, 1)
+	for i := range 300 {
+		if _, err := appendOne(t, p1, 5, string(rune('a'+i%26))); err != nil {
+			t.Fatal(err)
+		}
+		if i%50 == 49 {
+			if err := p1.Flush(); err != nil { // several WAL objects
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := p1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "nothing consolidated", func() bool { return len(p1.Manifest().Segments) > 2 })
+	want := batchesFrom(t, p1, 0)
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	objs, err := tiered.GCWAL(ctx, store, "tl", tiered.WALGCOptions{Grace: time.Nanosecond, Force: true, Now: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var removed, kept int
+	for _, o := range objs {
+		if o.Remove {
+			removed++
+		} else {
+			kept++
+			if !strings.Contains(o.Why, "not in its segments yet") {
+				t.Errorf("%s kept: %s", o.Key, o.Why)
+			}
+		}
+	}
+	if removed == 0 || kept == 0 {
+		t.Fatalf("gc removed %d and kept %d WAL objects; want the consolidated ones gone and the tail's kept", removed, kept)
+	}
+	if n := len(walKeys(t, store)); n != kept {
+		t.Fatalf("%d WAL objects left, gc kept %d", n, kept)
+	}
+
+	// A claim from an empty directory after the gc: every record.
+	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
+	p2 := openDiskless(t, b2, 2)
+	checkBatches(t, "a claim after the WAL gc", batchesFrom(t, p2, 0), want)
+
+	// The fence the claim left at the first writer's last number stays;
+	// a damaged object stays and is reported.
+	objs, err = tiered.GCWAL(ctx, store, "tl", tiered.WALGCOptions{Grace: time.Nanosecond, Force: true, Now: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fences := 0
+	for _, o := range objs {
+		if o.Footer != nil && o.Footer.Fence && !o.Remove {
+			fences++
+		}
+	}
+	if fences != 1 {
+		t.Fatalf("%d fences kept, want the one at the first writer's last number", fences)
+	}
+	bad := wal.NewLayout("tl").Key(wal.WriterID{9}, 1)
+	if _, err := store.Put(ctx, bad, bytes.NewReader([]byte("not a WAL object at all")), 23, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tiered.GCWAL(ctx, store, "tl", tiered.WALGCOptions{Grace: time.Nanosecond, Force: true, Now: later})
+	if !errors.Is(err, tiered.ErrWALDamaged) {
+		t.Fatalf("gc over a damaged WAL object: %v, want ErrWALDamaged", err)
+	}
+	if _, err := store.Head(ctx, bad); err != nil {
+		t.Fatalf("the damaged object was removed: %v", err)
+	}
+	if _, err := tiered.GCWAL(ctx, store, "tl", tiered.WALGCOptions{Grace: time.Minute}); err == nil {
+		t.Fatal("a grace below the floor without Force was taken")
+	}
+}

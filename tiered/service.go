@@ -43,6 +43,11 @@ type service struct {
 	wakeup  chan struct{} // capacity 1: the queue has work
 	tasks   chan func()   // the expiration pool's work
 	running map[*Partition]bool
+	// walGC is when the WAL objects were last collected (the first pass
+	// waits one interval, as a partition's gc does); walGCRunning says a
+	// collection is on the pool.
+	walGC        time.Time
+	walGCRunning bool
 }
 
 // taskState is the service's memory of one partition.
@@ -248,6 +253,7 @@ func (s *service) pass() {
 		}
 	}
 	s.mu.Unlock()
+	s.walGCPass()
 	for _, p := range parts {
 		if s.ctx.Err() != nil {
 			return
@@ -314,6 +320,50 @@ func (s *service) maintain(p *Partition) {
 		log.Error("tiering: gc kept objects past the manifest's end that nothing names (has the bucket gone back in time?)", "err", err)
 	default:
 		log.Warn("tiering: periodic task failed; the next pass retries", "err", err)
+	}
+}
+
+// walGCPass queues a collection of the Backend's WAL objects (walgc.go)
+// every GCInterval, once the Backend has diskless partitions.
+func (s *service) walGCPass() {
+	s.b.mu.Lock()
+	hasWAL := s.b.wal != nil
+	s.b.mu.Unlock()
+	if !hasWAL || s.b.opts.GCInterval <= 0 {
+		return
+	}
+	s.mu.Lock()
+	now := time.Now()
+	if s.walGC.IsZero() {
+		s.walGC = now
+	}
+	due := !s.walGCRunning && now.Sub(s.walGC) >= s.b.opts.GCInterval
+	if due {
+		s.walGC, s.walGCRunning = now, true
+	}
+	s.mu.Unlock()
+	if !due {
+		return
+	}
+	task := func() {
+		defer func() { s.mu.Lock(); s.walGCRunning = false; s.mu.Unlock() }()
+		objs, err := GCWAL(s.ctx, s.b.store, s.b.prefix, WALGCOptions{Grace: s.b.opts.GC.Grace, Force: s.b.opts.GC.Force})
+		removed := 0
+		for _, o := range objs {
+			if o.Remove {
+				removed++
+			}
+		}
+		if removed > 0 {
+			s.b.logger.Info("diskless: gc removed WAL objects no partition needs", "objects", removed)
+		}
+		if err != nil && s.ctx.Err() == nil {
+			s.b.logger.Warn("diskless: WAL gc failed; the next interval retries", "err", err)
+		}
+	}
+	select {
+	case s.tasks <- task:
+	case <-s.ctx.Done():
 	}
 }
 

@@ -248,6 +248,16 @@ func TestEveryCommandAsBinary(t *testing.T) {
 	fails(2, "safe floor", "gc", "--store", store, "--partition", "orders-0", "--grace", "0s")
 	fails(2, "negative", "gc", "--store", store, "--partition", "orders-0", "--grace", "-1h", "--force")
 	fails(2, "--no-manifest-ok", "gc", "--store", store, "--partition", "orders-9")
+
+	// wal: a bucket without diskless topics has no WAL objects (a diskless
+	// bucket's are in TestWALCommands).
+	if inv := ok("wal ls", "wal", "ls", "--store", store); !strings.Contains(inv.stdout, "0 WAL objects") {
+		t.Fatalf("wal ls: %s", inv.stdout)
+	}
+	ok("wal verify", "wal", "verify", "--store", store, "--deep")
+	ok("wal gc", "wal", "gc", "--store", store)
+	fails(2, "safe floor", "wal", "gc", "--store", store, "--grace", "1m")
+	fails(2, "--store", "wal", "ls")
 	restored := filepath.Join(root, "restored")
 	rst := ok("restore", "restore", restored, "--store", store, "--partition", "orders-0", "--json").jsonLines(t)[0]
 	if rst["segments"] != off["remoteSegments"] {
@@ -336,6 +346,9 @@ func TestNoCommandPrintsSecrets(t *testing.T) {
 	run(env, true, "verify", "--store", store, "--deep")
 	run(env, true, "cost", "--store", store)
 	run(env, true, "gc", "--store", store, "--partition", "orders-0", "--dry-run")
+	run(env, true, "wal", "ls", "--store", store)
+	run(env, true, "wal", "verify", "--store", store, "--deep")
+	run(env, true, "wal", "gc", "--store", store)
 	run(env, true, "restore", filepath.Join(root, "restored"), "--store", store, "--partition", "orders-0")
 	run(env, true, "demo", "--records", "5000", "--store", store)
 

@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore/storeurl"
+	"github.com/tierlog/tierlog/tiered"
+	"github.com/tierlog/tierlog/wal"
 )
 
 // prices are object store list prices in USD; the defaults are Amazon S3
@@ -109,7 +112,10 @@ an estimate at list prices: storage per month, the PUTs the upload took
 manifest and its backup), the GETs
 of reading everything once from the bucket (one per remote index, one per
 --fetch-bytes of log), of a restore (one per object), and of a gc pass
-(one LIST per 1,000 objects). A partition given that has no manifest, and
+(one LIST per 1,000 objects). The WAL objects of diskless topics are
+priced too: their storage, the PUTs they took, and a day of a Backend
+producing without pause (a PUT each commit interval, 250 ms by default).
+A partition given that has no manifest, and
 a bucket with none at all, are errors (exit 2): a wrong URL must not
 price as $0.
 
@@ -174,11 +180,16 @@ no transfer charge (reads from the same region). Set your own with the
 				total.RestoreUSD += c.RestoreUSD
 				total.GCUSD += c.GCUSD
 			}
+			walObjs, err := tiered.ListWAL(ctx, store, "")
+			if err != nil {
+				return err
+			}
+			wc := estimateWAL(walObjs, p)
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
 			if asJSON {
 				writeJSON(w, map[string]any{"store": storeurl.Redact(storeURL), "prices": p, "fetchBytes": fetchBytes,
-					"partitions": rows, "total": total})
+					"partitions": rows, "total": total, "wal": wc})
 				return nil
 			}
 			if len(rows) > 1 {
@@ -191,6 +202,13 @@ no transfer charge (reads from the same region). Set your own with the
 				fmt.Fprintf(w, "  read all once      %8d GETs  %s\n", c.ReadAllGets, usd(c.ReadAllUSD))
 				fmt.Fprintf(w, "  restore            %8d GETs  %s\n", c.RestoreGets, usd(c.RestoreUSD))
 				fmt.Fprintf(w, "  gc pass            %8d LISTs %s\n", c.GCLists, usd(c.GCUSD))
+			}
+			if wc.Objects > 0 {
+				fmt.Fprintf(w, "WAL objects of diskless topics: %d objects, %.1f MB\n", wc.Objects, float64(wc.Bytes)/1e6)
+				fmt.Fprintf(w, "  storage            %14s  %s per month\n", "", usd(wc.StorageMonth))
+				fmt.Fprintf(w, "  their uploads      %8d PUTs  %s\n", wc.Objects, usd(wc.PutsUSD))
+				fmt.Fprintf(w, "  a Backend producing without pause, a PUT each %v: %d PUTs  %s per day\n",
+					wal.DefaultCommitInterval, wc.BusyDayPuts, usd(wc.BusyDayUSD))
 			}
 			fmt.Fprintf(w, "prices: $%g/GB-month, $%g per 1,000 PUTs, $%g per 1,000 GETs, $%g/GB transfer\n",
 				p.StorageGBMonth, p.PutPer1000, p.GetPer1000, p.TransferGB)
@@ -207,6 +225,30 @@ no transfer charge (reads from the same region). Set your own with the
 	f.Float64Var(&p.GetPer1000, "price-get", p.GetPer1000, "USD per 1,000 GET/HEAD requests")
 	f.Float64Var(&p.TransferGB, "price-transfer", p.TransferGB, "USD per GB read out of the store (0: same region)")
 	return cmd
+}
+
+// walCost is the estimate for the WAL objects of diskless topics: what
+// is stored now, the PUTs they took, and a day of a Backend that has
+// something to upload every default commit interval (its most: one
+// object in flight, at most one per interval unless a buffer fills).
+type walCost struct {
+	Objects      int     `json:"objects"`
+	Bytes        int64   `json:"bytes"`
+	StorageMonth float64 `json:"storagePerMonthUSD"`
+	PutsUSD      float64 `json:"uploadUSD"`
+	BusyDayPuts  int64   `json:"busyDayPuts"`
+	BusyDayUSD   float64 `json:"busyDayUSD"`
+}
+
+func estimateWAL(objs []tiered.WALObject, p prices) walCost {
+	c := walCost{Objects: len(objs), BusyDayPuts: int64(24 * time.Hour / wal.DefaultCommitInterval)}
+	for _, o := range objs {
+		c.Bytes += o.Size
+	}
+	c.StorageMonth = float64(c.Bytes) / gb * p.StorageGBMonth
+	c.PutsUSD = float64(c.Objects) / 1000 * p.PutPer1000
+	c.BusyDayUSD = float64(c.BusyDayPuts) / 1000 * p.PutPer1000
+	return c
 }
 
 // usd formats dollars: cents above a cent, else enough digits to show the

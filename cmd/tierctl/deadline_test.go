@@ -133,6 +133,9 @@ func TestStoreCommandsEndWithinTheBound(t *testing.T) {
 			"restore":         {"restore", restoreTo, "--store", store, "--partition", "orders-0"},
 			"gc":              {"gc", "--store", store, "--partition", "orders-0"},
 			"cost":            {"cost", "--store", store},
+			"wal ls":          {"wal", "ls", "--store", store},
+			"wal verify":      {"wal", "verify", "--store", store},
+			"wal gc":          {"wal", "gc", "--store", store},
 			"demo":            {"demo", "--records", "1000", "--store", store},
 		}
 	}

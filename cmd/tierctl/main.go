@@ -126,7 +126,7 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 	root.PersistentFlags().String("log-level", "warn", "structured log lines on stderr at or above this level: debug, info, warn, error or off")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDumpCmd(), newVerifyCmd(), newProduceCmd(), newConsumeCmd(), newLookupCmd(),
-		newCompactCmd(), newOffloadCmd(), newLsCmd(), newManifestCmd(), newRestoreCmd(), newGCCmd(), newCostCmd(), newDemoCmd())
+		newCompactCmd(), newOffloadCmd(), newLsCmd(), newManifestCmd(), newRestoreCmd(), newGCCmd(), newWALCmd(), newCostCmd(), newDemoCmd())
 	addStoreDeadlineFlags(root)
 	root.InitDefaultCompletionCmd()
 	requireSubcommands(root)

@@ -121,9 +121,12 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		"restore": func() []string {
 			return []string{"restore", filepath.Join(t.TempDir(), "restored"), "--partition", "orders-0"}
 		},
-		"gc":   func() []string { return []string{"gc", "--partition", "orders-0"} },
-		"cost": func() []string { return []string{"cost"} },
-		"demo": func() []string { return []string{"demo", "--records", "1000"} },
+		"gc":         func() []string { return []string{"gc", "--partition", "orders-0"} },
+		"wal ls":     func() []string { return []string{"wal", "ls"} },
+		"wal verify": func() []string { return []string{"wal", "verify", "--deep"} },
+		"wal gc":     func() []string { return []string{"wal", "gc"} },
+		"cost":       func() []string { return []string{"cost"} },
+		"demo":       func() []string { return []string{"demo", "--records", "1000"} },
 	}
 	rootCmd := newRootCmd()
 	all := leafCommands(rootCmd, "")
