@@ -76,6 +76,11 @@ type diskless struct {
 	lastSeq uint64
 }
 
+// Diskless says whether the partition is diskless (diskless.enable=true):
+// an append is acknowledged once the bucket holds it, so a broker holds
+// even an acks=1 answer until the high watermark passes the batch.
+func (p *Partition) Diskless() bool { return p.dl != nil }
+
 // walTP is the partition's name in WAL footers.
 func walTP(tp backend.TopicPartition) wal.TopicPartition {
 	return wal.TopicPartition{Topic: tp.Topic, Partition: tp.Partition}

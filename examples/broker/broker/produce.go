@@ -17,7 +17,8 @@ import (
 // AppendInfo.Duplicate, answered with the original batch's offsets as
 // Kafka answers it; a sequence gap or a fenced epoch is a typed error,
 // answered with its Kafka code. acks=0 gets no answer; acks=1 is answered
-// once the batches are in the leader's log; acks=-1 once the high
+// once the batches are in the leader's log (for a diskless topic, whose
+// log is a cache, once they are in the bucket, as acks=-1); acks=-1 once the high
 // watermark has passed them (every in-sync replica has them: on one node,
 // once the partition's watcher moved it), parked in the purgatory until
 // then or until the request's timeout, when the partitions still short
@@ -55,7 +56,7 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 				b.logger.Debug("produce refused", "partition", p.tp.String(), "err", err)
 			} else {
 				pr.BaseOffset, pr.LogAppendTime = info.FirstOffset, info.LogAppendTime
-				if r.Acks == -1 {
+				if r.Acks == -1 || (r.Acks == 1 && isDiskless(p.p)) {
 					waits = append(waits, hwWait{p: p, need: info.LastOffset + 1, topic: ti, part: len(rt.Partitions)})
 				}
 			}
@@ -79,6 +80,15 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 		}
 	}
 	return resp, nil
+}
+
+// isDiskless says whether p acknowledges appends only once the bucket
+// holds them (a tiered.Partition of a diskless.enable=true topic): its
+// leader's log is not durable, so acks=1 waits for the high watermark as
+// acks=-1 does.
+func isDiskless(p backend.Partition) bool {
+	d, ok := p.(interface{ Diskless() bool })
+	return ok && d.Diskless()
 }
 
 // refuseProduce answers every partition of r with err (no answer for
