@@ -2,16 +2,22 @@ package broker_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/fs"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -89,4 +95,133 @@ func TestDisklessTopic(t *testing.T) {
 	}
 	b = startBroker(t, opts)
 	check("after the log directory was removed")
+}
+
+// disklessBrokerChild is a broker over the directory args[0], on args[1],
+// with its bucket a directory (args[2]: file://), until it is killed.
+func disklessBrokerChild(args []string) int {
+	d, err := fs.Open(args[2])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	opts := tieredOptions(args[0], objstore.New(d, "file://"+args[2], objstore.Options{}))
+	opts.Listen = args[1]
+	opts.RemoteLogManager["diskless.produce.commit.interval.ms"] = "20"
+	b, err := broker.Start(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("listening on %s\n", b.Addr())
+	for {
+		time.Sleep(time.Hour) // until SIGKILL
+	}
+}
+
+// TestDisklessKillLoop SIGKILLs the broker (a child process) again and
+// again while kgo's idempotent producer produces with acks=all to a
+// diskless topic, and on every other restart removes the broker's whole
+// log directory first: every acknowledged record is read back exactly
+// once, in the order it was produced.
+func TestDisklessKillLoop(t *testing.T) {
+	dir, addr, bucket := t.TempDir(), freePort(t), t.TempDir()
+	start := func() *crashchild.Child {
+		t.Helper()
+		c := crashchild.Start(t, "diskless-broker", []string{dir, addr, bucket}, crashchild.Options{})
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("the child broker's output:\n%s", c.Output())
+			}
+		})
+		if _, err := c.WaitLine("listening on", time.Minute); err != nil {
+			t.Fatalf("the child broker did not start: %v", err)
+		}
+		return c
+	}
+	child := start()
+	createTopic(t, newClient(t, addr), "events", 1, disklessTopic())
+	prod := newClient(t, addr, kgo.DefaultProduceTopic("events"), kgo.RequiredAcks(kgo.AllISRAcks()),
+		kgo.RecordDeliveryTimeout(time.Minute), kgo.ProducerLinger(time.Millisecond))
+	var mu sync.Mutex
+	acked := map[int]bool{}
+	var wg sync.WaitGroup
+	stop, stopped := make(chan struct{}), make(chan int)
+	go func() {
+		i := 0
+		defer func() { stopped <- i }()
+		for ; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			wg.Add(1)
+			prod.Produce(context.Background(), &kgo.Record{Value: []byte(strconv.Itoa(i))}, func(r *kgo.Record, err error) {
+				defer wg.Done()
+				if err == nil {
+					n, _ := strconv.Atoi(string(r.Value))
+					mu.Lock()
+					acked[n] = true
+					mu.Unlock()
+				}
+			})
+			if i%64 == 63 {
+				time.Sleep(time.Millisecond) // leave the broker some air
+			}
+		}
+	}()
+	ackedNow := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	const kills = 6
+	for k := range kills {
+		want := ackedNow() + 300
+		deadline := time.Now().Add(time.Minute)
+		for ackedNow() < want {
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: %d records acknowledged in a minute, want %d", k, ackedNow(), want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		child.Kill()
+		if exit := child.Wait(); !exit.Killed() {
+			t.Fatalf("kill %d: the child broker was not killed: %v", k, exit)
+		}
+		if k%2 == 1 {
+			if err := os.RemoveAll(filepath.Join(dir, "logs")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		child = start()
+	}
+	close(stop)
+	sent := <-stopped
+	wg.Wait()
+	prod.Close()
+	n := ackedNow()
+	cons := newClient(t, addr, kgo.ConsumeTopics("events"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	seen := map[int]bool{}
+	last := -1
+	for _, r := range consumeN(t, cons, n, 2*time.Minute) {
+		v, err := strconv.Atoi(string(r.Value))
+		if err != nil {
+			t.Fatalf("offset %d holds %q", r.Offset, r.Value)
+		}
+		if seen[v] {
+			t.Fatalf("record %d read twice (again at offset %d)", v, r.Offset)
+		}
+		if v < last {
+			t.Fatalf("record %d at offset %d after record %d: out of order", v, r.Offset, last)
+		}
+		seen[v], last = true, v
+	}
+	missing := 0
+	for v := range acked {
+		if !seen[v] {
+			missing++
+		}
+	}
+	if missing > 0 {
+		t.Fatalf("%d of %d acknowledged records missing after %d SIGKILLs (%d with the log directory removed)", missing, n, kills, kills/2)
+	}
+	t.Logf("%d records sent, %d acknowledged, every one read back once and in order after %d SIGKILLs, %d of them with the log directory removed", sent, n, kills, kills/2)
 }

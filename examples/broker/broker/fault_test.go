@@ -100,7 +100,7 @@ func TestProduceRetries(t *testing.T) {
 
 // childRoles are the children this test binary runs (crashchild.Dispatch
 // in TestMain).
-var childRoles = map[string]crashchild.Role{"broker": brokerChild}
+var childRoles = map[string]crashchild.Role{"broker": brokerChild, "diskless-broker": disklessBrokerChild}
 
 // brokerChild is the broker as a child process, for TestKillDuringProduce:
 // it serves the log directory args[0] on args[1] until it is killed.
