@@ -53,9 +53,14 @@ type demoSummary struct {
 	BrokerProduceMBps float64          `json:"brokerProduceMBps"`
 	BrokerConsumeMBps float64          `json:"brokerConsumeMBps"`
 	// BrokerSkipped says why step 10 did not run ("" when it did).
-	BrokerSkipped string  `json:"brokerSkipped,omitempty"`
-	Seconds       float64 `json:"seconds"`
-	KeptIn        string  `json:"keptIn,omitempty"`
+	BrokerSkipped string `json:"brokerSkipped,omitempty"`
+	// Step 11: the diskless topic's records, those read back after its
+	// log directory was removed, and its WAL objects.
+	DisklessRecords     int     `json:"disklessRecords"`
+	DisklessRecordsBack int     `json:"disklessRecordsBack"`
+	DisklessWALObjects  int     `json:"disklessWALObjects"`
+	Seconds             float64 `json:"seconds"`
+	KeptIn              string  `json:"keptIn,omitempty"`
 }
 
 type demoLookup struct {
@@ -174,7 +179,7 @@ func runDemo(ctx context.Context, out io.Writer, o demoOptions) (err error) {
 		func() error { return demoCompaction(ctx, d.w, d.b, o.records) }, d.codecs, d.verify,
 		func() error {
 			return demoBroker(ctx, d.w, o.broker, filepath.Join(d.root, "broker"), d.storeURL, d.store, min(o.records, 20_000), &d.sum)
-		}} {
+		}, d.diskless} {
 		if err := step(); err != nil {
 			return err
 		}

@@ -28,6 +28,11 @@ func TestDemoWithoutBroker(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &sum); code != 0 || err != nil || sum.BrokerRecords != 0 || sum.BrokerSkipped == "" {
 		t.Fatalf("demo --json: exit %d %v\n%s%s", code, err, out, errOut)
 	}
+	// Step 11: the diskless topic's records all back after its log
+	// directory was removed.
+	if sum.DisklessRecords != 1000 || sum.DisklessRecordsBack != 1000 || sum.DisklessWALObjects < 1 {
+		t.Fatalf("demo --json: diskless step %d records, %d back, %d WAL objects", sum.DisklessRecords, sum.DisklessRecordsBack, sum.DisklessWALObjects)
+	}
 	// --broker is checked before it is skipped, so any executable does:
 	// this test binary, never started.
 	self, err := os.Executable()

@@ -1,0 +1,165 @@
+package tiered_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/testing/faultstore"
+	"github.com/tierlog/tierlog/testing/s3server"
+	"github.com/tierlog/tierlog/tiered"
+	"github.com/tierlog/tierlog/wal"
+)
+
+// The diskless benchmarks run against MinIO on loopback, behind 20 ms of
+// added latency on every PUT (a cloud bucket's), counted by a faultstore
+// hook: run them with -benchtime 1x (each iteration is a timed workload).
+
+// putLatency is the latency added to every PUT.
+const putLatency = 20 * time.Millisecond
+
+// latentMinIO is a MinIO bucket whose PUTs take putLatency more, and a
+// counter of the PUTs of WAL objects; latency is off until on() is called.
+func latentMinIO(b *testing.B) (store *objstore.Store, walPuts *atomic.Int64, on func()) {
+	inner := realStoreOn(b, s3server.SharedKind(b, s3server.MinIO), "minio")
+	d := faultstore.Wrap(inner.Driver(), 1)
+	walPuts = new(atomic.Int64)
+	d.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/" + wal.Dir + "/", Every: 1, Fault: faultstore.Hook,
+		Hook: func(objstore.Op, string) { walPuts.Add(1) }})
+	lat := d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.Latency, Latency: putLatency})
+	lat.SetEnabled(false)
+	store = objstore.New(d, "minio+latency", objstore.Options{})
+	b.Cleanup(func() { store.Close() })
+	return store, walPuts, func() { lat.SetEnabled(true) }
+}
+
+func oneRecordBatch(size int) []byte {
+	var rb record.Builder
+	rb.Reset(record.NewBatchHeader())
+	rb.Append(time.Now().UnixMilli(), nil, bytes.Repeat([]byte("x"), size), nil)
+	batch, _ := rb.Build()
+	return batch
+}
+
+// BenchmarkDisklessPutRate: 1,000 diskless partitions of one Backend
+// produced to at 1 MB/s in all (1,000 appends of 1 KiB a second, spread
+// over the partitions) for 5 s. It reports the WAL PUTs a second beside
+// the bound the design promises (1 / commit interval + bytes a second /
+// buffer max bytes) and the PUTs a day each would cost.
+func BenchmarkDisklessPutRate(b *testing.B) {
+	store, walPuts, latency := latentMinIO(b)
+	m := fastManager
+	m.TaskInterval = time.Minute // no consolidation in the 5 s
+	be := openTieredBackend(b, b.TempDir(), store, tiered.BackendOptions{Manager: m})
+	const partitions = 1000
+	c := cfg(b, "diskless.enable", "true", "retention.ms", "-1")
+	parts := make([]*tiered.Partition, partitions)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range parts {
+		p, err := be.Open(context.Background(), fmt.Sprintf("t%d", i/100), int32(i%100), c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		parts[i] = p.(*tiered.Partition)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := parts[i].BecomeLeader(context.Background(), 1); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	latency()
+	batch := oneRecordBatch(1000)
+	const seconds = 5
+	for b.Loop() {
+		before := walPuts.Load()
+		start := time.Now()
+		tick := time.NewTicker(10 * time.Millisecond)
+		sent := 0
+		for time.Since(start) < seconds*time.Second {
+			<-tick.C
+			for range 10 { // 1,000 appends a second
+				p := parts[sent%partitions]
+				if _, err := p.Append(context.Background(), append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true}); err != nil {
+					b.Fatal(err)
+				}
+				sent++
+			}
+		}
+		tick.Stop()
+		took := time.Since(start).Seconds()
+		puts := float64(walPuts.Load()-before) / took
+		bound := 1/wal.DefaultCommitInterval.Seconds() + float64(sent*len(batch))/took/float64(wal.DefaultBufferMaxBytes)
+		b.ReportMetric(puts, "puts/s")
+		b.ReportMetric(bound, "bound-puts/s")
+		b.ReportMetric(puts*86400, "puts/day")
+		b.ReportMetric(float64(sent*len(batch))/took/1e6, "MB/s")
+	}
+}
+
+// BenchmarkDisklessAckLatency: one diskless partition, one 16 KiB batch
+// at a time, each waited for until the high watermark passes it (what a
+// broker's acks=all waits for), against MinIO behind 20 ms of PUT
+// latency; beside it the raw PUT of a 16 KiB object in the same run.
+// Goal: p99 <= commit interval + raw PUT p99 + 10 ms.
+func BenchmarkDisklessAckLatency(b *testing.B) {
+	store, _, latency := latentMinIO(b)
+	be := openTieredBackend(b, b.TempDir(), store, tiered.BackendOptions{})
+	p, err := be.Open(context.Background(), "lat", 0, cfg(b, "diskless.enable", "true", "retention.ms", "-1"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	tp := p.(*tiered.Partition)
+	if err := tp.BecomeLeader(context.Background(), 1); err != nil {
+		b.Fatal(err)
+	}
+	latency()
+	batch := oneRecordBatch(16 << 10)
+	var acks, raws []time.Duration
+	for b.Loop() {
+		for range 40 {
+			start := time.Now()
+			info, err := tp.Append(context.Background(), append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			tp.SetHighWatermark(info.LastOffset + 1)
+			for tp.Offsets().HighWatermark <= info.LastOffset {
+				select {
+				case <-tp.Changed():
+				case <-time.After(time.Second):
+				}
+			}
+			acks = append(acks, time.Since(start))
+			start = time.Now()
+			key := filepath.ToSlash(filepath.Join("raw", fmt.Sprint(len(raws))))
+			if _, err := store.Put(context.Background(), key, bytes.NewReader(batch), int64(len(batch)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+				b.Fatal(err)
+			}
+			raws = append(raws, time.Since(start))
+		}
+	}
+	q := func(d []time.Duration, f float64) float64 {
+		s := slices.Clone(d)
+		slices.Sort(s)
+		return float64(s[min(len(s)-1, int(f*float64(len(s))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(q(acks, 0.5), "ack-p50-ms")
+	b.ReportMetric(q(acks, 0.99), "ack-p99-ms")
+	b.ReportMetric(q(raws, 0.5), "put-p50-ms")
+	b.ReportMetric(q(raws, 0.99), "put-p99-ms")
+	b.ReportMetric(float64(wal.DefaultCommitInterval.Milliseconds())+q(raws, 0.99)+10, "goal-p99-ms")
+}
