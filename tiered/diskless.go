@@ -294,6 +294,10 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		}
 		p.opts.Logger.Info("diskless: fenced the previous WAL writer", "prefix", p.prefix, "writer", old, "fence", f, "extents", len(extents))
 	}
+	// The writer's buffered appends of an older leadership of this
+	// partition go (the log is rebuilt from the bucket): none may land in
+	// the objects the new record names.
+	d.w.Reset(d.tp)
 	if err := p.rebuildTailLocked(ctx, base, extents); err != nil {
 		return err
 	}

@@ -88,6 +88,13 @@
 //     on the fence, which names them, and it refuses their appends from
 //     then on (ErrFenced) until it is told it leads them again.
 //
+// A fence carries the claimer's leader epoch. It claims the appends the
+// writer made while it led a partition at that epoch or below; a writer
+// that leads the partition again (Lead, at a higher epoch, after a claim
+// of its own) puts its new appends past such a fence, and Tail, given the
+// epoch of the leadership it reads, reads past it too. So a fence left by
+// a claim that was superseded, or that lost, stops nothing it should not.
+//
 // Reading the tail. Tail lists a writer's objects from a number the
 // caller knows (the manifest's record of where a partition's data beyond
 // its segments begins), reads each footer once for all the partitions

@@ -148,6 +148,9 @@ type extentBuf struct {
 	data        []byte
 	first, last int64
 	ack         *Ack
+	// epoch is the leader epoch the partition was led at (Lead) when
+	// these appends were made: a fence at that epoch or above claims them.
+	epoch int32
 }
 
 // object is an object being filled or uploaded.
@@ -282,7 +285,7 @@ func (w *Writer) Append(ctx context.Context, tp TopicPartition, batches []byte, 
 		return nil, fmt.Errorf("wal: append to %s at offset %d, not after its last %d", tp, first, e.last)
 	}
 	e.data = append(e.data, batches...)
-	e.last = last
+	e.last, e.epoch = last, w.lead[tp]
 	o.size += len(batches)
 	w.buffered += len(batches)
 	if o.size >= w.opts.BufferMaxBytes {
@@ -309,25 +312,31 @@ func (w *Writer) Reset(tp TopicPartition) {
 	delete(w.refused, tp)
 }
 
-// Lead is Reset for a partition the caller now leads at epoch (it
-// claimed it, with a fence of the writer before it): a fence that names
-// tp at an epoch below it is stale (a claim this one superseded, or one
-// that lost) and fails nothing of tp from then on, as Tail, given the
-// same epoch, reads past it.
+// Lead says the caller now leads tp at epoch (it claimed it): tp's
+// appends from now on are this leadership's, and tp appends again if it
+// was refused. A fence names its partitions with the claimer's epoch and
+// claims only appends made at that epoch or below: appends of a later
+// leadership go past a fence left by a claim that this one superseded, or
+// that lost, as Tail, given the leadership's epoch, reads past it. Lead
+// keeps tp's buffered appends (a new epoch of the same leadership's log);
+// a caller that rebuilds the partition's log calls Reset first.
 func (w *Writer) Lead(tp TopicPartition, epoch int32) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.dropLocked(tp, fmt.Errorf("%w: %s is led anew at epoch %d", ErrPartitionFailed, tp, epoch))
 	delete(w.refused, tp)
 	w.lead[tp] = epoch
 }
 
-// stale says whether a fence at epoch is stale for tp (Lead).
-func (w *Writer) stale(tp TopicPartition, epoch int32) bool {
+// claims says whether a fence at epoch claims appends made at dataEpoch.
+func claims(fenceEpoch, dataEpoch int32) bool { return dataEpoch <= fenceEpoch }
+
+// leadsPast says whether tp is led now at an epoch above a fence's, so
+// that the fence does not stop its appends from now on.
+func (w *Writer) leadsPast(tp TopicPartition, fenceEpoch int32) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	le, ok := w.lead[tp]
-	return ok && le > epoch
+	return ok && !claims(fenceEpoch, le)
 }
 
 // Forget fails tp's buffered appends (ErrPartitionFailed) and forgets
@@ -495,13 +504,12 @@ func (w *Writer) upload(o *object) {
 			// number. A fence naming none voids the number only.
 			var claimed []TopicPartition
 			for _, e := range fence.Extents {
-				if w.stale(e.TopicPartition, fence.FenceEpoch) {
-					continue
-				}
-				if _, ok := o.parts[e.TopicPartition]; ok {
+				if x, ok := o.parts[e.TopicPartition]; ok && claims(fence.FenceEpoch, x.epoch) {
 					claimed = append(claimed, e.TopicPartition)
 				}
-				w.refuse(e.TopicPartition, fmt.Errorf("%w: %s claimed at leader epoch %d (fence at %s)", ErrFenced, e.TopicPartition, fence.FenceEpoch, key))
+				if !w.leadsPast(e.TopicPartition, fence.FenceEpoch) {
+					w.refuse(e.TopicPartition, fmt.Errorf("%w: %s claimed at leader epoch %d (fence at %s)", ErrFenced, e.TopicPartition, fence.FenceEpoch, key))
+				}
 			}
 			w.opts.Logger.Warn("wal: fenced", "key", key, "claimed", len(fence.Extents), "epoch", fence.FenceEpoch)
 			for _, tp := range claimed {

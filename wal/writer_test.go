@@ -333,3 +333,49 @@ func ExampleWriter() {
 	w.Close(context.Background())
 	// Output: <nil> 1
 }
+
+// TestFenceClaimsTheDataOfItsEpoch: a writer leading a partition again at
+// a higher epoch still fails the appends its older leadership made that
+// meet the fence of the claim in between (they are the claimer's now),
+// while the appends of its new leadership go past that fence.
+func TestFenceClaimsTheDataOfItsEpoch(t *testing.T) {
+	s, d := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Hour})
+	ctx := context.Background()
+	w.Lead(tpA, 1)
+	release := make(chan struct{})
+	hold := d.Add(faultstore.Rule{Op: objstore.OpPut, Nth: 1, Fault: faultstore.Hook, Before: func(ctx context.Context, c faultstore.Call) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	old, _ := w.Append(ctx, tpA, []byte("epoch-1"), 0, 0)
+	go w.Flush(ctx) // the object is sealed and its put held
+	time.Sleep(20 * time.Millisecond)
+	// Another writer claims a-0 at epoch 2: its fence takes number 1.
+	if f, err := wal.Fence(ctx, s, w.Layout(), w.ID(), 0, 2, []wal.TopicPartition{tpA}); err != nil || f != 1 {
+		t.Fatalf("Fence = %d, %v", f, err)
+	}
+	// This writer leads a-0 again at epoch 3 before its put meets the fence.
+	w.Lead(tpA, 3)
+	close(release)
+	if err := waitAck(t, old); !errors.Is(err, wal.ErrFenced) {
+		t.Fatalf("the epoch-1 append that met the epoch-2 fence: %v, want ErrFenced", err)
+	}
+	hold.Remove()
+	nw, err := w.Append(ctx, tpA, []byte("epoch-3"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Flush(ctx)
+	if err := waitAck(t, nw); err != nil || nw.Location().Sequence != 2 {
+		t.Fatalf("the epoch-3 append: %v at %d, want durable at 2", err, nw.Location().Sequence)
+	}
+	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 1, 0, 3, tpA)
+	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Sequence != 2 {
+		t.Fatalf("the epoch-3 leadership's tail: %+v, %v", tails, err)
+	}
+}
