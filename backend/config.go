@@ -90,6 +90,18 @@ type configKey struct {
 	set  func(c *Config, v string) error
 }
 
+// boolKey is a true/false key, false by default.
+func boolKey(name string, field func(*Config) *bool) configKey {
+	return configKey{name: name, def: "false", set: func(c *Config, v string) error {
+		b, err := strconv.ParseBool(strings.TrimSpace(v))
+		if err != nil {
+			return fmt.Errorf("want true or false")
+		}
+		*field(c) = b
+		return nil
+	}}
+}
+
 func longKey(name string, def int64, min, max int64, field func(*Config) *int64) configKey {
 	return configKey{name: name, def: strconv.FormatInt(def, 10), set: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
@@ -152,22 +164,8 @@ var configKeys = []configKey{
 		return nil
 	}},
 	longKey("file.delete.delay.ms", 60000, 0, maxLong, func(c *Config) *int64 { return &c.FileDeleteDelayMs }),
-	{name: "remote.storage.enable", def: "false", set: func(c *Config, v string) error {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return fmt.Errorf("want true or false")
-		}
-		c.RemoteStorageEnable = b
-		return nil
-	}},
-	{name: "diskless.enable", def: "false", set: func(c *Config, v string) error {
-		b, err := strconv.ParseBool(strings.TrimSpace(v))
-		if err != nil {
-			return fmt.Errorf("want true or false")
-		}
-		c.DisklessEnable = b
-		return nil
-	}},
+	boolKey("remote.storage.enable", func(c *Config) *bool { return &c.RemoteStorageEnable }),
+	boolKey("diskless.enable", func(c *Config) *bool { return &c.DisklessEnable }),
 	longKey("local.retention.ms", LocalRetentionUseTotal, -2, maxLong, func(c *Config) *int64 { return &c.LocalRetentionMs }),
 	longKey("local.retention.bytes", LocalRetentionUseTotal, -2, maxLong, func(c *Config) *int64 { return &c.LocalRetentionBytes }),
 	{name: "compression.type", def: CompressionProducer, set: func(c *Config, v string) error {

@@ -87,27 +87,9 @@ func (d *demo) diskless() error {
 		return err
 	}
 	defer b.Close()
-	got := int64(0)
-	for off := int64(0); off < p.Offsets().LogEnd; {
-		r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true, Isolation: backend.ReadHighWatermark})
-		if err != nil {
-			return err
-		}
-		var buf bytes.Buffer
-		r.WriteTo(&buf)
-		r.Close()
-		if buf.Len() == 0 {
-			break
-		}
-		sc := record.NewScanner(bytes.NewReader(buf.Bytes()), 0, int64(buf.Len()), record.ScanOptions{Validate: true})
-		for sc.Next() {
-			e := sc.Entry()
-			got += e.LastOffset - e.BaseOffset + 1
-			off = e.LastOffset + 1
-		}
-		if err := sc.Err(); err != nil {
-			return err
-		}
+	got, _, _, err := readEveryRecord(ctx, p, 0)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(w, "   the log directory removed: a new Backend fenced the old writer, took the tail from its WAL objects,\n")
 	fmt.Fprintf(w, "   and read back %d of %d records from the bucket alone (tierctl wal ls --store URL lists the objects)\n\n", got, n)

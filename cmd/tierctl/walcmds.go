@@ -83,8 +83,22 @@ func (l walLine) text() string {
 	return s
 }
 
-// readWAL lists the WAL objects under the store's root and reads every
-// footer (one ranged GET each).
+// openWAL opens the store at storeURL, lists the WAL objects under its
+// root and reads every footer (one ranged GET each). The caller closes
+// the store.
+func openWAL(ctx context.Context, storeURL string) (*objstore.Store, []tiered.WALObject, error) {
+	store, err := openStore(ctx, storeURL)
+	if err != nil {
+		return nil, nil, err
+	}
+	objs, err := readWAL(ctx, store)
+	if err != nil {
+		store.Close()
+		return nil, nil, err
+	}
+	return store, objs, nil
+}
+
 func readWAL(ctx context.Context, store *objstore.Store) ([]tiered.WALObject, error) {
 	objs, err := tiered.ListWAL(ctx, store, "")
 	if err != nil {
@@ -120,15 +134,11 @@ func newWALLsCmd() *cobra.Command {
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			store, err := openStore(ctx, storeURL)
+			store, objs, err := openWAL(ctx, storeURL)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			objs, err := readWAL(ctx, store)
-			if err != nil {
-				return err
-			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
 			writers := map[wal.WriterID]bool{}
@@ -177,15 +187,11 @@ problem is exit 1.`,
 		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			store, err := openStore(ctx, storeURL)
+			store, objs, err := openWAL(ctx, storeURL)
 			if err != nil {
 				return err
 			}
 			defer store.Close()
-			objs, err := readWAL(ctx, store)
-			if err != nil {
-				return err
-			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
 			problems, extents := 0, 0

@@ -2,12 +2,10 @@ package broker_test
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
@@ -143,35 +141,12 @@ func TestDisklessKillLoop(t *testing.T) {
 	createTopic(t, newClient(t, addr), "events", 1, disklessTopic())
 	prod := newClient(t, addr, kgo.DefaultProduceTopic("events"), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordDeliveryTimeout(time.Minute), kgo.ProducerLinger(time.Millisecond))
-	var mu sync.Mutex
-	acked := map[int]bool{}
-	var wg sync.WaitGroup
-	stop, stopped := make(chan struct{}), make(chan int)
-	go func() {
-		i := 0
-		defer func() { stopped <- i }()
-		for ; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			wg.Add(1)
-			prod.Produce(context.Background(), &kgo.Record{Value: []byte(strconv.Itoa(i))}, func(r *kgo.Record, err error) {
-				defer wg.Done()
-				if err == nil {
-					n, _ := strconv.Atoi(string(r.Value))
-					mu.Lock()
-					acked[n] = true
-					mu.Unlock()
-				}
-			})
-			if i%64 == 63 {
-				time.Sleep(time.Millisecond) // leave the broker some air
-			}
+	pr := startProducing(prod, func(i int) {
+		if i%64 == 63 {
+			time.Sleep(time.Millisecond) // leave the broker some air
 		}
-	}()
-	ackedNow := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+	})
+	ackedNow := pr.count
 	const kills = 6
 	for k := range kills {
 		want := ackedNow() + 300
@@ -193,11 +168,9 @@ func TestDisklessKillLoop(t *testing.T) {
 		}
 		child = start()
 	}
-	close(stop)
-	sent := <-stopped
-	wg.Wait()
+	sent := pr.finish()
 	prod.Close()
-	n := ackedNow()
+	n := pr.count()
 	cons := newClient(t, addr, kgo.ConsumeTopics("events"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	seen := map[int]bool{}
 	last := -1
@@ -215,7 +188,7 @@ func TestDisklessKillLoop(t *testing.T) {
 		seen[v], last = true, v
 	}
 	missing := 0
-	for v := range acked {
+	for v := range pr.acked {
 		if !seen[v] {
 			missing++
 		}

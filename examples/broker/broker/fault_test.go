@@ -142,37 +142,8 @@ func TestKillDuringProduce(t *testing.T) {
 	createTopic(t, admin, "durable", 1, map[string]string{"flush.messages": "1"})
 	prod := newClient(t, addr, kgo.DefaultProduceTopic("durable"), kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.RecordDeliveryTimeout(5*time.Second), kgo.ProducerLinger(0))
-	var mu sync.Mutex
-	acked := map[string]bool{}
-	var wg sync.WaitGroup
-	stop, stopped := make(chan struct{}), make(chan int)
-	go func() {
-		i := 0
-		defer func() { stopped <- i }()
-		for ; ; i++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			wg.Add(1)
-			prod.Produce(context.Background(), &kgo.Record{Value: []byte(strconv.Itoa(i))}, func(r *kgo.Record, err error) {
-				defer wg.Done()
-				if err == nil {
-					mu.Lock()
-					acked[string(r.Value)] = true
-					mu.Unlock()
-				}
-			})
-		}
-	}()
-	for {
-		mu.Lock()
-		n := len(acked)
-		mu.Unlock()
-		if n >= 5000 {
-			break
-		}
+	pr := startProducing(prod, nil)
+	for pr.count() < 5000 {
 		time.Sleep(time.Millisecond)
 	}
 	// Kill while the producer is still sending.
@@ -180,26 +151,21 @@ func TestKillDuringProduce(t *testing.T) {
 	if exit := child.Wait(); !exit.Killed() {
 		t.Fatalf("the child broker was not killed: %v", exit)
 	}
-	mu.Lock()
-	beforeKill := len(acked)
-	mu.Unlock()
+	beforeKill := pr.count()
 	// Restart: the producer's records in flight are retried against the
 	// recovered log (idempotence keeps them once).
 	startChild(t, dir, addr)
-	close(stop)
-	sent := <-stopped
-	wg.Wait()
+	sent := pr.finish()
 	prod.Close()
-	mu.Lock()
-	n := len(acked)
-	mu.Unlock()
+	n := pr.count()
 	cons := newClient(t, addr, kgo.ConsumeTopics("durable"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
-	found := map[string]bool{}
+	found := map[int]bool{}
 	for _, r := range consumeN(t, cons, n, time.Minute) {
-		found[string(r.Value)] = true
+		v, _ := strconv.Atoi(string(r.Value))
+		found[v] = true
 	}
 	missing := 0
-	for v := range acked {
+	for v := range pr.acked {
 		if !found[v] {
 			missing++
 		}
@@ -208,4 +174,61 @@ func TestKillDuringProduce(t *testing.T) {
 		t.Fatalf("%d of %d acknowledged records missing after SIGKILL and restart", missing, n)
 	}
 	t.Logf("%d records sent, %d acknowledged before the SIGKILL, %d in all: every one there after the restart", sent, beforeKill, n)
+}
+
+// producer produces the records 0, 1, 2, ... (their values the numbers)
+// until finish, and records which were acknowledged.
+type producer struct {
+	mu      sync.Mutex
+	acked   map[int]bool // read after finish
+	wg      sync.WaitGroup
+	stop    chan struct{}
+	stopped chan int
+}
+
+// startProducing starts producing through prod; pause, when set, is
+// called after each record is handed to the client.
+func startProducing(prod *kgo.Client, pause func(i int)) *producer {
+	p := &producer{acked: map[int]bool{}, stop: make(chan struct{}), stopped: make(chan int)}
+	go func() {
+		i := 0
+		defer func() { p.stopped <- i }()
+		for ; ; i++ {
+			select {
+			case <-p.stop:
+				return
+			default:
+			}
+			p.wg.Add(1)
+			prod.Produce(context.Background(), &kgo.Record{Value: []byte(strconv.Itoa(i))}, func(r *kgo.Record, err error) {
+				defer p.wg.Done()
+				if err == nil {
+					n, _ := strconv.Atoi(string(r.Value))
+					p.mu.Lock()
+					p.acked[n] = true
+					p.mu.Unlock()
+				}
+			})
+			if pause != nil {
+				pause(i)
+			}
+		}
+	}()
+	return p
+}
+
+// count is how many records were acknowledged so far.
+func (p *producer) count() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.acked)
+}
+
+// finish stops producing, waits for every record's outcome and returns
+// how many were sent.
+func (p *producer) finish() int {
+	close(p.stop)
+	sent := <-p.stopped
+	p.wg.Wait()
+	return sent
 }
