@@ -166,6 +166,12 @@ func (p *Partition) truncateToDurableLocked() error {
 // settled is the writer's word on the partition's appends in one object.
 func (p *Partition) settled(loc wal.Location, err error) {
 	d := p.dl
+	if fe := (*wal.FencedError)(nil); errors.As(err, &fe) && fe.DataEpoch < p.epoch.Load() {
+		// Appends of an older leadership of this partition, which the
+		// claim of the current one discarded (it rebuilt the log from
+		// the bucket): nothing of the current one failed.
+		return
+	}
 	if err != nil {
 		d.failed.Store(true)
 		if errors.Is(err, wal.ErrFenced) {

@@ -64,6 +64,23 @@ var (
 	ErrPartitionFailed = errors.New("wal: an earlier append of the partition failed")
 )
 
+// FencedError is why appends failed on a fence: the fence at Key claimed
+// TopicPartition at FenceEpoch, and the appends were made while the
+// writer led it at DataEpoch (Writer.Lead). It matches ErrFenced. A
+// caller that leads the partition at a higher epoch now knows these
+// appends were its older leadership's, discarded by its claim.
+type FencedError struct {
+	TopicPartition
+	FenceEpoch, DataEpoch int32
+	Key                   string
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("%v: %s claimed at leader epoch %d (fence at %s; appends of leader epoch %d)", ErrFenced, e.TopicPartition, e.FenceEpoch, e.Key, e.DataEpoch)
+}
+
+func (e *FencedError) Unwrap() error { return ErrFenced }
+
 // WriterID names a writer (one per open Backend): random, never reused.
 type WriterID [IDLen]byte
 

@@ -502,18 +502,22 @@ func (w *Writer) upload(o *object) {
 			// The fence names the partitions claimed from this writer;
 			// their appends fail, and the others go again at the next
 			// number. A fence naming none voids the number only.
-			var claimed []TopicPartition
+			var claimed []*FencedError
 			for _, e := range fence.Extents {
-				if x, ok := o.parts[e.TopicPartition]; ok && claims(fence.FenceEpoch, x.epoch) {
-					claimed = append(claimed, e.TopicPartition)
+				tp := e.TopicPartition
+				if x, ok := o.parts[tp]; ok && claims(fence.FenceEpoch, x.epoch) {
+					claimed = append(claimed, &FencedError{TopicPartition: tp, FenceEpoch: fence.FenceEpoch, DataEpoch: x.epoch, Key: key})
 				}
-				if !w.leadsPast(e.TopicPartition, fence.FenceEpoch) {
-					w.refuse(e.TopicPartition, fmt.Errorf("%w: %s claimed at leader epoch %d (fence at %s)", ErrFenced, e.TopicPartition, fence.FenceEpoch, key))
+				if !w.leadsPast(tp, fence.FenceEpoch) {
+					w.mu.Lock()
+					le := w.lead[tp]
+					w.mu.Unlock()
+					w.refuse(tp, &FencedError{TopicPartition: tp, FenceEpoch: fence.FenceEpoch, DataEpoch: le, Key: key})
 				}
 			}
 			w.opts.Logger.Warn("wal: fenced", "key", key, "claimed", len(fence.Extents), "epoch", fence.FenceEpoch)
-			for _, tp := range claimed {
-				w.settle(o, tp, Location{}, fmt.Errorf("%w: %s claimed at leader epoch %d (fence at %s)", ErrFenced, tp, fence.FenceEpoch, key))
+			for _, fe := range claimed {
+				w.settle(o, fe.TopicPartition, Location{}, fe)
 			}
 			w.report(key, seq, len(body), len(claimed), start, ErrFenced)
 		case voided, unknown:

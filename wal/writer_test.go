@@ -362,8 +362,10 @@ func TestFenceClaimsTheDataOfItsEpoch(t *testing.T) {
 	// This writer leads a-0 again at epoch 3 before its put meets the fence.
 	w.Lead(tpA, 3)
 	close(release)
-	if err := waitAck(t, old); !errors.Is(err, wal.ErrFenced) {
-		t.Fatalf("the epoch-1 append that met the epoch-2 fence: %v, want ErrFenced", err)
+	err := waitAck(t, old)
+	var fe *wal.FencedError
+	if !errors.Is(err, wal.ErrFenced) || !errors.As(err, &fe) || fe.DataEpoch != 1 || fe.FenceEpoch != 2 || fe.TopicPartition != tpA {
+		t.Fatalf("the epoch-1 append that met the epoch-2 fence: %v, want a FencedError of epoch 1's data by epoch 2", err)
 	}
 	hold.Remove()
 	nw, err := w.Append(ctx, tpA, []byte("epoch-3"), 0, 0)
