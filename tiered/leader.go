@@ -74,9 +74,10 @@ func (p *Partition) attach(ctx context.Context) error {
 	if err := p.judge(st); err != nil {
 		return err
 	}
-	if p.dl == nil && st.m.WAL != nil && !st.m.Deleted {
+	if p.dl == nil && st.m.WAL != nil && !st.m.Deleted && !p.segs.ReadOnly() {
 		// Its recent records may be only in WAL objects, which a classic
-		// partition neither reads nor keeps.
+		// partition neither reads nor keeps. (A tool's read-only view
+		// reads its segments.)
 		return fmt.Errorf("%w: %s: the bucket's manifest (generation %d) is a diskless partition's: open it with diskless.enable=true",
 			backend.ErrInvalidConfig, p.layout().Manifest(), st.m.Generation)
 	}
