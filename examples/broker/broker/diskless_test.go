@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -197,4 +198,33 @@ func TestDisklessKillLoop(t *testing.T) {
 		t.Fatalf("%d of %d acknowledged records missing after %d SIGKILLs (%d with the log directory removed)", missing, n, kills, kills/2)
 	}
 	t.Logf("%d records sent, %d acknowledged, every one read back once and in order after %d SIGKILLs, %d of them with the log directory removed", sent, n, kills, kills/2)
+}
+
+// TestDisklessConsumerGroup: a consumer group over a diskless topic of
+// four partitions: every record consumed once, a member leaving and the
+// other taking over, the committed offsets adding up.
+func TestDisklessConsumerGroup(t *testing.T) {
+	opts := tieredOptions(t.TempDir(), objstore.New(mem.New(), "mem://group", objstore.Options{}))
+	opts.RemoteLogManager["diskless.produce.commit.interval.ms"] = "10"
+	b := startBroker(t, opts)
+	prod := newClient(t, b.Addr())
+	createTopic(t, prod, "grp", 4, disklessTopic())
+	produceTo(t, prod, "grp", 0, 2000)
+	s := newSeen(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	m0, done0 := member(t, b.Addr(), "m0", s, ctx)
+	m1, done1 := member(t, b.Addr(), "m1", s, ctx)
+	s.waitFor(2000, time.Minute)
+	m0.Close()
+	produceTo(t, prod, "grp", 2000, 1000)
+	s.waitFor(3000, time.Minute)
+	cancel()
+	<-done0
+	<-done1
+	if err := m1.CommitUncommittedOffsets(context.Background()); err != nil {
+		t.Logf("final commit: %v", err)
+	}
+	m1.Close()
+	checkCommitted(t, newClient(t, b.Addr()), 3000)
 }

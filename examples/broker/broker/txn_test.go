@@ -9,6 +9,10 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierlog/tierlog/examples/broker/broker"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
 )
 
 // TestTransactions commits some transactions and aborts others across
@@ -16,9 +20,20 @@ import (
 // records, a read_uncommitted one everything; with a transaction left
 // open, read_committed stops at the last stable offset.
 func TestTransactions(t *testing.T) {
-	b := startBroker(t, testOptions(t.TempDir()))
+	t.Run("local", func(t *testing.T) { testTransactions(t, testOptions(t.TempDir()), nil) })
+	// A diskless topic: the markers, the aborted transactions and the
+	// last stable offset as on a local one, every batch in the bucket.
+	t.Run("diskless", func(t *testing.T) {
+		opts := tieredOptions(t.TempDir(), objstore.New(mem.New(), "mem://txn", objstore.Options{}))
+		opts.RemoteLogManager["diskless.produce.commit.interval.ms"] = "10"
+		testTransactions(t, opts, disklessTopic())
+	})
+}
+
+func testTransactions(t *testing.T, opts broker.Options, cfg map[string]string) {
+	b := startBroker(t, opts)
 	admin := newClient(t, b.Addr())
-	createTopic(t, admin, "txn", 3, nil)
+	createTopic(t, admin, "txn", 3, cfg)
 	prod := newClient(t, b.Addr(), kgo.TransactionalID("tx-1"), kgo.DefaultProduceTopic("txn"),
 		kgo.RecordPartitioner(kgo.ManualPartitioner()), kgo.TransactionTimeout(time.Minute))
 	ctx := context.Background()
