@@ -71,8 +71,9 @@ type offsetLog struct {
 func openOffsetLog(b *Broker) (*offsetLog, error) {
 	overrides := map[string]string{"cleanup.policy": "compact", "segment.bytes": fmt.Sprint(b.opts.OffsetsSegmentBytes),
 		"min.cleanable.dirty.ratio": "0.1",
-		// Compacted topics are not tiered, whatever the default config says.
-		"remote.storage.enable": "false"}
+		// Compacted topics are neither tiered nor diskless, whatever the
+		// default config says.
+		"remote.storage.enable": "false", "diskless.enable": "false"}
 	if _, err := b.createTopic(offsetsTopic, 1, overrides); err != nil {
 		return nil, err
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/examples/broker/broker"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -19,9 +21,24 @@ import (
 // test.
 func startBroker(t *testing.T) *broker.Broker {
 	t.Helper()
-	b, err := broker.Start(broker.Options{Listen: "127.0.0.1:0", Dir: t.TempDir(), InitialRebalanceDelay: 50 * time.Millisecond,
-		TopicConfig: map[string]string{"retention.ms": "-1"},
-		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+	return startBrokerWith(t, broker.Options{TopicConfig: map[string]string{"retention.ms": "-1"}})
+}
+
+// startDisklessBroker starts a broker whose topics are all diskless
+// (diskless.enable=true by default, an in-memory bucket), closed with the
+// test.
+func startDisklessBroker(t *testing.T) *broker.Broker {
+	t.Helper()
+	return startBrokerWith(t, broker.Options{Store: objstore.New(mem.New(), "mem://clients", objstore.Options{}),
+		TopicConfig:      map[string]string{"retention.ms": "-1", "diskless.enable": "true"},
+		RemoteLogManager: map[string]string{"diskless.produce.commit.interval.ms": "10"}})
+}
+
+func startBrokerWith(t *testing.T, opts broker.Options) *broker.Broker {
+	t.Helper()
+	opts.Listen, opts.Dir, opts.InitialRebalanceDelay = "127.0.0.1:0", t.TempDir(), 50*time.Millisecond
+	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	b, err := broker.Start(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -32,7 +33,11 @@ func kafkaGoCreate(t *testing.T, cl *kafka.Client, topic string, n int) {
 // stored batches carry it, and its Reader reads the records back
 // byte-identical.
 func TestKafkaGoCodecs(t *testing.T) {
-	b := startBroker(t)
+	t.Run("local", func(t *testing.T) { testKafkaGoCodecs(t, startBroker(t)) })
+	t.Run("diskless", func(t *testing.T) { testKafkaGoCodecs(t, startDisklessBroker(t)) })
+}
+
+func testKafkaGoCodecs(t *testing.T, b *broker.Broker) {
 	cl := &kafka.Client{Addr: kafka.TCP(b.Addr()), Timeout: time.Minute}
 	for _, tc := range codecs {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tierlog/tierlog/examples/broker/broker"
 )
 
 // TestKcatCodecs: kcat (librdkafka) produces with every codec, unpinned;
@@ -19,7 +21,11 @@ func TestKcatCodecs(t *testing.T) {
 	if err != nil {
 		t.Skip("kcat not installed (Debian package kcat): librdkafka not tested")
 	}
-	b := startBroker(t)
+	t.Run("local", func(t *testing.T) { testKcatCodecs(t, kcat, startBroker(t)) })
+	t.Run("diskless", func(t *testing.T) { testKcatCodecs(t, kcat, startDisklessBroker(t)) })
+}
+
+func testKcatCodecs(t *testing.T, kcat string, b *broker.Broker) {
 	for _, tc := range codecs {
 		t.Run(tc.name, func(t *testing.T) {
 			topic := "kcat-" + tc.name

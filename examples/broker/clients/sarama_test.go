@@ -10,6 +10,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/record"
 )
 
@@ -81,7 +82,11 @@ func saramaConsume(t *testing.T, addr, topic, tag string, n int) {
 // TestSaramaCodecs: sarama produces with every codec; the stored batches
 // carry it, and sarama reads the records back byte-identical.
 func TestSaramaCodecs(t *testing.T) {
-	b := startBroker(t)
+	t.Run("local", func(t *testing.T) { testSaramaCodecs(t, startBroker(t)) })
+	t.Run("diskless", func(t *testing.T) { testSaramaCodecs(t, startDisklessBroker(t)) })
+}
+
+func testSaramaCodecs(t *testing.T, b *broker.Broker) {
 	for _, tc := range codecs {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := saramaConfig()
@@ -103,7 +108,11 @@ func TestSaramaCodecs(t *testing.T) {
 // carry its producer id and are stored once; a transactional producer's
 // committed records are read by a read_committed consumer.
 func TestSaramaIdempotentAndTransactional(t *testing.T) {
-	b := startBroker(t)
+	t.Run("local", func(t *testing.T) { testSaramaIdempotentAndTransactional(t, startBroker(t)) })
+	t.Run("diskless", func(t *testing.T) { testSaramaIdempotentAndTransactional(t, startDisklessBroker(t)) })
+}
+
+func testSaramaIdempotentAndTransactional(t *testing.T, b *broker.Broker) {
 	cfg := saramaConfig()
 	cfg.Producer.Idempotent, cfg.Net.MaxOpenRequests = true, 1
 	saramaProduce(t, b.Addr(), cfg, "sarama-idem", "idem", 100)
