@@ -16,7 +16,7 @@ VERSITYGW_VERSION := v1.8.0
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 S3SERVERS := $(BIN)/versitygw $(BIN)/minio
 
-.PHONY: all test race soak lint bench bench-broker bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
+.PHONY: all test race soak lint bench bench-broker bench-diskless bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
 
 all: lint test
 
@@ -83,6 +83,13 @@ bench: $(S3SERVERS)
 BROKER_BENCH_RECORDS ?= 1048576
 bench-broker: $(BIN)/versitygw
 	TIERLOG_VERSITYGW=$(BIN)/versitygw $(GO) test ./examples/broker/broker -run '^$$' -bench Kgo -benchtime $(BROKER_BENCH_RECORDS)x -timeout 30m
+
+## bench-diskless: the diskless goals' Go benchmarks (tiered): the WAL PUT
+## rate of 1,000 diskless partitions at 1 MB/s beside its bound, and the
+## acknowledgement latency beside the raw PUT's, against MinIO behind
+## 20 ms of added PUT latency (about a minute)
+bench-diskless: $(BIN)/minio
+	$(GO) test ./tiered -run '^$$' -bench 'Diskless' -benchtime 1x -timeout 20m
 
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
 ## (bench/, a module of its own; 10 to 12 minutes on 2 cores, under 20);
