@@ -328,12 +328,23 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 // REQUIRES: p.mu, d.mu.
 func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, extents []manifest.WALExtent) error {
 	o := p.local.Offsets()
+	// The log start to keep: the local log's, or the record's when an
+	// earlier claim was cut short after it started the log over.
+	keepStart := o.LogStart
+	p.rec.mu.Lock()
+	if p.rec.have {
+		keepStart = max(keepStart, p.rec.st.LogStart)
+	}
+	p.rec.mu.Unlock()
 	switch {
-	case o.LogEnd > base:
+	case o.LogEnd > base && o.LogStart <= base:
 		if err := p.local.TruncateTo(base); err != nil {
 			return fmt.Errorf("tiered: %s: cut the local log back to the bucket's segments' end %d: %w", p.prefix, base, err)
 		}
-	case o.LogEnd < base:
+	case o.LogEnd != base:
+		// Behind the bucket (a lost directory), or starting past the
+		// segments' end (DeleteRecordsBefore moved it there): start
+		// over at the segments' end.
 		if err := p.startAtLocked(ctx, base); err != nil {
 			return err
 		}
@@ -348,6 +359,20 @@ func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, extents [
 		}
 		if err := p.appendTailLocked(ctx, data, base, key, e.Position); err != nil {
 			return err
+		}
+	}
+	// A log start past the segments' end (DeleteRecordsBefore) is kept:
+	// the manifest's log start stops at its segments, the local log's
+	// checkpoint holds the rest.
+	if keepStart > base {
+		// Every offset of the rebuilt tail is in the bucket: the high
+		// watermark may pass it (the claim sets it so anyway).
+		end := p.local.Offsets().LogEnd
+		if err := p.local.SetHighWatermark(end); err != nil {
+			return err
+		}
+		if err := p.local.DeleteRecordsBefore(ctx, min(keepStart, end)); err != nil {
+			return fmt.Errorf("tiered: %s: keep the log start %d over the rebuilt tail: %w", p.prefix, keepStart, err)
 		}
 	}
 	return nil

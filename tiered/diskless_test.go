@@ -522,3 +522,44 @@ func TestDisklessFailoverLoop(t *testing.T) {
 	}
 	t.Logf("%d appends acknowledged over 8 moves, all in the last leader's log once; %d old leaders fenced", len(acked), fencedAfterMove)
 }
+
+// TestDisklessDeleteRecordsKeptAcrossAClaim: a log start that
+// DeleteRecordsBefore moved past the segments' end stays where it was
+// when a restarted Backend (a new WAL writer) claims the partition and
+// rebuilds its tail from the bucket.
+func TestDisklessDeleteRecordsKeptAcrossAClaim(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://delete-records", objstore.Options{})
+	dir := t.TempDir()
+	b := openDisklessBackend(t, dir, store)
+	p := openDiskless(t, b, 1)
+	for range 20 {
+		if _, err := appendOne(t, p, 5, "a"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.DeleteRecordsBefore(ctx, 42); err != nil {
+		t.Fatal(err)
+	}
+	want := p.Offsets()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openDisklessBackend(t, dir, store)
+	p = openDiskless(t, b, 2)
+	if _, err := appendOne(t, p, 1, "b"); err != nil {
+		t.Fatal(err)
+	}
+	want.LogEnd++
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Offsets(); got.LogStart != want.LogStart || got.LogEnd != want.LogEnd {
+		t.Fatalf("after the claim: offsets %+v, want log start %d and log end %d", got, want.LogStart, want.LogEnd)
+	}
+	if _, err := p.Read(ctx, 10, backend.ReadOptions{}); err == nil {
+		t.Fatal("a deleted offset reads again after the claim")
+	}
+}
