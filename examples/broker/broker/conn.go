@@ -17,9 +17,17 @@ import (
 // (Kafka's socket.request.max.bytes, 100 MiB).
 const maxRequestBytes = 100 << 20
 
-// conn is one client connection. Requests run one at a time, in order;
-// the response to one is written before the next is read, as Kafka's
-// broker mutes a connection while a request is in flight. A request is
+// conn is one client connection. Requests run one at a time, in order,
+// and are answered in order. The response to one is written before the
+// next is read, as Kafka's broker mutes a connection while a request is
+// in flight, with one exception: a Produce whose answer waits for the high
+// watermark (acks=-1, or a diskless topic's acks=1) is appended and then
+// waits beside the next requests, up to maxPipelinedProduces of them, its
+// answer written in turn by the connection's answerer (pipeline.go): a
+// producer with several requests in flight (kgo sends up to five) keeps
+// them moving while each waits for its replicas, or for the bucket. A
+// request other than a Produce waits until every earlier answer is
+// written. A request is
 // read straight from the socket, its size and then its body, with no
 // read buffer: a connection waiting for request memory holds nothing
 // but the four bytes of the size, so a flood of connections costs the
@@ -30,6 +38,9 @@ type conn struct {
 	body []byte // the request being handled; reused, so handlers copy what they keep
 	out  []byte // the response being written
 	held int64  // the bytes of requestMemory the request holds
+	// pipe answers the Produces that wait beside the next requests (nil
+	// until the first).
+	pipe *pipeline
 	// counted is what the connection's buffers add to
 	// Broker.bufferBytes.
 	counted int64
@@ -79,6 +90,7 @@ func (b *Broker) serveConn(nc net.Conn) {
 		c.b.bufferBytes.Add(-c.counted)
 	}()
 	ctx := context.Background()
+	defer func() { c.pipe.close() }()
 	for {
 		c.done()
 		req, err := c.read()
@@ -95,6 +107,15 @@ func (b *Broker) serveConn(nc net.Conn) {
 			return
 		}
 		b.requests.Add(1)
+		if pr, ok := req.kreq.(*kmsg.ProduceRequest); ok {
+			err = c.produce(ctx, req, pr)
+			if err != nil {
+				b.logger.Debug("closing connection", "remote", nc.RemoteAddr().String(), "key", req.key, "err", err)
+				return
+			}
+			continue
+		}
+		c.pipe.drain() // every earlier answer goes first
 		if f, ok := req.kreq.(*kmsg.FetchRequest); ok {
 			err = b.fetch(ctx, c, req, f)
 		} else {
@@ -257,8 +278,14 @@ func (c *conn) read() (*request, error) {
 
 // writeResponse frames and writes resp as the answer to req.
 func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
+	return c.writeResponseWith(&c.out, req, resp)
+}
+
+// writeResponseWith is writeResponse framing into *out (the pipeline's
+// goroutine has a buffer of its own).
+func (c *conn) writeResponseWith(out *[]byte, req *request, resp kmsg.Response) error {
 	resp.SetVersion(req.version)
-	buf := append(c.out[:0], 0, 0, 0, 0)
+	buf := append((*out)[:0], 0, 0, 0, 0)
 	buf = kbin.AppendInt32(buf, req.corr)
 	// Flexible responses carry a header tag section, but ApiVersions'
 	// header is always version 0 (a client must read it before it knows
@@ -268,7 +295,7 @@ func (c *conn) writeResponse(req *request, resp kmsg.Response) error {
 	}
 	buf = resp.AppendTo(buf)
 	binary.BigEndian.PutUint32(buf, uint32(len(buf)-4))
-	c.out = buf
+	*out = buf
 	c.armWrite()
 	_, err := c.nc.Write(buf)
 	return err

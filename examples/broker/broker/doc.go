@@ -111,15 +111,22 @@
 // (and the coordinators' writes) whose batches are now below the high
 // watermark, and long-poll Fetches with something new. An acks=-1 Produce
 // waits in the purgatory until then or its timeout (REQUEST_TIMED_OUT);
-// acks=1 is answered after the append. With flush.messages=1 an append is
-// durable when it is acknowledged.
+// acks=1 is answered after the append (for a diskless topic, whose log is
+// a cache, once the bucket holds the batch, as acks=-1). With
+// flush.messages=1 an append is durable when it is acknowledged.
 //
 // # Concurrency
 //
-// Each connection runs one request at a time, in order, as Kafka's
-// broker does (it mutes a connection until its response is sent), so a
-// client that never reads its answers holds one; a write that stalls
-// for Options.ConnectionsMaxIdle closes the connection. Before it reads
+// Each connection runs one request at a time, in order, and answers in
+// order, as Kafka's broker does (it mutes a connection until its
+// response is sent), with one difference: a Produce whose answer waits
+// for the high watermark is appended and then waits beside the next
+// requests, up to five of them (pipeline.go), so that a producer with
+// several requests in flight keeps moving while each waits for its
+// replicas or its bucket; a request other than a Produce waits until
+// every earlier answer is written. A client that never reads its answers
+// holds at most five; a write that stalls for Options.ConnectionsMaxIdle
+// closes the connection. Before it reads
 // a request's body a connection takes the body's size from the broker's
 // request memory (Options.QueuedMaxRequestBytes) and gives it back once
 // the request is answered; requestMemory.mu is taken alone. A

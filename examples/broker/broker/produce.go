@@ -24,12 +24,51 @@ import (
 // then or until the request's timeout, when the partitions still short
 // answer REQUEST_TIMED_OUT.
 func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Response, error) {
+	a, err := b.produceAppend(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	return a.await(b), nil
+}
+
+// appended is a Produce whose batches are appended, and what its answer
+// still waits for: the high watermark to pass each of waits, until
+// deadline.
+type appended struct {
+	resp     *kmsg.ProduceResponse
+	waits    []hwWait
+	deadline time.Time
+}
+
+// await waits for the high watermark (or the deadline) and returns the
+// answer, each partition still short of it answered with its error.
+func (a appended) await(b *Broker) kmsg.Response {
+	if len(a.waits) > 0 {
+		b.awaitHighWatermark(a.waits, a.deadline)
+		for _, w := range a.waits {
+			if err := w.err(b); err != nil {
+				pr := &a.resp.Topics[w.topic].Partitions[w.part]
+				pr.ErrorCode, pr.BaseOffset, pr.LogAppendTime = errorCode(err), -1, -1
+				msg := err.Error()
+				pr.ErrorMessage = &msg
+			}
+		}
+	}
+	return a.resp
+}
+
+// produceAppend is produce up to the wait: every partition's batches
+// appended (or refused), the answer built but for what waits on the high
+// watermark.
+func (b *Broker) produceAppend(ctx context.Context, r *kmsg.ProduceRequest) (appended, error) {
 	if r.Version < produceMinVersion {
-		return refuseProduce(r, kerr.UnsupportedVersion)
+		resp, err := refuseProduce(r, kerr.UnsupportedVersion)
+		return appendedOf(resp), err
 	}
 	if r.Acks != -1 && r.Acks != 0 && r.Acks != 1 {
 		// Kafka's ReplicaManager.appendRecords: nothing appended.
-		return refuseProduce(r, kerr.InvalidRequiredAcks)
+		resp, err := refuseProduce(r, kerr.InvalidRequiredAcks)
+		return appendedOf(resp), err
 	}
 	resp := kmsg.NewPtrProduceResponse()
 	var waits []hwWait
@@ -66,20 +105,14 @@ func (b *Broker) produce(ctx context.Context, r *kmsg.ProduceRequest) (kmsg.Resp
 		resp.Topics = append(resp.Topics, rt)
 	}
 	if r.Acks == 0 {
-		return nil, errNoResponse
+		return appended{}, errNoResponse
 	}
-	if len(waits) > 0 {
-		b.awaitHighWatermark(waits, time.Now().Add(time.Duration(r.TimeoutMillis)*time.Millisecond))
-		for _, w := range waits {
-			if err := w.err(b); err != nil {
-				pr := &resp.Topics[w.topic].Partitions[w.part]
-				pr.ErrorCode, pr.BaseOffset, pr.LogAppendTime = errorCode(err), -1, -1
-				msg := err.Error()
-				pr.ErrorMessage = &msg
-			}
-		}
-	}
-	return resp, nil
+	return appended{resp: resp, waits: waits, deadline: time.Now().Add(time.Duration(r.TimeoutMillis) * time.Millisecond)}, nil
+}
+
+func appendedOf(resp kmsg.Response) appended {
+	r, _ := resp.(*kmsg.ProduceResponse)
+	return appended{resp: r}
 }
 
 // isDiskless says whether p acknowledges appends only once the bucket
