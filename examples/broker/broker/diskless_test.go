@@ -125,19 +125,7 @@ func disklessBrokerChild(args []string) int {
 // once, in the order it was produced.
 func TestDisklessKillLoop(t *testing.T) {
 	dir, addr, bucket := t.TempDir(), freePort(t), t.TempDir()
-	start := func() *crashchild.Child {
-		t.Helper()
-		c := crashchild.Start(t, "diskless-broker", []string{dir, addr, bucket}, crashchild.Options{})
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("the child broker's output:\n%s", c.Output())
-			}
-		})
-		if _, err := c.WaitLine("listening on", time.Minute); err != nil {
-			t.Fatalf("the child broker did not start: %v", err)
-		}
-		return c
-	}
+	start := func() *crashchild.Child { return startRole(t, "diskless-broker", dir, addr, bucket) }
 	child := start()
 	createTopic(t, newClient(t, addr), "events", 1, disklessTopic())
 	prod := newClient(t, addr, kgo.DefaultProduceTopic("events"), kgo.RequiredAcks(kgo.AllISRAcks()),

@@ -120,7 +120,14 @@ func brokerChild(args []string) int {
 // listens. A failed test logs the child's output.
 func startChild(t *testing.T, dir, addr string) *crashchild.Child {
 	t.Helper()
-	c := crashchild.Start(t, "broker", []string{dir, addr}, crashchild.Options{})
+	return startRole(t, "broker", dir, addr)
+}
+
+// startRole starts the child of role (childRoles) with args and waits
+// until it listens. A failed test logs the child's output.
+func startRole(t *testing.T, role string, args ...string) *crashchild.Child {
+	t.Helper()
+	c := crashchild.Start(t, role, args, crashchild.Options{})
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("the child broker's output:\n%s", c.Output())
