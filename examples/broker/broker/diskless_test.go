@@ -12,7 +12,6 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/fs"
 	"github.com/tierlog/tierlog/objstore/mem"
@@ -107,15 +106,7 @@ func disklessBrokerChild(args []string) int {
 	opts := tieredOptions(args[0], objstore.New(d, "file://"+args[2], objstore.Options{}))
 	opts.Listen = args[1]
 	opts.RemoteLogManager["diskless.produce.commit.interval.ms"] = "20"
-	b, err := broker.Start(opts)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	fmt.Printf("listening on %s\n", b.Addr())
-	for {
-		time.Sleep(time.Hour) // until SIGKILL
-	}
+	return serveUntilKilled(opts)
 }
 
 // TestDisklessKillLoop SIGKILLs the broker (a child process) again and

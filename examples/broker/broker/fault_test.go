@@ -105,7 +105,13 @@ var childRoles = map[string]crashchild.Role{"broker": brokerChild, "diskless-bro
 // brokerChild is the broker as a child process, for TestKillDuringProduce:
 // it serves the log directory args[0] on args[1] until it is killed.
 func brokerChild(args []string) int {
-	b, err := broker.Start(broker.Options{Listen: args[1], Dir: args[0]})
+	return serveUntilKilled(broker.Options{Listen: args[1], Dir: args[0]})
+}
+
+// serveUntilKilled starts a broker with opts, says where it listens, and
+// serves until the process is killed.
+func serveUntilKilled(opts broker.Options) int {
+	b, err := broker.Start(opts)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
