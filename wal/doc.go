@@ -51,7 +51,12 @@
 // Writing. Appends fill the open object; it is sealed and put when it
 // holds BufferMaxBytes or CommitInterval has passed since its first
 // append (Inkless's produce.buffer.max.bytes and
-// produce.commit.interval.ms), or on Flush. One object is in flight at a
+// produce.commit.interval.ms), on Flush, or as soon as the PUT budget
+// holds a whole PUT: the budget refills at one PUT a CommitInterval and
+// one a BufferMaxBytes appended, holds at most one, and every upload
+// spends one. The PUT rate stays within 1 / CommitInterval + bytes /
+// BufferMaxBytes, as with the interval alone, and an append after a quiet
+// spell is put at once instead of waiting out the interval. One object is in flight at a
 // time, so the numbers are used in order and an append settles only after
 // every earlier one of its partition has. The put's answer settles its
 // appends:

@@ -199,6 +199,11 @@ type Writer struct {
 	lead     map[TopicPartition]int32
 	flushReq bool
 	closing  bool
+	// tokens is the PUT budget (see next): refilled at 1 a commit
+	// interval and 1 a BufferMaxBytes appended, at most 1; refilled is
+	// when it was last refilled.
+	tokens   float64
+	refilled time.Time
 	// seq is the next sequence number to upload at (owned by run; read
 	// under mu for Stats).
 	seq uint64
@@ -287,6 +292,7 @@ func (w *Writer) Append(ctx context.Context, tp TopicPartition, batches []byte, 
 	e.data = append(e.data, batches...)
 	e.last, e.epoch = last, w.lead[tp]
 	o.size += len(batches)
+	w.tokens += float64(len(batches)) / float64(w.opts.BufferMaxBytes)
 	w.buffered += len(batches)
 	if o.size >= w.opts.BufferMaxBytes {
 		w.signal()
@@ -436,9 +442,23 @@ func (w *Writer) run() {
 // next waits until the object being filled is due (full, old enough,
 // flushed or closing), takes it and returns it; nil once closing with
 // nothing left.
+//
+// Besides its size and age, an object is due as soon as the PUT budget
+// has a whole PUT: the budget refills at one PUT a commit interval and one
+// a BufferMaxBytes appended, holds at most one, and every upload spends
+// one (going below zero when size, age, a flush or Close makes an object
+// due first). So the PUT rate stays within 1 / CommitInterval +
+// bytes / BufferMaxBytes, as with the interval alone, while an append
+// that comes after a quiet spell is uploaded at once instead of waiting
+// out the interval.
 func (w *Writer) next() *object {
 	for {
 		w.mu.Lock()
+		now := time.Now()
+		if !w.refilled.IsZero() {
+			w.tokens += float64(now.Sub(w.refilled)) / float64(w.opts.CommitInterval)
+		}
+		w.tokens, w.refilled = min(w.tokens, 1), now
 		o := w.open
 		wait := time.Duration(-1)
 		if o == nil && w.closing {
@@ -446,9 +466,12 @@ func (w *Writer) next() *object {
 			return nil
 		}
 		if o != nil {
-			wait = w.opts.CommitInterval - time.Since(o.started)
+			wait = min(w.opts.CommitInterval-now.Sub(o.started), time.Duration((1-w.tokens)*float64(w.opts.CommitInterval)))
 			if o.size >= w.opts.BufferMaxBytes || w.flushReq || w.closing || wait <= 0 || len(o.parts) == 0 {
 				w.open, w.inflight, w.flushReq = nil, o, false
+				if len(o.parts) > 0 {
+					w.tokens = max(w.tokens-1, -1)
+				}
 				w.mu.Unlock()
 				return o
 			}
