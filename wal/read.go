@@ -38,14 +38,14 @@ func ReadFooter(ctx context.Context, store *objstore.Store, key string, size int
 }
 
 // ReadObjectFooter reads the footer of the object at key, its size
-// found by a HEAD.
-func ReadObjectFooter(ctx context.Context, store *objstore.Store, key string) (Footer, int64, error) {
+// (and ETag) found by a HEAD.
+func ReadObjectFooter(ctx context.Context, store *objstore.Store, key string) (Footer, objstore.ObjectInfo, error) {
 	info, err := store.Head(ctx, key)
 	if err != nil {
-		return Footer{}, 0, err
+		return Footer{}, info, err
 	}
 	f, err := ReadFooter(ctx, store, key, info.Size)
-	return f, info.Size, err
+	return f, info, err
 }
 
 // ReadExtent reads an extent's bytes from the object at key with one

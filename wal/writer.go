@@ -686,11 +686,7 @@ func (w *Writer) putOnce(key string, body []byte, opts objstore.PutOptions) erro
 // a fence. Footers are compared, not bodies: a footer holds the CRC-32C
 // of every extent and the writer's clock at sealing.
 func (w *Writer) whose(key string, size int64, mine Footer, voidSize int64, void Footer) (outcome, Footer, string, error) {
-	info, err := w.store.Head(w.ctx, key)
-	if err != nil {
-		return 0, Footer{}, "", err
-	}
-	f, err := ReadFooter(w.ctx, w.store, key, info.Size)
+	f, info, err := ReadObjectFooter(w.ctx, w.store, key)
 	if err != nil {
 		return 0, Footer{}, "", err
 	}
