@@ -30,8 +30,10 @@ func TestClusterConformance(t *testing.T) {
 		}
 		// A cluster on a busy machine answers SlowDownWrite (503) while
 		// its drives are slow: more tries, longer backoff, as a client
-		// of a loaded cluster is configured.
-		s := objstore.New(d, "s3://"+c.Bucket, objstore.Options{MaxAttempts: 10, MaxBackoff: 5 * time.Second})
+		// of a loaded cluster is configured. Ten tries (about 10 s of
+		// backoff) were not enough in CI: a delete of missing keys was
+		// refused for all of them. Twenty give about a minute.
+		s := objstore.New(d, "s3://"+c.Bucket, objstore.Options{MaxAttempts: 20, MaxBackoff: 5 * time.Second})
 		t.Cleanup(func() { s.Close() })
 		return s
 	}, objstoretest.Options{LargeSize: 11 << 20})
