@@ -225,7 +225,8 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 func (b *Backend) disklessLocked(tp backend.TopicPartition) (*diskless, error) {
 	if b.wal == nil {
 		w, err := wal.NewWriter(b.store, wal.Options{Root: b.prefix, CommitInterval: b.opts.Manager.DisklessCommitInterval,
-			BufferMaxBytes: b.opts.Manager.DisklessBufferMaxBytes, Logger: b.logger, OnSettled: b.settled})
+			BufferMaxBytes: b.opts.Manager.DisklessBufferMaxBytes, InFlight: min(b.opts.Manager.DisklessUploadsInFlight, wal.MaxInFlight),
+			Logger: b.logger, OnSettled: b.settled})
 		if err != nil {
 			return nil, err
 		}

@@ -470,11 +470,13 @@ func TestParseManagerConfig(t *testing.T) {
 	}
 	if c.TaskInterval != 30*time.Second || c.CopierThreads != 10 || c.ExpirationThreads != 10 || c.CopyBytesPerSecond != 0 ||
 		c.ReaderThreads != 10 || c.ReaderMaxPendingTasks != 100 || c.IndexFileCacheBytes != 1<<30 ||
-		c.RetryBackoff != 500*time.Millisecond || c.RetryBackoffMax != 30*time.Second || c.RetryJitter != 0.2 {
+		c.RetryBackoff != 500*time.Millisecond || c.RetryBackoffMax != 30*time.Second || c.RetryJitter != 0.2 ||
+		c.DisklessUploadsInFlight != 4 {
 		t.Fatalf("Kafka's defaults: %+v", c)
 	}
-	c, err = tiered.ParseManagerConfig(map[string]string{"remote.log.manager.copy.max.bytes.per.second": "1048576", "remote.log.reader.threads": "4"})
-	if err != nil || c.CopyBytesPerSecond != 1<<20 || c.ReaderThreads != 4 {
+	c, err = tiered.ParseManagerConfig(map[string]string{"remote.log.manager.copy.max.bytes.per.second": "1048576", "remote.log.reader.threads": "4",
+		"diskless.produce.max.in.flight.uploads": "1"})
+	if err != nil || c.CopyBytesPerSecond != 1<<20 || c.ReaderThreads != 4 || c.DisklessUploadsInFlight != 1 {
 		t.Fatalf("%+v %v", c, err)
 	}
 	for k, v := range map[string]string{
@@ -482,6 +484,7 @@ func TestParseManagerConfig(t *testing.T) {
 		"remote.log.reader.threads":                  "ten",
 		"remote.log.manager.task.retry.jitter":       "0.9",
 		"remote.log.manager.taks.interval.ms":        "1000",
+		"diskless.produce.max.in.flight.uploads":     "5",
 	} {
 		var ce *backend.ConfigError
 		if _, err := tiered.ParseManagerConfig(map[string]string{k: v}); !errors.As(err, &ce) || ce.Key != k {

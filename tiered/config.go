@@ -54,6 +54,10 @@ type ManagerConfig struct {
 	// produce.commit.interval.ms and produce.buffer.max.bytes).
 	DisklessCommitInterval time.Duration
 	DisklessBufferMaxBytes int
+	// DisklessUploadsInFlight is how many WAL objects a Backend uploads
+	// at once (diskless.produce.max.in.flight.uploads, 4; 1 to
+	// wal.MaxInFlight). Appends still settle in object order.
+	DisklessUploadsInFlight int
 }
 
 // managerKeys are the keys ParseManagerConfig reads, with their defaults.
@@ -70,6 +74,7 @@ var managerKeys = map[string]string{
 	"remote.log.manager.task.retry.jitter":           "0.2",
 	"diskless.produce.commit.interval.ms":            "250",
 	"diskless.produce.buffer.max.bytes":              strconv.Itoa(8 << 20),
+	"diskless.produce.max.in.flight.uploads":         "4",
 }
 
 // ManagerConfigKeys lists the keys ParseManagerConfig accepts, sorted.
@@ -124,6 +129,10 @@ func ParseManagerConfig(props map[string]string) (ManagerConfig, error) {
 	c.RetryBackoffMax = ms("remote.log.manager.task.retry.backoff.max.ms")
 	c.DisklessCommitInterval = ms("diskless.produce.commit.interval.ms")
 	c.DisklessBufferMaxBytes = int(long("diskless.produce.buffer.max.bytes", 1))
+	c.DisklessUploadsInFlight = int(long("diskless.produce.max.in.flight.uploads", 1))
+	if k := "diskless.produce.max.in.flight.uploads"; err == nil && c.DisklessUploadsInFlight > wal.MaxInFlight {
+		err = &backend.ConfigError{Key: k, Value: get(k), Reason: "want an integer from 1 to " + strconv.Itoa(wal.MaxInFlight)}
+	}
 	if err != nil {
 		return ManagerConfig{}, err
 	}
@@ -169,6 +178,9 @@ func (c ManagerConfig) withDefaults() ManagerConfig {
 	}
 	if c.DisklessBufferMaxBytes <= 0 {
 		c.DisklessBufferMaxBytes = wal.DefaultBufferMaxBytes
+	}
+	if c.DisklessUploadsInFlight <= 0 {
+		c.DisklessUploadsInFlight = wal.MaxInFlight
 	}
 	return c
 }

@@ -286,17 +286,17 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from WAL writer %s: %w", p.prefix, old, err))
 		}
-		last := base - 1
+		next := base
 		if n := len(extents); n > 0 {
-			last = extents[n-1].LastOffset
+			next = extents[n-1].LastOffset + 1
 		}
-		for _, l := range tails[d.tp] {
-			if l.Extent.LastOffset <= last {
-				continue // below the segments, or held already
-			}
+		tail := wal.Continuing(next, tails[d.tp])
+		if skipped := len(tails[d.tp]) - len(tail); skipped > 0 {
+			p.opts.Logger.Info("diskless: left out extents of the tail below its end or past it (appends the writer failed)", "prefix", p.prefix, "writer", old, "extents", skipped)
+		}
+		for _, l := range tail {
 			extents = append(extents, manifest.WALExtent{Writer: [8]byte(old), Sequence: l.Sequence, Position: l.Extent.Position,
 				Size: int64(l.Extent.Size), FirstOffset: l.Extent.FirstOffset, LastOffset: l.Extent.LastOffset, CRC: l.Extent.CRC})
-			last = l.Extent.LastOffset
 		}
 		p.opts.Logger.Info("diskless: fenced the previous WAL writer", "prefix", p.prefix, "writer", old, "fence", f, "extents", len(extents))
 	}

@@ -26,9 +26,12 @@ import (
 //     a manifest's WAL record names only extents past it, so no claim or
 //     commit can name what this removes.
 //   - A fence or void is removed once it is older than the grace and its
-//     writer has put an object at a higher number: a writer never goes
-//     back, so the number is behind it for good. A writer's last number
-//     keeps its fence (it may stop a writer still alive).
+//     writer has gone past it (below).
+//   - A writer's newest wal.MaxInFlight numbers stay, whatever they hold:
+//     a claim fences the number after a writer's highest and fills the
+//     gaps among those below it (numbers the writer may still be putting),
+//     so one removed there would let a fence land behind a writer still
+//     alive, or stop a partition's tail at a number that held its data.
 //   - An object whose footer does not check is kept and reported;
 //     keys under the WAL folder that are not WAL keys are left alone.
 //
@@ -122,6 +125,10 @@ func GCWAL(ctx context.Context, store *objstore.Store, root string, opts WALGCOp
 			o.Why = "younger than the grace"
 			continue
 		}
+		if o.Sequence+wal.MaxInFlight > highest[o.Writer] {
+			o.Why = fmt.Sprintf("among its writer's newest %d numbers (a claim fences after them and fills their gaps)", wal.MaxInFlight)
+			continue
+		}
 		f, err := wal.ReadFooter(ctx, store, o.Key, o.Size)
 		if errors.Is(err, wal.ErrCorrupt) {
 			o.Damaged, o.Why = err, "its footer does not check: kept"
@@ -133,14 +140,8 @@ func GCWAL(ctx context.Context, store *objstore.Store, root string, opts WALGCOp
 		}
 		o.Footer = &f
 		if f.Fence {
-			if o.Sequence < highest[o.Writer] {
-				o.Remove, o.Why = true, "a fence its writer has passed"
-			} else {
-				o.Why = "its writer's last number: the fence may still stop it"
-			}
-			if o.Remove {
-				remove = append(remove, o.Key)
-			}
+			o.Remove, o.Why = true, "a fence its writer has passed"
+			remove = append(remove, o.Key)
 			continue
 		}
 		o.Remove, o.Why = true, "every partition in it consolidated past it or was deleted"

@@ -56,18 +56,28 @@
 // one a BufferMaxBytes appended, holds at most one, and every upload
 // spends one. The PUT rate stays within 1 / CommitInterval + bytes /
 // BufferMaxBytes, as with the interval alone, and an append after a quiet
-// spell is put at once instead of waiting out the interval. One object is in flight at a
-// time, so the numbers are used in order and an append settles only after
-// every earlier one of its partition has. The put's answer settles its
-// appends:
+// spell is put at once instead of waiting out the interval.
+//
+// An object takes the writer's next number when it is sealed; up to
+// InFlight objects (at most MaxInFlight, 4: part of the protocol) are put
+// at once and may land in any order, but they settle in number order: an
+// object's appends settle only after every lower number has settled. A
+// partition's appends carry its generation, moved on by each of its
+// failures (and Reset, Forget): appends in an object above a failed one
+// of their partition fail with it even when their object landed, so an
+// append is never acknowledged after an earlier one of its partition
+// failed. The put's answer settles its appends:
 //
 //   - success: durable; each Ack carries the object's key and the
 //     partition's extent.
 //   - precondition failed: the number is taken. The writer reads what
 //     holds it: its own bytes (an earlier attempt of this put landed and
 //     its answer was lost) is success; a fence fails the appends of the
-//     partitions it names with ErrFenced, refuses their later appends,
-//     and puts the rest at the next number.
+//     partitions it names with ErrFenced (and, in every object above,
+//     their appends made at the fence's epoch or below), refuses their
+//     later appends, and puts the rest at the next number when no object
+//     above is in flight; otherwise the rest fail (ErrUploadFailed), as
+//     at a higher number they would land after later appends of theirs.
 //   - any other error: the put may have landed, or may still land from an
 //     attempt on the wire. The writer voids the number with a fence of its
 //     own (no extents), create-only, until the bucket answers; if the void
@@ -80,18 +90,28 @@
 //
 // Fencing. A new leader of a partition (on another Backend, or this one
 // after a restart with a new writer) calls Fence on the old writer: it
-// lists the old writer's objects and puts a fence naming the partitions,
-// create-only, at the number after the highest; if the writer took that
-// number first, it lists again and aims at the next. Once the fence is in
-// the bucket at number F:
+// lists the old writer's objects and puts fences naming the partitions,
+// create-only: at every number missing among the MaxInFlight up to the
+// highest (numbers the writer may still be putting; whichever lands first
+// holds it), and at the number after the highest; if the writer took that
+// number first, it lists again and goes on. Once the fence is in the
+// bucket at number F:
 //
-//   - every append of those partitions that the old writer acknowledged is
-//     in one of its objects below F: it acknowledges only after its put
-//     succeeded, its puts go in number order one at a time, and F was free
-//     when the fence landed;
-//   - the old writer acknowledges nothing more of them: its put at F fails
-//     on the fence, which names them, and it refuses their appends from
-//     then on (ErrFenced) until it is told it leads them again.
+//   - every append of those partitions that the old writer acknowledged
+//     is in one of its objects below F, and no number below F that holds
+//     a fence naming them comes before one of them: the writer
+//     acknowledges only after its put succeeded and every lower number
+//     settled, and each number below F that was free when Fence looked
+//     now holds an object or a fence;
+//   - the old writer acknowledges nothing more of them: the first of its
+//     puts to meet one of those fences fails on it, and from then on it
+//     fails their appends made at the fence's epoch or below, in that
+//     object and every one above, and refuses their appends (ErrFenced)
+//     until it is told it leads them again.
+//
+// WAL gc keeps each writer's newest MaxInFlight numbers whatever they
+// hold, so a fence never lands behind a writer still alive, nor in a gap
+// gc made.
 //
 // A fence carries the claimer's leader epoch. It claims the appends the
 // writer made while it led a partition at that epoch or below; a writer
@@ -104,8 +124,11 @@
 // caller knows (the manifest's record of where a partition's data beyond
 // its segments begins), reads each footer once for all the partitions
 // asked for, and stops each partition at the first fence that names it.
-// The new leader reads the old writer's objects below F so, and the
-// partition continues from their last offset.
+// The new leader reads the old writer's objects below F so, keeps the
+// extents that continue its log (Continuing: an extent that starts past
+// the log's end lies above a voided number and was failed, and its
+// offsets were appended again later), and the partition continues from
+// their last offset.
 //
 // # Failures
 //

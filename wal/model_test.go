@@ -110,12 +110,17 @@ func runModel(t *testing.T, seed uint64) {
 	// The bucket's faults, drawn from the seed: latency, answers lost
 	// after landing, puts failed before landing.
 	d.Add(faultstore.Rule{Op: objstore.OpPut, Probability: 0.5, Fault: faultstore.Latency, Latency: time.Millisecond})
+	// A slow put now and then: the objects after it land first.
+	d.Add(faultstore.Rule{Op: objstore.OpPut, Probability: 0.1, Fault: faultstore.Latency, Latency: 6 * time.Millisecond})
 	d.Add(faultstore.Rule{Op: objstore.OpPut, Probability: 0.08, Fault: faultstore.FailAfter})
 	d.Add(faultstore.Rule{Op: objstore.OpPut, Probability: 0.08, Fault: faultstore.FailBefore})
 	d.Add(faultstore.Rule{Op: objstore.OpList, Probability: 0.3, Fault: faultstore.Latency, Latency: time.Millisecond})
 	m := &model{t: t, rng: rand.New(rand.NewPCG(seed, 99)), store: s}
 	for i := range m.writers {
-		m.writers[i] = newWriter(t, s, wal.Options{Root: "model", CommitInterval: time.Millisecond, BufferMaxBytes: 256, SettleBackoff: time.Millisecond})
+		// From one object in flight to the most (by seed): puts land
+		// out of number order, and a claim meets numbers still in flight.
+		m.writers[i] = newWriter(t, s, wal.Options{Root: "model", CommitInterval: time.Millisecond, BufferMaxBytes: 256, SettleBackoff: time.Millisecond,
+			InFlight: 1 + int(seed)%wal.MaxInFlight})
 	}
 	for p := range modelPartitions {
 		m.acked[p] = map[int64]uint32{}
@@ -281,8 +286,11 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 		m.fail("tail %s: %v", tp, err)
 		return
 	}
+	m.mu.Lock()
+	next := int64(len(m.log[p]))
+	m.mu.Unlock()
 	var units [][]byte
-	for _, loc := range tails[tp] {
+	for _, loc := range wal.Continuing(next, tails[tp]) {
 		b, err := wal.ReadExtent(ctx, m.store, loc.Key, loc.Extent)
 		if err != nil {
 			m.fail("read %s: %v", loc.Key, err)
@@ -293,7 +301,9 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 			return
 		}
 		for i := 0; i < len(b); i += 16 {
-			units = append(units, b[i:i+16])
+			if loc.Extent.FirstOffset+int64(i/16) >= next {
+				units = append(units, b[i:i+16])
+			}
 		}
 	}
 	m.mu.Lock()
@@ -303,7 +313,7 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 	if to < 0 {
 		return
 	}
-	next := int64(len(m.log[p]))
+	next = int64(len(m.log[p]))
 	w := m.writers[to]
 	// A Backend leads a partition through one Partition: its old
 	// leaderships of p (a zombie fenced earlier, or the one just fenced
@@ -311,8 +321,16 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 	m.mu.Unlock()
 	m.stopOn(p, to)
 	m.mu.Lock()
-	w.Lead(tp, r.epoch+1)
-	m.rec[p] = record{writer: to, after: w.NextSequence() - 1, epoch: r.epoch + 1}
+	// The new leadership's epoch: above the fence's, as a Backend's
+	// claim of a partition from its own writer leads past the fence it
+	// left (a claim from another writer leads at the fence's epoch).
+	epoch := r.epoch + 1
+	if to == r.writer {
+		epoch++
+	}
+	w.Reset(tp) // the log was rebuilt from the bucket
+	w.Lead(tp, epoch)
+	m.rec[p] = record{writer: to, after: w.NextSequence() - 1, epoch: epoch}
 	m.lead(p, to, next)
 }
 

@@ -151,3 +151,25 @@ func Tail(ctx context.Context, store *objstore.Store, l Layout, w WriterID, afte
 	})
 	return out, err
 }
+
+// Continuing returns the extents of one partition's tail (in number
+// order, as Tail returns them) that continue a log whose next offset is
+// next, advancing it past each: an extent wholly below is left out (the
+// log holds it already); one that starts below and reaches past it is
+// kept (the caller skips its batches below); one that starts past the
+// log's end is left out too. Such an extent was never acknowledged: its
+// object landed, but an earlier one holding the partition's appends
+// before it did not (a voided number), and the writer failed it with
+// that one and appended those offsets again later.
+func Continuing(next int64, tail []Located) []Located {
+	var out []Located
+	for _, l := range tail {
+		switch {
+		case l.Extent.LastOffset < next, l.Extent.FirstOffset > next:
+		default:
+			out = append(out, l)
+			next = l.Extent.LastOffset + 1
+		}
+	}
+	return out
+}

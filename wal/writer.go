@@ -23,6 +23,11 @@ const (
 	// DefaultBufferMaxBytes is produce.buffer.max.bytes: an object is
 	// uploaded once it holds this many bytes.
 	DefaultBufferMaxBytes = 8 << 20
+	// MaxInFlight is the most objects a writer has in flight at once:
+	// its numbers below its next minus MaxInFlight are all settled. It
+	// is part of the protocol (frozen): Fence fills the gaps among a
+	// writer's newest MaxInFlight numbers, and WAL gc keeps them.
+	MaxInFlight = 4
 )
 
 // Options configure a Writer.
@@ -37,9 +42,14 @@ type Options struct {
 	// split, so an object may hold up to one append more.
 	BufferMaxBytes int
 	// MaxBufferedBytes bounds the bytes appended and not yet settled
-	// (durable or failed), across the object being filled and the one
-	// being uploaded: Append waits past it (default 4 × BufferMaxBytes).
+	// (durable or failed), across the object being filled and those
+	// being uploaded: Append waits past it (default
+	// (InFlight + 1) × BufferMaxBytes).
 	MaxBufferedBytes int
+	// InFlight is how many objects may be uploaded at once (1 to
+	// MaxInFlight; default MaxInFlight). Appends still settle in number order:
+	// an object's appends settle after every lower number has.
+	InFlight int
 	// SettleBackoff is the wait between attempts to learn the outcome of
 	// an upload whose answer was lost while the bucket stays unreachable
 	// (default 1 s).
@@ -55,7 +65,9 @@ type Options struct {
 	// why they failed. It is called from the writer's goroutine, not
 	// under its lock, and must not block for long: every partition's
 	// uploads wait for it. Appends dropped by Reset or Forget are not
-	// reported (their caller asked for it).
+	// reported (their caller asked for it), nor are those that follow a
+	// reported failure of their partition in later objects (they fail
+	// with it: the caller was told first).
 	OnSettled func(tp TopicPartition, loc Location, err error)
 }
 
@@ -72,9 +84,15 @@ type UploadEvent struct {
 
 // Validate checks the options and fills defaults.
 func (o *Options) Validate() error {
-	if o.CommitInterval < 0 || o.BufferMaxBytes < 0 || o.MaxBufferedBytes < 0 || o.SettleBackoff < 0 {
-		return fmt.Errorf("wal: negative option (commit interval %v, buffer max bytes %d, max buffered bytes %d, settle backoff %v)",
-			o.CommitInterval, o.BufferMaxBytes, o.MaxBufferedBytes, o.SettleBackoff)
+	if o.CommitInterval < 0 || o.BufferMaxBytes < 0 || o.MaxBufferedBytes < 0 || o.SettleBackoff < 0 || o.InFlight < 0 {
+		return fmt.Errorf("wal: negative option (commit interval %v, buffer max bytes %d, max buffered bytes %d, settle backoff %v, in flight %d)",
+			o.CommitInterval, o.BufferMaxBytes, o.MaxBufferedBytes, o.SettleBackoff, o.InFlight)
+	}
+	if o.InFlight == 0 {
+		o.InFlight = MaxInFlight
+	}
+	if o.InFlight > MaxInFlight {
+		return fmt.Errorf("wal: %d objects in flight: at most %d", o.InFlight, MaxInFlight)
 	}
 	if o.CommitInterval == 0 {
 		o.CommitInterval = DefaultCommitInterval
@@ -83,7 +101,7 @@ func (o *Options) Validate() error {
 		o.BufferMaxBytes = DefaultBufferMaxBytes
 	}
 	if o.MaxBufferedBytes == 0 {
-		o.MaxBufferedBytes = 4 * o.BufferMaxBytes
+		o.MaxBufferedBytes = (o.InFlight + 1) * o.BufferMaxBytes
 	}
 	if o.MaxBufferedBytes < o.BufferMaxBytes {
 		return fmt.Errorf("wal: max buffered bytes %d below buffer max bytes %d", o.MaxBufferedBytes, o.BufferMaxBytes)
@@ -151,6 +169,10 @@ type extentBuf struct {
 	// epoch is the leader epoch the partition was led at (Lead) when
 	// these appends were made: a fence at that epoch or above claims them.
 	epoch int32
+	// gen is the partition's generation when they were made: once it
+	// moves on (a failure, Reset, Forget), they can no longer become
+	// durable, landed or not.
+	gen uint64
 }
 
 // object is an object being filled or uploaded.
@@ -158,6 +180,15 @@ type object struct {
 	parts   map[TopicPartition]*extentBuf
 	size    int
 	started time.Time
+	// seq is its number, given when it is taken for upload.
+	seq uint64
+	// put is closed once its put has an outcome (res, fence, etc.).
+	put   chan struct{}
+	res   outcome
+	fence Footer
+	key   string
+	body  int
+	f     Footer
 	// settled is closed once every append in it has settled.
 	settled chan struct{}
 }
@@ -185,13 +216,21 @@ type Writer struct {
 	done   chan struct{} // closed when run returns
 
 	mu sync.Mutex
-	// open is the object being filled (nil: none); inflight the one
-	// being uploaded (nil: none).
-	open, inflight *object
+	// open is the object being filled (nil: none); inflight those being
+	// uploaded or settled, in number order.
+	open     *object
+	inflight []*object
 	// buffered is the bytes of open and inflight; space is closed and
 	// replaced whenever it drops.
 	buffered int
 	space    chan struct{}
+	// gen is each partition's generation, moved on by every failure,
+	// Reset and Forget (see extentBuf.gen).
+	gen map[TopicPartition]uint64
+	// fencedAt is the highest epoch a fence met claimed each partition
+	// at: its appends made at that epoch or below fail, in whatever
+	// object above the fence they are.
+	fencedAt map[TopicPartition]int32
 	// refused holds the partitions whose appends fail until Reset.
 	refused map[TopicPartition]partState
 	// lead holds the leader epoch each partition was last led at (Lead):
@@ -204,8 +243,7 @@ type Writer struct {
 	// when it was last refilled.
 	tokens   float64
 	refilled time.Time
-	// seq is the next sequence number to upload at (owned by run; read
-	// under mu for Stats).
+	// seq is the next sequence number to give an object.
 	seq uint64
 }
 
@@ -223,7 +261,7 @@ func NewWriter(store *objstore.Store, opts Options) (*Writer, error) {
 		store: store, layout: NewLayout(opts.Root), id: id, opts: opts,
 		ctx: ctx, cancel: cancel,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
-		space: make(chan struct{}), refused: map[TopicPartition]partState{}, lead: map[TopicPartition]int32{}, seq: 1,
+		space: make(chan struct{}), refused: map[TopicPartition]partState{}, lead: map[TopicPartition]int32{}, gen: map[TopicPartition]uint64{}, fencedAt: map[TopicPartition]int32{}, seq: 1,
 	}
 	go w.run()
 	return w, nil
@@ -235,7 +273,8 @@ func (w *Writer) ID() WriterID { return w.id }
 // Layout is the layout of the writer's keys.
 func (w *Writer) Layout() Layout { return w.layout }
 
-// NextSequence is the sequence number of the next object to upload.
+// NextSequence is the sequence number the next object will take: every
+// object the writer has put or is putting is numbered below it.
 func (w *Writer) NextSequence() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -283,7 +322,7 @@ func (w *Writer) Append(ctx context.Context, tp TopicPartition, batches []byte, 
 	}
 	e := o.parts[tp]
 	if e == nil {
-		e = &extentBuf{first: first, last: -1, ack: &Ack{done: make(chan struct{})}}
+		e = &extentBuf{first: first, last: -1, ack: &Ack{done: make(chan struct{})}, gen: w.gen[tp]}
 		o.parts[tp] = e
 	}
 	if first <= e.last {
@@ -310,11 +349,14 @@ func (w *Writer) signal() {
 
 // Reset lets tp append again after a failure or a fence: the caller has
 // truncated tp back to its durable end, or leads it again under a new
-// claim. Appends of tp still buffered are failed first (ErrPartitionFailed).
+// claim. Appends of tp not yet settled fail (ErrPartitionFailed): those
+// still buffered at once, those in objects in flight when their objects
+// settle, landed or not.
 func (w *Writer) Reset(tp TopicPartition) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.dropLocked(tp, fmt.Errorf("%w: %s was reset", ErrPartitionFailed, tp))
+	w.gen[tp]++
 	delete(w.refused, tp)
 }
 
@@ -352,8 +394,10 @@ func (w *Writer) Forget(tp TopicPartition) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.dropLocked(tp, fmt.Errorf("%w: %s was closed", ErrPartitionFailed, tp))
+	w.gen[tp]++
 	delete(w.refused, tp)
 	delete(w.lead, tp)
+	delete(w.fencedAt, tp)
 }
 
 // dropLocked fails tp's appends in the object being filled. REQUIRES: mu.
@@ -389,7 +433,7 @@ func (w *Writer) releaseLocked(n int) {
 func (w *Writer) Flush(ctx context.Context) error {
 	w.mu.Lock()
 	var wait []chan struct{}
-	for _, o := range []*object{w.inflight, w.open} {
+	for _, o := range append(slices.Clip(w.inflight), w.open) {
 		if o != nil {
 			wait = append(wait, o.settled)
 		}
@@ -426,22 +470,36 @@ func (w *Writer) Close(ctx context.Context) error {
 	}
 }
 
-// run uploads objects one at a time, in sequence order, until Close.
+// run takes objects for upload as they fall due, numbers them in order,
+// and puts up to InFlight at once; each settles after the one before it
+// (finish), so appends settle in number order whatever order the puts
+// land in. It returns after Close once everything has settled.
 func (w *Writer) run() {
 	defer close(w.done)
 	defer w.cancel()
+	var prev chan struct{} // the last object's settled; nil: none
 	for {
 		o := w.next()
 		if o == nil {
+			if prev != nil {
+				<-prev
+			}
 			return
 		}
-		w.upload(o)
+		go func(o *object, prev chan struct{}) {
+			w.upload(o)
+			if prev != nil {
+				<-prev
+			}
+			w.finish(o)
+		}(o, prev)
+		prev = o.settled
 	}
 }
 
 // next waits until the object being filled is due (full, old enough,
-// flushed or closing), takes it and returns it; nil once closing with
-// nothing left.
+// flushed or closing) and fewer than InFlight are in flight, numbers it
+// and returns it; nil once closing with nothing left.
 //
 // Besides its size and age, an object is due as soon as the PUT budget
 // has a whole PUT: the budget refills at one PUT a commit interval and one
@@ -465,13 +523,20 @@ func (w *Writer) next() *object {
 			w.mu.Unlock()
 			return nil
 		}
-		if o != nil {
+		if o != nil && len(w.inflight) < w.opts.InFlight {
 			wait = min(w.opts.CommitInterval-now.Sub(o.started), time.Duration((1-w.tokens)*float64(w.opts.CommitInterval)))
 			if o.size >= w.opts.BufferMaxBytes || w.flushReq || w.closing || wait <= 0 || len(o.parts) == 0 {
-				w.open, w.inflight, w.flushReq = nil, o, false
-				if len(o.parts) > 0 {
-					w.tokens = max(w.tokens-1, -1)
+				w.open, w.flushReq = nil, false
+				if len(o.parts) == 0 {
+					// Every append in it was dropped: nothing to put.
+					w.mu.Unlock()
+					close(o.settled)
+					continue
 				}
+				o.seq, o.put = w.seq, make(chan struct{})
+				w.seq++
+				w.inflight = append(w.inflight, o)
+				w.tokens = max(w.tokens-1, -1)
 				w.mu.Unlock()
 				return o
 			}
@@ -503,63 +568,166 @@ const (
 	unknown                // the writer stopped before it learned
 )
 
-// upload puts o at the next sequence numbers until its appends have all
-// settled: durable, fenced or failed.
+// upload puts o at its number and records the outcome.
 func (w *Writer) upload(o *object) {
 	start := time.Now()
-	for len(o.parts) > 0 {
-		seq := w.seq
-		key := w.layout.Key(w.id, seq)
-		body, f := w.seal(o, seq)
-		res, fence := w.put(key, seq, body, f)
+	o.key = w.layout.Key(w.id, o.seq)
+	body, f := w.seal(o, o.seq)
+	o.body, o.f = len(body), f
+	o.res, o.fence = w.put(o.key, o.seq, body, f)
+	w.report(o.key, o.seq, len(body), len(f.Extents), start, o.outcomeErr())
+	close(o.put)
+}
+
+// outcomeErr is why o's appends failed (nil when it landed).
+func (o *object) outcomeErr() error {
+	switch o.res {
+	case landed:
+		return nil
+	case fenced:
+		return ErrFenced
+	case voided:
+		return fmt.Errorf("%w: %s: its sequence number was voided", ErrUploadFailed, o.key)
+	}
+	return fmt.Errorf("%w: %s: the writer closed before the upload's outcome was known", ErrClosed, o.key)
+}
+
+// finish settles o's appends once every lower number has settled (the
+// caller waits for that) and its put has an outcome.
+//
+//   - landed: each partition's appends are durable, unless the
+//     partition failed (or was reset) after they were made, or a fence
+//     met claims them: then they fail, landed or not.
+//   - fenced: the partitions the fence claims fail with ErrFenced and
+//     are refused until Lead. The object's other partitions go again at
+//     the writer's next number if no object above this one is in flight;
+//     otherwise they fail with ErrUploadFailed and are refused until
+//     Reset (at a number above those, their appends would land after
+//     later ones, or past a fence met only later).
+//   - voided, or the writer closed first: every partition in it fails
+//     and is refused until Reset.
+func (w *Writer) finish(o *object) {
+	defer func() {
 		w.mu.Lock()
-		w.seq = seq + 1
+		w.inflight = slices.DeleteFunc(w.inflight, func(x *object) bool { return x == o })
 		w.mu.Unlock()
-		switch res {
+		close(o.settled)
+		w.signal() // a slot is free
+	}()
+	for {
+		<-o.put
+		// Which partitions' appends went stale while o was in flight,
+		// taken before this object's own failure moves any generation.
+		stale := map[TopicPartition]bool{}
+		w.mu.Lock()
+		for tp, e := range o.parts {
+			stale[tp] = e.gen != w.gen[tp]
+		}
+		w.mu.Unlock()
+		switch o.res {
 		case landed:
-			for _, e := range f.Extents {
-				w.settle(o, e.TopicPartition, Location{Writer: w.id, Sequence: seq, Key: key, Extent: e}, nil)
+			for _, e := range o.f.Extents {
+				if !w.claimed(o, e.TopicPartition, stale[e.TopicPartition]) {
+					w.settle(o, e.TopicPartition, Location{Writer: w.id, Sequence: o.seq, Key: o.key, Extent: e}, nil, stale[e.TopicPartition])
+				}
 			}
-			w.report(key, seq, len(body), len(f.Extents), start, nil)
+			return
 		case fenced:
-			// The fence names the partitions claimed from this writer;
-			// their appends fail, and the others go again at the next
-			// number. A fence naming none voids the number only.
-			var claimed []*FencedError
-			for _, e := range fence.Extents {
+			w.metFence(o)
+			for _, e := range o.f.Extents {
 				tp := e.TopicPartition
-				if x, ok := o.parts[tp]; ok && claims(fence.FenceEpoch, x.epoch) {
-					claimed = append(claimed, &FencedError{TopicPartition: tp, FenceEpoch: fence.FenceEpoch, DataEpoch: x.epoch, Key: key})
-				}
-				if !w.leadsPast(tp, fence.FenceEpoch) {
-					w.mu.Lock()
-					le := w.lead[tp]
-					w.mu.Unlock()
-					w.refuse(tp, &FencedError{TopicPartition: tp, FenceEpoch: fence.FenceEpoch, DataEpoch: le, Key: key})
+				if !w.claimed(o, tp, stale[tp]) && stale[tp] {
+					w.settle(o, tp, Location{}, fmt.Errorf("%w: %s", ErrUploadFailed, o.key), true)
 				}
 			}
-			w.opts.Logger.Warn("wal: fenced", "key", key, "claimed", len(fence.Extents), "epoch", fence.FenceEpoch)
-			for _, fe := range claimed {
-				w.settle(o, fe.TopicPartition, Location{}, fe)
+			// The rest go again at the next number when no object is in
+			// flight above this one (checked and numbered at once: an
+			// object taken later is numbered after the new number).
+			// Otherwise they fail: the new number would lie above
+			// objects that hold later appends of the same partitions,
+			// or a fence that claims them, met only after.
+			w.mu.Lock()
+			again := len(o.parts) > 0 && !w.aboveLocked(o)
+			if again {
+				o.seq, o.put = w.seq, make(chan struct{})
+				w.seq++
 			}
-			w.report(key, seq, len(body), len(claimed), start, ErrFenced)
-		case voided, unknown:
-			err := fmt.Errorf("%w: %s: its sequence number was voided", ErrUploadFailed, key)
-			if res == unknown {
-				err = fmt.Errorf("%w: %s: the writer closed before the upload's outcome was known", ErrClosed, key)
+			w.mu.Unlock()
+			if !again {
+				for tp := range o.parts {
+					w.fail(o, tp, fmt.Errorf("%w: %s: its number was fenced by a claim of other partitions while later objects were in flight", ErrUploadFailed, o.key), false)
+				}
 			}
-			for _, e := range f.Extents {
-				w.refuse(e.TopicPartition, err)
-				w.settle(o, e.TopicPartition, Location{}, err)
+			if !again {
+				return
 			}
-			w.report(key, seq, len(body), len(f.Extents), start, err)
-			w.opts.Logger.Error("wal: upload failed", "key", key, "partitions", len(f.Extents), "err", err)
+			w.upload(o)
+		default:
+			err := o.outcomeErr()
+			for _, e := range o.f.Extents {
+				w.fail(o, e.TopicPartition, err, stale[e.TopicPartition])
+			}
+			w.opts.Logger.Error("wal: upload failed", "key", o.key, "partitions", len(o.f.Extents), "err", err)
+			return
 		}
 	}
+}
+
+// metFence records the fence that holds o's number: the epoch it claims
+// each partition it names at, and a refusal of those the writer does not
+// lead past it.
+func (w *Writer) metFence(o *object) {
+	for _, e := range o.fence.Extents {
+		tp := e.TopicPartition
+		w.mu.Lock()
+		if fe, ok := w.fencedAt[tp]; !ok || fe < o.fence.FenceEpoch {
+			w.fencedAt[tp] = o.fence.FenceEpoch
+		}
+		w.mu.Unlock()
+		if !w.leadsPast(tp, o.fence.FenceEpoch) {
+			w.mu.Lock()
+			le := w.lead[tp]
+			w.mu.Unlock()
+			w.refuse(tp, &FencedError{TopicPartition: tp, FenceEpoch: o.fence.FenceEpoch, DataEpoch: le, Key: o.key})
+		}
+	}
+	w.opts.Logger.Warn("wal: fenced", "key", o.key, "claimed", len(o.fence.Extents), "epoch", o.fence.FenceEpoch)
+}
+
+// aboveLocked says whether an object numbered above o is in flight.
+// REQUIRES: mu.
+func (w *Writer) aboveLocked(o *object) bool {
+	for _, x := range w.inflight {
+		if x.seq > o.seq {
+			return true
+		}
+	}
+	return false
+}
+
+// claimed fails tp's appends in o with ErrFenced when a fence met (in
+// o, or below it) claims them, and says whether it did. An object above
+// the fence may hold them: it was in flight when the fence landed.
+func (w *Writer) claimed(o *object, tp TopicPartition, stale bool) bool {
 	w.mu.Lock()
-	w.inflight = nil
+	x := o.parts[tp]
+	fe, ok := w.fencedAt[tp]
 	w.mu.Unlock()
-	close(o.settled)
+	if !ok || !claims(fe, x.epoch) {
+		return false
+	}
+	w.settle(o, tp, Location{}, &FencedError{TopicPartition: tp, FenceEpoch: fe, DataEpoch: x.epoch, Key: o.key}, stale)
+	return true
+}
+
+// fail fails tp's appends in o with err and, unless they were stale
+// already, refuses tp until Reset first (so the caller, told of the
+// failure, finds it refused until it truncates and resets).
+func (w *Writer) fail(o *object, tp TopicPartition, err error, stale bool) {
+	if !stale {
+		w.refuse(tp, err)
+	}
+	w.settle(o, tp, Location{}, err, stale)
 }
 
 func (w *Writer) report(key string, seq uint64, n, extents int, start time.Time, err error) {
@@ -568,25 +736,40 @@ func (w *Writer) report(key string, seq uint64, n, extents int, start time.Time,
 	}
 }
 
-// settle settles tp's appends in o and takes them out of it.
-func (w *Writer) settle(o *object, tp TopicPartition, loc Location, err error) {
-	e := o.parts[tp]
-	delete(o.parts, tp)
+// settle settles tp's appends in o and takes them out of it: durable at
+// loc when err is nil and they are not stale (made before tp's last
+// failure, Reset or Forget); else failed, with err, or with why they
+// went stale. Only appends that were not stale are reported to
+// OnSettled.
+func (w *Writer) settle(o *object, tp TopicPartition, loc Location, err error, stale bool) {
 	w.mu.Lock()
+	e := o.parts[tp]
+	if stale {
+		cause := fmt.Errorf("%w: %s: it failed or was reset after these appends", ErrPartitionFailed, tp)
+		if st, ok := w.refused[tp]; ok {
+			cause = fmt.Errorf("%w: %s: %w", ErrPartitionFailed, tp, st.err)
+		}
+		if err == nil {
+			loc, err = Location{}, cause
+		}
+	}
+	delete(o.parts, tp)
 	w.releaseLocked(len(e.data))
 	w.mu.Unlock()
-	if w.opts.OnSettled != nil {
+	if w.opts.OnSettled != nil && !stale {
 		w.opts.OnSettled(tp, loc, err)
 	}
 	e.ack.settle(loc, err)
 }
 
 // refuse fails tp's appends in the object being filled and every later
-// one until Reset: they follow offsets that did not become durable.
+// one until Reset, and makes those in flight stale: they follow offsets
+// that did not become durable.
 func (w *Writer) refuse(tp TopicPartition, err error) {
 	dropErr := fmt.Errorf("%w: %s: %w", ErrPartitionFailed, tp, err)
 	w.mu.Lock()
 	dropped := w.dropLocked(tp, dropErr)
+	w.gen[tp]++
 	if _, ok := w.refused[tp]; !ok {
 		w.refused[tp] = partState{err: err}
 	}

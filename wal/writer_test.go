@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -225,7 +226,7 @@ func TestFailedPutVoidsItsNumber(t *testing.T) {
 
 // A fence at the writer's next number fails the appends of the
 // partitions it names, and the writer puts the others at the number
-// after; the fenced partitions refuse appends until Reset.
+// after; the fenced partitions refuse appends until Lead.
 func TestFenceFailsClaimedPartitionsOnly(t *testing.T) {
 	s, _ := memStore(t)
 	w := newWriter(t, s, wal.Options{CommitInterval: time.Hour})
@@ -255,8 +256,20 @@ func TestFenceFailsClaimedPartitionsOnly(t *testing.T) {
 	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Extent.LastOffset != 0 {
 		t.Fatalf("a-0's tail below the fence = %+v, %v: offset 0 only", tails[tpA], err)
 	}
+	// Reset alone is no new leadership: the fence claims what a-0
+	// appends at the epoch it was fenced at or below.
+	w.Reset(tpA)
+	a2, err := w.Append(ctx, tpA, []byte("a1"), 1, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Flush(ctx)
+	if err := waitAck(t, a2); !errors.Is(err, wal.ErrFenced) {
+		t.Fatalf("an append of a fenced epoch after Reset = %v, want ErrFenced", err)
+	}
 	// The writer leads a-0 again under a new claim.
 	w.Reset(tpA)
+	w.Lead(tpA, 8)
 	a3, err := w.Append(ctx, tpA, []byte("a1"), 1, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -379,5 +392,121 @@ func TestFenceClaimsTheDataOfItsEpoch(t *testing.T) {
 	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 1, 0, 3, tpA)
 	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Sequence != 2 {
 		t.Fatalf("the epoch-3 leadership's tail: %+v, %v", tails, err)
+	}
+}
+
+// holdFirstPut holds the bucket's first put until the returned func is
+// called.
+func holdFirstPut(d *faultstore.Driver) func() {
+	release := make(chan struct{})
+	d.Add(faultstore.Rule{Op: objstore.OpPut, Nth: 1, Fault: faultstore.Hook, Before: func(ctx context.Context, c faultstore.Call) error {
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}})
+	return sync.OnceFunc(func() { close(release) })
+}
+
+// TestObjectsInFlightSettleInOrder: with two objects in flight, the
+// second lands first but its appends settle only after the first's.
+func TestObjectsInFlightSettleInOrder(t *testing.T) {
+	s, d := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Hour, InFlight: 2})
+	ctx := context.Background()
+	release := holdFirstPut(d)
+	defer release()
+	a0, _ := w.Append(ctx, tpA, []byte("a0"), 0, 0)
+	go w.Flush(ctx)
+	time.Sleep(20 * time.Millisecond)
+	a1, _ := w.Append(ctx, tpA, []byte("a1"), 1, 1)
+	go w.Flush(ctx)
+	if _, err := s.Head(ctx, w.Layout().Key(w.ID(), 2)); err != nil {
+		for range 100 {
+			if _, err = s.Head(ctx, w.Layout().Key(w.ID(), 2)); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("the second object did not land while the first was held: %v", err)
+		}
+	}
+	select {
+	case <-a1.Done():
+		t.Fatalf("the second object's append settled (%v) before the first's", a1.Err())
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	if err := waitAck(t, a0); err != nil || a0.Location().Sequence != 1 {
+		t.Fatalf("a0: %v at %d", err, a0.Location().Sequence)
+	}
+	if err := waitAck(t, a1); err != nil || a1.Location().Sequence != 2 {
+		t.Fatalf("a1: %v at %d", err, a1.Location().Sequence)
+	}
+}
+
+// TestFenceInAGapBelowALandedObject: a claim finds the writer's number 2
+// in the bucket and number 1 still in flight; it fences the gap too. The
+// claimed partition's appends fail; another partition's appends in the
+// fenced object cannot go again at a later number (its later appends
+// landed at 2, below that number): they fail, the landed later ones with
+// them, and after Reset the partition appends from its durable end; the
+// tail of the bucket read back holds it once, in order.
+func TestFenceInAGapBelowALandedObject(t *testing.T) {
+	s, d := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Hour, InFlight: 2})
+	ctx := context.Background()
+	release := holdFirstPut(d)
+	defer release()
+	a0, _ := w.Append(ctx, tpA, []byte("a0"), 0, 0)
+	b0, _ := w.Append(ctx, tpB, []byte("b0"), 0, 0)
+	go w.Flush(ctx)
+	time.Sleep(20 * time.Millisecond)
+	b1, _ := w.Append(ctx, tpB, []byte("b1"), 1, 1)
+	go w.Flush(ctx)
+	for range 100 {
+		if _, err := s.Head(ctx, w.Layout().Key(w.ID(), 2)); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	f, err := wal.Fence(ctx, s, w.Layout(), w.ID(), 0, 5, []wal.TopicPartition{tpA})
+	if err != nil || f != 3 {
+		t.Fatalf("Fence = %d, %v; 3 expected, with the gap at 1 fenced", f, err)
+	}
+	release()
+	if err := waitAck(t, a0); !errors.Is(err, wal.ErrFenced) {
+		t.Fatalf("the claimed partition's append: %v, want ErrFenced", err)
+	}
+	if err := waitAck(t, b0); !errors.Is(err, wal.ErrUploadFailed) || errors.Is(err, wal.ErrFenced) {
+		t.Fatalf("the other partition's append in the fenced object: %v, want ErrUploadFailed", err)
+	}
+	if err := waitAck(t, b1); !errors.Is(err, wal.ErrPartitionFailed) {
+		t.Fatalf("its later append, landed above: %v, want ErrPartitionFailed", err)
+	}
+	w.Reset(tpB)
+	b0again, err := w.Append(ctx, tpB, []byte("B0"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Flush(ctx)
+	// Number 3 is the claim's fence: the writer puts b-0 again at 4.
+	if err := waitAck(t, b0again); err != nil || b0again.Location().Sequence != 4 {
+		t.Fatalf("b-0 after Reset: %v at %d, want durable at 4", err, b0again.Location().Sequence)
+	}
+	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 0, 0, 0, tpB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := wal.Continuing(0, tails[tpB])
+	if len(tails[tpB]) != 2 || len(got) != 1 || got[0].Sequence != 4 {
+		t.Fatalf("b-0's tail %+v continues as %+v; only number 4 expected (number 2 was failed)", tails[tpB], got)
+	}
+	data, err := wal.ReadExtent(ctx, s, got[0].Key, got[0].Extent)
+	if err != nil || string(data) != "B0" {
+		t.Fatalf("b-0's log: %q, %v", data, err)
 	}
 }
