@@ -349,17 +349,10 @@ func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, extents [
 			return err
 		}
 	}
-	l := wal.NewLayout(p.walRoot())
-	for _, e := range extents {
-		ext := wal.Extent{TopicPartition: p.dl.tp, FirstOffset: e.FirstOffset, LastOffset: e.LastOffset, Position: e.Position, Size: int32(e.Size), CRC: e.CRC}
-		key := l.Key(wal.WriterID(e.Writer), e.Sequence)
-		data, err := wal.ReadExtent(ctx, p.store, key, ext)
-		if err != nil {
-			return storageError(ctx, fmt.Errorf("tiered: %s: read its tail from %s: %w", p.prefix, key, err))
-		}
-		if err := p.appendTailLocked(ctx, data, base, key, e.Position); err != nil {
-			return err
-		}
+	if err := p.readTail(ctx, extents, func(key string, e manifest.WALExtent, data []byte) error {
+		return p.appendTailLocked(ctx, data, base, key, e.Position)
+	}); err != nil {
+		return err
 	}
 	// A log start past the segments' end (DeleteRecordsBefore) is kept:
 	// the manifest's log start stops at its segments, the local log's
@@ -373,6 +366,59 @@ func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, extents [
 		}
 		if err := p.local.DeleteRecordsBefore(ctx, min(keepStart, end)); err != nil {
 			return fmt.Errorf("tiered: %s: keep the log start %d over the rebuilt tail: %w", p.prefix, keepStart, err)
+		}
+	}
+	return nil
+}
+
+// tailReadsAhead is how many extents a claim reads ahead of the one it
+// appends (ranged GETs at once; their bytes are held until appended).
+const tailReadsAhead = 4
+
+// readTail reads the extents by ranged GETs, up to tailReadsAhead at
+// once, and calls fn with each one's bytes in order; it stops at the
+// first error.
+func (p *Partition) readTail(ctx context.Context, extents []manifest.WALExtent, fn func(key string, e manifest.WALExtent, data []byte) error) error {
+	type result struct {
+		data []byte
+		err  error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	l := wal.NewLayout(p.walRoot())
+	results := make([]chan result, len(extents))
+	for i := range results {
+		results[i] = make(chan result, 1)
+	}
+	slots := make(chan struct{}, tailReadsAhead)
+	go func() {
+		for i, e := range extents {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			go func() {
+				ext := wal.Extent{TopicPartition: p.dl.tp, FirstOffset: e.FirstOffset, LastOffset: e.LastOffset, Position: e.Position, Size: int32(e.Size), CRC: e.CRC}
+				data, err := wal.ReadExtent(ctx, p.store, l.Key(wal.WriterID(e.Writer), e.Sequence), ext)
+				results[i] <- result{data, err}
+			}()
+		}
+	}()
+	for i, e := range extents {
+		key := l.Key(wal.WriterID(e.Writer), e.Sequence)
+		var r result
+		select {
+		case r = <-results[i]:
+		case <-ctx.Done():
+			return storageError(ctx, ctx.Err())
+		}
+		<-slots
+		if r.err != nil {
+			return storageError(ctx, fmt.Errorf("tiered: %s: read its tail from %s: %w", p.prefix, key, r.err))
+		}
+		if err := fn(key, e, r.data); err != nil {
+			return err
 		}
 	}
 	return nil
