@@ -85,9 +85,11 @@ bench-broker: $(BIN)/versitygw
 	TIERLOG_VERSITYGW=$(BIN)/versitygw $(GO) test ./examples/broker/broker -run '^$$' -bench Kgo -benchtime $(BROKER_BENCH_RECORDS)x -timeout 30m
 
 ## bench-diskless: the diskless goals' Go benchmarks (tiered): the WAL PUT
-## rate of 1,000 diskless partitions at 1 MB/s beside its bound, and the
-## acknowledgement latency beside the raw PUT's, against MinIO behind
-## 20 ms of added PUT latency (about a minute)
+## rate of 1,000 diskless partitions at 1 MB/s beside its bound, the
+## acknowledgement latency beside the raw PUT's, produce throughput with
+## 1, 2 and 4 objects in flight beside raw PUTs (all against MinIO behind
+## 20 ms of added PUT latency), and a cold tail's consume beside raw
+## ranged GETs (about a minute)
 bench-diskless: $(BIN)/minio
 	$(GO) test ./tiered -run '^$$' -bench 'Diskless' -benchtime 1x -timeout 20m
 
