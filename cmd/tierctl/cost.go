@@ -229,8 +229,8 @@ no transfer charge (reads from the same region). Set your own with the
 
 // walCost is the estimate for the WAL objects of diskless topics: what
 // is stored now, the PUTs they took, and a day of a Backend that has
-// something to upload every default commit interval (its most: one
-// object in flight, at most one per interval unless a buffer fills).
+// something to upload every default commit interval (its most: its PUT
+// budget allows one a commit interval unless buffers fill).
 type walCost struct {
 	Objects      int     `json:"objects"`
 	Bytes        int64   `json:"bytes"`
