@@ -316,7 +316,7 @@ func (l *Log) noteEpochs(data []byte, metas []batchMeta) ([]EpochEntry, error) {
 		b := record.Batch(data[m.position : m.position+m.size])
 		changed = l.epochs.assign(b.PartitionLeaderEpoch(), b.BaseOffset()) || changed
 	}
-	if !changed {
+	if !changed && !l.epochs.stale {
 		return nil, nil
 	}
 	if err := l.epochs.persist(l); err != nil {

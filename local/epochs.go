@@ -16,6 +16,13 @@ import (
 // yet shared).
 type epochCache struct {
 	entries []EpochEntry
+	// stale says the file still holds entries at or past the log end
+	// that load dropped (an epoch that began at the log end and never got
+	// a record, as a leader's does when the broker stops before its first
+	// append): harmless while the log end stays below them, so the open
+	// does not rewrite the file; the next append writes it before its
+	// batches (which would make them look real).
+	stale bool
 }
 
 // load reads leader-epoch-checkpoint, or rebuilds the cache from the
@@ -38,6 +45,13 @@ func (c *epochCache) load(l *Log) error {
 	c.entries = fitEpochs(epochs, l.logStart.Load(), l.leo.Load())
 	if !rebuilt && slices.Equal(c.entries, epochs) {
 		return nil // unchanged: no write (and no fsync) on the open path
+	}
+	if !rebuilt && slices.Equal(c.entries, fitEpochs(epochs, -1, l.leo.Load())) {
+		// Only entries at or past the log end went: no write at open
+		// (restarting a broker of idle partitions cost two fsyncs and a
+		// rename a partition); the next append writes the file.
+		c.stale = true
+		return nil
 	}
 	return c.persist(l)
 }
@@ -81,10 +95,11 @@ func (c *epochCache) assign(epoch int32, startOffset int64) bool {
 }
 
 // fit fits the cache to the log start and end (Kafka's truncateFromStart
-// and truncateFromEnd) and persists it when that changed it.
+// and truncateFromEnd) and persists it when that changed it, or when the
+// file is stale (a new log end could pass its dropped entries).
 func (c *epochCache) fit(l *Log) error {
 	fitted := fitEpochs(c.entries, l.logStart.Load(), l.leo.Load())
-	if slices.Equal(fitted, c.entries) {
+	if slices.Equal(fitted, c.entries) && !c.stale {
 		return nil
 	}
 	c.entries = fitted
@@ -92,7 +107,11 @@ func (c *epochCache) fit(l *Log) error {
 }
 
 func (c *epochCache) persist(l *Log) error {
-	return writeLeaderEpochs(l.segOpts.fs, l.dir, c.entries)
+	if err := writeLeaderEpochs(l.segOpts.fs, l.dir, c.entries); err != nil {
+		return err
+	}
+	c.stale = false
+	return nil
 }
 
 // endOffsetFor answers OffsetForLeaderEpoch: the largest epoch <= epoch,

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/tierlog/tierlog/backend"
@@ -163,5 +164,63 @@ func TestLeaderAppendEpochWithoutRole(t *testing.T) {
 	}
 	if got := l.LeaderEpochs(); len(got) != 2 || got[1] != (local.EpochEntry{Epoch: 4, StartOffset: 4}) {
 		t.Fatalf("epochs %v; want epoch 4 from 4 last", got)
+	}
+}
+
+// TestIdleReopenKeepsEpochCheckpoint: a log whose last epoch began at
+// its end and got no record (a leader that stopped before its first
+// append) reopens without rewriting leader-epoch-checkpoint (no write,
+// no fsync per idle partition at a broker's restart), and answers as if
+// the empty epoch were gone (Kafka's truncateFromEnd); the next append
+// writes the file first, so the dropped entry never comes back once the
+// log end passes its offset, even when the append changes no epoch.
+func TestIdleReopenKeepsEpochCheckpoint(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	l := openLog(t, dir, cfg(t), false)
+	if _, err := l.Append(ctx, batchOf(5, 1, "a"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.BecomeLeader(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, local.LeaderEpochCheckpoint)
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, _ := os.ReadFile(path)
+	want := []local.EpochEntry{{Epoch: 3, StartOffset: 0}}
+	for range 2 {
+		l = openLog(t, dir, cfg(t), false)
+		if got := l.LeaderEpochs(); !slices.Equal(got, want) {
+			t.Fatalf("epochs after reopen %v, want %v (the empty epoch 5 dropped)", got, want)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		after, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(path); !os.SameFile(before, after) || string(got) != string(content) {
+			t.Fatalf("the open rewrote %s: %q, was %q", local.LeaderEpochCheckpoint, got, content)
+		}
+	}
+	// An append at epoch 3, past offset 5 where the dropped entry began:
+	// no epoch changes, but the file is written before the batch.
+	l = openLog(t, dir, cfg(t), false)
+	if _, err := l.Append(ctx, batchOf(5, 1, "b"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, cfg(t), false)
+	defer l.Close()
+	if got := l.LeaderEpochs(); !slices.Equal(got, want) || l.Offsets().LogEnd != 10 {
+		t.Fatalf("epochs %v at log end %d after an append past the dropped entry, want %v at 10", got, l.Offsets().LogEnd, want)
 	}
 }
