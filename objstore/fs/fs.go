@@ -22,6 +22,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -33,6 +34,14 @@ const tmpDir = ".tmp"
 // Driver is a directory used as a bucket.
 type Driver struct {
 	root string
+
+	// cont is the continuation of the last listing that stopped at a
+	// page's end: its prefix, the last key it returned, and the sorted
+	// entries of the directories it stopped in.
+	cont       sync.Mutex
+	contPrefix string
+	contAfter  string
+	contDirs   map[string][]dirent
 }
 
 // Open returns a driver over root, which must exist and be a directory
@@ -145,6 +154,7 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 		err = fmt.Errorf("%w: %q is the directory of other keys", objstore.ErrInvalidKey, key)
 		return objstore.ObjectInfo{}, err
 	}
+	d.forgetListing()
 	if err = os.Rename(tmp, final); err != nil {
 		return objstore.ObjectInfo{}, mapErr(err)
 	}
@@ -236,55 +246,151 @@ func (d *Driver) Head(ctx context.Context, key string) (objstore.ObjectInfo, err
 	return info(key, st), nil
 }
 
-// List implements objstore.Driver. It walks the directory that holds the
-// prefix and sorts the keys it finds.
+// List implements objstore.Driver. It walks the directories under the
+// prefix in key order (a directory's entries sorted as keys sort: a
+// subdirectory as its name and a slash), starting each at the first entry
+// past startAfter (a binary search), skipping directories that can hold
+// no key in range, and stops at limit+1 keys: a page costs the entries it
+// returns and the directories on its way, not the whole prefix. A
+// listing continued page by page (startAfter the last key of the page
+// before, same prefix) reuses the sorted entries of the directories the
+// page before stopped in, so each directory is read once per listing.
+// Any put or delete through this driver drops them; a key another
+// process puts meanwhile into one of them may be missed, a removed one is
+// never returned (as an S3 listing's pages).
 func (d *Driver) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, bool, error) {
-	base := d.root
+	dirKey := ""
 	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
-		base = d.path(prefix[:i])
+		dirKey = prefix[:i+1]
 	}
-	var out []objstore.ObjectInfo
-	err := filepath.WalkDir(base, func(p string, e iofs.DirEntry, err error) error {
-		if err != nil {
+	l := &lister{ctx: ctx, d: d, prefix: prefix, startAfter: startAfter, limit: limit, keep: map[string][]dirent{}}
+	d.cont.Lock()
+	if d.contPrefix == prefix && d.contAfter == startAfter && startAfter != "" {
+		l.cached = d.contDirs
+	}
+	d.contPrefix, d.contAfter, d.contDirs = "", "", nil
+	d.cont.Unlock()
+	if err := l.walk(dirKey); err != nil {
+		return nil, false, mapErr(err)
+	}
+	more := len(l.out) > limit
+	if more {
+		l.out = l.out[:limit]
+		d.cont.Lock()
+		d.contPrefix, d.contAfter, d.contDirs = prefix, l.out[limit-1].Key, l.keep
+		d.cont.Unlock()
+	}
+	return l.out, more, nil
+}
+
+// forgetListing drops the continuation of the last listing: this
+// driver is about to change a directory it may hold.
+func (d *Driver) forgetListing() {
+	d.cont.Lock()
+	d.contPrefix, d.contAfter, d.contDirs = "", "", nil
+	d.cont.Unlock()
+}
+
+// dirent is a directory entry as List sorts it: its name, with a slash
+// after a directory's.
+type dirent struct {
+	key   string // the entry's name, plus "/" for a directory
+	isDir bool
+}
+
+// lister is one List call's walk.
+type lister struct {
+	ctx                context.Context
+	d                  *Driver
+	prefix, startAfter string
+	limit              int
+	out                []objstore.ObjectInfo
+	done               bool
+	// cached holds the sorted entries of directories (by key) that the
+	// page before stopped in; keep collects those this one stops in.
+	cached, keep map[string][]dirent
+}
+
+// walk lists the directory whose keys start with dirKey ("" for the
+// root, else ending in a slash) in key order.
+func (l *lister) walk(dirKey string) error {
+	ents, ok := l.cached[dirKey]
+	if !ok {
+		var err error
+		if ents, err = readSorted(l.d.path(dirKey)); err != nil {
 			if errors.Is(err, iofs.ErrNotExist) {
 				return nil
 			}
 			return err
 		}
-		if err := ctx.Err(); err != nil {
+	}
+	// The first entry that can hold a key past startAfter: a key after
+	// it, or a directory whose keys startAfter is among.
+	i := sort.Search(len(ents), func(i int) bool {
+		k := dirKey + ents[i].key
+		return k > l.startAfter || (ents[i].isDir && strings.HasPrefix(l.startAfter, k))
+	})
+	for ; i < len(ents) && !l.done; i++ {
+		if err := l.ctx.Err(); err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(d.root, p)
-		key := filepath.ToSlash(rel)
-		if e.IsDir() {
-			if key == tmpDir {
-				return filepath.SkipDir
+		k := dirKey + ents[i].key
+		if !strings.HasPrefix(k, l.prefix) && !strings.HasPrefix(l.prefix, k) {
+			if k > l.prefix {
+				break // past every key with the prefix
 			}
-			return nil
+			continue
 		}
-		if !strings.HasPrefix(key, prefix) || key <= startAfter {
-			return nil
+		if ents[i].isDir {
+			if dirKey == "" && k == tmpDir+"/" {
+				continue
+			}
+			if err := l.walk(k); err != nil {
+				return err
+			}
+			continue
 		}
-		st, err := e.Info()
-		if err != nil {
-			return nil // removed meanwhile
+		if !strings.HasPrefix(k, l.prefix) || k <= l.startAfter {
+			continue
 		}
-		out = append(out, info(key, st))
-		return nil
-	})
+		st, err := os.Lstat(l.d.path(k))
+		if err != nil || st.IsDir() {
+			continue // removed meanwhile
+		}
+		l.out = append(l.out, info(k, st))
+		l.done = len(l.out) > l.limit
+	}
+	if l.done {
+		l.keep[dirKey] = ents // a page stopped in it: the next reads on
+	}
+	return nil
+}
+
+// readSorted reads a directory's entries sorted as their keys sort.
+func readSorted(dir string) ([]dirent, error) {
+	f, err := os.Open(dir)
 	if err != nil {
-		return nil, false, mapErr(err)
+		return nil, err
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key < out[j].Key })
-	more := len(out) > limit
-	if more {
-		out = out[:limit]
+	defer f.Close()
+	des, err := f.ReadDir(-1)
+	if err != nil {
+		return nil, err
 	}
-	return out, more, nil
+	ents := make([]dirent, len(des))
+	for i, e := range des {
+		ents[i] = dirent{key: e.Name(), isDir: e.IsDir()}
+		if ents[i].isDir {
+			ents[i].key += "/"
+		}
+	}
+	sort.Slice(ents, func(i, j int) bool { return ents[i].key < ents[j].key })
+	return ents, nil
 }
 
 // Delete implements objstore.Driver; it also removes directories left empty.
 func (d *Driver) Delete(ctx context.Context, keys []string) error {
+	d.forgetListing()
 	for _, k := range keys {
 		if err := ctx.Err(); err != nil {
 			return err
