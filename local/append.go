@@ -373,6 +373,9 @@ func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
 		// directory when names changed (the new segment's, the
 		// snapshot's): the recovery point then moves past the segment.
 		err := errors.Join(old.sync(true), l.syncSnapshot(base), old.closeFiles())
+		// The sealed segment keeps the writer's index mappings: from
+		// now on the file budget counts them, and may close them.
+		s.budget()
 		if err == nil {
 			err = l.syncDirIfChanged()
 		}

@@ -85,7 +85,7 @@ func (b *fileBudget) forget(s *segFile) {
 func (s *segFile) closeIdleFiles() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.refs.Load() != 1 || !s.sealed || s.rd == nil {
+	if s.refs.Load() != 1 || !s.sealed || !s.holdsFilesLocked() {
 		return false
 	}
 	s.closeFilesLocked()

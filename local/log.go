@@ -49,8 +49,10 @@ type Options struct {
 	// every method that writes returns ErrReadOnly.
 	ReadOnly bool
 	// MaxOpenSegmentFiles bounds how many closed segments keep their files
-	// open at once (0: no bound); the least recently used close first and
-	// reopen on their next use. A Backend shares one bound across its logs.
+	// open at once, descriptors and mappings (of the .log and of the
+	// indexes) alike (default DefaultMaxOpenSegmentFiles; -1: no bound);
+	// the least recently used close first and reopen on their next use.
+	// A Backend shares one bound across its logs.
 	MaxOpenSegmentFiles int
 	budget              *fileBudget // set by a Backend: shared by its logs
 	// sched and background are set by a Backend: its scheduler for the
@@ -91,6 +93,13 @@ var ErrTopicIDMismatch = errors.New("local: topic id mismatch")
 
 // ErrReadOnly is returned by writes to a Log opened with Options.ReadOnly.
 var ErrReadOnly = errors.New("local: log opened read-only")
+
+// DefaultMaxOpenSegmentFiles is the bound on a log's closed segments
+// holding open files when it is opened alone (a Backend shares its own
+// bound, BackendOptions.MaxOpenSegmentFiles, across its logs). A segment
+// holds up to a descriptor and three mappings, so the default stays far
+// below Linux's vm.max_map_count of 65,530 mappings a process.
+const DefaultMaxOpenSegmentFiles = 1024
 
 // Log is one partition on local disk; it implements backend.Partition.
 //
@@ -228,7 +237,11 @@ func Open(dir string, opts Options) (_ *Log, err error) {
 	l.remoteStart.Store(-1)
 	l.dl.sched, l.dl.background = opts.sched, opts.background
 	if l.segOpts.budget == nil {
-		l.segOpts.budget = newFileBudget(opts.MaxOpenSegmentFiles)
+		max := opts.MaxOpenSegmentFiles
+		if max == 0 {
+			max = DefaultMaxOpenSegmentFiles
+		}
+		l.segOpts.budget = newFileBudget(max)
 	}
 	l.lastFlush = l.now()
 	defer func() {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -677,5 +678,61 @@ func TestDeleteRecordsBeforeFinishesAfterACrash(t *testing.T) {
 	}
 	if o := l.Offsets(); o.LogStart != start {
 		t.Fatalf("log start %d, want %d", o.LogStart, start)
+	}
+}
+
+// mappingsUnder counts the process's memory mappings of files under dir.
+func mappingsUnder(t *testing.T, dir string) int {
+	data, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip("no /proc/self/maps")
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if strings.Contains(line, dir+string(os.PathSeparator)) {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOpenFileBudgetCountsMappings: a log opened alone bounds its closed
+// segments' index mappings as it bounds their descriptors: writing 300
+// segments keeps the writer's index mappings of at most the budget's
+// sealed segments (each roll used to keep two for good, and a log of
+// 65,000 segments failed on vm.max_map_count), and timestamp lookups
+// that open only indexes stay within it too.
+func TestOpenFileBudgetCountsMappings(t *testing.T) {
+	dir := t.TempDir()
+	c := cfg(t, "segment.bytes", "1000")
+	const budget = 8
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1, MaxOpenSegmentFiles: budget})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for i := 0; i < 300; i++ {
+		if _, err := l.Append(ctx, batchOf(2, int64(1000+i), "b"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Flush(); err != nil { // the rolls' background syncs are done
+		t.Fatal(err)
+	}
+	if n := len(l.SegmentInfos()); n < 50 {
+		t.Fatalf("only %d segments", n)
+	}
+	// Per counted segment: two index mappings and the .log's; the active
+	// segment's two besides.
+	if got := mappingsUnder(t, dir); got > 3*budget+2 {
+		t.Fatalf("%d mappings under the log after writing %d segments, with a budget of %d segments", got, len(l.SegmentInfos()), budget)
+	}
+	for i := 0; i < 300; i += 7 {
+		if _, _, found, err := l.OffsetForTimestamp(ctx, int64(1000+i)); err != nil || !found {
+			t.Fatalf("timestamp %d: %v, %v", 1000+i, found, err)
+		}
+		if got := mappingsUnder(t, dir); got > 3*budget+2 {
+			t.Fatalf("%d mappings under the log after timestamp lookups, with a budget of %d segments", got, budget)
+		}
 	}
 }

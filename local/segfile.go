@@ -53,9 +53,12 @@ type segFile struct {
 	used atomic.Bool
 
 	mu sync.Mutex // guards the fields below; no I/O of the .log under it
-	rd vfs.File   // read-only descriptor; nil until first needed
-	oi *index.OffsetIndex
-	ti *index.TimeIndex
+	// budgeted: the file budget counts the segment (it is sealed and
+	// holds a descriptor, a mapping or an index).
+	budgeted bool
+	rd       vfs.File // read-only descriptor; nil until first needed
+	oi       *index.OffsetIndex
+	ti       *index.TimeIndex
 	// tiBypassed: the time index failed its sanity check in a read-only
 	// log: timestamp searches scan the segment instead of trusting it.
 	tiBypassed bool
@@ -175,7 +178,37 @@ func (s *segFile) closeFilesLocked() error {
 		s.rd = nil
 	}
 	s.opts.budget.forget(s)
+	s.budgeted = false
 	return errors.Join(errs...)
+}
+
+// holdsFilesLocked says whether the segment holds a descriptor, a
+// mapping or an index. REQUIRES: s.mu held.
+func (s *segFile) holdsFilesLocked() bool {
+	return s.rd != nil || s.mapped != nil || s.oi != nil || s.ti != nil
+}
+
+// toBudgetLocked says whether the segment must now be counted by the
+// file budget (sealed, holding files, not counted yet), and marks it
+// counted: the caller calls budget.opened after unlocking.
+// REQUIRES: s.mu held.
+func (s *segFile) toBudgetLocked() bool {
+	if s.budgeted || !s.sealed || s.opts.budget == nil || !s.holdsFilesLocked() {
+		return false
+	}
+	s.budgeted = true
+	return true
+}
+
+// budget counts a sealed segment that holds files but is not counted
+// yet: the segment a roll just sealed keeps the writer's index mappings.
+func (s *segFile) budget() {
+	s.mu.Lock()
+	count := s.toBudgetLocked()
+	s.mu.Unlock()
+	if count {
+		s.opts.budget.opened(s)
+	}
 }
 
 func (s *segFile) closeIndexesLocked() error {
@@ -209,9 +242,8 @@ func (s *segFile) publishIndexesLocked(oi *index.OffsetIndex, ti *index.TimeInde
 // file returns the read-only descriptor of the .log, opening it if needed.
 func (s *segFile) file() (vfs.File, error) {
 	s.mu.Lock()
-	opened := s.rd == nil
 	f, err := s.fileLocked()
-	count := opened && err == nil && s.sealed
+	count := s.toBudgetLocked()
 	s.mu.Unlock()
 	s.used.Store(true)
 	if count {
@@ -274,6 +306,12 @@ func (s *segFile) indexes() (*index.OffsetIndex, *index.TimeIndex, error) {
 // openIndexes opens the offset index (and the time index when withTime)
 // from their files. REQUIRES: s.mu not held.
 func (s *segFile) openIndexes(withTime bool) (*index.OffsetIndex, *index.TimeIndex, error) {
+	oi, ti, err := s.openIndexesUncounted(withTime)
+	s.budget() // mappings count against the file budget as descriptors do
+	return oi, ti, err
+}
+
+func (s *segFile) openIndexesUncounted(withTime bool) (*index.OffsetIndex, *index.TimeIndex, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.oi == nil {
@@ -490,9 +528,8 @@ func (s *segFile) mapping() []byte {
 		s.mu.Unlock()
 		return m
 	}
-	opened := s.rd == nil
 	m := s.mapLocked()
-	count := opened && s.rd != nil
+	count := s.toBudgetLocked()
 	s.mu.Unlock()
 	if count {
 		s.opts.budget.opened(s)
