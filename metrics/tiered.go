@@ -28,6 +28,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		restored        = desc(sub, "manifests_restored_total", "Manifests put back from their backup after the bucket answered that they were gone.", nil, nil)
 		backupErrors    = desc(sub, "manifest_backup_errors_total", "Manifest backups that could not be written after a commit.", nil, nil)
 		confirmed       = desc(sub, "puts_confirmed_total", "Objects put again over themselves because the first put's answer was lost after it landed.", nil, nil)
+		unchanged       = desc(sub, "manifest_unchanged_total", "Follower refreshes that found the manifest unchanged by its ETag (no body read).", nil, nil)
 		remoteReads     = desc(sub, "remote_reads_total", "Reads served from the bucket.", nil, nil)
 		remoteBytes     = desc(sub, "remote_read_bytes_total", "Bytes returned by reads from the bucket.", nil, nil)
 		remoteErrors    = desc(sub, "remote_read_errors_total", "Reads below the local log start that failed.", nil, nil)
@@ -44,7 +45,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		tieredPartsDesc = desc(sub, "partitions", "Tiered partitions open.", nil, nil)
 	)
 	segments, segBytes := tierDescs("remote")
-	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, remoteReads,
+	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, remoteReads,
 		remoteBytes, remoteErrors, remoteLatency, remoteDeleted}
 	if partitions != nil {
 		descs = append(descs, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
@@ -63,6 +64,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 			counter(ch, restored, float64(m.ManifestsRestored.Load()))
 			counter(ch, backupErrors, float64(m.ManifestBackupErrors.Load()))
 			counter(ch, confirmed, float64(m.PutsConfirmed.Load()))
+			counter(ch, unchanged, float64(m.ManifestUnchanged.Load()))
 			counter(ch, remoteReads, float64(m.RemoteReads.Load()))
 			counter(ch, remoteBytes, float64(m.RemoteReadBytes.Load()))
 			counter(ch, remoteErrors, float64(m.RemoteReadErrors.Load()))

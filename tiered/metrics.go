@@ -41,6 +41,9 @@ type Metrics struct {
 	// second time over themselves because the first put's answer was
 	// lost after it landed (see confirmPut).
 	PutsConfirmed atomic.Int64
+	// ManifestUnchanged counts a follower's refreshes that found the
+	// manifest's ETag unchanged (a HEAD, no body read).
+	ManifestUnchanged atomic.Int64
 
 	RemoteReads       atomic.Int64 // reads served from the bucket
 	RemoteReadBytes   atomic.Int64

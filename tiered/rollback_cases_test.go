@@ -181,6 +181,51 @@ func TestFollowerRecordsWhatItAdopts(t *testing.T) {
 	}
 }
 
+// TestFollowerTickOverAnUnchangedManifest: a follower's step over a
+// manifest that has not changed since it adopted it reads no body (one
+// HEAD, its ETag the one held); once the leader commits, the next step
+// reads and adopts the new generation.
+func TestFollowerTickOverAnUnchangedManifest(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://follower-ticks", objstore.Options{})
+	lb := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	leader := openUploaded(t, lb, 1, 2000)
+	fb := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	p, err := fb.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := p.(*tiered.Partition)
+	if err := follower.BecomeFollower(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.FollowerStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	gets, unchanged := store.Stats().Requests[objstore.OpGet], follower.Metrics().ManifestUnchanged.Load()
+	for range 3 {
+		if err := follower.FollowerStep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := store.Stats().Requests[objstore.OpGet] - gets; got != 0 {
+		t.Fatalf("%d GETs for three follower steps over an unchanged manifest, want none", got)
+	}
+	if n := follower.Metrics().ManifestUnchanged.Load() - unchanged; n != 3 {
+		t.Fatalf("%d unchanged refreshes counted, want 3", n)
+	}
+	produce(t, leader, 4000)
+	eventually(t, 20*time.Second, "the leader did not offload", func() bool {
+		k, _ := leader.CopyLag()
+		return k == 0
+	})
+	if err := follower.FollowerStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := follower.Manifest().Generation, leader.Manifest().Generation; got != want {
+		t.Fatalf("the follower holds generation %d after the leader committed %d", got, want)
+	}
+}
+
 // TestRecreatedPartitionRestarts: a partition deleted and created again
 // starts a new record (its directory went with the deletion), and
 // restarts over its own manifest, born after the deleted one.
