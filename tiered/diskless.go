@@ -180,6 +180,14 @@ func (p *Partition) settled(loc wal.Location, err error) {
 		p.opts.Logger.Warn("diskless: appends failed", "prefix", p.prefix, "err", err)
 		return
 	}
+	if first := loc.Extent.FirstOffset; first > d.durable.Load() {
+		// Durable past a hole: appends before these failed unreported
+		// (the writer forgot the partition meanwhile). Never move the
+		// durable end over them: truncate and append again.
+		d.failed.Store(true)
+		p.opts.Logger.Warn("diskless: appends durable past a hole; truncating to the durable end", "prefix", p.prefix, "first", first, "durable_end", d.durable.Load())
+		return
+	}
 	d.ownMu.Lock()
 	d.own = append(d.own, loc)
 	d.lastSeq = loc.Sequence
@@ -270,9 +278,26 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 			backend.ErrInvalidConfig, p.prefix, now.m.Generation, o.LogStart, o.LogEnd-1)
 	}
 	if prev != nil && wal.WriterID(prev.Writer) == d.w.ID() {
-		// This writer's own record (a new epoch on the same Backend): its
-		// objects and the local log already agree.
+		// This writer's own record (a new epoch on the same Backend). What
+		// it had not made durable goes (the partition may have been a
+		// follower meanwhile, or a claim that never committed may have
+		// fenced it): the log is cut back to the durable end. The record
+		// then names the acknowledged extents themselves and this
+		// writer's objects from its next number on, so no later read of
+		// the tail spans objects holding appends that landed but failed.
+		if err := p.truncateToDurableLocked(); err != nil {
+			return err
+		}
 		d.w.Lead(d.tp, epoch)
+		d.ownMu.Lock()
+		for _, loc := range d.own {
+			if loc.Extent.LastOffset >= base {
+				extents = append(extents, manifest.WALExtent{Writer: [8]byte(loc.Writer), Sequence: loc.Sequence, Position: loc.Extent.Position,
+					Size: int64(loc.Extent.Size), FirstOffset: loc.Extent.FirstOffset, LastOffset: loc.Extent.LastOffset, CRC: loc.Extent.CRC})
+			}
+		}
+		d.own, d.lastSeq = nil, d.w.NextSequence()-1
+		d.ownMu.Unlock()
 		next.WAL = d.recordLocked(base, extents)
 		return nil
 	}
@@ -286,25 +311,29 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from WAL writer %s: %w", p.prefix, old, err))
 		}
-		next := base
-		if n := len(extents); n > 0 {
-			next = extents[n-1].LastOffset + 1
-		}
-		tail := wal.Continuing(next, tails[d.tp])
-		if skipped := len(tails[d.tp]) - len(tail); skipped > 0 {
-			p.opts.Logger.Info("diskless: left out extents of the tail below its end or past it (appends the writer failed)", "prefix", p.prefix, "writer", old, "extents", skipped)
-		}
-		for _, l := range tail {
+		for _, l := range tails[d.tp] {
 			extents = append(extents, manifest.WALExtent{Writer: [8]byte(old), Sequence: l.Sequence, Position: l.Extent.Position,
 				Size: int64(l.Extent.Size), FirstOffset: l.Extent.FirstOffset, LastOffset: l.Extent.LastOffset, CRC: l.Extent.CRC})
 		}
-		p.opts.Logger.Info("diskless: fenced the previous WAL writer", "prefix", p.prefix, "writer", old, "fence", f, "extents", len(extents))
+		p.opts.Logger.Info("diskless: fenced the previous WAL writer", "prefix", p.prefix, "writer", old, "fence", f, "extents", len(tails[d.tp]))
+	}
+	// The log past the segments, as the record's extents and the old
+	// writer's tail make it (a later extent wins over an earlier one it
+	// overlaps; one past the log's end was failed: wal.Chain).
+	spans := wal.Chain(base, p.walLocated(extents))
+	if left := len(extents) - len(spans); left > 0 {
+		p.opts.Logger.Info("diskless: left out extents the writer failed or that later ones replace", "prefix", p.prefix, "extents", left)
+	}
+	extents = extents[:0]
+	for _, sp := range spans {
+		extents = append(extents, manifest.WALExtent{Writer: [8]byte(sp.Writer), Sequence: sp.Sequence, Position: sp.Extent.Position,
+			Size: int64(sp.Extent.Size), FirstOffset: sp.Extent.FirstOffset, LastOffset: sp.Extent.LastOffset, CRC: sp.Extent.CRC})
 	}
 	// The writer's buffered appends of an older leadership of this
 	// partition go (the log is rebuilt from the bucket): none may land in
 	// the objects the new record names.
 	d.w.Reset(d.tp)
-	if err := p.rebuildTailLocked(ctx, base, extents); err != nil {
+	if err := p.rebuildTailLocked(ctx, base, spans); err != nil {
 		return err
 	}
 	d.w.Lead(d.tp, epoch)
@@ -326,7 +355,7 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 // extents' batches: it cuts the log back to base (or starts it there,
 // after a lost directory), and appends each extent read from the bucket.
 // REQUIRES: p.mu, d.mu.
-func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, extents []manifest.WALExtent) error {
+func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, spans []wal.Span) error {
 	o := p.local.Offsets()
 	// The log start to keep: the local log's, or the record's when an
 	// earlier claim was cut short after it started the log over.
@@ -349,8 +378,8 @@ func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, extents [
 			return err
 		}
 	}
-	if err := p.readTail(ctx, extents, func(key string, e manifest.WALExtent, data []byte) error {
-		return p.appendTailLocked(ctx, data, base, key, e.Position)
+	if err := p.readTail(ctx, spans, func(sp wal.Span, data []byte) error {
+		return p.appendTailLocked(ctx, data, sp)
 	}); err != nil {
 		return err
 	}
@@ -375,38 +404,35 @@ func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, extents [
 // appends (ranged GETs at once; their bytes are held until appended).
 const tailReadsAhead = 4
 
-// readTail reads the extents by ranged GETs, up to tailReadsAhead at
-// once, and calls fn with each one's bytes in order; it stops at the
-// first error.
-func (p *Partition) readTail(ctx context.Context, extents []manifest.WALExtent, fn func(key string, e manifest.WALExtent, data []byte) error) error {
+// readTail reads the spans' extents by ranged GETs, up to
+// tailReadsAhead at once, and calls fn with each one's bytes in order; it
+// stops at the first error.
+func (p *Partition) readTail(ctx context.Context, spans []wal.Span, fn func(sp wal.Span, data []byte) error) error {
 	type result struct {
 		data []byte
 		err  error
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	l := wal.NewLayout(p.walRoot())
-	results := make([]chan result, len(extents))
+	results := make([]chan result, len(spans))
 	for i := range results {
 		results[i] = make(chan result, 1)
 	}
 	slots := make(chan struct{}, tailReadsAhead)
 	go func() {
-		for i, e := range extents {
+		for i, sp := range spans {
 			select {
 			case slots <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
 			go func() {
-				ext := wal.Extent{TopicPartition: p.dl.tp, FirstOffset: e.FirstOffset, LastOffset: e.LastOffset, Position: e.Position, Size: int32(e.Size), CRC: e.CRC}
-				data, err := wal.ReadExtent(ctx, p.store, l.Key(wal.WriterID(e.Writer), e.Sequence), ext)
+				data, err := wal.ReadExtent(ctx, p.store, sp.Key, sp.Extent)
 				results[i] <- result{data, err}
 			}()
 		}
 	}()
-	for i, e := range extents {
-		key := l.Key(wal.WriterID(e.Writer), e.Sequence)
+	for i, sp := range spans {
 		var r result
 		select {
 		case r = <-results[i]:
@@ -415,19 +441,31 @@ func (p *Partition) readTail(ctx context.Context, extents []manifest.WALExtent, 
 		}
 		<-slots
 		if r.err != nil {
-			return storageError(ctx, fmt.Errorf("tiered: %s: read its tail from %s: %w", p.prefix, key, r.err))
+			return storageError(ctx, fmt.Errorf("tiered: %s: read its tail from %s: %w", p.prefix, sp.Key, r.err))
 		}
-		if err := fn(key, e, r.data); err != nil {
+		if err := fn(sp, r.data); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// appendTailLocked appends an extent's batches from base on, as a
-// follower appends, in runs no longer than a segment may hold (an extent
-// holds every append of an upload interval). REQUIRES: d.mu.
-func (p *Partition) appendTailLocked(ctx context.Context, data []byte, base int64, key string, extentPos int64) error {
+// walLocated is where the record's extents are, as wal.Chain takes them.
+func (p *Partition) walLocated(extents []manifest.WALExtent) []wal.Located {
+	l := wal.NewLayout(p.walRoot())
+	out := make([]wal.Located, len(extents))
+	for i, e := range extents {
+		w := wal.WriterID(e.Writer)
+		out[i] = wal.Located{Key: l.Key(w, e.Sequence), Writer: w, Sequence: e.Sequence,
+			Extent: wal.Extent{TopicPartition: p.dl.tp, FirstOffset: e.FirstOffset, LastOffset: e.LastOffset, Position: e.Position, Size: int32(e.Size), CRC: e.CRC}}
+	}
+	return out
+}
+
+// appendTailLocked appends a span's batches (those of its offsets From to
+// To) as a follower appends, in runs no longer than a segment may hold (an
+// extent holds every append of an upload interval). REQUIRES: d.mu.
+func (p *Partition) appendTailLocked(ctx context.Context, data []byte, sp wal.Span) error {
 	limit := min(p.local.Config().SegmentBytes, 1<<20)
 	from, at := int64(-1), int64(0)
 	flush := func(to int64) error {
@@ -435,7 +473,7 @@ func (p *Partition) appendTailLocked(ctx context.Context, data []byte, base int6
 			return nil
 		}
 		if _, err := p.local.Append(ctx, data[from:to], backend.AppendOptions{}); err != nil {
-			return fmt.Errorf("%w: %s: the tail from %s position %d does not append: %w", backend.ErrCorruptRecord, p.prefix, key, extentPos+from, err)
+			return fmt.Errorf("%w: %s: the tail from %s position %d does not append: %w", backend.ErrCorruptRecord, p.prefix, sp.Key, sp.Extent.Position+from, err)
 		}
 		from = -1
 		return nil
@@ -443,13 +481,18 @@ func (p *Partition) appendTailLocked(ctx context.Context, data []byte, base int6
 	for at < int64(len(data)) {
 		e, err := record.HeaderAt(data, at, int64(len(data)))
 		if err != nil {
-			return fmt.Errorf("%w: %s: the tail from %s position %d: %w", backend.ErrCorruptRecord, p.prefix, key, extentPos+at, err)
+			return fmt.Errorf("%w: %s: the tail from %s position %d: %w", backend.ErrCorruptRecord, p.prefix, sp.Key, sp.Extent.Position+at, err)
 		}
 		switch {
-		case e.LastOffset < base:
-			if err := flush(at); err != nil { // below the segments: the bucket's already
+		case e.LastOffset < sp.From:
+			// Below the segments (the bucket holds it already), or
+			// held from an earlier extent.
+			if err := flush(at); err != nil {
 				return err
 			}
+		case e.LastOffset > sp.To:
+			// A later extent holds these offsets again: its bytes win.
+			return flush(at)
 		case from < 0:
 			from = at
 		case at+e.Size-from > limit:

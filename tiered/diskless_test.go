@@ -575,3 +575,70 @@ func TestDisklessDeleteRecordsKeptAcrossAClaim(t *testing.T) {
 		t.Fatal("a deleted offset reads again after the claim")
 	}
 }
+
+// TestWALGCKeepsFencesAboveAnIdleWriter: claims of five partitions fence
+// an idle writer at the five numbers after its last object; gc keeps
+// every one of them (the writer may still come back and put at the
+// lowest), and once the writer has put past them, removes those outside
+// its newest numbers.
+func TestWALGCKeepsFencesAboveAnIdleWriter(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://walgc-fences", objstore.Options{})
+	w, err := wal.NewWriter(store, wal.Options{Root: "tl", CommitInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close(ctx)
+	tp := wal.TopicPartition{Topic: "orders", Partition: 0}
+	appendAndFlush := func(data string, off int64) {
+		t.Helper()
+		ack, err := w.Append(ctx, tp, []byte(data), off, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Flush(ctx)
+		if err := ack.Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	appendAndFlush("a", 0) // number 1
+	for i := range 5 {
+		if _, err := wal.Fence(ctx, store, w.Layout(), w.ID(), 0, 3, []wal.TopicPartition{{Topic: "other", Partition: int32(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	gc := func() map[uint64]bool {
+		t.Helper()
+		objs, err := tiered.GCWAL(ctx, store, "tl", tiered.WALGCOptions{Grace: time.Nanosecond, Force: true, Now: later})
+		if err != nil {
+			t.Fatal(err)
+		}
+		removed := map[uint64]bool{}
+		for _, o := range objs {
+			if o.Remove {
+				removed[o.Sequence] = true
+			}
+		}
+		return removed
+	}
+	if removed := gc(); len(removed) != 0 {
+		t.Fatalf("gc removed numbers %v of an idle writer's fences; every one may still stop it", removed)
+	}
+	// The writer comes back: its puts meet the fences (which name other
+	// partitions) and its object lands past them, at 7.
+	appendAndFlush("b", 1)
+	if got := w.NextSequence(); got != 8 {
+		t.Fatalf("the writer's next number is %d, want 8 (past the fences at 2..6)", got)
+	}
+	removed := gc()
+	for seq := uint64(2); seq <= 3; seq++ {
+		if !removed[seq] {
+			t.Errorf("the fence at %d, which the writer has passed, was kept", seq)
+		}
+	}
+	for seq := uint64(4); seq <= 7; seq++ {
+		if removed[seq] {
+			t.Errorf("number %d, among the writer's newest, was removed", seq)
+		}
+	}
+}

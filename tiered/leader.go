@@ -315,7 +315,12 @@ func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
 	p.epoch.Store(epoch)
 	p.role.Store(roleFollower)
 	if p.dl != nil {
+		// Appends not yet in the bucket fail (unreported: the writer
+		// forgets the partition); should this Backend lead it again on
+		// the same claim, its next append first cuts the local log back
+		// to the durable end.
 		p.dl.w.Forget(p.dl.tp)
+		p.dl.failed.Store(true)
 	}
 	p.opts.Logger.Info("became follower", "prefix", p.prefix, "epoch", epoch)
 	return nil

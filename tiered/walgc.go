@@ -1,9 +1,11 @@
 package tiered
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -26,7 +28,10 @@ import (
 //     a manifest's WAL record names only extents past it, so no claim or
 //     commit can name what this removes.
 //   - A fence or void is removed once it is older than the grace and its
-//     writer has gone past it (below).
+//     writer has gone past it: put an object of its own (data, or a void
+//     of its own) at a higher number. Claims' fences above a writer's
+//     last own object stay, however many: the writer, idle, may still
+//     come back and put at the lowest of them.
 //   - A writer's newest wal.MaxInFlight numbers stay, whatever they hold:
 //     a claim fences the number after a writer's highest and fills the
 //     gaps among those below it (numbers the writer may still be putting),
@@ -105,9 +110,31 @@ func GCWAL(ctx context.Context, store *objstore.Store, root string, opts WALGCOp
 		return nil, err
 	}
 	highest := map[wal.WriterID]uint64{}
-	for _, o := range objs {
+	numbers := map[wal.WriterID][]int{} // each writer's objects, in number order
+	for i, o := range objs {
 		if o.Damaged == nil {
 			highest[o.Writer] = max(highest[o.Writer], o.Sequence)
+			numbers[o.Writer] = append(numbers[o.Writer], i)
+		}
+	}
+	// Each writer's last own object: read from its highest number down
+	// past claims' fences (one footer read a writer, as a rule).
+	own := map[wal.WriterID]uint64{}
+	for w, idx := range numbers {
+		slices.SortFunc(idx, func(a, b int) int { return cmp.Compare(objs[a].Sequence, objs[b].Sequence) })
+		for k := len(idx) - 1; k >= 0; k-- {
+			o := objs[idx[k]]
+			f, err := wal.ReadFooter(ctx, store, o.Key, o.Size)
+			if errors.Is(err, wal.ErrCorrupt) {
+				continue // judged (kept, reported) below
+			}
+			if err != nil {
+				return objs, err
+			}
+			if !f.Fence || len(f.Extents) == 0 {
+				own[w] = o.Sequence
+				break
+			}
 		}
 	}
 	ends := map[wal.TopicPartition]partitionEnd{}
@@ -140,8 +167,12 @@ func GCWAL(ctx context.Context, store *objstore.Store, root string, opts WALGCOp
 		}
 		o.Footer = &f
 		if f.Fence {
-			o.Remove, o.Why = true, "a fence its writer has passed"
-			remove = append(remove, o.Key)
+			if o.Sequence < own[o.Writer] {
+				o.Remove, o.Why = true, "a fence its writer has passed"
+				remove = append(remove, o.Key)
+			} else {
+				o.Why = "a fence above its writer's last own object: it may still stop it"
+			}
 			continue
 		}
 		o.Remove, o.Why = true, "every partition in it consolidated past it or was deleted"

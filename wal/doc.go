@@ -110,8 +110,8 @@
 //     until it is told it leads them again.
 //
 // WAL gc keeps each writer's newest MaxInFlight numbers whatever they
-// hold, so a fence never lands behind a writer still alive, nor in a gap
-// gc made.
+// hold, and every fence above the writer's last object of its own, so a
+// fence never lands behind a writer still alive, nor in a gap gc made.
 //
 // A fence carries the claimer's leader epoch. It claims the appends the
 // writer made while it led a partition at that epoch or below; a writer
@@ -124,11 +124,12 @@
 // caller knows (the manifest's record of where a partition's data beyond
 // its segments begins), reads each footer once for all the partitions
 // asked for, and stops each partition at the first fence that names it.
-// The new leader reads the old writer's objects below F so, keeps the
-// extents that continue its log (Continuing: an extent that starts past
-// the log's end lies above a voided number and was failed, and its
-// offsets were appended again later), and the partition continues from
-// their last offset.
+// The new leader reads the old writer's objects below F so, and takes the
+// partition's log from them with Chain: a later extent wins over an
+// earlier one it overlaps (a writer appends an offset again only after
+// cutting its log back below it, so the earlier one landed but was
+// failed), and one that starts past the log's end lies above a voided
+// number and was failed. The partition continues from the chain's end.
 //
 // # Failures
 //

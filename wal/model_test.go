@@ -131,6 +131,10 @@ func runModel(t *testing.T, seed uint64) {
 	for range 16 {
 		time.Sleep(time.Duration(m.rng.IntN(4)) * time.Millisecond)
 		p := int32(m.rng.IntN(modelPartitions))
+		if m.rng.IntN(4) == 0 {
+			m.loseClaim(ctx, p)
+			continue
+		}
 		m.claim(ctx, p, 1-m.rec[p].writer)
 	}
 	// Stop every producer, then claim each partition once more so its
@@ -286,25 +290,9 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 		m.fail("tail %s: %v", tp, err)
 		return
 	}
-	m.mu.Lock()
-	next := int64(len(m.log[p]))
-	m.mu.Unlock()
-	var units [][]byte
-	for _, loc := range wal.Continuing(next, tails[tp]) {
-		b, err := wal.ReadExtent(ctx, m.store, loc.Key, loc.Extent)
-		if err != nil {
-			m.fail("read %s: %v", loc.Key, err)
-			return
-		}
-		if int64(len(b)) != 16*(loc.Extent.LastOffset-loc.Extent.FirstOffset+1) {
-			m.fail("%s: extent %+v holds %d bytes", loc.Key, loc.Extent, len(b))
-			return
-		}
-		for i := 0; i < len(b); i += 16 {
-			if loc.Extent.FirstOffset+int64(i/16) >= next {
-				units = append(units, b[i:i+16])
-			}
-		}
+	units, ok := m.units(tails[tp], p)
+	if !ok {
+		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -313,7 +301,7 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 	if to < 0 {
 		return
 	}
-	next = int64(len(m.log[p]))
+	next := int64(len(m.log[p]))
 	w := m.writers[to]
 	// A Backend leads a partition through one Partition: its old
 	// leaderships of p (a zombie fenced earlier, or the one just fenced
@@ -332,6 +320,83 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 	w.Lead(tp, epoch)
 	m.rec[p] = record{writer: to, after: w.NextSequence() - 1, epoch: epoch}
 	m.lead(p, to, next)
+}
+
+// loseClaim is a claim of p that never commits (its broker died after the
+// fence): it fences p's writer at the next epoch and goes no further. The
+// writer then leads p again at a higher epoch on the same record, as a
+// Backend does whose manifest still names its own writer: it cuts p back
+// to what was acknowledged (Reset) and appends from there, past the
+// claim's fences; the objects between hold appends that landed but were
+// failed, which later claims must not take over the ones appended again.
+func (m *model) loseClaim(ctx context.Context, p int32) {
+	m.mu.Lock()
+	r := m.rec[p]
+	m.mu.Unlock()
+	w := m.writers[r.writer]
+	tp := wal.TopicPartition{Topic: "t", Partition: p}
+	var err error
+	for range 50 {
+		if _, err = wal.Fence(ctx, m.store, w.Layout(), w.ID(), r.after, r.epoch+1, []wal.TopicPartition{tp}); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		m.fail("fence %s: %v", tp, err)
+		return
+	}
+	m.stopOn(p, r.writer)
+	// Leading again, the writer's record names what it acknowledged so
+	// far by its extents (read here below its next number, stopping at
+	// the claim's fences as any claim's read would) and its objects from
+	// its next number on: no later read spans the objects in between.
+	below := w.NextSequence()
+	var tails map[wal.TopicPartition][]wal.Located
+	for range 50 {
+		if tails, err = wal.Tail(ctx, m.store, w.Layout(), w.ID(), r.after, below, r.epoch, tp); err == nil {
+			break
+		}
+	}
+	if err != nil {
+		m.fail("tail %s: %v", tp, err)
+		return
+	}
+	units, ok := m.units(tails[tp], p)
+	if !ok {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.log[p] = append(m.log[p], units...)
+	w.Reset(tp)
+	w.Lead(tp, r.epoch+2)
+	m.rec[p] = record{writer: r.writer, after: below - 1, epoch: r.epoch + 2}
+	m.lead(p, r.writer, int64(len(m.log[p])))
+}
+
+// units reads p's log past what was adopted from a tail's extents.
+func (m *model) units(tail []wal.Located, p int32) ([][]byte, bool) {
+	m.mu.Lock()
+	next := int64(len(m.log[p]))
+	m.mu.Unlock()
+	var units [][]byte
+	for _, loc := range wal.Chain(next, tail) {
+		b, err := wal.ReadExtent(context.Background(), m.store, loc.Key, loc.Extent)
+		if err != nil {
+			m.fail("read %s: %v", loc.Key, err)
+			return nil, false
+		}
+		if int64(len(b)) != 16*(loc.Extent.LastOffset-loc.Extent.FirstOffset+1) {
+			m.fail("%s: extent %+v holds %d bytes", loc.Key, loc.Extent, len(b))
+			return nil, false
+		}
+		for i := 0; i < len(b); i += 16 {
+			if off := loc.Extent.FirstOffset + int64(i/16); off >= loc.From && off <= loc.To {
+				units = append(units, b[i:i+16])
+			}
+		}
+	}
+	return units, true
 }
 
 // judge holds p's adopted log against its acknowledgements.

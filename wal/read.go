@@ -118,6 +118,7 @@ func Scan(ctx context.Context, store *objstore.Store, l Layout, w WriterID, afte
 // Located is a partition's extent in one object.
 type Located struct {
 	Key      string
+	Writer   WriterID
 	Sequence uint64
 	Extent   Extent
 }
@@ -144,7 +145,7 @@ func Tail(ctx context.Context, store *objstore.Store, l Layout, w WriterID, afte
 			if o.Footer.Fences(tp) && o.Footer.FenceEpoch >= epoch {
 				delete(live, tp)
 			} else if e, ok := o.Footer.Find(tp); ok {
-				out[tp] = append(out[tp], Located{Key: o.Key, Sequence: o.Footer.Sequence, Extent: e})
+				out[tp] = append(out[tp], Located{Key: o.Key, Writer: w, Sequence: o.Footer.Sequence, Extent: e})
 			}
 		}
 		return len(live) > 0
@@ -152,24 +153,41 @@ func Tail(ctx context.Context, store *objstore.Store, l Layout, w WriterID, afte
 	return out, err
 }
 
-// Continuing returns the extents of one partition's tail (in number
-// order, as Tail returns them) that continue a log whose next offset is
-// next, advancing it past each: an extent wholly below is left out (the
-// log holds it already); one that starts below and reaches past it is
-// kept (the caller skips its batches below); one that starts past the
-// log's end is left out too. Such an extent was never acknowledged: its
-// object landed, but an earlier one holding the partition's appends
-// before it did not (a voided number), and the writer failed it with
-// that one and appended those offsets again later.
-func Continuing(next int64, tail []Located) []Located {
-	var out []Located
-	for _, l := range tail {
-		switch {
-		case l.Extent.LastOffset < next, l.Extent.FirstOffset > next:
-		default:
-			out = append(out, l)
-			next = l.Extent.LastOffset + 1
+// Span is the part of an extent a partition's log takes: the batches of
+// its offsets From to To.
+type Span struct {
+	Located
+	From, To int64
+}
+
+// Chain returns a partition's log from offset next on as its extents make
+// it (in the order they were appended: a manifest's record of them, then
+// a writer's tail in number order, as Tail returns it). A later extent
+// wins over the earlier ones it overlaps: a writer appends an offset
+// again only after cutting its log back below it, so the later bytes are
+// the log's (an earlier extent that landed but was failed, as appends
+// above a failed one or dropped by a Reset are, is cut off so). An extent
+// that starts past the log's end so far is left out: it lies above a
+// voided number, was failed, and its offsets were appended again later
+// or never acknowledged. Extents wholly below next are left out (the log
+// holds them already), and one that straddles it is taken from next.
+func Chain(next int64, extents []Located) []Span {
+	floor := next
+	var out []Span
+	for _, l := range extents {
+		e := l.Extent
+		if e.LastOffset < floor || e.FirstOffset > next {
+			continue
 		}
+		from := max(e.FirstOffset, floor)
+		for len(out) > 0 && out[len(out)-1].From >= from {
+			out = out[:len(out)-1]
+		}
+		if n := len(out); n > 0 && out[n-1].To >= from {
+			out[n-1].To = from - 1
+		}
+		out = append(out, Span{Located: l, From: from, To: e.LastOffset})
+		next = e.LastOffset + 1
 	}
 	return out
 }

@@ -64,10 +64,12 @@ type Options struct {
 	// partition's appends, with the Location where they are durable or
 	// why they failed. It is called from the writer's goroutine, not
 	// under its lock, and must not block for long: every partition's
-	// uploads wait for it. Appends dropped by Reset or Forget are not
-	// reported (their caller asked for it), nor are those that follow a
-	// reported failure of their partition in later objects (they fail
-	// with it: the caller was told first).
+	// uploads wait for it. Appends that went stale are not reported:
+	// those a Reset or Forget dropped (their caller asked for it), and
+	// those in objects above a failure of their partition (the caller
+	// was told of that failure first). A fence met that names a
+	// partition with no appends in its object is reported once, with
+	// its FencedError and no Location.
 	OnSettled func(tp TopicPartition, loc Location, err error)
 }
 
@@ -378,15 +380,6 @@ func (w *Writer) Lead(tp TopicPartition, epoch int32) {
 // claims says whether a fence at epoch claims appends made at dataEpoch.
 func claims(fenceEpoch, dataEpoch int32) bool { return dataEpoch <= fenceEpoch }
 
-// leadsPast says whether tp is led now at an epoch above a fence's, so
-// that the fence does not stop its appends from now on.
-func (w *Writer) leadsPast(tp TopicPartition, fenceEpoch int32) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	le, ok := w.lead[tp]
-	return ok && !claims(fenceEpoch, le)
-}
-
 // Forget fails tp's buffered appends (ErrPartitionFailed) and forgets
 // the partition: it was closed or deleted, or this Backend no longer
 // leads it.
@@ -452,7 +445,7 @@ func (w *Writer) Flush(ctx context.Context) error {
 }
 
 // Close uploads what is buffered, waits for it to settle (until ctx
-// ends: then the upload in flight is abandoned and its appends fail with
+// ends: then the uploads in flight are abandoned and their appends fail with
 // ErrClosed, their outcome unknown to this writer), and stops. Appends
 // after Close fail with ErrClosed.
 func (w *Writer) Close(ctx context.Context) error {
@@ -684,11 +677,24 @@ func (w *Writer) metFence(o *object) {
 			w.fencedAt[tp] = o.fence.FenceEpoch
 		}
 		w.mu.Unlock()
-		if !w.leadsPast(tp, o.fence.FenceEpoch) {
-			w.mu.Lock()
-			le := w.lead[tp]
-			w.mu.Unlock()
-			w.refuse(tp, &FencedError{TopicPartition: tp, FenceEpoch: o.fence.FenceEpoch, DataEpoch: le, Key: o.key})
+		// Whether tp is led past the fence, and its refusal if not, in one
+		// hold of the lock: a Lead in between must not be refused.
+		w.mu.Lock()
+		var dropErr, fenceErr error
+		if le, ok := w.lead[tp]; !ok || claims(o.fence.FenceEpoch, le) {
+			fenceErr = &FencedError{TopicPartition: tp, FenceEpoch: o.fence.FenceEpoch, DataEpoch: le, Key: o.key}
+			dropErr = w.refuseLocked(tp, fenceErr)
+		}
+		_, inObject := o.parts[tp]
+		w.mu.Unlock()
+		if w.opts.OnSettled != nil {
+			if dropErr != nil {
+				w.opts.OnSettled(tp, Location{}, dropErr)
+			} else if fenceErr != nil && !inObject {
+				// Nothing else would tell the caller: its appends in
+				// flight above went stale with the refusal.
+				w.opts.OnSettled(tp, Location{}, fenceErr)
+			}
 		}
 	}
 	w.opts.Logger.Warn("wal: fenced", "key", o.key, "claimed", len(o.fence.Extents), "epoch", o.fence.FenceEpoch)
@@ -744,6 +750,14 @@ func (w *Writer) report(key string, seq uint64, n, extents int, start time.Time,
 func (w *Writer) settle(o *object, tp TopicPartition, loc Location, err error, stale bool) {
 	w.mu.Lock()
 	e := o.parts[tp]
+	if err == nil && !stale {
+		// A Reset, Forget or fence since finish looked: they win.
+		if e.gen != w.gen[tp] {
+			stale = true
+		} else if fe, ok := w.fencedAt[tp]; ok && claims(fe, e.epoch) {
+			loc, err = Location{}, &FencedError{TopicPartition: tp, FenceEpoch: fe, DataEpoch: e.epoch, Key: o.key}
+		}
+	}
 	if stale {
 		cause := fmt.Errorf("%w: %s: it failed or was reset after these appends", ErrPartitionFailed, tp)
 		if st, ok := w.refused[tp]; ok {
@@ -766,17 +780,28 @@ func (w *Writer) settle(o *object, tp TopicPartition, loc Location, err error, s
 // one until Reset, and makes those in flight stale: they follow offsets
 // that did not become durable.
 func (w *Writer) refuse(tp TopicPartition, err error) {
-	dropErr := fmt.Errorf("%w: %s: %w", ErrPartitionFailed, tp, err)
 	w.mu.Lock()
+	dropErr := w.refuseLocked(tp, err)
+	w.mu.Unlock()
+	if dropErr != nil && w.opts.OnSettled != nil {
+		w.opts.OnSettled(tp, Location{}, dropErr)
+	}
+}
+
+// refuseLocked is refuse under mu; it returns the error the appends it
+// dropped from the object being filled failed with (nil: none), for the
+// caller to report once it unlocks. REQUIRES: mu.
+func (w *Writer) refuseLocked(tp TopicPartition, err error) error {
+	dropErr := fmt.Errorf("%w: %s: %w", ErrPartitionFailed, tp, err)
 	dropped := w.dropLocked(tp, dropErr)
 	w.gen[tp]++
 	if _, ok := w.refused[tp]; !ok {
 		w.refused[tp] = partState{err: err}
 	}
-	w.mu.Unlock()
-	if dropped && w.opts.OnSettled != nil {
-		w.opts.OnSettled(tp, Location{}, dropErr)
+	if !dropped {
+		return nil
 	}
+	return dropErr
 }
 
 // seal lays o out as an object at seq: its partitions' batches in

@@ -501,7 +501,7 @@ func TestFenceInAGapBelowALandedObject(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := wal.Continuing(0, tails[tpB])
+	got := wal.Chain(0, tails[tpB])
 	if len(tails[tpB]) != 2 || len(got) != 1 || got[0].Sequence != 4 {
 		t.Fatalf("b-0's tail %+v continues as %+v; only number 4 expected (number 2 was failed)", tails[tpB], got)
 	}
