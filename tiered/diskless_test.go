@@ -642,3 +642,70 @@ func TestWALGCKeepsFencesAboveAnIdleWriter(t *testing.T) {
 		}
 	}
 }
+
+// TestDisklessLeadAgainAfterAFailureWhileFollowing: a partition becomes a
+// follower while a WAL object holding its appends is in flight, the
+// object fails, and this Backend leads the partition again on its own
+// record: its log is cut back to the durable end, the next append takes
+// the offsets the failed ones had, and a new leader on an empty
+// directory reads exactly the acknowledged records. (Before, the failure
+// went unreported, the durable end later jumped over the hole, and the
+// records appended after it were lost to the next claim.)
+func TestDisklessLeadAgainAfterAFailureWhileFollowing(t *testing.T) {
+	inner := mem.New()
+	d := faultstore.Wrap(inner, 1)
+	store := objstore.New(d, "mem://diskless-relead", objstore.Options{})
+	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	p := openDiskless(t, b, 1)
+	for i := range 5 {
+		if _, err := appendOne(t, p, 2, string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	durable := p.Offsets().LogEnd
+
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	hold := d.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/" + wal.Dir + "/", Nth: 1, Fault: faultstore.Hook,
+		Before: func(ctx context.Context, _ faultstore.Call) error {
+			held <- struct{}{}
+			<-release
+			return errors.New("injected: the put fails")
+		}})
+	if _, err := appendOne(t, p, 2, "x"); err != nil {
+		t.Fatal(err)
+	}
+	<-held // the object holding it is being put
+	if err := p.BecomeFollower(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	hold.Remove()
+	eventually(t, 10*time.Second, "the failed object never settled", func() bool {
+		return len(walKeys(t, store)) >= 2 // the data object of 1, and the failed number's void
+	})
+	if err := p.BecomeLeader(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	first, err := appendOne(t, p, 2, "y")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if first != durable+1 {
+		t.Fatalf("the append after leading again ends at %d, want %d: the log was not cut back to the durable end %d", first, durable+1, durable)
+	}
+	want := batchesFrom(t, p, 0)
+	if o := p.Offsets(); o.HighWatermark != o.LogEnd {
+		t.Fatalf("offsets %+v: the high watermark must reach the log end once flushed", o)
+	}
+
+	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
+	p2 := openDiskless(t, b2, 4)
+	checkBatches(t, "a new leader after the failure", batchesFrom(t, p2, 0), want)
+}
