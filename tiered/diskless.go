@@ -74,6 +74,17 @@ type diskless struct {
 	ownMu   sync.Mutex
 	own     []wal.Location
 	lastSeq uint64
+	// floor (guarded by ownMu) is the writer's next number when the
+	// partition was last reset (a truncation, a claim): objects below it
+	// hold only appends from before, and what the writer says of them no
+	// longer moves the durable end.
+	floor uint64
+	// rebuilt says this partition's log was made from the bucket by a
+	// claim of this Partition (rebuiltAt, its epoch): until then, a claim
+	// of its own writer's record must rebuild too (the partition may have
+	// been closed and opened again on this Backend, its state new).
+	rebuilt   atomic.Bool
+	rebuiltAt atomic.Int32
 }
 
 // Diskless says whether the partition is diskless (diskless.enable=true):
@@ -151,25 +162,43 @@ func (p *Partition) readBack(ctx context.Context, info backend.AppendInfo) ([]by
 // durable end and lets the partition append again. REQUIRES: d.mu.
 func (p *Partition) truncateToDurableLocked() error {
 	d := p.dl
-	end := d.durable.Load()
+	// Reset first: appends in objects still in flight can no longer
+	// become durable, and objects from now on hold only later appends;
+	// then the floor, so that no late word on an earlier object moves the
+	// durable end once it is read.
+	d.w.Reset(d.tp)
+	end := d.resetFloor()
 	if p.local.Offsets().LogEnd > end {
 		if err := p.local.TruncateTo(end); err != nil {
+			d.failed.Store(true)
 			return fmt.Errorf("%w: %s: truncate to the durable end %d after a failed upload: %w", backend.ErrStorage, p.prefix, end, err)
 		}
 		p.opts.Logger.Warn("diskless: truncated to the durable end after a failed upload", "prefix", p.prefix, "durable_end", end)
 	}
-	d.w.Reset(d.tp)
 	d.failed.Store(false)
 	return nil
+}
+
+// resetFloor sets the floor to the writer's next number (after a Reset)
+// and returns the durable end, which objects below the floor no longer
+// move.
+func (d *diskless) resetFloor() int64 {
+	d.ownMu.Lock()
+	defer d.ownMu.Unlock()
+	d.floor = d.w.NextSequence()
+	return d.durable.Load()
 }
 
 // settled is the writer's word on the partition's appends in one object.
 func (p *Partition) settled(loc wal.Location, err error) {
 	d := p.dl
 	if fe := (*wal.FencedError)(nil); errors.As(err, &fe) && fe.DataEpoch < p.epoch.Load() {
-		// Appends of an older leadership of this partition, which the
-		// claim of the current one discarded (it rebuilt the log from
-		// the bucket): nothing of the current one failed.
+		// Appends of an older leadership of this partition: nothing of
+		// the current one failed, but unless a claim since rebuilt the
+		// log from the bucket, the local log may still hold them.
+		if !d.rebuilt.Load() || fe.DataEpoch >= d.rebuiltAt.Load() {
+			d.failed.Store(true)
+		}
 		return
 	}
 	if err != nil {
@@ -180,21 +209,27 @@ func (p *Partition) settled(loc wal.Location, err error) {
 		p.opts.Logger.Warn("diskless: appends failed", "prefix", p.prefix, "err", err)
 		return
 	}
+	d.ownMu.Lock()
+	if loc.Sequence < d.floor {
+		// From before the last reset: the log was cut back since.
+		d.ownMu.Unlock()
+		return
+	}
 	if first := loc.Extent.FirstOffset; first > d.durable.Load() {
 		// Durable past a hole: appends before these failed unreported
 		// (the writer forgot the partition meanwhile). Never move the
 		// durable end over them: truncate and append again.
+		d.ownMu.Unlock()
 		d.failed.Store(true)
 		p.opts.Logger.Warn("diskless: appends durable past a hole; truncating to the durable end", "prefix", p.prefix, "first", first, "durable_end", d.durable.Load())
 		return
 	}
-	d.ownMu.Lock()
 	d.own = append(d.own, loc)
 	d.lastSeq = loc.Sequence
-	d.ownMu.Unlock()
 	if end := loc.Extent.LastOffset + 1; end > d.durable.Load() {
 		d.durable.Store(end)
 	}
+	d.ownMu.Unlock()
 	p.applyHW()
 }
 
@@ -277,31 +312,35 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		return fmt.Errorf("%w: %s: diskless.enable=true, but the partition was written as a classic one (manifest generation %d names no WAL writer; local offsets %d..%d): a topic is diskless from its creation",
 			backend.ErrInvalidConfig, p.prefix, now.m.Generation, o.LogStart, o.LogEnd-1)
 	}
-	if prev != nil && wal.WriterID(prev.Writer) == d.w.ID() {
-		// This writer's own record (a new epoch on the same Backend). What
-		// it had not made durable goes (the partition may have been a
-		// follower meanwhile, or a claim that never committed may have
-		// fenced it): the log is cut back to the durable end. The record
-		// then names the acknowledged extents themselves and this
-		// writer's objects from its next number on, so no later read of
-		// the tail spans objects holding appends that landed but failed.
-		if err := p.truncateToDurableLocked(); err != nil {
-			return err
-		}
+	own := prev != nil && wal.WriterID(prev.Writer) == d.w.ID()
+	if own && d.rebuilt.Load() {
+		// This writer's own record, and this Partition made its log from
+		// the bucket before (a new epoch on the same Backend): its objects
+		// and the local log agree, but for appends that failed meanwhile
+		// (it may have been a follower, or a claim that never committed
+		// may have fenced it), which the next append cuts back first.
 		d.w.Lead(d.tp, epoch)
-		d.ownMu.Lock()
-		for _, loc := range d.own {
-			if loc.Extent.LastOffset >= base {
-				extents = append(extents, manifest.WALExtent{Writer: [8]byte(loc.Writer), Sequence: loc.Sequence, Position: loc.Extent.Position,
-					Size: int64(loc.Extent.Size), FirstOffset: loc.Extent.FirstOffset, LastOffset: loc.Extent.LastOffset, CRC: loc.Extent.CRC})
-			}
-		}
-		d.own, d.lastSeq = nil, d.w.NextSequence()-1
-		d.ownMu.Unlock()
 		next.WAL = d.recordLocked(base, extents)
 		return nil
 	}
-	if prev != nil {
+	if own {
+		// This writer's own record, but this Partition's state is new
+		// (closed and opened again on this Backend): its log is made from
+		// the bucket as any claim's, from the writer's own objects, with
+		// no fence (the writer is this Backend's; Reset stops what it had
+		// buffered, and what it has in flight lands below the number read
+		// to, or not at all).
+		d.w.Reset(d.tp)
+		below := d.w.NextSequence()
+		tails, err := wal.Tail(ctx, p.store, d.w.Layout(), d.w.ID(), prev.After, below, now.m.WriterEpoch, d.tp)
+		if err != nil {
+			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from this Backend's WAL writer: %w", p.prefix, err))
+		}
+		for _, l := range tails[d.tp] {
+			extents = append(extents, manifest.WALExtent{Writer: [8]byte(l.Writer), Sequence: l.Sequence, Position: l.Extent.Position,
+				Size: int64(l.Extent.Size), FirstOffset: l.Extent.FirstOffset, LastOffset: l.Extent.LastOffset, CRC: l.Extent.CRC})
+		}
+	} else if prev != nil {
 		old := wal.WriterID(prev.Writer)
 		f, err := wal.Fence(ctx, p.store, d.w.Layout(), old, prev.After, epoch, []wal.TopicPartition{d.tp})
 		if err != nil {
@@ -326,6 +365,13 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 	}
 	extents = extents[:0]
 	for _, sp := range spans {
+		if sp.To < sp.Extent.LastOffset {
+			// A later extent overlaps part of this one: no append of
+			// this protocol does that (a writer appends again only from
+			// its durable end), and the record cannot say it.
+			return fmt.Errorf("%w: %s: WAL extent %s offsets %d..%d is overlapped from %d by a later one: not a tail this protocol writes",
+				backend.ErrCorruptRecord, p.prefix, sp.Key, sp.Extent.FirstOffset, sp.Extent.LastOffset, sp.To+1)
+		}
 		extents = append(extents, manifest.WALExtent{Writer: [8]byte(sp.Writer), Sequence: sp.Sequence, Position: sp.Extent.Position,
 			Size: int64(sp.Extent.Size), FirstOffset: sp.Extent.FirstOffset, LastOffset: sp.Extent.LastOffset, CRC: sp.Extent.CRC})
 	}
@@ -340,7 +386,10 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 	d.failed.Store(false)
 	d.ownMu.Lock()
 	d.own, d.lastSeq = nil, d.w.NextSequence()-1
+	d.floor = d.w.NextSequence()
 	d.ownMu.Unlock()
+	d.rebuilt.Store(true)
+	d.rebuiltAt.Store(epoch)
 	// What the local log holds now is the bucket's: durable, and the
 	// high watermark (on a diskless partition the bucket is the replica).
 	end := p.local.Offsets().LogEnd

@@ -183,13 +183,18 @@ func TestFollowerRecordsWhatItAdopts(t *testing.T) {
 
 // TestFollowerTickOverAnUnchangedManifest: a follower's step over a
 // manifest that has not changed since it adopted it reads no body (one
-// HEAD, its ETag the one held); once the leader commits, the next step
-// reads and adopts the new generation.
+// HEAD, its ETag the one held).
 func TestFollowerTickOverAnUnchangedManifest(t *testing.T) {
-	store := objstore.New(mem.New(), "mem://follower-ticks", objstore.Options{})
-	lb := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
-	leader := openUploaded(t, lb, 1, 2000)
-	fb := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
+	drv := mem.New()
+	lstore := objstore.New(drv, "mem://follower-ticks", objstore.Options{})
+	lb := openTieredBackend(t, t.TempDir(), lstore, tiered.BackendOptions{})
+	openUploaded(t, lb, 1, 2000)
+	if err := lb.Close(); err != nil { // no commit while the follower counts
+		t.Fatal(err)
+	}
+	// The follower's own store over the same bucket: its requests only.
+	fstore := objstore.New(drv, "mem://follower-ticks", objstore.Options{})
+	fb := openTieredBackend(t, t.TempDir(), fstore, tiered.BackendOptions{})
 	p, err := fb.Open(ctx, "orders", 0, cfg(t, tieredCfg...))
 	if err != nil {
 		t.Fatal(err)
@@ -201,29 +206,21 @@ func TestFollowerTickOverAnUnchangedManifest(t *testing.T) {
 	if err := follower.FollowerStep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	gets, unchanged := store.Stats().Requests[objstore.OpGet], follower.Metrics().ManifestUnchanged.Load()
+	gets, unchanged := fstore.Stats().Requests[objstore.OpGet], follower.Metrics().ManifestUnchanged.Load()
 	for range 3 {
 		if err := follower.FollowerStep(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got := store.Stats().Requests[objstore.OpGet] - gets; got != 0 {
+	if got := fstore.Stats().Requests[objstore.OpGet] - gets; got != 0 {
 		t.Fatalf("%d GETs for three follower steps over an unchanged manifest, want none", got)
 	}
-	if n := follower.Metrics().ManifestUnchanged.Load() - unchanged; n != 3 {
-		t.Fatalf("%d unchanged refreshes counted, want 3", n)
+	// At least the three steps (the service may tick as well).
+	if n := follower.Metrics().ManifestUnchanged.Load() - unchanged; n < 3 {
+		t.Fatalf("%d unchanged refreshes counted, want at least 3", n)
 	}
-	produce(t, leader, 4000)
-	eventually(t, 20*time.Second, "the leader did not offload", func() bool {
-		k, _ := leader.CopyLag()
-		return k == 0
-	})
-	if err := follower.FollowerStep(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got, want := follower.Manifest().Generation, leader.Manifest().Generation; got != want {
-		t.Fatalf("the follower holds generation %d after the leader committed %d", got, want)
-	}
+	// (A manifest that changed is read and adopted:
+	// TestFollowerRecordsWhatItAdopts.)
 }
 
 // TestRecreatedPartitionRestarts: a partition deleted and created again
