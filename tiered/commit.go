@@ -199,6 +199,9 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	case err == nil:
 		p.adopt(&manifestState{m: next, etag: info.ETag})
 		p.claimed.Store(epoch)
+		if p.dl != nil {
+			p.dl.claimCommitted()
+		}
 		p.metrics.ManifestCommits.Add(1)
 		p.backupManifest(ctx, next.Generation, data)
 		return nil
@@ -239,6 +242,9 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 		}
 		p.adopt(now) // our commit landed
 		p.claimed.Store(now.m.WriterEpoch)
+		if p.dl != nil {
+			p.dl.claimCommitted()
+		}
 		p.metrics.ManifestCommits.Add(1)
 		p.backupManifest(ctx, now.m.Generation, nowBytes)
 	case bytes.Equal(nowBytes, enc(cur.m)):

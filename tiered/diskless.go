@@ -80,11 +80,24 @@ type diskless struct {
 	// longer moves the durable end.
 	floor uint64
 	// rebuilt says this partition's log was made from the bucket by a
-	// claim of this Partition (rebuiltAt, its epoch): until then, a claim
-	// of its own writer's record must rebuild too (the partition may have
-	// been closed and opened again on this Backend, its state new).
+	// claim of this Partition that committed (rebuiltAt, its epoch):
+	// until then, a claim of its own writer's record must rebuild too
+	// (the partition may have been closed and opened again on this
+	// Backend, its state new). pending is a rebuild whose claim has not
+	// committed yet (pendingAt, its epoch).
 	rebuilt   atomic.Bool
 	rebuiltAt atomic.Int32
+	pending   atomic.Bool
+	pendingAt atomic.Int32
+}
+
+// claimCommitted is told that a manifest of this Partition committed: a
+// rebuild its claim made is now the partition's.
+func (d *diskless) claimCommitted() {
+	if d.pending.Swap(false) {
+		d.rebuiltAt.Store(d.pendingAt.Load())
+		d.rebuilt.Store(true)
+	}
 }
 
 // Diskless says whether the partition is diskless (diskless.enable=true):
@@ -284,7 +297,9 @@ func (p *Partition) claimDiskless(ctx context.Context) error {
 // m even at its own epoch: m does not name this writer (a restarted
 // Backend has a new one).
 func (p *Partition) walNamesOther(m *manifest.Manifest) bool {
-	return p.dl != nil && (m.WAL == nil || wal.WriterID(m.WAL.Writer) != p.dl.w.ID())
+	// A Partition that has not made its log from the bucket yet claims
+	// even its own writer's record (opened anew on the same Backend).
+	return p.dl != nil && (m.WAL == nil || wal.WriterID(m.WAL.Writer) != p.dl.w.ID() || !p.dl.rebuilt.Load())
 }
 
 // claimWALLocked prepares a claim of a diskless partition (next, over the
@@ -388,8 +403,8 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 	d.own, d.lastSeq = nil, d.w.NextSequence()-1
 	d.floor = d.w.NextSequence()
 	d.ownMu.Unlock()
-	d.rebuilt.Store(true)
-	d.rebuiltAt.Store(epoch)
+	d.pendingAt.Store(epoch)
+	d.pending.Store(true)
 	// What the local log holds now is the bucket's: durable, and the
 	// high watermark (on a diskless partition the bucket is the replica).
 	end := p.local.Offsets().LogEnd

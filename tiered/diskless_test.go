@@ -750,3 +750,98 @@ func TestDisklessReopenOnTheSameBackend(t *testing.T) {
 	p2 := openDiskless(t, b2, 3)
 	checkBatches(t, "a new leader after the reopen", batchesFrom(t, p2, 0), want)
 }
+
+// TestDisklessReopenAtTheSameEpoch: a partition closed and opened again
+// on the same Backend at the same leader epoch (its manifest says that
+// epoch, its record this Backend's writer) still claims and makes its log
+// from the bucket: its high watermark stays where it was, the next
+// appends follow, and a new leader elsewhere reads every acknowledged
+// batch. (The claim was skipped: the new Partition's durable end was 0,
+// the high watermark fell to 0, and its next appends replaced the
+// acknowledged offsets.)
+func TestDisklessReopenAtTheSameEpoch(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://diskless-same-epoch", objstore.Options{})
+	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	p := openDiskless(t, b, 1)
+	for i := range 10 {
+		if _, err := appendOne(t, p, 3, string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	acked := batchesFrom(t, p, 0)
+	end := p.Offsets().LogEnd
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	p = openDiskless(t, b, 1)
+	for range 3 {
+		if _, err := appendOne(t, p, 3, "z"); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o := p.Offsets(); o.LogEnd != end+9 || o.HighWatermark != o.LogEnd {
+		t.Fatalf("offsets %+v after reopening and three appends, want log end and high watermark %d", o, end+9)
+	}
+	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
+	got := batchesFrom(t, openDiskless(t, b2, 3), 0)
+	for off, want := range acked {
+		if !bytes.Equal(got[off], want) {
+			t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
+		}
+	}
+	if len(got) != len(acked)+3 {
+		t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+3)
+	}
+}
+
+// TestDisklessReopenClaimPutFails: a partition opened anew on the same
+// Backend at a new epoch rebuilds its log for its claim, whose manifest
+// put fails once; the claim made again (at the next append) must not take
+// the rebuild for committed: a new leader elsewhere reads every
+// acknowledged batch and the new one. (It did: the record's number moved
+// past the acknowledged extents, which no longer named them.)
+func TestDisklessReopenClaimPutFails(t *testing.T) {
+	d := faultstore.Wrap(mem.New(), 1)
+	store := objstore.New(d, "mem://diskless-reopen-claim", objstore.Options{MaxAttempts: 1})
+	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	p := openDiskless(t, b, 1)
+	for i := range 10 {
+		if _, err := appendOne(t, p, 3, string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	acked := batchesFrom(t, p, 0)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fail := d.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: "/manifest", Nth: 1, Fault: faultstore.FailBefore})
+	p = openDiskless(t, b, 2) // its claim's put fails
+	if fail.Fired() != 1 {
+		t.Fatalf("the claim's manifest put failed %d times, want 1", fail.Fired())
+	}
+	if _, err := appendOne(t, p, 3, "z"); err != nil { // claims again
+		t.Fatal(err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
+	got := batchesFrom(t, openDiskless(t, b2, 3), 0)
+	for off, want := range acked {
+		if !bytes.Equal(got[off], want) {
+			t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
+		}
+	}
+	if len(got) != len(acked)+1 {
+		t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+1)
+	}
+}

@@ -258,6 +258,9 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 	}
 	p.adopt(&manifestState{m: next, etag: info.ETag})
 	p.claimed.Store(next.WriterEpoch)
+	if p.dl != nil {
+		p.dl.claimCommitted()
+	}
 	p.metrics.ManifestCommits.Add(1)
 	p.backupManifest(ctx, next.Generation, data)
 	p.opts.Logger.Info("claimed the bucket", "prefix", p.prefix, "epoch", next.WriterEpoch, "generation", next.Generation,
