@@ -122,6 +122,9 @@ func (p *Partition) appendDiskless(ctx context.Context, batches []byte, opts bac
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := p.checkOpen(); err != nil { // Close forgets the partition under d.mu
+		return backend.AppendInfo{}, err
+	}
 	if err := p.Fenced(); err != nil {
 		return backend.AppendInfo{}, err
 	}
@@ -429,10 +432,21 @@ func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, spans []w
 		keepStart = max(keepStart, p.rec.st.LogStart)
 	}
 	p.rec.mu.Unlock()
+	// Local offsets below the high watermark are the bucket's bytes (it
+	// never passes the durable end); above it they may be appends that
+	// never became durable (this Backend's, as a leader fenced since, or
+	// before a crash), even below the segments' end, where another
+	// leader's records now are: they go.
+	keep := min(base, o.HighWatermark)
 	switch {
-	case o.LogEnd > base && o.LogStart <= base:
-		if err := p.local.TruncateTo(base); err != nil {
-			return fmt.Errorf("tiered: %s: cut the local log back to the bucket's segments' end %d: %w", p.prefix, base, err)
+	case o.LogEnd > keep && o.LogStart <= keep:
+		if err := p.local.TruncateTo(keep); err != nil {
+			return fmt.Errorf("tiered: %s: cut the local log back to %d (the bucket's segments end at %d): %w", p.prefix, keep, base, err)
+		}
+		if keep < base {
+			if err := p.startAtLocked(ctx, base); err != nil {
+				return err
+			}
 		}
 	case o.LogEnd != base:
 		// Behind the bucket (a lost directory), or starting past the

@@ -845,3 +845,73 @@ func TestDisklessReopenClaimPutFails(t *testing.T) {
 		t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+1)
 	}
 }
+
+// TestDisklessFollowerTruncatedThenLeadsAgain: a former leader, as a
+// follower, has its local log cut below its durable end (as a Kafka
+// follower truncates to a new leader's epoch end); no other claim
+// committed, and it leads again on its own record: it makes its log from
+// the bucket again, so its high watermark never passes what the bucket
+// holds and every acknowledged batch stays readable, there and on a new
+// leader elsewhere. (It took the shortcut with its old durable end: the
+// high watermark passed appends not yet in the bucket, and the next claim
+// failed on overlapping extents.) The same after a reopened partition's
+// claim landed with its answer lost.
+func TestDisklessFollowerTruncatedThenLeadsAgain(t *testing.T) {
+	for _, lostClaim := range []bool{false, true} {
+		t.Run(fmt.Sprintf("lost-claim-answer=%v", lostClaim), func(t *testing.T) {
+			d := faultstore.Wrap(mem.New(), 1)
+			store := objstore.New(d, "mem://diskless-follower-cut", objstore.Options{MaxAttempts: 1})
+			b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+			p := openDiskless(t, b, 1)
+			for i := range 10 {
+				if _, err := appendOne(t, p, 3, string(rune('a'+i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := p.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			acked := batchesFrom(t, p, 0)
+			epoch := int32(2)
+			if lostClaim {
+				if err := p.Close(); err != nil {
+					t.Fatal(err)
+				}
+				fail := d.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: "/manifest", Nth: 1, Fault: faultstore.FailAfter})
+				p = openDiskless(t, b, epoch) // its claim lands, the answer is lost
+				if fail.Fired() != 1 {
+					t.Fatalf("the claim's put failed %d times, want 1", fail.Fired())
+				}
+				epoch++
+			}
+			if err := p.BecomeFollower(ctx, epoch); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.TruncateTo(15); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.BecomeLeader(ctx, epoch+1); err != nil {
+				t.Fatal(err)
+			}
+			if o := p.Offsets(); o.LogEnd != 30 || o.HighWatermark != 30 {
+				t.Fatalf("offsets %+v leading again, want log end and high watermark 30 (made from the bucket)", o)
+			}
+			if _, err := appendOne(t, p, 3, "z"); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
+			got := batchesFrom(t, openDiskless(t, b2, epoch+2), 0)
+			for off, want := range acked {
+				if !bytes.Equal(got[off], want) {
+					t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
+				}
+			}
+			if len(got) != len(acked)+1 {
+				t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+1)
+			}
+		})
+	}
+}

@@ -319,11 +319,14 @@ func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
 	p.role.Store(roleFollower)
 	if p.dl != nil {
 		// Appends not yet in the bucket fail (unreported: the writer
-		// forgets the partition); should this Backend lead it again on
-		// the same claim, its next append first cuts the local log back
-		// to the durable end.
+		// forgets the partition).
 		p.dl.w.Forget(p.dl.tp)
 		p.dl.failed.Store(true)
+		// A follower's log is the broker's to change (truncation to a new
+		// leader's epoch end, a start over): leading again, it is made
+		// from the bucket once more.
+		p.dl.rebuilt.Store(false)
+		p.dl.pending.Store(false)
 	}
 	p.opts.Logger.Info("became follower", "prefix", p.prefix, "epoch", epoch)
 	return nil

@@ -373,6 +373,20 @@ func (p *Partition) TruncateTo(offset int64) error {
 		return fmt.Errorf("%w: truncate to %d: offsets up to %d are offloaded and committed", backend.ErrInvalidRecord,
 			offset, m.Segments[len(m.Segments)-1].LastOffset)
 	}
+	if d := p.dl; d != nil && offset < p.local.Offsets().LogEnd {
+		// The local log of a diskless partition is a cache: cut, it no
+		// longer holds what the durable end says, and the next claim
+		// makes it from the bucket again.
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.rebuilt.Store(false)
+		d.pending.Store(false)
+		d.ownMu.Lock()
+		if d.durable.Load() > offset {
+			d.durable.Store(offset)
+		}
+		d.ownMu.Unlock()
+	}
 	return p.local.TruncateTo(offset)
 }
 
@@ -507,7 +521,9 @@ func (p *Partition) Close() error {
 	p.stopClosing()
 	p.mu.Lock() // wait out a change in flight
 	if p.dl != nil {
+		p.dl.mu.Lock() // no append between its check and the writer
 		p.dl.w.Forget(p.dl.tp)
+		p.dl.mu.Unlock()
 		if p.dl.closed != nil {
 			p.dl.closed()
 		}
