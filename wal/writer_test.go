@@ -211,16 +211,17 @@ func TestFailedPutVoidsItsNumber(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if a2.Location().Sequence != 2 {
-		t.Fatalf("after a voided sequence 1 the next object is at %d, 2 expected", a2.Location().Sequence)
+	// (b's object may go first, at 2: the commit interval is 1 ms.)
+	if seq := a2.Location().Sequence; seq < 2 {
+		t.Fatalf("after a voided sequence 1 the next append of a-0 is at %d, past 1 expected", seq)
 	}
 	f, _, err := wal.ReadObjectFooter(ctx, s, w.Layout().Key(w.ID(), 1))
 	if err != nil || !f.Fence || len(f.Extents) != 0 {
 		t.Fatalf("sequence 1 holds %+v (%v), a void expected", f, err)
 	}
 	tails, err := wal.Tail(ctx, s, w.Layout(), w.ID(), 0, 0, 0, tpA)
-	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Sequence != 2 {
-		t.Fatalf("tail of a-0 = %+v, %v: only sequence 2 expected", tails, err)
+	if err != nil || len(tails[tpA]) != 1 || tails[tpA][0].Sequence != a2.Location().Sequence {
+		t.Fatalf("tail of a-0 = %+v, %v: only sequence %d expected", tails, err, a2.Location().Sequence)
 	}
 }
 
