@@ -139,7 +139,11 @@ func (p *Partition) appendDiskless(ctx context.Context, batches []byte, opts bac
 	}
 	data, err := p.readBack(ctx, info)
 	if err == nil {
-		_, err = d.w.Append(ctx, d.tp, data, info.FirstOffset, info.LastOffset)
+		// Close cancels the wait for the writer's buffer space: it takes
+		// d.mu, which this append holds, to forget the partition.
+		wctx, cancel := p.withClose(ctx)
+		_, err = d.w.Append(wctx, d.tp, data, info.FirstOffset, info.LastOffset)
+		cancel()
 	}
 	if err != nil {
 		// Nothing of it may stay: undo the local append.

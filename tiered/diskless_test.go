@@ -915,3 +915,84 @@ func TestDisklessFollowerTruncatedThenLeadsAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestDisklessCloseWhileAnAppendWaitsForSpace: with the bucket not
+// answering, appends fill the writer's buffer and the next one waits for
+// space; Close of the partition does not wait for the bucket (it cancels
+// that wait).
+func TestDisklessCloseWhileAnAppendWaitsForSpace(t *testing.T) {
+	d := faultstore.Wrap(mem.New(), 1)
+	store := objstore.New(d, "mem://diskless-close-blocked", objstore.Options{MaxAttempts: 1})
+	m := fastManager
+	m.DisklessCommitInterval = 5 * time.Millisecond
+	m.DisklessBufferMaxBytes = 500
+	m.DisklessUploadsInFlight = 1
+	b := openTieredBackend(t, filepath.Join(t.TempDir(), "a"), store, tiered.BackendOptions{Manager: m})
+	p := openDiskless(t, b, 1)
+	release := make(chan struct{})
+	defer close(release)
+	d.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/" + wal.Dir + "/", Every: 1, Fault: faultstore.Hook,
+		Before: func(ctx context.Context, _ faultstore.Call) error {
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}})
+	go func() {
+		for i := range 10 {
+			appendOne(t, p, 3, string(rune('b'+i))) // the later ones wait for space
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waited on an append blocked on the writer's buffer")
+	}
+}
+
+// TestDisklessLeaderTruncatedWithAnUploadInFlight: a leader's log cut
+// (TruncateTo) inside appends whose object is still being put, then
+// appended to: the old object's landing does not carry the high watermark
+// past the new appends, and a new leader elsewhere can claim and reads the
+// batches acknowledged before the cut.
+func TestDisklessLeaderTruncatedWithAnUploadInFlight(t *testing.T) {
+	d := faultstore.Wrap(mem.New(), 1)
+	store := objstore.New(d, "mem://diskless-leader-cut", objstore.Options{MaxAttempts: 1})
+	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	p := openDiskless(t, b, 1)
+	if _, err := appendOne(t, p, 3, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	acked := batchesFrom(t, p, 0)
+	release := make(chan struct{})
+	held := make(chan struct{}, 1)
+	d.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/" + wal.Dir + "/", Nth: 1, Fault: faultstore.Hook,
+		Before: func(ctx context.Context, _ faultstore.Call) error { held <- struct{}{}; <-release; return nil }})
+	appendOne(t, p, 3, "b") // 3..5
+	appendOne(t, p, 3, "c") // 6..8
+	<-held
+	if err := p.TruncateTo(6); err != nil {
+		t.Fatal(err)
+	}
+	appendOne(t, p, 3, "z") // cut back to the durable end first, or at 6
+	close(release)
+	p.Flush()
+	if o := p.Offsets(); o.HighWatermark > o.LogEnd {
+		t.Fatalf("offsets %+v: the high watermark past the log end", o)
+	}
+	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
+	got := batchesFrom(t, openDiskless(t, b2, 2), 0)
+	for off, want := range acked {
+		if !bytes.Equal(got[off], want) {
+			t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
+		}
+	}
+}

@@ -381,6 +381,9 @@ func (p *Partition) TruncateTo(offset int64) error {
 		defer d.mu.Unlock()
 		d.rebuilt.Store(false)
 		d.pending.Store(false)
+		// Should it lead, its next append first resets the writer (what
+		// it has in flight can no longer become durable) and cuts back.
+		d.failed.Store(true)
 		d.ownMu.Lock()
 		if d.durable.Load() > offset {
 			d.durable.Store(offset)
