@@ -763,15 +763,7 @@ func TestDisklessReopenAtTheSameEpoch(t *testing.T) {
 	store := objstore.New(mem.New(), "mem://diskless-same-epoch", objstore.Options{})
 	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
 	p := openDiskless(t, b, 1)
-	for i := range 10 {
-		if _, err := appendOne(t, p, 3, string(rune('a'+i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	acked := batchesFrom(t, p, 0)
+	acked := appendTen(t, p)
 	end := p.Offsets().LogEnd
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
@@ -790,11 +782,7 @@ func TestDisklessReopenAtTheSameEpoch(t *testing.T) {
 	}
 	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
 	got := batchesFrom(t, openDiskless(t, b2, 3), 0)
-	for off, want := range acked {
-		if !bytes.Equal(got[off], want) {
-			t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
-		}
-	}
+	checkAcked(t, got, acked)
 	if len(got) != len(acked)+3 {
 		t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+3)
 	}
@@ -811,15 +799,7 @@ func TestDisklessReopenClaimPutFails(t *testing.T) {
 	store := objstore.New(d, "mem://diskless-reopen-claim", objstore.Options{MaxAttempts: 1})
 	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
 	p := openDiskless(t, b, 1)
-	for i := range 10 {
-		if _, err := appendOne(t, p, 3, string(rune('a'+i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	acked := batchesFrom(t, p, 0)
+	acked := appendTen(t, p)
 	if err := p.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -836,11 +816,7 @@ func TestDisklessReopenClaimPutFails(t *testing.T) {
 	}
 	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
 	got := batchesFrom(t, openDiskless(t, b2, 3), 0)
-	for off, want := range acked {
-		if !bytes.Equal(got[off], want) {
-			t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
-		}
-	}
+	checkAcked(t, got, acked)
 	if len(got) != len(acked)+1 {
 		t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+1)
 	}
@@ -863,15 +839,7 @@ func TestDisklessFollowerTruncatedThenLeadsAgain(t *testing.T) {
 			store := objstore.New(d, "mem://diskless-follower-cut", objstore.Options{MaxAttempts: 1})
 			b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
 			p := openDiskless(t, b, 1)
-			for i := range 10 {
-				if _, err := appendOne(t, p, 3, string(rune('a'+i))); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := p.Flush(); err != nil {
-				t.Fatal(err)
-			}
-			acked := batchesFrom(t, p, 0)
+			acked := appendTen(t, p)
 			epoch := int32(2)
 			if lostClaim {
 				if err := p.Close(); err != nil {
@@ -904,11 +872,7 @@ func TestDisklessFollowerTruncatedThenLeadsAgain(t *testing.T) {
 			}
 			b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
 			got := batchesFrom(t, openDiskless(t, b2, epoch+2), 0)
-			for off, want := range acked {
-				if !bytes.Equal(got[off], want) {
-					t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
-				}
-			}
+			checkAcked(t, got, acked)
 			if len(got) != len(acked)+1 {
 				t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+1)
 			}
@@ -990,6 +954,28 @@ func TestDisklessLeaderTruncatedWithAnUploadInFlight(t *testing.T) {
 	}
 	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
 	got := batchesFrom(t, openDiskless(t, b2, 2), 0)
+	checkAcked(t, got, acked)
+}
+
+// appendTen appends ten batches of three records to p as its leader,
+// flushes them into the bucket and returns them by last offset.
+func appendTen(t *testing.T, p *tiered.Partition) map[int64][]byte {
+	t.Helper()
+	for i := range 10 {
+		if _, err := appendOne(t, p, 3, string(rune('a'+i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return batchesFrom(t, p, 0)
+}
+
+// checkAcked fails for each acknowledged batch a new leader's log does
+// not hold byte for byte.
+func checkAcked(t *testing.T, got, acked map[int64][]byte) {
+	t.Helper()
 	for off, want := range acked {
 		if !bytes.Equal(got[off], want) {
 			t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
