@@ -16,7 +16,7 @@ VERSITYGW_VERSION := v1.8.0
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 S3SERVERS := $(BIN)/versitygw $(BIN)/minio
 
-.PHONY: all test race soak lint bench bench-broker bench-diskless bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
+.PHONY: all test test-scale race soak lint bench bench-broker bench-diskless bench-manifest bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
 
 all: lint test
 
@@ -92,6 +92,18 @@ bench-broker: $(BIN)/versitygw
 ## ranged GETs (about a minute)
 bench-diskless: $(BIN)/minio
 	$(GO) test ./tiered -run '^$$' -bench 'Diskless' -benchtime 1x -timeout 20m
+
+## bench-manifest: the manifest bytes a partition puts over its life
+## (500, 1,000 and 2,000 segments, one commit each) and what a new reader
+## gets to read it; the layered manifest's goal is 2 MB at 2,000 segments
+bench-manifest:
+	$(GO) test ./tiered -run '^$$' -bench ManifestBytesPut -benchtime 1x -timeout 20m
+
+## test-scale: the layered manifest at 10 million synthetic segments (a
+## commit puts at most 64 KiB of head plus the new part; about 2 GB of
+## heap and 6 minutes; make test runs it at 200,000)
+test-scale:
+	TIERLOG_MANIFEST_SEGMENTS=10000000 $(GO) test ./manifest -run '^TestLayeredTenMillion$$' -count=1 -v -timeout 30m
 
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
 ## (bench/, a module of its own; 10 to 12 minutes on 2 cores, under 20);

@@ -19,6 +19,7 @@ import (
 //	<base 20d>-<last 20d>-<id 16 hex><suffix>      a segment's object, suffix by kind
 //	<id 16 hex>.intent                             KindIntent, an upload intent
 //	manifest.<generation 20d>                      KindManifestBackup, a committed generation's copy
+//	<base 20d>-<last 20d>-<id 16 hex>.part         KindPart, a part of a layered manifest
 //
 // The names are frozen: a bucket written by one release is read by the
 // next.
@@ -40,6 +41,7 @@ const (
 	KindEpochs                         // the leader epochs up to the segment's end (.leader-epoch-checkpoint)
 	KindIntent                         // an upload intent naming the objects of an upload in flight (.intent)
 	KindManifestBackup                 // a committed manifest generation's copy (manifest.<generation>), never overwritten
+	KindPart                           // a part of the manifest: a run of older segments (.part), never overwritten
 )
 
 // ManifestName is the name of a partition's manifest object.
@@ -65,11 +67,12 @@ var kindInfo = [...]struct{ name, suffix string }{
 	KindIntent:    {"intent", IntentSuffix},
 	// A backup's name begins with BackupPrefix; it has no suffix.
 	KindManifestBackup: {"backup", ""},
+	KindPart:           {"part", PartSuffix},
 }
 
 // Kinds lists every kind of bucket object.
 func Kinds() []Kind {
-	return []Kind{KindManifest, KindLog, KindIndex, KindTimeIndex, KindTxnIndex, KindSnapshot, KindEpochs, KindIntent, KindManifestBackup}
+	return []Kind{KindManifest, KindLog, KindIndex, KindTimeIndex, KindTxnIndex, KindSnapshot, KindEpochs, KindIntent, KindManifestBackup, KindPart}
 }
 
 // String is the kind's name ("log", "snapshot", ...).
@@ -92,7 +95,7 @@ func (k Kind) Suffix() string {
 // Segment says whether objects of the kind belong to a segment.
 func (k Kind) Segment() bool { return k >= KindLog && k <= KindEpochs }
 
-func (k Kind) valid() bool { return k >= KindManifest && k <= KindManifestBackup }
+func (k Kind) valid() bool { return k >= KindManifest && k <= KindPart }
 
 // KindOfSuffix returns the segment object kind whose names end in suffix
 // (one of AllSuffixes).
@@ -108,11 +111,11 @@ func KindOfSuffix(suffix string) (Kind, bool) {
 // Object is an object's name within its partition, parsed.
 type Object struct {
 	Kind Kind
-	// BaseOffset and LastOffset are a segment object's offsets (0 for the
-	// manifest and intents).
+	// BaseOffset and LastOffset are a segment object's or a part's offsets
+	// (0 for the manifest, backups and intents).
 	BaseOffset, LastOffset int64
-	// ID is a segment object's upload attempt, or an intent's id (zero for
-	// the manifest).
+	// ID is a segment object's upload attempt, a part's id, or an intent's
+	// id (zero for the manifest).
 	ID [8]byte
 	// Generation is a manifest backup's generation (0 for the others).
 	Generation uint64
@@ -132,7 +135,7 @@ func (o Object) Name() string {
 		return hex.EncodeToString(o.ID[:]) + IntentSuffix
 	case o.Kind == KindManifestBackup:
 		return fmt.Sprintf("%s%020d", BackupPrefix, o.Generation)
-	case o.Kind.Segment():
+	case o.Kind.Segment() || o.Kind == KindPart:
 		return segmentName(o.BaseOffset, o.LastOffset, o.ID, o.Kind.Suffix())
 	}
 	return ""
@@ -212,6 +215,9 @@ func ParseName(name string) (Object, error) {
 	}
 	stem, suffix := name[:segmentStem], name[segmentStem:]
 	k, ok := KindOfSuffix(suffix)
+	if suffix == PartSuffix {
+		k, ok = KindPart, true
+	}
 	if !ok {
 		return Object{}, badKey(name, "suffix %q is no segment object's", suffix)
 	}
@@ -378,6 +384,9 @@ func (l Layout) Segment(s Segment, suffix string) string {
 	}
 	return string(appendSegmentName(b, s.BaseOffset, s.LastOffset, s.ID, suffix))
 }
+
+// Part is the key of part p's object.
+func (l Layout) Part(p Part) string { return l.Join(p.Name()) }
 
 // Parse parses a key of the partition's objects.
 func (l Layout) Parse(key string) (Object, error) {

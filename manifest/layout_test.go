@@ -26,6 +26,7 @@ func TestLayoutGolden(t *testing.T) {
 		KindEpochs:         "tl/orders-3/00000000000000000100-00000000000000000199-0123456789abcdef.leader-epoch-checkpoint",
 		KindIntent:         "tl/orders-3/0123456789abcdef.intent",
 		KindManifestBackup: "tl/orders-3/manifest.00000000000000000007",
+		KindPart:           "tl/orders-3/00000000000000000100-00000000000000000199-0123456789abcdef.part",
 	}
 	if len(golden) != len(Kinds()) {
 		t.Fatalf("%d golden keys for %d kinds", len(golden), len(Kinds()))
@@ -41,6 +42,11 @@ func TestLayoutGolden(t *testing.T) {
 			o = Object{Kind: k, Generation: 7}
 			if got := l.Backup(7); got != golden[k] {
 				t.Errorf("Backup(7) = %q, want %q", got, golden[k])
+			}
+		case k == KindPart:
+			o = Object{Kind: k, BaseOffset: 100, LastOffset: 199, ID: goldenSegment.ID}
+			if got := l.Part(Part{ObjectBase: 100, ObjectLast: 199, ID: goldenSegment.ID}); got != golden[k] {
+				t.Errorf("Part = %q, want %q", got, golden[k])
 			}
 		default:
 			o = SegmentObject(goldenSegment, k)

@@ -13,6 +13,8 @@
 //	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.snapshot    producer state at last+1
 //	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.leader-epoch-checkpoint   epochs up to last
 //	<prefix>/<topic>-<partition>/<id>.intent    an upload intent (JSON): the objects of an upload in flight
+//	<prefix>/<topic>-<partition>/manifest.<generation 20d>    a committed generation's backup
+//	<prefix>/<topic>-<partition>/<base 20d>-<last 20d>-<id>.part    a part of the manifest (version 3)
 //
 // What Kafka's LogSegmentData carries (KIP-405): the log, its three
 // indexes, the producer snapshot at its end and the leader epochs up to its
@@ -24,9 +26,13 @@
 // <id> is 16 hex digits, new for every upload attempt, so a retried or
 // racing upload never overwrites another's objects.
 //
-// # Encoding, version 2 (frozen once released; all integers big-endian or
-// unsigned/zigzag varints as marked). Version 1 is version 2 without the
-// fields marked v2; both are read, version 2 is written.
+// # Encoding, version 3 (frozen once released; all integers big-endian or
+// unsigned/zigzag varints as marked). Version 2 is version 3 without the
+// part list (v3); version 1 also lacks the fields marked v2. All three are
+// read, version 3 is written. The object at the manifest's key is the
+// head: with version 3 it names parts, immutable objects holding older
+// segments (layered.go has their layout and rules), and holds the
+// segments after them.
 //
 //	"TLMF"             4 bytes magic
 //	version            uint16 (2)
@@ -53,8 +59,13 @@
 //	    firstOffset    uvarint
 //	    span           uvarint  (lastOffset - firstOffset)
 //	    crc            uint32   CRC-32C of the extent's bytes
+//	partCount          uvarint  (v3) the parts the head names, each (see
+//	                   appendParts in layered.go): tier, id, the object's
+//	                   offsets, segment count, bytes, CRC-32C and directory
+//	                   size, the segments it skips, and its live segments'
+//	                   first base, .log bytes, largest timestamp and epochs
 //	count              uvarint
-//	count segments, each:
+//	count segments, each (the first one's base from the last part's last):
 //	  flags            byte     (bit 0: a gap precedes this segment)
 //	  baseDelta        uvarint  (base - (previous last + 1); 0 unless gapped)
 //	  span             uvarint  (last - base)
@@ -79,7 +90,7 @@
 //
 // The first segment's base is encoded as a delta from offset 0 (previous
 // last = -1) and its timestamps, epoch and time as deltas from 0. At 100,000
-// segments a manifest is about 4.5 MB.
+// segments the segments' entries are about 4.5 MB.
 package manifest
 
 import (
@@ -103,8 +114,8 @@ var (
 	ErrInvalid = errors.New("manifest: invalid manifest")
 )
 
-// Version is the encoding this package writes; it reads 1 and 2.
-const Version = 2
+// Version is the encoding this package writes; it reads 1 to 3.
+const Version = 3
 
 var magic = [4]byte{'T', 'L', 'M', 'F'}
 
@@ -259,6 +270,11 @@ type Manifest struct {
 	// segments lies.
 	WAL      *WAL
 	Segments []Segment
+	// Parts are the part objects the head names (version 3), holding
+	// Segments' first segments in order; the head holds the rest. Layer
+	// sets them for a manifest about to be committed; nil: the head holds
+	// every segment.
+	Parts []Part
 
 	// prefixMaxTs[i] is the largest MaxTimestamp of Segments[0..i]; it
 	// makes the timestamp search a binary search. Built by Validate.
@@ -310,6 +326,9 @@ func (m *Manifest) Validate() error {
 			return err
 		}
 	}
+	if err := m.validateParts(); err != nil {
+		return err
+	}
 	if m.Deleted && len(m.Segments) > 0 {
 		return fmt.Errorf("%w: a deleted partition names %d segments", ErrInvalid, len(m.Segments))
 	}
@@ -319,12 +338,15 @@ func (m *Manifest) Validate() error {
 	return nil
 }
 
-// Encode validates m and returns its bytes.
+// Encode validates m and returns its bytes: the head, which names
+// m.Parts and holds the segments after them (all of them when m has no
+// parts). The parts themselves are put by whoever made them (Layer).
 func (m *Manifest) Encode() ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	b := make([]byte, 0, 64+len(m.Segments)*48)
+	own := m.Segments[m.covered():]
+	b := make([]byte, 0, 64+len(m.Parts)*40+len(own)*48)
 	b = append(b, magic[:]...)
 	b = binary.BigEndian.AppendUint16(b, Version)
 	b = binary.AppendUvarint(b, m.Generation)
@@ -358,9 +380,21 @@ func (m *Manifest) Encode() ([]byte, error) {
 			b = binary.BigEndian.AppendUint32(b, e.CRC)
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(len(m.Segments)))
-	prevLast, prevTs, prevEpoch, prevTime := int64(-1), int64(0), int64(0), int64(0)
-	for _, s := range m.Segments {
+	b = appendParts(b, m.Parts)
+	prevLast := int64(-1)
+	if n := len(m.Parts); n > 0 {
+		prevLast = m.Parts[n-1].LastOffset
+	}
+	b = appendSegments(b, own, prevLast)
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+}
+
+// appendSegments appends the count and the segments, the first one's base
+// encoded from prevLast (its timestamps, epoch and time from 0).
+func appendSegments(b []byte, segs []Segment, prevLast int64) []byte {
+	b = binary.AppendUvarint(b, uint64(len(segs)))
+	prevTs, prevEpoch, prevTime := int64(0), int64(0), int64(0)
+	for _, s := range segs {
 		var flags byte
 		if s.BaseOffset != prevLast+1 {
 			flags |= 1
@@ -394,7 +428,7 @@ func (m *Manifest) Encode() ([]byte, error) {
 		}
 		prevLast, prevTs, prevEpoch, prevTime = s.LastOffset, s.MaxTimestamp, int64(s.LeaderEpoch), s.UploadTimeMs
 	}
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+	return b
 }
 
 // decoder reads varints from a byte slice, never past its end.
@@ -535,8 +569,24 @@ func (d *decoder) header(version uint16) (*Manifest, error) {
 	return m, nil
 }
 
-// Decode parses and validates a manifest.
+// Decode parses and validates a manifest that names no parts (every
+// version 1 and 2 manifest, and a version 3 one whose segments all fit its
+// head). A head that names parts is refused with ErrLayered: read it with
+// DecodeLayered, which loads them, or DecodeHead.
 func Decode(data []byte) (*Manifest, error) {
+	h, err := DecodeHead(data)
+	if err != nil {
+		return nil, err
+	}
+	if len(h.Parts) > 0 {
+		return nil, fmt.Errorf("%w: the head names %d parts", ErrLayered, len(h.Parts))
+	}
+	return h.materialize(nil)
+}
+
+// DecodeHead parses and checks a manifest's head alone: its header, the
+// parts it names and its own segments, loading nothing.
+func DecodeHead(data []byte) (*Head, error) {
 	if len(data) < len(magic)+2+4 {
 		return nil, fmt.Errorf("%w: %d bytes", ErrCorrupt, len(data))
 	}
@@ -556,24 +606,56 @@ func Decode(data []byte) (*Manifest, error) {
 	if err != nil {
 		return nil, err
 	}
-	count := d.uvarint("segment count")
+	h := &Head{m: m}
+	prevLast := int64(-1)
+	if version >= 3 {
+		h.Parts = d.parts()
+		if d.err != nil {
+			return nil, d.err
+		}
+		if n := len(h.Parts); n > 0 {
+			prevLast = h.Parts[n-1].LastOffset
+		}
+	}
+	h.Own = d.segments(version, prevLast)
 	if d.err != nil {
 		return nil, d.err
 	}
-	if count > uint64(len(d.b)/minEntryBytes) {
-		return nil, fmt.Errorf("%w: %d segments cannot fit in %d bytes", ErrCorrupt, count, len(d.b))
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, len(d.b))
 	}
-	m.Segments = make([]Segment, count)
-	prevLast, prevTs, prevEpoch, prevTime := int64(-1), int64(0), int64(0), int64(0)
-	for i := range m.Segments {
-		s := &m.Segments[i]
+	return h, nil
+}
+
+// segments decodes a count and the segments after it, the first one's
+// base encoded from prevLast.
+func (d *decoder) segments(version uint16, prevLast int64) []Segment {
+	count := d.uvarint("segment count")
+	if d.err != nil {
+		return nil
+	}
+	if count > uint64(len(d.b)/minEntryBytes) {
+		d.fail(fmt.Sprintf("%d segments cannot fit in %d bytes", count, len(d.b)))
+		return nil
+	}
+	segs := make([]Segment, count)
+	prevTs, prevEpoch, prevTime := int64(0), int64(0), int64(0)
+	for i := range segs {
+		s := &segs[i]
 		flags := d.bytes(1, "flags")[0]
 		delta := d.int63("base offset")
 		if (delta != 0) != (flags&1 != 0) {
 			d.fail(fmt.Sprintf("segment %d: a gap of %d offsets that its flags do not declare", i, delta))
 		}
+		if delta > math.MaxInt64-(prevLast+1) {
+			d.fail(fmt.Sprintf("segment %d: base offset out of range", i))
+		}
 		s.BaseOffset = prevLast + 1 + delta
-		s.LastOffset = s.BaseOffset + d.int63("last offset")
+		span := d.int63("last offset")
+		if span > math.MaxInt64-s.BaseOffset {
+			d.fail(fmt.Sprintf("segment %d: offsets overflow", i))
+		}
+		s.LastOffset = s.BaseOffset + span
 		s.MaxTimestamp = prevTs + d.varint("max timestamp")
 		s.Size = d.int63("size")
 		s.Records = d.int63("records")
@@ -592,20 +674,12 @@ func Decode(data []byte) (*Manifest, error) {
 			d.decodeV2(s)
 		}
 		if d.err != nil {
-			return nil, fmt.Errorf("%w (segment %d)", d.err, i)
-		}
-		if s.LastOffset < s.BaseOffset || s.BaseOffset < prevLast+1 {
-			return nil, fmt.Errorf("%w: segment %d: offsets overflow", ErrCorrupt, i)
+			d.err = fmt.Errorf("%w (segment %d)", d.err, i)
+			return nil
 		}
 		prevLast, prevTs, prevEpoch, prevTime = s.LastOffset, s.MaxTimestamp, int64(s.LeaderEpoch), s.UploadTimeMs
 	}
-	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, len(d.b))
-	}
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
-	return m, nil
+	return segs
 }
 
 // Find is step 1 of an offset lookup: the index of the segment holding

@@ -29,6 +29,9 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		backupErrors    = desc(sub, "manifest_backup_errors_total", "Manifest backups that could not be written after a commit.", nil, nil)
 		confirmed       = desc(sub, "puts_confirmed_total", "Objects put again over themselves because the first put's answer was lost after it landed.", nil, nil)
 		unchanged       = desc(sub, "manifest_unchanged_total", "Follower refreshes that found the manifest unchanged by its ETag (no body read).", nil, nil)
+		manifestBytes   = desc(sub, "manifest_bytes_put_total", "Bytes of manifest heads and parts put by commits.", nil, nil)
+		partsPut        = desc(sub, "manifest_parts_put_total", "Manifest parts put by commits (a head passed its bound or a tier carried).", nil, nil)
+		partReads       = desc(sub, "manifest_part_reads_total", "Manifest parts read from the bucket (a head named parts the partition did not hold).", nil, nil)
 		remoteReads     = desc(sub, "remote_reads_total", "Reads served from the bucket.", nil, nil)
 		remoteBytes     = desc(sub, "remote_read_bytes_total", "Bytes returned by reads from the bucket.", nil, nil)
 		remoteErrors    = desc(sub, "remote_read_errors_total", "Reads below the local log start that failed.", nil, nil)
@@ -45,7 +48,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		tieredPartsDesc = desc(sub, "partitions", "Tiered partitions open.", nil, nil)
 	)
 	segments, segBytes := tierDescs("remote")
-	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, remoteReads,
+	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, manifestBytes, partsPut, partReads, remoteReads,
 		remoteBytes, remoteErrors, remoteLatency, remoteDeleted}
 	if partitions != nil {
 		descs = append(descs, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
@@ -65,6 +68,9 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 			counter(ch, backupErrors, float64(m.ManifestBackupErrors.Load()))
 			counter(ch, confirmed, float64(m.PutsConfirmed.Load()))
 			counter(ch, unchanged, float64(m.ManifestUnchanged.Load()))
+			counter(ch, manifestBytes, float64(m.ManifestBytesPut.Load()))
+			counter(ch, partsPut, float64(m.ManifestPartsPut.Load()))
+			counter(ch, partReads, float64(m.ManifestPartReads.Load()))
 			counter(ch, remoteReads, float64(m.RemoteReads.Load()))
 			counter(ch, remoteBytes, float64(m.RemoteReadBytes.Load()))
 			counter(ch, remoteErrors, float64(m.RemoteReadErrors.Load()))

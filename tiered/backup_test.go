@@ -130,11 +130,11 @@ func TestLostManifestIsRestored(t *testing.T) {
 	// The manifest in the bucket, read once and judged by its own
 	// generation: the backend's service may commit again meanwhile.
 	raw := objectBytes(t, store, rollbackManifest)
-	restored, err := manifest.Decode(raw)
+	restored, err := manifest.DecodeHead(raw)
 	if err != nil {
 		t.Fatalf("the manifest after the restore: %v", err)
 	}
-	if g := restored.Generation; g < gen {
+	if g := restored.Generation(); g < gen {
 		t.Fatalf("generation %d after the restore, below the lost one's %d", g, gen)
 	} else if g == gen && !bytes.Equal(raw, manifestBytes) {
 		t.Fatal("the restored manifest is not the backup's bytes")

@@ -40,29 +40,40 @@ func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
 }
 
 // readManifestObject GETs and decodes the manifest (or a backup of one)
-// under key, at most maxManifestBytes, returning its bytes too.
+// under key, at most maxManifestBytes, returning its bytes too. The parts
+// its head names are loaded (partLoader).
 func (p *Partition) readManifestObject(ctx context.Context, key string) ([]byte, *manifest.Manifest, objstore.ObjectInfo, error) {
-	rc, info, err := p.store.Get(ctx, key, 0, -1)
+	data, info, err := p.readHeadBytes(ctx, key)
 	if err != nil {
-		return nil, nil, info, fmt.Errorf("tiered: read %s: %w", key, err)
+		return nil, nil, info, err
 	}
-	if info.Size > maxManifestBytes {
-		rc.Close()
-		return nil, nil, info, fmt.Errorf("tiered: %s: %w: %d bytes, more than the %d a manifest may have", key, manifest.ErrCorrupt, info.Size, maxManifestBytes)
-	}
-	data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
-	rc.Close()
-	if err != nil {
-		return nil, nil, info, fmt.Errorf("tiered: read %s: %w", key, err)
-	}
-	if len(data) > maxManifestBytes {
-		return nil, nil, info, fmt.Errorf("tiered: %s: %w: more than the %d bytes a manifest may have", key, manifest.ErrCorrupt, maxManifestBytes)
-	}
-	m, err := manifest.Decode(data)
+	m, err := manifest.DecodeLayered(data, p.partLoader(ctx))
 	if err != nil {
 		return nil, nil, info, fmt.Errorf("tiered: %s: %w", key, err)
 	}
 	return data, m, info, nil
+}
+
+// readHeadBytes GETs the manifest's head (or a backup's) under key, at
+// most maxManifestBytes.
+func (p *Partition) readHeadBytes(ctx context.Context, key string) ([]byte, objstore.ObjectInfo, error) {
+	rc, info, err := p.store.Get(ctx, key, 0, -1)
+	if err != nil {
+		return nil, info, fmt.Errorf("tiered: read %s: %w", key, err)
+	}
+	if info.Size > maxManifestBytes {
+		rc.Close()
+		return nil, info, fmt.Errorf("tiered: %s: %w: %d bytes, more than the %d a manifest may have", key, manifest.ErrCorrupt, info.Size, maxManifestBytes)
+	}
+	data, err := io.ReadAll(io.LimitReader(rc, maxManifestBytes+1))
+	rc.Close()
+	if err != nil {
+		return nil, info, fmt.Errorf("tiered: read %s: %w", key, err)
+	}
+	if len(data) > maxManifestBytes {
+		return nil, info, fmt.Errorf("tiered: %s: %w: more than the %d bytes a manifest may have", key, manifest.ErrCorrupt, maxManifestBytes)
+	}
+	return data, info, nil
 }
 
 // adopt makes st the committed manifest, and tells the local log where the
@@ -189,12 +200,28 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	if p.dl != nil {
 		next.WAL = p.walRecordLocked(st.m, next)
 	}
+	made, err := next.Layer(st.m, newPartID)
+	if err != nil {
+		return err
+	}
 	data, err := next.Encode()
 	if err != nil {
 		return err
 	}
+	if len(made) > 0 {
+		// The parts first: the head names them. It must land before gc
+		// may judge them unnamed.
+		deadline, err := p.putPartsLocked(ctx, made)
+		if err != nil {
+			return err
+		}
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	opts := objstore.PutOptions{IfMatch: st.etag, IfNoneMatch: st.etag == ""}
 	info, err := p.store.Put(ctx, p.layout().Manifest(), bytes.NewReader(data), int64(len(data)), opts)
+	p.metrics.ManifestBytesPut.Add(int64(len(data)))
 	switch {
 	case err == nil:
 		p.adopt(&manifestState{m: next, etag: info.ETag})

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
 )
 
 // LocalOf returns the local log under p, for tests that look (and write)
@@ -25,4 +26,19 @@ type movingTier struct{ tier }
 
 func (movingTier) read(context.Context, view, int64, int64, backend.ReadOptions) (backend.Records, bool, error) {
 	return nil, true, fmt.Errorf("%w: %w", errViewMoved, &backend.OffsetOutOfRangeError{Offset: 0, LogStart: 0, LogEnd: 0})
+}
+
+// CommitSegments commits the manifest p holds with segs appended, as an
+// upload's commit does, for tests of the manifest at sizes no log reaches
+// (the segments' objects are not put).
+func CommitSegments(ctx context.Context, p *Partition, segs []manifest.Segment) error {
+	ctx, done, err := p.beginLeaderChange(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	st := p.man.Load()
+	next := *st.m
+	next.Segments = append(st.m.Segments[:len(st.m.Segments):len(st.m.Segments)], segs...)
+	return p.commitLocked(ctx, st, &next)
 }

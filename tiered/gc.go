@@ -46,6 +46,11 @@ import (
 // whose Delete was cut short can leave such objects too: the same flag
 // removes them once an operator has looked.
 //
+// A manifest's parts (parts.go) are named by its head; gc also keeps
+// the parts a kept backup's head names, which a restore needs. A part no
+// head names is judged as a segment object no intent names (the grace
+// period; the offsets past the manifest's end).
+//
 // A manifest backup (backup.go) older than the last keptBackups
 // generations is garbage too, whatever its age: no commit names a
 // backup, and a restore takes only the newest; so is one above the
@@ -251,7 +256,8 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 		}
 	}
 	// After the listing: whatever a commit named before the listing ended
-	// is named here.
+	// is named here (the parts both reads name are read once).
+	p.man.Store(first)
 	st, err := p.readManifest(ctx)
 	if err != nil {
 		return nil, err
@@ -261,6 +267,12 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 		for _, suf := range s.Objects() {
 			named[p.layout().Segment(s, suf)] = true
 		}
+	}
+	for _, part := range st.m.Parts {
+		named[p.layout().Part(part)] = true
+	}
+	if err := p.namedByBackups(ctx, objects, st, opts, named); err != nil {
+		return nil, err
 	}
 	protected, byIntent, deadIntents := judgeIntents(ctx, p, objects, st, opts)
 	now := opts.Now()
@@ -281,7 +293,7 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 			}
 			continue
 		}
-		if named[k] || protected[k] || err != nil || !obj.Kind.Segment() {
+		if named[k] || protected[k] || err != nil || !(obj.Kind.Segment() || obj.Kind == manifest.KindPart) {
 			continue // named, protected, an intent, or a key the layout does not know
 		}
 		switch {
@@ -309,6 +321,36 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 		return garbage, err
 	}
 	return garbage, kept
+}
+
+// namedByBackups adds to named the parts the kept manifest backups among
+// objects name: a restore commits a backup's head again, and it needs
+// them. A backup gc removes (older than the ones kept) protects nothing.
+func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.ObjectInfo, st *manifestState, opts GCOptions, named map[string]bool) error {
+	for _, o := range objects {
+		obj, err := p.layout().Parse(o.Key)
+		if err != nil || obj.Kind != manifest.KindManifestBackup ||
+			st.etag != "" && (obj.Generation+keptBackups <= st.m.Generation || opts.RemovePastEnd && obj.Generation > st.m.Generation) {
+			continue
+		}
+		data, _, err := p.readHeadBytes(ctx, o.Key)
+		if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, manifest.ErrCorrupt) {
+			continue // removed since the listing, or no restore takes it
+		}
+		if err != nil {
+			return fmt.Errorf("tiered: gc: read the manifest backup %s: %w", o.Key, err)
+		}
+		h, err := manifest.DecodeHead(data)
+		if err != nil {
+			// Unreadable: no restore takes it (restoreManifest skips
+			// it), so it names nothing that must stay.
+			continue
+		}
+		for _, part := range h.Parts {
+			named[p.layout().Part(part)] = true
+		}
+	}
+	return nil
 }
 
 // judgeIntents reads the upload intents among objects and sorts what they

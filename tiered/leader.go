@@ -251,6 +251,7 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 		return err
 	}
 	info, err := p.store.Put(ctx, p.layout().Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: now.etag, IfNoneMatch: now.etag == ""})
+	p.metrics.ManifestBytesPut.Add(int64(len(data)))
 	if err != nil {
 		p.adopt(now)
 		p.unknown = next

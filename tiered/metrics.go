@@ -44,6 +44,13 @@ type Metrics struct {
 	// ManifestUnchanged counts a follower's refreshes that found the
 	// manifest's ETag unchanged (a HEAD, no body read).
 	ManifestUnchanged atomic.Int64
+	// ManifestBytesPut counts the bytes of manifest heads and parts put by
+	// commits; ManifestPartsPut the parts, ManifestPartReads the parts
+	// read from the bucket (a head read names parts the partition did not
+	// hold).
+	ManifestBytesPut  atomic.Int64
+	ManifestPartsPut  atomic.Int64
+	ManifestPartReads atomic.Int64
 
 	RemoteReads       atomic.Int64 // reads served from the bucket
 	RemoteReadBytes   atomic.Int64

@@ -233,9 +233,9 @@ func readPartitionEnd(ctx context.Context, store *objstore.Store, root string, t
 	if err != nil {
 		return partitionEnd{}, err
 	}
-	m, err := manifest.Decode(data)
+	h, err := manifest.DecodeHead(data) // its end is in the head: no part is read
 	if err != nil {
 		return partitionEnd{}, fmt.Errorf("tiered: WAL gc: %s: %w", key, err)
 	}
-	return partitionEnd{deleted: m.Deleted, end: remoteEnd(m)}, nil
+	return partitionEnd{deleted: h.Deleted(), end: max(h.LastOffset()+1, h.LogStartOffset())}, nil
 }

@@ -70,10 +70,15 @@ type partitionCost struct {
 // generation (the manifest and its backup). The objects are every one
 // each segment records (manifest.Manifest.Objects: its .log, indexes, and
 // whichever of the .txnindex, producer snapshot and leader-epoch
-// checkpoint it has), the manifest and the two backups a partition keeps
-// (fewer below generation 2); a restore reads all but the backups.
+// checkpoint it has) and the manifest's parts, the manifest and the two
+// backups a partition keeps (fewer below generation 2); a restore reads
+// all but the backups.
 func estimate(name string, m *manifest.Manifest, p prices, fetchBytes int64) partitionCost {
 	objects, bytes := m.Objects()
+	for _, part := range m.Parts {
+		objects++
+		bytes += part.Bytes
+	}
 	backups := int(min(m.Generation, 2))
 	c := partitionCost{Partition: name, Segments: len(m.Segments), Objects: objects + 1 + backups, Bytes: bytes}
 	var logBytes int64

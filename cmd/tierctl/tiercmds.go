@@ -375,6 +375,12 @@ is an error (exit 2).`,
 				return nil
 			}
 			fmt.Fprintf(w, "generation %d, writer epoch %d, log start %d, %d segments, %d bytes\n", m.Generation, m.WriterEpoch, m.LogStartOffset, len(m.Segments), m.Size())
+			if len(m.Parts) > 0 {
+				fmt.Fprintf(w, "%d parts hold the first %d segments; the head the last %d\n", len(m.Parts), len(m.Segments)-m.HeadSegments(), m.HeadSegments())
+				for _, p := range m.Parts {
+					fmt.Fprintf(w, "part %s  tier %d  segments %d (of %d)  offsets %d..%d  %d bytes\n", p.Name(), p.Tier, p.Segments, p.ObjectSegments, p.BaseOffset, p.LastOffset, p.Bytes)
+				}
+			}
 			for _, s := range m.Segments {
 				fmt.Fprintf(w, "%s  records %d  max timestamp %d  epoch %d  crc %08x\n", s.Name(manifest.LogSuffix), s.Records, s.MaxTimestamp, s.LeaderEpoch, s.LogCRC)
 			}
@@ -409,7 +415,11 @@ is an error (exit 2).`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(w, "manifest generation %d: %d segments, %d objects checked, %d problems\n", m.Generation, len(m.Segments), checked, problems)
+			fmt.Fprintf(w, "manifest generation %d: %d segments, %d objects checked, %d problems", m.Generation, len(m.Segments), checked, problems)
+			if len(m.Parts) > 0 {
+				fmt.Fprintf(w, " (and the %d manifest parts, read and checked)", len(m.Parts))
+			}
+			fmt.Fprintln(w)
 			if problems > 0 {
 				w.Flush()
 				return errProblems

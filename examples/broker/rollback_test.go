@@ -81,7 +81,13 @@ func readManifestFile(t *testing.T, path string) (*manifest.Manifest, []byte) {
 	if err != nil {
 		return nil, nil
 	}
-	m, err := manifest.Decode(data)
+	m, err := manifest.DecodeLayered(data, func(part manifest.Part) ([]manifest.Segment, error) {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(path), part.Name()))
+		if err != nil {
+			return nil, err
+		}
+		return manifest.DecodePart(part, b)
+	})
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}

@@ -1,0 +1,587 @@
+package manifest
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"math"
+	"slices"
+)
+
+// The layered manifest (version 3).
+//
+// A manifest that held every segment in one object was rewritten whole by
+// every commit: the bytes a partition PUT over its life grew as the square
+// of its segments. Version 3 splits it. The head (the object at the
+// manifest's key, committed by the conditional PUT as before) holds the
+// newest segments and names parts: immutable objects, each a run of older
+// segments, written once and never changed, with each part's offsets,
+// timestamps, epochs and sizes in the head.
+//
+// Parts come in tiers. A tier 0 part holds LeafSegments segments; a tier t
+// part holds Fanout times a tier t-1 part's, up to MaxTier. A commit whose
+// head holds more than LeafSegments segments of its own moves the oldest
+// ones into tier 0 parts; Fanout parts of one tier in a row at the head's
+// end become one part of the next (a merge, written from the segments,
+// not from the parts). The head thus names at most Fanout-1 parts of each
+// tier below MaxTier and one MaxTier part per Fanout^MaxTier ×
+// LeafSegments segments: like a counter in base Fanout. A commit PUTs the
+// head and, when it crosses a tier, the one new part the carry makes.
+//
+// A cut at the front (retention, a new log start that drops segments) does
+// not rewrite the part it cuts into: the head's reference skips the part's
+// first segments (Part.Skip), and a part whose segments are all gone is no
+// longer named. gc removes an object no head names (nor any kept backup's).
+//
+// A part is laid out for ranged reads: blocks of BlockSegments segments,
+// then a directory of the blocks, then a CRC-32C of everything before it.
+// The head records the part's size and its directory's, so a reader can
+// fetch the directory, then one block.
+
+// The shape of the layers.
+const (
+	// LeafSegments is how many segments a tier 0 part holds, and how many
+	// the head keeps of its own before it moves them into one.
+	LeafSegments = 16
+	// Fanout is how many parts of one tier make a part of the next.
+	Fanout = 16
+	// MaxTier is the highest tier: its parts hold
+	// LeafSegments × Fanout^MaxTier = 65,536 segments.
+	MaxTier = 3
+	// BlockSegments is how many segments one block of a part holds.
+	BlockSegments = 256
+)
+
+// TierSegments returns how many segments a part of tier t holds when
+// written.
+func TierSegments(t int) int {
+	n := LeafSegments
+	for range t {
+		n *= Fanout
+	}
+	return n
+}
+
+// ErrLayered means a head names parts, and the caller read it as a whole
+// manifest (Decode): read it with DecodeLayered.
+var ErrLayered = errors.New("manifest: the head names parts")
+
+// PartSuffix ends the name of a part object.
+const PartSuffix = ".part"
+
+var partMagic = [4]byte{'T', 'L', 'M', 'P'}
+
+// partVersion is the encoding of a part object this package writes.
+const partVersion = 1
+
+// Part is a head's reference to a part object, and what the head knows of
+// its segments.
+type Part struct {
+	Tier int
+	ID   [8]byte
+	// The object: the offsets of its first and last segments (its key's),
+	// how many segments it holds, its bytes and their CRC-32C, and the
+	// size of its block directory (the bytes before its last 4).
+	ObjectBase, ObjectLast int64
+	ObjectSegments         int
+	Bytes                  int64
+	CRC                    uint32
+	DirSize                int64
+	// Skip is how many of the object's first segments are no longer the
+	// partition's (cut by retention or a new log start).
+	Skip int
+	// The segments the manifest still has: Segments of them, from
+	// BaseOffset to LastOffset (the object's last), Size .log bytes in
+	// all, the largest MaxTimestamp, the first one's first leader epoch
+	// and the last one's LeaderEpoch.
+	Segments               int
+	BaseOffset, LastOffset int64
+	Size                   int64
+	MaxTimestamp           int64
+	FirstEpoch, LastEpoch  int32
+}
+
+// Name returns the part object's name: <object base 20d>-<object last
+// 20d>-<id>.part.
+func (p Part) Name() string { return segmentName(p.ObjectBase, p.ObjectLast, p.ID, PartSuffix) }
+
+// Head is a manifest's head as stored, decoded alone (DecodeHead): the
+// header, the parts it names, and the segments after them.
+type Head struct {
+	m     *Manifest // the header fields
+	Parts []Part
+	Own   []Segment
+}
+
+// Generation is the head's generation.
+func (h *Head) Generation() uint64 { return h.m.Generation }
+
+// LogStartOffset is the head's log start.
+func (h *Head) LogStartOffset() int64 { return h.m.LogStartOffset }
+
+// Deleted says whether the partition's deletion has begun.
+func (h *Head) Deleted() bool { return h.m.Deleted }
+
+// LastOffset returns the offset of the manifest's last segment, or -1
+// when it has none.
+func (h *Head) LastOffset() int64 {
+	if n := len(h.Own); n > 0 {
+		return h.Own[n-1].LastOffset
+	}
+	if n := len(h.Parts); n > 0 {
+		return h.Parts[n-1].LastOffset
+	}
+	return -1
+}
+
+// materialize builds the manifest: each part's live segments (load returns
+// them: the segments of the part's object from its Skip on, as DecodePart
+// does, or a copy held already) and then the head's own. Each part's are
+// checked against its reference.
+func (h *Head) materialize(load func(Part) ([]Segment, error)) (*Manifest, error) {
+	m := h.m
+	total := len(h.Own)
+	for _, p := range h.Parts {
+		total += p.Segments
+	}
+	m.Segments = make([]Segment, 0, total)
+	for i, p := range h.Parts {
+		segs, err := load(p)
+		if err != nil {
+			return nil, fmt.Errorf("manifest: part %d (%s): %w", i, p.Name(), err)
+		}
+		if err := p.check(segs); err != nil {
+			return nil, err
+		}
+		m.Segments = append(m.Segments, segs...)
+	}
+	m.Segments = append(m.Segments, h.Own...)
+	if len(h.Parts) > 0 {
+		m.Parts = h.Parts
+	}
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
+	return m, nil
+}
+
+// DecodeLayered parses a manifest's head and builds the whole manifest,
+// loading each part it names through load (which returns the part's live
+// segments: DecodePart of its bytes, or a copy held already).
+func DecodeLayered(data []byte, load func(Part) ([]Segment, error)) (*Manifest, error) {
+	h, err := DecodeHead(data)
+	if err != nil {
+		return nil, err
+	}
+	return h.materialize(load)
+}
+
+// check says whether live (the segments of a part's object from Skip on)
+// are what the reference says.
+func (p Part) check(live []Segment) error {
+	if len(live) != p.Segments || len(live) == 0 {
+		return fmt.Errorf("%w: part %s holds %d segments after the %d it skips, its reference says %d", ErrCorrupt, p.Name(), len(live), p.Skip, p.Segments)
+	}
+	want := p
+	want.summarize(live)
+	if want.BaseOffset != p.BaseOffset || want.LastOffset != p.LastOffset || want.Size != p.Size ||
+		want.MaxTimestamp != p.MaxTimestamp || want.FirstEpoch != p.FirstEpoch || want.LastEpoch != p.LastEpoch {
+		return fmt.Errorf("%w: part %s does not hold what its reference says", ErrCorrupt, p.Name())
+	}
+	return nil
+}
+
+// summarize sets the live fields from segs (the part's segments after
+// Skip).
+func (p *Part) summarize(segs []Segment) {
+	p.Segments = len(segs)
+	p.BaseOffset, p.LastOffset = segs[0].BaseOffset, segs[len(segs)-1].LastOffset
+	p.Size, p.MaxTimestamp = 0, math.MinInt64
+	for _, s := range segs {
+		p.Size += s.Size
+		p.MaxTimestamp = max(p.MaxTimestamp, s.MaxTimestamp)
+	}
+	p.FirstEpoch = segs[0].LeaderEpoch
+	if len(segs[0].Epochs) > 0 {
+		p.FirstEpoch = segs[0].Epochs[0].Epoch
+	}
+	p.LastEpoch = segs[len(segs)-1].LeaderEpoch
+}
+
+// minPartRefBytes is the smallest encoded reference: the tier, the id,
+// eleven one-byte varints and the CRC.
+const minPartRefBytes = 1 + 8 + 11 + 4
+
+// appendParts appends the count and the references.
+func appendParts(b []byte, parts []Part) []byte {
+	b = binary.AppendUvarint(b, uint64(len(parts)))
+	prevLast, prevTs, prevEpoch := int64(-1), int64(0), int64(0)
+	for _, p := range parts {
+		b = append(b, byte(p.Tier))
+		b = append(b, p.ID[:]...)
+		b = binary.AppendUvarint(b, uint64(p.ObjectBase-(prevLast+1)))
+		b = binary.AppendUvarint(b, uint64(p.ObjectLast-p.ObjectBase))
+		b = binary.AppendUvarint(b, uint64(p.ObjectSegments))
+		b = binary.AppendUvarint(b, uint64(p.Bytes))
+		b = binary.BigEndian.AppendUint32(b, p.CRC)
+		b = binary.AppendUvarint(b, uint64(p.DirSize))
+		b = binary.AppendUvarint(b, uint64(p.Skip))
+		b = binary.AppendUvarint(b, uint64(p.BaseOffset-p.ObjectBase))
+		b = binary.AppendUvarint(b, uint64(p.Size))
+		b = binary.AppendVarint(b, p.MaxTimestamp-prevTs)
+		b = binary.AppendVarint(b, int64(p.FirstEpoch)-prevEpoch)
+		b = binary.AppendVarint(b, int64(p.LastEpoch)-int64(p.FirstEpoch))
+		prevLast, prevTs, prevEpoch = p.ObjectLast, p.MaxTimestamp, int64(p.LastEpoch)
+	}
+	return b
+}
+
+// parts decodes a count and the references after it.
+func (d *decoder) parts() []Part {
+	count := d.uvarint("part count")
+	if d.err != nil {
+		return nil
+	}
+	if count > uint64(len(d.b)/minPartRefBytes) {
+		d.fail(fmt.Sprintf("%d parts cannot fit in %d bytes", count, len(d.b)))
+		return nil
+	}
+	parts := make([]Part, count)
+	prevLast, prevTs, prevEpoch := int64(-1), int64(0), int64(0)
+	for i := range parts {
+		p := &parts[i]
+		p.Tier = int(d.bytes(1, "part tier")[0])
+		copy(p.ID[:], d.bytes(8, "part id"))
+		delta := d.int63("part base")
+		span := d.int63("part span")
+		p.ObjectSegments = int(min(d.int63("part segments"), math.MaxInt32))
+		p.Bytes = d.int63("part bytes")
+		p.CRC = binary.BigEndian.Uint32(d.bytes(4, "part crc"))
+		p.DirSize = d.int63("part directory size")
+		p.Skip = int(min(d.int63("part skip"), math.MaxInt32))
+		liveDelta := d.int63("part live base")
+		p.Size = d.int63("part size")
+		p.MaxTimestamp = prevTs + d.varint("part max timestamp")
+		first := prevEpoch + d.varint("part first epoch")
+		last := first + d.varint("part last epoch")
+		if d.err != nil {
+			d.err = fmt.Errorf("%w (part %d)", d.err, i)
+			return nil
+		}
+		if delta > math.MaxInt64-(prevLast+1) || span > math.MaxInt64-(prevLast+1+delta) || liveDelta > span ||
+			first < 0 || first > math.MaxInt32 || last < first || last > math.MaxInt32 {
+			d.fail(fmt.Sprintf("part %d: offsets or epochs out of range", i))
+			return nil
+		}
+		p.ObjectBase = prevLast + 1 + delta
+		p.ObjectLast = p.ObjectBase + span
+		p.BaseOffset, p.LastOffset = p.ObjectBase+liveDelta, p.ObjectLast
+		p.Segments = p.ObjectSegments - p.Skip
+		p.FirstEpoch, p.LastEpoch = int32(first), int32(last)
+		if err := p.validate(); err != nil {
+			d.err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+			return nil
+		}
+		prevLast, prevTs, prevEpoch = p.ObjectLast, p.MaxTimestamp, last
+	}
+	return parts
+}
+
+// validate checks a reference on its own.
+func (p Part) validate() error {
+	switch {
+	case p.Tier < 0 || p.Tier > MaxTier:
+		return fmt.Errorf("%w: part %s of tier %d (at most %d)", ErrInvalid, p.Name(), p.Tier, MaxTier)
+	case p.ObjectSegments < 1 || p.ObjectSegments > TierSegments(p.Tier) || p.Skip < 0 || p.Skip >= p.ObjectSegments || p.Segments != p.ObjectSegments-p.Skip:
+		return fmt.Errorf("%w: part %s holds %d segments and skips %d (tier %d holds at most %d)", ErrInvalid, p.Name(), p.ObjectSegments, p.Skip, p.Tier, TierSegments(p.Tier))
+	case p.ObjectBase < 0 || p.BaseOffset < p.ObjectBase || p.LastOffset != p.ObjectLast || p.BaseOffset > p.LastOffset || p.ObjectLast-p.ObjectBase+1 < int64(p.ObjectSegments):
+		return fmt.Errorf("%w: part %s has offsets %d..%d, live from %d", ErrInvalid, p.Name(), p.ObjectBase, p.ObjectLast, p.BaseOffset)
+	case p.Size < int64(p.Segments) || p.Bytes <= 4 || p.DirSize <= 0 || p.DirSize > p.Bytes-4:
+		return fmt.Errorf("%w: part %s has sizes %d, %d and %d", ErrInvalid, p.Name(), p.Size, p.Bytes, p.DirSize)
+	}
+	return nil
+}
+
+// HeadSegments returns how many of m.Segments the head holds (those after
+// its parts').
+func (m *Manifest) HeadSegments() int { return len(m.Segments) - m.covered() }
+
+// covered returns how many of m.Segments its parts hold.
+func (m *Manifest) covered() int {
+	n := 0
+	for _, p := range m.Parts {
+		n += p.Segments
+	}
+	return n
+}
+
+// validateParts checks that m.Parts hold m.Segments' first segments, in
+// order, each reference on its own sound. (That each part object holds
+// what its reference says is checked when it is loaded, and Layer makes
+// references from the segments.)
+func (m *Manifest) validateParts() error {
+	at := 0
+	prevLast := int64(-1)
+	for i, p := range m.Parts {
+		if err := p.validate(); err != nil {
+			return err
+		}
+		if p.ObjectBase <= prevLast || at+p.Segments > len(m.Segments) ||
+			m.Segments[at].BaseOffset != p.BaseOffset || m.Segments[at+p.Segments-1].LastOffset != p.LastOffset {
+			return fmt.Errorf("%w: part %d (%s, offsets %d..%d) does not hold the manifest's segments %d to %d", ErrInvalid, i, p.Name(), p.BaseOffset, p.LastOffset, at, at+p.Segments-1)
+		}
+		prevLast = p.ObjectLast
+		at += p.Segments
+	}
+	return nil
+}
+
+// PartObject is a part Layer made: its reference and its bytes, to be put
+// (create-only) before the head that names it is committed.
+type PartObject struct {
+	Part
+	Data []byte
+}
+
+// Layer sets m.Parts for m.Segments, reusing the parts of prev (the
+// manifest m replaces; nil for none) that still hold the same segments,
+// and returns the parts it made. See the notes at the top of the file for
+// the shape; newID returns a fresh id for each new part.
+func (m *Manifest) Layer(prev *Manifest, newID func() [8]byte) ([]PartObject, error) {
+	type entry struct {
+		tier  int
+		start int   // in m.Segments
+		count int   // segments
+		old   *Part // the reused reference (its Skip and live fields adjusted), or nil for a new part
+	}
+	segs := m.Segments
+	var es []entry
+	j := 0
+	if prev != nil {
+		at := 0
+		front := true
+		for i := range prev.Parts {
+			p := prev.Parts[i]
+			run := prev.Segments[at : at+p.Segments]
+			at += p.Segments
+			if j+len(run) <= len(segs) && sameSegments(run, segs[j:j+len(run)]) {
+				es = append(es, entry{tier: p.Tier, start: j, count: len(run), old: &p})
+				j += len(run)
+				front = false
+				continue
+			}
+			if !front || len(segs) == 0 {
+				break // changed in the middle: what follows is written anew
+			}
+			if run[len(run)-1].LastOffset < segs[0].BaseOffset {
+				continue // cut whole
+			}
+			k, found := slices.BinarySearchFunc(run, segs[0].BaseOffset, func(s Segment, off int64) int { return cmpInt(s.BaseOffset, off) })
+			if !found || len(run)-k > len(segs) || !sameSegments(run[k:], segs[:len(run)-k]) {
+				break
+			}
+			p.Skip += k // cut into: skip the gone segments
+			p.summarize(run[k:])
+			es = append(es, entry{tier: p.Tier, start: 0, count: len(run) - k, old: &p})
+			j = len(run) - k
+			front = false
+		}
+	}
+	// The rest: the head's own, the oldest moved into tier 0 parts while
+	// it holds more than LeafSegments.
+	for len(segs)-j > LeafSegments {
+		es = append(es, entry{tier: 0, start: j, count: LeafSegments})
+		j += LeafSegments
+	}
+	// Carries: Fanout parts of tier t in a row after the last part of a
+	// higher tier become one of tier t+1.
+	for t := 0; t < MaxTier; t++ {
+		for {
+			from := len(es)
+			for from > 0 && es[from-1].tier <= t {
+				from--
+			}
+			for from < len(es) && es[from].tier < t {
+				from++ // lower tiers left at the front by a cut stay where they are
+			}
+			n := 0
+			for from+n < len(es) && es[from+n].tier == t {
+				n++
+			}
+			if n < Fanout {
+				break
+			}
+			merged := entry{tier: t + 1, start: es[from].start}
+			for _, e := range es[from : from+Fanout] {
+				merged.count += e.count
+			}
+			es = slices.Replace(es, from, from+Fanout, merged)
+		}
+	}
+	var made []PartObject
+	m.Parts = m.Parts[:0:0]
+	for _, e := range es {
+		if e.old != nil {
+			m.Parts = append(m.Parts, *e.old)
+			continue
+		}
+		id := newID()
+		po, err := encodePart(e.tier, id, segs[e.start:e.start+e.count])
+		if err != nil {
+			return nil, err
+		}
+		made = append(made, po)
+		m.Parts = append(m.Parts, po.Part)
+	}
+	if err := m.Validate(); err != nil {
+		m.Parts = nil
+		return nil, err
+	}
+	return made, nil
+}
+
+func cmpInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// sameSegments says whether a and b are the same segments, field by field.
+func sameSegments(a, b []Segment) bool {
+	return slices.EqualFunc(a, b, func(x, y Segment) bool {
+		return x.BaseOffset == y.BaseOffset && x.LastOffset == y.LastOffset && x.ID == y.ID && x.MaxTimestamp == y.MaxTimestamp &&
+			x.Size == y.Size && x.Records == y.Records && x.LeaderEpoch == y.LeaderEpoch && x.UploadTimeMs == y.UploadTimeMs &&
+			x.IndexSize == y.IndexSize && x.TimeIndexSize == y.TimeIndexSize && x.LogCRC == y.LogCRC && x.IndexCRC == y.IndexCRC &&
+			x.TimeIndexCRC == y.TimeIndexCRC && x.TxnIndexSize == y.TxnIndexSize && x.SnapshotSize == y.SnapshotSize &&
+			x.EpochsSize == y.EpochsSize && x.TxnIndexCRC == y.TxnIndexCRC && x.SnapshotCRC == y.SnapshotCRC &&
+			x.EpochsCRC == y.EpochsCRC && slices.Equal(x.Epochs, y.Epochs)
+	})
+}
+
+// encodePart lays segs out as a part object of tier t:
+//
+//	"TLMP"          4 bytes magic
+//	version         uint16 (1)
+//	tier            byte
+//	blocks          each: a segment count and the segments, as in the
+//	                head, the first one's base from -1
+//	directory       uvarint count, then each block's: offset, size,
+//	                segments, base offset, last offset (uvarints),
+//	                max timestamp (varint), CRC-32C (uint32)
+//	crc             uint32 CRC-32C of every byte before it
+func encodePart(t int, id [8]byte, segs []Segment) (PartObject, error) {
+	if len(segs) == 0 || len(segs) > TierSegments(t) {
+		return PartObject{}, fmt.Errorf("%w: a part of tier %d with %d segments", ErrInvalid, t, len(segs))
+	}
+	b := append(make([]byte, 0, 16+len(segs)*50), partMagic[:]...)
+	b = binary.BigEndian.AppendUint16(b, partVersion)
+	b = append(b, byte(t))
+	var dir []byte
+	blocks := (len(segs) + BlockSegments - 1) / BlockSegments
+	dir = binary.AppendUvarint(dir, uint64(blocks))
+	for i := 0; i < len(segs); i += BlockSegments {
+		blk := segs[i:min(i+BlockSegments, len(segs))]
+		start := len(b)
+		b = appendSegments(b, blk, -1)
+		maxTs := int64(math.MinInt64)
+		for _, s := range blk {
+			maxTs = max(maxTs, s.MaxTimestamp)
+		}
+		dir = binary.AppendUvarint(dir, uint64(start))
+		dir = binary.AppendUvarint(dir, uint64(len(b)-start))
+		dir = binary.AppendUvarint(dir, uint64(len(blk)))
+		dir = binary.AppendUvarint(dir, uint64(blk[0].BaseOffset))
+		dir = binary.AppendUvarint(dir, uint64(blk[len(blk)-1].LastOffset))
+		dir = binary.AppendVarint(dir, maxTs)
+		dir = binary.BigEndian.AppendUint32(dir, crc32.Checksum(b[start:], castagnoli))
+	}
+	b = append(b, dir...)
+	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	p := Part{Tier: t, ID: id, ObjectBase: segs[0].BaseOffset, ObjectLast: segs[len(segs)-1].LastOffset, ObjectSegments: len(segs),
+		Bytes: int64(len(b)), CRC: crc32.Checksum(b, castagnoli), DirSize: int64(len(dir))}
+	p.summarize(segs)
+	return PartObject{Part: p, Data: b}, nil
+}
+
+// DecodePart parses a part object's bytes against its reference: its
+// size, CRC-32C and shape, and every block. It returns the live segments:
+// those after the reference's Skip.
+func DecodePart(p Part, data []byte) ([]Segment, error) {
+	if int64(len(data)) != p.Bytes {
+		return nil, fmt.Errorf("%w: part %s has %d bytes, its reference says %d", ErrCorrupt, p.Name(), len(data), p.Bytes)
+	}
+	if got := crc32.Checksum(data, castagnoli); got != p.CRC {
+		return nil, fmt.Errorf("%w: part %s has CRC-32C 0x%08x, its reference says 0x%08x", ErrCorrupt, p.Name(), got, p.CRC)
+	}
+	if len(data) < 4+2+1+4 || [4]byte(data[:4]) != partMagic {
+		return nil, fmt.Errorf("%w: part %s: bad magic", ErrCorrupt, p.Name())
+	}
+	if v := binary.BigEndian.Uint16(data[4:]); v != partVersion {
+		return nil, fmt.Errorf("%w: part %s: version %d (this build reads %d)", ErrUnsupportedVersion, p.Name(), v, partVersion)
+	}
+	body := data[:len(data)-4]
+	if got := crc32.Checksum(body, castagnoli); got != binary.BigEndian.Uint32(data[len(data)-4:]) {
+		return nil, fmt.Errorf("%w: part %s: its own CRC does not match", ErrCorrupt, p.Name())
+	}
+	if int(data[6]) != p.Tier || p.DirSize > int64(len(body)-7) {
+		return nil, fmt.Errorf("%w: part %s: tier %d or directory size %d is not its reference's", ErrCorrupt, p.Name(), data[6], p.DirSize)
+	}
+	blocksEnd := len(body) - int(p.DirSize)
+	dd := &decoder{b: body[blocksEnd:]}
+	n := dd.uvarint("block count")
+	if dd.err != nil || n == 0 || n > uint64(p.ObjectSegments) {
+		return nil, fmt.Errorf("%w: part %s: %d blocks", ErrCorrupt, p.Name(), n)
+	}
+	segs := make([]Segment, 0, p.ObjectSegments)
+	at := 7
+	for i := uint64(0); i < n; i++ {
+		off, size, count := dd.int63("block offset"), dd.int63("block size"), dd.int63("block segments")
+		base, last := dd.int63("block base"), dd.int63("block last")
+		maxTs := dd.varint("block max timestamp")
+		crc := binary.BigEndian.Uint32(dd.bytes(4, "block crc"))
+		if dd.err != nil {
+			return nil, fmt.Errorf("part %s: %w", p.Name(), dd.err)
+		}
+		if off != int64(at) || size <= 0 || size > int64(blocksEnd-at) || crc32.Checksum(body[at:at+int(size)], castagnoli) != crc {
+			return nil, fmt.Errorf("%w: part %s: block %d at %d (%d bytes) is not where its directory says", ErrCorrupt, p.Name(), i, off, size)
+		}
+		bd := &decoder{b: body[at : at+int(size)]}
+		blk := bd.segments(Version, -1)
+		if bd.err != nil {
+			return nil, fmt.Errorf("part %s, block %d: %w", p.Name(), i, bd.err)
+		}
+		if len(bd.b) != 0 || int64(len(blk)) != count || count == 0 || blk[0].BaseOffset != base || blk[len(blk)-1].LastOffset != last {
+			return nil, fmt.Errorf("%w: part %s: block %d does not hold what its directory says", ErrCorrupt, p.Name(), i)
+		}
+		got := int64(math.MinInt64)
+		for _, s := range blk {
+			got = max(got, s.MaxTimestamp)
+		}
+		if got != maxTs {
+			return nil, fmt.Errorf("%w: part %s: block %d's largest timestamp is not its directory's", ErrCorrupt, p.Name(), i)
+		}
+		segs = append(segs, blk...)
+		at += int(size)
+	}
+	if at != blocksEnd || len(dd.b) != 0 {
+		return nil, fmt.Errorf("%w: part %s: bytes between its blocks and its directory", ErrCorrupt, p.Name())
+	}
+	check := &Manifest{Segments: segs}
+	if err := check.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: part %s: %w", ErrCorrupt, p.Name(), err)
+	}
+	if len(segs) != p.ObjectSegments || segs[0].BaseOffset != p.ObjectBase || segs[len(segs)-1].LastOffset != p.ObjectLast {
+		return nil, fmt.Errorf("%w: part %s holds %d segments (offsets %d..%d), its reference says %d (%d..%d)", ErrCorrupt, p.Name(),
+			len(segs), segs[0].BaseOffset, segs[len(segs)-1].LastOffset, p.ObjectSegments, p.ObjectBase, p.ObjectLast)
+	}
+	live := segs[p.Skip:]
+	if err := p.check(live); err != nil {
+		return nil, err
+	}
+	return live, nil
+}

@@ -1,0 +1,292 @@
+package tiered_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// synthSegments returns n segments of 100 offsets each from base, with
+// max timestamps from ts, for manifests larger than any test log.
+func synthSegments(base int64, n int, ts int64) []manifest.Segment {
+	out := make([]manifest.Segment, n)
+	for i := range out {
+		b := base + int64(i)*100
+		out[i] = manifest.Segment{BaseOffset: b, LastOffset: b + 99, MaxTimestamp: ts + int64(i), Size: 1 << 20, Records: 100,
+			LeaderEpoch: 1, UploadTimeMs: ts + int64(i), IndexSize: 800, TimeIndexSize: 1200, LogCRC: uint32(b), IndexCRC: uint32(b) + 1, TimeIndexCRC: uint32(b) + 2}
+		binary.BigEndian.PutUint64(out[i].ID[:], uint64(b)*0x9e3779b97f4a7c15)
+	}
+	return out
+}
+
+// partKeys lists the part objects under the partition.
+func partKeys(t *testing.T, store *objstore.Store) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	if err := store.List(ctx, "tl/orders-0/", func(o objstore.ObjectInfo) bool {
+		if strings.HasSuffix(o.Key, manifest.PartSuffix) {
+			out[o.Key] = true
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestMillionSegmentManifest: a partition of a million (synthetic)
+// segments committed through the Backend's commit path, then one segment a
+// commit; read back by a new reader; cut by remote retention (which puts
+// the head only); and gc'd, which removes the parts no kept head names
+// and none that one does.
+func TestMillionSegmentManifest(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million segments: about 400 MB of heap")
+	}
+	store := objstore.New(mem.New(), "mem://million", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	const day = 24 * time.Hour
+	p := open(t, dir, store, 1, cfg(t, "retention.ms", "86400000"))
+	defer p.Close()
+	now := time.Now().UnixMilli()
+	const n = 1_000_000
+	const old = 900_000 // segments older than retention.ms
+	for i := 0; i < n; i += 100_000 {
+		ts := now - 2*day.Milliseconds()
+		if i >= old {
+			ts = now
+		}
+		if err := tiered.CommitSegments(ctx, p, synthSegments(int64(i)*100, 100_000, ts)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	met := p.Metrics()
+	before := met.ManifestBytesPut.Load()
+	for i := n; i < n+200; i++ {
+		if err := tiered.CommitSegments(ctx, p, synthSegments(int64(i)*100, 1, now)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	perCommit := (met.ManifestBytesPut.Load() - before) / 200
+	t.Logf("%d segments: %d parts; one segment a commit puts %d bytes on average (heads and parts)", n+200, len(p.Manifest().Parts), perCommit)
+	if perCommit > 64<<10 {
+		t.Fatalf("one segment a commit puts %d bytes at a million segments", perCommit)
+	}
+
+	// A new reader reads the same manifest (the head and its parts).
+	m, err := tiered.ReadManifest(ctx, store, "tl/orders-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(m.Segments, p.Manifest().Segments) {
+		t.Fatalf("a new reader reads %d segments, the writer holds %d", len(m.Segments), len(p.Manifest().Segments))
+	}
+
+	// Remote retention cuts the 900,000 old segments: the head alone is
+	// put (the parts it cuts into are skipped, not written).
+	parts := met.ManifestPartsPut.Load()
+	cut, err := p.ApplyRetention(ctx)
+	if err != nil || cut != old {
+		t.Fatalf("retention cut %d segments (%v), want %d", cut, err, old)
+	}
+	if met.ManifestPartsPut.Load() != parts {
+		t.Fatal("retention put parts")
+	}
+	if m := p.Manifest(); len(m.Segments) != n+200-old || m.Segments[0].BaseOffset != int64(old)*100 {
+		t.Fatalf("after retention: %d segments from %d", len(m.Segments), m.Segments[0].BaseOffset)
+	}
+
+	// gc: the parts the cut left unnamed go once no kept backup names
+	// them (two more commits rotate the backups); the named ones stay.
+	for i := n + 200; i < n+202; i++ {
+		if err := tiered.CommitSegments(ctx, p, synthSegments(int64(i)*100, 1, now)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := partKeys(t, store)
+	gone, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := map[string]bool{}
+	for _, part := range p.Manifest().Parts {
+		named["tl/orders-0/"+part.Name()] = true
+	}
+	left := partKeys(t, store)
+	if !reflect.DeepEqual(left, named) {
+		t.Fatalf("after gc %d parts are in the bucket, the manifest names %d", len(left), len(named))
+	}
+	t.Logf("gc removed %d objects; %d parts before, %d after", len(gone), len(all), len(left))
+	if m, err := tiered.ReadManifest(ctx, store, "tl/orders-0"); err != nil || !reflect.DeepEqual(m.Segments, p.Manifest().Segments) {
+		t.Fatalf("after gc the manifest does not read back: %v", err)
+	}
+}
+
+// version2 rewrites a version 3 head with no parts, no born and no WAL
+// record as the version 2 manifest an older tierlog wrote: the same bytes
+// without the part count.
+func version2(t *testing.T, v3 []byte) []byte {
+	t.Helper()
+	at := 6
+	for range 4 { // generation, writer epoch, log start, flags
+		_, n := binary.Uvarint(v3[at:])
+		at += n
+	}
+	if v3[at] != 0 || v3[at-1] != 0 {
+		t.Fatal("not a version 3 head without parts, born or WAL")
+	}
+	body := append(append([]byte(nil), v3[:at]...), v3[at+1:len(v3)-4]...)
+	binary.BigEndian.PutUint16(body[4:], 2)
+	return binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
+}
+
+// TestVersion2ManifestUpgraded: a bucket whose manifest an older tierlog
+// wrote (version 2, every segment in one object) is read as it is, and
+// the next commit upgrades it to a head with parts that reads back to the
+// same segments and the new one.
+func TestVersion2ManifestUpgraded(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://upgrade", objstore.Options{})
+	old := &manifest.Manifest{Generation: 7, WriterEpoch: 1, Segments: synthSegments(0, 5000, time.Now().UnixMilli())}
+	v3, err := old.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := version2(t, v3)
+	if _, err := store.Put(ctx, "tl/orders-0/manifest", bytes.NewReader(v2), int64(len(v2)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := tiered.ReadManifest(ctx, store, "tl/orders-0")
+	if err != nil || !reflect.DeepEqual(m.Segments, old.Segments) || m.Generation != 7 {
+		t.Fatalf("the version 2 manifest reads as %d segments, generation %d (%v)", len(m.Segments), m.Generation, err)
+	}
+	p := open(t, filepath.Join(t.TempDir(), "orders-0"), store, 2, cfg(t))
+	defer p.Close()
+	next := synthSegments(5000*100, 1, time.Now().UnixMilli())
+	if err := tiered.CommitSegments(ctx, p, next); err != nil {
+		t.Fatal(err)
+	}
+	head, err := store.ReadAll(ctx, "tl/orders-0/manifest", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := binary.BigEndian.Uint16(head[4:]); v != manifest.Version {
+		t.Fatalf("the manifest is version %d after a commit", v)
+	}
+	h, err := manifest.DecodeHead(head)
+	if err != nil || len(h.Parts) == 0 || len(h.Own) > manifest.LeafSegments {
+		t.Fatalf("the upgraded head names %d parts and holds %d segments (%v)", len(h.Parts), len(h.Own), err)
+	}
+	m, err = tiered.ReadManifest(ctx, store, "tl/orders-0")
+	if err != nil || !reflect.DeepEqual(m.Segments, append(old.Segments, next...)) {
+		t.Fatalf("the upgraded manifest reads as %d segments (%v)", len(m.Segments), err)
+	}
+	t.Logf("5,001 segments: a version 2 manifest of %d bytes became a head of %d bytes and %d parts", len(v2), len(head), len(h.Parts))
+}
+
+// TestMissingPartIsCorrupt: a head whose part the bucket lost is a
+// corrupt manifest, never a missing one: a reader fails with
+// manifest.ErrCorrupt (not objstore.ErrNotFound, which would read as a
+// partition without a manifest), and a new leader commits nothing over it.
+func TestMissingPartIsCorrupt(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://missing-part", objstore.Options{})
+	p := open(t, filepath.Join(t.TempDir(), "orders-0"), store, 1, cfg(t))
+	if err := tiered.CommitSegments(ctx, p, synthSegments(0, 40, time.Now().UnixMilli())); err != nil {
+		t.Fatal(err)
+	}
+	parts := p.Manifest().Parts
+	p.Close()
+	if len(parts) == 0 {
+		t.Fatal("40 segments and no part")
+	}
+	if err := store.Delete(ctx, "tl/orders-0/"+parts[0].Name()); err != nil {
+		t.Fatal(err)
+	}
+	head, err := store.ReadAll(ctx, "tl/orders-0/manifest", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tiered.ReadManifest(ctx, store, "tl/orders-0")
+	if !errors.Is(err, manifest.ErrCorrupt) || errors.Is(err, objstore.ErrNotFound) || !strings.Contains(err.Error(), parts[0].Name()) {
+		t.Fatalf("reading a manifest whose part is gone: %v", err)
+	}
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 2}); err == nil {
+		defer q.Close()
+		if err := tiered.CommitSegments(ctx, q, synthSegments(40*100, 1, time.Now().UnixMilli())); err == nil {
+			t.Fatal("a new leader committed over a manifest whose part is gone")
+		}
+	} else {
+		l.Close()
+		if !errors.Is(err, manifest.ErrCorrupt) {
+			t.Fatalf("a new leader's open: %v", err)
+		}
+	}
+	if now, _ := store.ReadAll(ctx, "tl/orders-0/manifest", 0, -1); !bytes.Equal(now, head) {
+		t.Fatal("the manifest changed")
+	}
+}
+
+// TestGCKeepsPartsABackupNames: parts a carry replaced are no longer
+// named by the head, but the previous generation's backup names them and
+// a restore may commit it again: gc keeps them until that backup goes.
+func TestGCKeepsPartsABackupNames(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://backup-parts", objstore.Options{})
+	p := open(t, filepath.Join(t.TempDir(), "orders-0"), store, 1, cfg(t))
+	defer p.Close()
+	ts := time.Now().UnixMilli()
+	// 16 × 16 segments, one tier 0 part at a time: the commit that makes
+	// the 16th carries them into one tier 1 part.
+	next := int64(0)
+	commit := func(n int) {
+		t.Helper()
+		if err := tiered.CommitSegments(ctx, p, synthSegments(next*100, n, ts)); err != nil {
+			t.Fatal(err)
+		}
+		next += int64(n)
+	}
+	for range 17 {
+		commit(16)
+	}
+	m := p.Manifest()
+	if m.Parts[0].Tier != 1 {
+		t.Fatalf("no carry: parts %+v", m.Parts)
+	}
+	gc := func() []string {
+		t.Helper()
+		gone, err := tiered.GC(ctx, store, "tl/orders-0", tiered.GCOptions{Grace: time.Nanosecond, Force: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return gone
+	}
+	before := len(partKeys(t, store))
+	gc()
+	if got := len(partKeys(t, store)); got != before {
+		t.Fatalf("gc removed %d parts a kept backup names", before-got)
+	}
+	commit(1)
+	commit(1) // the backups of the generations before the carry are gone
+	gc()
+	named := map[string]bool{}
+	for _, part := range p.Manifest().Parts {
+		named["tl/orders-0/"+part.Name()] = true
+	}
+	if left := partKeys(t, store); !reflect.DeepEqual(left, named) {
+		t.Fatalf("after the backups rotated gc left %d parts, the head names %d", len(left), len(named))
+	}
+}

@@ -1,0 +1,114 @@
+package tiered
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// The manifest's parts (manifest version 3, see package manifest's
+// layered.go): the head at the manifest's key names immutable part
+// objects holding runs of older segments. A commit that makes new parts
+// puts them before the head (putPartsLocked); reading a head loads its
+// parts (partLoader), from the manifest the partition holds when it names
+// the same object, else from the bucket.
+//
+// A part no head names yet is judged by gc as a segment object no intent
+// names: removed once older than the grace period, which is never below
+// the commit window. So the head that names new parts must land within
+// the commit window of their put, less the clock skew gc allows for:
+// commitLocked bounds its PUT by that deadline (partsDeadline).
+
+// maxPartBytes bounds a part object: a tier 3 part of 65,536 segments is
+// about 3 MB; a reference saying more is not one tierlog wrote.
+const maxPartBytes = 64 << 20
+
+// partLoader returns the loader DecodeLayered reads a head's parts with.
+// A part the partition's current manifest names (with no more skipped)
+// is taken from it; any other is read from the bucket and checked against
+// its reference. A part the bucket does not have is a corrupt manifest,
+// never a missing one: the head is there.
+func (p *Partition) partLoader(ctx context.Context) func(manifest.Part) ([]manifest.Segment, error) {
+	cur := p.man.Load()
+	type heldPart struct{ i, at int } // its index in cur.m.Parts, of its first segment in cur.m.Segments
+	var held map[[8]byte]heldPart
+	return func(ref manifest.Part) ([]manifest.Segment, error) {
+		if cur != nil && len(cur.m.Parts) > 0 {
+			if held == nil {
+				held = make(map[[8]byte]heldPart, len(cur.m.Parts))
+				at := 0
+				for i, cp := range cur.m.Parts {
+					held[cp.ID] = heldPart{i, at}
+					at += cp.Segments
+				}
+			}
+			if h, ok := held[ref.ID]; ok {
+				cp := cur.m.Parts[h.i]
+				if cp.Name() == ref.Name() && cp.Skip <= ref.Skip && ref.Skip-cp.Skip < cp.Segments {
+					return cur.m.Segments[h.at+ref.Skip-cp.Skip : h.at+cp.Segments], nil
+				}
+			}
+		}
+		if ref.Bytes > maxPartBytes {
+			return nil, fmt.Errorf("%w: part %s of %d bytes, more than the %d a part may have", manifest.ErrCorrupt, ref.Name(), ref.Bytes, maxPartBytes)
+		}
+		key := p.layout().Part(ref)
+		data, err := p.store.ReadAll(ctx, key, 0, ref.Bytes)
+		if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrInvalidRange) {
+			// Not ErrNotFound: the manifest is there, and a caller must not
+			// take it for a partition without one.
+			return nil, fmt.Errorf("%w: the manifest names part %s, which the bucket does not have with its %d bytes (%v)", manifest.ErrCorrupt, key, ref.Bytes, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("tiered: read %s: %w", key, err)
+		}
+		if p.metrics != nil {
+			p.metrics.ManifestPartReads.Add(1)
+		}
+		return manifest.DecodePart(ref, data)
+	}
+}
+
+// newPartID is a fresh random id for a part.
+func newPartID() (id [8]byte) {
+	if _, err := rand.Read(id[:]); err != nil {
+		panic(err) // crypto/rand does not fail
+	}
+	return id
+}
+
+// putPartsLocked puts the parts a commit made, each create-only with its
+// CRC-32C, and returns the time by which the head naming them must land.
+// REQUIRES: p.mu held.
+func (p *Partition) putPartsLocked(ctx context.Context, made []manifest.PartObject) (deadline time.Time, err error) {
+	window := p.opts.CommitWindow
+	if window <= 0 {
+		window = DefaultCommitWindow
+	}
+	deadline = p.opts.Now().Add(max(window-clockSkew, window/2))
+	for _, po := range made {
+		key := p.layout().Part(po.Part)
+		opts := objstore.PutOptions{IfNoneMatch: true, CRC32C: po.CRC, HasCRC32C: true}
+		_, err := p.store.Put(ctx, key, bytes.NewReader(po.Data), int64(len(po.Data)), opts)
+		if errors.Is(err, objstore.ErrPreconditionFailed) {
+			// Ours, from a try whose answer was lost (the id is new to
+			// this commit): the same bytes, or it is not ours.
+			var got []byte
+			if got, err = p.store.ReadAll(ctx, key, 0, -1); err == nil && !bytes.Equal(got, po.Data) {
+				err = fmt.Errorf("%w: part %s is there with other bytes", manifest.ErrCorrupt, key)
+			}
+		}
+		if err != nil {
+			return time.Time{}, fmt.Errorf("tiered: put manifest part %s: %w", key, err)
+		}
+		p.metrics.ManifestPartsPut.Add(1)
+		p.metrics.ManifestBytesPut.Add(int64(len(po.Data)))
+	}
+	return deadline, nil
+}
