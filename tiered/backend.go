@@ -53,6 +53,14 @@ type BackendOptions struct {
 	Logger  *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// ReadReplica makes every tiered partition (remote.storage.enable=
+	// true) a read replica of the bucket's (another cluster's partitions
+	// under Prefix): served from the bucket alone, following its
+	// manifests each task interval, writing nothing to the bucket (see
+	// replica.go); writes to it are refused, a diskless topic too, and
+	// Delete removes only the replica's own files. Other partitions stay
+	// local and writable (a broker's __consumer_offsets).
+	ReadReplica bool
 }
 
 // Backend is a log directory whose topics with remote.storage.enable=true
@@ -188,6 +196,9 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		return p, nil
 	}
 	if cfg.DisklessEnable {
+		if b.opts.ReadReplica {
+			return nil, fmt.Errorf("%w: %s: a read replica does not serve diskless topics yet (diskless.enable=true)", backend.ErrInvalidConfig, tp)
+		}
 		cfg.RemoteStorageEnable = true // implied: a diskless topic's segments consolidate into the bucket
 	}
 	l, err := b.local.OpenLog(ctx, topic, partition, cfg)
@@ -261,7 +272,7 @@ func (b *Backend) partitionOptions(tp backend.TopicPartition) Options {
 	return Options{Store: b.store, Prefix: b.PartitionPrefix(tp), Caches: b.caches, UploadQuota: b.quota, Readers: b.readers,
 		Metrics: b.metrics, Logger: b.opts.Logger.With("partition", tp.String()), Now: b.opts.Now,
 		PrefetchBytes: b.opts.PrefetchBytes, CommitWindow: b.opts.CommitWindow, OpenWithoutBucket: true, noRole: true,
-		onWork: b.svc.wake}
+		onWork: b.svc.wake, ReadReplica: b.opts.ReadReplica}
 }
 
 // TieredPartitions returns the tiered partitions open now, and forgets
@@ -291,11 +302,24 @@ func (b *Backend) TieredPartitions() []*Partition {
 // directory and the objects under its prefix (the deleted manifest stays,
 // see removeObjects). The bucket is read first (one GET): with it
 // unreachable Delete fails with a retryable backend.ErrStorage and removes
-// nothing.
+// nothing. A read replica's Delete (BackendOptions.ReadReplica) removes
+// only its own files.
 func (b *Backend) Delete(ctx context.Context, topic string, partition int32) error {
 	tp := backend.TopicPartition{Topic: topic, Partition: partition}
 	if _, err := local.PartitionDirName(topic, partition); err != nil {
 		return err
+	}
+	if b.opts.ReadReplica {
+		// The bucket is the origin's: a replica forgets its own copy of
+		// the partition (its local files) and touches nothing there.
+		b.mu.Lock()
+		p := b.parts[tp]
+		delete(b.parts, tp)
+		b.mu.Unlock()
+		if p != nil {
+			p.Close()
+		}
+		return b.local.Delete(ctx, topic, partition)
 	}
 	b.mu.Lock()
 	p := b.parts[tp]

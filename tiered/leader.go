@@ -277,6 +277,9 @@ func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
 	if err := p.checkNotClosed(); err != nil {
 		return err
 	}
+	if err := p.notReplica(); err != nil {
+		return err
+	}
 	if cur := p.epoch.Load(); epoch < cur {
 		return fmt.Errorf("%w: %s: leader epoch %d is older than %d, seen already", backend.ErrFenced, p.prefix, epoch, cur)
 	}
@@ -309,6 +312,9 @@ func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
 func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
 	if err := p.checkNotClosed(); err != nil {
 		return err
+	}
+	if p.opts.ReadReplica {
+		return nil // a follower already, of a bucket it never writes
 	}
 	if cur := p.epoch.Load(); epoch < cur {
 		return fmt.Errorf("%w: %s: leader epoch %d is older than %d, seen already", backend.ErrFenced, p.prefix, epoch, cur)
@@ -406,6 +412,9 @@ func (p *Partition) FollowerStep(ctx context.Context) error {
 // keeps there; see backend.Tiered. The leader epochs below that point are
 // the manifest's, which EndOffsetForEpoch reads.
 func (p *Partition) BuildFromBucket(ctx context.Context, leaderLocalLogStart int64) (int64, error) {
+	if err := p.notReplica(); err != nil {
+		return 0, err
+	}
 	if p.role.Load() == roleLeader {
 		return 0, fmt.Errorf("tiered: %s: the leader builds nothing from the bucket", p.prefix)
 	}

@@ -311,6 +311,8 @@ func (s *service) maintain(p *Partition) {
 				log.Info("tiering: gc removed unreferenced objects", "objects", len(gone))
 			}
 		}
+	case p.opts.ReadReplica:
+		err = p.ReplicaStep(ctx)
 	case p.role.Load() == roleFollower:
 		err = p.FollowerStep(ctx)
 	}

@@ -89,6 +89,11 @@ type Options struct {
 	// put does not count its bytes again). Calls come from several
 	// goroutines when segments upload in parallel. For progress displays.
 	OnUploadProgress func(n int64)
+	// ReadReplica opens the partition as a read replica of the bucket's
+	// (another cluster's) partition: it serves reads from the bucket
+	// alone, follows its manifest (ReplicaStep) and writes nothing to the
+	// bucket; writes to it fail with ErrReadReplica. See replica.go.
+	ReadReplica bool
 
 	// noRole opens the partition neither leader nor follower (a Backend's).
 	noRole bool
@@ -246,7 +251,10 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	p.epoch.Store(opts.LeaderEpoch)
 	// A read-only local log (a tool's) makes a reader: no role, so it
 	// never takes the bucket's writer for a rival.
-	if !opts.noRole && !l.Segments().ReadOnly() {
+	switch {
+	case opts.ReadReplica:
+		p.role.Store(roleFollower) // and never more
+	case !opts.noRole && !l.Segments().ReadOnly():
 		p.role.Store(roleLeader)
 	}
 	// Until attached, the manifest is an empty one (the local log keeps the
@@ -258,6 +266,11 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if !opts.OpenWithoutBucket {
 		if err := p.attach(ctx); err != nil {
 			return nil, err
+		}
+		if opts.ReadReplica {
+			if err := p.ReplicaStep(ctx); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return p, nil
@@ -278,6 +291,9 @@ func (p *Partition) Prefix() string { return p.prefix }
 // (segment.bytes), age (segment.ms) and the idle roll.
 func (p *Partition) Roll() error {
 	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if err := p.notReplica(); err != nil {
 		return err
 	}
 	if err := p.local.Roll(); err != nil {
@@ -313,6 +329,9 @@ func (p *Partition) Append(ctx context.Context, batches []byte, opts backend.App
 	if err := p.checkOpen(); err != nil {
 		return backend.AppendInfo{}, err
 	}
+	if err := p.notReplica(); err != nil {
+		return backend.AppendInfo{}, err
+	}
 	if opts.AssignOffsets && p.role.Load() == roleLeader {
 		epoch, err := opts.EpochAt(p.epoch.Load())
 		if err != nil {
@@ -329,6 +348,9 @@ func (p *Partition) Append(ctx context.Context, batches []byte, opts backend.App
 // SetHighWatermark sets the local log's high watermark.
 func (p *Partition) SetHighWatermark(hw int64) error {
 	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if err := p.notReplica(); err != nil {
 		return err
 	}
 	if p.dl != nil {
@@ -358,6 +380,9 @@ func (p *Partition) hasCopyWork() bool {
 // longer has, and new appends would reuse their offsets.
 func (p *Partition) TruncateTo(offset int64) error {
 	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if err := p.notReplica(); err != nil {
 		return err
 	}
 	if offset < p.local.Offsets().LogEnd {
@@ -397,6 +422,9 @@ func (p *Partition) TruncateTo(offset int64) error {
 // offset falls in the bucket's range) in the manifest.
 func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error {
 	if err := p.checkOpen(); err != nil {
+		return err
+	}
+	if err := p.notReplica(); err != nil {
 		return err
 	}
 	v := p.view()

@@ -101,6 +101,14 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 	if err := p.checkOpen(); err != nil {
 		return nil, err
 	}
+	if p.opts.ReadReplica {
+		return p.replicaRead(ctx, offset, opts)
+	}
+	return p.readTries(ctx, offset, opts)
+}
+
+// readTries is Read: a new view for each try whose view moved.
+func (p *Partition) readTries(ctx context.Context, offset int64, opts backend.ReadOptions) (backend.Records, error) {
 	for try := 1; ; try++ {
 		recs, err := p.readView(ctx, p.view(), offset, opts)
 		if !errors.Is(err, errViewMoved) {

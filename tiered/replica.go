@@ -1,0 +1,120 @@
+package tiered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// Read replicas.
+//
+// A read replica serves a partition from another cluster's bucket alone
+// (Options.ReadReplica, BackendOptions.ReadReplica): no broker of the
+// origin replicates to it and it writes nothing to the bucket. Its local
+// log holds no record: it starts where the bucket's segments end (Kafka's
+// truncateFullyAndStartAt, with the producer snapshot the bucket keeps
+// there, so the last stable offset knows the origin's open transactions),
+// and its high watermark is that end. Every offset below is served from
+// the bucket, as a follower's below its local start: Fetch, ListOffsets
+// and OffsetsForLeaderEpoch (the manifest's epochs).
+//
+// ReplicaStep follows the origin: a HEAD of the manifest, a GET (and the
+// new parts) only when it changed, then the local log moves to the new
+// end. A Backend's service steps every replica each task interval, so a
+// replica is behind the origin's last commit by at most one interval plus
+// the time of one step.
+//
+// The origin's retention may delete objects a replica's manifest still
+// names. A read that finds such an object missing steps the replica (the
+// origin's newer manifest no longer names it) and reads once more: the
+// answer is then out of range, never another record. A replica never
+// restores a manifest, claims, commits, uploads or collects garbage; a
+// manifest that went back in time takes it offline as any partition.
+//
+// Not yet: a diskless topic's data past its segments (the WAL extents)
+// is not served; a replica serves the segments only.
+
+// ErrReadReplica is a write to a read replica (it matches
+// backend.ErrNotLeader: its origin's leader takes writes).
+var ErrReadReplica = fmt.Errorf("%w: tiered: a read replica serves reads only", backend.ErrNotLeader)
+
+// ReadReplica says whether the partition is a read replica.
+func (p *Partition) ReadReplica() bool { return p.opts.ReadReplica }
+
+// notReplica refuses a write to a read replica.
+func (p *Partition) notReplica() error {
+	if p.opts.ReadReplica {
+		return fmt.Errorf("%w (%s)", ErrReadReplica, p.prefix)
+	}
+	return nil
+}
+
+// ReplicaStep follows the origin's manifest and moves the replica's local
+// log to the bucket's end (see above). It is ErrReadReplica's opposite: a
+// partition not opened as a replica refuses it.
+func (p *Partition) ReplicaStep(ctx context.Context) error {
+	if !p.opts.ReadReplica {
+		return fmt.Errorf("tiered: %s: ReplicaStep on a partition that is not a read replica", p.prefix)
+	}
+	ctx, done, err := p.beginChange(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	if err := p.refreshLocked(ctx); err != nil {
+		return err
+	}
+	return p.catchUpLocked(ctx)
+}
+
+// catchUpLocked starts the local log at the end of the manifest held,
+// when that end moved past it. The manifest is adopted before the local
+// log moves (a view takes the local offsets first, then the manifest: it
+// never sees the local log past a manifest that does not reach it).
+// REQUIRES: p.mu held.
+func (p *Partition) catchUpLocked(ctx context.Context) error {
+	m := p.Manifest()
+	n := len(m.Segments)
+	if m.Deleted || n == 0 {
+		return nil
+	}
+	last := m.Segments[n-1]
+	end := last.LastOffset + 1
+	if end <= p.local.Offsets().LogEnd {
+		return nil
+	}
+	var snap []byte
+	if last.SnapshotSize > 0 {
+		var err error
+		if snap, err = p.remoteIndex(ctx, last, manifest.SnapshotSuffix); err != nil {
+			return storageError(ctx, err)
+		}
+	}
+	if err := p.segs.StartAt(ctx, end, snap); err != nil {
+		return err
+	}
+	if err := p.local.SetHighWatermark(end); err != nil {
+		return err
+	}
+	p.verified = nil
+	p.adopt(p.man.Load()) // the local log's checkpointed start follows the bucket's
+	return nil
+}
+
+// replicaRead is Read for a read replica: a read that found an object
+// the manifest names missing from the bucket (the origin's retention
+// removed it) steps the replica and reads once more.
+func (p *Partition) replicaRead(ctx context.Context, offset int64, opts backend.ReadOptions) (backend.Records, error) {
+	recs, err := p.readTries(ctx, offset, opts)
+	if err == nil || !errors.Is(err, objstore.ErrNotFound) {
+		return recs, err
+	}
+	if serr := p.ReplicaStep(ctx); serr != nil {
+		return nil, errors.Join(err, serr)
+	}
+	return p.readTries(ctx, offset, opts)
+}

@@ -1,0 +1,241 @@
+package tiered_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// noWrites is a driver that fails every write and records it: a read
+// replica's store.
+type noWrites struct {
+	objstore.Driver
+	mu     sync.Mutex
+	writes []string
+}
+
+var errNoWrites = errors.New("test: a read replica wrote to the bucket")
+
+func (d *noWrites) record(op, key string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.writes = append(d.writes, op+" "+key)
+	return errNoWrites
+}
+
+func (d *noWrites) Put(_ context.Context, key string, _ io.ReadSeeker, _ int64, _ objstore.PutOptions) (objstore.ObjectInfo, error) {
+	return objstore.ObjectInfo{}, d.record("put", key)
+}
+
+func (d *noWrites) Delete(_ context.Context, keys []string) error {
+	return d.record("delete", fmt.Sprint(keys))
+}
+
+func (d *noWrites) AbortStaleUploads(_ context.Context, prefix string, _ time.Time) (int, error) {
+	return 0, d.record("abort", prefix)
+}
+
+func (d *noWrites) check(t *testing.T) {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.writes) > 0 {
+		t.Fatalf("the read replica wrote to the bucket: %v", d.writes)
+	}
+}
+
+// sameBatches checks that the replica serves exactly the origin's batches
+// from its log start to its high watermark.
+func sameBatches(t *testing.T, replica, origin backend.Partition) {
+	t.Helper()
+	ro, oo := replica.Offsets(), origin.Offsets()
+	if ro.LogStart != oo.LogStart {
+		t.Fatalf("the replica starts at %d, the origin at %d", ro.LogStart, oo.LogStart)
+	}
+	want := batchesFrom(t, origin, oo.LogStart)
+	got := batchesFrom(t, replica, ro.LogStart)
+	n := 0
+	for last, b := range want {
+		if last >= ro.HighWatermark {
+			continue
+		}
+		n++
+		if !bytes.Equal(got[last], b) {
+			t.Fatalf("the batch ending at %d differs on the replica", last)
+		}
+	}
+	if n != len(got) || n == 0 {
+		t.Fatalf("the replica serves %d batches, the origin %d below the replica's high watermark %d", len(got), n, ro.HighWatermark)
+	}
+}
+
+// TestReadReplica: a partition opened as a read replica of another
+// partition's bucket serves the origin's offloaded records from the
+// bucket alone, byte for byte, with its log start, timestamps and epochs;
+// follows new commits with ReplicaStep; refuses writes; answers out of
+// range (never another record) once the origin's retention deleted what
+// it was reading; and writes nothing to the bucket.
+func TestReadReplica(t *testing.T) {
+	inner := mem.New()
+	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
+	ro := &noWrites{Driver: inner}
+	replicaStore := objstore.New(ro, "mem://origin-replica", objstore.Options{})
+	c := cfg(t, "segment.bytes", "262144", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
+	origin := open(t, filepath.Join(t.TempDir(), "orders-0"), originStore, 1, c)
+	defer origin.Close()
+	produce(t, origin, 5_000)
+	if _, err := origin.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	replica, err := tiered.Open(ctx, l, tiered.Options{Store: replicaStore, Prefix: "tl/orders-0", ReadReplica: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer replica.Close()
+	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	if o := replica.Offsets(); o.HighWatermark != end || o.LogEnd != end || o.LastStableOffset != end {
+		t.Fatalf("the replica's offsets %+v; the bucket ends at %d", o, end)
+	}
+	sameBatches(t, replica, origin)
+	for _, ts := range []int64{0, 1_700_000_000_000 + 500, 1_700_000_000_000 + 4000} {
+		wo, _, wok, werr := origin.OffsetForTimestamp(ctx, ts)
+		go_, _, gok, gerr := replica.OffsetForTimestamp(ctx, ts)
+		if werr != nil || gerr != nil || wok != gok || (wok && wo < end && wo != go_) {
+			t.Fatalf("timestamp %d: origin %d %v %v, replica %d %v %v", ts, wo, wok, werr, go_, gok, gerr)
+		}
+	}
+	if e, off, ok, err := replica.EndOffsetForEpoch(ctx, 1); err != nil || !ok || e != 1 || off != end {
+		t.Fatalf("EndOffsetForEpoch(1) on the replica: %d %d %v %v, want 1 %d", e, off, ok, err, end)
+	}
+
+	// The origin goes on: the replica follows at its next step.
+	produce(t, origin, 5_000)
+	if _, err := origin.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := replica.ReplicaStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	end2 := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	if end2 <= end || replica.Offsets().HighWatermark != end2 {
+		t.Fatalf("after a step the replica's high watermark is %d; the bucket ends at %d (was %d)", replica.Offsets().HighWatermark, end2, end)
+	}
+	sameBatches(t, replica, origin)
+
+	// Writes are refused.
+	if _, err := replica.Append(ctx, []byte{0}, backend.AppendOptions{AssignOffsets: true}); !errors.Is(err, tiered.ErrReadReplica) || !errors.Is(err, backend.ErrNotLeader) {
+		t.Fatalf("an append to the replica: %v", err)
+	}
+	if err := replica.BecomeLeader(ctx, 5); !errors.Is(err, tiered.ErrReadReplica) {
+		t.Fatalf("BecomeLeader on the replica: %v", err)
+	}
+	if err := replica.DeleteRecordsBefore(ctx, 10); !errors.Is(err, tiered.ErrReadReplica) {
+		t.Fatalf("DeleteRecordsBefore on the replica: %v", err)
+	}
+
+	// The origin's retention deletes the first segments, which a
+	// replica's manifest still names: a read there that finds them gone
+	// is out of range. (This replica's caches hold none of them; the one
+	// above may answer from its cache, the records they were, until its
+	// next step.)
+	l2, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cold, err := tiered.Open(ctx, l2, tiered.Options{Store: replicaStore, Prefix: "tl/orders-0", ReadReplica: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cold.Close()
+	cut := origin.Manifest().Segments[2].BaseOffset
+	if err := origin.DeleteRecordsBefore(ctx, cut); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := origin.ApplyRetention(ctx); err != nil || n == 0 {
+		t.Fatalf("origin retention: %d %v", n, err)
+	}
+	if cold.Offsets().LogStart != 0 {
+		t.Fatal("the replica moved before its step")
+	}
+	_, err = cold.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+	var oor *backend.OffsetOutOfRangeError
+	if !errors.As(err, &oor) || oor.LogStart != cut {
+		t.Fatalf("a replica's read of a segment the origin's retention deleted: %v; want out of range from %d", err, cut)
+	}
+	sameBatches(t, cold, origin)
+	if err := replica.ReplicaStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	sameBatches(t, replica, origin)
+	ro.check(t)
+}
+
+// TestReadReplicaBackend: a Backend opened as a read replica serves a
+// topic's partition from the bucket, steps it from its service, refuses
+// a diskless topic, and its Delete removes only its own files.
+func TestReadReplicaBackend(t *testing.T) {
+	inner := mem.New()
+	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
+	c := cfg(t, "segment.bytes", "262144", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	origin := open(t, filepath.Join(t.TempDir(), "orders-0"), originStore, 1, c)
+	defer origin.Close()
+	produce(t, origin, 5_000)
+	if _, err := origin.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ro := &noWrites{Driver: inner}
+	b, err := tiered.OpenBackend(t.TempDir(), tiered.BackendOptions{Store: objstore.New(ro, "mem://origin-replica", objstore.Options{}), Prefix: "tl",
+		ReadReplica: true, Manager: tiered.ManagerConfig{TaskInterval: 20 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	bp, err := b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	eventually(t, 10*time.Second, "the replica reaches the bucket's end", func() bool { return bp.Offsets().HighWatermark == end })
+	sameBatches(t, bp, origin)
+	produce(t, origin, 3_000)
+	if _, err := origin.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	end = origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	eventually(t, 10*time.Second, "the replica reaches the bucket's end", func() bool { return bp.Offsets().HighWatermark == end })
+	sameBatches(t, bp, origin)
+	if _, err := b.Open(ctx, "fast", 0, cfg(t, "diskless.enable", "true")); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("a diskless topic on a read replica: %v", err)
+	}
+	// A local topic (remote.storage.enable off, as __consumer_offsets) is
+	// the replica's own, and takes writes.
+	lp, err := b.Open(ctx, "own", 0, cfg(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, lp, 10)
+	if err := b.Delete(ctx, "orders", 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := originStore.Head(ctx, "tl/orders-0/manifest"); err != nil {
+		t.Fatalf("the origin's manifest after the replica's Delete: %v", err)
+	}
+	ro.check(t)
+}
