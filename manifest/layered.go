@@ -72,8 +72,13 @@ const PartSuffix = ".part"
 
 var partMagic = [4]byte{'T', 'L', 'M', 'P'}
 
-// partVersion is the encoding of a part object this package writes.
-const partVersion = 1
+// partVersion is the encoding of a part object this package writes;
+// its segments are encoded as a version 3 head's (partSegmentsVersion,
+// pinned: a later head version does not change a part's).
+const (
+	partVersion         = 1
+	partSegmentsVersion = 3
+)
 
 // Part is a head's reference to a part object, and what the head knows of
 // its segments.
@@ -117,6 +122,9 @@ type Head struct {
 // Generation is the head's generation.
 func (h *Head) Generation() uint64 { return h.m.Generation }
 
+// WriterEpoch is the leader epoch that committed the head.
+func (h *Head) WriterEpoch() int32 { return h.m.WriterEpoch }
+
 // LogStartOffset is the head's log start.
 func (h *Head) LogStartOffset() int64 { return h.m.LogStartOffset }
 
@@ -141,11 +149,9 @@ func (h *Head) LastOffset() int64 {
 // checked against its reference.
 func (h *Head) materialize(load func(Part) ([]Segment, error)) (*Manifest, error) {
 	m := h.m
-	total := len(h.Own)
-	for _, p := range h.Parts {
-		total += p.Segments
-	}
-	m.Segments = make([]Segment, 0, total)
+	// Grown as the parts load: the counts the head claims are not room
+	// to reserve before a part has shown them.
+	m.Segments = make([]Segment, 0, len(h.Own))
 	for i, p := range h.Parts {
 		segs, err := load(p)
 		if err != nil {
@@ -512,6 +518,9 @@ func encodePart(t int, id [8]byte, segs []Segment) (PartObject, error) {
 // size, CRC-32C and shape, and every block. It returns the live segments:
 // those after the reference's Skip.
 func DecodePart(p Part, data []byte) ([]Segment, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
 	if int64(len(data)) != p.Bytes {
 		return nil, fmt.Errorf("%w: part %s has %d bytes, its reference says %d", ErrCorrupt, p.Name(), len(data), p.Bytes)
 	}
@@ -551,7 +560,7 @@ func DecodePart(p Part, data []byte) ([]Segment, error) {
 			return nil, fmt.Errorf("%w: part %s: block %d at %d (%d bytes) is not where its directory says", ErrCorrupt, p.Name(), i, off, size)
 		}
 		bd := &decoder{b: body[at : at+int(size)]}
-		blk := bd.segments(Version, -1)
+		blk := bd.segments(partSegmentsVersion, -1)
 		if bd.err != nil {
 			return nil, fmt.Errorf("part %s, block %d: %w", p.Name(), i, bd.err)
 		}

@@ -624,7 +624,31 @@ func DecodeHead(data []byte) (*Head, error) {
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, len(d.b))
 	}
+	if err := h.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
+	}
 	return h, nil
+}
+
+// validate checks what the head alone can show (its parts' order is
+// checked as they decode): its own segments, the header's fields against
+// them and its last part.
+func (h *Head) validate() error {
+	own := *h.m
+	own.Segments, own.Parts = h.Own, nil
+	if err := own.Validate(); err != nil {
+		return err
+	}
+	if n := len(h.Parts); n > 0 {
+		last := h.Parts[n-1].LastOffset
+		switch {
+		case h.m.Deleted:
+			return fmt.Errorf("%w: a deleted partition names %d parts", ErrInvalid, n)
+		case len(h.Own) == 0 && h.m.LogStartOffset > last+1:
+			return fmt.Errorf("%w: log start offset %d is past the last segment (ends at %d)", ErrInvalid, h.m.LogStartOffset, last)
+		}
+	}
+	return nil
 }
 
 // segments decodes a count and the segments after it, the first one's

@@ -331,14 +331,18 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 		epoch = p.epoch.Load()
 		p.Close()
 	}
-	// The bucket first: it must say deleted before anything goes.
+	// The bucket first: it must say deleted before anything goes. The
+	// head alone tells (a part lost does not stop a deletion).
 	ps := &Partition{store: b.store, prefix: prefix}
-	st, err := ps.readManifest(ctx)
+	h, etag, err := ps.readHead(ctx)
 	if err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: delete %s: cannot tell whether the bucket holds it: %w", tp, err))
 	}
-	tiered, wasDeleted := st.etag != "", st.m.Deleted
-	gen := st.m.Generation
+	tiered := etag != ""
+	wasDeleted, gen := false, uint64(0)
+	if tiered {
+		wasDeleted, gen = h.Deleted(), h.Generation()
+	}
 	if tiered {
 		if gen, err = b.markDeleted(ctx, prefix, epoch); err != nil {
 			return fmt.Errorf("tiered: delete %s: %w", tp, err)
@@ -366,20 +370,23 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (uint64, error) {
 	ps := &Partition{store: b.store, prefix: prefix}
 	for attempt := 0; ; attempt++ {
-		st, err := ps.readManifest(ctx)
+		h, etag, err := ps.readHead(ctx)
 		if err != nil {
 			return 0, storageError(ctx, err)
 		}
-		if st.etag == "" || st.m.Deleted {
-			return st.m.Generation, nil
+		if etag == "" {
+			return 0, nil
 		}
-		next := &manifest.Manifest{Generation: st.m.Generation + 1, WriterEpoch: max(st.m.WriterEpoch, epoch), Deleted: true,
-			LogStartOffset: max(st.m.LogStartOffset, lastOffset(st.m)+1)}
+		if h.Deleted() {
+			return h.Generation(), nil
+		}
+		next := &manifest.Manifest{Generation: h.Generation() + 1, WriterEpoch: max(h.WriterEpoch(), epoch), Deleted: true,
+			LogStartOffset: max(h.LogStartOffset(), h.LastOffset()+1)}
 		data, err := next.Encode()
 		if err != nil {
 			return 0, err
 		}
-		_, err = b.store.Put(ctx, ps.layout().Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: st.etag})
+		_, err = b.store.Put(ctx, ps.layout().Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: etag})
 		if err == nil {
 			b.logger.Info("partition marked deleted in the bucket", "prefix", prefix, "generation", next.Generation)
 			return next.Generation, nil
@@ -415,13 +422,17 @@ func (b *Backend) removeObjects(ctx context.Context, prefix string, gen uint64) 
 		return err
 	}
 	ps := &Partition{store: b.store, prefix: prefix}
-	st, err := ps.readManifest(ctx)
+	h, etag, err := ps.readHead(ctx)
 	if err != nil {
 		return err
 	}
-	if !st.m.Deleted || st.m.Generation != gen {
+	if etag == "" || !h.Deleted() || h.Generation() != gen {
+		now := uint64(0)
+		if h != nil {
+			now = h.Generation()
+		}
 		b.logger.Info("a new partition of the deleted one's name claimed the bucket; its gc removes what is left", "prefix", prefix,
-			"deleted_generation", gen, "generation", st.m.Generation)
+			"deleted_generation", gen, "generation", now)
 		return nil
 	}
 	return b.store.Delete(ctx, keys...)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/manifest"
@@ -37,6 +38,25 @@ func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
 		return nil, err
 	}
 	return &manifestState{m: m, etag: info.ETag}, nil
+}
+
+// readHead GETs the manifest's head and decodes it alone, loading no
+// part (what a deletion needs: its generation, flags and end). A missing
+// manifest is a nil head and no error.
+func (p *Partition) readHead(ctx context.Context) (*manifest.Head, string, error) {
+	key := p.layout().Manifest()
+	data, info, err := p.readHeadBytes(ctx, key)
+	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	h, err := manifest.DecodeHead(data)
+	if err != nil {
+		return nil, "", fmt.Errorf("tiered: %s: %w", key, err)
+	}
+	return h, info.ETag, nil
 }
 
 // readManifestObject GETs and decodes the manifest (or a backup of one)
@@ -209,15 +229,25 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 		return err
 	}
 	if len(made) > 0 {
-		// The parts first: the head names them. It must land before gc
-		// may judge them unnamed.
-		deadline, err := p.putPartsLocked(ctx, made)
+		// The parts first (named by an intent): the head names them, and
+		// must land within the intent's window, by this writer's clock.
+		in, err := p.putPartsLocked(ctx, st.m.Generation, made)
 		if err != nil {
 			return err
 		}
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, deadline)
+		now := p.opts.Now()
+		if err := in.checkWindow(now); err != nil {
+			return err
+		}
+		wctx, cancel := context.WithTimeout(ctx, time.UnixMilli(in.CreatedMs+in.Window).Sub(now))
 		defer cancel()
+		outer := ctx
+		ctx = wctx
+		defer func() {
+			if p.man.Load().m == next {
+				p.removeIntent(outer, in) // committed: the head names them
+			}
+		}()
 	}
 	opts := objstore.PutOptions{IfMatch: st.etag, IfNoneMatch: st.etag == ""}
 	info, err := p.store.Put(ctx, p.layout().Manifest(), bytes.NewReader(data), int64(len(data)), opts)

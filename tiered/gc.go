@@ -97,17 +97,24 @@ type intent struct {
 
 // writeIntent puts the intent for a group about to be uploaded.
 func (p *Partition) writeIntent(ctx context.Context, gen uint64, segs []manifest.Segment) (*intent, error) {
+	var names []string
+	for _, s := range segs {
+		for _, suf := range manifest.AllSuffixes { // those it will have are among them
+			names = append(names, s.Name(suf))
+		}
+	}
+	return p.putIntent(ctx, gen, names)
+}
+
+// putIntent puts an intent naming the objects (names under the
+// partition's prefix) a commit building on generation gen will name.
+func (p *Partition) putIntent(ctx context.Context, gen uint64, names []string) (*intent, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, err
 	}
 	in := &intent{key: p.layout().Intent(id), Version: 1, Generation: gen,
-		WriterEpoch: p.epoch.Load(), CreatedMs: p.opts.Now().UnixMilli(), Window: p.opts.CommitWindow.Milliseconds()}
-	for _, s := range segs {
-		for _, suf := range manifest.AllSuffixes { // those it will have are among them
-			in.Objects = append(in.Objects, s.Name(suf))
-		}
-	}
+		WriterEpoch: p.epoch.Load(), CreatedMs: p.opts.Now().UnixMilli(), Window: p.opts.CommitWindow.Milliseconds(), Objects: names}
 	data, err := json.Marshal(in)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
@@ -19,11 +18,11 @@ import (
 // parts (partLoader), from the manifest the partition holds when it names
 // the same object, else from the bucket.
 //
-// A part no head names yet is judged by gc as a segment object no intent
-// names: removed once older than the grace period, which is never below
-// the commit window. So the head that names new parts must land within
-// the commit window of their put, less the clock skew gc allows for:
-// commitLocked bounds its PUT by that deadline (partsDeadline).
+// New parts are named by an upload intent before they are put, as an
+// upload's segment objects are: gc keeps what a live intent names and
+// judges the rest by gc's rules for objects no manifest names. The head
+// naming them must land within the intent's window: commitLocked bounds
+// its PUT so, as commitInWindowLocked does an upload's.
 
 // maxPartBytes bounds a part object: a tier 3 part of 65,536 segments is
 // about 3 MB; a reference saying more is not one tierlog wrote.
@@ -83,15 +82,22 @@ func newPartID() (id [8]byte) {
 	return id
 }
 
-// putPartsLocked puts the parts a commit made, each create-only with its
-// CRC-32C, and returns the time by which the head naming them must land.
-// REQUIRES: p.mu held.
-func (p *Partition) putPartsLocked(ctx context.Context, made []manifest.PartObject) (deadline time.Time, err error) {
-	window := p.opts.CommitWindow
-	if window <= 0 {
-		window = DefaultCommitWindow
+// putPartsLocked puts the parts a commit building on generation gen
+// made: first an upload intent naming them (gc protects what a live
+// intent names, whatever its grace period, and removes it once the
+// manifest moved past gen or the intent's window ended), then each part,
+// create-only with its CRC-32C. The head naming them must land within the
+// intent's window (commitLocked bounds its PUT so); the caller removes
+// the intent once it did. REQUIRES: p.mu held.
+func (p *Partition) putPartsLocked(ctx context.Context, gen uint64, made []manifest.PartObject) (*intent, error) {
+	names := make([]string, len(made))
+	for i, po := range made {
+		names[i] = po.Name()
 	}
-	deadline = p.opts.Now().Add(max(window-clockSkew, window/2))
+	in, err := p.putIntent(ctx, gen, names)
+	if err != nil {
+		return nil, err
+	}
 	for _, po := range made {
 		key := p.layout().Part(po.Part)
 		opts := objstore.PutOptions{IfNoneMatch: true, CRC32C: po.CRC, HasCRC32C: true}
@@ -105,10 +111,10 @@ func (p *Partition) putPartsLocked(ctx context.Context, made []manifest.PartObje
 			}
 		}
 		if err != nil {
-			return time.Time{}, fmt.Errorf("tiered: put manifest part %s: %w", key, err)
+			return nil, fmt.Errorf("tiered: put manifest part %s: %w", key, err) // the intent tells gc what to remove
 		}
 		p.metrics.ManifestPartsPut.Add(1)
 		p.metrics.ManifestBytesPut.Add(int64(len(po.Data)))
 	}
-	return deadline, nil
+	return in, nil
 }

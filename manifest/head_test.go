@@ -1,0 +1,76 @@
+package manifest_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"testing"
+
+	"github.com/tierlog/tierlog/manifest"
+)
+
+// TestDecodeHeadValidates: a CRC-valid head that Decode refuses
+// as invalid (a log start past the last segment; a deleted partition that
+// names segments) is accepted by DecodeHead, which WAL gc
+// (tiered/walgc.go readPartitionEnd) now uses instead of Decode: WAL gc
+// then takes offsets below the bogus log start as consolidated, or the
+// partition as deleted, and removes WAL objects it needs.
+func TestDecodeHeadValidates(t *testing.T) {
+	m := &manifest.Manifest{Generation: 1, WriterEpoch: 1, LogStartOffset: 10,
+		Segments: []manifest.Segment{{BaseOffset: 0, LastOffset: 19, Size: 100, Records: 20}}}
+	good, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// magic 4, version 2, generation 1 byte, writer epoch 1 byte: the log
+	// start (zigzag varint) at 8, the flags at 9.
+	if good[8] != 20 || good[9] != 0 {
+		t.Fatalf("layout: % x", good[:12])
+	}
+	patch := func(at int, v byte) []byte {
+		b := append([]byte(nil), good[:len(good)-4]...)
+		b[at] = v
+		return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)))
+	}
+	for name, bad := range map[string][]byte{
+		"log start 60 past the end (19)": patch(8, 120),
+		"deleted, naming a segment":      patch(9, 1),
+	} {
+		if _, err := manifest.Decode(bad); !errors.Is(err, manifest.ErrInvalid) {
+			t.Fatalf("%s: Decode: %v", name, err)
+		}
+		h, err := manifest.DecodeHead(bad)
+		if err == nil {
+			t.Errorf("%s: DecodeHead accepts it: deleted %v, WAL gc's end max(%d+1, %d)", name, h.Deleted(), h.LastOffset(), h.LogStartOffset())
+		}
+	}
+}
+
+// TestDecodePartChecksItsReference: DecodePart (exported) trusts
+// its reference's Skip: a reference not from DecodeHead (hand-made, or a
+// tool's) with a Skip out of range panics instead of failing with a typed
+// error.
+func TestDecodePartChecksItsReference(t *testing.T) {
+	b := newBucket()
+	m := &manifest.Manifest{}
+	for i := range 40 {
+		m.Segments = append(m.Segments, synthSegment(int64(i)*10, 10, i))
+	}
+	b.commit(t, nil, m)
+	p := m.Parts[0]
+	data := b.parts[p.Name()]
+	for _, skip := range []int{-1, p.ObjectSegments + 1} {
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("Skip %d: panic: %v", skip, r)
+				}
+			}()
+			q := p
+			q.Skip = skip
+			if _, err := manifest.DecodePart(q, data); !errors.Is(err, manifest.ErrCorrupt) && !errors.Is(err, manifest.ErrInvalid) {
+				t.Errorf("Skip %d: %v", skip, err)
+			}
+		}()
+	}
+}
