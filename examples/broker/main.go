@@ -69,6 +69,7 @@ func run(args []string) error {
 	fs.StringVar(&opts.Advertise, "advertise", "", "host:port clients are told to connect to (default: the listen address)")
 	fs.StringVar(&opts.Dir, "dir", "", "data directory: the log directory and the broker's own files (required)")
 	store := fs.String("store", "", "bucket `URL` of topics with remote.storage.enable=true (file:///dir, s3://bucket/prefix?…, minio://bucket/prefix?endpoint=…)")
+	replicaOf := fs.String("read-replica-of", "", "serve, read-only, the topics another cluster keeps in the bucket at `URL` (its --store): a read replica; not with --store")
 	partitions := fs.Int("partitions", 1, "partitions of auto-created topics (num.partitions)")
 	noAuto := fs.Bool("no-auto-create", false, "turn auto.create.topics.enable off")
 	fs.IntVar(&opts.MaxPartitions, "max-partitions", 20000, "partitions the broker holds at most, every topic's together")
@@ -84,8 +85,11 @@ func run(args []string) error {
 	if opts.Dir == "" {
 		return errors.New("--dir is required")
 	}
-	if len(opts.RemoteLogManager) > 0 && *store == "" {
-		return errors.New("--broker-config: the remote log manager's properties need --store")
+	if len(opts.RemoteLogManager) > 0 && *store == "" && *replicaOf == "" {
+		return errors.New("--broker-config: the remote log manager's properties need --store or --read-replica-of")
+	}
+	if *store != "" && *replicaOf != "" {
+		return errors.New("--store and --read-replica-of: a read replica serves another cluster's bucket and tiers nothing of its own")
 	}
 	level := slog.LevelInfo
 	if *verbose {
@@ -94,12 +98,20 @@ func run(args []string) error {
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	opts.Partitions, opts.NoAutoCreate = int32(*partitions), *noAuto
 	if *store != "" {
-		s, err := openStore(*store)
+		s, err := openStore("--store", *store)
 		if err != nil {
 			return err
 		}
 		defer s.Close()
 		opts.Store = s
+	}
+	if *replicaOf != "" {
+		s, err := openStore("--read-replica-of", *replicaOf)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		opts.ReadReplicaOf = s
 	}
 	// The signals are ours before the address is out: one sent the
 	// moment a client (or a supervisor) reads it, or during Start, is
@@ -119,13 +131,13 @@ func run(args []string) error {
 // openStore opens the bucket of --store. A mem:// bucket is refused: it
 // would vanish with the process, with the segments local retention
 // deleted from disk once it held them.
-func openStore(raw string) (*objstore.Store, error) {
+func openStore(flag, raw string) (*objstore.Store, error) {
 	if u, err := url.Parse(raw); err == nil && strings.EqualFold(u.Scheme, "mem") {
-		return nil, fmt.Errorf("--store %s: a mem:// bucket lives only inside this process and would take the tiered segments with it; use file://, s3:// or minio://", raw)
+		return nil, fmt.Errorf("%s %s: a mem:// bucket lives only inside this process and would take the tiered segments with it; use file://, s3:// or minio://", flag, raw)
 	}
 	s, err := storeurl.Open(context.Background(), raw, objstore.Options{})
 	if err != nil {
-		return nil, fmt.Errorf("--store: %w", err)
+		return nil, fmt.Errorf("%s: %w", flag, err)
 	}
 	return s, nil
 }

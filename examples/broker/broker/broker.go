@@ -97,6 +97,18 @@ type Options struct {
 	// wrapListener, set by tests only (export_test.go), wraps the
 	// listener Start serves on.
 	wrapListener func(net.Listener) net.Listener
+	// ReadReplicaOf, when set, makes the broker a read replica of the
+	// topics another cluster keeps in this bucket (under
+	// ReadReplicaPrefix): it serves them to consumers from the bucket
+	// alone (tiered.BackendOptions.ReadReplica), finds them by listing
+	// the bucket at Start and every ReplicaDiscoveryInterval (default
+	// 10s), and writes nothing there. Producing to them, creating and
+	// deleting topics are refused (POLICY_VIOLATION); consumer groups
+	// work (their offsets are this broker's own). Not with Store. The
+	// caller closes it after Close.
+	ReadReplicaOf            *objstore.Store
+	ReadReplicaPrefix        string
+	ReplicaDiscoveryInterval time.Duration
 	// openHook, set by tests only (export_test.go), runs before each
 	// partition a topic opens; an error fails the open.
 	openHook func(topic string, partition int32) error
@@ -117,8 +129,11 @@ func (o Options) Validate() error {
 	if _, err := backend.ParseConfig(o.TopicConfig); err != nil {
 		return fmt.Errorf("broker: default topic config: %w", err)
 	}
-	if len(o.RemoteLogManager) > 0 && o.Store == nil {
+	if len(o.RemoteLogManager) > 0 && o.Store == nil && o.ReadReplicaOf == nil {
 		return errors.New("broker: Options.RemoteLogManager without a Store")
+	}
+	if o.Store != nil && o.ReadReplicaOf != nil {
+		return errors.New("broker: Options.Store and ReadReplicaOf: a read replica serves another cluster's bucket and tiers nothing of its own")
 	}
 	if _, err := tiered.ParseManagerConfig(o.RemoteLogManager); err != nil {
 		return fmt.Errorf("broker: remote log manager config: %w", err)
@@ -150,6 +165,12 @@ func (o *Options) setDefaults() {
 	}
 	if o.MaxPartitions == 0 {
 		o.MaxPartitions = 20000
+	}
+	if o.ReadReplicaOf != nil {
+		o.NoAutoCreate = true // a read replica's topics are the bucket's
+		if o.ReplicaDiscoveryInterval <= 0 {
+			o.ReplicaDiscoveryInterval = 10 * time.Second
+		}
 	}
 	if o.MaxPartitionsPerRequest == 0 {
 		o.MaxPartitionsPerRequest = 10000
@@ -215,6 +236,9 @@ type topic struct {
 	name      string
 	overrides map[string]string
 	parts     []*partition
+	// replica: a read replica's topic (Options.ReadReplicaOf), the
+	// bucket's, not in topics.json.
+	replica bool
 }
 
 // partition is an open partition, led by this broker.
@@ -278,6 +302,13 @@ func Start(opts Options) (_ *Broker, err error) {
 	if b.offsets, err = openOffsetLog(b); err != nil {
 		return nil, err
 	}
+	if b.opts.ReadReplicaOf != nil {
+		if err := b.openReplicaTopics(context.Background()); err != nil {
+			return nil, err
+		}
+		b.watchWG.Add(1)
+		go b.discoverReplicaTopics()
+	}
 	b.groups = newGroupCoordinator(b)
 	cleanup = append(cleanup, b.groups.close)
 	if b.txns, err = newTxnCoordinator(b); err != nil {
@@ -308,6 +339,24 @@ func Start(opts Options) (_ *Broker, err error) {
 func (b *Broker) openBackend() error {
 	dir := filepath.Join(b.opts.Dir, "logs")
 	lopts := local.BackendOptions{Logger: b.opts.Logger, BackgroundInterval: 10 * time.Second}
+	if b.opts.ReadReplicaOf != nil {
+		mc, err := tiered.ParseManagerConfig(b.opts.RemoteLogManager)
+		if err != nil {
+			return err
+		}
+		if _, set := b.opts.RemoteLogManager["remote.log.manager.task.interval.ms"]; !set {
+			// A replica follows its origin's commits each task interval:
+			// Kafka's 30 s would keep it half a minute behind.
+			mc.TaskInterval = time.Second
+		}
+		t, err := tiered.OpenBackend(dir, tiered.BackendOptions{Store: b.opts.ReadReplicaOf, Prefix: b.opts.ReadReplicaPrefix, Local: lopts,
+			Manager: mc, Logger: b.opts.Logger, PrefetchBytes: b.opts.RemoteReadAheadBytes, ReadReplica: true})
+		if err != nil {
+			return err
+		}
+		b.logs, b.be = t.Local(), t
+		return nil
+	}
 	if b.opts.Store == nil {
 		l, err := local.OpenBackend(dir, lopts)
 		if err != nil {

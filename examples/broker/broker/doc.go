@@ -78,6 +78,21 @@
 // topics are never tiered. Without Options.Store such a topic is refused
 // with INVALID_CONFIG.
 //
+// # Read replicas
+//
+// With Options.ReadReplicaOf (--read-replica-of URL) the broker serves,
+// read-only, the tiered topics another broker keeps in that bucket
+// (under ReadReplicaPrefix): it lists the bucket for partitions with a
+// manifest at Start and every ReplicaDiscoveryInterval, opens each as a
+// read replica (tiered.BackendOptions.ReadReplica) without leading it,
+// and serves Fetch, ListOffsets and OffsetsForLeaderEpoch from the
+// bucket, each partition following its origin's commits every task
+// interval (1 s unless --broker-config sets
+// remote.log.manager.task.interval.ms). Produce to those topics,
+// CreateTopics and DeleteTopics are refused with POLICY_VIOLATION;
+// consumer groups work (__consumer_offsets is the replica's own, local).
+// It writes nothing to the bucket.
+//
 // # Leader epochs
 //
 // One node leads every partition, but not at one epoch forever: each

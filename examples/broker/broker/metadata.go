@@ -102,6 +102,8 @@ func (b *Broker) createTopics(r *kmsg.CreateTopicsRequest) kmsg.Response {
 		}
 		var err error
 		switch {
+		case b.opts.ReadReplicaOf != nil:
+			err = fmt.Errorf("%w: this broker is a read replica: its topics are its origin's bucket's", kerr.PolicyViolation)
 		case tooMany != nil:
 			err = tooMany
 		case !legalTopic(t.Topic):
@@ -171,6 +173,8 @@ func (b *Broker) deleteTopics(r *kmsg.DeleteTopicsRequest) kmsg.Response {
 		var err error
 		if internalTopic(name) {
 			err = errInternalTopic(name)
+		} else if b.opts.ReadReplicaOf != nil && b.isReplicaTopic(name) {
+			err = errReplicaWrite(name)
 		} else if err = b.deleteTopic(name); errors.Is(err, backend.ErrNotFound) {
 			err = kerr.UnknownTopicOrPartition
 		}

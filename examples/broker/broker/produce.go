@@ -87,6 +87,12 @@ func (b *Broker) produceAppend(ctx context.Context, r *kmsg.ProduceRequest) (app
 				rt.Partitions = append(rt.Partitions, pr)
 				continue
 			}
+			if b.opts.ReadReplicaOf != nil && b.isReplicaTopic(t.Topic) {
+				pr.ErrorCode = kerr.PolicyViolation.Code
+				pr.ErrorMessage = kmsg.StringPtr(errReplicaWrite(t.Topic).Error())
+				rt.Partitions = append(rt.Partitions, pr)
+				continue
+			}
 			info, err := p.append(ctx, rp.Records, false)
 			if err != nil {
 				pr.ErrorCode = errorCode(err)

@@ -1,0 +1,185 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/tierlog/tierlog/examples/broker/broker"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// bucketEnd is the offset after the last one the bucket holds of p.
+func bucketEnd(p *tiered.Partition) int64 {
+	m := p.Manifest()
+	if n := len(m.Segments); n > 0 {
+		return m.Segments[n-1].LastOffset + 1
+	}
+	return 0
+}
+
+// TestReadReplicaToKgo: a broker started as a read replica of another
+// broker's bucket (Options.ReadReplicaOf, the reference broker's
+// --read-replica-of) finds its tiered topic, and serves kgo every record
+// the origin offloaded, byte for byte at its offset, while the origin
+// produces and offloads; it follows each commit within about one task
+// interval (the lag is logged); a produce to it is refused.
+func TestReadReplicaToKgo(t *testing.T) {
+	store := s3Store(t)
+	origin := startBroker(t, tieredOptions(t.TempDir(), store))
+	admin := newClient(t, origin.Addr())
+	const topic = "orders"
+	createTopic(t, admin, topic, 2, tieredTopic(16<<10))
+
+	ropts := testOptions(t.TempDir())
+	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = store, "broker"
+	ropts.RemoteLogManager = map[string]string{"remote.log.manager.task.interval.ms": "100"}
+	ropts.ReplicaDiscoveryInterval = 100 * time.Millisecond
+	replica := startBroker(t, ropts)
+
+	// The origin produces (and offloads, every task interval) while the
+	// replica is read; what it produced is recorded by partition and
+	// offset.
+	n := recordsPerCase(20_000)
+	prod := newClient(t, origin.Addr(), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(4<<10))
+	var mu sync.Mutex
+	produced := map[int32]map[int64]string{0: {}, 1: {}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; i < n; i += 500 {
+			recs := make([]*kgo.Record, 0, 500)
+			for j := i; j < min(i+500, n); j++ {
+				recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "k%d", j), Value: value(j)})
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			res := prod.ProduceSync(ctx, recs...)
+			cancel()
+			if err := res.FirstErr(); err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			for _, r := range res {
+				produced[r.Record.Partition][r.Record.Offset] = string(r.Record.Value)
+			}
+			mu.Unlock()
+		}
+	}()
+
+	// The replica finds the topic in the bucket.
+	deadline := time.Now().Add(30 * time.Second)
+	for replica.Partition(topic, 0) == nil || replica.Partition(topic, 1) == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("the replica did not find the topic in the bucket")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+
+	// The lag: each time the replica's high watermark moves, how long
+	// after the upload of the origin's segment that ends there (its
+	// manifest's upload time, set before the commit).
+	var lags []time.Duration
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		op := origin.Partition(topic, 0).(*tiered.Partition)
+		rp := replica.Partition(topic, 0)
+		hw := rp.Offsets().HighWatermark
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if now := rp.Offsets().HighWatermark; now > hw {
+				hw = now
+				m := op.Manifest()
+				if i, ok := m.Holding(hw - 1); ok && m.Segments[i].LastOffset == hw-1 {
+					lags = append(lags, time.Since(time.UnixMilli(m.Segments[i].UploadTimeMs)))
+				}
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+
+	cons := newClient(t, replica.Addr(), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+		topic: {0: kgo.NewOffset().At(0), 1: kgo.NewOffset().At(0)}}))
+	got := map[int32]map[int64]string{0: {}, 1: {}}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	var ends [2]int64
+	for {
+		select {
+		case <-done:
+			if ends[0] == 0 {
+				// Production ended: what the origin offloads of it is
+				// what the replica must serve (the active segment stays
+				// on the origin's disk).
+				for i := range int32(2) {
+					tp := waitOffloaded(t, origin, topic, i)
+					ends[i] = bucketEnd(tp)
+				}
+			}
+		default:
+		}
+		if ends[0] > 0 && int64(len(got[0])) >= ends[0] && int64(len(got[1])) >= ends[1] {
+			break
+		}
+		fs := cons.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d and %d records from the replica; the bucket holds %d and %d", len(got[0]), len(got[1]), ends[0], ends[1])
+		}
+		fs.EachError(func(topic string, p int32, err error) { t.Fatalf("fetch %s-%d from the replica: %v", topic, p, err) })
+		for _, r := range fs.Records() {
+			if _, dup := got[r.Partition][r.Offset]; dup {
+				t.Fatalf("offset %d of partition %d read twice", r.Offset, r.Partition)
+			}
+			got[r.Partition][r.Offset] = string(r.Value)
+		}
+	}
+	<-lagDone
+	mu.Lock()
+	defer mu.Unlock()
+	for p := range int32(2) {
+		for off := range ends[p] {
+			want, ok := produced[p][off]
+			if !ok {
+				t.Fatalf("partition %d offset %d: the replica served it, the producer has no record of it", p, off)
+			}
+			if got[p][off] != want {
+				t.Fatalf("partition %d offset %d: the replica served %q, the origin took %q", p, off, got[p][off], want)
+			}
+		}
+	}
+	slices.Sort(lags)
+	if len(lags) > 0 {
+		t.Logf("%d and %d records read from the replica; its lag behind the origin's uploads (task interval 100 ms), %d moves: median %v, max %v",
+			ends[0], ends[1], len(lags), lags[len(lags)/2], lags[len(lags)-1])
+	}
+
+	// A produce to the replica is refused.
+	rprod := newClient(t, replica.Addr(), kgo.DefaultProduceTopic(topic), kgo.RecordRetries(1))
+	pctx, pcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer pcancel()
+	if err := rprod.ProduceSync(pctx, &kgo.Record{Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.PolicyViolation) {
+		t.Fatalf("a produce to the read replica: %v; want POLICY_VIOLATION", err)
+	}
+}
+
+// TestReadReplicaOptions: a read replica with a Store of its own is
+// refused.
+func TestReadReplicaOptions(t *testing.T) {
+	opts := tieredOptions(t.TempDir(), s3Store(t))
+	opts.ReadReplicaOf = opts.Store
+	if _, err := broker.Start(opts); err == nil {
+		t.Fatal("a broker with Store and ReadReplicaOf started")
+	}
+}
