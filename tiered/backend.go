@@ -209,6 +209,13 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		return l, nil
 	}
 	opts := b.partitionOptions(tp)
+	if opts.ReadReplica {
+		if o := l.Offsets(); o.LogEnd > o.LogStart {
+			l.Close()
+			return nil, fmt.Errorf("%w: %s holds records of its own (offsets %d to %d): a read replica serves the bucket's; delete the partition first",
+				backend.ErrInvalidConfig, tp, o.LogStart, o.LogEnd-1)
+		}
+	}
 	if cfg.DisklessEnable {
 		if opts.dl, err = b.disklessLocked(tp); err != nil {
 			l.Close()
@@ -226,6 +233,17 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		b.dlMu.Lock()
 		b.dlParts[opts.dl.tp] = p
 		b.dlMu.Unlock()
+	}
+	if opts.ReadReplica {
+		// Caught up now if the bucket answers (else the service does it
+		// within a task interval, and until then the replica answers as an
+		// empty partition).
+		if err := p.Attach(ctx); err == nil {
+			err = p.ReplicaStep(ctx)
+		}
+		if err != nil {
+			b.opts.Logger.Warn("read replica: could not follow the bucket at open; the service tries again", "partition", tp.String(), "err", err)
+		}
 	}
 	b.parts[tp] = p
 	return p, nil

@@ -72,25 +72,26 @@ func (p *Partition) ReplicaStep(ctx context.Context) error {
 }
 
 // catchUpLocked starts the local log at the end of the manifest held,
-// when that end moved past it. The manifest is adopted before the local
-// log moves (a view takes the local offsets first, then the manifest: it
+// unless it starts and ends there already (a replica's local log holds no
+// record: one that does, or ends elsewhere, is started over). The
+// manifest is adopted before the local log moves (a view takes the local offsets first, then the manifest: it
 // never sees the local log past a manifest that does not reach it).
 // REQUIRES: p.mu held.
 func (p *Partition) catchUpLocked(ctx context.Context) error {
 	m := p.Manifest()
-	n := len(m.Segments)
-	if m.Deleted || n == 0 {
-		return nil
+	if m.Deleted {
+		return nil // the origin deleted it: what was served stays, nothing moves
 	}
-	last := m.Segments[n-1]
-	end := last.LastOffset + 1
-	if end <= p.local.Offsets().LogEnd {
+	// The bucket's end: past its last segment, or its log start when
+	// retention took every segment.
+	end := remoteEnd(m)
+	if lo := p.local.Offsets(); lo.LogEnd == end && lo.LogStart == end {
 		return nil
 	}
 	var snap []byte
-	if last.SnapshotSize > 0 {
+	if n := len(m.Segments); n > 0 && m.Segments[n-1].LastOffset+1 == end && m.Segments[n-1].SnapshotSize > 0 {
 		var err error
-		if snap, err = p.remoteIndex(ctx, last, manifest.SnapshotSuffix); err != nil {
+		if snap, err = p.remoteIndex(ctx, m.Segments[n-1], manifest.SnapshotSuffix); err != nil {
 			return storageError(ctx, err)
 		}
 	}

@@ -213,6 +213,9 @@ func (b *Broker) changeConfig(typ kmsg.ConfigResourceType, name string, validate
 	default:
 		return fmt.Errorf("%w: resource type %v is not served", kerr.InvalidRequest, typ)
 	}
+	if b.opts.ReadReplicaOf != nil && b.isReplicaTopic(name) {
+		return errReplicaWrite(name) // its config is its origin's
+	}
 	b.configMu.Lock()
 	defer b.configMu.Unlock()
 	b.mu.RLock()

@@ -102,7 +102,8 @@ type Options struct {
 	// ReadReplicaPrefix): it serves them to consumers from the bucket
 	// alone (tiered.BackendOptions.ReadReplica), finds them by listing
 	// the bucket at Start and every ReplicaDiscoveryInterval (default
-	// 10s), and writes nothing there. Producing to them, creating and
+	// 30s; each lists every object under the prefix), and writes nothing
+	// there. Producing to them, creating and
 	// deleting topics are refused (POLICY_VIOLATION); consumer groups
 	// work (their offsets are this broker's own). Not with Store. The
 	// caller closes it after Close.
@@ -169,7 +170,7 @@ func (o *Options) setDefaults() {
 	if o.ReadReplicaOf != nil {
 		o.NoAutoCreate = true // a read replica's topics are the bucket's
 		if o.ReplicaDiscoveryInterval <= 0 {
-			o.ReplicaDiscoveryInterval = 10 * time.Second
+			o.ReplicaDiscoveryInterval = 30 * time.Second
 		}
 	}
 	if o.MaxPartitionsPerRequest == 0 {
@@ -303,8 +304,10 @@ func Start(opts Options) (_ *Broker, err error) {
 		return nil, err
 	}
 	if b.opts.ReadReplicaOf != nil {
+		// The bucket may be down: the broker starts all the same, and
+		// the discovery tries again every interval.
 		if err := b.openReplicaTopics(context.Background()); err != nil {
-			return nil, err
+			b.logger.Warn("read replica: could not open every topic of the bucket; the next discovery tries again", "err", err)
 		}
 		b.watchWG.Add(1)
 		go b.discoverReplicaTopics()
@@ -551,6 +554,9 @@ func (b *Broker) advanceHighWatermark(p *partition) error {
 	defer p.mu.Unlock()
 	if p.holdHW.Load() {
 		return nil
+	}
+	if r, ok := p.p.(interface{ ReadReplica() bool }); ok && r.ReadReplica() {
+		return nil // the bucket's end is a read replica's high watermark; it moves it itself
 	}
 	// Only a move: SetHighWatermark wakes Changed even when the value
 	// stays.

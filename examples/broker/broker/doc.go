@@ -88,10 +88,13 @@
 // and serves Fetch, ListOffsets and OffsetsForLeaderEpoch from the
 // bucket, each partition following its origin's commits every task
 // interval (1 s unless --broker-config sets
-// remote.log.manager.task.interval.ms). Produce to those topics,
-// CreateTopics and DeleteTopics are refused with POLICY_VIOLATION;
-// consumer groups work (__consumer_offsets is the replica's own, local).
-// It writes nothing to the bucket.
+// remote.log.manager.task.interval.ms). Produce to those topics, a
+// transaction taking them, DeleteRecords, config changes, CreateTopics
+// and DeleteTopics are refused with POLICY_VIOLATION; consumer groups
+// work (__consumer_offsets is the replica's own, local). A topic its
+// origin deleted is not served; a partition that holds records of the
+// replica's own is refused. Each discovery lists every object under the
+// prefix (by default every 30 s). It writes nothing to the bucket.
 //
 // # Leader epochs
 //

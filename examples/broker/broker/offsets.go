@@ -93,6 +93,10 @@ func (b *Broker) deleteRecords(ctx context.Context, r *kmsg.DeleteRecordsRequest
 				pr.ErrorCode = errorCode(errInternalTopic(t.Topic))
 				rt.Partitions = append(rt.Partitions, pr)
 				continue
+			case b.opts.ReadReplicaOf != nil && b.isReplicaTopic(t.Topic):
+				pr.ErrorCode = kerr.PolicyViolation.Code
+				rt.Partitions = append(rt.Partitions, pr)
+				continue
 			}
 			pr.ErrorCode = errorCode(p.deleteBefore(ctx, rp.Offset))
 			pr.LowWatermark = p.p.Offsets().LogStart

@@ -11,6 +11,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 )
@@ -20,8 +21,8 @@ import (
 // ReadReplicaPrefix is opened as a read replica (tiered's replica.go),
 // which follows the origin's commits and serves its records from the
 // bucket. The topics are found by listing the bucket, at Start and every
-// ReplicaDiscoveryInterval; a topic found later is served from then on
-// (a partition added to a topic already served is not yet).
+// ReplicaDiscoveryInterval; a topic or partition found later is served
+// from then on.
 
 // replicaOverrides is a replica topic's config: tiered, as its origin's.
 var replicaOverrides = map[string]string{"remote.storage.enable": "true"}
@@ -34,8 +35,8 @@ func errReplicaWrite(topic string) error {
 // isReplicaTopic says whether name is a topic this replica serves from
 // the bucket.
 func (b *Broker) isReplicaTopic(name string) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.mu.RLock()
+	defer b.mu.RUnlock()
 	t := b.topics[name]
 	return t != nil && t.replica
 }
@@ -66,9 +67,12 @@ func (b *Broker) bucketTopics(ctx context.Context) (map[string]int32, error) {
 	return topics, nil
 }
 
-// openReplicaTopics opens and serves the bucket's topics not served yet.
-// A name this broker has a topic of its own by (__consumer_offsets) is
-// skipped.
+// openReplicaTopics opens and serves the bucket's topics not served yet,
+// within MaxPartitions (a topic that would pass it is refused, as a
+// creation is). A name this broker has a topic of its own by
+// (__consumer_offsets) is skipped, and so is a topic its origin deleted
+// (every partition's manifest says so). A topic that cannot be opened is
+// skipped until the next discovery.
 func (b *Broker) openReplicaTopics(ctx context.Context) error {
 	found, err := b.bucketTopics(ctx)
 	if err != nil {
@@ -76,28 +80,127 @@ func (b *Broker) openReplicaTopics(ctx context.Context) error {
 	}
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(found)) {
-		b.mu.Lock()
-		_, served := b.topics[name]
-		b.mu.Unlock()
-		if served || internalTopic(name) {
+		b.mu.RLock()
+		t, served := b.topics[name]
+		b.mu.RUnlock()
+		if internalTopic(name) || served && !t.replica {
 			continue
 		}
-		t, _, err := b.openTopic(name, found[name], replicaOverrides, false)
-		if err != nil {
+		if served {
+			if int(found[name]) > len(t.parts) {
+				errs = append(errs, b.growReplicaTopic(t, found[name]))
+			}
+			continue
+		}
+		if gone, err := b.deletedInBucket(ctx, name, found[name]); err != nil || gone {
 			errs = append(errs, err)
 			continue
 		}
-		t.replica = true
-		b.mu.Lock()
-		b.serveLocked(t)
-		b.mu.Unlock()
-		b.logger.Info("read replica: serving a topic of the bucket", "topic", name, "partitions", found[name])
+		if err := b.openReplicaTopic(name, found[name]); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	return errors.Join(errs...)
 }
 
+// openReplicaTopic opens and serves one topic of the bucket.
+func (b *Broker) openReplicaTopic(name string, n int32) error {
+	ok, err := b.reserve(name, n)
+	if !ok || err != nil {
+		return err
+	}
+	defer b.release(name)
+	t, _, err := b.openTopic(name, n, replicaOverrides, false)
+	if err != nil {
+		return err
+	}
+	t.replica = true
+	b.mu.Lock()
+	b.serveLocked(t)
+	b.mu.Unlock()
+	b.logger.Info("read replica: serving a topic of the bucket", "topic", name, "partitions", n)
+	return nil
+}
+
+// growReplicaTopic serves the partitions the bucket has of a replica
+// topic past those served (the origin's partitions make their manifests
+// one by one, and a topic may gain partitions): they are opened, then a
+// new topic value holding them all replaces the served one (a request
+// that took the old one goes on with it).
+func (b *Broker) growReplicaTopic(t *topic, n int32) error {
+	from := int32(len(t.parts))
+	b.mu.RLock()
+	held := b.partitionCount
+	for _, c := range b.creating {
+		held += int(c)
+	}
+	b.mu.RUnlock()
+	if held+int(n-from) > b.opts.MaxPartitions {
+		return fmt.Errorf("%w: %s: %d partitions more would make %d, past the broker's %d (MaxPartitions)",
+			kerr.PolicyViolation, t.name, n-from, held+int(n-from), b.opts.MaxPartitions)
+	}
+	cfg, err := b.topicConfig(replicaOverrides)
+	if err != nil {
+		return err
+	}
+	var added []*partition
+	for i := from; i < n; i++ {
+		p, err := b.be.Open(context.Background(), t.name, i, cfg)
+		if err != nil {
+			for _, a := range added {
+				a.p.Close()
+			}
+			return fmt.Errorf("broker: open %s-%d: %w", t.name, i, err)
+		}
+		added = append(added, &partition{tp: backend.TopicPartition{Topic: t.name, Partition: i}, p: p})
+	}
+	grown := &topic{name: t.name, overrides: t.overrides, replica: true, parts: append(slices.Clip(t.parts), added...)}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed || b.topics[t.name] != t {
+		for _, a := range added {
+			a.p.Close()
+		}
+		return nil
+	}
+	b.topics[t.name] = grown
+	b.partitionCount += len(added)
+	for _, p := range added {
+		b.watchWG.Add(1)
+		go b.watch(p)
+	}
+	b.logger.Info("read replica: serving more partitions of a topic of the bucket", "topic", t.name, "partitions", n)
+	return nil
+}
+
+// deletedInBucket says whether every one of the topic's n partitions in
+// the bucket has a deleted manifest (its origin deleted the topic): one
+// GET of each manifest's head.
+func (b *Broker) deletedInBucket(ctx context.Context, name string, n int32) (bool, error) {
+	root := strings.Trim(b.opts.ReadReplicaPrefix, "/")
+	for i := range n {
+		key := manifest.PartitionLayout(root, name, i).Manifest()
+		data, err := b.opts.ReadReplicaOf.ReadAll(ctx, key, 0, -1)
+		if errors.Is(err, objstore.ErrNotFound) {
+			continue // a gap: an empty partition
+		}
+		if err != nil {
+			return false, fmt.Errorf("broker: read replica: %s: %w", key, err)
+		}
+		h, err := manifest.DecodeHead(data)
+		if err != nil {
+			return false, fmt.Errorf("broker: read replica: %s: %w", key, err)
+		}
+		if !h.Deleted() {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
 // discoverReplicaTopics looks for new topics in the bucket every
-// ReplicaDiscoveryInterval until the broker stops.
+// ReplicaDiscoveryInterval until the broker stops (which cancels a
+// listing in flight).
 func (b *Broker) discoverReplicaTopics() {
 	defer b.watchWG.Done()
 	tick := time.NewTicker(b.opts.ReplicaDiscoveryInterval)
@@ -108,9 +211,16 @@ func (b *Broker) discoverReplicaTopics() {
 			return
 		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), b.opts.ReplicaDiscoveryInterval*10)
-		if err := b.openReplicaTopics(ctx); err != nil {
-			b.logger.Warn("read replica: could not look for new topics in the bucket; the next interval tries again", "err", err)
+		ctx, cancel := context.WithTimeout(context.Background(), max(b.opts.ReplicaDiscoveryInterval*10, time.Minute))
+		go func() {
+			select {
+			case <-b.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		if err := b.openReplicaTopics(ctx); err != nil && ctx.Err() == nil {
+			b.logger.Warn("read replica: could not open every topic of the bucket; the next interval tries again", "err", err)
 		}
 		cancel()
 	}

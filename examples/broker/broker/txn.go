@@ -325,6 +325,11 @@ func (tc *txnCoordinator) addPartitions(r *kmsg.AddPartitionsToTxnRequest) kmsg.
 	unknown := false
 	if err == nil {
 		for _, rt := range r.Topics {
+			if tc.b.opts.ReadReplicaOf != nil && tc.b.isReplicaTopic(rt.Topic) {
+				// Its markers could never be written: the transaction
+				// would never end.
+				err = errReplicaWrite(rt.Topic)
+			}
 			for _, p := range rt.Partitions {
 				unknown = unknown || tc.b.partition(rt.Topic, p) == nil
 			}
