@@ -103,8 +103,8 @@ type Backend struct {
 
 var _ backend.Backend = (*Backend)(nil)
 
-// RemoteIndexCacheDir is where a Backend keeps fetched remote indexes, in
-// its log directory (Kafka's name).
+// RemoteIndexCacheDir is where a Backend keeps fetched remote indexes, and
+// the manifest parts it put or read, in its log directory (Kafka's name).
 const RemoteIndexCacheDir = "remote-log-index-cache"
 
 // OpenBackend opens (creating when needed) the log directory dir, locking

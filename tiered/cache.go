@@ -250,6 +250,10 @@ func (c *diskCache) put(key string, data []byte) {
 		return
 	}
 	name := c.name(key)
+	// A file cached already under the name (a damaged one being replaced)
+	// leaves the lru first: its eviction removes the file, which must not
+	// be the one written below.
+	c.files.remove(name)
 	path := filepath.Join(c.dir, name)
 	tmp := path + ".tmp"
 	if os.WriteFile(tmp, data, 0o644) != nil || os.Rename(tmp, path) != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -288,5 +289,76 @@ func TestGCKeepsPartsABackupNames(t *testing.T) {
 	}
 	if left := partKeys(t, store); !reflect.DeepEqual(left, named) {
 		t.Fatalf("after the backups rotated gc left %d parts, the head names %d", len(left), len(named))
+	}
+}
+
+// TestPartsFromTheDiskCache: a Backend keeps the parts it put or read in
+// its disk cache of remote indexes, so a restart reads the head from the
+// bucket and its parts from the disk; a damaged cached part is read from
+// the bucket again (and cached anew).
+func TestPartsFromTheDiskCache(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://parts-cache", objstore.Options{})
+	dir := t.TempDir()
+	openAttached := func() (*tiered.Backend, *tiered.Partition) {
+		t.Helper()
+		b, err := tiered.OpenBackend(dir, tiered.BackendOptions{Store: store, Prefix: "tl"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		bp, err := b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := bp.(*tiered.Partition)
+		if err := p.Attach(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return b, p
+	}
+	b, p := openAttached()
+	if err := p.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := tiered.CommitSegments(ctx, p, synthSegments(0, 300, time.Now().UnixMilli())); err != nil {
+		t.Fatal(err)
+	}
+	want := p.Manifest().Segments
+	parts := len(p.Manifest().Parts)
+	b.Close()
+	// A new Backend over the same directory, as a restart: the parts the
+	// writer put are in its disk cache.
+	b, p = openAttached()
+	if got := b.Metrics().ManifestPartReads.Load(); got != 0 {
+		t.Fatalf("a restart read %d parts from the bucket, want 0 (the disk cache holds them)", got)
+	}
+	if !reflect.DeepEqual(p.Manifest().Segments, want) {
+		t.Fatal("the manifest read through the disk cache differs")
+	}
+	b.Close()
+	// Damage every cached part: each is read from the bucket again.
+	cacheDir := filepath.Join(dir, tiered.RemoteIndexCacheDir)
+	ents, err := os.ReadDir(cacheDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), manifest.PartSuffix) {
+			if err := os.WriteFile(filepath.Join(cacheDir, e.Name()), []byte("damaged"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	b, p = openAttached()
+	if got := b.Metrics().ManifestPartReads.Load(); got != int64(parts) {
+		t.Fatalf("with the cached parts damaged, %d were read from the bucket, want %d", got, parts)
+	}
+	if !reflect.DeepEqual(p.Manifest().Segments, want) {
+		t.Fatal("the manifest read past damaged cached parts differs")
+	}
+	b.Close()
+	b, _ = openAttached()
+	defer b.Close()
+	if got := b.Metrics().ManifestPartReads.Load(); got != 0 {
+		t.Fatalf("after the damaged parts were read again, a restart read %d from the bucket", got)
 	}
 }

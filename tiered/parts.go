@@ -30,8 +30,11 @@ const maxPartBytes = 64 << 20
 
 // partLoader returns the loader DecodeLayered reads a head's parts with.
 // A part the partition's current manifest names (with no more skipped)
-// is taken from it; any other is read from the bucket and checked against
-// its reference. A part the bucket does not have is a corrupt manifest,
+// is taken from it; any other is read from the disk cache of remote
+// indexes (Caches' IndexDir; a Backend's remote-index-cache) or else from
+// the bucket, and checked against its reference either way. A part read
+// from the bucket is kept in the disk cache: parts never change, and a
+// restart reads them from there. A part the bucket does not have is a corrupt manifest,
 // never a missing one: the head is there.
 func (p *Partition) partLoader(ctx context.Context) func(manifest.Part) ([]manifest.Segment, error) {
 	cur := p.man.Load()
@@ -58,6 +61,17 @@ func (p *Partition) partLoader(ctx context.Context) func(manifest.Part) ([]manif
 			return nil, fmt.Errorf("%w: part %s of %d bytes, more than the %d a part may have", manifest.ErrCorrupt, ref.Name(), ref.Bytes, maxPartBytes)
 		}
 		key := p.layout().Part(ref)
+		var disk *diskCache
+		if p.caches != nil {
+			disk = p.caches.disk
+		}
+		if data, ok := disk.get(key); ok {
+			// A restart reads the parts it read before from the disk
+			// cache (the remote indexes'); checked as from the bucket.
+			if segs, err := manifest.DecodePart(ref, data); err == nil {
+				return segs, nil
+			}
+		}
 		data, err := p.store.ReadAll(ctx, key, 0, ref.Bytes)
 		if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrInvalidRange) {
 			// Not ErrNotFound: the manifest is there, and a caller must not
@@ -70,7 +84,11 @@ func (p *Partition) partLoader(ctx context.Context) func(manifest.Part) ([]manif
 		if p.metrics != nil {
 			p.metrics.ManifestPartReads.Add(1)
 		}
-		return manifest.DecodePart(ref, data)
+		segs, err := manifest.DecodePart(ref, data)
+		if err == nil {
+			disk.put(key, data)
+		}
+		return segs, err
 	}
 }
 
@@ -115,6 +133,9 @@ func (p *Partition) putPartsLocked(ctx context.Context, gen uint64, made []manif
 		}
 		p.metrics.ManifestPartsPut.Add(1)
 		p.metrics.ManifestBytesPut.Add(int64(len(po.Data)))
+		if p.caches != nil {
+			p.caches.disk.put(key, po.Data) // a restart reads it from there
+		}
 	}
 	return in, nil
 }

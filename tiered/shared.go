@@ -34,10 +34,10 @@ type CacheOptions struct {
 	// so repeated and read-ahead reads cost no GET (default 64 MiB; -1
 	// disables it).
 	ChunkBytes int64
-	// IndexDir, when set, keeps fetched remote indexes on disk too, within
-	// IndexDiskBytes (default 1 GiB, Kafka's
-	// remote.log.index.file.cache.total.size.bytes), so a restarted broker
-	// does not fetch them again.
+	// IndexDir, when set, keeps fetched remote indexes, and the manifest
+	// parts put or read, on disk too, within IndexDiskBytes (default 1
+	// GiB, Kafka's remote.log.index.file.cache.total.size.bytes), so a
+	// restarted broker does not fetch them again.
 	IndexDir       string
 	IndexDiskBytes int64
 }
