@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -23,10 +24,11 @@ func (l *Log) load(opts Options) error {
 	if l.readOnly {
 		return l.loadReadOnly(opts)
 	}
-	if err := l.removeTempFilesAndSwap(); err != nil {
+	ents, err := l.removeTempFilesAndSwap()
+	if err != nil {
 		return err
 	}
-	segs, err := l.listSegments()
+	segs, err := l.listSegments(ents)
 	if err != nil {
 		return err
 	}
@@ -81,11 +83,14 @@ func (l *Log) load(opts Options) error {
 
 // listSegments opens a segFile for every .log in the directory, sorted by
 // base offset, removing index files that have no log (as Kafka does).
-func (l *Log) listSegments() ([]*segFile, error) {
+// ents is the directory's listing when the caller has it, else nil.
+func (l *Log) listSegments(ents []fs.DirEntry) ([]*segFile, error) {
 	fsys := l.segOpts.fs
-	ents, err := fsys.ReadDir(l.dir)
-	if err != nil {
-		return nil, fmt.Errorf("local: read %s: %w", l.dir, err)
+	if ents == nil {
+		var err error
+		if ents, err = fsys.ReadDir(l.dir); err != nil {
+			return nil, fmt.Errorf("local: read %s: %w", l.dir, err)
+		}
 	}
 	hasLog := map[int64]bool{}
 	var orphans []int64
@@ -150,13 +155,18 @@ func (l *Log) checkTopicID(id string) error {
 // files go, and with them any *.swap at or above the lowest cleaned offset
 // (an interrupted cleaning); the remaining *.swap files replace the
 // segments they cover.
-func (l *Log) removeTempFilesAndSwap() error {
+//
+// It returns the directory's listing when it changed nothing in it (the
+// usual case), for the next step to use, else nil.
+func (l *Log) removeTempFilesAndSwap() ([]fs.DirEntry, error) {
 	fsys := l.segOpts.fs
 	ents, err := fsys.ReadDir(l.dir)
 	if err != nil {
-		return fmt.Errorf("local: read %s: %w", l.dir, err)
+		return nil, fmt.Errorf("local: read %s: %w", l.dir, err)
 	}
+	changed := false
 	rm := func(name string) error {
+		changed = true
 		if err := fsys.Remove(filepath.Join(l.dir, name)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("local: remove %s: %w", name, err)
 		}
@@ -169,19 +179,20 @@ func (l *Log) removeTempFilesAndSwap() error {
 		switch {
 		case strings.HasSuffix(name, DeletedSuffix), strings.HasSuffix(name, ".tmp"):
 			if err := rm(name); err != nil {
-				return err
+				return nil, err
 			}
 		case strings.HasSuffix(name, CleanedSuffix):
 			if base, _, err := ParseFileName(name); err == nil && (minCleaned < 0 || base < minCleaned) {
 				minCleaned = base
 			}
 			if err := rm(name); err != nil {
-				return err
+				return nil, err
 			}
 		case strings.HasSuffix(name, SwapSuffix):
 			swaps = append(swaps, name)
 		}
 	}
+	slices.Sort(swaps) // in offset order, whatever the listing's
 	var keep []string
 	for _, name := range swaps {
 		base, _, err := ParseFileName(name)
@@ -190,7 +201,7 @@ func (l *Log) removeTempFilesAndSwap() error {
 		}
 		if minCleaned >= 0 && base >= minCleaned {
 			if err := rm(name); err != nil {
-				return err
+				return nil, err
 			}
 			continue
 		}
@@ -205,7 +216,7 @@ func (l *Log) removeTempFilesAndSwap() error {
 		base, _, _ := ParseFileName(name)
 		next, err := l.nextOffsetOfFile(filepath.Join(l.dir, name), base)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		// An empty swap file replaces the one segment of its base (a
 		// cleaner's replacement of more segments is never empty).
@@ -217,21 +228,24 @@ func (l *Log) removeTempFilesAndSwap() error {
 			}
 			if suf == LogSuffix || suf == IndexSuffix || suf == TimeIndexSuffix || suf == TxnIndexSuffix {
 				if err := rm(e.Name()); err != nil {
-					return err
+					return nil, err
 				}
 			}
 		}
 	}
 	for _, name := range keep {
 		if err := fsys.Rename(filepath.Join(l.dir, name), filepath.Join(l.dir, strings.TrimSuffix(name, SwapSuffix))); err != nil {
-			return fmt.Errorf("local: complete swap of %s: %w", name, err)
+			return nil, fmt.Errorf("local: complete swap of %s: %w", name, err)
 		}
 		l.logger.Info("completed an interrupted segment swap", "file", name)
 	}
 	if len(keep) > 0 {
-		return l.syncDir()
+		return nil, l.syncDir()
 	}
-	return nil
+	if changed {
+		return nil, nil
+	}
+	return ents, nil
 }
 
 // nextOffsetOfFile scans a .log file's headers for one past its last offset.

@@ -38,7 +38,9 @@ type FS interface {
 	// only once the directory is synced (SyncDir).
 	Rename(oldpath, newpath string) error
 	Stat(name string) (fs.FileInfo, error)
-	// ReadDir lists a directory sorted by name.
+	// ReadDir lists a directory, in no particular order (a log directory
+	// of 100,000 segments holds 300,000 names: sorting them was a third
+	// of its open).
 	ReadDir(name string) ([]fs.DirEntry, error)
 	MkdirAll(name string, perm fs.FileMode) error
 	Chtimes(name string, atime, mtime time.Time) error
@@ -95,7 +97,14 @@ func (osFS) Remove(name string) error                     { return os.Remove(nam
 func (osFS) RemoveAll(name string) error                  { return os.RemoveAll(name) }
 func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
 func (osFS) Stat(name string) (fs.FileInfo, error)        { return os.Stat(name) }
-func (osFS) ReadDir(name string) ([]fs.DirEntry, error)   { return os.ReadDir(name) }
+func (osFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.ReadDir(-1)
+}
 func (osFS) MkdirAll(name string, perm fs.FileMode) error { return os.MkdirAll(name, perm) }
 func (osFS) Chtimes(name string, atime, mtime time.Time) error {
 	return os.Chtimes(name, atime, mtime)
