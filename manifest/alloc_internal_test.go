@@ -28,11 +28,10 @@ func craftedHead(n int) []byte {
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
-// TestCraftedHeadAllocatesNothingUnchecked: a ~150 KB head naming 5,000 tier 3
-// parts makes DecodeLayered allocate room for 327 million segments
-// (about 60 GB) before it loads a single part. Expected: a typed error
-// (the first part cannot be loaded). Observed: fatal error: out of memory
-// (not recoverable), or a multi-GB allocation where memory allows.
+// TestCraftedHeadAllocatesNothingUnchecked: a ~150 KB head naming 5,000
+// tier 3 parts claims 327 million segments (about 60 GB decoded).
+// DecodeLayered must fail with the first part's error, reserving nothing
+// on the claim's word (it once ran the process out of memory).
 func TestCraftedHeadAllocatesNothingUnchecked(t *testing.T) {
 	head := craftedHead(5000)
 	t.Logf("head of %d bytes", len(head))

@@ -9,12 +9,12 @@ import (
 	"github.com/tierlog/tierlog/manifest"
 )
 
-// TestDecodeHeadValidates: a CRC-valid head that Decode refuses
-// as invalid (a log start past the last segment; a deleted partition that
-// names segments) is accepted by DecodeHead, which WAL gc
-// (tiered/walgc.go readPartitionEnd) now uses instead of Decode: WAL gc
-// then takes offsets below the bogus log start as consolidated, or the
-// partition as deleted, and removes WAL objects it needs.
+// TestDecodeHeadValidates: a CRC-valid head that Decode refuses as
+// invalid (a log start past the last segment; a deleted partition that
+// names segments) is refused by DecodeHead too. WAL gc reads heads with
+// it (tiered/walgc.go readPartitionEnd): taking such a head, it would take
+// offsets below the bogus log start as consolidated, or the partition as
+// deleted, and remove WAL objects the partition needs.
 func TestDecodeHeadValidates(t *testing.T) {
 	m := &manifest.Manifest{Generation: 1, WriterEpoch: 1, LogStartOffset: 10,
 		Segments: []manifest.Segment{{BaseOffset: 0, LastOffset: 19, Size: 100, Records: 20}}}
@@ -46,17 +46,11 @@ func TestDecodeHeadValidates(t *testing.T) {
 	}
 }
 
-// TestDecodePartChecksItsReference: DecodePart (exported) trusts
-// its reference's Skip: a reference not from DecodeHead (hand-made, or a
-// tool's) with a Skip out of range panics instead of failing with a typed
-// error.
+// TestDecodePartChecksItsReference: DecodePart (exported) checks its
+// reference first: one not from DecodeHead (hand-made, or a tool's) with
+// a Skip out of range fails with a typed error, never a panic.
 func TestDecodePartChecksItsReference(t *testing.T) {
-	b := newBucket()
-	m := &manifest.Manifest{}
-	for i := range 40 {
-		m.Segments = append(m.Segments, synthSegment(int64(i)*10, 10, i))
-	}
-	b.commit(t, nil, m)
+	b, m := committedBucket(t, 40)
 	p := m.Parts[0]
 	data := b.parts[p.Name()]
 	for _, skip := range []int{-1, p.ObjectSegments + 1} {

@@ -89,12 +89,7 @@ func TestLayerAdversarial(t *testing.T) {
 // FuzzDecodeLayered: mutated layered heads, loaded against the real
 // parts: an error or a manifest that encodes back, never a panic.
 func FuzzDecodeLayered(f *testing.F) {
-	b := newBucket()
-	m := &manifest.Manifest{}
-	for i := range 700 {
-		m.Segments = append(m.Segments, synthSegment(int64(i)*10, 10, i))
-	}
-	b.commit(f, nil, m)
+	b, m := committedBucket(f, 700)
 	f.Add(b.head)
 	cut := *m
 	cut.Generation++

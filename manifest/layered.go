@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -383,7 +384,7 @@ func (m *Manifest) Layer(prev *Manifest, newID func() [8]byte) ([]PartObject, er
 			if run[len(run)-1].LastOffset < segs[0].BaseOffset {
 				continue // cut whole
 			}
-			k, found := slices.BinarySearchFunc(run, segs[0].BaseOffset, func(s Segment, off int64) int { return cmpInt(s.BaseOffset, off) })
+			k, found := slices.BinarySearchFunc(run, segs[0].BaseOffset, func(s Segment, off int64) int { return cmp.Compare(s.BaseOffset, off) })
 			if !found || len(run)-k > len(segs) || !sameSegments(run[k:], segs[:len(run)-k]) {
 				break
 			}
@@ -445,16 +446,6 @@ func (m *Manifest) Layer(prev *Manifest, newID func() [8]byte) ([]PartObject, er
 		return nil, err
 	}
 	return made, nil
-}
-
-func cmpInt(a, b int64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // sameSegments says whether a and b are the same segments, field by field.

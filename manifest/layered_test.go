@@ -97,6 +97,19 @@ func (b *bucket) gc(t testing.TB, heads ...[]byte) {
 	}
 }
 
+// committedBucket is a bucket holding one commit of a manifest of n
+// segments of 10 offsets each, and the manifest.
+func committedBucket(tb testing.TB, n int) (*bucket, *manifest.Manifest) {
+	tb.Helper()
+	b := newBucket()
+	m := &manifest.Manifest{}
+	for i := range n {
+		m.Segments = append(m.Segments, synthSegment(int64(i)*10, 10, i))
+	}
+	b.commit(tb, nil, m)
+	return b, m
+}
+
 func synthSegment(base int64, span int64, i int) manifest.Segment {
 	s := manifest.Segment{BaseOffset: base, LastOffset: base + span - 1, MaxTimestamp: 1_700_000_000_000 + int64(i)*1000,
 		Size: 1 << 20, Records: span, LeaderEpoch: int32(i / 1000), UploadTimeMs: 1_700_000_000_000 + int64(i)*1000,
@@ -191,12 +204,7 @@ func TestLayeredCuts(t *testing.T) {
 // TestLayeredRetentionPutsHeadOnly: a cut at the front, however deep,
 // puts the head alone (the parts it cuts into are skipped, not written).
 func TestLayeredRetentionPutsHeadOnly(t *testing.T) {
-	b := newBucket()
-	m := &manifest.Manifest{}
-	for i := range 20000 {
-		m.Segments = append(m.Segments, synthSegment(int64(i)*10, 10, i))
-	}
-	b.commit(t, nil, m)
+	b, m := committedBucket(t, 20000)
 	parts := len(b.parts)
 	for _, cut := range []int{1, 15, 17, 300, 4095, 4097, 10000, 19990} {
 		next := *m
@@ -263,12 +271,7 @@ func TestLayeredTenMillion(t *testing.T) {
 }
 
 func TestPartCorruptionDetected(t *testing.T) {
-	b := newBucket()
-	m := &manifest.Manifest{}
-	for i := range 40 {
-		m.Segments = append(m.Segments, synthSegment(int64(i)*10, 10, i))
-	}
-	b.commit(t, nil, m)
+	b, m := committedBucket(t, 40)
 	p := m.Parts[0]
 	data := b.parts[p.Name()]
 	if _, err := manifest.DecodePart(p, data); err != nil {
@@ -310,12 +313,7 @@ func TestSameSegmentsCoversEveryField(t *testing.T) {
 }
 
 func FuzzDecodePart(f *testing.F) {
-	b := newBucket()
-	m := &manifest.Manifest{}
-	for i := range 300 {
-		m.Segments = append(m.Segments, synthSegment(int64(i)*10, 10, i))
-	}
-	b.commit(f, nil, m)
+	b, m := committedBucket(f, 300)
 	for _, p := range m.Parts {
 		f.Add(b.parts[p.Name()])
 	}

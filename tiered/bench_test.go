@@ -267,18 +267,26 @@ func BenchmarkSequentialRemote(b *testing.B) {
 				p, _ := offloaded(b, 64<<20, pf)
 				end := p.Offsets().LocalLogStart
 				b.StartTimer()
-				for off := int64(0); off < end; {
-					r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 256 << 10, MinOneBatch: true})
-					if err != nil {
-						b.Fatal(err)
-					}
-					total += r.Len()
-					off = r.(backend.OffsetRange).NextOffset()
-				}
+				total += readSequentially(b, p, end)
 			}
 			b.SetBytes(total / int64(b.N))
 		})
 	}
+}
+
+// readSequentially reads p from offset 0 to end in 256 KiB reads and
+// returns the bytes read.
+func readSequentially(b *testing.B, p backend.Partition, end int64) (n int64) {
+	for off := int64(0); off < end; {
+		r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 256 << 10, MinOneBatch: true})
+		if err != nil {
+			b.Fatal(err)
+		}
+		n += r.Len()
+		off = r.(backend.OffsetRange).NextOffset()
+		r.Close()
+	}
+	return n
 }
 
 // BenchmarkCopyQuota: 200 tiered partitions of one closed 64 KiB segment

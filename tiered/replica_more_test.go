@@ -2,12 +2,10 @@ package tiered_test
 
 import (
 	"errors"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
-	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/tiered"
@@ -23,13 +21,7 @@ func TestReplicaAllSegmentsExpired(t *testing.T) {
 	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
 	ro := &noWrites{Driver: inner}
 	replicaStore := objstore.New(ro, "mem://origin-replica", objstore.Options{})
-	c := cfg(t, "segment.bytes", "262144", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
-	origin := open(t, filepath.Join(t.TempDir(), "orders-0"), originStore, 1, c)
-	defer origin.Close()
-	produce(t, origin, 5_000)
-	if _, err := origin.Offload(ctx); err != nil {
-		t.Fatal(err)
-	}
+	origin := offloadedOrigin(t, originStore, 5_000)
 	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
 	if err := origin.DeleteRecordsBefore(ctx, end); err != nil {
 		t.Fatal(err)
@@ -41,14 +33,7 @@ func TestReplicaAllSegmentsExpired(t *testing.T) {
 		t.Fatalf("origin manifest: %d segments, log start %d", len(m.Segments), m.LogStartOffset)
 	}
 
-	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	replica, err := tiered.Open(ctx, l, tiered.Options{Store: replicaStore, Prefix: "tl/orders-0", ReadReplica: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	replica := openReplica(t, replicaStore)
 	defer replica.Close()
 	o := replica.Offsets()
 	t.Logf("replica offsets: %+v", o)
@@ -56,7 +41,7 @@ func TestReplicaAllSegmentsExpired(t *testing.T) {
 		t.Errorf("the replica's offsets are out of order: log start %d, high watermark %d, log end %d (the origin's log start is %d)",
 			o.LogStart, o.HighWatermark, o.LogEnd, end)
 	}
-	_, err = replica.Read(ctx, o.LogStart, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+	_, err := replica.Read(ctx, o.LogStart, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
 	var oor *backend.OffsetOutOfRangeError
 	if errors.As(err, &oor) {
 		t.Errorf("a read at the replica's own log start %d: %v", o.LogStart, err)
@@ -94,23 +79,9 @@ func TestReplicaBackendRefusesLocalRecords(t *testing.T) {
 func TestReplicaBackendAnswersAtOpen(t *testing.T) {
 	inner := mem.New()
 	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
-	c := cfg(t, "segment.bytes", "262144", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
-	origin := open(t, filepath.Join(t.TempDir(), "orders-0"), originStore, 1, c)
-	defer origin.Close()
-	produce(t, origin, 3_000)
-	if _, err := origin.Offload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	b, err := tiered.OpenBackend(t.TempDir(), tiered.BackendOptions{Store: objstore.New(&noWrites{Driver: inner}, "mem://origin-replica", objstore.Options{}), Prefix: "tl",
-		ReadReplica: true, Manager: tiered.ManagerConfig{TaskInterval: time.Hour}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	origin := offloadedOrigin(t, originStore, 3_000)
+	b, bp := openReplicaBackend(t, &noWrites{Driver: inner}, time.Hour)
 	defer b.Close()
-	bp, err := b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
 	o := bp.Offsets()
 	latest, _, _, _ := bp.OffsetForTimestamp(ctx, backend.LatestTimestamp)

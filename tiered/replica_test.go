@@ -56,6 +56,53 @@ func (d *noWrites) check(t *testing.T) {
 	}
 }
 
+// offloadedOrigin is the origin partition of the replica tests, on store:
+// n records in 256 KiB segments, every closed one offloaded and gone from
+// its disk, kept for good (retention.ms -1). Closed with the test.
+func offloadedOrigin(t *testing.T, store *objstore.Store, n int) *tiered.Partition {
+	t.Helper()
+	c := cfg(t, "segment.bytes", "262144", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
+	origin := open(t, filepath.Join(t.TempDir(), "orders-0"), store, 1, c)
+	t.Cleanup(func() { origin.Close() })
+	produce(t, origin, n)
+	if _, err := origin.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return origin
+}
+
+// openReplica opens a read replica of tl/orders-0 on store, over a new
+// empty log directory.
+func openReplica(t *testing.T, store *objstore.Store) *tiered.Partition {
+	t.Helper()
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", ReadReplica: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// openReplicaBackend opens a replica Backend of the bucket under "tl"
+// through drv, stepping every interval, and its partition orders-0.
+func openReplicaBackend(t *testing.T, drv objstore.Driver, interval time.Duration) (*tiered.Backend, backend.Partition) {
+	t.Helper()
+	b, err := tiered.OpenBackend(t.TempDir(), tiered.BackendOptions{Store: objstore.New(drv, "mem://origin-replica", objstore.Options{}), Prefix: "tl",
+		ReadReplica: true, Manager: tiered.ManagerConfig{TaskInterval: interval}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true"))
+	if err != nil {
+		b.Close()
+		t.Fatal(err)
+	}
+	return b, bp
+}
+
 // sameBatches checks that the replica serves exactly the origin's batches
 // from its log start to its high watermark.
 func sameBatches(t *testing.T, replica, origin backend.Partition) {
@@ -92,22 +139,9 @@ func TestReadReplica(t *testing.T) {
 	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
 	ro := &noWrites{Driver: inner}
 	replicaStore := objstore.New(ro, "mem://origin-replica", objstore.Options{})
-	c := cfg(t, "segment.bytes", "262144", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
-	origin := open(t, filepath.Join(t.TempDir(), "orders-0"), originStore, 1, c)
-	defer origin.Close()
-	produce(t, origin, 5_000)
-	if _, err := origin.Offload(ctx); err != nil {
-		t.Fatal(err)
-	}
+	origin := offloadedOrigin(t, originStore, 5_000)
 
-	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	replica, err := tiered.Open(ctx, l, tiered.Options{Store: replicaStore, Prefix: "tl/orders-0", ReadReplica: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	replica := openReplica(t, replicaStore)
 	defer replica.Close()
 	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
 	if o := replica.Offsets(); o.HighWatermark != end || o.LogEnd != end || o.LastStableOffset != end {
@@ -155,14 +189,7 @@ func TestReadReplica(t *testing.T) {
 	// is out of range. (This replica's caches hold none of them; the one
 	// above may answer from its cache, the records they were, until its
 	// next step.)
-	l2, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cold, err := tiered.Open(ctx, l2, tiered.Options{Store: replicaStore, Prefix: "tl/orders-0", ReadReplica: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cold := openReplica(t, replicaStore)
 	defer cold.Close()
 	cut := origin.Manifest().Segments[2].BaseOffset
 	if err := origin.DeleteRecordsBefore(ctx, cut); err != nil {
@@ -174,7 +201,7 @@ func TestReadReplica(t *testing.T) {
 	if cold.Offsets().LogStart != 0 {
 		t.Fatal("the replica moved before its step")
 	}
-	_, err = cold.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
+	_, err := cold.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true})
 	var oor *backend.OffsetOutOfRangeError
 	if !errors.As(err, &oor) || oor.LogStart != cut {
 		t.Fatalf("a replica's read of a segment the origin's retention deleted: %v; want out of range from %d", err, cut)
@@ -195,24 +222,10 @@ func TestReadReplica(t *testing.T) {
 func TestReadReplicaBackend(t *testing.T) {
 	inner := mem.New()
 	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
-	c := cfg(t, "segment.bytes", "262144", "local.retention.ms", "0", "file.delete.delay.ms", "0")
-	origin := open(t, filepath.Join(t.TempDir(), "orders-0"), originStore, 1, c)
-	defer origin.Close()
-	produce(t, origin, 5_000)
-	if _, err := origin.Offload(ctx); err != nil {
-		t.Fatal(err)
-	}
+	origin := offloadedOrigin(t, originStore, 5_000)
 	ro := &noWrites{Driver: inner}
-	b, err := tiered.OpenBackend(t.TempDir(), tiered.BackendOptions{Store: objstore.New(ro, "mem://origin-replica", objstore.Options{}), Prefix: "tl",
-		ReadReplica: true, Manager: tiered.ManagerConfig{TaskInterval: 20 * time.Millisecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	b, bp := openReplicaBackend(t, ro, 20*time.Millisecond)
 	defer b.Close()
-	bp, err := b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
 	eventually(t, 10*time.Second, "the replica reaches the bucket's end", func() bool { return bp.Offsets().HighWatermark == end })
 	sameBatches(t, bp, origin)
@@ -269,15 +282,7 @@ func BenchmarkReplicaSequential(b *testing.B) {
 				}
 				end := origin.Offsets().LocalLogStart
 				b.StartTimer()
-				for off := int64(0); off < end; {
-					r, err := p.Read(ctx, off, backend.ReadOptions{MaxBytes: 256 << 10, MinOneBatch: true})
-					if err != nil {
-						b.Fatal(err)
-					}
-					total += r.Len()
-					off = r.(backend.OffsetRange).NextOffset()
-					r.Close()
-				}
+				total += readSequentially(b, p, end)
 				b.StopTimer()
 				if p != origin {
 					p.Close()

@@ -93,10 +93,10 @@ func (osFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
 	return osFile{f}, nil
 }
 
-func (osFS) Remove(name string) error                     { return os.Remove(name) }
-func (osFS) RemoveAll(name string) error                  { return os.RemoveAll(name) }
-func (osFS) Rename(oldpath, newpath string) error         { return os.Rename(oldpath, newpath) }
-func (osFS) Stat(name string) (fs.FileInfo, error)        { return os.Stat(name) }
+func (osFS) Remove(name string) error              { return os.Remove(name) }
+func (osFS) RemoveAll(name string) error           { return os.RemoveAll(name) }
+func (osFS) Rename(oldpath, newpath string) error  { return os.Rename(oldpath, newpath) }
+func (osFS) Stat(name string) (fs.FileInfo, error) { return os.Stat(name) }
 func (osFS) ReadDir(name string) ([]fs.DirEntry, error) {
 	f, err := os.Open(name)
 	if err != nil {

@@ -20,13 +20,16 @@ import (
 	"github.com/tierlog/tierlog/objstore/mem"
 )
 
-// noWritesDriver fails and records every write; its List blocks (until the
-// context ends) once block is set.
+// noWritesDriver fails and records every write; once block is set its
+// List blocks until its context ends, telling listing when it starts and
+// ended with the context's error.
 type noWritesDriver struct {
 	objstore.Driver
-	mu     sync.Mutex
-	writes []string
-	block  atomic.Bool
+	mu      sync.Mutex
+	writes  []string
+	block   atomic.Bool
+	listing chan struct{}
+	ended   chan error
 }
 
 func (d *noWritesDriver) rec(s string) error {
@@ -46,7 +49,9 @@ func (d *noWritesDriver) AbortStaleUploads(_ context.Context, p string, _ time.T
 }
 func (d *noWritesDriver) List(ctx context.Context, prefix, after string, limit int) ([]objstore.ObjectInfo, bool, error) {
 	if d.block.Load() {
+		d.listing <- struct{}{}
 		<-ctx.Done()
+		d.ended <- ctx.Err()
 		return nil, false, ctx.Err()
 	}
 	return d.Driver.List(ctx, prefix, after, limit)
@@ -165,24 +170,32 @@ func TestReadReplicaMaxPartitions(t *testing.T) {
 	}
 }
 
-// TestReadReplicaCloseCancelsDiscovery: Close waits for a discovery whose
-// List hangs, up to 10 discovery intervals: the stop is not its context's.
-func TestReadReplicaCloseCancelsDiscovery(t *testing.T) {
-	inner := replicaOrigin(t)
-	ro := &noWritesDriver{Driver: inner}
+// replicaOf is the options of a replica broker of the origin's bucket
+// (inner) through ro, discovering and stepping every interval.
+func replicaOf(t *testing.T, ro *noWritesDriver, interval time.Duration) broker.Options {
 	ropts := testOptions(t.TempDir())
 	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(ro, "mem://origin-replica", objstore.Options{}), "broker"
-	ropts.ReplicaDiscoveryInterval = 300 * time.Millisecond
-	replica, err := startReplicaNoCleanup(ropts)
+	ropts.RemoteLogManager = map[string]string{"remote.log.manager.task.interval.ms": fmt.Sprint(interval.Milliseconds())}
+	ropts.ReplicaDiscoveryInterval = interval
+	return ropts
+}
+
+// TestReadReplicaCloseCancelsDiscovery: Close cancels a discovery whose
+// listing of the bucket hangs, rather than wait for its deadline.
+func TestReadReplicaCloseCancelsDiscovery(t *testing.T) {
+	inner := replicaOrigin(t)
+	ro := &noWritesDriver{Driver: inner, listing: make(chan struct{}, 1), ended: make(chan error, 1)}
+	replica, err := startReplicaNoCleanup(replicaOf(t, ro, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	ro.block.Store(true)
-	time.Sleep(400 * time.Millisecond) // a discovery is in its List now
-	start := time.Now()
-	replica.Close()
-	if d := time.Since(start); d > time.Second {
-		t.Errorf("Close took %v, waiting on the discovery's List", d)
+	<-ro.listing // a discovery is in its List now
+	if err := replica.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-ro.ended; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the discovery's listing ended with %v; want it cancelled by Close", err)
 	}
 }
 
@@ -192,11 +205,7 @@ func TestReadReplicaCloseCancelsDiscovery(t *testing.T) {
 func TestReadReplicaNeverWrites(t *testing.T) {
 	inner := replicaOrigin(t)
 	ro := &noWritesDriver{Driver: inner}
-	ropts := testOptions(t.TempDir())
-	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(ro, "mem://origin-replica", objstore.Options{}), "broker"
-	ropts.RemoteLogManager = map[string]string{"remote.log.manager.task.interval.ms": "50"}
-	ropts.ReplicaDiscoveryInterval = 50 * time.Millisecond
-	replica, err := startReplicaNoCleanup(ropts)
+	replica, err := startReplicaNoCleanup(replicaOf(t, ro, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
