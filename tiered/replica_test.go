@@ -191,6 +191,8 @@ func TestReadReplica(t *testing.T) {
 	// next step.)
 	cold := openReplica(t, replicaStore)
 	defer cold.Close()
+	coldTs := openReplica(t, replicaStore) // for a ListOffsets by time
+	defer coldTs.Close()
 	cut := origin.Manifest().Segments[2].BaseOffset
 	if err := origin.DeleteRecordsBefore(ctx, cut); err != nil {
 		t.Fatal(err)
@@ -207,12 +209,18 @@ func TestReadReplica(t *testing.T) {
 		t.Fatalf("a replica's read of a segment the origin's retention deleted: %v; want out of range from %d", err, cut)
 	}
 	sameBatches(t, cold, origin)
+	// A timestamp lookup that finds a time index gone steps too: the
+	// answer is the newer manifest's.
+	if off, _, ok, err := coldTs.OffsetForTimestamp(ctx, 1_700_000_000_000); err != nil || !ok || off != cut {
+		t.Fatalf("a replica's timestamp lookup in a segment the origin's retention deleted: %d %v %v; want %d", off, ok, err, cut)
+	}
 	if err := replica.ReplicaStep(ctx); err != nil {
 		t.Fatal(err)
 	}
 	sameBatches(t, replica, origin)
 	replica.Close() // closing writes nothing to the bucket either
 	cold.Close()
+	coldTs.Close()
 	ro.check(t)
 }
 

@@ -237,6 +237,20 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 	if err := p.checkOpen(); err != nil {
 		return 0, 0, false, err
 	}
+	off, rts, ok, err := p.offsetForTimestamp(ctx, ts)
+	if p.opts.ReadReplica && errors.Is(err, objstore.ErrNotFound) {
+		// The origin's retention removed an index the replica's manifest
+		// still names: a step, then the answer of the newer manifest.
+		if serr := p.ReplicaStep(ctx); serr != nil {
+			return 0, 0, false, errors.Join(err, serr)
+		}
+		off, rts, ok, err = p.offsetForTimestamp(ctx, ts)
+	}
+	return off, rts, ok, err
+}
+
+// offsetForTimestamp is OffsetForTimestamp from one view.
+func (p *Partition) offsetForTimestamp(ctx context.Context, ts int64) (int64, int64, bool, error) {
 	v, err := p.attachedView(ctx) // the bucket's timestamps are in its manifest and indexes
 	if err != nil {
 		return 0, 0, false, err
