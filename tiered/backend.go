@@ -238,7 +238,8 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		// Caught up now if the bucket answers (else the service does it
 		// within a task interval, and until then the replica answers as an
 		// empty partition).
-		if err := p.Attach(ctx); err == nil {
+		err := p.Attach(ctx)
+		if err == nil {
 			err = p.ReplicaStep(ctx)
 		}
 		if err != nil {
