@@ -52,6 +52,7 @@ type demoSummary struct {
 	BrokerRecords     int              `json:"brokerRecords"`
 	BrokerProduceMBps float64          `json:"brokerProduceMBps"`
 	BrokerConsumeMBps float64          `json:"brokerConsumeMBps"`
+	ReplicaRecords    int              `json:"replicaRecords"` // read from a read replica of the broker's bucket
 	// BrokerSkipped says why step 10 did not run ("" when it did).
 	BrokerSkipped string `json:"brokerSkipped,omitempty"`
 	// Step 11: the diskless topic's records, those read back after its
