@@ -63,7 +63,17 @@ func (c *lru[K, V]) put(key K, val V) {
 		return
 	}
 	if e, ok := c.items[key]; ok {
-		c.removeLocked(e)
+		// Replaced in place: the key stays, so it is not evicted (an
+		// eviction's callback would undo the put: remove the disk cache's
+		// new file, or forget the range cache's start).
+		it := e.Value.(*lruItem[K, V])
+		c.size += size - it.size
+		it.val, it.size = val, size
+		c.order.MoveToFront(e)
+		for c.size > c.max {
+			c.removeLocked(c.order.Back())
+		}
+		return
 	}
 	c.items[key] = c.order.PushFront(&lruItem[K, V]{key: key, val: val, size: size})
 	c.size += size
@@ -250,13 +260,16 @@ func (c *diskCache) put(key string, data []byte) {
 		return
 	}
 	name := c.name(key)
-	// A file cached already under the name (a damaged one being replaced)
-	// leaves the lru first: its eviction removes the file, which must not
-	// be the one written below.
-	c.files.remove(name)
-	path := filepath.Join(c.dir, name)
-	tmp := path + ".tmp"
-	if os.WriteFile(tmp, data, 0o644) != nil || os.Rename(tmp, path) != nil {
+	// A temporary file of its own (puts of one name may run at once),
+	// renamed over the name: a reader sees the old file or the new one,
+	// whole. The lru replaces a name it holds in place.
+	f, err := os.CreateTemp(c.dir, name+".*.tmp")
+	if err != nil {
+		return
+	}
+	tmp := f.Name()
+	_, werr := f.Write(data)
+	if cerr := f.Close(); werr != nil || cerr != nil || os.Rename(tmp, filepath.Join(c.dir, name)) != nil {
 		os.Remove(tmp)
 		return
 	}

@@ -2,6 +2,7 @@ package tiered_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -89,5 +90,35 @@ func TestReplicaBackendAnswersAtOpen(t *testing.T) {
 	t.Logf("before the first step: offsets %+v, latest %d, EndOffsetForEpoch(1) = %d %d %v %v; the bucket ends at %d", o, latest, e, off, ok, err, end)
 	if o.HighWatermark != end || latest != end {
 		t.Errorf("an open replica partition answers high watermark %d, latest %d; the bucket ends at %d", o.HighWatermark, latest, end)
+	}
+}
+
+// TestTimestampLookupBucketErrorIsStorageError: a timestamp lookup that
+// the bucket fails (here an index gone that the manifest still names,
+// after the step a replica takes) is backend.ErrStorage
+// (KAFKA_STORAGE_ERROR, which clients retry), not an unknown error.
+func TestTimestampLookupBucketErrorIsStorageError(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://ts", objstore.Options{})
+	origin := offloadedOrigin(t, store, 20_000)
+	var tidx string
+	store.List(ctx, "tl/orders-0/", func(o objstore.ObjectInfo) bool {
+		if strings.HasSuffix(o.Key, ".timeindex") && tidx == "" {
+			tidx = o.Key
+		}
+		return true
+	})
+	if err := store.Delete(ctx, tidx); err != nil {
+		t.Fatal(err)
+	}
+	// A replica (caches of its own: the origin's offload cached its
+	// indexes) whose newer manifest still names the lost index.
+	r := openReplica(t, store)
+	defer r.Close()
+	if origin.Manifest().LogStartOffset != 0 {
+		t.Fatal("the origin's log start moved")
+	}
+	_, _, _, err := r.OffsetForTimestamp(ctx, 1_700_000_000_000)
+	if !errors.Is(err, backend.ErrStorage) || !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a timestamp lookup whose time index the bucket lost: %v; want a storage error", err)
 	}
 }

@@ -277,6 +277,9 @@ func (p *Partition) offsetForTimestamp(ctx context.Context, ts int64) (int64, in
 		}
 		var found bool
 		if off, rts, found, err = p.tiers[i].offsetForTimestamp(ctx, v, ts, end); err != nil || found {
+			if err != nil && p.tiers[i].remote() {
+				err = storageError(ctx, err) // the bucket's failure: KAFKA_STORAGE_ERROR, which clients retry
+			}
 			return off, rts, found, err
 		}
 	}
@@ -295,6 +298,9 @@ func (p *Partition) maxTimestampOffset(ctx context.Context, v view) (int64, int6
 		}
 		ts, off, ok, err := p.tiers[i].maxTimestamp(ctx, v, end)
 		if err != nil {
+			if p.tiers[i].remote() {
+				err = storageError(ctx, err)
+			}
 			return 0, 0, false, err
 		}
 		if ok && (best < 0 || ts > bestTs) {

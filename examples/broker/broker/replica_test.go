@@ -29,9 +29,12 @@ func bucketEnd(p *tiered.Partition) int64 {
 // TestReadReplicaToKgo: a broker started as a read replica of another
 // broker's bucket (Options.ReadReplicaOf, the reference broker's
 // --read-replica-of) finds its tiered topic, and serves kgo every record
-// the origin offloaded, byte for byte at its offset, while the origin
-// produces and offloads; it follows each commit within about one task
-// interval (the lag is logged); a produce to it is refused.
+// the origin offloaded, each value at its offset (each value names its
+// record), none twice. The origin produces half the records, then the
+// other half once the replica has served its first, offloading all the
+// while: the replica is read as it follows new commits (its lag behind
+// the origin's uploads is logged). A produce to it is refused, and it
+// writes nothing to the bucket.
 func TestReadReplicaToKgo(t *testing.T) {
 	store := s3Store(t)
 	origin := startBroker(t, tieredOptions(t.TempDir(), store))
@@ -53,10 +56,21 @@ func TestReadReplicaToKgo(t *testing.T) {
 	prod := newClient(t, origin.Addr(), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(4<<10))
 	var mu sync.Mutex
 	produced := map[int32]map[int64]string{0: {}, 1: {}}
-	done := make(chan struct{})
+	// Half the records, then the other half once the replica has served
+	// its first: the origin produces and offloads while the replica is
+	// read, whatever the machine's pace.
+	done, firstRead := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
 		for i := 0; i < n; i += 500 {
+			if i == n/2 {
+				select {
+				case <-firstRead:
+				case <-time.After(2 * time.Minute):
+					t.Error("the replica served nothing while the origin produced")
+					return
+				}
+			}
 			recs := make([]*kgo.Record, 0, 500)
 			for j := i; j < min(i+500, n); j++ {
 				recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "k%d", j), Value: value(j)})
@@ -118,6 +132,7 @@ func TestReadReplicaToKgo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	var ends [2]int64
+	readEarly := false
 	for {
 		select {
 		case <-done:
@@ -145,6 +160,10 @@ func TestReadReplicaToKgo(t *testing.T) {
 				t.Fatalf("offset %d of partition %d read twice", r.Offset, r.Partition)
 			}
 			got[r.Partition][r.Offset] = string(r.Value)
+			if !readEarly {
+				readEarly = true
+				close(firstRead)
+			}
 		}
 	}
 	<-lagDone
