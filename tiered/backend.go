@@ -235,9 +235,9 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		b.dlMu.Unlock()
 	}
 	if opts.ReadReplica {
-		// Caught up now if the bucket answers (else the service does it
-		// within a task interval, and until then the replica answers as an
-		// empty partition).
+		// Caught up now if the bucket answers (else at its first read or
+		// lookup, or the service's next step; until then it answers with
+		// a retryable storage error).
 		err := p.Attach(ctx)
 		if err == nil {
 			err = p.ReplicaStep(ctx)

@@ -35,6 +35,11 @@ import (
 // restores a manifest, claims, commits, uploads or collects garbage; a
 // manifest that went back in time takes it offline as any partition.
 //
+// A replica that has not yet followed its bucket (opened while it was
+// unreachable) tries at its first read or lookup, and answers a retryable
+// backend.ErrStorage while the bucket does not answer: never an empty
+// log's out-of-range, which would make a consumer reset its offset.
+//
 // Not yet: a diskless topic's data past its segments (the WAL extents)
 // is not served; a replica serves the segments only.
 
@@ -80,12 +85,14 @@ func (p *Partition) ReplicaStep(ctx context.Context) error {
 func (p *Partition) catchUpLocked(ctx context.Context) error {
 	m := p.Manifest()
 	if m.Deleted {
+		p.replicaSynced.Store(true)
 		return nil // the origin deleted it: what was served stays, nothing moves
 	}
 	// The bucket's end: past its last segment, or its log start when
 	// retention took every segment.
 	end := remoteEnd(m)
 	if lo := p.local.Offsets(); lo.LogEnd == end && lo.LogStart == end {
+		p.replicaSynced.Store(true)
 		return nil
 	}
 	var snap []byte
@@ -103,6 +110,27 @@ func (p *Partition) catchUpLocked(ctx context.Context) error {
 	}
 	p.verified = nil
 	p.adopt(p.man.Load()) // the local log's checkpointed start follows the bucket's
+	p.replicaSynced.Store(true)
+	return nil
+}
+
+// replicaReady is nil once the replica has followed its bucket at least
+// once. Before (a Backend opened it with the bucket unreachable) its
+// local log says nothing of the origin's offsets: it steps now, and if
+// the bucket still does not answer, the error is a retryable
+// backend.ErrStorage, never an answer from an empty log (an out-of-range
+// that would send a consumer to reset its offset).
+func (p *Partition) replicaReady(ctx context.Context) error {
+	if !p.opts.ReadReplica || p.replicaSynced.Load() {
+		return nil
+	}
+	err := p.Attach(ctx)
+	if err == nil {
+		err = p.ReplicaStep(ctx)
+	}
+	if err != nil {
+		return storageError(ctx, fmt.Errorf("tiered: %s: the read replica has not followed its bucket yet: %w", p.prefix, err))
+	}
 	return nil
 }
 
@@ -110,6 +138,9 @@ func (p *Partition) catchUpLocked(ctx context.Context) error {
 // the manifest names missing from the bucket (the origin's retention
 // removed it) steps the replica and reads once more.
 func (p *Partition) replicaRead(ctx context.Context, offset int64, opts backend.ReadOptions) (backend.Records, error) {
+	if err := p.replicaReady(ctx); err != nil {
+		return nil, err
+	}
 	recs, err := p.readTries(ctx, offset, opts)
 	if err == nil || !errors.Is(err, objstore.ErrNotFound) {
 		return recs, err

@@ -1,8 +1,12 @@
 package tiered_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"io"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -121,4 +125,55 @@ func TestTimestampLookupBucketErrorIsStorageError(t *testing.T) {
 	if !errors.Is(err, backend.ErrStorage) || !errors.Is(err, objstore.ErrNotFound) {
 		t.Fatalf("a timestamp lookup whose time index the bucket lost: %v; want a storage error", err)
 	}
+}
+
+// TestReplicaNotYetFollowedAnswersStorageError: a replica Backend opened
+// with the bucket unreachable answers reads, timestamp lookups and epoch
+// lookups with a retryable storage error (an empty log's out-of-range
+// would send a consumer to reset its offset), and the origin's answers
+// once the bucket is back, on the first request.
+func TestReplicaNotYetFollowedAnswersStorageError(t *testing.T) {
+	inner := mem.New()
+	origin := offloadedOrigin(t, objstore.New(inner, "mem://origin", objstore.Options{}), 3_000)
+	down := &unreachable{Driver: inner}
+	down.down.Store(true)
+	b, bp := openReplicaBackend(t, down, time.Hour) // no service step during the test
+	defer b.Close()
+	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	if _, err := bp.Read(ctx, 100, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true}); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("a read of a replica that has not followed its bucket: %v; want a storage error", err)
+	}
+	if _, _, _, err := bp.OffsetForTimestamp(ctx, backend.LatestTimestamp); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("ListOffsets latest on it: %v; want a storage error", err)
+	}
+	if _, _, _, err := bp.EndOffsetForEpoch(ctx, 1); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("OffsetsForLeaderEpoch on it: %v; want a storage error", err)
+	}
+	down.down.Store(false)
+	if latest, _, _, err := bp.OffsetForTimestamp(ctx, backend.LatestTimestamp); err != nil || latest != end {
+		t.Fatalf("ListOffsets latest with the bucket back: %d %v; want %d", latest, err, end)
+	}
+	sameBatches(t, bp, origin)
+}
+
+// unreachable is a driver whose every call fails while down is set.
+type unreachable struct {
+	objstore.Driver
+	down atomic.Bool
+}
+
+var errUnreachable = fmt.Errorf("%w: test: the bucket is unreachable", objstore.ErrRetryable)
+
+func (d *unreachable) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, objstore.ObjectInfo, error) {
+	if d.down.Load() {
+		return nil, objstore.ObjectInfo{}, errUnreachable
+	}
+	return d.Driver.Get(ctx, key, off, n)
+}
+
+func (d *unreachable) Head(ctx context.Context, key string) (objstore.ObjectInfo, error) {
+	if d.down.Load() {
+		return objstore.ObjectInfo{}, errUnreachable
+	}
+	return d.Driver.Head(ctx, key)
 }

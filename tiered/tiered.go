@@ -125,6 +125,9 @@ type Partition struct {
 	// attachMu serializes the reading.
 	attached atomic.Bool
 	attachMu sync.Mutex
+	// replicaSynced: a read replica followed its bucket at least once
+	// (replica.go's replicaReady).
+	replicaSynced atomic.Bool
 	// reborn says the manifest was a deleted partition's when this one
 	// attached, and its local log had never held a record (its log end 0)
 	// when it was opened or when it attached: it is a new partition of the
@@ -504,6 +507,9 @@ func (p *Partition) SetConfig(cfg backend.Config) error {
 // local log its epoch cache.
 func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, int64, bool, error) {
 	if err := p.checkOpen(); err != nil {
+		return -1, -1, false, err
+	}
+	if err := p.replicaReady(ctx); err != nil {
 		return -1, -1, false, err
 	}
 	if local := p.local.LeaderEpochs(); len(local) > 0 && epoch >= local[0].Epoch {

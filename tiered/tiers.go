@@ -237,6 +237,9 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 	if err := p.checkOpen(); err != nil {
 		return 0, 0, false, err
 	}
+	if err := p.replicaReady(ctx); err != nil {
+		return 0, 0, false, err
+	}
 	off, rts, ok, err := p.offsetForTimestamp(ctx, ts)
 	if p.opts.ReadReplica && errors.Is(err, objstore.ErrNotFound) {
 		// The origin's retention removed an index the replica's manifest
