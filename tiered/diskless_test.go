@@ -368,9 +368,7 @@ func TestDisklessWALGC(t *testing.T) {
 	}
 
 	// A claim from an empty directory after the gc: every record.
-	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	p2 := openDiskless(t, b2, 2)
-	checkBatches(t, "a claim after the WAL gc", batchesFrom(t, p2, 0), want)
+	checkBatches(t, "a claim after the WAL gc", newLeaderBatches(t, store, 2), want)
 
 	// Each writer's newest numbers stay (the fence the claim left at
 	// the first writer's last number among them); a damaged object stays
@@ -705,9 +703,7 @@ func TestDisklessLeadAgainAfterAFailureWhileFollowing(t *testing.T) {
 		t.Fatalf("offsets %+v: the high watermark must reach the log end once flushed", o)
 	}
 
-	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	p2 := openDiskless(t, b2, 4)
-	checkBatches(t, "a new leader after the failure", batchesFrom(t, p2, 0), want)
+	checkBatches(t, "a new leader after the failure", newLeaderBatches(t, store, 4), want)
 }
 
 // TestDisklessReopenOnTheSameBackend: a diskless partition closed and
@@ -746,9 +742,7 @@ func TestDisklessReopenOnTheSameBackend(t *testing.T) {
 	if len(want) != 11 {
 		t.Fatalf("%d batches after reopening and one append, want 11", len(want))
 	}
-	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	p2 := openDiskless(t, b2, 3)
-	checkBatches(t, "a new leader after the reopen", batchesFrom(t, p2, 0), want)
+	checkBatches(t, "a new leader after the reopen", newLeaderBatches(t, store, 3), want)
 }
 
 // TestDisklessReopenAtTheSameEpoch: a partition closed and opened again
@@ -780,8 +774,7 @@ func TestDisklessReopenAtTheSameEpoch(t *testing.T) {
 	if o := p.Offsets(); o.LogEnd != end+9 || o.HighWatermark != o.LogEnd {
 		t.Fatalf("offsets %+v after reopening and three appends, want log end and high watermark %d", o, end+9)
 	}
-	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	got := batchesFrom(t, openDiskless(t, b2, 3), 0)
+	got := newLeaderBatches(t, store, 3)
 	checkAcked(t, got, acked)
 	if len(got) != len(acked)+3 {
 		t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+3)
@@ -814,8 +807,7 @@ func TestDisklessReopenClaimPutFails(t *testing.T) {
 	if err := p.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	got := batchesFrom(t, openDiskless(t, b2, 3), 0)
+	got := newLeaderBatches(t, store, 3)
 	checkAcked(t, got, acked)
 	if len(got) != len(acked)+1 {
 		t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+1)
@@ -870,8 +862,7 @@ func TestDisklessFollowerTruncatedThenLeadsAgain(t *testing.T) {
 			if err := p.Flush(); err != nil {
 				t.Fatal(err)
 			}
-			b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
-			got := batchesFrom(t, openDiskless(t, b2, epoch+2), 0)
+			got := newLeaderBatches(t, store, epoch+2)
 			checkAcked(t, got, acked)
 			if len(got) != len(acked)+1 {
 				t.Errorf("the new leader holds %d batches, want %d", len(got), len(acked)+1)
@@ -952,8 +943,7 @@ func TestDisklessLeaderTruncatedWithAnUploadInFlight(t *testing.T) {
 	if o := p.Offsets(); o.HighWatermark > o.LogEnd {
 		t.Fatalf("offsets %+v: the high watermark past the log end", o)
 	}
-	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	got := batchesFrom(t, openDiskless(t, b2, 2), 0)
+	got := newLeaderBatches(t, store, 2)
 	checkAcked(t, got, acked)
 }
 
@@ -970,6 +960,15 @@ func appendTen(t *testing.T, p *tiered.Partition) map[int64][]byte {
 		t.Fatal(err)
 	}
 	return batchesFrom(t, p, 0)
+}
+
+// newLeaderBatches opens the diskless partition on a new Backend over
+// store (a new leader elsewhere, on an empty directory) at epoch, and
+// reads every batch it serves.
+func newLeaderBatches(t *testing.T, store *objstore.Store, epoch int32) map[int64][]byte {
+	t.Helper()
+	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
+	return batchesFrom(t, openDiskless(t, b, epoch), 0)
 }
 
 // checkAcked fails for each acknowledged batch a new leader's log does

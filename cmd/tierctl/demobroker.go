@@ -67,17 +67,7 @@ func demoBroker(ctx context.Context, w io.Writer, brokerPath, dir, storeURL stri
 	if err != nil {
 		return err
 	}
-	defer func() {
-		// Stop's error carries the broker's output; else err gets it.
-		switch stopErr := b.Stop(); {
-		case err == nil:
-			err = stopErr
-		case stopErr != nil:
-			err = fmt.Errorf("%w\n%w", err, stopErr)
-		default:
-			err = b.withOutput(err)
-		}
-	}()
+	defer b.stopInto(&err)
 	// Every wait below ends when the broker exits.
 	ctx = b.Context()
 	fmt.Fprintf(w, "   started %s (pid %d): listening on %s, its tiered topics in %s\n", brokerPath, b.cmd.Process.Pid, b.Addr, storeurl.Redact(brokerURL))
@@ -160,16 +150,7 @@ func demoReplica(ctx context.Context, w io.Writer, brokerPath, dir, brokerURL st
 	if err != nil {
 		return err
 	}
-	defer func() {
-		switch stopErr := b.Stop(); {
-		case err == nil:
-			err = stopErr
-		case stopErr != nil:
-			err = fmt.Errorf("%w\n%w", err, stopErr)
-		default:
-			err = b.withOutput(err)
-		}
-	}()
+	defer b.stopInto(&err)
 	ctx = b.Context()
 	t0 := time.Now()
 	cons, err := kgo.NewClient(kgo.SeedBrokers(b.Addr), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{"clicks": {0: kgo.NewOffset().At(0)}}))
@@ -199,6 +180,20 @@ func demoReplica(ctx context.Context, w io.Writer, brokerPath, dir, brokerURL st
 	fmt.Fprintf(w, "   a second broker, a read replica of that bucket (--read-replica-of, pid %d), served kgo offsets 0..%d from the bucket alone in %v: it found clicks by listing the bucket, follows each commit, and writes nothing there\n",
 		b.cmd.Process.Pid, got-1, time.Since(t0).Round(time.Millisecond))
 	return nil
+}
+
+// stopInto stops the broker and folds the outcome into *err (a deferred
+// call's named result): Stop's error carries the broker's output; else an
+// error the run had gets it.
+func (p *brokerProcess) stopInto(err *error) {
+	switch stopErr := p.Stop(); {
+	case *err == nil:
+		*err = stopErr
+	case stopErr != nil:
+		*err = fmt.Errorf("%w\n%w", *err, stopErr)
+	default:
+		*err = p.withOutput(*err)
+	}
 }
 
 // brokerStoreURL is the URL of the demo's bucket under demoBrokerPrefix,

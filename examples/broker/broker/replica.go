@@ -130,14 +130,10 @@ func (b *Broker) openReplicaTopic(name string, n int32) error {
 func (b *Broker) growReplicaTopic(t *topic, n int32) error {
 	from := int32(len(t.parts))
 	b.mu.RLock()
-	held := b.partitionCount
-	for _, c := range b.creating {
-		held += int(c)
-	}
+	err := b.roomLocked(t.name, n-from)
 	b.mu.RUnlock()
-	if held+int(n-from) > b.opts.MaxPartitions {
-		return fmt.Errorf("%w: %s: %d partitions more would make %d, past the broker's %d (MaxPartitions)",
-			kerr.PolicyViolation, t.name, n-from, held+int(n-from), b.opts.MaxPartitions)
+	if err != nil {
+		return err
 	}
 	cfg, err := b.topicConfig(replicaOverrides)
 	if err != nil {

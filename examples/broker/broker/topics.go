@@ -187,16 +187,25 @@ func (b *Broker) reserve(name string, n int32) (bool, error) {
 	if _, ok := b.creating[name]; ok {
 		return false, nil
 	}
+	if err := b.roomLocked(name, n); err != nil {
+		return false, err
+	}
+	b.creating[name] = n
+	return true, nil
+}
+
+// roomLocked refuses n partitions more of topic name past MaxPartitions,
+// counting those served and those being created. REQUIRES: b.mu held.
+func (b *Broker) roomLocked(name string, n int32) error {
 	held := b.partitionCount
 	for _, c := range b.creating {
 		held += int(c)
 	}
 	if held+int(n) > b.opts.MaxPartitions {
-		return false, fmt.Errorf("%w: %s: %d partitions more would make %d, past the broker's %d (MaxPartitions)",
+		return fmt.Errorf("%w: %s: %d partitions more would make %d, past the broker's %d (MaxPartitions)",
 			kerr.PolicyViolation, name, n, held+int(n), b.opts.MaxPartitions)
 	}
-	b.creating[name] = n
-	return true, nil
+	return nil
 }
 
 // release ends a creation's reservation (the topic serves, or failed).
