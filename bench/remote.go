@@ -162,7 +162,11 @@ func remoteSetup(dir string, n int64) error {
 	}
 	objects := make([][]remoteObject, len(parts))
 	for i, p := range parts {
-		for _, s := range p.Manifest().Segments {
+		m, err := p.Manifest(ctx)
+		if err != nil {
+			return err
+		}
+		for _, s := range m.Segments {
 			objects[i] = append(objects[i], remoteObject{Key: p.Prefix() + "/" + s.Name(".log"), Size: s.Size})
 		}
 	}

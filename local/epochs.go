@@ -161,6 +161,18 @@ func (l *Log) LeaderEpochs() []EpochEntry {
 	return append([]EpochEntry(nil), l.epochs.entries...)
 }
 
+// LatestLeaderEpoch returns the largest epoch of the leader epoch cache
+// (the epoch the log's newest records were written in), or -1 when it is
+// empty.
+func (l *Log) LatestLeaderEpoch() int32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n := len(l.epochs.entries); n > 0 {
+		return l.epochs.entries[n-1].Epoch
+	}
+	return -1
+}
+
 // EndOffsetForEpoch answers OffsetForLeaderEpoch: the largest epoch <=
 // epoch, and the start offset of the epoch after it (or the log end); see
 // backend.Partition. found is false when epoch is below every cached epoch.

@@ -112,67 +112,6 @@ type Part struct {
 // 20d>-<id>.part.
 func (p Part) Name() string { return segmentName(p.ObjectBase, p.ObjectLast, p.ID, PartSuffix) }
 
-// Head is a manifest's head as stored, decoded alone (DecodeHead): the
-// header, the parts it names, and the segments after them.
-type Head struct {
-	m     *Manifest // the header fields
-	Parts []Part
-	Own   []Segment
-}
-
-// Generation is the head's generation.
-func (h *Head) Generation() uint64 { return h.m.Generation }
-
-// WriterEpoch is the leader epoch that committed the head.
-func (h *Head) WriterEpoch() int32 { return h.m.WriterEpoch }
-
-// LogStartOffset is the head's log start.
-func (h *Head) LogStartOffset() int64 { return h.m.LogStartOffset }
-
-// Deleted says whether the partition's deletion has begun.
-func (h *Head) Deleted() bool { return h.m.Deleted }
-
-// LastOffset returns the offset of the manifest's last segment, or -1
-// when it has none.
-func (h *Head) LastOffset() int64 {
-	if n := len(h.Own); n > 0 {
-		return h.Own[n-1].LastOffset
-	}
-	if n := len(h.Parts); n > 0 {
-		return h.Parts[n-1].LastOffset
-	}
-	return -1
-}
-
-// materialize builds the manifest: each part's live segments (load returns
-// them: the segments of the part's object from its Skip on, as DecodePart
-// does, or a copy held already) and then the head's own. Each part's are
-// checked against its reference.
-func (h *Head) materialize(load func(Part) ([]Segment, error)) (*Manifest, error) {
-	m := h.m
-	// Grown as the parts load: the counts the head claims are not room
-	// to reserve before a part has shown them.
-	m.Segments = make([]Segment, 0, len(h.Own))
-	for i, p := range h.Parts {
-		segs, err := load(p)
-		if err != nil {
-			return nil, fmt.Errorf("manifest: part %d (%s): %w", i, p.Name(), err)
-		}
-		if err := p.check(segs); err != nil {
-			return nil, err
-		}
-		m.Segments = append(m.Segments, segs...)
-	}
-	m.Segments = append(m.Segments, h.Own...)
-	if len(h.Parts) > 0 {
-		m.Parts = h.Parts
-	}
-	if err := m.Validate(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
-	}
-	return m, nil
-}
-
 // DecodeLayered parses a manifest's head and builds the whole manifest,
 // loading each part it names through load (which returns the part's live
 // segments: DecodePart of its bytes, or a copy held already).
@@ -181,7 +120,7 @@ func DecodeLayered(data []byte, load func(Part) ([]Segment, error)) (*Manifest, 
 	if err != nil {
 		return nil, err
 	}
-	return h.materialize(load)
+	return h.Whole(load)
 }
 
 // check says whether live (the segments of a part's object from Skip on)

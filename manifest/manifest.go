@@ -345,8 +345,13 @@ func (m *Manifest) Encode() ([]byte, error) {
 	if err := m.Validate(); err != nil {
 		return nil, err
 	}
-	own := m.Segments[m.covered():]
-	b := make([]byte, 0, 64+len(m.Parts)*40+len(own)*48)
+	return encode(m, m.Parts, m.Segments[m.covered():]), nil
+}
+
+// encode lays out a head: m's header, parts and own (the segments after
+// the parts').
+func encode(m *Manifest, parts []Part, own []Segment) []byte {
+	b := make([]byte, 0, 64+len(parts)*40+len(own)*48)
 	b = append(b, magic[:]...)
 	b = binary.BigEndian.AppendUint16(b, Version)
 	b = binary.AppendUvarint(b, m.Generation)
@@ -380,13 +385,13 @@ func (m *Manifest) Encode() ([]byte, error) {
 			b = binary.BigEndian.AppendUint32(b, e.CRC)
 		}
 	}
-	b = appendParts(b, m.Parts)
+	b = appendParts(b, parts)
 	prevLast := int64(-1)
-	if n := len(m.Parts); n > 0 {
-		prevLast = m.Parts[n-1].LastOffset
+	if n := len(parts); n > 0 {
+		prevLast = parts[n-1].LastOffset
 	}
 	b = appendSegments(b, own, prevLast)
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli)), nil
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 }
 
 // appendSegments appends the count and the segments, the first one's base
@@ -581,7 +586,7 @@ func Decode(data []byte) (*Manifest, error) {
 	if len(h.Parts) > 0 {
 		return nil, fmt.Errorf("%w: the head names %d parts", ErrLayered, len(h.Parts))
 	}
-	return h.materialize(nil)
+	return h.Whole(nil)
 }
 
 // DecodeHead parses and checks a manifest's head alone: its header, the
@@ -606,49 +611,29 @@ func DecodeHead(data []byte) (*Head, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Head{m: m}
+	var parts []Part
 	prevLast := int64(-1)
 	if version >= 3 {
-		h.Parts = d.parts()
+		parts = d.parts()
 		if d.err != nil {
 			return nil, d.err
 		}
-		if n := len(h.Parts); n > 0 {
-			prevLast = h.Parts[n-1].LastOffset
+		if n := len(parts); n > 0 {
+			prevLast = parts[n-1].LastOffset
 		}
 	}
-	h.Own = d.segments(version, prevLast)
+	own := d.segments(version, prevLast)
 	if d.err != nil {
 		return nil, d.err
 	}
 	if len(d.b) != 0 {
 		return nil, fmt.Errorf("%w: %d bytes after the last segment", ErrCorrupt, len(d.b))
 	}
-	if err := h.validate(); err != nil {
+	h, err := newHead(m, parts, own)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return h, nil
-}
-
-// validate checks what the head alone can show (its parts' order is
-// checked as they decode): its own segments, the header's fields against
-// them and its last part.
-func (h *Head) validate() error {
-	own := *h.m
-	own.Segments, own.Parts = h.Own, nil
-	if err := own.Validate(); err != nil {
-		return err
-	}
-	if n := len(h.Parts); n > 0 {
-		last := h.Parts[n-1].LastOffset
-		switch {
-		case h.m.Deleted:
-			return fmt.Errorf("%w: a deleted partition names %d parts", ErrInvalid, n)
-		case len(h.Own) == 0 && h.m.LogStartOffset > last+1:
-			return fmt.Errorf("%w: log start offset %d is past the last segment (ends at %d)", ErrInvalid, h.m.LogStartOffset, last)
-		}
-	}
-	return nil
 }
 
 // segments decodes a count and the segments after it, the first one's

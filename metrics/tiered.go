@@ -42,7 +42,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		lagMax          = desc(sub, "copy_lag_bytes_max", "The largest copy lag of any one partition, in bytes.", nil, nil)
 		lagAgeMax       = desc(sub, "copy_lag_age_seconds_max", "How old the newest record of the oldest segment waiting for upload is, over all partitions.", nil, nil)
 		fencedNow       = desc(sub, "fenced_partitions", "Partitions fenced now (they upload and delete nothing more).", nil, nil)
-		cacheHits       = desc(sub, "cache_hits_total", "Remote cache hits, by cache (chunk: log ranges; index: remote indexes).", []string{"cache"}, nil)
+		cacheHits       = desc(sub, "cache_hits_total", "Remote cache hits, by cache (chunk: log ranges; index: remote indexes; manifest: manifest parts' segments).", []string{"cache"}, nil)
 		cacheMisses     = desc(sub, "cache_misses_total", "Remote cache misses, by cache.", []string{"cache"}, nil)
 		cacheRatio      = desc(sub, "cache_hit_ratio", "Remote cache hits over lookups since start, by cache.", []string{"cache"}, nil)
 		tieredPartsDesc = desc(sub, "partitions", "Tiered partitions open.", nil, nil)
@@ -109,6 +109,8 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 					cs.ChunkMisses += st.ChunkMisses
 					cs.IndexHits += st.IndexHits
 					cs.IndexMisses += st.IndexMisses
+					cs.ManifestHits += st.ManifestHits
+					cs.ManifestMisses += st.ManifestMisses
 				}
 			}
 			gauge(ch, lagAgeMax, lagAge.Seconds())
@@ -122,7 +124,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 			for _, c := range []struct {
 				name         string
 				hits, misses int64
-			}{{"chunk", cs.ChunkHits, cs.ChunkMisses}, {"index", cs.IndexHits, cs.IndexMisses}} {
+			}{{"chunk", cs.ChunkHits, cs.ChunkMisses}, {"index", cs.IndexHits, cs.IndexMisses}, {"manifest", cs.ManifestHits, cs.ManifestMisses}} {
 				counter(ch, cacheHits, float64(c.hits), c.name)
 				counter(ch, cacheMisses, float64(c.misses), c.name)
 				ratio := 0.0
@@ -176,6 +178,7 @@ func NewTieredBackend(b *tiered.Backend, opts BackendOptions) prometheus.Collect
 			idx, chunks := b.Caches().Bytes()
 			gauge(ch, cacheBytes, float64(idx), "index")
 			gauge(ch, cacheBytes, float64(chunks), "chunk")
+			gauge(ch, cacheBytes, float64(b.Caches().ManifestBytes()), "manifest")
 			if !opts.PerPartition {
 				return
 			}

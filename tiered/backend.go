@@ -39,6 +39,11 @@ type BackendOptions struct {
 	// -1 disables the chunk cache). See CacheOptions.
 	IndexCacheBytes int64
 	ChunkCacheBytes int64
+	// ManifestCacheBytes bounds the manifest parts' segments kept in
+	// memory for all partitions together (default 64 MiB): each partition
+	// keeps its manifest's head, a few KiB at any length. See
+	// CacheOptions.
+	ManifestCacheBytes int64
 	// PrefetchBytes and CommitWindow are each partition's; see Options.
 	PrefetchBytes int64
 	CommitWindow  time.Duration
@@ -140,7 +145,7 @@ func OpenBackend(dir string, opts BackendOptions) (*Backend, error) {
 	}
 	b := &Backend{local: lb, store: opts.Store, prefix: strings.Trim(opts.Prefix, "/"), opts: opts, logger: opts.Logger.With("logdir", dir),
 		metrics: opts.Metrics, parts: map[backend.TopicPartition]*Partition{}, dlParts: map[wal.TopicPartition]*Partition{},
-		caches: NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes,
+		caches: NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes, ManifestBytes: opts.ManifestCacheBytes,
 			IndexDir: filepath.Join(dir, RemoteIndexCacheDir), IndexDiskBytes: opts.Manager.IndexFileCacheBytes}),
 		quota:   NewQuota(opts.Manager.CopyBytesPerSecond),
 		readers: NewReaderPool(opts.Manager.ReaderThreads, opts.Manager.ReaderMaxPendingTasks)}

@@ -131,7 +131,7 @@ func TestBackendTiersWithoutScheduling(t *testing.T) {
 			t.Fatalf("partition %d reads back %d batches, want %d", i, len(got), len(want[i][0]))
 		}
 	}
-	if n, _ := parts[3].CopyLag(); n == 0 || parts[3].Manifest().Generation != 0 {
+	if n, _ := parts[3].CopyLag(); n == 0 || parts[3].Head().Generation() != 0 {
 		t.Fatal("a follower uploaded")
 	}
 	objs, _, _ := drv.List(ctx, "", "", 100000)
@@ -158,7 +158,7 @@ func TestBackendTiersWithoutScheduling(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "the newly tiered topic's segments were not uploaded", func() bool {
 		n, _ := tp.CopyLag()
-		return n == 0 && tp.Manifest().Generation > 0
+		return n == 0 && tp.Head().Generation() > 0
 	})
 }
 
@@ -251,7 +251,7 @@ func TestBackendBucketDownAtStartup(t *testing.T) {
 			t.Fatalf("batch ending at %d differs", last)
 		}
 	}
-	if m := p.Manifest(); m.WriterEpoch != 2 {
+	if m := manifestOf(t, p); m.WriterEpoch != 2 {
 		t.Fatalf("the manifest's writer epoch is %d, want 2", m.WriterEpoch)
 	}
 }
@@ -346,7 +346,7 @@ func TestBackendDeleteRemovesBucketData(t *testing.T) {
 	tp := p.(*tiered.Partition)
 	tp.BecomeLeader(ctx, 1)
 	produce(t, p, 2000)
-	eventually(t, 10*time.Second, "nothing uploaded", func() bool { n, _ := tp.CopyLag(); return n == 0 && tp.Manifest().Generation > 0 })
+	eventually(t, 10*time.Second, "nothing uploaded", func() bool { n, _ := tp.CopyLag(); return n == 0 && tp.Head().Generation() > 0 })
 	count := func(prefix string) int {
 		objs, _, _ := bucket.List(ctx, prefix, "", 100000)
 		return len(objs)
@@ -395,7 +395,7 @@ func TestBackendDeleteRemovesBucketData(t *testing.T) {
 	tp = p.(*tiered.Partition)
 	tp.BecomeLeader(ctx, 1)
 	produce(t, p, 2000)
-	eventually(t, 10*time.Second, "the new partition did not upload", func() bool { n, _ := tp.CopyLag(); return n == 0 && !tp.Manifest().Deleted })
+	eventually(t, 10*time.Second, "the new partition did not upload", func() bool { n, _ := tp.CopyLag(); return n == 0 && !tp.Head().Deleted() })
 	if got := batchesFrom(t, p, 0); len(got) == 0 {
 		t.Fatal("nothing reads back")
 	}

@@ -124,7 +124,7 @@ func (p *Partition) manifestExpected() bool {
 // is no such backup, and changes nothing for a read-only partition or one
 // that does not lead.
 func (p *Partition) restoreManifest(ctx context.Context) (*manifestState, error) {
-	missing := &manifestState{m: &manifest.Manifest{}}
+	missing := noManifest()
 	if p.segs.ReadOnly() || p.role.Load() != roleLeader {
 		return missing, nil
 	}
@@ -142,7 +142,7 @@ func (p *Partition) restoreManifest(ctx context.Context) (*manifestState, error)
 	slices.Sort(gens)
 	for i := len(gens) - 1; i >= 0; i-- {
 		key := layout.Backup(gens[i])
-		data, m, err := p.readBackup(ctx, key, gens[i])
+		data, h, err := p.readBackup(ctx, key, gens[i])
 		if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, manifest.ErrCorrupt) {
 			p.opts.Logger.Warn("skipped an unreadable manifest backup", "prefix", p.prefix, "backup", key, "err", err)
 			continue // gone meanwhile, or damaged: the next older one
@@ -160,19 +160,24 @@ func (p *Partition) restoreManifest(ctx context.Context) (*manifestState, error)
 		p.metrics.ManifestsRestored.Add(1)
 		p.opts.Logger.Warn("the bucket answered that the manifest is gone; restored it from its backup", "prefix", p.prefix,
 			"generation", gens[i], "recorded_generation", floor, "backup", key)
-		return &manifestState{m: m, etag: info.ETag}, nil
+		return &manifestState{head: h, etag: info.ETag}, nil
 	}
 	return missing, nil
 }
 
 // readBackup reads and decodes the backup of generation gen under key.
-func (p *Partition) readBackup(ctx context.Context, key string, gen uint64) ([]byte, *manifest.Manifest, error) {
-	data, m, _, err := p.readManifestObject(ctx, key)
+// The parts its head names are read too: a backup whose parts are not
+// all there (and sound) is damaged.
+func (p *Partition) readBackup(ctx context.Context, key string, gen uint64) ([]byte, *manifest.Head, error) {
+	data, h, _, err := p.readManifestObject(ctx, key)
 	if err != nil {
 		return nil, nil, err
 	}
-	if m.Generation != gen {
-		return nil, nil, fmt.Errorf("tiered: %s: %w: it holds generation %d", key, manifest.ErrCorrupt, m.Generation)
+	if h.Generation() != gen {
+		return nil, nil, fmt.Errorf("tiered: %s: %w: it holds generation %d", key, manifest.ErrCorrupt, h.Generation())
 	}
-	return data, m, nil
+	if _, err := p.whole(ctx, h); err != nil {
+		return nil, nil, fmt.Errorf("tiered: %s: %w", key, err)
+	}
+	return data, h, nil
 }

@@ -36,11 +36,11 @@ func TestManifestBackupKeepsTwo(t *testing.T) {
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
 	tp := openUploaded(t, b, 1, 2000)
 	produce(t, tp, 6000)
-	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Manifest().Generation >= 4 })
+	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Head().Generation() >= 4 })
 	if err := b.Close(); err != nil { // no commit after this: the bucket holds still
 		t.Fatal(err)
 	}
-	gen := tp.Manifest().Generation
+	gen := tp.Head().Generation()
 	got := backups(t, store)
 	if len(got) != 2 {
 		t.Fatalf("backups of generations %v at generation %d, want the last two", got, gen)
@@ -76,7 +76,7 @@ func TestLostManifestIsRestored(t *testing.T) {
 	if err := b.Close(); err != nil { // no commit after this: the bucket holds still
 		t.Fatal(err)
 	}
-	gen, manifestBytes := tp.Manifest().Generation, objectBytes(t, store, rollbackManifest)
+	gen, manifestBytes := tp.Head().Generation(), objectBytes(t, store, rollbackManifest)
 	lose := func() {
 		t.Helper()
 		if err := store.Delete(ctx, rollbackManifest); err != nil {
@@ -172,7 +172,7 @@ func TestGCRemovesStaleBackups(t *testing.T) {
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
 	tp := openUploaded(t, b, 1, 2000)
 	produce(t, tp, 6000)
-	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Manifest().Generation >= 4 })
+	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Head().Generation() >= 4 })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -241,7 +241,7 @@ func TestNothingDeletedWithoutABackup(t *testing.T) {
 	produce(t, tp, 4000)
 	eventually(t, 20*time.Second, "more commits", func() bool {
 		k, _ := tp.CopyLag()
-		return k == 0 && tp.Manifest().Generation >= 2
+		return k == 0 && tp.Head().Generation() >= 2
 	})
 	_, _ = tp.Offload(ctx)
 	if o := tp.Offsets(); o.LocalLogStart != 0 {
@@ -258,7 +258,7 @@ func TestNothingDeletedWithoutABackup(t *testing.T) {
 		_, _ = tp.Offload(ctx)
 		return tp.Offsets().LocalLogStart > 0
 	})
-	gen := tp.Manifest().Generation
+	gen := tp.Head().Generation()
 	if got := backups(t, store); !slices.Contains(got, gen) {
 		t.Fatalf("backups %v, want one of generation %d", got, gen)
 	}
@@ -274,7 +274,7 @@ func TestGCRefusesALostManifestWithBackups(t *testing.T) {
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
 	tp := openUploaded(t, b, 1, 2000)
 	produce(t, tp, 6000)
-	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Manifest().Generation >= 4 })
+	eventually(t, 20*time.Second, "more commits", func() bool { return tp.Head().Generation() >= 4 })
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -160,7 +160,7 @@ func BenchmarkColdRemoteRead(b *testing.B) {
 
 func BenchmarkRawRangedGet80KiB(b *testing.B) {
 	p, store := offloaded(b, -1, -1)
-	m := p.Manifest()
+	m := manifestOf(b, p)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for b.Loop() {
 		s := m.Segments[rng.IntN(len(m.Segments))]

@@ -30,14 +30,14 @@ const maxManifestBytes = 64 << 20
 // readManifest GETs and decodes the manifest (one request); a missing one
 // is empty.
 func (p *Partition) readManifest(ctx context.Context) (*manifestState, error) {
-	_, m, info, err := p.readManifestObject(ctx, p.layout().Manifest())
+	_, h, info, err := p.readManifestObject(ctx, p.layout().Manifest())
 	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
-		return &manifestState{m: &manifest.Manifest{}}, nil
+		return noManifest(), nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &manifestState{m: m, etag: info.ETag}, nil
+	return &manifestState{head: h, etag: info.ETag}, nil
 }
 
 // readHead GETs the manifest's head and decodes it alone, loading no
@@ -59,19 +59,25 @@ func (p *Partition) readHead(ctx context.Context) (*manifest.Head, string, error
 	return h, info.ETag, nil
 }
 
-// readManifestObject GETs and decodes the manifest (or a backup of one)
-// under key, at most maxManifestBytes, returning its bytes too. The parts
-// its head names are loaded (partLoader).
-func (p *Partition) readManifestObject(ctx context.Context, key string) ([]byte, *manifest.Manifest, objstore.ObjectInfo, error) {
+// readManifestObject GETs and decodes the manifest's head (or a backup
+// of one) under key, at most maxManifestBytes, returning its bytes too.
+// No part is read: a partition keeps the head (see segs.go).
+func (p *Partition) readManifestObject(ctx context.Context, key string) ([]byte, *manifest.Head, objstore.ObjectInfo, error) {
 	data, info, err := p.readHeadBytes(ctx, key)
 	if err != nil {
 		return nil, nil, info, err
 	}
-	m, err := manifest.DecodeLayered(data, p.partLoader(ctx))
+	h, err := manifest.DecodeHead(data)
 	if err != nil {
 		return nil, nil, info, fmt.Errorf("tiered: %s: %w", key, err)
 	}
-	return data, m, info, nil
+	return data, h, info, nil
+}
+
+// noManifest is the state of a partition whose manifest does not exist.
+func noManifest() *manifestState {
+	h, _ := (&manifest.Manifest{}).Head()
+	return &manifestState{head: h}
 }
 
 // readHeadBytes GETs the manifest's head (or a backup's) under key, at
@@ -110,8 +116,8 @@ func (p *Partition) adopt(st *manifestState) {
 	defer p.notifyTieredEnd(p.Offsets().TieredEnd)
 	p.record(st)
 	p.man.Store(st)
-	if n := len(st.m.Segments); n > 0 && st.m.Segments[n-1].LastOffset+1 >= p.local.Offsets().LogStart {
-		p.segs.SetRemoteLogStart(st.m.LogStartOffset)
+	if last := st.head.LastOffset(); last >= 0 && last+1 >= p.local.Offsets().LogStart {
+		p.segs.SetRemoteLogStart(st.head.LogStartOffset())
 	} else {
 		p.segs.SetRemoteLogStart(-1)
 	}
@@ -191,13 +197,14 @@ func (p *Partition) withClose(ctx context.Context) (context.Context, context.Can
 	return ctx, func() { stop(); cancel() }
 }
 
-// commitLocked replaces the manifest st with next by a conditional put. A
+// commitLocked replaces the manifest st (whose whole manifest is prev)
+// with next by a conditional put. A
 // lost condition fences this writer, unless the manifest now in the bucket
 // is exactly next (a retried put whose first try had succeeded). When the
 // outcome cannot be known (the put failed retryably, or the bucket cannot
 // be read back), the error is retryable and the next change reconciles.
 // REQUIRES: p.mu held.
-func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *manifest.Manifest) error {
+func (p *Partition) commitLocked(ctx context.Context, st *manifestState, prev, next *manifest.Manifest) error {
 	if err := p.reconcileLocked(ctx); err != nil {
 		return err
 	}
@@ -208,19 +215,19 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	if p.role.Load() != roleLeader {
 		return p.notLeader()
 	}
-	if st.m.WriterEpoch > epoch {
-		p.fence(st.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, epoch))
+	if st.head.WriterEpoch() > epoch {
+		p.fence(st.head.WriterEpoch(), fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.head.WriterEpoch(), epoch))
 		return p.Fenced()
 	}
-	if st.m.Deleted {
+	if st.head.Deleted() {
 		return fmt.Errorf("%w: partition %s: its deletion has begun", backend.ErrNotFound, p.prefix)
 	}
-	next.Generation = st.m.Generation + 1
+	next.Generation = st.head.Generation() + 1
 	next.WriterEpoch = epoch
 	if p.dl != nil {
-		next.WAL = p.walRecordLocked(st.m, next)
+		next.WAL = p.walRecordLocked(st.head, next)
 	}
-	made, err := next.Layer(st.m, newPartID)
+	made, err := next.Layer(prev, newPartID)
 	if err != nil {
 		return err
 	}
@@ -228,10 +235,14 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	if err != nil {
 		return err
 	}
+	head, err := next.Head()
+	if err != nil {
+		return err
+	}
 	if len(made) > 0 {
 		// The parts first (named by an intent): the head names them, and
 		// must land within the intent's window, by this writer's clock.
-		in, err := p.putPartsLocked(ctx, st.m.Generation, made)
+		in, err := p.putPartsLocked(ctx, st.head.Generation(), made)
 		if err != nil {
 			return err
 		}
@@ -244,7 +255,7 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 		outer := ctx
 		ctx = wctx
 		defer func() {
-			if p.man.Load().m == next {
+			if p.man.Load().head == head {
 				p.removeIntent(outer, in) // committed: the head names them
 			}
 		}()
@@ -254,7 +265,7 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 	p.metrics.ManifestBytesPut.Add(int64(len(data)))
 	switch {
 	case err == nil:
-		p.adopt(&manifestState{m: next, etag: info.ETag})
+		p.adopt(&manifestState{head: head, etag: info.ETag})
 		p.claimed.Store(epoch)
 		if p.dl != nil {
 			p.dl.claimCommitted()
@@ -263,10 +274,10 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, next *m
 		p.backupManifest(ctx, next.Generation, data)
 		return nil
 	case errors.Is(err, objstore.ErrPreconditionFailed):
-		p.unknown = next
+		p.unknown = head
 		return p.reconcileLocked(ctx)
 	default:
-		p.unknown = next // it may have landed
+		p.unknown = head // it may have landed
 		return fmt.Errorf("tiered: commit manifest generation %d: %w", next.Generation, err)
 	}
 }
@@ -287,10 +298,9 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("tiered: reconcile the manifest: %w", err)
 	}
-	enc := func(m *manifest.Manifest) []byte { b, _ := m.Encode(); return b }
-	nowBytes, cur := enc(now.m), p.man.Load()
+	nowBytes, cur := now.head.Encode(), p.man.Load()
 	switch {
-	case bytes.Equal(nowBytes, enc(p.unknown)):
+	case bytes.Equal(nowBytes, p.unknown.Encode()):
 		// Our commit landed, as far as this read shows: confirmPut
 		// makes it durable before it is adopted (and recorded), or
 		// leaves it unknown.
@@ -298,13 +308,13 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 			return err
 		}
 		p.adopt(now) // our commit landed
-		p.claimed.Store(now.m.WriterEpoch)
+		p.claimed.Store(now.head.WriterEpoch())
 		if p.dl != nil {
 			p.dl.claimCommitted()
 		}
 		p.metrics.ManifestCommits.Add(1)
-		p.backupManifest(ctx, now.m.Generation, nowBytes)
-	case bytes.Equal(nowBytes, enc(cur.m)):
+		p.backupManifest(ctx, now.head.Generation(), nowBytes)
+	case bytes.Equal(nowBytes, cur.head.Encode()):
 		// Our commit did not land; the manifest is the one we knew (under
 		// a new ETag when it was restored from its backup meanwhile).
 		if now.etag != cur.etag {
@@ -313,18 +323,18 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 	case recreatedSince(cur, now):
 		p.unknown = nil
 		p.adopt(now)
-		p.fence(now.m.WriterEpoch, recreatedError(cur, now))
+		p.fence(now.head.WriterEpoch(), recreatedError(cur, now))
 		return p.Fenced()
-	case now.m.WriterEpoch < p.epoch.Load() && p.claimed.Load() != p.epoch.Load() && !now.m.Deleted:
+	case now.head.WriterEpoch() < p.epoch.Load() && p.claimed.Load() != p.epoch.Load() && !now.head.Deleted():
 		// An older leader committed before this one claimed the bucket:
 		// its commit stands (what it uploaded was below its high
 		// watermark); this one claims over it and tries again.
 		p.unknown = nil
 		p.adopt(now)
-		return fmt.Errorf("%w: an older leader (epoch %d) committed generation %d first", objstore.ErrRetryable, now.m.WriterEpoch, now.m.Generation)
+		return fmt.Errorf("%w: an older leader (epoch %d) committed generation %d first", objstore.ErrRetryable, now.head.WriterEpoch(), now.head.Generation())
 	default:
 		p.unknown = nil
-		p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest moved from generation %d to %d, written by leader epoch %d", cur.m.Generation, now.m.Generation, now.m.WriterEpoch))
+		p.fence(now.head.WriterEpoch(), fmt.Errorf("the manifest moved from generation %d to %d, written by leader epoch %d", cur.head.Generation(), now.head.Generation(), now.head.WriterEpoch()))
 		return p.Fenced()
 	}
 	p.unknown = nil

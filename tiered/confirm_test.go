@@ -159,7 +159,7 @@ func TestClaimWhoseAnswerAndReadBackAreLost(t *testing.T) {
 			t.Fatalf("offload: %v", err)
 		}
 	}
-	if m := p.Manifest(); len(m.Segments) == 0 {
+	if m := manifestOf(t, p); len(m.Segments) == 0 {
 		t.Fatal("nothing uploaded")
 	}
 }

@@ -37,7 +37,7 @@ func openUploaded(t *testing.T, b *tiered.Backend, epoch int32, n int, kv ...str
 	produce(t, p, n)
 	eventually(t, 10*time.Second, "nothing uploaded", func() bool {
 		k, _ := tp.CopyLag()
-		m := tp.Manifest()
+		m := manifestOf(t, tp)
 		return k == 0 && m.Generation > 0 && !m.Deleted && len(m.Segments) > 0
 	})
 	return tp
@@ -93,16 +93,16 @@ func TestDeleteDoesNotRemoveRecreatedPartitionsObjects(t *testing.T) {
 	// The topic is re-created while the old deletion is between its
 	// deleted-manifest commit and its object removal.
 	p2 := openUploaded(t, b, 1, 2000)
-	if missing := missingObjects(t, bucket, p2.Manifest()); len(missing) != 0 {
+	if missing := missingObjects(t, bucket, manifestOf(t, p2)); len(missing) != 0 {
 		t.Fatalf("before the old Delete finishes, the new partition already lacks %v", missing)
 	}
 	close(release)
 	if err := <-errc; err != nil {
 		t.Logf("old Delete: %v", err)
 	}
-	if missing := missingObjects(t, bucket, p2.Manifest()); len(missing) != 0 {
+	if missing := missingObjects(t, bucket, manifestOf(t, p2)); len(missing) != 0 {
 		t.Fatalf("the old partition's Delete removed %d objects the re-created partition's committed manifest (generation %d) names, e.g. %s: data loss",
-			len(missing), p2.Manifest().Generation, missing[0])
+			len(missing), p2.Head().Generation(), missing[0])
 	}
 }
 
@@ -157,7 +157,7 @@ func TestStaleWriterCannotClaimRecreatedPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	p2 := openUploaded(t, b, 1, 1000)
-	gen := p2.Manifest().Generation
+	gen := p2.Head().Generation()
 
 	produce(t, stale, 4000) // the old incarnation's records, past the new one's end
 	_, err := stale.Offload(ctx)

@@ -303,23 +303,23 @@ func (p *Partition) claimDiskless(ctx context.Context) error {
 // walNamesOther says whether a diskless partition must commit a claim over
 // m even at its own epoch: m does not name this writer (a restarted
 // Backend has a new one).
-func (p *Partition) walNamesOther(m *manifest.Manifest) bool {
+func (p *Partition) walNamesOther(h *manifest.Head) bool {
 	// A Partition that has not made its log from the bucket yet claims
 	// even its own writer's record (opened anew on the same Backend).
-	return p.dl != nil && (m.WAL == nil || wal.WriterID(m.WAL.Writer) != p.dl.w.ID() || !p.dl.rebuilt.Load())
+	return p.dl != nil && (h.WAL() == nil || wal.WriterID(h.WAL().Writer) != p.dl.w.ID() || !p.dl.rebuilt.Load())
 }
 
 // claimWALLocked prepares a claim of a diskless partition (next, over the
 // manifest now, at epoch): it fences the writer now names, reads the
 // partition's tail below the fence, rebuilds the local log's tail from the
 // bucket, and names this writer in next. REQUIRES: p.mu.
-func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next *manifest.Manifest, epoch int32) error {
+func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next **manifest.Head, epoch int32) error {
 	d := p.dl
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	base := remoteEnd(now.m)
+	base := remoteEnd(now.head)
 	var extents []manifest.WALExtent
-	prev := now.m.WAL
+	prev := now.head.WAL()
 	if prev != nil {
 		for _, e := range prev.Extents {
 			if e.LastOffset >= base {
@@ -327,12 +327,12 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 			}
 		}
 	}
-	if prev == nil && ((now.etag != "" && !now.m.Deleted) || p.local.Offsets().LogEnd > p.local.Offsets().LogStart) {
+	if prev == nil && ((now.etag != "" && !now.head.Deleted()) || p.local.Offsets().LogEnd > p.local.Offsets().LogStart) {
 		// Records written before the partition was diskless are durable
 		// on this disk only: a claim would cut them off.
 		o := p.local.Offsets()
 		return fmt.Errorf("%w: %s: diskless.enable=true, but the partition was written as a classic one (manifest generation %d names no WAL writer; local offsets %d..%d): a topic is diskless from its creation",
-			backend.ErrInvalidConfig, p.prefix, now.m.Generation, o.LogStart, o.LogEnd-1)
+			backend.ErrInvalidConfig, p.prefix, now.head.Generation(), o.LogStart, o.LogEnd-1)
 	}
 	own := prev != nil && wal.WriterID(prev.Writer) == d.w.ID()
 	if own && d.rebuilt.Load() {
@@ -342,7 +342,12 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		// (it may have been a follower, or a claim that never committed
 		// may have fenced it), which the next append cuts back first.
 		d.w.Lead(d.tp, epoch)
-		next.WAL = d.recordLocked(base, extents)
+		w := d.recordLocked(base, extents)
+		h, err := (*next).Edit(func(m *manifest.Manifest) { m.WAL = w })
+		if err != nil {
+			return err
+		}
+		*next = h
 		return nil
 	}
 	if own {
@@ -354,7 +359,7 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		// to, or not at all).
 		d.w.Reset(d.tp)
 		below := d.w.NextSequence()
-		tails, err := wal.Tail(ctx, p.store, d.w.Layout(), d.w.ID(), prev.After, below, now.m.WriterEpoch, d.tp)
+		tails, err := wal.Tail(ctx, p.store, d.w.Layout(), d.w.ID(), prev.After, below, now.head.WriterEpoch(), d.tp)
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from this Backend's WAL writer: %w", p.prefix, err))
 		}
@@ -368,7 +373,7 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: fence WAL writer %s: %w", p.prefix, old, err))
 		}
-		tails, err := wal.Tail(ctx, p.store, d.w.Layout(), old, prev.After, f, now.m.WriterEpoch, d.tp)
+		tails, err := wal.Tail(ctx, p.store, d.w.Layout(), old, prev.After, f, now.head.WriterEpoch(), d.tp)
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from WAL writer %s: %w", p.prefix, old, err))
 		}
@@ -418,7 +423,12 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 	d.durable.Store(end)
 	d.wantHW.Store(max(d.wantHW.Load(), end))
 	p.applyHW()
-	next.WAL = d.recordLocked(base, extents)
+	w := d.recordLocked(base, extents)
+	h, err := (*next).Edit(func(m *manifest.Manifest) { m.WAL = w })
+	if err != nil {
+		return err
+	}
+	*next = h
 	return nil
 }
 
@@ -592,11 +602,13 @@ func (p *Partition) appendTailLocked(ctx context.Context, data []byte, sp wal.Sp
 // with the producer state the last segment's snapshot holds. REQUIRES:
 // p.mu.
 func (p *Partition) startAtLocked(ctx context.Context, next int64) error {
-	m := p.Manifest()
 	var snap []byte
-	if n := len(m.Segments); n > 0 && m.Segments[n-1].LastOffset+1 == next && m.Segments[n-1].SnapshotSize > 0 {
-		var err error
-		if snap, err = p.remoteIndex(ctx, m.Segments[n-1], manifest.SnapshotSuffix); err != nil {
+	last, ok, err := p.lastSegment(ctx, p.Head())
+	if err != nil {
+		return storageError(ctx, err)
+	}
+	if ok && last.LastOffset+1 == next && last.SnapshotSize > 0 {
+		if snap, err = p.remoteIndex(ctx, last, manifest.SnapshotSuffix); err != nil {
 			return storageError(ctx, err)
 		}
 	}
@@ -632,11 +644,14 @@ func (d *diskless) recordLocked(base int64, extents []manifest.WALExtent) *manif
 
 // walRecordLocked is the WAL record a commit of next carries. REQUIRES:
 // p.mu.
-func (p *Partition) walRecordLocked(prev, next *manifest.Manifest) *manifest.WAL {
-	base := remoteEnd(next)
+func (p *Partition) walRecordLocked(prev *manifest.Head, next *manifest.Manifest) *manifest.WAL {
+	base := max(next.LogStartOffset, 0)
+	if n := len(next.Segments); n > 0 {
+		base = max(base, next.Segments[n-1].LastOffset+1)
+	}
 	var extents []manifest.WALExtent
-	if prev.WAL != nil {
-		for _, e := range prev.WAL.Extents {
+	if w := prev.WAL(); w != nil {
+		for _, e := range w.Extents {
 			if e.LastOffset >= base {
 				extents = append(extents, e)
 			}

@@ -129,10 +129,10 @@ func TestDisklessAcknowledgesOnlyWhatTheBucketHolds(t *testing.T) {
 		t.Fatal(err)
 	}
 	eventually(t, 20*time.Second, "closed segments never consolidated into the bucket", func() bool {
-		m := p.Manifest()
+		m := manifestOf(t, p)
 		return len(m.Segments) > 0 && m.WAL != nil
 	})
-	m := p.Manifest()
+	m := manifestOf(t, p)
 	if len(m.WAL.Extents) != 0 {
 		t.Fatalf("one writer's partition names extents of earlier writers: %+v", m.WAL)
 	}
@@ -342,7 +342,7 @@ func TestDisklessWALGC(t *testing.T) {
 	if err := p1.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 20*time.Second, "nothing consolidated", func() bool { return len(p1.Manifest().Segments) > 2 })
+	eventually(t, 20*time.Second, "nothing consolidated", func() bool { return len(manifestOf(t, p1).Segments) > 2 })
 	want := batchesFrom(t, p1, 0)
 	later := func() time.Time { return time.Now().Add(time.Hour) }
 	objs, err := tiered.GCWAL(ctx, store, "tl", tiered.WALGCOptions{Grace: time.Nanosecond, Force: true, Now: later})

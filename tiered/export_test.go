@@ -38,7 +38,11 @@ func CommitSegments(ctx context.Context, p *Partition, segs []manifest.Segment) 
 	}
 	defer done()
 	st := p.man.Load()
-	next := *st.m
-	next.Segments = append(st.m.Segments[:len(st.m.Segments):len(st.m.Segments)], segs...)
-	return p.commitLocked(ctx, st, &next)
+	prev, err := p.whole(ctx, st.head)
+	if err != nil {
+		return err
+	}
+	next := *prev
+	next.Segments = append(prev.Segments[:len(prev.Segments):len(prev.Segments)], segs...)
+	return p.commitLocked(ctx, st, prev, &next)
 }

@@ -574,7 +574,7 @@ func blackHole(t *testing.T, pr *proxied) {
 		}
 		pr.hook.Store(&hook)
 		defer pr.hook.Store(nil)
-		gen := fp.p.Manifest().Generation
+		gen := fp.p.Head().Generation()
 		done := make(chan error, 1)
 		go func() { _, err := fp.p.Offload(ctx); done <- err }()
 		select {
@@ -600,7 +600,7 @@ func blackHole(t *testing.T, pr *proxied) {
 		}
 		pr.px.Remove(t, name)
 		fp.checkHealthy(t)
-		if fp.p.Manifest().Generation <= gen {
+		if fp.p.Head().Generation() <= gen {
 			t.Error("the manifest did not move on after the black hole")
 		}
 	})
@@ -621,8 +621,8 @@ func blackHole(t *testing.T, pr *proxied) {
 		f0 := pr.failed.Load()
 		// Let the service try for more than a bound.
 		time.Sleep(bound + bound/2)
-		if n, _ := p.CopyLag(); n != lag || p.Manifest().Generation != 0 || p.Offsets().LocalLogStart != 0 {
-			t.Fatalf("through a black hole: copy lag %d (was %d), manifest generation %d, offsets %+v", n, lag, p.Manifest().Generation, p.Offsets())
+		if n, _ := p.CopyLag(); n != lag || p.Head().Generation() != 0 || p.Offsets().LocalLogStart != 0 {
+			t.Fatalf("through a black hole: copy lag %d (was %d), manifest generation %d, offsets %+v", n, lag, p.Head().Generation(), p.Offsets())
 		}
 		if pr.failed.Load() == f0 {
 			t.Fatal("the service made no request into the black hole")

@@ -157,7 +157,7 @@ func TestRestoreKeepsProducerState(t *testing.T) {
 	if n, err := p.ApplyRetention(ctx); err != nil || n == 0 {
 		t.Fatalf("retention removed %d segments (%v); want the idempotent producer's", n, err)
 	}
-	if m := p.Manifest(); m.LogStartOffset != kept || m.Segments[0].BaseOffset != kept || m.Segments[len(m.Segments)-1].LastOffset != end-1 {
+	if m := manifestOf(t, p); m.LogStartOffset != kept || m.Segments[0].BaseOffset != kept || m.Segments[len(m.Segments)-1].LastOffset != end-1 {
 		t.Fatalf("manifest: log start %d, segments %d..%d; want %d..%d", m.LogStartOffset, m.Segments[0].BaseOffset, m.Segments[len(m.Segments)-1].LastOffset, kept, end-1)
 	}
 	p.Close()
@@ -281,7 +281,7 @@ func TestOffloadStopsAtLastStableOffset(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := p.Manifest()
+	m := manifestOf(t, p)
 	if len(m.Segments) == 0 {
 		t.Fatal("nothing offloaded: the segments wholly below the open transaction should be")
 	}
@@ -302,7 +302,7 @@ func TestOffloadStopsAtLastStableOffset(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m = p.Manifest()
+	m = manifestOf(t, p)
 	if lastRemote := m.Segments[len(m.Segments)-1].LastOffset; lastRemote < commit.LastOffset {
 		t.Fatalf("after the commit the manifest ends at %d, want the segments through the marker at %d", lastRemote, commit.LastOffset)
 	}
@@ -338,7 +338,7 @@ func TestBackendServiceRunsGC(t *testing.T) {
 	produce(t, p, 2000)
 	eventually(t, 10*time.Second, "the segments were not uploaded", func() bool {
 		n, _ := p.CopyLag()
-		return n == 0 && p.Manifest().Generation > 0
+		return n == 0 && p.Head().Generation() > 0
 	})
 	eventually(t, 10*time.Second, "the service's gc left the orphan", func() bool {
 		_, err := store.Head(ctx, orphan)
@@ -347,7 +347,7 @@ func TestBackendServiceRunsGC(t *testing.T) {
 	if waited := time.Since(opened); waited < interval {
 		t.Fatalf("the service's first gc of the partition ran %v after it opened, before one GCInterval (%v)", waited, interval)
 	}
-	if missing := missingObjects(t, store, p.Manifest()); len(missing) > 0 {
+	if missing := missingObjects(t, store, manifestOf(t, p)); len(missing) > 0 {
 		t.Fatalf("gc removed %v, which the manifest names", missing)
 	}
 }
@@ -382,11 +382,11 @@ func TestBackendServiceAppliesRemoteRetention(t *testing.T) {
 		produce(t, p, 4000)
 		seen := map[int64]manifest.Segment{}
 		eventually(t, 10*time.Second, fmt.Sprintf("partition %d: retention did not catch up", i), func() bool {
-			for _, s := range p.Manifest().Segments {
+			for _, s := range manifestOf(t, p).Segments {
 				seen[s.BaseOffset] = s
 			}
 			n, _ := p.CopyLag()
-			m := p.Manifest()
+			m := manifestOf(t, p)
 			switch i {
 			case 0:
 				return n == 0 && m.Generation > 0 && len(m.Segments) == 0 && m.LogStartOffset > 0
@@ -398,11 +398,11 @@ func TestBackendServiceAppliesRemoteRetention(t *testing.T) {
 			uploaded[i] = append(uploaded[i], s)
 		}
 	}
-	if m := parts[1].Manifest(); len(m.Segments) == 0 {
+	if m := manifestOf(t, parts[1]); len(m.Segments) == 0 {
 		t.Fatal("retention.bytes removed every segment")
 	}
 	for i, p := range parts {
-		m := p.Manifest()
+		m := manifestOf(t, p)
 		if p.Offsets().LogStart != m.LogStartOffset {
 			t.Fatalf("partition %d: the log start %d is not the manifest's %d", i, p.Offsets().LogStart, m.LogStartOffset)
 		}

@@ -143,7 +143,7 @@ func (in *intent) checkWindow(now time.Time) error {
 // clocks' disagreement and a request the server takes late. A commit cut
 // short is reconciled by the next change, as any lost answer.
 // REQUIRES: p.mu held.
-func (p *Partition) commitInWindowLocked(ctx context.Context, in *intent, st *manifestState, next *manifest.Manifest) error {
+func (p *Partition) commitInWindowLocked(ctx context.Context, in *intent, st *manifestState, prev, next *manifest.Manifest) error {
 	now := p.opts.Now()
 	if err := in.checkWindow(now); err != nil {
 		return err
@@ -151,7 +151,7 @@ func (p *Partition) commitInWindowLocked(ctx context.Context, in *intent, st *ma
 	end := time.UnixMilli(in.CreatedMs + in.Window)
 	wctx, cancel := context.WithTimeout(ctx, end.Sub(now))
 	defer cancel()
-	err := p.commitLocked(wctx, st, next)
+	err := p.commitLocked(wctx, st, prev, next)
 	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %s: the manifest commit did not end within the window: %w", ErrCommitWindow, in.key, err)
 	}
@@ -270,22 +270,30 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 		return nil, err
 	}
 	named := map[string]bool{p.layout().Manifest(): true}
-	for _, s := range st.m.Segments {
-		for _, suf := range s.Objects() {
-			named[p.layout().Segment(s, suf)] = true
+	nameSegments := func(segs []manifest.Segment) {
+		for _, s := range segs {
+			for _, suf := range s.Objects() {
+				named[p.layout().Segment(s, suf)] = true
+			}
 		}
 	}
-	for _, part := range st.m.Parts {
+	for _, part := range st.head.Parts {
 		named[p.layout().Part(part)] = true
+		segs, err := p.partSegments(ctx, part) // one part at a time
+		if err != nil {
+			return nil, err
+		}
+		nameSegments(segs)
 	}
+	nameSegments(st.head.Own)
 	if err := p.namedByBackups(ctx, objects, st, opts, named); err != nil {
 		return nil, err
 	}
 	protected, byIntent, deadIntents := judgeIntents(ctx, p, objects, st, opts)
 	now := opts.Now()
-	end := remoteEnd(st.m)
+	end := remoteEnd(st.head)
 	var garbage []string
-	pastEnd := &PastEndError{Prefix: prefix, Generation: st.m.Generation, End: end}
+	pastEnd := &PastEndError{Prefix: prefix, Generation: st.head.Generation(), End: end}
 	for _, o := range objects {
 		k := o.Key
 		obj, err := p.layout().Parse(k)
@@ -295,7 +303,7 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 			// Above the manifest's generation with RemovePastEnd: a
 			// newer bucket given up for an accepted older one, whose
 			// objects go too.
-			if st.etag != "" && (obj.Generation+keptBackups <= st.m.Generation || opts.RemovePastEnd && obj.Generation > st.m.Generation) {
+			if st.etag != "" && (obj.Generation+keptBackups <= st.head.Generation() || opts.RemovePastEnd && obj.Generation > st.head.Generation()) {
 				garbage = append(garbage, k)
 			}
 			continue
@@ -307,7 +315,7 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 		case byIntent[k]:
 		case now.Sub(o.LastModified) <= opts.Grace:
 			continue
-		case st.etag != "" && !st.m.Deleted && !opts.RemovePastEnd && obj.LastOffset >= end:
+		case st.etag != "" && !st.head.Deleted() && !opts.RemovePastEnd && obj.LastOffset >= end:
 			pastEnd.Keys = append(pastEnd.Keys, k)
 			continue
 		}
@@ -337,7 +345,7 @@ func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.Objec
 	for _, o := range objects {
 		obj, err := p.layout().Parse(o.Key)
 		if err != nil || obj.Kind != manifest.KindManifestBackup ||
-			st.etag != "" && (obj.Generation+keptBackups <= st.m.Generation || opts.RemovePastEnd && obj.Generation > st.m.Generation) {
+			st.etag != "" && (obj.Generation+keptBackups <= st.head.Generation() || opts.RemovePastEnd && obj.Generation > st.head.Generation()) {
 			continue
 		}
 		data, _, err := p.readHeadBytes(ctx, o.Key)
@@ -377,7 +385,7 @@ func judgeIntents(ctx context.Context, p *Partition, objects []objstore.ObjectIn
 		case err != nil:
 			// Unreadable: judged by its age alone.
 			live = now.Sub(o.LastModified) <= opts.CommitWindow+clockSkew
-		case in.Generation < st.m.Generation && st.etag != "":
+		case in.Generation < st.head.Generation() && st.etag != "":
 			live = false // its commit's condition can no longer hold
 		default:
 			created := time.UnixMilli(in.CreatedMs)

@@ -38,12 +38,12 @@ func TestGCKeepsObjectsPastARolledBackManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	oldEnd := p.Manifest().Segments[len(p.Manifest().Segments)-1].LastOffset
+	oldEnd := manifestOf(t, p).Segments[len(manifestOf(t, p).Segments)-1].LastOffset
 	produce(t, p, 3000)
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	newer := p.Manifest()
+	newer := manifestOf(t, p)
 	var past []string
 	for _, s := range newer.Segments {
 		if s.LastOffset > oldEnd {

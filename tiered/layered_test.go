@@ -81,7 +81,7 @@ func TestMillionSegmentManifest(t *testing.T) {
 		}
 	}
 	perCommit := (met.ManifestBytesPut.Load() - before) / 200
-	t.Logf("%d segments: %d parts; one segment a commit puts %d bytes on average (heads and parts)", n+200, len(p.Manifest().Parts), perCommit)
+	t.Logf("%d segments: %d parts; one segment a commit puts %d bytes on average (heads and parts)", n+200, len(manifestOf(t, p).Parts), perCommit)
 	if perCommit > 64<<10 {
 		t.Fatalf("one segment a commit puts %d bytes at a million segments", perCommit)
 	}
@@ -91,8 +91,8 @@ func TestMillionSegmentManifest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(m.Segments, p.Manifest().Segments) {
-		t.Fatalf("a new reader reads %d segments, the writer holds %d", len(m.Segments), len(p.Manifest().Segments))
+	if !reflect.DeepEqual(m.Segments, manifestOf(t, p).Segments) {
+		t.Fatalf("a new reader reads %d segments, the writer holds %d", len(m.Segments), len(manifestOf(t, p).Segments))
 	}
 
 	// Remote retention cuts the 900,000 old segments: the head alone is
@@ -105,7 +105,7 @@ func TestMillionSegmentManifest(t *testing.T) {
 	if met.ManifestPartsPut.Load() != parts {
 		t.Fatal("retention put parts")
 	}
-	if m := p.Manifest(); len(m.Segments) != n+200-old || m.Segments[0].BaseOffset != int64(old)*100 {
+	if m := manifestOf(t, p); len(m.Segments) != n+200-old || m.Segments[0].BaseOffset != int64(old)*100 {
 		t.Fatalf("after retention: %d segments from %d", len(m.Segments), m.Segments[0].BaseOffset)
 	}
 
@@ -122,7 +122,7 @@ func TestMillionSegmentManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	named := map[string]bool{}
-	for _, part := range p.Manifest().Parts {
+	for _, part := range manifestOf(t, p).Parts {
 		named["tl/orders-0/"+part.Name()] = true
 	}
 	left := partKeys(t, store)
@@ -130,7 +130,7 @@ func TestMillionSegmentManifest(t *testing.T) {
 		t.Fatalf("after gc %d parts are in the bucket, the manifest names %d", len(left), len(named))
 	}
 	t.Logf("gc removed %d objects; %d parts before, %d after", len(gone), len(all), len(left))
-	if m, err := tiered.ReadManifest(ctx, store, "tl/orders-0"); err != nil || !reflect.DeepEqual(m.Segments, p.Manifest().Segments) {
+	if m, err := tiered.ReadManifest(ctx, store, "tl/orders-0"); err != nil || !reflect.DeepEqual(m.Segments, manifestOf(t, p).Segments) {
 		t.Fatalf("after gc the manifest does not read back: %v", err)
 	}
 }
@@ -206,7 +206,7 @@ func TestMissingPartIsCorrupt(t *testing.T) {
 	if err := tiered.CommitSegments(ctx, p, synthSegments(0, 40, time.Now().UnixMilli())); err != nil {
 		t.Fatal(err)
 	}
-	parts := p.Manifest().Parts
+	parts := manifestOf(t, p).Parts
 	p.Close()
 	if len(parts) == 0 {
 		t.Fatal("40 segments and no part")
@@ -226,19 +226,25 @@ func TestMissingPartIsCorrupt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 2}); err == nil {
-		defer q.Close()
-		if err := tiered.CommitSegments(ctx, q, synthSegments(40*100, 1, time.Now().UnixMilli())); err == nil {
-			t.Fatal("a new leader committed over a manifest whose part is gone")
-		}
-	} else {
-		l.Close()
-		if !errors.Is(err, manifest.ErrCorrupt) {
-			t.Fatalf("a new leader's open: %v", err)
-		}
+	// A new leader opens on the head alone; its claim PUTs the head with
+	// the same references; the commit that needs the part fails.
+	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 2})
+	if err != nil {
+		t.Fatalf("a new leader's open: %v", err)
 	}
-	if now, _ := store.ReadAll(ctx, "tl/orders-0/manifest", 0, -1); !bytes.Equal(now, head) {
-		t.Fatal("the manifest changed")
+	defer q.Close()
+	err = tiered.CommitSegments(ctx, q, synthSegments(40*100, 1, time.Now().UnixMilli()))
+	if !errors.Is(err, manifest.ErrCorrupt) || !strings.Contains(err.Error(), parts[0].Name()) {
+		t.Fatalf("a new leader's commit over a manifest whose part is gone: %v", err)
+	}
+	now, err := store.ReadAll(ctx, "tl/orders-0/manifest", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err1 := manifest.DecodeHead(head)
+	after, err2 := manifest.DecodeHead(now)
+	if err1 != nil || err2 != nil || !reflect.DeepEqual(before.Parts, after.Parts) || !reflect.DeepEqual(before.Own, after.Own) {
+		t.Fatalf("the manifest's parts or segments changed (%v, %v)", err1, err2)
 	}
 }
 
@@ -263,7 +269,7 @@ func TestGCKeepsPartsABackupNames(t *testing.T) {
 	for range 17 {
 		commit(16)
 	}
-	m := p.Manifest()
+	m := manifestOf(t, p)
 	if m.Parts[0].Tier != 1 {
 		t.Fatalf("no carry: parts %+v", m.Parts)
 	}
@@ -284,7 +290,7 @@ func TestGCKeepsPartsABackupNames(t *testing.T) {
 	commit(1) // the backups of the generations before the carry are gone
 	gc()
 	named := map[string]bool{}
-	for _, part := range p.Manifest().Parts {
+	for _, part := range manifestOf(t, p).Parts {
 		named["tl/orders-0/"+part.Name()] = true
 	}
 	if left := partKeys(t, store); !reflect.DeepEqual(left, named) {
@@ -322,17 +328,17 @@ func TestPartsFromTheDiskCache(t *testing.T) {
 	if err := tiered.CommitSegments(ctx, p, synthSegments(0, 300, time.Now().UnixMilli())); err != nil {
 		t.Fatal(err)
 	}
-	want := p.Manifest().Segments
-	parts := len(p.Manifest().Parts)
+	want := manifestOf(t, p).Segments
+	parts := len(manifestOf(t, p).Parts)
 	b.Close()
 	// A new Backend over the same directory, as a restart: the parts the
 	// writer put are in its disk cache.
 	b, p = openAttached()
+	if !reflect.DeepEqual(manifestOf(t, p).Segments, want) {
+		t.Fatal("the manifest read through the disk cache differs")
+	}
 	if got := b.Metrics().ManifestPartReads.Load(); got != 0 {
 		t.Fatalf("a restart read %d parts from the bucket, want 0 (the disk cache holds them)", got)
-	}
-	if !reflect.DeepEqual(p.Manifest().Segments, want) {
-		t.Fatal("the manifest read through the disk cache differs")
 	}
 	b.Close()
 	// Damage every cached part: each is read from the bucket again.
@@ -349,15 +355,19 @@ func TestPartsFromTheDiskCache(t *testing.T) {
 		}
 	}
 	b, p = openAttached()
+	if got := b.Metrics().ManifestPartReads.Load(); got != 0 {
+		t.Fatalf("attaching read %d parts, want 0 (a partition keeps its head; parts load when needed)", got)
+	}
+	if !reflect.DeepEqual(manifestOf(t, p).Segments, want) {
+		t.Fatal("the manifest read past damaged cached parts differs")
+	}
 	if got := b.Metrics().ManifestPartReads.Load(); got != int64(parts) {
 		t.Fatalf("with the cached parts damaged, %d were read from the bucket, want %d", got, parts)
 	}
-	if !reflect.DeepEqual(p.Manifest().Segments, want) {
-		t.Fatal("the manifest read past damaged cached parts differs")
-	}
 	b.Close()
-	b, _ = openAttached()
+	b, p = openAttached()
 	defer b.Close()
+	manifestOf(t, p)
 	if got := b.Metrics().ManifestPartReads.Load(); got != 0 {
 		t.Fatalf("after the damaged parts were read again, a restart read %d from the bucket", got)
 	}

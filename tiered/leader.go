@@ -74,19 +74,19 @@ func (p *Partition) attach(ctx context.Context) error {
 	if err := p.judge(st); err != nil {
 		return err
 	}
-	if p.dl == nil && st.m.WAL != nil && !st.m.Deleted && !p.segs.ReadOnly() {
+	if p.dl == nil && st.head.WAL() != nil && !st.head.Deleted() && !p.segs.ReadOnly() {
 		// Its recent records may be only in WAL objects, which a classic
 		// partition neither reads nor keeps. (A tool's read-only view
 		// reads its segments.)
 		return fmt.Errorf("%w: %s: the bucket's manifest (generation %d) is a diskless partition's: open it with diskless.enable=true",
-			backend.ErrInvalidConfig, p.layout().Manifest(), st.m.Generation)
+			backend.ErrInvalidConfig, p.layout().Manifest(), st.head.Generation())
 	}
 	p.adopt(st)
-	if st.m.Deleted && (p.openedEmpty || p.local.Offsets().LogEnd == 0) {
+	if st.head.Deleted() && (p.openedEmpty || p.local.Offsets().LogEnd == 0) {
 		p.reborn.Store(true)
 	}
-	if epoch := p.epoch.Load(); p.role.Load() == roleLeader && st.m.WriterEpoch > epoch {
-		p.fence(st.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.m.WriterEpoch, epoch))
+	if epoch := p.epoch.Load(); p.role.Load() == roleLeader && st.head.WriterEpoch() > epoch {
+		p.fence(st.head.WriterEpoch(), fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", st.head.WriterEpoch(), epoch))
 	}
 	p.attached.Store(true)
 	return nil
@@ -128,7 +128,7 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 			return err // claimed already, or fenced
 		}
 		if p.dl != nil {
-			if err := p.claimWALLocked(ctx, now, next, epoch); err != nil {
+			if err := p.claimWALLocked(ctx, now, &next, epoch); err != nil {
 				return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", epoch, err)
 			}
 		}
@@ -166,67 +166,66 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 // now to claim it: the next manifest, or nil with nil when the manifest
 // is this writer's already, or nil with the fencing error when another
 // writer owns the partition (or a deleted one's). REQUIRES: p.mu held.
-func (p *Partition) claimOver(now *manifestState, epoch int32) (*manifest.Manifest, error) {
+func (p *Partition) claimOver(now *manifestState, epoch int32) (*manifest.Head, error) {
 	known := p.man.Load()
 	switch {
 	case now.etag == "":
 		// No manifest yet: create one carrying this epoch, so an
 		// older leader cannot create it after this one took over.
-		return &manifest.Manifest{Generation: 1, WriterEpoch: epoch}, nil
-	case now.m.Deleted && now.etag != known.etag:
+		return (&manifest.Manifest{Generation: 1, WriterEpoch: epoch}).Head()
+	case now.head.Deleted() && now.etag != known.etag:
 		// A writer that knew the partition before its deletion: it
 		// must not bring it back.
 		p.adopt(now)
-		p.fence(now.m.WriterEpoch, fmt.Errorf("the partition was deleted (manifest generation %d)", now.m.Generation))
+		p.fence(now.head.WriterEpoch(), fmt.Errorf("the partition was deleted (manifest generation %d)", now.head.Generation()))
 		return nil, p.Fenced()
-	case now.m.Deleted && !p.reborn.Load():
+	case now.head.Deleted() && !p.reborn.Load():
 		// Its local log held records when it first read the deleted
 		// manifest: they may be the deleted partition's (a broker that
 		// missed the deletion, or a Delete cut short), and must not
 		// come back.
 		o := p.local.Offsets()
-		p.fence(now.m.WriterEpoch, fmt.Errorf("the partition was deleted (manifest generation %d), and the local log at %s "+
+		p.fence(now.head.WriterEpoch(), fmt.Errorf("the partition was deleted (manifest generation %d), and the local log at %s "+
 			"held offsets %d..%d from before: finish the deletion (Delete the partition again) before creating it anew",
-			now.m.Generation, p.local.Dir(), o.LogStart, o.LogEnd-1))
+			now.head.Generation(), p.local.Dir(), o.LogStart, o.LogEnd-1))
 		return nil, p.Fenced()
-	case now.m.Deleted:
+	case now.head.Deleted():
 		// A new partition of the same name, which has known only the
 		// deleted manifest: it starts over from it, as a new
 		// incarnation (Born) no writer of the old one may write into.
-		return &manifest.Manifest{Generation: now.m.Generation + 1, WriterEpoch: epoch, Born: now.m.Generation + 1}, nil
+		return (&manifest.Manifest{Generation: now.head.Generation() + 1, WriterEpoch: epoch, Born: now.head.Generation() + 1}).Head()
 	case recreatedSince(known, now):
 		p.adopt(now)
-		p.fence(now.m.WriterEpoch, recreatedError(known, now))
+		p.fence(now.head.WriterEpoch(), recreatedError(known, now))
 		return nil, p.Fenced()
-	case now.m.WriterEpoch > epoch:
+	case now.head.WriterEpoch() > epoch:
 		p.adopt(now)
-		p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.m.WriterEpoch, epoch))
+		p.fence(now.head.WriterEpoch(), fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.head.WriterEpoch(), epoch))
 		return nil, p.Fenced()
-	case now.m.WriterEpoch == epoch && now.etag == p.man.Load().etag:
+	case now.head.WriterEpoch() == epoch && now.etag == p.man.Load().etag:
 		// This writer's own manifest (a restart at the same epoch); a
 		// diskless partition's new WAL writer still claims it.
-		if p.walNamesOther(now.m) {
-			return nextClaim(now, epoch), nil
+		if p.walNamesOther(now.head) {
+			return nextClaim(now, epoch)
 		}
 		p.claimed.Store(epoch)
 		return nil, nil
-	case now.m.WriterEpoch == epoch:
+	case now.head.WriterEpoch() == epoch:
 		// Another writer at this epoch moved the manifest since this
 		// one read it: two leaders of one epoch; this one steps back.
 		p.adopt(now)
-		p.fence(epoch, fmt.Errorf("the manifest moved to generation %d, written by another writer of leader epoch %d", now.m.Generation, epoch))
+		p.fence(epoch, fmt.Errorf("the manifest moved to generation %d, written by another writer of leader epoch %d", now.head.Generation(), epoch))
 		return nil, p.Fenced()
 	default:
-		return nextClaim(now, epoch), nil
+		return nextClaim(now, epoch)
 	}
 }
 
-// nextClaim is the manifest a claim at epoch commits over now.
-func nextClaim(now *manifestState, epoch int32) *manifest.Manifest {
-	m := *now.m
-	m.Segments = append([]manifest.Segment(nil), now.m.Segments...)
-	m.Generation, m.WriterEpoch = now.m.Generation+1, epoch
-	return &m
+// nextClaim is the manifest a claim at epoch commits over now: its head
+// with the next generation and the epoch, naming the same parts (a claim
+// PUTs the head only).
+func nextClaim(now *manifestState, epoch int32) (*manifest.Head, error) {
+	return now.head.Edit(func(m *manifest.Manifest) { m.Generation, m.WriterEpoch = now.head.Generation()+1, epoch })
 }
 
 // recreatedSince says whether the partition was deleted and created anew
@@ -234,38 +233,35 @@ func nextClaim(now *manifestState, epoch int32) *manifest.Manifest {
 // incarnation born after it. A writer that has read no manifest, or only
 // a deleted one (a new partition itself), cannot tell, and is not judged.
 func recreatedSince(known, now *manifestState) bool {
-	return known.etag != "" && !known.m.Deleted && now.m.Born > known.m.Generation
+	return known.etag != "" && !known.head.Deleted() && now.head.Born() > known.head.Generation()
 }
 
 func recreatedError(known, now *manifestState) error {
 	return fmt.Errorf("the partition was deleted and created anew (generation %d) since this writer read generation %d: "+
-		"its records belong to the deleted partition", now.m.Born, known.m.Generation)
+		"its records belong to the deleted partition", now.head.Born(), known.head.Generation())
 }
 
 // claimPut commits next over now, conditionally, as this writer's claim.
 // On a failure the outcome is left for reconcileLocked: the manifest held
 // is now's and the attempt is next. REQUIRES: p.mu held.
-func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *manifest.Manifest) error {
-	data, err := next.Encode()
-	if err != nil {
-		return err
-	}
+func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *manifest.Head) error {
+	data := next.Encode()
 	info, err := p.store.Put(ctx, p.layout().Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: now.etag, IfNoneMatch: now.etag == ""})
 	p.metrics.ManifestBytesPut.Add(int64(len(data)))
 	if err != nil {
 		p.adopt(now)
 		p.unknown = next
-		return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", next.WriterEpoch, err)
+		return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", next.WriterEpoch(), err)
 	}
-	p.adopt(&manifestState{m: next, etag: info.ETag})
-	p.claimed.Store(next.WriterEpoch)
+	p.adopt(&manifestState{head: next, etag: info.ETag})
+	p.claimed.Store(next.WriterEpoch())
 	if p.dl != nil {
 		p.dl.claimCommitted()
 	}
 	p.metrics.ManifestCommits.Add(1)
-	p.backupManifest(ctx, next.Generation, data)
+	p.backupManifest(ctx, next.Generation(), data)
 	p.opts.Logger.Info("claimed the bucket", "prefix", p.prefix, "epoch", next.WriterEpoch, "generation", next.Generation,
-		"previous_epoch", now.m.WriterEpoch)
+		"previous_epoch", now.head.WriterEpoch())
 	return nil
 }
 
@@ -380,10 +376,10 @@ func (p *Partition) refreshLocked(ctx context.Context) error {
 	if err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: refresh %s: %w", p.layout().Manifest(), err))
 	}
-	if cur := p.man.Load(); now.etag != cur.etag && now.m.Generation >= cur.m.Generation {
+	if cur := p.man.Load(); now.etag != cur.etag && now.head.Generation() >= cur.head.Generation() {
 		p.adopt(now)
-		if p.role.Load() == roleLeader && now.m.WriterEpoch > p.epoch.Load() {
-			p.fence(now.m.WriterEpoch, fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.m.WriterEpoch, p.epoch.Load()))
+		if p.role.Load() == roleLeader && now.head.WriterEpoch() > p.epoch.Load() {
+			p.fence(now.head.WriterEpoch(), fmt.Errorf("the manifest was committed by leader epoch %d, this writer has %d", now.head.WriterEpoch(), p.epoch.Load()))
 		}
 	}
 	return nil
@@ -426,13 +422,18 @@ func (p *Partition) BuildFromBucket(ctx context.Context, leaderLocalLogStart int
 	if err := p.refreshLocked(ctx); err != nil {
 		return 0, err
 	}
-	m := p.Manifest()
-	i, ok := m.Find(leaderLocalLogStart - 1)
-	if leaderLocalLogStart < 1 || !ok || m.Segments[i].BaseOffset > leaderLocalLogStart-1 {
-		return 0, fmt.Errorf("%w: tiered: %s: the bucket does not hold offset %d (its segments end at %d): the leader's upload may not be committed yet",
-			backend.ErrStorage, p.prefix, leaderLocalLogStart-1, lastOffset(m))
+	head := p.Head()
+	var seg manifest.Segment
+	ok := false
+	if leaderLocalLogStart >= 1 && leaderLocalLogStart-1 >= head.LogStartOffset() {
+		if seg, ok, err = p.holding(ctx, head, leaderLocalLogStart-1); err != nil {
+			return 0, storageError(ctx, err)
+		}
 	}
-	seg := m.Segments[i]
+	if !ok {
+		return 0, fmt.Errorf("%w: tiered: %s: the bucket does not hold offset %d (its segments end at %d): the leader's upload may not be committed yet",
+			backend.ErrStorage, p.prefix, leaderLocalLogStart-1, head.LastOffset())
+	}
 	var snap []byte
 	if seg.SnapshotSize > 0 {
 		if snap, err = p.remoteIndex(ctx, seg, manifest.SnapshotSuffix); err != nil {
@@ -446,14 +447,9 @@ func (p *Partition) BuildFromBucket(ctx context.Context, leaderLocalLogStart int
 	p.verified = nil
 	p.adopt(p.man.Load()) // the local log's checkpointed start follows the bucket's
 	p.opts.Logger.Info("built the follower's start from the bucket", "prefix", p.prefix, "next", next,
-		"leader_local_log_start", leaderLocalLogStart, "log_start", m.LogStartOffset)
+		"leader_local_log_start", leaderLocalLogStart, "log_start", head.LogStartOffset())
 	return next, nil
 }
 
 // lastOffset is the last offset the manifest's segments hold, or -1.
-func lastOffset(m *manifest.Manifest) int64 {
-	if n := len(m.Segments); n > 0 {
-		return m.Segments[n-1].LastOffset
-	}
-	return -1
-}
+func lastOffset(h *manifest.Head) int64 { return h.LastOffset() }

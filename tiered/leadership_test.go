@@ -86,7 +86,7 @@ func (c *cluster) replicate() {
 				// offset before the leader's local start: past that start
 				// when the bucket's segment straddles it (another leader
 				// rolled elsewhere), never past what the bucket holds.
-				_, inBucket := c.leader.p.Manifest().Find(next - 1)
+				_, inBucket := manifestOf(c.t, c.leader.p).Find(next - 1)
 				if next < off || (next > moved.LocalLogStart && !inBucket) {
 					c.t.Fatalf("%s: built from the bucket to %d, fetching %d, leader's local start %d", f.name, next, off, moved.LocalLogStart)
 				}
@@ -142,7 +142,7 @@ func (c *cluster) moveLeader(to *replica) {
 	if _, err := to.p.ApplyRetention(ctx); err != nil {
 		c.t.Fatalf("%s: claim at epoch %d: %v", to.name, c.epoch, err)
 	}
-	if m := to.p.Manifest(); m.Generation > 0 && m.WriterEpoch != c.epoch {
+	if m := manifestOf(c.t, to.p); m.Generation > 0 && m.WriterEpoch != c.epoch {
 		c.t.Fatalf("%s leads at %d but the manifest has writer epoch %d", to.name, c.epoch, m.WriterEpoch)
 	}
 	// The old leader, not told yet and alone in its ISR, appends, closes
@@ -307,7 +307,7 @@ func TestLeadershipMovesOverTheBucket(t *testing.T) {
 	for _, r := range c.replicas {
 		t.Logf("%s: offsets %+v, %d local segments", r.name, r.p.Offsets(), len(r.p.LocalSegments()))
 	}
-	m := c.leader.p.Manifest()
+	m := manifestOf(t, c.leader.p)
 	t.Logf("%d records acknowledged over %d leader epochs; %d remote segments; %d bytes compared with the bucket before local deletes; %d follower builds",
 		len(c.acked), c.epoch, len(m.Segments), totalVerify(c), c.builds)
 	if m.WriterEpoch != c.epoch {
@@ -411,11 +411,11 @@ func TestFollowerComparesBytesBeforeLocalDeletes(t *testing.T) {
 		}
 		want[off] = data
 	}
-	last := leader.Manifest().Segments[len(leader.Manifest().Segments)-1].LastOffset
+	last := manifestOf(t, leader).Segments[len(manifestOf(t, leader).Segments)-1].LastOffset
 	if _, err := nl.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := nl.Manifest()
+	m := manifestOf(t, nl)
 	straddled := false
 	for _, s := range m.Segments {
 		if s.BaseOffset == last+1 {

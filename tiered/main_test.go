@@ -6,11 +6,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/minio"
 	"github.com/tierlog/tierlog/objstore/s3"
 	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/testing/s3server"
+	"github.com/tierlog/tierlog/tiered"
 )
 
 func TestMain(m *testing.M) {
@@ -69,4 +71,14 @@ func realStoreOn(t testing.TB, srv *s3server.Server, kind string) *objstore.Stor
 	s := objstore.New(d, kind+"://"+bucket, opts)
 	t.Cleanup(func() { s.Close() })
 	return s
+}
+
+// manifestOf returns p's committed manifest whole (its parts loaded).
+func manifestOf(t testing.TB, p *tiered.Partition) *manifest.Manifest {
+	t.Helper()
+	m, err := p.Manifest(context.Background())
+	if err != nil {
+		t.Fatalf("the committed manifest: %v", err)
+	}
+	return m
 }

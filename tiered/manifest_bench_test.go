@@ -72,7 +72,7 @@ func BenchmarkManifestBytesPut(b *testing.B) {
 						b.Fatal(err)
 					}
 				}
-				if got := len(p.Manifest().Segments); got != n {
+				if got := len(manifestOf(b, p).Segments); got != n {
 					b.Fatalf("%d segments in the bucket, want %d", got, n)
 				}
 				p.Close()

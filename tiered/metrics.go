@@ -66,18 +66,15 @@ func (p *Partition) Metrics() *Metrics { return p.metrics }
 // RemoteSize returns how many segments the committed manifest names and
 // their bytes (.log only).
 func (p *Partition) RemoteSize() (segments int, bytes int64) {
-	m := p.Manifest()
-	for _, s := range m.Segments {
-		bytes += s.Size
-	}
-	return len(m.Segments), bytes
+	h := p.Head() // each part's reference carries its count and bytes
+	return h.Count(), h.Size()
 }
 
 // CopyLagAge returns how old the newest record of the oldest segment not
 // yet uploaded is (now minus that segment's largest timestamp), or 0 when
 // nothing waits: how far behind the bucket is, in time.
 func (p *Partition) CopyLagAge(now time.Time) time.Duration {
-	s, ok := p.segs.SpanAfter(lastOffset(p.Manifest()))
+	s, ok := p.segs.SpanAfter(p.Head().LastOffset())
 	if !ok || s.Active || s.NextOffset > p.local.Offsets().LastStableOffset {
 		return 0
 	}

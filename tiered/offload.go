@@ -102,7 +102,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		}
 	}
 	st := p.man.Load()
-	in, err := p.writeIntent(ctx, st.m.Generation, segs)
+	in, err := p.writeIntent(ctx, st.head.Generation(), segs)
 	if err != nil {
 		return 0, err
 	}
@@ -129,15 +129,20 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		ok++
 	}
 	if ok > 0 {
-		next := *st.m
-		next.Segments = append(append([]manifest.Segment(nil), st.m.Segments...), segs[:ok]...)
-		if len(st.m.Segments) == 0 {
+		prev, err := p.whole(ctx, st.head)
+		if err != nil {
+			p.abandonLocked(in, segs)
+			return 0, err
+		}
+		next := *prev
+		next.Segments = append(append([]manifest.Segment(nil), prev.Segments...), segs[:ok]...)
+		if len(prev.Segments) == 0 {
 			next.LogStartOffset = max(next.LogStartOffset, segs[0].BaseOffset, p.local.Offsets().LogStart)
 		}
 		// A DeleteRecordsBefore past the bucket's end raised the partition's
 		// log start beyond what the manifest could record then: it does now.
 		next.LogStartOffset = max(next.LogStartOffset, min(p.Offsets().LogStart, segs[ok-1].LastOffset+1))
-		if err := p.commitInWindowLocked(ctx, in, st, &next); err != nil {
+		if err := p.commitInWindowLocked(ctx, in, st, prev, &next); err != nil {
 			return 0, err
 		}
 		for _, seg := range segs[:ok] {
@@ -180,7 +185,7 @@ func (p *Partition) abandonLocked(in *intent, segs []manifest.Segment) {
 // whose local log holds many uploaded segments costs no scan of them.
 // REQUIRES: p.mu held.
 func (p *Partition) pendingLocked(limit int) ([]pendingSegment, error) {
-	lastRemote := lastOffset(p.Manifest())
+	lastRemote := p.Head().LastOffset()
 	// Only what is committed and decided: segments wholly below the last
 	// stable offset (itself at most the high watermark).
 	lso := p.local.Offsets().LastStableOffset
@@ -202,11 +207,7 @@ func (p *Partition) pendingLocked(limit int) ([]pendingSegment, error) {
 // Offload in progress does not hold it up) and allocates nothing, so a
 // metrics scrape over many partitions stays cheap.
 func (p *Partition) CopyLag() (segments int, bytes int64) {
-	m := p.Manifest()
-	lastRemote := int64(-1)
-	if k := len(m.Segments); k > 0 {
-		lastRemote = m.Segments[k-1].LastOffset
-	}
+	lastRemote := p.Head().LastOffset()
 	hw := p.local.Offsets().LastStableOffset
 	for after := lastRemote; ; {
 		s, ok := p.segs.SpanAfter(after)
@@ -448,11 +449,11 @@ func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *mani
 func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 	cfg := p.local.Config()
 	ms, maxBytes := cfg.EffectiveLocalRetentionMs(), cfg.EffectiveLocalRetentionBytes()
-	m := p.Manifest()
-	if len(m.Segments) == 0 || (ms < 0 && maxBytes < 0) {
+	head := p.Head()
+	lastRemote := head.LastOffset()
+	if lastRemote < 0 || (ms < 0 && maxBytes < 0) {
 		return nil
 	}
-	lastRemote := m.Segments[len(m.Segments)-1].LastOffset
 	infos := p.local.SegmentInfos()
 	var total int64
 	for _, si := range infos {
@@ -477,7 +478,11 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		}
 		del := false
 		if ms >= 0 {
-			if i, ok := m.Holding(si.BaseOffset); ok && now-m.Segments[i].MaxTimestamp > ms {
+			seg, ok, err := p.holding(ctx, head, si.BaseOffset)
+			if err != nil {
+				return err
+			}
+			if ok && now-seg.MaxTimestamp > ms {
 				del = true
 			}
 		}
@@ -487,7 +492,7 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		if !del {
 			break
 		}
-		if err := p.bucketHoldsLocked(ctx, m, si); err != nil {
+		if err := p.bucketHoldsLocked(ctx, head, si); err != nil {
 			p.metrics.LocalDeletesRefused.Add(1)
 			p.opts.Logger.Error("local retention keeps a segment the bucket does not hold as it is", "base", si.BaseOffset, "err", err)
 			refused = fmt.Errorf("tiered: local retention stopped at segment %d: %w", si.BaseOffset, err)

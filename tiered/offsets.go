@@ -23,9 +23,9 @@ func (p *Partition) Offsets() backend.Offsets {
 // of m's segments, or the log start when m holds none (before the
 // manifest is read, m is an empty one). A deleted partition's manifest is
 // nothing of a partition created anew under its name.
-func tieredEnd(m *manifest.Manifest, logStart int64) int64 {
-	if n := len(m.Segments); n > 0 && !m.Deleted {
-		return m.Segments[n-1].LastOffset + 1
+func tieredEnd(h *manifest.Head, logStart int64) int64 {
+	if last := h.LastOffset(); last >= 0 && !h.Deleted() {
+		return last + 1
 	}
 	return logStart
 }
@@ -44,11 +44,11 @@ func (p *Partition) notifyTieredEnd(before int64) {
 // commit's answer was lost and adopted later. REQUIRES: p.mu held.
 func (p *Partition) fitLocalStartLocked(ctx context.Context) error {
 	o := p.local.Offsets()
-	m := p.Manifest()
-	if m.Deleted {
+	h := p.Head()
+	if h.Deleted() {
 		return nil // a deleted partition's log start is not this one's (see Offsets)
 	}
-	if target := min(m.LogStartOffset, o.HighWatermark); target > o.LogStart {
+	if target := min(h.LogStartOffset(), o.HighWatermark); target > o.LogStart {
 		if err := p.ensureBackupLocked(ctx); err != nil {
 			return err
 		}

@@ -211,7 +211,7 @@ func TestPropertyMovedBaseOffsetInBucket(t *testing.T) {
 		if err != nil || len(want) == 0 || int64(len(want)) != remoteEnd {
 			t.Fatalf("before the damage: %d records of %d, %v", len(want), remoteEnd, err)
 		}
-		segs := p.Manifest().Segments
+		segs := manifestOf(t, p).Segments
 		p.Close()
 		seg := segs[rng.IntN(len(segs))]
 		name := seg.Name(manifest.LogSuffix)
@@ -293,7 +293,7 @@ func TestPropertyMovedBaseOffsetNeverUploaded(t *testing.T) {
 		if !errors.Is(err, backend.ErrCorruptRecord) || !strings.Contains(err.Error(), filepath.Base(victim.Path)) || !strings.Contains(err.Error(), "position") {
 			t.Errorf("%s: offload gave %v; want ErrCorruptRecord naming the file and a position", what, err)
 		}
-		for _, s := range p.Manifest().Segments {
+		for _, s := range manifestOf(t, p).Segments {
 			if s.BaseOffset >= victim.BaseOffset {
 				t.Errorf("%s: the bucket holds segment %d..%d, at or after the damaged one", what, s.BaseOffset, s.LastOffset)
 			}

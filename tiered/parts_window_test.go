@@ -134,7 +134,7 @@ func TestDeleteWithALostPart(t *testing.T) {
 	if err := tiered.CommitSegments(ctx, p, synthSegments(0, 40, time.Now().UnixMilli())); err != nil {
 		t.Fatal(err)
 	}
-	part := p.Manifest().Parts[0]
+	part := manifestOf(t, p).Parts[0]
 	if err := store.Delete(ctx, "tl/orders-0/"+part.Name()); err != nil {
 		t.Fatal(err)
 	}

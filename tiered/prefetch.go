@@ -10,6 +10,9 @@ import (
 type CacheStats struct {
 	ChunkHits, ChunkMisses int64
 	IndexHits, IndexMisses int64
+	// ManifestHits and ManifestMisses count lookups of manifest parts'
+	// segments (a miss reads the part from the disk cache or the bucket).
+	ManifestHits, ManifestMisses int64
 }
 
 // CacheStats returns the counters of the caches the partition uses
@@ -36,14 +39,15 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end int64) {
 	if p.opts.PrefetchBytes <= 0 || p.closed.Load() || !p.prefetching.CompareAndSwap(false, true) {
 		return
 	}
-	m := v.m
 	if end >= seg.Size {
-		i, ok := m.Find(seg.LastOffset + 1)
-		if !ok || !v.inBucket(m.Segments[i].BaseOffset) {
+		// The next segment, if the head or a part in memory has it: a
+		// read-ahead loads no part.
+		next, ok := p.cachedAfter(v.head, seg.LastOffset)
+		if !ok || !v.inBucket(next.BaseOffset) {
 			p.prefetching.Store(false)
 			return
 		}
-		seg, end = m.Segments[i], 0
+		seg, end = next, 0
 	}
 	key := p.layout().Segment(seg, manifest.LogSuffix)
 	if p.caches.chunks.has(key, end) {

@@ -58,7 +58,7 @@ func TestOffloadRefusesDamagedSegment(t *testing.T) {
 	if n != 1 || p.Metrics().UploadsRefused.Load() != 1 {
 		t.Fatalf("uploaded %d (want the 1 segment before the damaged one), refused %d", n, p.Metrics().UploadsRefused.Load())
 	}
-	for _, s := range p.Manifest().Segments {
+	for _, s := range manifestOf(t, p).Segments {
 		if s.BaseOffset >= victim.BaseOffset {
 			t.Fatalf("the manifest names segment %d, at or after the damaged one", s.BaseOffset)
 		}
@@ -145,7 +145,7 @@ func TestGCDuringUpload(t *testing.T) {
 	if !gcRan {
 		t.Fatal("gc never ran during the offload")
 	}
-	for _, s := range p.Manifest().Segments {
+	for _, s := range manifestOf(t, p).Segments {
 		for _, suf := range []string{manifest.LogSuffix, manifest.IndexSuffix, manifest.TimeIndexSuffix} {
 			if _, err := store.Head(ctx, "tl/orders-0/"+s.Name(suf)); err != nil {
 				t.Fatalf("the manifest names %s, which is gone: %v", s.Name(suf), err)
@@ -250,7 +250,7 @@ func TestRemoteBatchWithChangedBaseOffset(t *testing.T) {
 		if _, err := p.Offload(ctx); err != nil {
 			t.Fatal(err)
 		}
-		seg := p.Manifest().Segments[1]
+		seg := manifestOf(t, p).Segments[1]
 		p.Close()
 		key := "tl/orders-0/" + seg.Name(manifest.LogSuffix)
 		data, err := store.ReadAll(ctx, key, 0, seg.Size)
@@ -341,7 +341,7 @@ func TestLocalRetentionBelowTheLogStart(t *testing.T) {
 	if _, err := p.ApplyRetention(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := p.Manifest().Segments[0].BaseOffset; got != start {
+	if got := manifestOf(t, p).Segments[0].BaseOffset; got != start {
 		t.Fatalf("the bucket's first segment is %d, want %d", got, start)
 	}
 	p.Close()

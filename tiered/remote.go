@@ -1,11 +1,13 @@
 package tiered
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"slices"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
@@ -55,10 +57,20 @@ func (t bucketTier) read(ctx context.Context, v view, offset, end int64, opts ba
 	if maxBytes <= 0 {
 		maxBytes = 1 << 20
 	}
-	for i, ok := v.m.Find(offset); ok && i < len(v.m.Segments) && v.m.Segments[i].BaseOffset < end; i++ {
-		seg := v.m.Segments[i]
+	c, err := t.p.seek(ctx, v.head, offset)
+	if err != nil {
+		return nil, true, err
+	}
+	for {
+		seg, ok, err := c.next(ctx)
+		if err != nil {
+			return nil, true, err
+		}
+		if !ok || seg.BaseOffset >= end {
+			return nil, false, nil
+		}
 		recs, found, err := t.p.readSegment(ctx, v, seg, max(offset, seg.BaseOffset), maxBytes, opts)
-		if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) && !t.p.names(seg) {
+		if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) && !t.p.names(ctx, seg) {
 			// Retention committed past the view and deleted the segment
 			// under the read: a new view answers from the new manifest.
 			// A segment the committed manifest still names is missing
@@ -70,18 +82,19 @@ func (t bucketTier) read(ctx context.Context, v view, offset, end int64, opts ba
 		}
 		// Nothing at or after offset in this segment: the next one.
 	}
-	return nil, false, nil
 }
 
 // names reports whether the committed manifest names seg, the same
 // upload, with offsets at or above its log start.
-func (p *Partition) names(seg manifest.Segment) bool {
-	m := p.Manifest()
-	if seg.LastOffset < m.LogStartOffset {
+// When that cannot be told (a part of the manifest cannot be read), it
+// does: the caller's error stands.
+func (p *Partition) names(ctx context.Context, seg manifest.Segment) bool {
+	h := p.Head()
+	if seg.LastOffset < h.LogStartOffset() {
 		return false
 	}
-	i, ok := m.Holding(seg.BaseOffset)
-	return ok && m.Segments[i].BaseOffset == seg.BaseOffset && m.Segments[i].ID == seg.ID
+	s, ok, err := p.holding(ctx, h, seg.BaseOffset)
+	return err != nil || ok && s.BaseOffset == seg.BaseOffset && s.ID == seg.ID
 }
 
 // aborted reads the .txnindex of each segment from the one holding fetch
@@ -89,8 +102,18 @@ func (p *Partition) names(seg manifest.Segment) bool {
 func (t bucketTier) aborted(ctx context.Context, v view, acc []backend.AbortedTxn, fetch, upper, end int64) ([]backend.AbortedTxn, bool, error) {
 	var found []producerstate.AbortedTxn
 	complete := false
-	for i, ok := v.m.Find(fetch); ok && !complete && i < len(v.m.Segments) && v.m.Segments[i].BaseOffset < end; i++ {
-		seg := v.m.Segments[i]
+	c, err := t.p.seek(ctx, v.head, fetch)
+	if err != nil {
+		return nil, false, err
+	}
+	for !complete {
+		seg, ok, err := c.next(ctx)
+		if err != nil {
+			return nil, false, err
+		}
+		if !ok || seg.BaseOffset >= end {
+			break
+		}
 		if seg.TxnIndexSize == 0 {
 			continue
 		}
@@ -112,14 +135,21 @@ func (t bucketTier) aborted(ctx context.Context, v view, acc []backend.AbortedTx
 // then their remote time index.
 func (t bucketTier) offsetForTimestamp(ctx context.Context, v view, ts, end int64) (int64, int64, bool, error) {
 	if ts == backend.MaxTimestamp {
-		if i := maxTimestampSegment(v, end); i >= 0 {
-			seg := v.m.Segments[i]
-			return t.p.remoteTimestamp(ctx, v, seg, seg.MaxTimestamp)
+		seg, ok, err := t.p.maxTimestampSegment(ctx, v, end)
+		if err != nil || !ok {
+			return -1, -1, false, err
 		}
-		return -1, -1, false, nil
+		return t.p.remoteTimestamp(ctx, v, seg, seg.MaxTimestamp)
 	}
-	for i, ok := v.m.FindTimestamp(ts); ok && i < len(v.m.Segments) && v.m.Segments[i].BaseOffset < end; i++ {
-		seg := v.m.Segments[i]
+	c, err := t.p.seekTimestamp(ctx, v.head, ts)
+	if err != nil {
+		return -1, -1, false, err
+	}
+	for {
+		seg, ok, err := c.next(ctx)
+		if err != nil || !ok || seg.BaseOffset >= end {
+			return -1, -1, false, err
+		}
 		if seg.MaxTimestamp < ts {
 			continue
 		}
@@ -128,44 +158,97 @@ func (t bucketTier) offsetForTimestamp(ctx context.Context, v view, ts, end int6
 			return off, rts, found, err
 		}
 	}
-	return -1, -1, false, nil
 }
 
 // maxTimestamp is the largest of the manifest's recorded segment
-// timestamps: no GET.
-func (bucketTier) maxTimestamp(_ context.Context, v view, end int64) (int64, int64, bool, error) {
-	if i := maxTimestampSegment(v, end); i >= 0 {
-		return v.m.Segments[i].MaxTimestamp, -1, true, nil // its offset takes GETs: asked only of the best tier
+// timestamps: no GET but of the parts that may hold it.
+func (t bucketTier) maxTimestamp(ctx context.Context, v view, end int64) (int64, int64, bool, error) {
+	seg, ok, err := t.p.maxTimestampSegment(ctx, v, end)
+	if err != nil || !ok {
+		return 0, -1, false, err
 	}
-	return 0, -1, false, nil
+	return seg.MaxTimestamp, -1, true, nil // its offset takes GETs: asked only of the best tier
 }
 
 // maxTimestampSegment is the first segment below end, at or past the log
-// start, with the largest timestamp (-1: none).
-func maxTimestampSegment(v view, end int64) int {
-	best := -1
-	for i, s := range v.m.Segments {
-		if s.BaseOffset < end && s.LastOffset >= v.m.LogStartOffset && (best < 0 || s.MaxTimestamp > v.m.Segments[best].MaxTimestamp) {
-			best = i
+// start, with the largest timestamp (ok false: none). Each part's
+// reference carries its largest timestamp: the parts are visited from the
+// largest down, and only those that may hold a better segment than the
+// best found are loaded (in a log whose timestamps grow, none but the
+// head's own and the last part).
+func (p *Partition) maxTimestampSegment(ctx context.Context, v view, end int64) (manifest.Segment, bool, error) {
+	h := v.head
+	ls := h.LogStartOffset()
+	var best manifest.Segment
+	bestAt, found := 0, false // bestAt: the part best is in (len(h.Parts): the head's own)
+	consider := func(k int, segs []manifest.Segment) {
+		for _, s := range segs {
+			if s.BaseOffset < end && s.LastOffset >= ls && (!found || s.MaxTimestamp > best.MaxTimestamp || s.MaxTimestamp == best.MaxTimestamp && k < bestAt) {
+				best, bestAt, found = s, k, true
+			}
 		}
 	}
-	return best
+	consider(len(h.Parts), h.Own)
+	order := make([]int, 0, len(h.Parts))
+	for k, part := range h.Parts {
+		if part.BaseOffset < end && part.LastOffset >= ls {
+			order = append(order, k)
+		}
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(h.Parts[b].MaxTimestamp, h.Parts[a].MaxTimestamp) })
+	for _, k := range order {
+		if found && (h.Parts[k].MaxTimestamp < best.MaxTimestamp || h.Parts[k].MaxTimestamp == best.MaxTimestamp && k > bestAt) {
+			continue // it cannot hold a better one
+		}
+		segs, err := p.partSegments(ctx, h.Parts[k])
+		if err != nil {
+			return manifest.Segment{}, false, err
+		}
+		consider(k, segs)
+	}
+	return best, found, nil
 }
 
-// epochs are the manifest's: each segment keeps its leader-epoch map.
-func (bucketTier) epochs(v view, end int64, add func(int32, int64)) {
-	m := v.m
-	for _, s := range m.Segments {
-		if s.LastOffset < m.LogStartOffset || s.BaseOffset >= end {
-			continue
-		}
-		if len(s.Epochs) == 0 { // a version 1 manifest: the highest epoch only
-			add(s.LeaderEpoch, max(s.BaseOffset, m.LogStartOffset))
-		}
-		for _, e := range s.Epochs {
-			add(e.Epoch, max(e.StartOffset, m.LogStartOffset))
+// epochs are the manifest's: each segment keeps its leader-epoch map. A
+// part whose segments are all of one epoch adds it from its reference
+// alone; only a part a leader change fell in (or the log start cuts into)
+// is loaded.
+func (t bucketTier) epochs(ctx context.Context, v view, end int64, add func(int32, int64)) error {
+	h := v.head
+	ls := h.LogStartOffset()
+	addSegments := func(segs []manifest.Segment) {
+		for _, s := range segs {
+			if s.LastOffset < ls || s.BaseOffset >= end {
+				continue
+			}
+			if len(s.Epochs) == 0 { // a version 1 manifest: the highest epoch only
+				add(s.LeaderEpoch, max(s.BaseOffset, ls))
+			}
+			for _, e := range s.Epochs {
+				add(e.Epoch, max(e.StartOffset, ls))
+			}
 		}
 	}
+	for _, part := range h.Parts {
+		switch {
+		case part.LastOffset < ls:
+			continue
+		case part.BaseOffset >= end:
+			return nil
+		case part.FirstEpoch == part.LastEpoch && part.BaseOffset >= ls:
+			// Every segment's epoch map is [{epoch, its base}]: the
+			// first segment's base is where the part's epoch starts.
+			add(part.FirstEpoch, part.BaseOffset)
+			continue
+		}
+		segs, err := t.p.partSegments(ctx, part)
+		if err != nil {
+			return err
+		}
+		addSegments(segs)
+	}
+	addSegments(h.Own)
+	return nil
 }
 
 // cachedIndex is one of a segment's small objects held in memory: its
@@ -384,13 +467,19 @@ func (p *Partition) LookupRemote(ctx context.Context, offset int64) (RemoteLooku
 		return r, err
 	}
 	v := p.view()
-	m := v.m
-	i, ok := m.Find(offset)
-	if !ok {
-		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: m.LogStartOffset, LogEnd: v.offsets().LocalLogStart}
+	c, err := p.seek(ctx, v.head, offset)
+	if err != nil {
+		return r, err
 	}
-	seg := m.Segments[i]
-	r.Segments, r.SegmentIndex, r.Object = len(m.Segments), i, p.layout().Segment(seg, manifest.LogSuffix)
+	r.SegmentIndex = c.position()
+	seg, ok, err := c.next(ctx)
+	if err != nil {
+		return r, err
+	}
+	if !ok {
+		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: v.head.LogStartOffset(), LogEnd: v.offsets().LocalLogStart}
+	}
+	r.Segments, r.Object = v.head.Count(), p.layout().Segment(seg, manifest.LogSuffix)
 	l, found, err := p.locate(ctx, seg, max(offset, seg.BaseOffset), 1<<20+readSlack)
 	r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = l.indexEntries, l.indexSlot, l.indexEntry.Offset, l.indexEntry.Position
 	r.BatchesScanned, r.Cached = l.scanned, l.cached

@@ -83,22 +83,25 @@ func (p *Partition) ReplicaStep(ctx context.Context) error {
 // never sees the local log past a manifest that does not reach it).
 // REQUIRES: p.mu held.
 func (p *Partition) catchUpLocked(ctx context.Context) error {
-	m := p.Manifest()
-	if m.Deleted {
+	h := p.Head()
+	if h.Deleted() {
 		p.replicaSynced.Store(true)
 		return nil // the origin deleted it: what was served stays, nothing moves
 	}
 	// The bucket's end: past its last segment, or its log start when
 	// retention took every segment.
-	end := remoteEnd(m)
+	end := remoteEnd(h)
 	if lo := p.local.Offsets(); lo.LogEnd == end && lo.LogStart == end {
 		p.replicaSynced.Store(true)
 		return nil
 	}
 	var snap []byte
-	if n := len(m.Segments); n > 0 && m.Segments[n-1].LastOffset+1 == end && m.Segments[n-1].SnapshotSize > 0 {
-		var err error
-		if snap, err = p.remoteIndex(ctx, m.Segments[n-1], manifest.SnapshotSuffix); err != nil {
+	last, ok, err := p.lastSegment(ctx, h)
+	if err != nil {
+		return storageError(ctx, err)
+	}
+	if ok && last.LastOffset+1 == end && last.SnapshotSize > 0 {
+		if snap, err = p.remoteIndex(ctx, last, manifest.SnapshotSuffix); err != nil {
 			return storageError(ctx, err)
 		}
 	}

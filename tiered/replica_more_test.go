@@ -27,14 +27,14 @@ func TestReplicaAllSegmentsExpired(t *testing.T) {
 	ro := &noWrites{Driver: inner}
 	replicaStore := objstore.New(ro, "mem://origin-replica", objstore.Options{})
 	origin := offloadedOrigin(t, originStore, 5_000)
-	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	end := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	if err := origin.DeleteRecordsBefore(ctx, end); err != nil {
 		t.Fatal(err)
 	}
 	if n, err := origin.ApplyRetention(ctx); err != nil || n == 0 {
 		t.Fatalf("origin retention: %d %v", n, err)
 	}
-	if m := origin.Manifest(); len(m.Segments) != 0 || m.LogStartOffset != end {
+	if m := manifestOf(t, origin); len(m.Segments) != 0 || m.LogStartOffset != end {
 		t.Fatalf("origin manifest: %d segments, log start %d", len(m.Segments), m.LogStartOffset)
 	}
 
@@ -87,7 +87,7 @@ func TestReplicaBackendAnswersAtOpen(t *testing.T) {
 	origin := offloadedOrigin(t, originStore, 3_000)
 	b, bp := openReplicaBackend(t, &noWrites{Driver: inner}, time.Hour)
 	defer b.Close()
-	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	end := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	o := bp.Offsets()
 	latest, _, _, _ := bp.OffsetForTimestamp(ctx, backend.LatestTimestamp)
 	e, off, ok, err := bp.EndOffsetForEpoch(ctx, 1)
@@ -118,7 +118,7 @@ func TestTimestampLookupBucketErrorIsStorageError(t *testing.T) {
 	// indexes) whose newer manifest still names the lost index.
 	r := openReplica(t, store)
 	defer r.Close()
-	if origin.Manifest().LogStartOffset != 0 {
+	if origin.Head().LogStartOffset() != 0 {
 		t.Fatal("the origin's log start moved")
 	}
 	_, _, _, err := r.OffsetForTimestamp(ctx, 1_700_000_000_000)
@@ -139,7 +139,7 @@ func TestReplicaNotYetFollowedAnswersStorageError(t *testing.T) {
 	down.down.Store(true)
 	b, bp := openReplicaBackend(t, down, time.Hour) // no service step during the test
 	defer b.Close()
-	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	end := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	if _, err := bp.Read(ctx, 100, backend.ReadOptions{MaxBytes: 1 << 20, MinOneBatch: true}); !errors.Is(err, backend.ErrStorage) {
 		t.Fatalf("a read of a replica that has not followed its bucket: %v; want a storage error", err)
 	}

@@ -143,7 +143,7 @@ func TestReadReplica(t *testing.T) {
 
 	replica := openReplica(t, replicaStore)
 	defer replica.Close()
-	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	end := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	if o := replica.Offsets(); o.HighWatermark != end || o.LogEnd != end || o.LastStableOffset != end {
 		t.Fatalf("the replica's offsets %+v; the bucket ends at %d", o, end)
 	}
@@ -167,7 +167,7 @@ func TestReadReplica(t *testing.T) {
 	if err := replica.ReplicaStep(ctx); err != nil {
 		t.Fatal(err)
 	}
-	end2 := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	end2 := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	if end2 <= end || replica.Offsets().HighWatermark != end2 {
 		t.Fatalf("after a step the replica's high watermark is %d; the bucket ends at %d (was %d)", replica.Offsets().HighWatermark, end2, end)
 	}
@@ -193,7 +193,7 @@ func TestReadReplica(t *testing.T) {
 	defer cold.Close()
 	coldTs := openReplica(t, replicaStore) // for a ListOffsets by time
 	defer coldTs.Close()
-	cut := origin.Manifest().Segments[2].BaseOffset
+	cut := manifestOf(t, origin).Segments[2].BaseOffset
 	if err := origin.DeleteRecordsBefore(ctx, cut); err != nil {
 		t.Fatal(err)
 	}
@@ -234,14 +234,14 @@ func TestReadReplicaBackend(t *testing.T) {
 	ro := &noWrites{Driver: inner}
 	b, bp := openReplicaBackend(t, ro, 20*time.Millisecond)
 	defer b.Close()
-	end := origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	end := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	eventually(t, 10*time.Second, "the replica reaches the bucket's end", func() bool { return bp.Offsets().HighWatermark == end })
 	sameBatches(t, bp, origin)
 	produce(t, origin, 3_000)
 	if _, err := origin.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	end = origin.Manifest().Segments[len(origin.Manifest().Segments)-1].LastOffset + 1
+	end = manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	eventually(t, 10*time.Second, "the replica reaches the bucket's end", func() bool { return bp.Offsets().HighWatermark == end })
 	sameBatches(t, bp, origin)
 	if _, err := b.Open(ctx, "fast", 0, cfg(t, "diskless.enable", "true")); !errors.Is(err, backend.ErrInvalidConfig) {

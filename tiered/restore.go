@@ -29,7 +29,7 @@ func ReadManifest(ctx context.Context, store *objstore.Store, prefix string) (*m
 	if err != nil {
 		return nil, err
 	}
-	return st.m, nil
+	return p.whole(ctx, st.head)
 }
 
 // Restore rebuilds a partition directory from the bucket alone (a lost disk,

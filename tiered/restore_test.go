@@ -34,7 +34,7 @@ func offloadedForRestore(t *testing.T) (*mem.Driver, *manifest.Manifest) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	m := p.Manifest()
+	m := manifestOf(t, p)
 	p.Close()
 	if len(m.Segments) < 3 {
 		t.Fatalf("%d segments offloaded, want 3 or more", len(m.Segments))

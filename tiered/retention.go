@@ -22,27 +22,39 @@ func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
 	}
 	defer done()
 	st := p.man.Load()
-	segs := st.m.Segments
-	if len(segs) == 0 {
+	lastRemote := st.head.LastOffset()
+	if lastRemote < 0 {
 		return 0, nil
 	}
 	cfg := p.local.Config()
 	now := p.opts.Now().UnixMilli()
-	// The partition's size: remote segments, plus local ones the bucket
-	// does not hold.
-	lastRemote := segs[len(segs)-1].LastOffset
-	total := st.m.Size()
+	// The partition's size: remote segments (the head's running totals),
+	// plus local ones the bucket does not hold.
+	total := st.head.Size()
 	for _, si := range p.local.SegmentInfos() {
 		if si.BaseOffset > lastRemote {
 			total += si.Size
 		}
 	}
-	n := 0
-	for _, s := range segs {
-		gone := s.LastOffset < st.m.LogStartOffset ||
+	gone := func(s manifest.Segment, total int64) bool {
+		return s.LastOffset < st.head.LogStartOffset() ||
 			(cfg.Delete() && cfg.RetentionMs >= 0 && now-s.MaxTimestamp > cfg.RetentionMs) ||
 			(cfg.Delete() && cfg.RetentionBytes >= 0 && total-s.Size >= cfg.RetentionBytes)
-		if !gone {
+	}
+	// Most passes remove nothing: the first segment tells, and the whole
+	// manifest is loaded only when it goes.
+	first, err := p.firstSegment(ctx, st)
+	if err != nil || !gone(first, total) {
+		return 0, err
+	}
+	m, err := p.whole(ctx, st.head)
+	if err != nil {
+		return 0, err
+	}
+	segs := m.Segments
+	n := 0
+	for _, s := range segs {
+		if !gone(s, total) {
 			break
 		}
 		total -= s.Size
@@ -51,13 +63,13 @@ func (p *Partition) ApplyRetention(ctx context.Context) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
-	next := *st.m
+	next := *m
 	next.Segments = append([]manifest.Segment(nil), segs[n:]...)
-	next.LogStartOffset = max(st.m.LogStartOffset, segs[n-1].LastOffset+1)
+	next.LogStartOffset = max(st.head.LogStartOffset(), segs[n-1].LastOffset+1)
 	if len(next.Segments) > 0 {
 		next.LogStartOffset = max(next.LogStartOffset, next.Segments[0].BaseOffset)
 	}
-	if err := p.commitLocked(ctx, st, &next); err != nil {
+	if err := p.commitLocked(ctx, st, m, &next); err != nil {
 		return 0, err
 	}
 	p.metrics.RemoteSegmentsDeleted.Add(int64(n))

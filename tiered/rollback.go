@@ -89,20 +89,20 @@ type bucketRecord struct {
 
 // remoteEnd is the offset after the bucket's part of the log: after its
 // last segment, or its log start when it names none.
-func remoteEnd(m *manifest.Manifest) int64 {
-	return max(lastOffset(m)+1, m.LogStartOffset)
+func remoteEnd(h *manifest.Head) int64 {
+	return max(h.LastOffset()+1, h.LogStartOffset())
 }
 
 // partitionStart is the partition's log start under m with the local log
 // starting at localStart (as Offsets says once m is adopted).
-func partitionStart(m *manifest.Manifest, localStart int64) int64 {
-	if m.Deleted {
+func partitionStart(h *manifest.Head, localStart int64) int64 {
+	if h.Deleted() {
 		return localStart
 	}
-	if len(m.Segments) > 0 && lastOffset(m)+1 >= localStart {
-		return m.LogStartOffset
+	if last := h.LastOffset(); last >= 0 && last+1 >= localStart {
+		return h.LogStartOffset()
 	}
-	return max(localStart, m.LogStartOffset)
+	return max(localStart, h.LogStartOffset())
 }
 
 // judgeManifest says why the manifest m (exists: the bucket has one) must
@@ -110,47 +110,47 @@ func partitionStart(m *manifest.Manifest, localStart int64) int64 {
 // and whose local log starts at localStart; known is the partition's log
 // start as far as it knows (the record's, else its log start
 // checkpoint's). "" means m may be adopted.
-func judgeManifest(rec local.TierState, have bool, m *manifest.Manifest, exists bool, localStart, known int64) string {
+func judgeManifest(rec local.TierState, have bool, m *manifest.Head, exists bool, localStart, known int64) string {
 	if have {
 		switch {
 		case !exists && rec.Generation > 0:
 			return fmt.Sprintf("the bucket has no manifest, but this partition last committed or adopted generation %d", rec.Generation)
 		case !exists:
 			return ""
-		case m.Generation < rec.Generation:
+		case m.Generation() < rec.Generation:
 			return fmt.Sprintf("the bucket's manifest is generation %d, older than generation %d this partition last committed or adopted",
-				m.Generation, rec.Generation)
-		case m.Born < rec.Born:
+				m.Generation(), rec.Generation)
+		case m.Born() < rec.Born:
 			return fmt.Sprintf("the bucket's manifest (generation %d) belongs to an incarnation born at generation %d, older than this partition's (born at %d)",
-				m.Generation, m.Born, rec.Born)
-		case m.Deleted || m.Born > rec.Generation:
+				m.Generation(), m.Born(), rec.Born)
+		case m.Deleted() || m.Born() > rec.Generation:
 			// Deleted or created anew since: the deletion's own rules
 			// apply (see claimOver).
 			return ""
 		case remoteEnd(m) < rec.RemoteEnd:
 			return fmt.Sprintf("the bucket's manifest (generation %d) ends at offset %d, but the bucket held offsets up to %d at generation %d",
-				m.Generation, remoteEnd(m), rec.RemoteEnd, rec.Generation)
-		case m.Generation > rec.Generation && m.LogStartOffset < min(rec.LogStart, rec.RemoteEnd):
+				m.Generation(), remoteEnd(m), rec.RemoteEnd, rec.Generation)
+		case m.Generation() > rec.Generation && m.LogStartOffset() < min(rec.LogStart, rec.RemoteEnd):
 			// (The recorded generation itself may be one an operator
 			// accepted with its hole: AcceptManifest.)
 			return fmt.Sprintf("the bucket's manifest (generation %d) moves the log start back from %d to %d",
-				m.Generation, min(rec.LogStart, rec.RemoteEnd), m.LogStartOffset)
+				m.Generation(), min(rec.LogStart, rec.RemoteEnd), m.LogStartOffset())
 		}
-	} else if !exists || m.Deleted {
+	} else if !exists || m.Deleted() {
 		return "" // attach's own checks (ErrNoManifest) and the deletion's apply
 	}
-	need := max(known, m.LogStartOffset)
+	need := max(known, m.LogStartOffset())
 	if need >= localStart {
 		return "" // the local log holds the partition from its log start
 	}
 	switch {
-	case len(m.Segments) == 0 || lastOffset(m)+1 < localStart:
+	case m.LastOffset() < 0 || m.LastOffset()+1 < localStart:
 		return fmt.Sprintf("the bucket's manifest (generation %d) ends at offset %d, but the partition's log starts at %d and its local log at %d: "+
 			"offsets %d..%d would be in neither (the log start would jump to %d)",
-			m.Generation, remoteEnd(m), need, localStart, max(need, remoteEnd(m)), localStart-1, localStart)
-	case m.Segments[0].BaseOffset > need:
+			m.Generation(), remoteEnd(m), need, localStart, max(need, remoteEnd(m)), localStart-1, localStart)
+	case m.FirstOffset() > need:
 		return fmt.Sprintf("the bucket's manifest (generation %d) begins at offset %d, above the partition's log start %d",
-			m.Generation, m.Segments[0].BaseOffset, need)
+			m.Generation(), m.FirstOffset(), need)
 	}
 	return ""
 }
@@ -210,7 +210,7 @@ func (p *Partition) judge(st *manifestState) error {
 		known = rs
 	}
 	exists := st.etag != ""
-	reason := judgeManifest(rec, have, st.m, exists, o.LogStart, known)
+	reason := judgeManifest(rec, have, st.head, exists, o.LogStart, known)
 	if reason == "" {
 		p.rec.missing.Store(false)
 		return nil
@@ -228,7 +228,7 @@ func (p *Partition) judge(st *manifestState) error {
 		}
 		return fmt.Errorf("%w: %w", objstore.ErrRetryable, e)
 	}
-	e.Generation = st.m.Generation
+	e.Generation = st.head.Generation()
 	if p.rec.offline.CompareAndSwap(nil, e) {
 		p.metrics.ManifestsRefused.Add(1)
 		p.opts.Logger.Error("refused the bucket's manifest: the partition is offline", "prefix", p.prefix,
@@ -256,11 +256,11 @@ func (p *Partition) record(st *manifestState) {
 	}
 	p.rec.mu.Lock()
 	defer p.rec.mu.Unlock()
-	if p.rec.have && st.m.Generation <= p.rec.st.Generation {
+	if p.rec.have && st.head.Generation() <= p.rec.st.Generation {
 		return
 	}
-	next := local.TierState{Generation: st.m.Generation, Born: st.m.Born, RemoteEnd: remoteEnd(st.m),
-		LogStart: partitionStart(st.m, p.local.Offsets().LogStart)}
+	next := local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head),
+		LogStart: partitionStart(st.head, p.local.Offsets().LogStart)}
 	p.writeRecordLocked(next)
 }
 
@@ -277,7 +277,7 @@ func (p *Partition) noteLogStart(offset int64) error {
 	next := p.rec.st
 	if !p.rec.have {
 		if st := p.man.Load(); st.etag != "" {
-			next = local.TierState{Generation: st.m.Generation, Born: st.m.Born, RemoteEnd: remoteEnd(st.m)}
+			next = local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head)}
 		}
 	}
 	next.LogStart = offset
@@ -307,9 +307,9 @@ type Acceptance struct {
 	// Refusal is why the partition refuses the manifest now ("": it
 	// does not, and there is nothing to accept).
 	Refusal string
-	// Manifest is the bucket's; Recorded (when HaveRecord) the
-	// partition's record, Accepted the record that accepts Manifest.
-	Manifest   *manifest.Manifest
+	// Head is the bucket's manifest's head; Recorded (when HaveRecord)
+	// the partition's record, Accepted the record that accepts it.
+	Head       *manifest.Head
 	Recorded   local.TierState
 	HaveRecord bool
 	Accepted   local.TierState
@@ -347,9 +347,9 @@ func PlanAcceptance(ctx context.Context, store *objstore.Store, prefix string, l
 	} else if rs, ok := l.Segments().RemoteLogStart(); ok {
 		known = rs
 	}
-	next := partitionStart(st.m, o.LogStart)
-	a := &Acceptance{Refusal: judgeManifest(rec, have, st.m, true, o.LogStart, known), Manifest: st.m, Recorded: rec, HaveRecord: have,
-		Accepted: local.TierState{Generation: st.m.Generation, Born: st.m.Born, RemoteEnd: remoteEnd(st.m), LogStart: next},
+	next := partitionStart(st.head, o.LogStart)
+	a := &Acceptance{Refusal: judgeManifest(rec, have, st.head, true, o.LogStart, known), Head: st.head, Recorded: rec, HaveRecord: have,
+		Accepted: local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head), LogStart: next},
 		LogStart: known, NewLogStart: next, LocalLogStart: o.LogStart, LostOffsets: max(next-known, 0)}
 	return a, nil
 }

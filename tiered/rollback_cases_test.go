@@ -52,7 +52,7 @@ func TestDeleteRecordsPastBucketEndSurvivesRestart(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	bucketEnd := p.Manifest().Segments[len(p.Manifest().Segments)-1].LastOffset + 1
+	bucketEnd := manifestOf(t, p).Segments[len(manifestOf(t, p).Segments)-1].LastOffset + 1
 	produce(t, p, 2000) // closed segments the bucket does not hold
 	cut := bucketEnd + 1500
 	if err := p.DeleteRecordsBefore(ctx, cut); err != nil {
@@ -94,7 +94,7 @@ func TestRestoredPartitionAttaches(t *testing.T) {
 	store := objstore.New(mem.New(), "mem://restored-attaches", objstore.Options{})
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
 	tp := openUploaded(t, b, 1, 3000)
-	gen := tp.Manifest().Generation
+	gen := tp.Head().Generation()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestFollowerRecordsWhatItAdopts(t *testing.T) {
 	if err := follower.FollowerStep(ctx); err != nil {
 		t.Fatalf("a follower step over the leader's newer manifest: %v", err)
 	}
-	gen := leader.Manifest().Generation
+	gen := leader.Head().Generation()
 	st, ok, err := local.ReadTierState(filepath.Join(fdir, "orders-0"))
 	if err != nil || !ok || st.Generation != gen {
 		t.Fatalf("the follower's record: %+v %v %v; want generation %d", st, ok, err, gen)
@@ -238,8 +238,8 @@ func TestRecreatedPartitionRestarts(t *testing.T) {
 		t.Fatalf("the deleted partition's record is still there: %v", err)
 	}
 	tp := openUploaded(t, b, 1, 1000)
-	if tp.Manifest().Born == 0 {
-		t.Fatalf("the new partition's manifest %+v was not born after the deletion", tp.Manifest())
+	if tp.Head().Born() == 0 {
+		t.Fatalf("the new partition's manifest %+v was not born after the deletion", manifestOf(t, tp))
 	}
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
@@ -270,12 +270,12 @@ func TestRecordBehindTheBucketIsFine(t *testing.T) {
 	dir := t.TempDir()
 	b := openTieredBackend(t, dir, store, tiered.BackendOptions{})
 	tp := openUploaded(t, b, 1, 2000)
-	first := tp.Manifest()
+	first := manifestOf(t, tp)
 	behind := local.TierState{Generation: first.Generation, Born: first.Born, RemoteEnd: first.Segments[len(first.Segments)-1].LastOffset + 1}
 	produce(t, tp, 2000)
 	eventually(t, 20*time.Second, "the second 2,000 records were not offloaded", func() bool {
 		k, _ := tp.CopyLag()
-		return k == 0 && tp.Manifest().Generation > first.Generation
+		return k == 0 && tp.Head().Generation() > first.Generation
 	})
 	if err := b.Close(); err != nil {
 		t.Fatal(err)

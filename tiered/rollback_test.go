@@ -100,14 +100,14 @@ func rollBack(t *testing.T, store *objstore.Store) rollback {
 	dir := t.TempDir()
 	b := openTieredBackend(t, dir, store, tiered.BackendOptions{})
 	tp := openUploaded(t, b, 1, 2000)
-	rb := rollback{dir: dir, oldGen: tp.Manifest().Generation, oldManifestBytes: objectBytes(t, store, rollbackManifest)}
-	oldEnd := tp.Manifest().Segments[len(tp.Manifest().Segments)-1].LastOffset
+	rb := rollback{dir: dir, oldGen: tp.Head().Generation(), oldManifestBytes: objectBytes(t, store, rollbackManifest)}
+	oldEnd := manifestOf(t, tp).Segments[len(manifestOf(t, tp).Segments)-1].LastOffset
 	produce(t, tp, 6000)
 	eventually(t, 20*time.Second, "the second 6,000 records were not offloaded and their local copies removed", func() bool {
 		k, _ := tp.CopyLag()
-		return k == 0 && tp.Offsets().LocalLogStart > oldEnd+1 && tp.Manifest().Generation > rb.oldGen
+		return k == 0 && tp.Offsets().LocalLogStart > oldEnd+1 && tp.Head().Generation() > rb.oldGen
 	})
-	rb.newGen = tp.Manifest().Generation
+	rb.newGen = tp.Head().Generation()
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestAcceptedRollbackIsTaken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.Refusal == "" || a.Manifest.Generation != rb.oldGen || a.LogStart != 0 || a.NewLogStart <= 0 || a.LostOffsets != a.NewLogStart {
+	if a.Refusal == "" || a.Head.Generation() != rb.oldGen || a.LogStart != 0 || a.NewLogStart <= 0 || a.LostOffsets != a.NewLogStart {
 		t.Fatalf("the plan: %+v; want the refusal of generation %d, losing offsets 0..%d", a, rb.oldGen, a.NewLogStart-1)
 	}
 	if err := local.WriteTierState(dir, a.Accepted); err != nil {
@@ -243,7 +243,7 @@ func TestAcceptedRollbackIsTaken(t *testing.T) {
 	produce(t, p, 1000)
 	eventually(t, 20*time.Second, "nothing offloaded after the accept", func() bool {
 		k, _ := tp.CopyLag()
-		return k == 0 && tp.Manifest().Generation > rb.oldGen+1
+		return k == 0 && tp.Head().Generation() > rb.oldGen+1
 	})
 	readsFrom(t, p, a.NewLogStart)
 	if err := b.Close(); err != nil {
@@ -268,11 +268,11 @@ func TestRollbackWhileRunning(t *testing.T) {
 	b := openTieredBackend(t, t.TempDir(), store, tiered.BackendOptions{})
 	tp := openUploaded(t, b, 1, 2000)
 	old := objectBytes(t, store, rollbackManifest)
-	gen := tp.Manifest().Generation
+	gen := tp.Head().Generation()
 	produce(t, tp, 2000)
 	eventually(t, 20*time.Second, "the second 2,000 records were not offloaded", func() bool {
 		k, _ := tp.CopyLag()
-		return k == 0 && tp.Manifest().Generation > gen
+		return k == 0 && tp.Head().Generation() > gen
 	})
 	if _, err := store.Put(ctx, rollbackManifest, bytes.NewReader(old), int64(len(old)), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)

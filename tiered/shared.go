@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/internal/ratelimit"
+	"github.com/tierlog/tierlog/manifest"
 )
 
 // What a broker's tiered partitions share: the remote read caches, the
@@ -24,6 +26,9 @@ type Caches struct {
 	indexes *lru[string, cachedIndex] // remote index objects by key
 	disk    *diskCache                // nil: none
 	chunks  *rangeCache
+	// parts are manifest parts' live segments (see segs.go): a
+	// partition keeps its manifest's head only.
+	parts *lru[partKey, []manifest.Segment]
 }
 
 // CacheOptions size Caches.
@@ -40,6 +45,11 @@ type CacheOptions struct {
 	// restarted broker does not fetch them again.
 	IndexDir       string
 	IndexDiskBytes int64
+	// ManifestBytes bounds the manifest parts' segments kept in memory
+	// (default 64 MiB): a partition keeps its manifest's head (a few KiB
+	// at any length), and the segments of its parts only while they are
+	// in here.
+	ManifestBytes int64
 }
 
 // NewCaches returns empty caches sized by o.
@@ -52,8 +62,11 @@ func NewCaches(o CacheOptions) *Caches {
 	}
 	// An offset index's parsed view adds its summary (one key per 32
 	// entries, about 3% of the bytes), not counted.
+	if o.ManifestBytes <= 0 {
+		o.ManifestBytes = 64 << 20
+	}
 	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(c cachedIndex) int64 { return int64(len(c.data)) }, nil),
-		chunks: newRangeCache(o.ChunkBytes)}
+		chunks: newRangeCache(o.ChunkBytes), parts: newLRU[partKey](o.ManifestBytes, partBytes, nil)}
 	if o.IndexDir != "" {
 		if o.IndexDiskBytes <= 0 {
 			o.IndexDiskBytes = 1 << 30
@@ -66,7 +79,16 @@ func NewCaches(o CacheOptions) *Caches {
 // Stats returns the caches' hit and miss counters.
 func (c *Caches) Stats() CacheStats {
 	return CacheStats{ChunkHits: c.chunks.lru.hits.Load(), ChunkMisses: c.chunks.lru.misses.Load(),
-		IndexHits: c.indexes.hits.Load(), IndexMisses: c.indexes.misses.Load()}
+		IndexHits: c.indexes.hits.Load(), IndexMisses: c.indexes.misses.Load(),
+		ManifestHits: c.parts.hits.Load(), ManifestMisses: c.parts.misses.Load()}
+}
+
+// ManifestBytes returns about how many bytes the manifest parts'
+// segments held in memory take.
+func (c *Caches) ManifestBytes() int64 {
+	c.parts.mu.Lock()
+	defer c.parts.mu.Unlock()
+	return c.parts.size
 }
 
 // Bytes returns the bytes the in-memory caches hold now.
@@ -84,7 +106,15 @@ func (c *Caches) Bytes() (indexes, chunks int64) {
 func (c *Caches) clear() {
 	c.indexes.clear()
 	c.chunks.lru.clear()
+	c.parts.clear()
 }
+
+// segmentBytes is about what one decoded segment holds in memory: the
+// struct and a one-entry epoch map.
+const segmentBytes = int64(unsafe.Sizeof(manifest.Segment{})) + int64(unsafe.Sizeof(manifest.EpochStart{})) + 8
+
+// partBytes is about what a part's segments hold in memory.
+func partBytes(segs []manifest.Segment) int64 { return 64 + int64(len(segs))*segmentBytes }
 
 // Quota is an upload byte rate shared by every partition that holds it:
 // Kafka's remote.log.manager.copy.max.bytes.per.second, one broker-wide

@@ -45,6 +45,9 @@ type Options struct {
 	// ChunkCacheBytes bounds the remote log ranges kept in memory, so
 	// repeated reads cost no GET (default 64 MiB; -1 disables it).
 	ChunkCacheBytes int64
+	// ManifestCacheBytes bounds the manifest parts' segments kept in
+	// memory (default 64 MiB; see CacheOptions.ManifestBytes).
+	ManifestCacheBytes int64
 	// IndexCacheDir, when set, keeps fetched remote indexes on disk too,
 	// within IndexCacheDiskBytes (default 1 GiB), so a restarted broker
 	// does not fetch them again.
@@ -148,7 +151,7 @@ type Partition struct {
 	claimed atomic.Int32
 	// unknown is a manifest whose commit may or may not have happened (the
 	// answer was lost); the next change reconciles it first. Guarded by mu.
-	unknown *manifest.Manifest
+	unknown *manifest.Head
 	// backupDue is a committed generation whose backup is not written yet
 	// (backup.go): nothing is deleted on its strength until it is.
 	// Guarded by mu.
@@ -179,8 +182,11 @@ type Partition struct {
 
 // manifestState is a committed manifest and the ETag to replace it with.
 type manifestState struct {
-	m    *manifest.Manifest
+	head *manifest.Head
 	etag string // "" when no manifest exists yet
+	// first is the manifest's first segment once a retention pass
+	// loaded it (firstSegment): an idle partition's passes load nothing.
+	first atomic.Pointer[manifest.Segment]
 }
 
 // The roles of a partition.
@@ -240,7 +246,7 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	p.tiers = []tier{bucketTier{p}, localTier{p}}
 	if p.caches == nil {
 		p.caches, p.ownCaches = NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes,
-			IndexDir: opts.IndexCacheDir, IndexDiskBytes: opts.IndexCacheDiskBytes}), true
+			ManifestBytes: opts.ManifestCacheBytes, IndexDir: opts.IndexCacheDir, IndexDiskBytes: opts.IndexCacheDiskBytes}), true
 	}
 	if lim := ratelimit.New(opts.UploadBytesPerSecond); lim != nil {
 		p.uploadRate = append(p.uploadRate, lim)
@@ -262,7 +268,7 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	}
 	// Until attached, the manifest is an empty one (the local log keeps the
 	// log start its checkpoint recorded).
-	p.man.Store(&manifestState{m: &manifest.Manifest{}})
+	p.man.Store(noManifest())
 	if err := p.loadRecord(); err != nil {
 		return nil, err
 	}
@@ -282,8 +288,16 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 // layout is the key layout of the partition's objects.
 func (p *Partition) layout() manifest.Layout { return manifest.NewLayout(p.prefix) }
 
-// Manifest returns the committed manifest (do not modify it).
-func (p *Partition) Manifest() *manifest.Manifest { return p.man.Load().m }
+// Head returns the committed manifest's head (see manifest.Head): its
+// header, the parts it names and its newest segments, with no I/O.
+func (p *Partition) Head() *manifest.Head { return p.man.Load().head }
+
+// Manifest returns the committed manifest whole, its parts' segments
+// loaded (from memory, the disk cache or the bucket; see segs.go). It
+// must not be changed.
+func (p *Partition) Manifest(ctx context.Context) (*manifest.Manifest, error) {
+	return p.whole(ctx, p.Head())
+}
 
 // Prefix returns the partition's key prefix in the bucket.
 func (p *Partition) Prefix() string { return p.prefix }
@@ -314,10 +328,24 @@ func (p *Partition) LocalSegments() []local.SegmentInfo { return p.local.Segment
 
 // LeaderEpochs returns the partition's leader epochs over every tier,
 // each with the first offset written in it, oldest first: the bucket's
-// (from the committed manifest, no GET) then the local log's.
-func (p *Partition) LeaderEpochs() []local.EpochEntry {
-	v := p.view()
-	return p.epochs(v)
+// (from the committed manifest's head; a part is read only where a
+// leader change fell in it) then the local log's.
+func (p *Partition) LeaderEpochs(ctx context.Context) ([]local.EpochEntry, error) {
+	return p.epochs(ctx, p.view())
+}
+
+// LatestLeaderEpoch returns the largest leader epoch the partition holds
+// records of, or -1: the local log's, else the committed manifest's last
+// segment's (from its head: no I/O, and no bucket needed).
+func (p *Partition) LatestLeaderEpoch() int32 {
+	latest := p.local.LatestLeaderEpoch()
+	h := p.Head()
+	if n := len(h.Own); n > 0 {
+		latest = max(latest, h.Own[n-1].LeaderEpoch)
+	} else if n := len(h.Parts); n > 0 {
+		latest = max(latest, h.Parts[n-1].LastEpoch)
+	}
+	return latest
 }
 
 // Producers returns the producer state's producers (Kafka's
@@ -373,7 +401,7 @@ func (p *Partition) SetHighWatermark(hw int64) error {
 // holds offsets the bucket lacks: one binary search of the local
 // segments, no allocation.
 func (p *Partition) hasCopyWork() bool {
-	s, ok := p.segs.SpanAfter(lastOffset(p.Manifest()))
+	s, ok := p.segs.SpanAfter(p.Head().LastOffset())
 	return ok && !s.Active && s.NextOffset <= p.local.Offsets().LastStableOffset
 }
 
@@ -397,9 +425,8 @@ func (p *Partition) TruncateTo(offset int64) error {
 			return fmt.Errorf("tiered: truncate to %d: %w", offset, err)
 		}
 	}
-	if m := p.Manifest(); len(m.Segments) > 0 && offset <= m.Segments[len(m.Segments)-1].LastOffset {
-		return fmt.Errorf("%w: truncate to %d: offsets up to %d are offloaded and committed", backend.ErrInvalidRecord,
-			offset, m.Segments[len(m.Segments)-1].LastOffset)
+	if last := p.Head().LastOffset(); last >= 0 && offset <= last {
+		return fmt.Errorf("%w: truncate to %d: offsets up to %d are offloaded and committed", backend.ErrInvalidRecord, offset, last)
 	}
 	if d := p.dl; d != nil && offset < p.local.Offsets().LogEnd {
 		// The local log of a diskless partition is a cache: cut, it no
@@ -453,11 +480,15 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 	}
 	defer done()
 	st := p.man.Load()
-	if n := len(st.m.Segments); n > 0 && offset > st.m.LogStartOffset {
-		next := *st.m
-		next.Segments = append([]manifest.Segment(nil), st.m.Segments...)
-		next.LogStartOffset = min(offset, st.m.Segments[n-1].LastOffset+1)
-		if err := p.commitLocked(ctx, st, &next); err != nil {
+	if last := st.head.LastOffset(); last >= 0 && offset > st.head.LogStartOffset() {
+		prev, err := p.whole(ctx, st.head)
+		if err != nil {
+			return err
+		}
+		next := *prev
+		next.Segments = append([]manifest.Segment(nil), prev.Segments...)
+		next.LogStartOffset = min(offset, last+1)
+		if err := p.commitLocked(ctx, st, prev, &next); err != nil {
 			return err
 		}
 	}
@@ -522,7 +553,10 @@ func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, 
 	if err != nil {
 		return -1, -1, false, err
 	}
-	epochs := p.epochs(v)
+	epochs, err := p.epochs(ctx, v)
+	if err != nil {
+		return -1, -1, false, err
+	}
 	leo := v.local.LogEnd
 	for i := len(epochs) - 1; i >= 0; i-- {
 		if epochs[i].Epoch <= epoch {

@@ -314,7 +314,7 @@ func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, rec
 	}
 	st := q.CacheStats()
 	gets := store.Stats().Requests[objstore.OpGet] - getsBefore
-	segs := len(q.Manifest().Segments)
+	segs := len(manifestOf(t, q).Segments)
 	t.Logf("%d sequential remote reads of %d segments: %d chunk hits, %d misses, %d GETs", reads, segs, st.ChunkHits, st.ChunkMisses, gets)
 	if wantRatio > 0 && st.ChunkHits < int64(reads)/int64(wantRatio) {
 		t.Fatalf("read-ahead served only %d of %d sequential reads", st.ChunkHits, reads)
@@ -386,7 +386,7 @@ func TestRestoreAndGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := batchesFrom(t, p, 0)
-	m := p.Manifest()
+	m := manifestOf(t, p)
 	p.Close()
 
 	// Garbage: a crashed upload's object, and a stray object.
@@ -528,12 +528,12 @@ func TestRemoteRetention(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	before := p.Manifest()
+	before := manifestOf(t, p)
 	n, err := p.ApplyRetention(ctx)
 	if err != nil || n == 0 {
 		t.Fatalf("retention removed %d (%v)", n, err)
 	}
-	m := p.Manifest()
+	m := manifestOf(t, p)
 	if len(m.Segments) != len(before.Segments)-n || m.LogStartOffset != m.Segments[0].BaseOffset {
 		t.Fatalf("manifest after retention: %d segments, log start %d", len(m.Segments), m.LogStartOffset)
 	}
@@ -651,11 +651,11 @@ func TestReadOfAMissingNamedSegment(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
-	gen := p.Manifest().Generation
+	gen := p.Head().Generation()
 	fd.SetEnabled(true)
 	_, err := p.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
-	if hookErr != nil || p.Manifest().Generation == gen {
-		t.Fatalf("the hook: %v (manifest generation %d, was %d)", hookErr, p.Manifest().Generation, gen)
+	if hookErr != nil || p.Head().Generation() == gen {
+		t.Fatalf("the hook: %v (manifest generation %d, was %d)", hookErr, p.Head().Generation(), gen)
 	}
 	if !errors.Is(err, backend.ErrStorage) || !errors.Is(err, objstore.ErrNotFound) || errors.Is(err, backend.ErrOffsetOutOfRange) ||
 		!strings.Contains(err.Error(), "00000000000000000000-") || strings.Contains(err.Error(), "moved under") {
@@ -767,7 +767,7 @@ func TestRestoreStreamsThroughCutBodies(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.Close()
-	m := p.Manifest()
+	m := manifestOf(t, p)
 	var total int64
 	for _, s := range m.Segments {
 		total += s.Size + s.IndexSize + s.TimeIndexSize + s.SnapshotSize + s.TxnIndexSize

@@ -31,7 +31,7 @@ func TestTieredEndFiresChanged(t *testing.T) {
 	default:
 		t.Fatal("an upload's commit moved the tiered end without firing Changed")
 	}
-	segs := p.Manifest().Segments
+	segs := manifestOf(t, p).Segments
 	end := segs[len(segs)-1].LastOffset + 1
 	if o := p.Offsets(); o.TieredEnd != end || end >= o.LogEnd {
 		t.Fatalf("tiered end %d after the upload, want %d, the manifest's last offset + 1 (offsets %+v)", o.TieredEnd, end, o)

@@ -55,7 +55,7 @@ type tier interface {
 	maxTimestamp(ctx context.Context, v view, end int64) (ts, offset int64, ok bool, err error)
 	// epochs calls add with each leader epoch of the tier's offsets below
 	// end and the first offset written in it, oldest first.
-	epochs(v view, end int64, add func(epoch int32, start int64))
+	epochs(ctx context.Context, v view, end int64, add func(epoch int32, start int64)) error
 }
 
 // errViewMoved says that a tier's offsets moved past the view a read
@@ -262,8 +262,8 @@ func (p *Partition) offsetForTimestamp(ctx context.Context, ts int64) (int64, in
 	case backend.EarliestTimestamp:
 		return v.logStart(), -1, true, nil
 	case backend.LatestTieredTimestamp:
-		if n := len(v.m.Segments); n > 0 {
-			return v.m.Segments[n-1].LastOffset, -1, true, nil
+		if last := v.head.LastOffset(); last >= 0 {
+			return last, -1, true, nil
 		}
 		return -1, -1, false, nil
 	case backend.MaxTimestamp:
@@ -322,7 +322,7 @@ func (p *Partition) maxTimestampOffset(ctx context.Context, v view) (int64, int6
 
 // epochs merges the stack's leader epochs in one view: each epoch once,
 // with the first offset written in it, from the oldest tier on.
-func (p *Partition) epochs(v view) []local.EpochEntry {
+func (p *Partition) epochs(ctx context.Context, v view) ([]local.EpochEntry, error) {
 	var out []local.EpochEntry
 	add := func(epoch int32, start int64) {
 		if n := len(out); n > 0 && epoch <= out[n-1].Epoch {
@@ -332,10 +332,15 @@ func (p *Partition) epochs(v view) []local.EpochEntry {
 	}
 	for i := range p.tiers {
 		if start, end := p.span(v, i); start < end || i == len(p.tiers)-1 {
-			p.tiers[i].epochs(v, end, add)
+			if err := p.tiers[i].epochs(ctx, v, end, add); err != nil {
+				if p.tiers[i].remote() {
+					err = storageError(ctx, err)
+				}
+				return nil, err
+			}
 		}
 	}
-	return out
+	return out, nil
 }
 
 // localTier is the local log: it serves from its log start to the log
@@ -381,8 +386,9 @@ func (t localTier) maxTimestamp(ctx context.Context, _ view, _ int64) (int64, in
 	return ts, off, found, err
 }
 
-func (t localTier) epochs(_ view, _ int64, add func(int32, int64)) {
+func (t localTier) epochs(_ context.Context, _ view, _ int64, add func(int32, int64)) error {
 	for _, e := range t.p.local.LeaderEpochs() {
 		add(e.Epoch, e.StartOffset)
 	}
+	return nil
 }

@@ -76,16 +76,18 @@ func (p *Partition) headObjects(ctx context.Context, seg manifest.Segment) error
 // bucketHoldsLocked says whether the bucket holds exactly the local
 // segment si; an error says why not (ErrDiverged when the copies differ).
 // REQUIRES: p.mu held.
-func (p *Partition) bucketHoldsLocked(ctx context.Context, m *manifest.Manifest, si local.SegmentInfo) error {
+func (p *Partition) bucketHoldsLocked(ctx context.Context, head *manifest.Head, si local.SegmentInfo) error {
 	v, known := p.verified[si.BaseOffset]
 	if known && v.ranged && v.size == si.Size && v.last == si.NextOffset-1 {
 		return nil
 	}
-	i, ok := m.Holding(si.BaseOffset)
-	if !ok || m.Segments[i].BaseOffset != si.BaseOffset || m.Segments[i].LastOffset != si.NextOffset-1 {
-		return p.compareWithBucketLocked(ctx, m, si)
+	seg, ok, err := p.holding(ctx, head, si.BaseOffset)
+	if err != nil {
+		return err
 	}
-	seg := m.Segments[i]
+	if !ok || seg.BaseOffset != si.BaseOffset || seg.LastOffset != si.NextOffset-1 {
+		return p.compareWithBucketLocked(ctx, head, si)
+	}
 	if known && v.id == seg.ID && v.size == si.Size && v.last == si.NextOffset-1 {
 		if !v.headed {
 			if err := p.headObjects(ctx, seg); err != nil {
@@ -121,8 +123,8 @@ func (p *Partition) bucketHoldsLocked(ctx context.Context, m *manifest.Manifest,
 // for each remote segment covering part of it, from the batch where that
 // part begins, the bucket's bytes are read (streamed, never held whole)
 // and compared with the local file's. REQUIRES: p.mu held.
-func (p *Partition) compareWithBucketLocked(ctx context.Context, m *manifest.Manifest, si local.SegmentInfo) error {
-	if last := lastOffset(m); si.NextOffset-1 > last {
+func (p *Partition) compareWithBucketLocked(ctx context.Context, head *manifest.Head, si local.SegmentInfo) error {
+	if last := head.LastOffset(); si.NextOffset-1 > last {
 		return fmt.Errorf("%w: local segment %d..%d is not wholly in the bucket, which ends at %d", ErrDiverged, si.BaseOffset, si.NextOffset-1, last)
 	}
 	h, err := p.segs.OpenSegment(si.BaseOffset)
@@ -131,21 +133,23 @@ func (p *Partition) compareWithBucketLocked(ctx context.Context, m *manifest.Man
 	}
 	defer h.Close()
 	off, localPos := si.BaseOffset, int64(0)
-	if len(m.Segments) > 0 && m.Segments[0].BaseOffset > off {
+	if first := head.FirstOffset(); first > off {
 		// The bucket starts inside the segment: what lies below it is below
 		// the partition's log start, deletable without a copy.
-		if localPos, err = batchStart(h, m.Segments[0].BaseOffset); err != nil {
+		if localPos, err = batchStart(h, first); err != nil {
 			return err
 		}
-		off = m.Segments[0].BaseOffset
+		off = first
 	}
 	buf := make([]byte, 2*compareChunk)
 	for localPos < h.Size() {
-		i, ok := m.Holding(off)
+		seg, ok, err := p.holding(ctx, head, off)
+		if err != nil {
+			return err
+		}
 		if !ok {
 			return fmt.Errorf("%w: the bucket does not hold offset %d of local segment %s", ErrDiverged, off, h.Path())
 		}
-		seg := m.Segments[i]
 		l, found, err := p.locate(ctx, seg, off, 64<<10)
 		if err != nil {
 			return err

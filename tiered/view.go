@@ -29,7 +29,7 @@ import (
 // viewTries in all (see Read).
 type view struct {
 	local    backend.Offsets    // the local tier's offsets
-	m        *manifest.Manifest // the bucket tier's committed manifest
+	head     *manifest.Head // the bucket tier's committed manifest's head
 	attached bool               // m was read from the bucket (else it is empty)
 	// remoteStart is the log start the local log's checkpoint recorded
 	// for offsets in the bucket, until the manifest is read (ok false:
@@ -42,7 +42,7 @@ type view struct {
 func (p *Partition) view() view {
 	v := view{local: p.local.Offsets()}
 	v.attached = p.attached.Load() // before the manifest: attach stores it first
-	v.m = p.Manifest()
+	v.head = p.Head()
 	if !v.attached {
 		v.remoteStart, v.remoteStartOK = p.segs.RemoteLogStart()
 	}
@@ -69,7 +69,7 @@ func (p *Partition) attachedView(ctx context.Context) (view, error) {
 // one; TieredEnd the committed manifest's end (see tieredEnd).
 func (v view) offsets() backend.Offsets {
 	o := v.local
-	o.TieredEnd = tieredEnd(v.m, v.logStart())
+	o.TieredEnd = tieredEnd(v.head, v.logStart())
 	o.LogStart = v.logStart()
 	o.LocalLogStart = max(o.LocalLogStart, o.LogStart)
 	return o
@@ -85,20 +85,20 @@ func (v view) logStart() int64 {
 			return v.remoteStart
 		}
 		return ls
-	case v.m.Deleted:
+	case v.head.Deleted():
 		// A deleted partition's log start (where its records ended) is
 		// nothing of this one's: a partition created anew under its name
 		// starts where its own log does.
 		return ls
 	}
-	if n := len(v.m.Segments); n > 0 && v.m.Segments[n-1].LastOffset+1 >= ls {
+	if last := v.head.LastOffset(); last >= 0 && last+1 >= ls {
 		// The bucket runs on into the local log: the partition starts
 		// where the manifest says, also above the local log start when a
 		// committed new log start has not reached the local log yet (it
 		// does at the next change; see fitLocalStartLocked).
-		return v.m.LogStartOffset
+		return v.head.LogStartOffset()
 	}
-	return max(ls, v.m.LogStartOffset)
+	return max(ls, v.head.LogStartOffset())
 }
 
 // inBucket reports whether offset is older than the local tier holds in

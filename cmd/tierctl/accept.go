@@ -85,7 +85,7 @@ Stop the broker first: accept locks the log directory. Exit 0 when accepted
 			defer w.Flush()
 			if asJSON {
 				writeJSON(w, map[string]any{"partitionDir": dir, "store": storeurl.Redact(storeURL), "refusal": a.Refusal,
-					"generation": a.Manifest.Generation, "recordedGeneration": a.Recorded.Generation, "hadRecord": a.HaveRecord,
+					"generation": a.Head.Generation(), "recordedGeneration": a.Recorded.Generation, "hadRecord": a.HaveRecord,
 					"logStart": a.LogStart, "newLogStart": a.NewLogStart, "localLogStart": a.LocalLogStart,
 					"lostOffsets": a.LostOffsets, "accepted": written, "dryRun": dryRun})
 				return nil
@@ -102,7 +102,7 @@ Stop the broker first: accept locks the log directory. Exit 0 when accepted
 
 func printAcceptance(w *bufio.Writer, dir string, a *tiered.Acceptance, dryRun, written bool) {
 	if a.Refusal == "" {
-		fmt.Fprintf(w, "%s takes the bucket's manifest (generation %d) as it is: nothing to accept\n", dir, a.Manifest.Generation)
+		fmt.Fprintf(w, "%s takes the bucket's manifest (generation %d) as it is: nothing to accept\n", dir, a.Head.Generation())
 		return
 	}
 	recorded := "no tier-state-checkpoint"
@@ -111,7 +111,7 @@ func printAcceptance(w *bufio.Writer, dir string, a *tiered.Acceptance, dryRun, 
 	}
 	fmt.Fprintf(w, "the partition refuses the bucket's manifest: %s\n", a.Refusal)
 	fmt.Fprintf(w, "accepting generation %d (%s): the log start moves from %d to %d (the local log starts at %d)\n",
-		a.Manifest.Generation, recorded, a.LogStart, a.NewLogStart, a.LocalLogStart)
+		a.Head.Generation(), recorded, a.LogStart, a.NewLogStart, a.LocalLogStart)
 	if a.LostOffsets > 0 {
 		fmt.Fprintf(w, "lost: offsets %d..%d (%d offsets)\n", a.LogStart, a.NewLogStart-1, a.LostOffsets)
 	}

@@ -304,7 +304,11 @@ func (d *demo) offload() error {
 		return err
 	}
 	offEl := time.Since(offStart)
-	m, stats := d.tp.Manifest(), store.Stats()
+	m, err := d.tp.Manifest(d.ctx)
+	if err != nil {
+		return err
+	}
+	stats := store.Stats()
 	d.sum.BytesUploaded = d.tp.Metrics().BytesUploaded.Load()
 	d.sum.UploadMBps = float64(m.Size()) / 1e6 / offEl.Seconds()
 	fmt.Fprintf(w, "   %d segments (%.1f MB) uploaded in %v (%.0f MB/s): %d PUTs; manifest generation %d\n",
@@ -320,7 +324,11 @@ func (d *demo) offload() error {
 
 // readTiered is step 6: every offset back through both tiers.
 func (d *demo) readTiered() error {
-	w, m := d.w, d.tp.Manifest()
+	w := d.w
+	m, err := d.tp.Manifest(d.ctx)
+	if err != nil {
+		return err
+	}
 	fmt.Fprintln(w, "6. Reading every offset back through both tiers")
 	getsBefore := d.store.Stats().Requests[objstore.OpGet]
 	readStart := time.Now()

@@ -145,7 +145,11 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 			if err != nil {
 				return err
 			}
-			m, o := p.Manifest(), p.Offsets()
+			m, err := p.Manifest(ctx)
+			if err != nil {
+				return err
+			}
+			o := p.Offsets()
 			if err := b.Close(); err != nil {
 				return err
 			}
@@ -263,7 +267,10 @@ in the bucket is an error (exit 2): the URL or its prefix is likely wrong.`,
 				}
 				defer store.Close()
 				defer p.Close()
-				m, l = p.Manifest(), ll
+				if m, err = p.Manifest(ctx); err != nil {
+					return err
+				}
+				l = ll
 			} else {
 				var err error
 				if l, err = openPartitionReadOnly(ctx, args[0], backend.Config{}); err != nil {

@@ -124,7 +124,7 @@ func TestBugDeleteRecordsMidSegmentStopsLocalRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := p.Offload(ctx); err != nil {
-		m := p.Manifest()
+		m, _ := p.Manifest(ctx)
 		t.Fatalf("offload with the log start at 5, the bucket's first segment %d..%d (manifest log start %d): %v",
 			m.Segments[0].BaseOffset, m.Segments[0].LastOffset, m.LogStartOffset, err)
 	}
@@ -190,18 +190,18 @@ func TestBugManifestLogStartNotAppliedToLocalLog(t *testing.T) {
 	}
 	b, p = open()
 	defer b.Close()
-	if got, want := p.Offsets().LogStart, p.Manifest().LogStartOffset; got != want {
+	if got, want := p.Offsets().LogStart, p.Head().LogStartOffset(); got != want {
 		t.Errorf("after a reopen the partition's log start is %d, the committed manifest's %d", got, want)
 	}
 	if _, err := p.ApplyRetention(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := p.Offsets().LogStart, p.Manifest().LogStartOffset; got != want {
+	if got, want := p.Offsets().LogStart, p.Head().LogStartOffset(); got != want {
 		t.Errorf("after ApplyRetention too the partition's log start is %d, the committed manifest's %d", got, want)
 	}
 	if recs, err := p.Read(context.Background(), 2, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
 		recs.Close()
-		t.Errorf("offset 2, below the committed log start %d, is served", p.Manifest().LogStartOffset)
+		t.Errorf("offset 2, below the committed log start %d, is served", p.Head().LogStartOffset())
 	}
 }
 
@@ -293,7 +293,7 @@ func TestBugOffloadBringsBackDeletedRecords(t *testing.T) {
 		t.Fatal(err)
 	}
 	if after := p.Offsets().LogStart; after != before {
-		t.Errorf("the log start was %d after DeleteRecordsBefore(30), %d after the next Offload (manifest log start %d)", before, after, p.Manifest().LogStartOffset)
+		t.Errorf("the log start was %d after DeleteRecordsBefore(30), %d after the next Offload (manifest log start %d)", before, after, p.Head().LogStartOffset())
 	}
 	if recs, err := p.Read(ctx, 29, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
 		recs.Close()
@@ -341,12 +341,12 @@ func TestBugManifestLogStartNotAppliedAfterLostAnswer(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil { // reconciles: the commit had landed
 		t.Fatal(err)
 	}
-	if got, want := p.Offsets().LogStart, p.Manifest().LogStartOffset; got != want {
+	if got, want := p.Offsets().LogStart, p.Head().LogStartOffset(); got != want {
 		t.Errorf("the manifest committed log start %d, the partition's is %d", want, got)
 	}
 	if recs, err := p.Read(ctx, 2, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
 		recs.Close()
-		t.Errorf("offset 2, below the committed log start %d, is served", p.Manifest().LogStartOffset)
+		t.Errorf("offset 2, below the committed log start %d, is served", p.Head().LogStartOffset())
 	}
 }
 
@@ -400,7 +400,7 @@ func TestBugReopenForgetsLogStartPastTheBucket(t *testing.T) {
 	p = open()
 	defer p.Close()
 	if after := p.Offsets(); after.LogStart != before.LogStart {
-		t.Errorf("closed with the log start at %d, reopened with it at %d (manifest log start %d)", before.LogStart, after.LogStart, p.Manifest().LogStartOffset)
+		t.Errorf("closed with the log start at %d, reopened with it at %d (manifest log start %d)", before.LogStart, after.LogStart, p.Head().LogStartOffset())
 	}
 	if recs, err := p.Read(ctx, 29, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
 		recs.Close()

@@ -16,6 +16,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/testing/crashchild"
 	"github.com/tierlog/tierlog/tiered"
@@ -153,8 +154,14 @@ func (c *child) state() string {
 		return ""
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "A: %+v\nmanifest (generation %d, log start %d):", c.p.Offsets(), c.p.Manifest().Generation, c.p.Manifest().LogStartOffset)
-	for _, s := range c.p.Manifest().Segments {
+	h := c.p.Head()
+	fmt.Fprintf(&b, "A: %+v\nmanifest (generation %d, log start %d):", c.p.Offsets(), h.Generation(), h.LogStartOffset())
+	m, err := c.p.Manifest(context.Background())
+	if err != nil {
+		fmt.Fprintf(&b, " (its parts: %v)", err)
+		m = &manifest.Manifest{}
+	}
+	for _, s := range m.Segments {
 		fmt.Fprintf(&b, " %d..%d", s.BaseOffset, s.LastOffset)
 	}
 	b.WriteString("\nlocal segments:")
@@ -246,7 +253,7 @@ func (c *child) run() (err error) {
 		switch {
 		case c.logStartA < c.prevLogStartA:
 			c.count("log_start_back_after_restart", 1) // records come back; checked above
-		case c.prevUnsettled && c.logStartA == c.p.Manifest().LogStartOffset:
+		case c.prevUnsettled && c.logStartA == c.p.Head().LogStartOffset():
 			c.count("log_start_adopted_unknown_outcome", 1) // see child.unsettled
 		case !movesLogStart(c.prevStep):
 			return violation("A", "across the restart the log start moved from %d to %d, but the life before was killed in step %q, which does not move it",
@@ -382,7 +389,7 @@ func (c *child) check(step string, jump bool) error {
 	ls := c.p.Offsets().LogStart
 	if before >= 0 && ls != before && step != "recover" {
 		switch {
-		case jump && ls > before && ls == c.p.Manifest().LogStartOffset:
+		case jump && ls > before && ls == c.p.Head().LogStartOffset():
 			c.count("log_start_adopted_unknown_outcome", 1) // see child.unsettled
 		case ls < before || !movesLogStart(step):
 			return violation("A", "step %s moved the log start from %d to %d", step, before, ls)

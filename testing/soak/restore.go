@@ -45,12 +45,12 @@ func (c *child) restore(ctx context.Context, variant byte) error {
 			break
 		}
 	}
-	m := c.p.Manifest()
-	if len(m.Segments) == 0 || m.Segments[len(m.Segments)-1].LastOffset+1 != c.p.Offsets().LogEnd {
+	last := c.p.Head().LastOffset()
+	if last < 0 || last+1 != c.p.Offsets().LogEnd {
 		c.count("restores_skipped", 1) // the bucket is behind: the directory stays
 		return nil
 	}
-	end := m.Segments[len(m.Segments)-1].LastOffset + 1
+	end := last + 1
 	if variant == restoreLostLogDir {
 		c.count("b_records_dropped_with_the_log_dir", int64(len(c.led.b.recs)))
 	}

@@ -589,9 +589,9 @@ func (r *runner) finalCheck() {
 			t.Fatal(err)
 		}
 		if round == 0 {
-			m := p.Manifest()
+			h := p.Head()
 			t.Logf("soak: at the end: A %+v, %d segments in the bucket (generation %d), %d on disk; B %+v",
-				p.Offsets(), len(m.Segments), m.Generation, len(la.SegmentInfos()), lb.Offsets())
+				p.Offsets(), h.Count(), h.Generation(), len(la.SegmentInfos()), lb.Offsets())
 		}
 		ca, err := checkA(ctx, p, led.a, rng)
 		if err == nil {

@@ -221,8 +221,8 @@ func (c *child) retention(ctx context.Context) error {
 	n, err := c.p.ApplyRetention(ctx)
 	c.count("remote_segments_deleted", int64(n))
 	if err == nil {
-		if m := c.p.Manifest(); len(m.Segments) > 0 && c.p.Offsets().LogStart != m.LogStartOffset {
-			return violation("A", "after retention the log start is %d, the manifest's %d", c.p.Offsets().LogStart, m.LogStartOffset)
+		if h := c.p.Head(); h.Count() > 0 && c.p.Offsets().LogStart != h.LogStartOffset() {
+			return violation("A", "after retention the log start is %d, the manifest's %d", c.p.Offsets().LogStart, h.LogStartOffset())
 		}
 	}
 	return err
@@ -268,7 +268,10 @@ func (c *child) roll(context.Context) error {
 // itself (every record goes).
 func (c *child) deleteRecords(ctx context.Context) error {
 	o := c.p.Offsets()
-	m := c.p.Manifest()
+	m, err := c.p.Manifest(ctx)
+	if err != nil {
+		return err
+	}
 	hw := o.HighWatermark
 	if hw <= o.LogStart {
 		return c.p.DeleteRecordsBefore(ctx, o.LogStart) // nothing to delete: a no-op

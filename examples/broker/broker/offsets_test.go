@@ -3,6 +3,8 @@ package broker_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -250,5 +252,38 @@ func TestLeaderEpochs(t *testing.T) {
 		if want := map[bool]int32{true: 0, false: 2}[r.Offset < 10]; r.LeaderEpoch != want {
 			t.Fatalf("offset %d was stamped with epoch %d, want %d", r.Offset, r.LeaderEpoch, want)
 		}
+	}
+}
+
+// TestRestoredTopicLeadsAboveItsEpochs: a topic created over partition
+// directories that are already there (a restored log directory, whose
+// topics.json was lost) leads at one above the largest epoch their logs
+// hold records of, never back at 0: each partition's LatestLeaderEpoch.
+func TestRestoredTopicLeadsAboveItsEpochs(t *testing.T) {
+	opts := testOptions(t.TempDir())
+	b := startBroker(t, opts)
+	cl := newClient(t, b.Addr())
+	produceTimed(t, cl, "restored", 3, time.Now())
+	for range 2 { // epochs 1 and 2, each with records
+		opts.Listen = b.Addr()
+		if err := b.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b = startBroker(t, opts)
+		cl = newClient(t, b.Addr())
+		produceTimed(t, cl, "restored", 3, time.Now())
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(opts.Dir, "topics.json")); err != nil {
+		t.Fatal(err)
+	}
+	opts.Listen = "127.0.0.1:0"
+	b = startBroker(t, opts)
+	cl = newClient(t, b.Addr())
+	produceTimed(t, cl, "restored", 1, time.Now()) // created anew over its directory
+	if e := metadataEpoch(t, cl, "restored"); e != 3 {
+		t.Fatalf("the topic created over its directory leads at epoch %d, want 3 (one above the epoch 2 its log holds)", e)
 	}
 }

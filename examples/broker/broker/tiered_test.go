@@ -190,7 +190,10 @@ func TestTieredRestartAndBucketDown(t *testing.T) {
 	// Uncompressed, so 3,000 records fill a few segments.
 	plain := []kgo.Opt{kgo.ProducerBatchCompression(kgo.NoCompression()), kgo.ProducerBatchMaxBytes(16 << 10)}
 	produceTo(t, newClient(t, b.Addr(), plain...), "tiered", 0, 3000)
-	first := waitOffloaded(t, b, "tiered", 0).Manifest()
+	first, err := waitOffloaded(t, b, "tiered", 0).Manifest(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	opts.Listen = b.Addr()
 	if err := b.Close(); err != nil {
@@ -200,7 +203,7 @@ func TestTieredRestartAndBucketDown(t *testing.T) {
 	cl := newClient(t, b.Addr(), plain...)
 	produceTo(t, cl, "tiered", 3000, 3000)
 	tp := waitOffloaded(t, b, "tiered", 0)
-	if m := tp.Manifest(); m.WriterEpoch != 1 || len(m.Segments) <= len(first.Segments) || tp.Fenced() != nil {
+	if m, err := tp.Manifest(context.Background()); err != nil || m.WriterEpoch != 1 || len(m.Segments) <= len(first.Segments) || tp.Fenced() != nil {
 		t.Fatalf("after the restart: manifest writer epoch %d (want 1), %d segments (before: %d), fenced: %v",
 			m.WriterEpoch, len(m.Segments), len(first.Segments), tp.Fenced())
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/tierlog/tierlog/backend"
-	"github.com/tierlog/tierlog/local"
 )
 
 // topicConfig merges the broker's defaults and a topic's overrides.
@@ -78,21 +77,18 @@ func (b *Broker) closeTopic(t *topic, n int32, remove bool) error {
 	return errors.Join(errs...)
 }
 
-// latestLocalEpoch is the largest leader epoch p holds records of (the
-// last of its LeaderEpochs), or -1. It reads no bucket: EndOffsetForEpoch
-// would do, but on a tiered partition it may read the bucket, and opening
-// must not need the bucket (a tiered partition's LeaderEpochs are its
-// committed manifest's, in memory, and its local log's). The library has
-// no accessor for it on backend.Partition (see docs/embedding.md).
+// latestLocalEpoch is the largest leader epoch p holds records of, or -1.
+// It reads no bucket: EndOffsetForEpoch would do, but on a tiered
+// partition it may read the bucket, and opening must not need the bucket
+// (a tiered partition's LatestLeaderEpoch is its local log's or its
+// committed manifest's head's, in memory). The library has no accessor
+// for it on backend.Partition (see docs/embedding.md).
 func latestLocalEpoch(p backend.Partition) int32 {
-	l, ok := p.(interface{ LeaderEpochs() []local.EpochEntry })
+	l, ok := p.(interface{ LatestLeaderEpoch() int32 })
 	if !ok {
 		return -1
 	}
-	if e := l.LeaderEpochs(); len(e) > 0 {
-		return e[len(e)-1].Epoch
-	}
-	return -1
+	return l.LatestLeaderEpoch()
 }
 
 // becomeLeader makes the broker the leader of t's partitions at epoch,
