@@ -16,7 +16,7 @@ VERSITYGW_VERSION := v1.8.0
 MINIO_VERSION := v0.0.0-20260212201848-7aac2a2c5b7c
 S3SERVERS := $(BIN)/versitygw $(BIN)/minio
 
-.PHONY: all test test-scale race soak lint bench bench-broker bench-diskless bench-manifest bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
+.PHONY: all test test-scale race soak lint bench bench-broker bench-diskless bench-manifest bench-scale bench-compare bench-update fuzz demo tierctl versitygw minio s3servers clean
 
 all: lint test
 
@@ -104,6 +104,14 @@ bench-manifest:
 ## heap and 6 minutes; make test runs it at 200,000)
 test-scale:
 	TIERLOG_MANIFEST_SEGMENTS=10000000 $(GO) test ./manifest -run '^TestLayeredTenMillion$$' -count=1 -v -timeout 30m
+
+## bench-scale: a Backend with 10,000 partitions of 1,000 remote segments
+## each: its heap once attached, a follower step and a claim at a new
+## epoch of every partition (requests, bytes, time), a retention pass
+## (BenchmarkAttachedPartitions; TIERLOG_BENCH_PARTITIONS and
+## TIERLOG_BENCH_SEGMENTS change the sizes)
+bench-scale:
+	TIERLOG_BENCH_PARTITIONS=10000 $(GO) test ./tiered -run '^$$' -bench AttachedPartitions -benchtime 1x -timeout 30m
 
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
 ## (bench/, a module of its own; 10 to 12 minutes on 2 cores, under 20);

@@ -28,9 +28,9 @@ import (
 // names) come back as errViewMoved, and Read takes a new view, at most
 // viewTries in all (see Read).
 type view struct {
-	local    backend.Offsets    // the local tier's offsets
-	head     *manifest.Head // the bucket tier's committed manifest's head
-	attached bool               // m was read from the bucket (else it is empty)
+	local    backend.Offsets // the local tier's offsets
+	head     *manifest.Head  // the bucket tier's committed manifest's head
+	attached bool            // m was read from the bucket (else it is empty)
 	// remoteStart is the log start the local log's checkpoint recorded
 	// for offsets in the bucket, until the manifest is read (ok false:
 	// none).

@@ -28,10 +28,23 @@ type object struct {
 type Driver struct {
 	mu      sync.Mutex
 	objects map[string]object
+	// dirs counts the objects under each "directory" of a key (each
+	// prefix of it ending in "/"), so a put tells whether keys would
+	// nest in the key's depth, not the bucket's size.
+	dirs map[string]int
 }
 
 // New returns an empty bucket.
-func New() *Driver { return &Driver{objects: map[string]object{}} }
+func New() *Driver { return &Driver{objects: map[string]object{}, dirs: map[string]int{}} }
+
+// parentDirs calls fn with each prefix of key that ends in "/".
+func parentDirs(key string, fn func(dir string)) {
+	for i := range len(key) {
+		if key[i] == '/' {
+			fn(key[:i+1])
+		}
+	}
+}
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -58,10 +71,20 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 	if opts.IfMatch != "" && (!exists || cur.etag != opts.IfMatch) {
 		return objstore.ObjectInfo{}, objstore.ErrPreconditionFailed
 	}
-	for k := range d.objects { // keys never nest
-		if strings.HasPrefix(k, key+"/") || strings.HasPrefix(key, k+"/") {
-			return objstore.ObjectInfo{}, fmt.Errorf("%w: %q and %q would nest", objstore.ErrInvalidKey, key, k)
+	if !exists { // keys never nest
+		if d.dirs[key+"/"] > 0 {
+			return objstore.ObjectInfo{}, fmt.Errorf("%w: %q and the objects under %q would nest", objstore.ErrInvalidKey, key, key+"/")
 		}
+		var nested string
+		parentDirs(key, func(dir string) {
+			if _, ok := d.objects[strings.TrimSuffix(dir, "/")]; ok && nested == "" {
+				nested = strings.TrimSuffix(dir, "/")
+			}
+		})
+		if nested != "" {
+			return objstore.ObjectInfo{}, fmt.Errorf("%w: %q and %q would nest", objstore.ErrInvalidKey, key, nested)
+		}
+		parentDirs(key, func(dir string) { d.dirs[dir]++ })
 	}
 	d.objects[key] = o
 	return objstore.ObjectInfo{Key: key, Size: size, ETag: o.etag, LastModified: o.modified}, nil
@@ -138,7 +161,15 @@ func (d *Driver) Delete(ctx context.Context, keys []string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	for _, k := range keys {
+		if _, ok := d.objects[k]; !ok {
+			continue
+		}
 		delete(d.objects, k)
+		parentDirs(k, func(dir string) {
+			if d.dirs[dir]--; d.dirs[dir] == 0 {
+				delete(d.dirs, dir)
+			}
+		})
 	}
 	return nil
 }
