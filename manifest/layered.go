@@ -470,57 +470,137 @@ func DecodePart(p Part, data []byte) ([]Segment, error) {
 	if int(data[6]) != p.Tier || p.DirSize > int64(len(body)-7) {
 		return nil, fmt.Errorf("%w: part %s: tier %d or directory size %d is not its reference's", ErrCorrupt, p.Name(), data[6], p.DirSize)
 	}
-	blocksEnd := len(body) - int(p.DirSize)
-	dd := &decoder{b: body[blocksEnd:]}
-	n := dd.uvarint("block count")
-	if dd.err != nil || n == 0 || n > uint64(p.ObjectSegments) {
-		return nil, fmt.Errorf("%w: part %s: %d blocks", ErrCorrupt, p.Name(), n)
+	off, n := p.DirRange()
+	blocks, err := DecodePartDirectory(p, body[off:off+n])
+	if err != nil {
+		return nil, err
 	}
 	segs := make([]Segment, 0, p.ObjectSegments)
-	at := 7
-	for i := uint64(0); i < n; i++ {
-		off, size, count := dd.int63("block offset"), dd.int63("block size"), dd.int63("block segments")
-		base, last := dd.int63("block base"), dd.int63("block last")
-		maxTs := dd.varint("block max timestamp")
-		crc := binary.BigEndian.Uint32(dd.bytes(4, "block crc"))
-		if dd.err != nil {
-			return nil, fmt.Errorf("part %s: %w", p.Name(), dd.err)
-		}
-		if off != int64(at) || size <= 0 || size > int64(blocksEnd-at) || crc32.Checksum(body[at:at+int(size)], castagnoli) != crc {
-			return nil, fmt.Errorf("%w: part %s: block %d at %d (%d bytes) is not where its directory says", ErrCorrupt, p.Name(), i, off, size)
-		}
-		bd := &decoder{b: body[at : at+int(size)]}
-		blk := bd.segments(partSegmentsVersion, -1)
-		if bd.err != nil {
-			return nil, fmt.Errorf("part %s, block %d: %w", p.Name(), i, bd.err)
-		}
-		if len(bd.b) != 0 || int64(len(blk)) != count || count == 0 || blk[0].BaseOffset != base || blk[len(blk)-1].LastOffset != last {
-			return nil, fmt.Errorf("%w: part %s: block %d does not hold what its directory says", ErrCorrupt, p.Name(), i)
-		}
-		got := int64(math.MinInt64)
-		for _, s := range blk {
-			got = max(got, s.MaxTimestamp)
-		}
-		if got != maxTs {
-			return nil, fmt.Errorf("%w: part %s: block %d's largest timestamp is not its directory's", ErrCorrupt, p.Name(), i)
+	for _, b := range blocks {
+		blk, err := b.decode(p, body[b.Offset:b.Offset+b.Size])
+		if err != nil {
+			return nil, err
 		}
 		segs = append(segs, blk...)
-		at += int(size)
-	}
-	if at != blocksEnd || len(dd.b) != 0 {
-		return nil, fmt.Errorf("%w: part %s: bytes between its blocks and its directory", ErrCorrupt, p.Name())
 	}
 	check := &Manifest{Segments: segs}
 	if err := check.Validate(); err != nil {
 		return nil, fmt.Errorf("%w: part %s: %w", ErrCorrupt, p.Name(), err)
-	}
-	if len(segs) != p.ObjectSegments || segs[0].BaseOffset != p.ObjectBase || segs[len(segs)-1].LastOffset != p.ObjectLast {
-		return nil, fmt.Errorf("%w: part %s holds %d segments (offsets %d..%d), its reference says %d (%d..%d)", ErrCorrupt, p.Name(),
-			len(segs), segs[0].BaseOffset, segs[len(segs)-1].LastOffset, p.ObjectSegments, p.ObjectBase, p.ObjectLast)
 	}
 	live := segs[p.Skip:]
 	if err := p.check(live); err != nil {
 		return nil, err
 	}
 	return live, nil
+}
+
+// partHeaderBytes is what a part object holds before its first block:
+// the magic, the version and the tier.
+const partHeaderBytes = 4 + 2 + 1
+
+// Block is one block of a part object, as the part's directory records
+// it: a reader that fetched the directory (Part.DirRange) reads the one
+// block it needs (Offset, Size) instead of the whole part.
+type Block struct {
+	Offset, Size           int64 // its bytes in the part object
+	First, Segments        int   // the object's index of its first segment, and its count
+	BaseOffset, LastOffset int64
+	MaxTimestamp           int64
+	CRC                    uint32
+}
+
+// DirRange returns where a part object's block directory lies: the
+// DirSize bytes before its last 4.
+func (p Part) DirRange() (offset, size int64) { return p.Bytes - 4 - p.DirSize, p.DirSize }
+
+// DecodePartDirectory parses a part's block directory (the bytes at
+// DirRange) and checks it against the reference: blocks laid out one
+// after the other from the object's header to the directory, holding the
+// object's segments in order, from its first offset to its last. A
+// block's own bytes are checked when it is decoded (Block.Segments).
+func DecodePartDirectory(p Part, dir []byte) ([]Block, error) {
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	if int64(len(dir)) != p.DirSize {
+		return nil, fmt.Errorf("%w: part %s: a directory of %d bytes, its reference says %d", ErrCorrupt, p.Name(), len(dir), p.DirSize)
+	}
+	dd := &decoder{b: dir}
+	n := dd.uvarint("block count")
+	if dd.err != nil || n == 0 || n > uint64(p.ObjectSegments) {
+		return nil, fmt.Errorf("%w: part %s: %d blocks", ErrCorrupt, p.Name(), n)
+	}
+	blocksEnd, _ := p.DirRange()
+	blocks := make([]Block, n)
+	at, first, prevLast := int64(partHeaderBytes), 0, int64(-1)
+	for i := range blocks {
+		b := &blocks[i]
+		b.Offset, b.Size, b.Segments = dd.int63("block offset"), dd.int63("block size"), int(min(dd.int63("block segments"), math.MaxInt32))
+		b.BaseOffset, b.LastOffset = dd.int63("block base"), dd.int63("block last")
+		b.MaxTimestamp = dd.varint("block max timestamp")
+		b.CRC = binary.BigEndian.Uint32(dd.bytes(4, "block crc"))
+		if dd.err != nil {
+			return nil, fmt.Errorf("%w: part %s: %w", ErrCorrupt, p.Name(), dd.err)
+		}
+		b.First = first
+		if b.Offset != at || b.Size <= 0 || b.Size > blocksEnd-at || b.Segments <= 0 || b.Segments > p.ObjectSegments-first ||
+			b.BaseOffset <= prevLast || b.LastOffset < b.BaseOffset || b.LastOffset-b.BaseOffset+1 < int64(b.Segments) {
+			return nil, fmt.Errorf("%w: part %s: block %d (at %d, %d bytes, %d segments, offsets %d..%d) is not where or what its directory can say",
+				ErrCorrupt, p.Name(), i, b.Offset, b.Size, b.Segments, b.BaseOffset, b.LastOffset)
+		}
+		at += b.Size
+		first += b.Segments
+		prevLast = b.LastOffset
+	}
+	if len(dd.b) != 0 || at != blocksEnd || first != p.ObjectSegments ||
+		blocks[0].BaseOffset != p.ObjectBase || blocks[len(blocks)-1].LastOffset != p.ObjectLast {
+		return nil, fmt.Errorf("%w: part %s: its directory does not hold the object's %d segments (offsets %d..%d)",
+			ErrCorrupt, p.Name(), p.ObjectSegments, p.ObjectBase, p.ObjectLast)
+	}
+	return blocks, nil
+}
+
+// LiveSegments decodes block b of part p from its bytes (the Size bytes
+// at Offset) and returns its segments the part still has: those at or
+// after the reference's Skip (none when the block lies wholly before
+// it). The block is checked against its CRC and its directory entry.
+func (b Block) LiveSegments(p Part, data []byte) ([]Segment, error) {
+	segs, err := b.decode(p, data)
+	if err != nil {
+		return nil, err
+	}
+	check := &Manifest{Segments: segs}
+	if err := check.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: part %s: block at %d: %w", ErrCorrupt, p.Name(), b.Offset, err)
+	}
+	skip := min(max(p.Skip-b.First, 0), len(segs))
+	live := segs[skip:]
+	if len(live) > 0 && b.First+skip == p.Skip && live[0].BaseOffset != p.BaseOffset {
+		return nil, fmt.Errorf("%w: part %s: its first live segment starts at %d, its reference says %d", ErrCorrupt, p.Name(), live[0].BaseOffset, p.BaseOffset)
+	}
+	return live, nil
+}
+
+// decode parses block b's bytes and checks them against its directory
+// entry.
+func (b Block) decode(p Part, data []byte) ([]Segment, error) {
+	if int64(len(data)) != b.Size || crc32.Checksum(data, castagnoli) != b.CRC {
+		return nil, fmt.Errorf("%w: part %s: block at %d (%d bytes) does not match its directory's size or CRC-32C", ErrCorrupt, p.Name(), b.Offset, b.Size)
+	}
+	bd := &decoder{b: data}
+	blk := bd.segments(partSegmentsVersion, -1)
+	if bd.err != nil {
+		return nil, fmt.Errorf("part %s, block at %d: %w", p.Name(), b.Offset, bd.err)
+	}
+	if len(bd.b) != 0 || len(blk) == 0 || len(blk) != b.Segments || blk[0].BaseOffset != b.BaseOffset || blk[len(blk)-1].LastOffset != b.LastOffset {
+		return nil, fmt.Errorf("%w: part %s: block at %d does not hold what its directory says", ErrCorrupt, p.Name(), b.Offset)
+	}
+	got := int64(math.MinInt64)
+	for _, s := range blk {
+		got = max(got, s.MaxTimestamp)
+	}
+	if got != b.MaxTimestamp {
+		return nil, fmt.Errorf("%w: part %s: block at %d's largest timestamp is not its directory's", ErrCorrupt, p.Name(), b.Offset)
+	}
+	return blk, nil
 }

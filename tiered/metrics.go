@@ -46,11 +46,13 @@ type Metrics struct {
 	ManifestUnchanged atomic.Int64
 	// ManifestBytesPut counts the bytes of manifest heads and parts put by
 	// commits; ManifestPartsPut the parts, ManifestPartReads the parts
-	// read from the bucket (a head read names parts the partition did not
-	// hold).
-	ManifestBytesPut  atomic.Int64
-	ManifestPartsPut  atomic.Int64
-	ManifestPartReads atomic.Int64
+	// read whole from the bucket, ManifestRangeReads the ranged reads of
+	// a large part's directory or one of its blocks (a lookup reads those
+	// of a part larger than wholePartBytes).
+	ManifestBytesPut   atomic.Int64
+	ManifestPartsPut   atomic.Int64
+	ManifestPartReads  atomic.Int64
+	ManifestRangeReads atomic.Int64
 
 	RemoteReads       atomic.Int64 // reads served from the bucket
 	RemoteReadBytes   atomic.Int64

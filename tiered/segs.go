@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"sort"
 
 	"github.com/tierlog/tierlog/manifest"
@@ -23,12 +24,24 @@ import (
 //     gc, verify and restore take the whole manifest (whole): its parts
 //     from the cache, else the disk, else the bucket.
 
-// partKey names a part's live segments in the cache: its object, and
-// how many of the object's segments its reference skips.
+// partKey names a part's live segments in the cache: its object, how
+// many of the object's segments its reference skips, and which block
+// (wholePart: all of them).
 type partKey struct {
 	object string
 	skip   int
+	block  int
 }
+
+// wholePart is the block of a partKey that names all of a part's
+// segments.
+const wholePart = -1
+
+// wholePartBytes is the largest part a lookup reads whole (one GET); a
+// larger one (a part of tier 2 or above, thousands of segments) is read
+// by its block directory and the one block of BlockSegments segments the
+// lookup needs: two ranged GETs of a few KiB, whatever the part's size.
+const wholePartBytes = 64 << 10
 
 // partSegments returns ref's live segments: from the cache of parts, else
 // the disk cache of remote indexes, else the bucket, checked against ref
@@ -38,7 +51,7 @@ type partKey struct {
 // head is there.
 func (p *Partition) partSegments(ctx context.Context, ref manifest.Part) ([]manifest.Segment, error) {
 	key := p.layout().Part(ref)
-	ck := partKey{key, ref.Skip}
+	ck := partKey{key, ref.Skip, wholePart}
 	var parts *lru[partKey, []manifest.Segment] // nil: a tool's partition, no caches
 	var disk *diskCache
 	if p.caches != nil {
@@ -89,7 +102,116 @@ func (p *Partition) cachedPart(ref manifest.Part) ([]manifest.Segment, bool) {
 	if p.caches == nil {
 		return nil, false
 	}
-	return p.caches.parts.get(partKey{p.layout().Part(ref), ref.Skip})
+	return p.caches.parts.get(partKey{p.layout().Part(ref), ref.Skip, wholePart})
+}
+
+// cachedBlock returns the live segments of the block of a large part
+// that holds the first segment starting after offset, if the caches hold
+// its directory and it, with no I/O.
+func (p *Partition) cachedBlock(ref manifest.Part, offset int64) ([]manifest.Segment, bool) {
+	if p.caches == nil {
+		return nil, false
+	}
+	key := p.layout().Part(ref)
+	blocks, ok := p.caches.dirs.get(key)
+	if !ok {
+		return nil, false
+	}
+	j := sort.Search(len(blocks), func(j int) bool { return blocks[j].LastOffset > offset })
+	if j == len(blocks) {
+		return nil, false
+	}
+	return p.caches.parts.get(partKey{key, ref.Skip, j})
+}
+
+// readPartRange reads n bytes of the part ref from off (a ranged GET); a
+// part the bucket does not have is a corrupt manifest, as for
+// partSegments.
+func (p *Partition) readPartRange(ctx context.Context, ref manifest.Part, off, n int64) ([]byte, error) {
+	key := p.layout().Part(ref)
+	data, err := p.store.ReadAll(ctx, key, off, n)
+	if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrInvalidRange) {
+		return nil, fmt.Errorf("%w: the manifest names part %s, which the bucket does not have with its %d bytes (%v)", manifest.ErrCorrupt, key, ref.Bytes, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tiered: read %s: %w", key, err)
+	}
+	if p.metrics != nil {
+		p.metrics.ManifestRangeReads.Add(1)
+	}
+	return data, nil
+}
+
+// partDirectory returns a large part's block directory: from the cache,
+// else the part's bytes in the disk cache, else a ranged GET.
+func (p *Partition) partDirectory(ctx context.Context, ref manifest.Part) ([]manifest.Block, error) {
+	key := p.layout().Part(ref)
+	if p.caches != nil {
+		if blocks, ok := p.caches.dirs.get(key); ok {
+			return blocks, nil
+		}
+	}
+	off, n := ref.DirRange()
+	var dir []byte
+	if data, ok := p.diskPart(ref); ok {
+		dir = data[off : off+n]
+	} else {
+		var err error
+		if dir, err = p.readPartRange(ctx, ref, off, n); err != nil {
+			return nil, err
+		}
+	}
+	blocks, err := manifest.DecodePartDirectory(ref, dir)
+	if err != nil {
+		return nil, err
+	}
+	if p.caches != nil {
+		p.caches.dirs.put(key, blocks)
+	}
+	return blocks, nil
+}
+
+// partBlock returns the live segments of block j of a large part (blocks
+// is its directory): from the cache, else the disk cache, else a ranged
+// GET.
+func (p *Partition) partBlock(ctx context.Context, ref manifest.Part, blocks []manifest.Block, j int) ([]manifest.Segment, error) {
+	ck := partKey{p.layout().Part(ref), ref.Skip, j}
+	if p.caches != nil {
+		if segs, ok := p.caches.parts.get(ck); ok {
+			return segs, nil
+		}
+	}
+	b := blocks[j]
+	var data []byte
+	if whole, ok := p.diskPart(ref); ok {
+		data = whole[b.Offset : b.Offset+b.Size]
+	} else {
+		var err error
+		if data, err = p.readPartRange(ctx, ref, b.Offset, b.Size); err != nil {
+			return nil, err
+		}
+	}
+	segs, err := b.LiveSegments(ref, data)
+	if err != nil {
+		return nil, err
+	}
+	if p.caches != nil {
+		p.caches.parts.put(ck, segs)
+	}
+	return segs, nil
+}
+
+// diskPart returns the part's bytes if the disk cache holds them whole
+// (their size and CRC-32C its reference's).
+func (p *Partition) diskPart(ref manifest.Part) ([]byte, bool) {
+	if p.caches == nil {
+		return nil, false
+	}
+	data, ok := p.caches.disk.get(p.layout().Part(ref))
+	if !ok || int64(len(data)) != ref.Bytes || crc32.Checksum(data, castagnoli) != ref.CRC {
+		return nil, false
+	}
+	return data, true
 }
 
 // whole returns the whole manifest head names (see segs.go's notes). It
@@ -99,28 +221,53 @@ func (p *Partition) whole(ctx context.Context, head *manifest.Head) (*manifest.M
 }
 
 // segCursor walks a committed manifest's segments in offset order,
-// loading each part's when it reaches it.
+// loading each part's when it reaches it: a part of at most
+// wholePartBytes whole, a larger one a block at a time.
 type segCursor struct {
-	p    *Partition
-	head *manifest.Head
-	part int                // the part segs came from; len(head.Parts): the head's own
-	segs []manifest.Segment // that part's live segments (or the head's own)
-	i    int                // the next of segs
+	p      *Partition
+	head   *manifest.Head
+	part   int              // the part segs came from; len(head.Parts): the head's own
+	blocks []manifest.Block // that part's directory when it is read by blocks, else nil
+	block  int              // the block segs came from
+	segs   []manifest.Segment
+	i      int // the next of segs
 }
 
-// load points c at part k (len(head.Parts): the head's own), at its
-// segment i.
-func (c *segCursor) load(ctx context.Context, k, i int) error {
-	c.part, c.i = k, i
+// enter points c at part k (len(head.Parts): the head's own): at its
+// first block that pick accepts (blocks hold live segments; nil: the
+// first), with segs that block's live segments or, for a part read
+// whole, all of them.
+func (c *segCursor) enter(ctx context.Context, k int, pick func(manifest.Block) bool) error {
+	c.part, c.blocks, c.block, c.segs, c.i = k, nil, 0, nil, 0
 	if k == len(c.head.Parts) {
 		c.segs = c.head.Own
 		return nil
 	}
-	segs, err := c.p.partSegments(ctx, c.head.Parts[k])
+	ref := c.head.Parts[k]
+	if ref.Bytes <= wholePartBytes {
+		segs, err := c.p.partSegments(ctx, ref)
+		c.segs = segs
+		return err
+	}
+	blocks, err := c.p.partDirectory(ctx, ref)
 	if err != nil {
 		return err
 	}
-	c.segs = segs
+	c.blocks = blocks
+	j := 0
+	for j < len(blocks) && (blocks[j].First+blocks[j].Segments <= ref.Skip || pick != nil && !pick(blocks[j])) {
+		j++
+	}
+	return c.loadBlock(ctx, min(j, len(blocks)-1))
+}
+
+// loadBlock points c at block j of the current part.
+func (c *segCursor) loadBlock(ctx context.Context, j int) error {
+	segs, err := c.p.partBlock(ctx, c.head.Parts[c.part], c.blocks, j)
+	if err != nil {
+		return err
+	}
+	c.block, c.segs, c.i = j, segs, 0
 	return nil
 }
 
@@ -131,50 +278,65 @@ func (c *segCursor) position() int {
 	for _, part := range c.head.Parts[:c.part] {
 		n += part.Segments
 	}
+	if c.blocks != nil {
+		n += max(c.blocks[c.block].First-c.head.Parts[c.part].Skip, 0)
+	}
 	return n
 }
 
 // next returns the next segment; ok false after the last.
 func (c *segCursor) next(ctx context.Context) (manifest.Segment, bool, error) {
 	for c.i >= len(c.segs) {
-		if c.part >= len(c.head.Parts) {
+		switch {
+		case c.blocks != nil && c.block+1 < len(c.blocks):
+			if err := c.loadBlock(ctx, c.block+1); err != nil {
+				return manifest.Segment{}, false, err
+			}
+		case c.part >= len(c.head.Parts):
 			return manifest.Segment{}, false, nil
-		}
-		if err := c.load(ctx, c.part+1, 0); err != nil {
-			return manifest.Segment{}, false, err
+		default:
+			if err := c.enter(ctx, c.part+1, nil); err != nil {
+				return manifest.Segment{}, false, err
+			}
 		}
 	}
 	c.i++
 	return c.segs[c.i-1], true, nil
 }
 
-// seek returns a cursor at the segment holding offset, or the first one
-// after it when offset falls in a gap (manifest.Manifest.Find): the first
-// segment ending at or after offset. Below the log start it is at none.
-func (p *Partition) seek(ctx context.Context, head *manifest.Head, offset int64) (*segCursor, error) {
-	c := &segCursor{p: p, head: head, part: len(head.Parts)}
-	if offset < head.LogStartOffset() {
-		return c, nil
-	}
+// seekAny returns a cursor at the first segment ending at or after
+// offset, whatever the log start.
+func (p *Partition) seekAny(ctx context.Context, head *manifest.Head, offset int64) (*segCursor, error) {
+	c := &segCursor{p: p, head: head}
 	k := sort.Search(len(head.Parts), func(j int) bool { return head.Parts[j].LastOffset >= offset })
-	if err := c.load(ctx, k, 0); err != nil {
+	if err := c.enter(ctx, k, func(b manifest.Block) bool { return b.LastOffset >= offset }); err != nil {
 		return nil, err
 	}
 	c.i = sort.Search(len(c.segs), func(j int) bool { return c.segs[j].LastOffset >= offset })
 	return c, nil
 }
 
+// seek returns a cursor at the segment holding offset, or the first one
+// after it when offset falls in a gap (manifest.Manifest.Find): the first
+// segment ending at or after offset. Below the log start it is at none.
+func (p *Partition) seek(ctx context.Context, head *manifest.Head, offset int64) (*segCursor, error) {
+	if offset < head.LogStartOffset() {
+		return &segCursor{p: p, head: head, part: len(head.Parts)}, nil
+	}
+	return p.seekAny(ctx, head, offset)
+}
+
 // seekTimestamp returns a cursor at the first segment whose largest
 // timestamp is at least ts (manifest.Manifest.FindTimestamp), loading
-// only the part that holds it: each part's reference carries its largest
-// timestamp.
+// only the part (or block) that holds it: each part's reference, and
+// each block's directory entry, carries its largest timestamp.
 func (p *Partition) seekTimestamp(ctx context.Context, head *manifest.Head, ts int64) (*segCursor, error) {
 	c := &segCursor{p: p, head: head}
 	k := 0
 	for k < len(head.Parts) && head.Parts[k].MaxTimestamp < ts {
 		k++
 	}
-	if err := c.load(ctx, k, 0); err != nil {
+	if err := c.enter(ctx, k, func(b manifest.Block) bool { return b.MaxTimestamp >= ts }); err != nil {
 		return nil, err
 	}
 	for c.i < len(c.segs) && c.segs[c.i].MaxTimestamp < ts {
@@ -186,19 +348,15 @@ func (p *Partition) seekTimestamp(ctx context.Context, head *manifest.Head, ts i
 // holding returns the segment whose offsets hold offset, whatever the log
 // start (manifest.Manifest.Holding); ok false when none does.
 func (p *Partition) holding(ctx context.Context, head *manifest.Head, offset int64) (manifest.Segment, bool, error) {
-	k := sort.Search(len(head.Parts), func(j int) bool { return head.Parts[j].LastOffset >= offset })
-	segs := head.Own
-	if k < len(head.Parts) {
-		var err error
-		if segs, err = p.partSegments(ctx, head.Parts[k]); err != nil {
-			return manifest.Segment{}, false, err
-		}
+	c, err := p.seekAny(ctx, head, offset)
+	if err != nil {
+		return manifest.Segment{}, false, err
 	}
-	i := sort.Search(len(segs), func(j int) bool { return segs[j].LastOffset >= offset })
-	if i < len(segs) && segs[i].BaseOffset <= offset {
-		return segs[i], true, nil
+	s, ok, err := c.next(ctx)
+	if err != nil || !ok || s.BaseOffset > offset {
+		return manifest.Segment{}, false, err
 	}
-	return manifest.Segment{}, false, nil
+	return s, true, nil
 }
 
 // cachedAfter returns the first segment starting after offset if the head
@@ -210,7 +368,9 @@ func (p *Partition) cachedAfter(head *manifest.Head, offset int64) (manifest.Seg
 	if k < len(head.Parts) {
 		var ok bool
 		if segs, ok = p.cachedPart(head.Parts[k]); !ok {
-			return manifest.Segment{}, false
+			if segs, ok = p.cachedBlock(head.Parts[k], offset); !ok {
+				return manifest.Segment{}, false
+			}
 		}
 	}
 	i := sort.Search(len(segs), func(j int) bool { return segs[j].BaseOffset > offset })
@@ -226,15 +386,17 @@ func (p *Partition) firstSegment(ctx context.Context, st *manifestState) (manife
 	if s := st.first.Load(); s != nil {
 		return *s, nil
 	}
-	h := st.head
-	if len(h.Parts) == 0 {
-		return h.Own[0], nil
+	c := &segCursor{p: p, head: st.head}
+	if err := c.enter(ctx, 0, nil); err != nil {
+		return manifest.Segment{}, err
 	}
-	segs, err := p.partSegments(ctx, h.Parts[0])
+	s, ok, err := c.next(ctx)
 	if err != nil {
 		return manifest.Segment{}, err
 	}
-	s := segs[0]
+	if !ok {
+		return manifest.Segment{}, fmt.Errorf("%w: %s: the manifest names no segment", manifest.ErrCorrupt, p.layout().Manifest())
+	}
 	st.first.Store(&s)
 	return s, nil
 }
@@ -246,11 +408,7 @@ func (p *Partition) lastSegment(ctx context.Context, head *manifest.Head) (manif
 		return head.Own[n-1], true, nil
 	}
 	if n := len(head.Parts); n > 0 {
-		segs, err := p.partSegments(ctx, head.Parts[n-1])
-		if err != nil {
-			return manifest.Segment{}, false, err
-		}
-		return segs[len(segs)-1], true, nil
+		return p.holding(ctx, head, head.Parts[n-1].LastOffset)
 	}
 	return manifest.Segment{}, false, nil
 }

@@ -29,6 +29,8 @@ type Caches struct {
 	// parts are manifest parts' live segments (see segs.go): a
 	// partition keeps its manifest's head only.
 	parts *lru[partKey, []manifest.Segment]
+	// dirs are large parts' block directories, by object key.
+	dirs *lru[string, []manifest.Block]
 }
 
 // CacheOptions size Caches.
@@ -66,7 +68,8 @@ func NewCaches(o CacheOptions) *Caches {
 		o.ManifestBytes = 64 << 20
 	}
 	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(c cachedIndex) int64 { return int64(len(c.data)) }, nil),
-		chunks: newRangeCache(o.ChunkBytes), parts: newLRU[partKey](o.ManifestBytes, partBytes, nil)}
+		chunks: newRangeCache(o.ChunkBytes), parts: newLRU[partKey](o.ManifestBytes, partBytes, nil),
+		dirs: newLRU[string](max(o.ManifestBytes/8, 1<<20), func(b []manifest.Block) int64 { return 64 + int64(len(b))*int64(unsafe.Sizeof(manifest.Block{})) }, nil)}
 	if o.IndexDir != "" {
 		if o.IndexDiskBytes <= 0 {
 			o.IndexDiskBytes = 1 << 30
@@ -107,6 +110,7 @@ func (c *Caches) clear() {
 	c.indexes.clear()
 	c.chunks.lru.clear()
 	c.parts.clear()
+	c.dirs.clear()
 }
 
 // segmentBytes is about what one decoded segment holds in memory: the
