@@ -2,6 +2,7 @@ package manifest_test
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"reflect"
 	"strings"
@@ -77,7 +78,8 @@ func TestPartReadByBlocks(t *testing.T) {
 	for name, damage := range map[string]func([]byte){
 		"a byte of a block":           func(d []byte) { d[blocks[3].Offset+blocks[3].Size/2] ^= 1 },
 		"a byte of the directory":     func(d []byte) { d[off+n/2] ^= 0x40 },
-		"the directory's block count": func(d []byte) { d[off] ^= 1 },
+		"the directory's block count": func(d []byte) { d[off+2] ^= 1 },
+		"a block's last offset":       func(d []byte) { d[off+n-12] ^= 1 },
 		"a block swapped with another": func(d []byte) {
 			copy(d[blocks[1].Offset:], bytes.Clone(d[blocks[2].Offset:blocks[2].Offset+blocks[1].Size]))
 		},
@@ -92,15 +94,60 @@ func TestPartReadByBlocks(t *testing.T) {
 	if _, err := (manifest.Block{Offset: 7, Size: 2}).LiveSegments(big, []byte{0, 0}); err == nil {
 		t.Error("a block of no segments decoded")
 	}
+	// A directory whose marker is gone reads as a version 1 part's: not
+	// to be trusted alone.
+	d := bytes.Clone(data)
+	d[off] = 1
+	if _, _, err := readByBlocks(big, d); !errors.Is(err, manifest.ErrUncheckedDirectory) {
+		t.Errorf("a directory without its marker: %v", err)
+	}
+}
+
+// toVersion1 rewrites a part object as version 1 wrote it: its directory
+// without the marker and its own CRC-32C.
+func toVersion1(p manifest.Part, data []byte) (manifest.Part, []byte) {
+	off, n := p.DirRange()
+	dir := data[off+2 : off+n-4]
+	v1 := append(bytes.Clone(data[:off]), dir...)
+	v1[5] = 1 // the version's low byte
+	v1 = binary.BigEndian.AppendUint32(v1, crc32c(v1))
+	p.Bytes, p.CRC, p.DirSize = int64(len(v1)), crc32c(v1), int64(len(dir))
+	return p, v1
+}
+
+// TestVersion1PartsRead: a part version 1 wrote (its directory with no
+// CRC of its own) still decodes whole, to the same segments, and its
+// directory alone is ErrUncheckedDirectory (a reader reads it whole).
+func TestVersion1PartsRead(t *testing.T) {
+	b, m := committedBucket(t, 5000)
+	for _, p := range m.Parts {
+		want, err := manifest.DecodePart(p, b.parts[p.Name()])
+		if err != nil {
+			t.Fatal(err)
+		}
+		p1, data := toVersion1(p, b.parts[p.Name()])
+		got, err := manifest.DecodePart(p1, data)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("part %s as version 1: %d segments, %v", p.Name(), len(got), err)
+		}
+		off, n := p1.DirRange()
+		if _, err := manifest.DecodePartDirectory(p1, data[off:off+n]); !errors.Is(err, manifest.ErrUncheckedDirectory) {
+			t.Fatalf("part %s as version 1, its directory alone: %v", p.Name(), err)
+		}
+	}
 }
 
 func FuzzDecodePartDirectory(f *testing.F) {
 	b, m := committedBucket(f, 5000)
 	for _, p := range m.Parts {
 		off, n := p.DirRange()
-		f.Add(b.parts[p.Name()][off:off+n], []byte{})
+		f.Add(b.parts[p.Name()][off+2:off+n-4], []byte{}) // the entries, between the marker and the CRC
 	}
-	f.Fuzz(func(t *testing.T, dir, block []byte) {
+	f.Fuzz(func(t *testing.T, entries, block []byte) {
+		// A checked directory around the fuzzed entries: its CRC holds,
+		// so the entries themselves are parsed.
+		dir := append([]byte{0, 1}, entries...)
+		dir = binary.BigEndian.AppendUint32(dir, crc32c(dir))
 		for _, p := range m.Parts {
 			p.DirSize = int64(len(dir))
 			p.Bytes = max(p.Bytes, p.DirSize+8)

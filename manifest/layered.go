@@ -73,12 +73,20 @@ const PartSuffix = ".part"
 
 var partMagic = [4]byte{'T', 'L', 'M', 'P'}
 
-// partVersion is the encoding of a part object this package writes;
-// its segments are encoded as a version 3 head's (partSegmentsVersion,
+// partVersion is the encoding of a part object this package writes
+// (version 2: its directory carries its own CRC-32C, so a reader that
+// fetches the directory alone can check it; version 1's did not, and is
+// read whole); its segments are encoded as a version 3 head's
+// (partSegmentsVersion,
 // pinned: a later head version does not change a part's).
 const (
-	partVersion         = 1
+	partVersion         = 2
 	partSegmentsVersion = 3
+	// checkedDirMarker begins a version 2 part's directory: a byte a
+	// version 1 directory (a block count of at least 1) never begins
+	// with, then the directory's version.
+	checkedDirMarker  = 0
+	checkedDirVersion = 1
 )
 
 // Part is a head's reference to a part object, and what the head knows of
@@ -406,10 +414,16 @@ func sameSegments(a, b []Segment) bool {
 //	tier            byte
 //	blocks          each: a segment count and the segments, as in the
 //	                head, the first one's base from -1
-//	directory       uvarint count, then each block's: offset, size,
+//	directory       0x00 and 0x01 (a checked directory, version 1),
+//	                uvarint count, then each block's: offset, size,
 //	                segments, base offset, last offset (uvarints),
-//	                max timestamp (varint), CRC-32C (uint32)
+//	                max timestamp (varint), CRC-32C (uint32); then
+//	                the CRC-32C (uint32) of the directory's bytes
+//	                before it
 //	crc             uint32 CRC-32C of every byte before it
+//
+// (A version 1 part's directory lacks the two leading bytes and its own
+// CRC.)
 func encodePart(t int, id [8]byte, segs []Segment) (PartObject, error) {
 	if len(segs) == 0 || len(segs) > TierSegments(t) {
 		return PartObject{}, fmt.Errorf("%w: a part of tier %d with %d segments", ErrInvalid, t, len(segs))
@@ -417,7 +431,7 @@ func encodePart(t int, id [8]byte, segs []Segment) (PartObject, error) {
 	b := append(make([]byte, 0, 16+len(segs)*50), partMagic[:]...)
 	b = binary.BigEndian.AppendUint16(b, partVersion)
 	b = append(b, byte(t))
-	var dir []byte
+	dir := []byte{checkedDirMarker, checkedDirVersion}
 	blocks := (len(segs) + BlockSegments - 1) / BlockSegments
 	dir = binary.AppendUvarint(dir, uint64(blocks))
 	for i := 0; i < len(segs); i += BlockSegments {
@@ -436,6 +450,7 @@ func encodePart(t int, id [8]byte, segs []Segment) (PartObject, error) {
 		dir = binary.AppendVarint(dir, maxTs)
 		dir = binary.BigEndian.AppendUint32(dir, crc32.Checksum(b[start:], castagnoli))
 	}
+	dir = binary.BigEndian.AppendUint32(dir, crc32.Checksum(dir, castagnoli))
 	b = append(b, dir...)
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	p := Part{Tier: t, ID: id, ObjectBase: segs[0].BaseOffset, ObjectLast: segs[len(segs)-1].LastOffset, ObjectSegments: len(segs),
@@ -460,8 +475,9 @@ func DecodePart(p Part, data []byte) ([]Segment, error) {
 	if len(data) < 4+2+1+4 || [4]byte(data[:4]) != partMagic {
 		return nil, fmt.Errorf("%w: part %s: bad magic", ErrCorrupt, p.Name())
 	}
-	if v := binary.BigEndian.Uint16(data[4:]); v != partVersion {
-		return nil, fmt.Errorf("%w: part %s: version %d (this build reads %d)", ErrUnsupportedVersion, p.Name(), v, partVersion)
+	v := binary.BigEndian.Uint16(data[4:])
+	if v < 1 || v > partVersion {
+		return nil, fmt.Errorf("%w: part %s: version %d (this build reads 1 to %d)", ErrUnsupportedVersion, p.Name(), v, partVersion)
 	}
 	body := data[:len(data)-4]
 	if got := crc32.Checksum(body, castagnoli); got != binary.BigEndian.Uint32(data[len(data)-4:]) {
@@ -471,7 +487,7 @@ func DecodePart(p Part, data []byte) ([]Segment, error) {
 		return nil, fmt.Errorf("%w: part %s: tier %d or directory size %d is not its reference's", ErrCorrupt, p.Name(), data[6], p.DirSize)
 	}
 	off, n := p.DirRange()
-	blocks, err := DecodePartDirectory(p, body[off:off+n])
+	blocks, err := decodeDirectory(p, body[off:off+n], v == 1)
 	if err != nil {
 		return nil, err
 	}
@@ -490,6 +506,11 @@ func DecodePart(p Part, data []byte) ([]Segment, error) {
 	live := segs[p.Skip:]
 	if err := p.check(live); err != nil {
 		return nil, err
+	}
+	if p.Skip > 0 {
+		// Its own array: a cache that holds the live segments must not
+		// keep the skipped ones alive.
+		live = slices.Clone(live)
 	}
 	return live, nil
 }
@@ -513,17 +534,41 @@ type Block struct {
 // DirSize bytes before its last 4.
 func (p Part) DirRange() (offset, size int64) { return p.Bytes - 4 - p.DirSize, p.DirSize }
 
+// ErrUncheckedDirectory means a part's directory carries no CRC-32C of
+// its own (a version 1 part): read the part whole, which its object's
+// CRC-32C covers.
+var ErrUncheckedDirectory = errors.New("manifest: the part's directory carries no checksum of its own (a version 1 part): read it whole")
+
 // DecodePartDirectory parses a part's block directory (the bytes at
-// DirRange) and checks it against the reference: blocks laid out one
-// after the other from the object's header to the directory, holding the
-// object's segments in order, from its first offset to its last. A
-// block's own bytes are checked when it is decoded (Block.Segments).
+// DirRange), checks its own CRC-32C, and checks it against the
+// reference: blocks laid out one after the other from the object's
+// header to the directory, holding the object's segments in order, from
+// its first offset to its last. A block's own bytes are checked when it
+// is decoded (Block.LiveSegments). A version 1 part's directory is
+// ErrUncheckedDirectory.
 func DecodePartDirectory(p Part, dir []byte) ([]Block, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
+	return decodeDirectory(p, dir, false)
+}
+
+// decodeDirectory is DecodePartDirectory; v1 says the directory is a
+// version 1 part's (its object's CRC-32C checked by the caller).
+func decodeDirectory(p Part, dir []byte, v1 bool) ([]Block, error) {
 	if int64(len(dir)) != p.DirSize {
 		return nil, fmt.Errorf("%w: part %s: a directory of %d bytes, its reference says %d", ErrCorrupt, p.Name(), len(dir), p.DirSize)
+	}
+	switch {
+	case v1:
+	case len(dir) < 2+1+4 || dir[0] != checkedDirMarker:
+		return nil, fmt.Errorf("part %s: %w", p.Name(), ErrUncheckedDirectory)
+	case dir[1] != checkedDirVersion:
+		return nil, fmt.Errorf("%w: part %s: directory version %d (this build reads %d)", ErrUnsupportedVersion, p.Name(), dir[1], checkedDirVersion)
+	case crc32.Checksum(dir[:len(dir)-4], castagnoli) != binary.BigEndian.Uint32(dir[len(dir)-4:]):
+		return nil, fmt.Errorf("%w: part %s: its block directory does not match its CRC-32C", ErrCorrupt, p.Name())
+	default:
+		dir = dir[2 : len(dir)-4]
 	}
 	dd := &decoder{b: dir}
 	n := dd.uvarint("block count")
@@ -577,6 +622,9 @@ func (b Block) LiveSegments(p Part, data []byte) ([]Segment, error) {
 	live := segs[skip:]
 	if len(live) > 0 && b.First+skip == p.Skip && live[0].BaseOffset != p.BaseOffset {
 		return nil, fmt.Errorf("%w: part %s: its first live segment starts at %d, its reference says %d", ErrCorrupt, p.Name(), live[0].BaseOffset, p.BaseOffset)
+	}
+	if skip > 0 {
+		live = slices.Clone(live) // the skipped segments are not kept alive by the live ones
 	}
 	return live, nil
 }

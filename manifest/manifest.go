@@ -288,7 +288,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // Gaps between segments are allowed (retention and compaction make them).
 func (m *Manifest) Validate() error {
 	prevLast := int64(-1)
-	m.prefixMaxTs = m.prefixMaxTs[:0]
+	m.prefixMaxTs = make([]int64, 0, len(m.Segments)) // its own: a copied Manifest shares the old array
 	maxTs := int64(math.MinInt64)
 	for i, s := range m.Segments {
 		switch {

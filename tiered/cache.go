@@ -236,6 +236,30 @@ func openDiskCache(dir string, max int64) *diskCache {
 
 func (c *diskCache) name(key string) string { return strings.ReplaceAll(key, "/", "%") }
 
+// getRange returns n bytes of key's file from off, if the file is there
+// and long enough (what it holds is checked by the caller: a part's
+// directory and blocks carry their own CRC-32C).
+func (c *diskCache) getRange(key string, off, n int64) ([]byte, bool) {
+	if c == nil {
+		return nil, false
+	}
+	name := c.name(key)
+	if _, ok := c.files.get(name); !ok {
+		return nil, false
+	}
+	f, err := os.Open(filepath.Join(c.dir, name))
+	if err != nil {
+		c.files.remove(name)
+		return nil, false
+	}
+	defer f.Close()
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, off); err != nil {
+		return nil, false
+	}
+	return b, true
+}
+
 func (c *diskCache) get(key string) ([]byte, bool) {
 	if c == nil {
 		return nil, false

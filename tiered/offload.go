@@ -102,6 +102,13 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		}
 	}
 	st := p.man.Load()
+	// The manifest the commit builds on, whole (its parts from the cache):
+	// read before anything is uploaded, so a part that cannot be read
+	// costs no upload.
+	prev, err := p.whole(ctx, st.head)
+	if err != nil {
+		return 0, err
+	}
 	in, err := p.writeIntent(ctx, st.head.Generation(), segs)
 	if err != nil {
 		return 0, err
@@ -129,11 +136,6 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		ok++
 	}
 	if ok > 0 {
-		prev, err := p.whole(ctx, st.head)
-		if err != nil {
-			p.abandonLocked(in, segs)
-			return 0, err
-		}
 		next := *prev
 		next.Segments = append(append([]manifest.Segment(nil), prev.Segments...), segs[:ok]...)
 		if len(prev.Segments) == 0 {

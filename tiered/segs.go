@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"sort"
 
 	"github.com/tierlog/tierlog/manifest"
@@ -143,7 +142,9 @@ func (p *Partition) readPartRange(ctx context.Context, ref manifest.Part, off, n
 }
 
 // partDirectory returns a large part's block directory: from the cache,
-// else the part's bytes in the disk cache, else a ranged GET.
+// else the disk cache, else a ranged GET. A version 1 part's directory,
+// which carries no CRC of its own, is manifest.ErrUncheckedDirectory: the
+// caller reads that part whole.
 func (p *Partition) partDirectory(ctx context.Context, ref manifest.Part) ([]manifest.Block, error) {
 	key := p.layout().Part(ref)
 	if p.caches != nil {
@@ -151,17 +152,9 @@ func (p *Partition) partDirectory(ctx context.Context, ref manifest.Part) ([]man
 			return blocks, nil
 		}
 	}
-	off, n := ref.DirRange()
-	var dir []byte
-	if data, ok := p.diskPart(ref); ok {
-		dir = data[off : off+n]
-	} else {
-		var err error
-		if dir, err = p.readPartRange(ctx, ref, off, n); err != nil {
-			return nil, err
-		}
-	}
-	blocks, err := manifest.DecodePartDirectory(ref, dir)
+	blocks, err := readChecked(p, ctx, ref, func(dir []byte) ([]manifest.Block, error) {
+		return manifest.DecodePartDirectory(ref, dir)
+	}, ref.DirRange)
 	if err != nil {
 		return nil, err
 	}
@@ -169,6 +162,27 @@ func (p *Partition) partDirectory(ctx context.Context, ref manifest.Part) ([]man
 		p.caches.dirs.put(key, blocks)
 	}
 	return blocks, nil
+}
+
+// readChecked reads a range of the part ref (where gives it) from the
+// disk cache, else by a ranged GET, and decodes it with decode, which
+// checks it. A range from the disk cache that does not decode is read
+// from the bucket again.
+func readChecked[T any](p *Partition, ctx context.Context, ref manifest.Part, decode func([]byte) (T, error), where func() (int64, int64)) (T, error) {
+	off, n := where()
+	if p.caches != nil {
+		if data, ok := p.caches.disk.getRange(p.layout().Part(ref), off, n); ok {
+			if v, err := decode(data); err == nil {
+				return v, nil
+			}
+		}
+	}
+	data, err := p.readPartRange(ctx, ref, off, n)
+	if err != nil {
+		var zero T
+		return zero, err
+	}
+	return decode(data)
 }
 
 // partBlock returns the live segments of block j of a large part (blocks
@@ -182,16 +196,9 @@ func (p *Partition) partBlock(ctx context.Context, ref manifest.Part, blocks []m
 		}
 	}
 	b := blocks[j]
-	var data []byte
-	if whole, ok := p.diskPart(ref); ok {
-		data = whole[b.Offset : b.Offset+b.Size]
-	} else {
-		var err error
-		if data, err = p.readPartRange(ctx, ref, b.Offset, b.Size); err != nil {
-			return nil, err
-		}
-	}
-	segs, err := b.LiveSegments(ref, data)
+	segs, err := readChecked(p, ctx, ref, func(data []byte) ([]manifest.Segment, error) {
+		return b.LiveSegments(ref, data)
+	}, func() (int64, int64) { return b.Offset, b.Size })
 	if err != nil {
 		return nil, err
 	}
@@ -199,19 +206,6 @@ func (p *Partition) partBlock(ctx context.Context, ref manifest.Part, blocks []m
 		p.caches.parts.put(ck, segs)
 	}
 	return segs, nil
-}
-
-// diskPart returns the part's bytes if the disk cache holds them whole
-// (their size and CRC-32C its reference's).
-func (p *Partition) diskPart(ref manifest.Part) ([]byte, bool) {
-	if p.caches == nil {
-		return nil, false
-	}
-	data, ok := p.caches.disk.get(p.layout().Part(ref))
-	if !ok || int64(len(data)) != ref.Bytes || crc32.Checksum(data, castagnoli) != ref.CRC {
-		return nil, false
-	}
-	return data, true
 }
 
 // whole returns the whole manifest head names (see segs.go's notes). It
@@ -244,13 +238,19 @@ func (c *segCursor) enter(ctx context.Context, k int, pick func(manifest.Block) 
 		return nil
 	}
 	ref := c.head.Parts[k]
-	if ref.Bytes <= wholePartBytes {
+	var blocks []manifest.Block
+	err := errors.ErrUnsupported
+	if ref.Bytes > wholePartBytes {
+		blocks, err = c.p.partDirectory(ctx, ref)
+	}
+	if err != nil {
+		if err != errors.ErrUnsupported && !errors.Is(err, manifest.ErrUncheckedDirectory) {
+			return err
+		}
+		// A small part, or a version 1 part's directory (not checked
+		// alone): the whole part.
 		segs, err := c.p.partSegments(ctx, ref)
 		c.segs = segs
-		return err
-	}
-	blocks, err := c.p.partDirectory(ctx, ref)
-	if err != nil {
 		return err
 	}
 	c.blocks = blocks
@@ -336,13 +336,31 @@ func (p *Partition) seekTimestamp(ctx context.Context, head *manifest.Head, ts i
 	for k < len(head.Parts) && head.Parts[k].MaxTimestamp < ts {
 		k++
 	}
-	if err := c.enter(ctx, k, func(b manifest.Block) bool { return b.MaxTimestamp >= ts }); err != nil {
+	reaches := func(b manifest.Block) bool { return b.MaxTimestamp >= ts }
+	if err := c.enter(ctx, k, reaches); err != nil {
 		return nil, err
 	}
-	for c.i < len(c.segs) && c.segs[c.i].MaxTimestamp < ts {
-		c.i++
+	for {
+		for c.i < len(c.segs) && c.segs[c.i].MaxTimestamp < ts {
+			c.i++
+		}
+		if c.i < len(c.segs) || c.blocks == nil {
+			return c, nil
+		}
+		// The block's largest timestamp was a segment the part skips:
+		// the next block that reaches ts (the part's live segments do:
+		// its reference says so).
+		j := c.block + 1
+		for j < len(c.blocks) && !reaches(c.blocks[j]) {
+			j++
+		}
+		if j == len(c.blocks) {
+			return c, nil // none: next goes on from the part's end
+		}
+		if err := c.loadBlock(ctx, j); err != nil {
+			return nil, err
+		}
 	}
-	return c, nil
 }
 
 // holding returns the segment whose offsets hold offset, whatever the log
