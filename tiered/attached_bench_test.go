@@ -3,7 +3,6 @@ package tiered_test
 import (
 	"bytes"
 	"crypto/rand"
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -168,7 +167,7 @@ func envInt(b *testing.B, name string, def int) int {
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n <= 0 {
-		b.Fatal(fmt.Sprintf("%s=%q: want a positive integer", name, s))
+		b.Fatalf("%s=%q: want a positive integer", name, s)
 	}
 	return n
 }

@@ -450,6 +450,3 @@ func (p *Partition) BuildFromBucket(ctx context.Context, leaderLocalLogStart int
 		"leader_local_log_start", leaderLocalLogStart, "log_start", head.LogStartOffset())
 	return next, nil
 }
-
-// lastOffset is the last offset the manifest's segments hold, or -1.
-func lastOffset(h *manifest.Head) int64 { return h.LastOffset() }
