@@ -72,14 +72,9 @@ func (p *Partition) partSegments(ctx context.Context, ref manifest.Part) ([]mani
 			return segs, nil
 		}
 	}
-	data, err := p.store.ReadAll(ctx, key, 0, ref.Bytes)
-	if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrInvalidRange) {
-		// Not ErrNotFound: the manifest is there, and a caller must not
-		// take it for a partition without one.
-		return nil, fmt.Errorf("%w: the manifest names part %s, which the bucket does not have with its %d bytes (%v)", manifest.ErrCorrupt, key, ref.Bytes, err)
-	}
+	data, err := p.readPart(ctx, ref, 0, ref.Bytes)
 	if err != nil {
-		return nil, fmt.Errorf("tiered: read %s: %w", key, err)
+		return nil, err
 	}
 	if p.metrics != nil {
 		p.metrics.ManifestPartReads.Add(1)
@@ -123,10 +118,10 @@ func (p *Partition) cachedBlock(ref manifest.Part, offset int64) ([]manifest.Seg
 	return p.caches.parts.get(partKey{key, ref.Skip, j})
 }
 
-// readPartRange reads n bytes of the part ref from off (a ranged GET); a
-// part the bucket does not have is a corrupt manifest, as for
-// partSegments.
-func (p *Partition) readPartRange(ctx context.Context, ref manifest.Part, off, n int64) ([]byte, error) {
+// readPart reads n bytes of the part ref from off. A part the bucket
+// does not have is a corrupt manifest, never a missing one: the manifest
+// is there, and a caller must not take it for a partition without one.
+func (p *Partition) readPart(ctx context.Context, ref manifest.Part, off, n int64) ([]byte, error) {
 	key := p.layout().Part(ref)
 	data, err := p.store.ReadAll(ctx, key, off, n)
 	if errors.Is(err, objstore.ErrNotFound) || errors.Is(err, objstore.ErrInvalidRange) {
@@ -134,9 +129,6 @@ func (p *Partition) readPartRange(ctx context.Context, ref manifest.Part, off, n
 	}
 	if err != nil {
 		return nil, fmt.Errorf("tiered: read %s: %w", key, err)
-	}
-	if p.metrics != nil {
-		p.metrics.ManifestRangeReads.Add(1)
 	}
 	return data, nil
 }
@@ -177,10 +169,13 @@ func readChecked[T any](p *Partition, ctx context.Context, ref manifest.Part, de
 			}
 		}
 	}
-	data, err := p.readPartRange(ctx, ref, off, n)
+	data, err := p.readPart(ctx, ref, off, n)
 	if err != nil {
 		var zero T
 		return zero, err
+	}
+	if p.metrics != nil {
+		p.metrics.ManifestRangeReads.Add(1)
 	}
 	return decode(data)
 }
@@ -238,27 +233,24 @@ func (c *segCursor) enter(ctx context.Context, k int, pick func(manifest.Block) 
 		return nil
 	}
 	ref := c.head.Parts[k]
-	var blocks []manifest.Block
-	err := errors.ErrUnsupported
 	if ref.Bytes > wholePartBytes {
-		blocks, err = c.p.partDirectory(ctx, ref)
-	}
-	if err != nil {
-		if err != errors.ErrUnsupported && !errors.Is(err, manifest.ErrUncheckedDirectory) {
+		blocks, err := c.p.partDirectory(ctx, ref)
+		switch {
+		case err == nil:
+			c.blocks = blocks
+			j := 0
+			for j < len(blocks) && (blocks[j].First+blocks[j].Segments <= ref.Skip || pick != nil && !pick(blocks[j])) {
+				j++
+			}
+			return c.loadBlock(ctx, min(j, len(blocks)-1))
+		case !errors.Is(err, manifest.ErrUncheckedDirectory):
 			return err
 		}
-		// A small part, or a version 1 part's directory (not checked
-		// alone): the whole part.
-		segs, err := c.p.partSegments(ctx, ref)
-		c.segs = segs
-		return err
+		// A version 1 part: its directory is not checked alone.
 	}
-	c.blocks = blocks
-	j := 0
-	for j < len(blocks) && (blocks[j].First+blocks[j].Segments <= ref.Skip || pick != nil && !pick(blocks[j])) {
-		j++
-	}
-	return c.loadBlock(ctx, min(j, len(blocks)-1))
+	segs, err := c.p.partSegments(ctx, ref)
+	c.segs = segs
+	return err
 }
 
 // loadBlock points c at block j of the current part.
