@@ -101,6 +101,14 @@ func TestPartReadByBlocks(t *testing.T) {
 	if _, _, err := readByBlocks(big, d); !errors.Is(err, manifest.ErrUncheckedDirectory) {
 		t.Errorf("a directory without its marker: %v", err)
 	}
+	// Read whole, a version 2 part says it is damaged, even when its
+	// object's CRC-32C was written over the damage.
+	binary.BigEndian.PutUint32(d[len(d)-4:], crc32c(d[:len(d)-4]))
+	p2 := big
+	p2.CRC = crc32c(d)
+	if _, err := manifest.DecodePart(p2, d); !errors.Is(err, manifest.ErrCorrupt) || errors.Is(err, manifest.ErrUncheckedDirectory) {
+		t.Errorf("a version 2 part without its directory's marker, read whole: %v", err)
+	}
 }
 
 // toVersion1 rewrites a part object as version 1 wrote it: its directory

@@ -487,7 +487,7 @@ func DecodePart(p Part, data []byte) ([]Segment, error) {
 		return nil, fmt.Errorf("%w: part %s: tier %d or directory size %d is not its reference's", ErrCorrupt, p.Name(), data[6], p.DirSize)
 	}
 	off, n := p.DirRange()
-	blocks, err := decodeDirectory(p, body[off:off+n], v == 1)
+	blocks, err := decodeDirectory(p, body[off:off+n], v)
 	if err != nil {
 		return nil, err
 	}
@@ -550,19 +550,22 @@ func DecodePartDirectory(p Part, dir []byte) ([]Block, error) {
 	if err := p.validate(); err != nil {
 		return nil, err
 	}
-	return decodeDirectory(p, dir, false)
+	return decodeDirectory(p, dir, 0)
 }
 
-// decodeDirectory is DecodePartDirectory; v1 says the directory is a
-// version 1 part's (its object's CRC-32C checked by the caller).
-func decodeDirectory(p Part, dir []byte, v1 bool) ([]Block, error) {
+// decodeDirectory is DecodePartDirectory for a part of the given version
+// (its object's CRC-32C checked by the caller), or of a version not known
+// (0: the directory was read alone).
+func decodeDirectory(p Part, dir []byte, version uint16) ([]Block, error) {
 	if int64(len(dir)) != p.DirSize {
 		return nil, fmt.Errorf("%w: part %s: a directory of %d bytes, its reference says %d", ErrCorrupt, p.Name(), len(dir), p.DirSize)
 	}
 	switch {
-	case v1:
-	case len(dir) < 2+1+4 || dir[0] != checkedDirMarker:
+	case version == 1:
+	case (len(dir) < 2+1+4 || dir[0] != checkedDirMarker) && version == 0:
 		return nil, fmt.Errorf("part %s: %w", p.Name(), ErrUncheckedDirectory)
+	case len(dir) < 2+1+4 || dir[0] != checkedDirMarker:
+		return nil, fmt.Errorf("%w: part %s: a version %d part whose directory is not marked as checked", ErrCorrupt, p.Name(), version)
 	case dir[1] != checkedDirVersion:
 		return nil, fmt.Errorf("%w: part %s: directory version %d (this build reads %d)", ErrUnsupportedVersion, p.Name(), dir[1], checkedDirVersion)
 	case crc32.Checksum(dir[:len(dir)-4], castagnoli) != binary.BigEndian.Uint32(dir[len(dir)-4:]):
