@@ -1,6 +1,7 @@
 package manifest_test
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -66,5 +67,30 @@ func TestDecodePartChecksItsReference(t *testing.T) {
 				t.Errorf("Skip %d: %v", skip, err)
 			}
 		}()
+	}
+}
+
+// TestHeadEncodesAsItsManifest: a manifest's head encodes to the bytes
+// the manifest does (a commit puts the head's), with and without parts.
+func TestHeadEncodesAsItsManifest(t *testing.T) {
+	b := newBucket()
+	prev := &manifest.Manifest{}
+	for i := range 600 {
+		next := *prev
+		next.Generation++
+		next.Segments = append(prev.Segments[:len(prev.Segments):len(prev.Segments)], synthSegment(int64(i)*10, 10, i))
+		b.commit(t, prev, &next)
+		h, err := next.Head()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := next.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(h.Encode(), want) {
+			t.Fatalf("commit %d: the head's bytes are not the manifest's", i)
+		}
+		prev = &next
 	}
 }

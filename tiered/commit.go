@@ -231,14 +231,11 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, prev, n
 	if err != nil {
 		return err
 	}
-	data, err := next.Encode()
+	head, err := next.Head() // what the partition keeps, and what is put
 	if err != nil {
 		return err
 	}
-	head, err := next.Head()
-	if err != nil {
-		return err
-	}
+	data := head.Encode() // next.Encode's bytes, without validating next again
 	if len(made) > 0 {
 		// The parts first (named by an intent): the head names them, and
 		// must land within the intent's window, by this writer's clock.
