@@ -13,6 +13,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/objstoretest"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -24,7 +25,7 @@ import (
 func TestReplicaAllSegmentsExpired(t *testing.T) {
 	inner := mem.New()
 	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
-	ro := &noWrites{Driver: inner}
+	ro := &objstoretest.ReadOnly{Driver: inner}
 	replicaStore := objstore.New(ro, "mem://origin-replica", objstore.Options{})
 	origin := offloadedOrigin(t, originStore, 5_000)
 	end := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
@@ -51,7 +52,7 @@ func TestReplicaAllSegmentsExpired(t *testing.T) {
 	if errors.As(err, &oor) {
 		t.Errorf("a read at the replica's own log start %d: %v", o.LogStart, err)
 	}
-	ro.check(t)
+	ro.Check(t)
 }
 
 // TestReviewReplicaBackendLocalTurnedTiered: a replica Backend's local
@@ -63,7 +64,7 @@ func TestReplicaAllSegmentsExpired(t *testing.T) {
 // opened as a replica: it would serve them for the origin's.
 func TestReplicaBackendRefusesLocalRecords(t *testing.T) {
 	inner := mem.New()
-	ro := &noWrites{Driver: inner}
+	ro := &objstoretest.ReadOnly{Driver: inner}
 	b, err := tiered.OpenBackend(t.TempDir(), tiered.BackendOptions{Store: objstore.New(ro, "mem://origin-replica", objstore.Options{}), Prefix: "tl",
 		ReadReplica: true, Manager: tiered.ManagerConfig{TaskInterval: 20 * time.Millisecond}})
 	if err != nil {
@@ -78,14 +79,14 @@ func TestReplicaBackendRefusesLocalRecords(t *testing.T) {
 	if _, err := b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true")); !errors.Is(err, backend.ErrInvalidConfig) {
 		t.Fatalf("a local topic with records turned into a read replica: %v", err)
 	}
-	ro.check(t)
+	ro.Check(t)
 }
 
 func TestReplicaBackendAnswersAtOpen(t *testing.T) {
 	inner := mem.New()
 	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
 	origin := offloadedOrigin(t, originStore, 3_000)
-	b, bp := openReplicaBackend(t, &noWrites{Driver: inner}, time.Hour)
+	b, bp := openReplicaBackend(t, &objstoretest.ReadOnly{Driver: inner}, time.Hour)
 	defer b.Close()
 	end := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	o := bp.Offsets()

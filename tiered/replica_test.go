@@ -2,12 +2,8 @@ package tiered_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"fmt"
-	"io"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,46 +11,9 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/objstoretest"
 	"github.com/tierlog/tierlog/tiered"
 )
-
-// noWrites is a driver that fails every write and records it: a read
-// replica's store.
-type noWrites struct {
-	objstore.Driver
-	mu     sync.Mutex
-	writes []string
-}
-
-var errNoWrites = errors.New("test: a read replica wrote to the bucket")
-
-func (d *noWrites) record(op, key string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.writes = append(d.writes, op+" "+key)
-	return errNoWrites
-}
-
-func (d *noWrites) Put(_ context.Context, key string, _ io.ReadSeeker, _ int64, _ objstore.PutOptions) (objstore.ObjectInfo, error) {
-	return objstore.ObjectInfo{}, d.record("put", key)
-}
-
-func (d *noWrites) Delete(_ context.Context, keys []string) error {
-	return d.record("delete", fmt.Sprint(keys))
-}
-
-func (d *noWrites) AbortStaleUploads(_ context.Context, prefix string, _ time.Time) (int, error) {
-	return 0, d.record("abort", prefix)
-}
-
-func (d *noWrites) check(t *testing.T) {
-	t.Helper()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.writes) > 0 {
-		t.Fatalf("the read replica wrote to the bucket: %v", d.writes)
-	}
-}
 
 // offloadedOrigin is the origin partition of the replica tests, on store:
 // n records in 256 KiB segments, every closed one offloaded and gone from
@@ -137,7 +96,7 @@ func sameBatches(t *testing.T, replica, origin backend.Partition) {
 func TestReadReplica(t *testing.T) {
 	inner := mem.New()
 	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
-	ro := &noWrites{Driver: inner}
+	ro := &objstoretest.ReadOnly{Driver: inner}
 	replicaStore := objstore.New(ro, "mem://origin-replica", objstore.Options{})
 	origin := offloadedOrigin(t, originStore, 5_000)
 
@@ -221,7 +180,7 @@ func TestReadReplica(t *testing.T) {
 	replica.Close() // closing writes nothing to the bucket either
 	cold.Close()
 	coldTs.Close()
-	ro.check(t)
+	ro.Check(t)
 }
 
 // TestReadReplicaBackend: a Backend opened as a read replica serves a
@@ -231,7 +190,7 @@ func TestReadReplicaBackend(t *testing.T) {
 	inner := mem.New()
 	originStore := objstore.New(inner, "mem://origin", objstore.Options{})
 	origin := offloadedOrigin(t, originStore, 5_000)
-	ro := &noWrites{Driver: inner}
+	ro := &objstoretest.ReadOnly{Driver: inner}
 	b, bp := openReplicaBackend(t, ro, 20*time.Millisecond)
 	defer b.Close()
 	end := manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
@@ -263,7 +222,7 @@ func TestReadReplicaBackend(t *testing.T) {
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ro.check(t)
+	ro.Check(t)
 }
 
 // BenchmarkReplicaSequential consumes all of an offloaded partition (about

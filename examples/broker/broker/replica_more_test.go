@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -18,35 +17,19 @@ import (
 	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/objstoretest"
 )
 
-// noWritesDriver fails and records every write; once block is set its
-// List blocks until its context ends, telling listing when it starts and
-// ended with the context's error.
+// noWritesDriver fails and records every write (objstoretest.ReadOnly);
+// once block is set its List blocks until its context ends, telling
+// listing when it starts and ended with the context's error.
 type noWritesDriver struct {
-	objstore.Driver
-	mu      sync.Mutex
-	writes  []string
+	objstoretest.ReadOnly
 	block   atomic.Bool
 	listing chan struct{}
 	ended   chan error
 }
 
-func (d *noWritesDriver) rec(s string) error {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.writes = append(d.writes, s)
-	return errors.New("test: a read replica wrote to the bucket")
-}
-func (d *noWritesDriver) Put(_ context.Context, key string, _ io.ReadSeeker, _ int64, _ objstore.PutOptions) (objstore.ObjectInfo, error) {
-	return objstore.ObjectInfo{}, d.rec("put " + key)
-}
-func (d *noWritesDriver) Delete(_ context.Context, keys []string) error {
-	return d.rec(fmt.Sprint("delete ", keys))
-}
-func (d *noWritesDriver) AbortStaleUploads(_ context.Context, p string, _ time.Time) (int, error) {
-	return 0, d.rec("abort " + p)
-}
 func (d *noWritesDriver) List(ctx context.Context, prefix, after string, limit int) ([]objstore.ObjectInfo, bool, error) {
 	if d.block.Load() {
 		d.listing <- struct{}{}
@@ -55,14 +38,6 @@ func (d *noWritesDriver) List(ctx context.Context, prefix, after string, limit i
 		return nil, false, ctx.Err()
 	}
 	return d.Driver.List(ctx, prefix, after, limit)
-}
-func (d *noWritesDriver) check(t *testing.T) {
-	t.Helper()
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if len(d.writes) > 0 {
-		t.Fatalf("the replica wrote to the bucket: %v", d.writes)
-	}
 }
 
 // replicaOrigin starts an origin broker on a mem bucket with a tiered
@@ -96,7 +71,7 @@ func replicaOrigin(t *testing.T) *mem.Driver {
 // the abort cannot write its marker there: the transaction never ends.
 func TestReadReplicaRefusesTransactions(t *testing.T) {
 	inner := replicaOrigin(t)
-	ro := &noWritesDriver{Driver: inner}
+	ro := &noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: inner}}
 	ropts := testOptions(t.TempDir())
 	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(ro, "mem://origin-replica", objstore.Options{}), "broker"
 	ropts.ReplicaDiscoveryInterval = 100 * time.Millisecond
@@ -138,7 +113,7 @@ func TestReadReplicaRefusesTransactions(t *testing.T) {
 	if err != nil || ir2.ErrorCode != 0 {
 		t.Errorf("InitProducerID again for the same transactional id: %v %v", err, kerr.ErrorForCode(ir2.ErrorCode))
 	}
-	ro.check(t)
+	ro.Check(t)
 }
 
 // TestReadReplicaMaxPartitions: partitions found in the bucket are
@@ -156,7 +131,7 @@ func TestReadReplicaMaxPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	ropts := testOptions(t.TempDir())
-	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(&noWritesDriver{Driver: inner}, "mem://origin-replica", objstore.Options{}), "broker"
+	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(&noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: inner}}, "mem://origin-replica", objstore.Options{}), "broker"
 	ropts.MaxPartitions = 20
 	replica := startBroker(t, ropts)
 	n := 0
@@ -184,7 +159,7 @@ func replicaOf(t *testing.T, ro *noWritesDriver, interval time.Duration) broker.
 // listing of the bucket hangs, rather than wait for its deadline.
 func TestReadReplicaCloseCancelsDiscovery(t *testing.T) {
 	inner := replicaOrigin(t)
-	ro := &noWritesDriver{Driver: inner, listing: make(chan struct{}, 1), ended: make(chan error, 1)}
+	ro := &noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: inner}, listing: make(chan struct{}, 1), ended: make(chan error, 1)}
 	replica, err := startReplicaNoCleanup(replicaOf(t, ro, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -204,7 +179,7 @@ func TestReadReplicaCloseCancelsDiscovery(t *testing.T) {
 // write nothing to the bucket.
 func TestReadReplicaNeverWrites(t *testing.T) {
 	inner := replicaOrigin(t)
-	ro := &noWritesDriver{Driver: inner}
+	ro := &noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: inner}}
 	replica, err := startReplicaNoCleanup(replicaOf(t, ro, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +211,7 @@ func TestReadReplicaNeverWrites(t *testing.T) {
 	if err := replica.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ro.check(t)
+	ro.Check(t)
 }
 
 // TestReadReplicaSkipsDeletedTopics: a topic the origin deleted keeps
@@ -267,7 +242,7 @@ func TestReadReplicaSkipsDeletedTopics(t *testing.T) {
 		t.Fatalf("delete: %v %v", err, resp)
 	}
 	ropts := testOptions(t.TempDir())
-	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(&noWritesDriver{Driver: inner}, "mem://origin-replica", objstore.Options{}), "broker"
+	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(&noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: inner}}, "mem://origin-replica", objstore.Options{}), "broker"
 	replica := startBroker(t, ropts)
 	if replica.Partition("gone", 0) != nil {
 		t.Errorf("the replica serves a topic its origin deleted")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/testing/objstoretest"
 	"github.com/tierlog/tierlog/tiered"
 )
 
@@ -39,7 +40,7 @@ func TestReadReplicaToKgo(t *testing.T) {
 	createTopic(t, admin, topic, 2, tieredTopic(16<<10))
 
 	ropts := testOptions(t.TempDir())
-	ro := &noWritesDriver{Driver: store.Driver()} // the replica's writes fail, and are counted
+	ro := &noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: store.Driver()}} // the replica's writes fail, and are counted
 	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(ro, "s3-replica", objstore.Options{}), "broker"
 	ropts.RemoteLogManager = map[string]string{"remote.log.manager.task.interval.ms": "100"}
 	ropts.ReplicaDiscoveryInterval = 100 * time.Millisecond
@@ -192,7 +193,7 @@ func TestReadReplicaToKgo(t *testing.T) {
 	if err := rprod.ProduceSync(pctx, &kgo.Record{Value: []byte("x")}).FirstErr(); !errors.Is(err, kerr.PolicyViolation) {
 		t.Fatalf("a produce to the read replica: %v; want POLICY_VIOLATION", err)
 	}
-	ro.check(t)
+	ro.Check(t)
 }
 
 // TestReadReplicaOptions: a read replica with a Store of its own is
