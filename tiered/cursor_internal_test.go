@@ -74,9 +74,10 @@ func checkCursor(t *testing.T, p *Partition, m *manifest.Manifest, h *manifest.H
 			t.Errorf(format, args...)
 		}
 	}
-	for _, off := range offsets {
-		// seek vs Find
-		c, err := p.seek(ctx, h, off)
+	// first returns where a seek put its cursor: the position and the
+	// segment next returns first (ok false: none).
+	first := func(c *segCursor, err error) (int, manifest.Segment, bool) {
+		t.Helper()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,6 +86,11 @@ func checkCursor(t *testing.T, p *Partition, m *manifest.Manifest, h *manifest.H
 		if err != nil {
 			t.Fatal(err)
 		}
+		return pos, s, ok
+	}
+	for _, off := range offsets {
+		// seek vs Find
+		pos, s, ok := first(p.seek(ctx, h, off))
 		i, wok := m.Find(off)
 		switch {
 		case ok != wok:
@@ -115,15 +121,7 @@ func checkCursor(t *testing.T, p *Partition, m *manifest.Manifest, h *manifest.H
 		}
 	}
 	for _, ts := range stamps {
-		c, err := p.seekTimestamp(ctx, h, ts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pos := c.position()
-		s, ok, err := c.next(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		pos, s, ok := first(p.seekTimestamp(ctx, h, ts))
 		i, wok := m.FindTimestamp(ts)
 		switch {
 		case ok != wok:
