@@ -364,7 +364,7 @@ func TestDamagedDirectoryDetected(t *testing.T) {
 	if !errors.Is(err, manifest.ErrCorrupt) || !strings.Contains(err.Error(), ref.Name()) {
 		t.Fatalf("seek(%d) over a damaged directory: %v; want ErrCorrupt naming %s", lastOf3.BaseOffset, err, ref.Name())
 	}
-	if _, ok := p.caches.dirs.get(key); ok {
+	if _, ok := p.caches.dirs.get(p.dirKey(ref)); ok {
 		t.Fatal("the damaged directory was cached")
 	}
 }

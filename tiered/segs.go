@@ -23,13 +23,29 @@ import (
 //     gc, verify and restore take the whole manifest (whole): its parts
 //     from the cache, else the disk, else the bucket.
 
-// partKey names a part's live segments in the cache: its object, how
-// many of the object's segments its reference skips, and which block
-// (wholePart: all of them).
+// partKey names a part's live segments in the cache: its object (the
+// partition's prefix, the object's first offset and id: what its key is
+// made of, without building the key on every read), how many of the
+// object's segments its reference skips, and which block (wholePart: all
+// of them). The directories' cache keys a part by its object alone
+// (skip 0, wholePart).
 type partKey struct {
-	object string
+	prefix string
+	base   int64
+	id     [8]byte
 	skip   int
 	block  int
+}
+
+// partKey is the cache key of ref's live segments in block (wholePart:
+// all of them).
+func (p *Partition) partKey(ref manifest.Part, block int) partKey {
+	return partKey{p.prefix, ref.ObjectBase, ref.ID, ref.Skip, block}
+}
+
+// dirKey is the cache key of ref's block directory.
+func (p *Partition) dirKey(ref manifest.Part) partKey {
+	return partKey{p.prefix, ref.ObjectBase, ref.ID, 0, wholePart}
 }
 
 // wholePart is the block of a partKey that names all of a part's
@@ -49,8 +65,7 @@ const wholePartBytes = 64 << 10
 // bucket does not have is a corrupt manifest, never a missing one: the
 // head is there.
 func (p *Partition) partSegments(ctx context.Context, ref manifest.Part) ([]manifest.Segment, error) {
-	key := p.layout().Part(ref)
-	ck := partKey{key, ref.Skip, wholePart}
+	ck := p.partKey(ref, wholePart)
 	var parts *lru[partKey, []manifest.Segment] // nil: a tool's partition, no caches
 	var disk *diskCache
 	if p.caches != nil {
@@ -62,6 +77,7 @@ func (p *Partition) partSegments(ctx context.Context, ref manifest.Part) ([]mani
 	if ref.Bytes > maxPartBytes {
 		return nil, fmt.Errorf("%w: part %s of %d bytes, more than the %d a part may have", manifest.ErrCorrupt, ref.Name(), ref.Bytes, maxPartBytes)
 	}
+	key := p.layout().Part(ref)
 	if data, ok := disk.get(key); ok {
 		// A restart reads the parts it read before from the disk cache
 		// (the remote indexes'); checked as from the bucket.
@@ -96,7 +112,7 @@ func (p *Partition) cachedPart(ref manifest.Part) ([]manifest.Segment, bool) {
 	if p.caches == nil {
 		return nil, false
 	}
-	return p.caches.parts.get(partKey{p.layout().Part(ref), ref.Skip, wholePart})
+	return p.caches.parts.get(p.partKey(ref, wholePart))
 }
 
 // cachedBlock returns the live segments of the block of a large part
@@ -106,8 +122,7 @@ func (p *Partition) cachedBlock(ref manifest.Part, offset int64) ([]manifest.Seg
 	if p.caches == nil {
 		return nil, false
 	}
-	key := p.layout().Part(ref)
-	blocks, ok := p.caches.dirs.get(key)
+	blocks, ok := p.caches.dirs.get(p.dirKey(ref))
 	if !ok {
 		return nil, false
 	}
@@ -115,7 +130,7 @@ func (p *Partition) cachedBlock(ref manifest.Part, offset int64) ([]manifest.Seg
 	if j == len(blocks) {
 		return nil, false
 	}
-	return p.caches.parts.get(partKey{key, ref.Skip, j})
+	return p.caches.parts.get(p.partKey(ref, j))
 }
 
 // readPart reads n bytes of the part ref from off. A part the bucket
@@ -138,7 +153,7 @@ func (p *Partition) readPart(ctx context.Context, ref manifest.Part, off, n int6
 // which carries no CRC of its own, is manifest.ErrUncheckedDirectory: the
 // caller reads that part whole.
 func (p *Partition) partDirectory(ctx context.Context, ref manifest.Part) ([]manifest.Block, error) {
-	key := p.layout().Part(ref)
+	key := p.dirKey(ref)
 	if p.caches != nil {
 		if blocks, ok := p.caches.dirs.get(key); ok {
 			return blocks, nil
@@ -184,7 +199,7 @@ func readChecked[T any](p *Partition, ctx context.Context, ref manifest.Part, de
 // is its directory): from the cache, else the disk cache, else a ranged
 // GET.
 func (p *Partition) partBlock(ctx context.Context, ref manifest.Part, blocks []manifest.Block, j int) ([]manifest.Segment, error) {
-	ck := partKey{p.layout().Part(ref), ref.Skip, j}
+	ck := p.partKey(ref, j)
 	if p.caches != nil {
 		if segs, ok := p.caches.parts.get(ck); ok {
 			return segs, nil

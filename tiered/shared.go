@@ -29,8 +29,8 @@ type Caches struct {
 	// parts are manifest parts' live segments (see segs.go): a
 	// partition keeps its manifest's head only.
 	parts *lru[partKey, []manifest.Segment]
-	// dirs are large parts' block directories, by object key.
-	dirs *lru[string, []manifest.Block]
+	// dirs are large parts' block directories, by object (dirKey).
+	dirs *lru[partKey, []manifest.Block]
 }
 
 // CacheOptions size Caches.
@@ -69,7 +69,7 @@ func NewCaches(o CacheOptions) *Caches {
 	}
 	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(c cachedIndex) int64 { return int64(len(c.data)) }, nil),
 		chunks: newRangeCache(o.ChunkBytes), parts: newLRU[partKey](o.ManifestBytes, partBytes, nil),
-		dirs: newLRU[string](max(o.ManifestBytes/8, 1<<20), func(b []manifest.Block) int64 { return 64 + int64(len(b))*int64(unsafe.Sizeof(manifest.Block{})) }, nil)}
+		dirs: newLRU[partKey](max(o.ManifestBytes/8, 1<<20), func(b []manifest.Block) int64 { return 64 + int64(len(b))*int64(unsafe.Sizeof(manifest.Block{})) }, nil)}
 	if o.IndexDir != "" {
 		if o.IndexDiskBytes <= 0 {
 			o.IndexDiskBytes = 1 << 30
