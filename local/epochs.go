@@ -16,12 +16,15 @@ import (
 // yet shared).
 type epochCache struct {
 	entries []EpochEntry
-	// stale says the file still holds entries at or past the log end
-	// that load dropped (an epoch that began at the log end and never got
-	// a record, as a leader's does when the broker stops before its first
-	// append): harmless while the log end stays below them, so the open
-	// does not rewrite the file; the next append writes it before its
-	// batches (which would make them look real).
+	// stale says the file and the cache differ only in entries at or
+	// past the log end: the file still holds ones load dropped (an epoch
+	// that began at the log end and never got a record, as a leader's does
+	// when the broker stops before its first append), or lacks the one
+	// BecomeLeader assigned at the log end. Harmless while the log end
+	// stays there, and a reopen drops such entries either way, so neither
+	// the open nor BecomeLeader writes the file; the next append writes it
+	// before its batches (which would make the file's entries look real,
+	// or need the cache's), as do retention and truncation.
 	stale bool
 }
 

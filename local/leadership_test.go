@@ -42,6 +42,52 @@ func TestBecomeLeaderRecordsEpochStart(t *testing.T) {
 	}
 }
 
+// TestBecomeLeaderWritesNothing: becoming leader changes no file (the
+// epoch's entry, at the log end, is one a reopen would drop); the epoch's
+// first append writes the checkpoint before its batch, and a reopen then
+// has the epoch where it began.
+func TestBecomeLeaderWritesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	l := openLog(t, dir, cfg(t), false)
+	if _, err := l.Append(ctx, batchOf(5, 1, "a"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, local.LeaderEpochCheckpoint)
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, _ := os.ReadFile(path)
+	if err := l.BecomeLeader(ctx, 5); err != nil {
+		t.Fatal(err)
+	}
+	after, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := os.ReadFile(path); !os.SameFile(before, after) || string(got) != string(content) {
+		t.Fatalf("BecomeLeader rewrote %s: %q, was %q", local.LeaderEpochCheckpoint, got, content)
+	}
+	if e, end, found, _ := l.EndOffsetForEpoch(ctx, 5); !found || e != 5 || end != 5 {
+		t.Fatalf("EndOffsetForEpoch(5) = %d, %d, %v; want 5, 5 before the epoch's first append", e, end, found)
+	}
+	if _, err := l.Append(ctx, batchOf(5, 1, "b"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 5}); err != nil {
+		t.Fatal(err)
+	}
+	want := []local.EpochEntry{{Epoch: 3, StartOffset: 0}, {Epoch: 5, StartOffset: 5}}
+	if data, err := os.ReadFile(path); err != nil || string(data) != string(local.FormatLeaderEpochs(want)) {
+		t.Fatalf("%s after the epoch's first append: %q, %v; want %v", local.LeaderEpochCheckpoint, data, err, want)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, cfg(t), false)
+	defer l.Close()
+	if got := l.LeaderEpochs(); !slices.Equal(got, want) {
+		t.Fatalf("epochs after reopen %v, want %v", got, want)
+	}
+}
+
 // TestStartAt: a follower's log emptied and started at an offset, with the
 // producers of a snapshot: duplicates of their last batches are found,
 // the old segments are gone, reads start there; a damaged snapshot is

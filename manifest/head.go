@@ -1,6 +1,7 @@
 package manifest
 
 import (
+	"bytes"
 	"fmt"
 	"slices"
 )
@@ -173,6 +174,17 @@ func (h *Head) Whole(load func(Part) ([]Segment, error)) (*Manifest, error) {
 // Encode returns the head's bytes: what Encode of its whole manifest
 // returns, without loading a part.
 func (h *Head) Encode() []byte { return encode(h.m, h.Parts, h.Own) }
+
+// SameLog says whether h and o describe the same log: they differ at
+// most in generation and writer epoch (a claim at a new epoch), naming
+// the same parts and segments with the same log start, incarnation and
+// WAL.
+func (h *Head) SameLog(o *Head) bool {
+	a, b := *h.m, *o.m
+	a.Generation, a.WriterEpoch = 0, 0
+	b.Generation, b.WriterEpoch = 0, 0
+	return bytes.Equal(encode(&a, h.Parts, h.Own), encode(&b, o.Parts, o.Own))
+}
 
 // Edit returns a copy of the head with its header changed by f (which
 // may set the header's fields, never Segments or Parts), checked as

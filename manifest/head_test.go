@@ -94,3 +94,50 @@ func TestHeadEncodesAsItsManifest(t *testing.T) {
 		prev = &next
 	}
 }
+
+// TestHeadSameLog: two heads describe the same log when they differ at
+// most in generation and writer epoch (a claim); a different log start,
+// incarnation, segment or part is a different log.
+func TestHeadSameLog(t *testing.T) {
+	var segs []manifest.Segment
+	for i := range 300 {
+		segs = append(segs, synthSegment(int64(i)*10, 10, i))
+	}
+	m := &manifest.Manifest{Generation: 4, WriterEpoch: 1, Segments: segs}
+	if _, err := m.Layer(nil, func() (id [8]byte) { return id }); err != nil {
+		t.Fatal(err)
+	}
+	h, err := m.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !h.Layered() {
+		t.Fatal("300 segments made no part")
+	}
+	edit := func(f func(*manifest.Manifest)) *manifest.Head {
+		t.Helper()
+		e, err := h.Edit(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	if claim := edit(func(m *manifest.Manifest) { m.Generation, m.WriterEpoch = 5, 2 }); !h.SameLog(claim) || !claim.SameLog(h) {
+		t.Fatal("a claim's head is not the same log")
+	}
+	if cut := edit(func(m *manifest.Manifest) { m.Generation, m.LogStartOffset = 5, 5 }); h.SameLog(cut) {
+		t.Fatal("a moved log start is the same log")
+	}
+	if reborn := edit(func(m *manifest.Manifest) { m.Generation, m.Born = 5, 5 }); h.SameLog(reborn) {
+		t.Fatal("another incarnation is the same log")
+	}
+	more := *m
+	more.Generation++
+	more.Segments = append(segs[:len(segs):len(segs)], synthSegment(3000, 10, 300))
+	if _, err := more.Layer(m, func() (id [8]byte) { id[0] = 1; return id }); err != nil {
+		t.Fatal(err)
+	}
+	if h2, err := more.Head(); err != nil || h.SameLog(h2) {
+		t.Fatalf("a head with one more segment is the same log (%v)", err)
+	}
+}

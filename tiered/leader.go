@@ -260,7 +260,7 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 	}
 	p.metrics.ManifestCommits.Add(1)
 	p.backupManifest(ctx, next.Generation(), data)
-	p.opts.Logger.Info("claimed the bucket", "prefix", p.prefix, "epoch", next.WriterEpoch, "generation", next.Generation,
+	p.opts.Logger.Info("claimed the bucket", "prefix", p.prefix, "epoch", next.WriterEpoch(), "generation", next.Generation(),
 		"previous_epoch", now.head.WriterEpoch())
 	return nil
 }
