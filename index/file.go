@@ -98,6 +98,11 @@ func (t *table) openFile(fsys vfs.FS, path string, writable bool, maxBytes int) 
 	return nil
 }
 
+// smallIndexBytes is the largest read-only index read into memory rather
+// than mapped (1,024 offset entries: about 4 MiB of log at the default
+// index.interval.bytes).
+const smallIndexBytes = 8 << 10
+
 // pageSize is the unit in which index files get disk blocks.
 var pageSize = os.Getpagesize()
 
@@ -166,6 +171,19 @@ func (t *table) mapPathLocked(size int64, create bool) (oldSize int64, err error
 	if usable > int64(^uint(0)>>1) {
 		return oldSize, fmt.Errorf("%w: %s: %d bytes", ErrCorrupt, t.path, size)
 	}
+	if !t.writable && usable <= smallIndexBytes {
+		// A small read-only index is read, not mapped: the open checks
+		// and summarizes every entry anyway, and a mapping costs an mmap,
+		// a munmap at close and a page fault a page (a log bounding its
+		// open files reopens indexes of segments it reads at random), and
+		// counts against vm.max_map_count.
+		buf := make([]byte, usable)
+		if _, err := f.ReadAt(buf, 0); err != nil {
+			return oldSize, fmt.Errorf("index: read %s (%d bytes): %w", t.path, usable, err)
+		}
+		t.mm, t.data = nil, buf
+		return oldSize, nil
+	}
 	prot := mmap.RDONLY
 	if t.writable {
 		prot = mmap.RDWR
@@ -180,6 +198,9 @@ func (t *table) mapPathLocked(size int64, create bool) (oldSize int64, err error
 
 func (t *table) unmapLocked() error {
 	if t.mm == nil {
+		if t.path != "" {
+			t.data = nil // a small index read into memory (not a view's bytes)
+		}
 		return nil
 	}
 	err := t.mm.Unmap()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -413,6 +414,61 @@ func TestLookupPosition(t *testing.T) {
 		e, ok := oi.LookupPosition(pos)
 		if (want < 0) == ok || (ok && e.Offset != want) {
 			t.Errorf("LookupPosition(%d) = %+v, %v; want offset %d", pos, e, ok, want)
+		}
+	}
+}
+
+// TestReadOnlyIndexesEitherSide: read-only indexes at and around the size
+// read into memory rather than mapped (8 KiB) answer every lookup alike,
+// and refuse use after Close.
+func TestReadOnlyIndexesEitherSide(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []int{1, 682, 683, 1023, 1024, 1025, 3000} {
+		op := filepath.Join(dir, fmt.Sprintf("%d.index", n))
+		tp := filepath.Join(dir, fmt.Sprintf("%d.timeindex", n))
+		oi, err := index.OpenOffsetIndex(vfs.Default, op, 100, 64<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ti, err := index.OpenTimeIndex(vfs.Default, tp, 100, 64<<10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := int64(1); i <= int64(n); i++ {
+			if err := oi.Append(100+i*4, int32(i*4096)); err != nil {
+				t.Fatal(err)
+			}
+			if err := ti.MaybeAppend(1000+i*10, 100+i*4, false); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := errors.Join(oi.Close(), ti.Close()); err != nil { // trimmed to their entries
+			t.Fatal(err)
+		}
+		ro, err := index.OpenOffsetIndexReadOnly(vfs.Default, op, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rt, err := index.OpenTimeIndexReadOnly(vfs.Default, tp, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ro.Entries() != n || rt.Entries() != n {
+			t.Fatalf("%d entries: read-only indexes hold %d and %d", n, ro.Entries(), rt.Entries())
+		}
+		for i := int64(1); i <= int64(n); i++ {
+			if e := ro.Lookup(100 + i*4 + 1); e.Offset != 100+i*4 || e.Position != int32(i*4096) {
+				t.Fatalf("%d entries: Lookup(%d) = %+v", n, 100+i*4+1, e)
+			}
+			if e := rt.Lookup(1000 + i*10); e.Offset != 100+i*4 || e.Timestamp != 1000+i*10 {
+				t.Fatalf("%d entries: time Lookup(%d) = %+v", n, 1000+i*10, e)
+			}
+		}
+		if err := errors.Join(ro.Close(), rt.Close()); err != nil {
+			t.Fatal(err)
+		}
+		if e := ro.Lookup(200); e.Offset != 100 || e.Position != 0 {
+			t.Fatalf("%d entries: a lookup after Close = %+v, want the base", n, e)
 		}
 	}
 }

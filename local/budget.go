@@ -15,7 +15,7 @@ type fileBudget struct {
 	max int
 
 	mu   sync.Mutex
-	ring []*segFile // segments holding open files, in opening order
+	ring []*segFile // segments holding open files (segFile.ringAt: where)
 	hand int
 
 	evictions atomic.Int64
@@ -35,16 +35,16 @@ func (b *fileBudget) opened(s *segFile) {
 		return
 	}
 	b.mu.Lock()
-	b.ring = append(b.ring, s)
+	b.addLocked(s)
 	var victims []*segFile
-	for tries := 0; len(b.ring)-len(victims) > b.max && tries < 2*len(b.ring); tries++ {
+	for tries := 0; len(b.ring) > b.max && tries < 2*len(b.ring); tries++ {
 		if b.hand >= len(b.ring) {
 			b.hand = 0
 		}
 		c := b.ring[b.hand]
 		if c != s && !c.used.Swap(false) {
 			victims = append(victims, c)
-			b.ring = append(b.ring[:b.hand], b.ring[b.hand+1:]...)
+			b.removeLocked(b.hand) // the hand now points at the one moved there
 			continue
 		}
 		b.hand++
@@ -54,12 +54,33 @@ func (b *fileBudget) opened(s *segFile) {
 		if !v.closeIdleFiles() {
 			// In use: keep it counted, it will close later.
 			b.mu.Lock()
-			b.ring = append(b.ring, v)
+			b.addLocked(v)
 			b.mu.Unlock()
 		} else {
 			b.evictions.Add(1)
 		}
 	}
+}
+
+// addLocked puts s in the ring. REQUIRES: b.mu held.
+func (b *fileBudget) addLocked(s *segFile) {
+	s.ringAt = len(b.ring)
+	b.ring = append(b.ring, s)
+}
+
+// removeLocked takes the segment at i out of the ring in constant time:
+// the last one moves into its place (the clock's order is approximate
+// anyway; every segment still meets the hand once a turn).
+// REQUIRES: b.mu held.
+func (b *fileBudget) removeLocked(i int) {
+	last := len(b.ring) - 1
+	b.ring[i].ringAt = -1
+	if i != last {
+		b.ring[i] = b.ring[last]
+		b.ring[i].ringAt = i
+	}
+	b.ring[last] = nil
+	b.ring = b.ring[:last]
 }
 
 // forget drops s (its files were closed for good).
@@ -69,14 +90,8 @@ func (b *fileBudget) forget(s *segFile) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for i, c := range b.ring {
-		if c == s {
-			b.ring = append(b.ring[:i], b.ring[i+1:]...)
-			if b.hand > i {
-				b.hand--
-			}
-			return
-		}
+	if i := s.ringAt; i >= 0 && i < len(b.ring) && b.ring[i] == s {
+		b.removeLocked(i)
 	}
 }
 
@@ -88,6 +103,11 @@ func (s *segFile) closeIdleFiles() bool {
 	if s.refs.Load() != 1 || !s.sealed || !s.holdsFilesLocked() {
 		return false
 	}
+	// A sealed segment's files do not change while it is closed (a
+	// rebuilt or cleaned index is published anew, and checked again): the
+	// check of its offset index against its log holds when it reopens.
+	checked := s.checkedIndex
 	s.closeFilesLocked()
+	s.checkedIndex = checked
 	return true
 }

@@ -56,9 +56,12 @@ type segFile struct {
 	// budgeted: the file budget counts the segment (it is sealed and
 	// holds a descriptor, a mapping or an index).
 	budgeted bool
-	rd       vfs.File // read-only descriptor; nil until first needed
-	oi       *index.OffsetIndex
-	ti       *index.TimeIndex
+	// ringAt is the segment's place in the file budget's ring, -1 when
+	// not there. Guarded by the budget's mu, not s.mu.
+	ringAt int
+	rd     vfs.File // read-only descriptor; nil until first needed
+	oi     *index.OffsetIndex
+	ti     *index.TimeIndex
 	// tiBypassed: the time index failed its sanity check in a read-only
 	// log: timestamp searches scan the segment instead of trusting it.
 	tiBypassed bool
@@ -73,6 +76,11 @@ type segFile struct {
 	readOnly  bool // a read-only log: never write, rebuild nothing on disk
 	mapped    mmap.MMap
 	mapFailed bool
+	// uses counts the calls for the mapping since the files opened: a
+	// segment is mapped on its mapAfterUses-th, so one reopened for a
+	// read or two (a log bounding its open files, read at random) pays
+	// no mmap and munmap.
+	uses uint8
 	// maxTs and offsetOfMaxTs are a sealed segment's largest timestamp
 	// and its offset; -2 until loaded.
 	maxTs, offsetOfMaxTs int64
@@ -107,7 +115,7 @@ type segmentOptions struct {
 func (o *segmentOptions) gapsAllowed() bool { return o.compact.Load() || o.cleaned.Load() }
 
 func newSegFile(opts *segmentOptions, base, size int64, mtime time.Time) *segFile {
-	s := &segFile{base: base, opts: opts, next: -1, maxTs: -2, offsetOfMaxTs: -1, mtime: mtime,
+	s := &segFile{base: base, opts: opts, next: -1, ringAt: -1, maxTs: -2, offsetOfMaxTs: -1, mtime: mtime,
 		logPath: filepath.Join(opts.dir, FileName(base, LogSuffix))}
 	s.refs.Store(1)
 	s.size.Store(size)
@@ -177,6 +185,7 @@ func (s *segFile) closeFilesLocked() error {
 		errs = append(errs, s.rd.Close())
 		s.rd = nil
 	}
+	s.uses = 0
 	s.opts.budget.forget(s)
 	s.budgeted = false
 	return errors.Join(errs...)
@@ -528,6 +537,10 @@ func (s *segFile) mapping() []byte {
 		s.mu.Unlock()
 		return m
 	}
+	if s.uses++; s.uses < mapAfterUses {
+		s.mu.Unlock()
+		return nil
+	}
 	m := s.mapLocked()
 	count := s.toBudgetLocked()
 	s.mu.Unlock()
@@ -536,6 +549,11 @@ func (s *segFile) mapping() []byte {
 	}
 	return m
 }
+
+// mapAfterUses is the call of mapping that maps a sealed segment's .log
+// (a read walks its headers and copies its bytes: two calls); the calls
+// before it read with pread.
+const mapAfterUses = 5
 
 // mapLocked maps the sealed segment's .log. REQUIRES: s.mu held.
 func (s *segFile) mapLocked() []byte {
