@@ -42,6 +42,7 @@
 //	producers.go the producer state's snapshots and replay
 //	leadership.go BecomeLeader, BecomeFollower, StartAt
 //	read.go      Read, Lookup, OffsetForTimestamp
+//	timestamps.go the segment a timestamp lookup starts at, by binary search
 //	records.go   the Records a Read returns (sendfile to sockets)
 //	retention.go retention, DeleteRecordsBefore, TruncateTo
 //	epochs.go    the leader epoch cache
@@ -178,6 +179,8 @@
 //	               Close, SetConfig and a cleaner's commit; also guards the
 //	               activeSegment, the epoch cache, the pending deletions
 //	               and the log's deadlines
+//	Log.tsMu       the timestamp lookups' directory (timestamps.go);
+//	               readers take it, never under Log.mu
 //	segFile.mu     one segment's descriptor, mapping and index pointers;
 //	               never held during I/O of the .log
 //	index locks    inside package index

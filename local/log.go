@@ -114,10 +114,15 @@ type Log struct {
 	logger  *slog.Logger
 	metrics *Metrics
 
-	readOnly      bool
-	truncated     func() error // Options.truncated
-	cfg           atomic.Pointer[backend.Config]
-	segs          atomic.Pointer[[]*segFile] // sorted by base; the last takes appends
+	readOnly  bool
+	truncated func() error // Options.truncated
+	cfg       atomic.Pointer[backend.Config]
+	segs      atomic.Pointer[[]*segFile] // sorted by base; the last takes appends
+	// tsMu guards tsDir, the timestamp lookups' directory of the segment
+	// list's largest timestamps (timestamps.go). Taken before a
+	// segment's mu.
+	tsMu          sync.Mutex
+	tsDir         *tsDirectory
 	logStart      atomic.Int64
 	hw            atomic.Int64
 	leo           atomic.Int64

@@ -17,7 +17,8 @@ import (
 // writeIndexedSegments writes n segments of batches one-record batches
 // (1 KiB values, timestamps rising) into dir as a cleanly closed log
 // would leave them, with an offset and a time index entry every four
-// batches (Kafka's 4 KiB index.interval.bytes), without a Log.
+// batches (Kafka's 4 KiB index.interval.bytes) and the time index's entry
+// for the segment's largest timestamp, without a Log.
 func writeIndexedSegments(tb testing.TB, dir string, n, batches int) {
 	tb.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -46,6 +47,10 @@ func writeIndexedSegments(tb testing.TB, dir string, n, batches int) {
 			}
 			log = append(log, b...)
 		}
+		// The entry a roll appends: the segment's largest timestamp.
+		last := uint32(batches - 1)
+		ti = binary.BigEndian.AppendUint64(ti, uint64(1_700_000_000_000+int64(i*batches)+int64(last)))
+		ti = binary.BigEndian.AppendUint32(ti, last)
 		base := int64(i * batches)
 		for suf, data := range map[string][]byte{local.LogSuffix: log, local.IndexSuffix: oi, local.TimeIndexSuffix: ti} {
 			if err := os.WriteFile(filepath.Join(dir, local.FileName(base, suf)), data, 0o644); err != nil {
@@ -95,5 +100,36 @@ func BenchmarkReadRandomSegments(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "reads/s")
 		})
+	}
+}
+
+// BenchmarkOffsetForTimestamp looks up a random timestamp in a log of
+// 10,000 segments (16 batches each, timestamps rising), warm: every
+// segment's largest timestamp known. Kafka walks the segments for each
+// lookup; issue 27 asked for a binary search.
+func BenchmarkOffsetForTimestamp(b *testing.B) {
+	const n, batches = 10_000, 16
+	const end = n * batches
+	dir := filepath.Join(b.TempDir(), "t-0")
+	writeIndexedSegments(b, dir, n, batches)
+	l, err := local.Open(dir, local.Options{Config: backend.DefaultConfig(), CleanShutdown: true, RecoveryPoint: end, LogStartOffset: -1, HighWatermark: end, MaxOpenSegmentFiles: -1})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	rng := rand.New(rand.NewPCG(7, 8))
+	lookup := func() {
+		ts := 1_700_000_000_000 + rng.Int64N(end)
+		off, _, found, err := l.OffsetForTimestamp(ctx, ts)
+		if err != nil || !found || off != ts-1_700_000_000_000 {
+			b.Fatalf("OffsetForTimestamp(%d) = %d, %v, %v", ts, off, found, err)
+		}
+	}
+	for range 3 * n {
+		lookup()
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		lookup()
 	}
 }

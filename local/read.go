@@ -198,8 +198,9 @@ func (l *Log) Lookup(offset int64) (LookupResult, error) {
 }
 
 // OffsetForTimestamp returns the first offset whose record timestamp is >=
-// ts; see backend.Partition. Segments are chosen by their largest
-// timestamp, then the time index narrows the scan, as in Kafka.
+// ts; see backend.Partition. The segment is the first whose largest
+// timestamp is at or past ts, as in Kafka, found by binary search
+// (timestamps.go); then the time index narrows the scan.
 func (l *Log) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, bool, error) {
 	if err := checkCtx(ctx); err != nil {
 		return 0, 0, false, err
@@ -221,7 +222,12 @@ func (l *Log) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, b
 	if ts < 0 {
 		return 0, 0, false, fmt.Errorf("%w: timestamp %d", backend.ErrInvalidRecord, ts)
 	}
-	for _, seg := range l.segments() {
+	list := l.segs.Load()
+	first, err := l.firstSegmentForTimestamp(list, ts)
+	if err != nil {
+		return 0, 0, false, err
+	}
+	for _, seg := range (*list)[first:] {
 		if !seg.acquire() {
 			continue
 		}
