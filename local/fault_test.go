@@ -3,10 +3,12 @@ package local_test
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -407,5 +409,49 @@ func TestRollSyncsRaiseTheRecoveryPointInOrder(t *testing.T) {
 			t.Fatalf("recovery point %d after the first segment's sync ended, want at least %d", l.RecoveryPoint(), second)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestEpochCheckpointFailingAfterRename: a checkpoint write that fails
+// after its rename (the directory's fsync) left the new entry in the file
+// while the failed append put the cache back as if the file had not
+// changed: the next append, at the old epoch, wrote no checkpoint, and a
+// reopen took the file's entry as real (epoch 6 from offset 5, where
+// offsets 5..9 were written at epoch 3).
+func TestEpochCheckpointFailingAfterRename(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	ffs := faultfs.New(vfs.Default)
+	l := openFaulty(t, dir, ffs, cfg(t), false)
+	if _, err := l.Append(ctx, batchOf(5, 1, "a"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	var renamed atomic.Bool
+	ffs.SetHook(func(op faultfs.Op) error {
+		if op.Kind == faultfs.OpRename && strings.HasSuffix(op.To, local.LeaderEpochCheckpoint) {
+			renamed.Store(true)
+		}
+		if op.Kind == faultfs.OpSyncDir && renamed.Swap(false) {
+			return &fs.PathError{Op: "syncdir", Path: op.Path, Err: syscall.EIO}
+		}
+		return nil
+	})
+	if _, err := l.Append(ctx, batchOf(5, 2, "b"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 6}); err == nil {
+		t.Fatal("append with a failing checkpoint succeeded")
+	}
+	ffs.SetHook(nil)
+	if _, err := l.Append(ctx, batchOf(5, 3, "c"), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 3}); err != nil {
+		t.Fatal(err)
+	}
+	want := []local.EpochEntry{{Epoch: 3, StartOffset: 0}}
+	if got := l.LeaderEpochs(); !slices.Equal(got, want) {
+		t.Fatalf("cache %v, want %v", got, want)
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	l = openLog(t, dir, cfg(t), true)
+	defer l.Close()
+	if got := l.LeaderEpochs(); !slices.Equal(got, want) {
+		t.Fatalf("after reopen %v, want %v (offsets 5..9 were written at epoch 3)", got, want)
 	}
 }
