@@ -51,19 +51,28 @@ func (b *fileBudget) opened(s *segFile) {
 	}
 	b.mu.Unlock()
 	for _, v := range victims {
-		if !v.closeIdleFiles() {
-			// In use: keep it counted, it will close later.
-			b.mu.Lock()
-			b.addLocked(v)
-			b.mu.Unlock()
-		} else {
+		if v.closeIdleFiles() {
 			b.evictions.Add(1)
+			continue
 		}
+		// In use: keep it counted, it will close later; unless its last
+		// reference went meanwhile (its files closed for good, or opened
+		// again and counted anew).
+		v.mu.Lock()
+		b.mu.Lock()
+		if v.budgeted && v.holdsFilesLocked() {
+			b.addLocked(v)
+		}
+		b.mu.Unlock()
+		v.mu.Unlock()
 	}
 }
 
-// addLocked puts s in the ring. REQUIRES: b.mu held.
+// addLocked puts s in the ring, unless it is there. REQUIRES: b.mu held.
 func (b *fileBudget) addLocked(s *segFile) {
+	if i := s.ringAt; i >= 0 && i < len(b.ring) && b.ring[i] == s {
+		return
+	}
 	s.ringAt = len(b.ring)
 	b.ring = append(b.ring, s)
 }

@@ -267,7 +267,8 @@ func (p *Partition) record(st *manifestState) {
 	next := local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head),
 		LogStart: partitionStart(st.head, p.local.Offsets().LogStart)}
 	if prev := p.man.Load(); p.rec.have && prev.etag != "" && p.rec.st.Generation == prev.head.Generation() &&
-		next.LogStart == p.rec.st.LogStart && st.head.SameLog(prev.head) {
+		next.LogStart == p.rec.st.LogStart && next.RemoteEnd == p.rec.st.RemoteEnd && next.Born == p.rec.st.Born &&
+		st.head.SameLog(prev.head) {
 		// The generation moved alone from the one recorded: what the
 		// file records (this log, at that or an older generation) still
 		// holds.
