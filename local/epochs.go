@@ -20,7 +20,8 @@ type epochCache struct {
 	// past the log end: the file still holds ones load dropped (an epoch
 	// that began at the log end and never got a record, as a leader's does
 	// when the broker stops before its first append), or lacks the one
-	// BecomeLeader assigned at the log end. Harmless while the log end
+	// BecomeLeader assigned at the log end (or, after a failed write,
+	// the file holds entries the cache put back). Harmless while the log end
 	// stays there, and a reopen drops such entries either way, so neither
 	// the open nor BecomeLeader writes the file; the next append writes it
 	// before its batches (which would make the file's entries look real,
