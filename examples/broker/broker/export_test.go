@@ -26,3 +26,7 @@ func WrapListener(o *Options, wrap func(net.Listener) net.Listener) { o.wrapList
 // fails that open. For tests that block a creation in its file I/O or
 // fail it halfway.
 func SetOpenHook(o *Options, hook func(topic string, partition int32) error) { o.openHook = hook }
+
+// BucketPartitions is the read replica's discovery of a bucket's
+// partitions.
+var BucketPartitions = bucketPartitions

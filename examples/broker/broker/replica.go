@@ -44,27 +44,70 @@ func (b *Broker) isReplicaTopic(name string) bool {
 // bucketTopics lists the bucket's partitions under the replica prefix:
 // topic -> partitions (one past the largest with a manifest).
 func (b *Broker) bucketTopics(ctx context.Context) (map[string]int32, error) {
-	root := strings.Trim(b.opts.ReadReplicaPrefix, "/")
+	topics, err := bucketPartitions(ctx, b.opts.ReadReplicaOf, b.opts.ReadReplicaPrefix)
+	if err != nil {
+		return nil, fmt.Errorf("broker: list the read replica's bucket: %w", err)
+	}
+	return topics, nil
+}
+
+// pastDir sorts after every key under a partition's directory (no key
+// holds a character above U+10FFFF) and before the next directory's.
+const pastDir = "\U0010FFFF"
+
+// bucketPartitions lists the partitions with a manifest under root in
+// store: topic -> partitions (one past the largest). A folder's objects
+// (a partition's, or the WAL's) are listed while they are few; past a
+// page of them (1,000 keys: a long remote log), the listing skips to the
+// next folder, and a HEAD asks for a partition's manifest if the listing
+// had not reached it yet. So a bucket of a few partitions with 100,000
+// segments each costs a few requests a partition, not one for every
+// 1,000 objects.
+func bucketPartitions(ctx context.Context, store *objstore.Store, root string) (map[string]int32, error) {
+	root = strings.Trim(root, "/")
 	prefix := ""
 	if root != "" {
 		prefix = root + "/"
 	}
 	topics := map[string]int32{}
-	err := b.opts.ReadReplicaOf.List(ctx, prefix, func(o objstore.ObjectInfo) bool {
-		if !strings.HasSuffix(o.Key, "/"+manifest.ManifestName) {
+	found := func(k manifest.Key) { topics[k.Topic] = max(topics[k.Topic], k.Partition+1) }
+	after := ""
+	for {
+		var dir string // the folder under prefix being listed ("" for none)
+		n, seen, skip := 0, false, false
+		err := store.ListAfter(ctx, prefix, after, func(o objstore.ObjectInfo) bool {
+			d := ""
+			if i := strings.IndexByte(o.Key[len(prefix):], '/'); i >= 0 {
+				d = o.Key[:len(prefix)+i+1]
+			}
+			if d != dir {
+				dir, n, seen = d, 0, false
+			}
+			if k, err := manifest.ParseKey(o.Key); err == nil && k.Root == root && k.Kind == manifest.KindManifest {
+				found(k)
+				seen = true
+			}
+			if n++; n > 1000 && dir != "" {
+				skip = true // past a page of one folder: skip the rest of it
+				return false
+			}
 			return true
+		})
+		if err != nil {
+			return nil, err
 		}
-		k, err := manifest.ParseKey(o.Key)
-		if err != nil || k.Kind != manifest.KindManifest || k.Root != root {
-			return true
+		if !skip {
+			return topics, nil // the listing ran to its end
 		}
-		topics[k.Topic] = max(topics[k.Topic], k.Partition+1)
-		return true
-	})
-	if err != nil {
-		return nil, fmt.Errorf("broker: list the read replica's bucket: %w", err)
+		if k, err := manifest.ParseKey(dir + manifest.ManifestName); !seen && err == nil && k.Root == root {
+			if _, err := store.Head(ctx, dir+manifest.ManifestName); err == nil {
+				found(k)
+			} else if !errors.Is(err, objstore.ErrNotFound) {
+				return nil, err
+			}
+		}
+		after = dir + pastDir
 	}
-	return topics, nil
 }
 
 // openReplicaTopics opens and serves the bucket's topics not served yet,
