@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/tierlog/tierlog/manifest"
@@ -139,5 +141,88 @@ func TestHeadSameLog(t *testing.T) {
 	}
 	if h2, err := more.Head(); err != nil || h.SameLog(h2) {
 		t.Fatalf("a head with one more segment is the same log (%v)", err)
+	}
+}
+
+// TestHeadAppendIsLayer: appending segments to a head lays them out
+// exactly as Layer lays out the whole manifest (the same head bytes, the
+// same parts, byte for byte, with the same ids), through carries up to
+// tier 2, after cuts at the front that skip into parts or drop them, and
+// it reads only the parts a carry merges.
+func TestHeadAppendIsLayer(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 9))
+	b := newBucket()
+	prev := &manifest.Manifest{Generation: 1, WriterEpoch: 1}
+	b.commit(t, nil, prev)
+	head, err := prev.Head()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := 0
+	for step := 0; i < 6000; step++ {
+		if step%97 == 96 && len(prev.Segments) > 40 {
+			// A cut at the front, through the whole manifest (retention).
+			next := *prev
+			k := 1 + rng.IntN(len(prev.Segments)/2)
+			next.Segments = slices.Clone(prev.Segments[k:])
+			next.LogStartOffset = next.Segments[0].BaseOffset
+			next.Generation++
+			b.commit(t, prev, &next)
+			prev = &next
+			if head, err = prev.Head(); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		var segs []manifest.Segment
+		for range 1 + rng.IntN(40) {
+			segs = append(segs, synthSegment(int64(i)*10, 10, i))
+			i++
+		}
+		// The whole manifest's way.
+		next := *prev
+		next.Segments = append(slices.Clone(prev.Segments), segs...)
+		next.Generation++
+		idBefore := b.nextID
+		made, err := next.Layer(prev, b.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := next.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The head's way, with the same ids.
+		ids := newBucket()
+		ids.nextID = idBefore
+		loads := 0
+		load := func(p manifest.Part) ([]manifest.Segment, error) { loads++; return b.load(p) }
+		got, gotMade, err := head.Append(segs, next.LogStartOffset, load, ids.id)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		got, err = got.Edit(func(m *manifest.Manifest) { m.Generation = next.Generation })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got.Encode(), want) {
+			t.Fatalf("step %d (%d segments): the appended head's bytes are not the layered manifest's", step, len(next.Segments))
+		}
+		if len(gotMade) != len(made) {
+			t.Fatalf("step %d: %d parts made, Layer made %d", step, len(gotMade), len(made))
+		}
+		for k := range made {
+			if made[k].Part != gotMade[k].Part || !bytes.Equal(made[k].Data, gotMade[k].Data) {
+				t.Fatalf("step %d: part %d differs from Layer's", step, k)
+			}
+			b.parts[made[k].Name()] = made[k].Data
+		}
+		if loads > (manifest.Fanout-1)*manifest.MaxTier { // a carry through every tier
+			t.Fatalf("step %d: %d parts read for one append", step, loads)
+		}
+		prev, head = &next, got
+	}
+	if len(head.Parts) == 0 || slices.IndexFunc(head.Parts, func(p manifest.Part) bool { return p.Tier == 2 }) < 0 {
+		t.Fatalf("no tier 2 part after %d segments: the carries were not tried", i)
 	}
 }

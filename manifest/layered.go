@@ -348,31 +348,23 @@ func (m *Manifest) Layer(prev *Manifest, newID func() [8]byte) ([]PartObject, er
 		es = append(es, entry{tier: 0, start: j, count: LeafSegments})
 		j += LeafSegments
 	}
-	// Carries: Fanout parts of tier t in a row after the last part of a
-	// higher tier become one of tier t+1.
-	for t := 0; t < MaxTier; t++ {
-		for {
-			from := len(es)
-			for from > 0 && es[from-1].tier <= t {
-				from--
-			}
-			for from < len(es) && es[from].tier < t {
-				from++ // lower tiers left at the front by a cut stay where they are
-			}
-			n := 0
-			for from+n < len(es) && es[from+n].tier == t {
-				n++
-			}
-			if n < Fanout {
-				break
-			}
-			merged := entry{tier: t + 1, start: es[from].start}
-			for _, e := range es[from : from+Fanout] {
-				merged.count += e.count
-			}
-			es = slices.Replace(es, from, from+Fanout, merged)
-		}
+	tiers := make([]int, len(es))
+	for i, e := range es {
+		tiers[i] = e.tier
 	}
+	merged := make([]entry, 0, len(es))
+	for _, r := range carries(tiers) {
+		if r.to-r.from == 1 {
+			merged = append(merged, es[r.from])
+			continue
+		}
+		e := entry{tier: r.tier, start: es[r.from].start}
+		for _, c := range es[r.from:r.to] {
+			e.count += c.count
+		}
+		merged = append(merged, e)
+	}
+	es = merged
 	var made []PartObject
 	m.Parts = m.Parts[:0:0]
 	for _, e := range es {
@@ -393,6 +385,113 @@ func (m *Manifest) Layer(prev *Manifest, newID func() [8]byte) ([]PartObject, er
 		return nil, err
 	}
 	return made, nil
+}
+
+// tierRun is what carries makes of its input: entries from to to (one,
+// or the Fanout^k a merge made one) as one part of tier.
+type tierRun struct{ tier, from, to int }
+
+// carries applies the layers' carries to parts of the given tiers, in
+// order: Fanout parts of tier t in a row after the last part of a higher
+// tier become one of tier t+1, tier by tier up to MaxTier (a counter in
+// base Fanout). Parts of lower tiers left at the front by a cut stay
+// where they are.
+func carries(tiers []int) []tierRun {
+	rs := make([]tierRun, len(tiers))
+	for i, t := range tiers {
+		rs[i] = tierRun{tier: t, from: i, to: i + 1}
+	}
+	for t := 0; t < MaxTier; t++ {
+		for {
+			from := len(rs)
+			for from > 0 && rs[from-1].tier <= t {
+				from--
+			}
+			for from < len(rs) && rs[from].tier < t {
+				from++
+			}
+			n := 0
+			for from+n < len(rs) && rs[from+n].tier == t {
+				n++
+			}
+			if n < Fanout {
+				break
+			}
+			rs = slices.Replace(rs, from, from+Fanout, tierRun{tier: t + 1, from: rs[from].from, to: rs[from+Fanout-1].to})
+		}
+	}
+	return rs
+}
+
+// Append returns the head of h's manifest with segs appended after its
+// last segment and its log start set to logStart, layered as Layer lays
+// out the whole manifest (byte for byte, given the same new ids), and the
+// parts it made. It reads only what a carry merges: the live segments of
+// the parts a merge takes (through load) and the head's own; the
+// generation, writer epoch and WAL are h's (a commit sets them with
+// Edit).
+func (h *Head) Append(segs []Segment, logStart int64, load func(Part) ([]Segment, error), newID func() [8]byte) (*Head, []PartObject, error) {
+	hdr := *h.m
+	hdr.LogStartOffset = logStart
+	own := append(slices.Clip(h.Own), segs...)
+	// Check the new segments against the head's before laying them out.
+	check := hdr
+	check.Segments = own
+	if err := check.Validate(); err != nil {
+		return nil, nil, err
+	}
+	if n := len(h.Parts); n > 0 && len(own) > 0 && own[0].BaseOffset <= h.Parts[n-1].LastOffset {
+		return nil, nil, fmt.Errorf("%w: a segment at base %d after the last part (ends at %d)", ErrInvalid, own[0].BaseOffset, h.Parts[n-1].LastOffset)
+	}
+	type entry struct {
+		tier int
+		part *Part     // an existing part
+		segs []Segment // a new part's segments
+	}
+	var es []entry
+	for i := range h.Parts {
+		es = append(es, entry{tier: h.Parts[i].Tier, part: &h.Parts[i]})
+	}
+	j := 0
+	for len(own)-j > LeafSegments {
+		es = append(es, entry{tier: 0, segs: own[j : j+LeafSegments]})
+		j += LeafSegments
+	}
+	tiers := make([]int, len(es))
+	for i, e := range es {
+		tiers[i] = e.tier
+	}
+	var parts []Part
+	var made []PartObject
+	for _, r := range carries(tiers) {
+		if r.to-r.from == 1 && es[r.from].part != nil {
+			parts = append(parts, *es[r.from].part)
+			continue
+		}
+		var run []Segment
+		for _, e := range es[r.from:r.to] {
+			if e.part == nil {
+				run = append(run, e.segs...)
+				continue
+			}
+			live, err := load(*e.part)
+			if err != nil {
+				return nil, nil, err
+			}
+			run = append(run, live...)
+		}
+		po, err := encodePart(r.tier, newID(), run)
+		if err != nil {
+			return nil, nil, err
+		}
+		made = append(made, po)
+		parts = append(parts, po.Part)
+	}
+	next, err := newHead(&hdr, parts, slices.Clone(own[j:]))
+	if err != nil {
+		return nil, nil, err
+	}
+	return next, made, nil
 }
 
 // sameSegments says whether a and b are the same segments, field by field.

@@ -205,6 +205,54 @@ func (p *Partition) withClose(ctx context.Context) (context.Context, context.Can
 // be read back), the error is retryable and the next change reconciles.
 // REQUIRES: p.mu held.
 func (p *Partition) commitLocked(ctx context.Context, st *manifestState, prev, next *manifest.Manifest) error {
+	return p.commitBuiltLocked(ctx, st, func(gen uint64, epoch int32) (*manifest.Head, []manifest.PartObject, error) {
+		next.Generation = gen
+		next.WriterEpoch = epoch
+		if p.dl != nil {
+			next.WAL = p.walRecordLocked(st.head, next.LogStartOffset, lastOffsetOf(next.Segments))
+		}
+		made, err := next.Layer(prev, newPartID)
+		if err != nil {
+			return nil, nil, err
+		}
+		head, err := next.Head() // what the partition keeps, and what is put
+		return head, made, err
+	})
+}
+
+// commitAppendLocked commits segs appended to the manifest st holds,
+// with its log start at logStart: commitLocked's commit, built from the
+// head alone (manifest.Head.Append), reading only the parts a carry
+// merges, so a commit's cost does not grow with the partition's length.
+// REQUIRES: p.mu held.
+func (p *Partition) commitAppendLocked(ctx context.Context, st *manifestState, segs []manifest.Segment, logStart int64) error {
+	return p.commitBuiltLocked(ctx, st, func(gen uint64, epoch int32) (*manifest.Head, []manifest.PartObject, error) {
+		load := func(ref manifest.Part) ([]manifest.Segment, error) { return p.partSegments(ctx, ref) }
+		head, made, err := st.head.Append(segs, logStart, load, newPartID)
+		if err != nil {
+			return nil, nil, err
+		}
+		wal := st.head.WAL()
+		if p.dl != nil {
+			wal = p.walRecordLocked(st.head, logStart, head.LastOffset())
+		}
+		head, err = head.Edit(func(m *manifest.Manifest) { m.Generation, m.WriterEpoch, m.WAL = gen, epoch, wal })
+		return head, made, err
+	})
+}
+
+// lastOffsetOf is the last offset of segs' last segment, -1 for none.
+func lastOffsetOf(segs []manifest.Segment) int64 {
+	if n := len(segs); n > 0 {
+		return segs[n-1].LastOffset
+	}
+	return -1
+}
+
+// commitBuiltLocked is commitLocked's commit of the head build makes for
+// the next generation at the writer's epoch, with the parts it names.
+// REQUIRES: p.mu held.
+func (p *Partition) commitBuiltLocked(ctx context.Context, st *manifestState, build func(gen uint64, epoch int32) (*manifest.Head, []manifest.PartObject, error)) error {
 	if err := p.reconcileLocked(ctx); err != nil {
 		return err
 	}
@@ -222,20 +270,11 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, prev, n
 	if st.head.Deleted() {
 		return fmt.Errorf("%w: partition %s: its deletion has begun", backend.ErrNotFound, p.prefix)
 	}
-	next.Generation = st.head.Generation() + 1
-	next.WriterEpoch = epoch
-	if p.dl != nil {
-		next.WAL = p.walRecordLocked(st.head, next)
-	}
-	made, err := next.Layer(prev, newPartID)
+	head, made, err := build(st.head.Generation()+1, epoch)
 	if err != nil {
 		return err
 	}
-	head, err := next.Head() // what the partition keeps, and what is put
-	if err != nil {
-		return err
-	}
-	data := head.Encode() // next.Encode's bytes, without validating next again
+	data := head.Encode() // the whole manifest's bytes, without validating it again
 	if len(made) > 0 {
 		// The parts first (named by an intent): the head names them, and
 		// must land within the intent's window, by this writer's clock.
@@ -268,14 +307,14 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, prev, n
 			p.dl.claimCommitted()
 		}
 		p.metrics.ManifestCommits.Add(1)
-		p.backupManifest(ctx, next.Generation, data)
+		p.backupManifest(ctx, head.Generation(), data)
 		return nil
 	case errors.Is(err, objstore.ErrPreconditionFailed):
 		p.unknown = head
 		return p.reconcileLocked(ctx)
 	default:
 		p.unknown = head // it may have landed
-		return fmt.Errorf("tiered: commit manifest generation %d: %w", next.Generation, err)
+		return fmt.Errorf("tiered: commit manifest generation %d: %w", head.Generation(), err)
 	}
 }
 

@@ -642,13 +642,11 @@ func (d *diskless) recordLocked(base int64, extents []manifest.WALExtent) *manif
 	return &manifest.WAL{Writer: [8]byte(d.w.ID()), After: after, Extents: extents}
 }
 
-// walRecordLocked is the WAL record a commit of next carries. REQUIRES:
-// p.mu.
-func (p *Partition) walRecordLocked(prev *manifest.Head, next *manifest.Manifest) *manifest.WAL {
-	base := max(next.LogStartOffset, 0)
-	if n := len(next.Segments); n > 0 {
-		base = max(base, next.Segments[n-1].LastOffset+1)
-	}
+// walRecordLocked is the WAL record a commit carries of a manifest with
+// log start logStart whose last segment ends at last (-1: none).
+// REQUIRES: p.mu.
+func (p *Partition) walRecordLocked(prev *manifest.Head, logStart, last int64) *manifest.WAL {
+	base := max(logStart, 0, last+1)
 	var extents []manifest.WALExtent
 	if w := prev.WAL(); w != nil {
 		for _, e := range w.Extents {

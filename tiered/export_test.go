@@ -28,9 +28,22 @@ func (movingTier) read(context.Context, view, int64, int64, backend.ReadOptions)
 	return nil, true, fmt.Errorf("%w: %w", errViewMoved, &backend.OffsetOutOfRangeError{Offset: 0, LogStart: 0, LogEnd: 0})
 }
 
-// CommitSegments commits the manifest p holds with segs appended, as an
-// upload's commit does, for tests of the manifest at sizes no log reaches
-// (the segments' objects are not put).
+// AppendSegments commits segs after the manifest's last segment as an
+// upload does: from the head and the parts a carry merges
+// (commitAppendLocked), not the whole manifest; for tests of the
+// manifest at sizes no log reaches (the segments' objects are not put).
+func AppendSegments(ctx context.Context, p *Partition, segs []manifest.Segment) error {
+	ctx, done, err := p.beginLeaderChange(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	st := p.man.Load()
+	return p.commitAppendLocked(ctx, st, segs, st.head.LogStartOffset())
+}
+
+// CommitSegments is AppendSegments through the whole manifest, as
+// retention and DeleteRecordsBefore commit (commitLocked, Layer).
 func CommitSegments(ctx context.Context, p *Partition, segs []manifest.Segment) error {
 	ctx, done, err := p.beginLeaderChange(ctx)
 	if err != nil {

@@ -135,7 +135,8 @@ func (in *intent) checkWindow(now time.Time) error {
 	return nil
 }
 
-// commitInWindowLocked commits next (see commitLocked) only within the
+// commitInWindowLocked runs commit (commitLocked's or
+// commitAppendLocked's) only within the
 // intent's commit window by this writer's clock: the manifest PUT, its
 // retries included, is abandoned when the window ends. gc judges the
 // intent dead only clockSkew after the window, so no commit it cannot
@@ -143,7 +144,7 @@ func (in *intent) checkWindow(now time.Time) error {
 // clocks' disagreement and a request the server takes late. A commit cut
 // short is reconciled by the next change, as any lost answer.
 // REQUIRES: p.mu held.
-func (p *Partition) commitInWindowLocked(ctx context.Context, in *intent, st *manifestState, prev, next *manifest.Manifest) error {
+func (p *Partition) commitInWindowLocked(ctx context.Context, in *intent, commit func(ctx context.Context) error) error {
 	now := p.opts.Now()
 	if err := in.checkWindow(now); err != nil {
 		return err
@@ -151,7 +152,7 @@ func (p *Partition) commitInWindowLocked(ctx context.Context, in *intent, st *ma
 	end := time.UnixMilli(in.CreatedMs + in.Window)
 	wctx, cancel := context.WithTimeout(ctx, end.Sub(now))
 	defer cancel()
-	err := p.commitLocked(wctx, st, prev, next)
+	err := commit(wctx)
 	if err != nil && ctx.Err() == nil && errors.Is(wctx.Err(), context.DeadlineExceeded) {
 		return fmt.Errorf("%w: %s: the manifest commit did not end within the window: %w", ErrCommitWindow, in.key, err)
 	}

@@ -372,3 +372,37 @@ func TestPartsFromTheDiskCache(t *testing.T) {
 		t.Fatalf("after the damaged parts were read again, a restart read %d from the bucket", got)
 	}
 }
+
+// BenchmarkCommitLongPartition commits one segment after 100,000 (a
+// layered manifest, its parts cached), the way an upload commits: from
+// the head and the parts a carry merges (append), and through the whole
+// manifest as uploads did before (whole). ns and bytes allocated a
+// commit; the PUTs go to an in-memory bucket.
+func BenchmarkCommitLongPartition(b *testing.B) {
+	for _, how := range []string{"whole", "append"} {
+		b.Run(how, func(b *testing.B) {
+			store := objstore.New(mem.New(), "mem://long", objstore.Options{})
+			p := open(b, filepath.Join(b.TempDir(), "orders-0"), store, 1, cfg(b, "retention.ms", "-1"))
+			defer p.Close()
+			now := time.Now().UnixMilli()
+			const n = 100_000
+			for i := 0; i < n; i += 10_000 {
+				if err := tiered.AppendSegments(ctx, p, synthSegments(int64(i)*100, 10_000, now)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			commit := tiered.AppendSegments
+			if how == "whole" {
+				commit = tiered.CommitSegments
+			}
+			i := n
+			b.ReportAllocs()
+			for b.Loop() {
+				if err := commit(ctx, p, synthSegments(int64(i)*100, 1, now)); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}

@@ -102,13 +102,6 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		}
 	}
 	st := p.man.Load()
-	// The manifest the commit builds on, whole (its parts from the cache):
-	// read before anything is uploaded, so a part that cannot be read
-	// costs no upload.
-	prev, err := p.whole(ctx, st.head)
-	if err != nil {
-		return 0, err
-	}
 	in, err := p.writeIntent(ctx, st.head.Generation(), segs)
 	if err != nil {
 		return 0, err
@@ -136,15 +129,17 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		ok++
 	}
 	if ok > 0 {
-		next := *prev
-		next.Segments = append(append([]manifest.Segment(nil), prev.Segments...), segs[:ok]...)
-		if len(prev.Segments) == 0 {
-			next.LogStartOffset = max(next.LogStartOffset, segs[0].BaseOffset, p.local.Offsets().LogStart)
+		logStart := st.head.LogStartOffset()
+		if st.head.Count() == 0 {
+			logStart = max(logStart, segs[0].BaseOffset, p.local.Offsets().LogStart)
 		}
 		// A DeleteRecordsBefore past the bucket's end raised the partition's
 		// log start beyond what the manifest could record then: it does now.
-		next.LogStartOffset = max(next.LogStartOffset, min(p.Offsets().LogStart, segs[ok-1].LastOffset+1))
-		if err := p.commitInWindowLocked(ctx, in, st, prev, &next); err != nil {
+		logStart = max(logStart, min(p.Offsets().LogStart, segs[ok-1].LastOffset+1))
+		// The head and the parts a carry merges: not the whole manifest.
+		if err := p.commitInWindowLocked(ctx, in, func(ctx context.Context) error {
+			return p.commitAppendLocked(ctx, st, segs[:ok], logStart)
+		}); err != nil {
 			return 0, err
 		}
 		for _, seg := range segs[:ok] {
