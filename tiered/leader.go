@@ -74,10 +74,10 @@ func (p *Partition) attach(ctx context.Context) error {
 	if err := p.judge(st); err != nil {
 		return err
 	}
-	if p.dl == nil && st.head.WAL() != nil && !st.head.Deleted() && !p.segs.ReadOnly() {
+	if p.dl == nil && st.head.WAL() != nil && !st.head.Deleted() && !p.segs.ReadOnly() && !p.opts.ReadReplica {
 		// Its recent records may be only in WAL objects, which a classic
 		// partition neither reads nor keeps. (A tool's read-only view
-		// reads its segments.)
+		// reads its segments, and so does a read replica: replica.go.)
 		return fmt.Errorf("%w: %s: the bucket's manifest (generation %d) is a diskless partition's: open it with diskless.enable=true",
 			backend.ErrInvalidConfig, p.layout().Manifest(), st.head.Generation())
 	}

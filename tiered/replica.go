@@ -40,8 +40,13 @@ import (
 // backend.ErrStorage while the bucket does not answer: never an empty
 // log's out-of-range, which would make a consumer reset its offset.
 //
-// Not yet: a diskless topic's data past its segments (the WAL extents)
-// is not served; a replica serves the segments only.
+// A replica of a diskless topic serves its segments only: the records
+// past them, in the current WAL writer's objects, are not final until
+// the origin commits them (an object that landed may hold appends the
+// writer then fails and appends again, and the bucket records no
+// acknowledged end to bound them), and a replica must never serve a
+// record the origin later replaces. It trails the origin by the
+// consolidation of its WAL into segments.
 
 // ErrReadReplica is a write to a read replica (it matches
 // backend.ErrNotLeader: its origin's leader takes writes).

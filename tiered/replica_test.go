@@ -260,3 +260,36 @@ func BenchmarkReplicaSequential(b *testing.B) {
 		})
 	}
 }
+
+// TestReadReplicaOfDiskless: a read replica of a diskless origin serves
+// the origin's segments, byte for byte, up to their end (the records past
+// them, in WAL objects, are not final until the origin commits them), and
+// writes nothing to the bucket. (It failed at open: a diskless manifest
+// refused on a partition without diskless.enable.)
+func TestReadReplicaOfDiskless(t *testing.T) {
+	inner := mem.New()
+	store := objstore.New(inner, "mem://diskless-origin", objstore.Options{})
+	ro := &objstoretest.ReadOnly{Driver: inner}
+	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	origin := openDiskless(t, b, 1)
+	for i := range 120 {
+		if _, err := appendOne(t, origin, 5, string(rune('a'+i%26))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := origin.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the origin uploaded no segment", func() bool { return origin.Head().LastOffset() >= 0 })
+	replica := openReplica(t, objstore.New(ro, "mem://diskless-replica", objstore.Options{}))
+	defer replica.Close()
+	if err := replica.ReplicaStep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	end := replica.Head().LastOffset() + 1
+	if o := replica.Offsets(); end <= 0 || o.HighWatermark != end || o.LogEnd != end {
+		t.Fatalf("the replica's offsets %+v; want its high watermark and log end at the segments' end %d", o, end)
+	}
+	sameBatches(t, replica, origin)
+	ro.Check(t)
+}
