@@ -226,6 +226,9 @@ func (p *Partition) commitLocked(ctx context.Context, st *manifestState, prev, n
 // merges, so a commit's cost does not grow with the partition's length.
 // REQUIRES: p.mu held.
 func (p *Partition) commitAppendLocked(ctx context.Context, st *manifestState, segs []manifest.Segment, logStart int64) error {
+	if err := p.checkPartsLocked(ctx, st.head); err != nil {
+		return err
+	}
 	return p.commitBuiltLocked(ctx, st, func(gen uint64, epoch int32) (*manifest.Head, []manifest.PartObject, error) {
 		load := func(ref manifest.Part) ([]manifest.Segment, error) { return p.partSegments(ctx, ref) }
 		head, made, err := st.head.Append(segs, logStart, load, newPartID)
@@ -239,6 +242,36 @@ func (p *Partition) commitAppendLocked(ctx context.Context, st *manifestState, s
 		head, err = head.Edit(func(m *manifest.Manifest) { m.Generation, m.WriterEpoch, m.WAL = gen, epoch, wal })
 		return head, made, err
 	})
+}
+
+// checkPartsLocked reads each part h names that this partition has not
+// read yet, and fails on the first that cannot be read or does not hold
+// what h says: nothing is committed over a manifest whose parts are gone
+// or damaged (an append commit reads only the parts a carry merges, so
+// without this it would go on over them). Parts are immutable, so each
+// is read once (from the caches when they hold it). REQUIRES: p.mu held.
+func (p *Partition) checkPartsLocked(ctx context.Context, h *manifest.Head) error {
+	for _, ref := range h.Parts {
+		if _, ok := p.partsRead[ref.ID]; ok {
+			continue
+		}
+		if _, err := p.partSegments(ctx, ref); err != nil {
+			return err
+		}
+		if p.partsRead == nil {
+			p.partsRead = map[[8]byte]struct{}{}
+		}
+		p.partsRead[ref.ID] = struct{}{}
+	}
+	if len(p.partsRead) > 2*len(h.Parts)+manifest.Fanout {
+		// Forget the parts the head no longer names.
+		keep := make(map[[8]byte]struct{}, len(h.Parts))
+		for _, ref := range h.Parts {
+			keep[ref.ID] = struct{}{}
+		}
+		p.partsRead = keep
+	}
+	return nil
 }
 
 // lastOffsetOf is the last offset of segs' last segment, -1 for none.

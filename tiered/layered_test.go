@@ -2,6 +2,7 @@ package tiered_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
@@ -233,9 +234,11 @@ func TestMissingPartIsCorrupt(t *testing.T) {
 		t.Fatalf("a new leader's open: %v", err)
 	}
 	defer q.Close()
-	err = tiered.CommitSegments(ctx, q, synthSegments(40*100, 1, time.Now().UnixMilli()))
-	if !errors.Is(err, manifest.ErrCorrupt) || !strings.Contains(err.Error(), parts[0].Name()) {
-		t.Fatalf("a new leader's commit over a manifest whose part is gone: %v", err)
+	for _, commit := range []func(context.Context, *tiered.Partition, []manifest.Segment) error{tiered.CommitSegments, tiered.AppendSegments} {
+		err = commit(ctx, q, synthSegments(40*100, 1, time.Now().UnixMilli()))
+		if !errors.Is(err, manifest.ErrCorrupt) || !strings.Contains(err.Error(), parts[0].Name()) {
+			t.Fatalf("a new leader's commit over a manifest whose part is gone: %v", err)
+		}
 	}
 	now, err := store.ReadAll(ctx, "tl/orders-0/manifest", 0, -1)
 	if err != nil {

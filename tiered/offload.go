@@ -102,6 +102,11 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		}
 	}
 	st := p.man.Load()
+	// The parts the commit builds on, read (once) before anything is
+	// uploaded: a part that cannot be read costs no upload.
+	if err := p.checkPartsLocked(ctx, st.head); err != nil {
+		return 0, err
+	}
 	in, err := p.writeIntent(ctx, st.head.Generation(), segs)
 	if err != nil {
 		return 0, err

@@ -152,6 +152,9 @@ type Partition struct {
 	// unknown is a manifest whose commit may or may not have happened (the
 	// answer was lost); the next change reconciles it first. Guarded by mu.
 	unknown *manifest.Head
+	// partsRead are the ids of the parts checkPartsLocked has read.
+	// Guarded by mu.
+	partsRead map[[8]byte]struct{}
 	// backupDue is a committed generation whose backup is not written yet
 	// (backup.go): nothing is deleted on its strength until it is.
 	// Guarded by mu.
