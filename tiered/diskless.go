@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/manifest"
@@ -89,6 +90,9 @@ type diskless struct {
 	rebuiltAt atomic.Int32
 	pending   atomic.Bool
 	pendingAt atomic.Int32
+	// readClaim is when a read last tried to claim (unix nanoseconds;
+	// disklessReady).
+	readClaim atomic.Int64
 }
 
 // claimCommitted is told that a manifest of this Partition committed: a
@@ -299,6 +303,39 @@ func (p *Partition) claimDiskless(ctx context.Context) error {
 	done()
 	return nil
 }
+
+// disklessReady is nil once a diskless leader has claimed the partition
+// for its epoch: until then its local log lacks the tail the bucket's WAL
+// holds past the segments (BecomeLeader's claim may have failed: the
+// bucket down, or an older leader committing meanwhile), and a read or a
+// lookup would answer from a log that ends short of what was
+// acknowledged (an out-of-range to a consumer ahead of it, which resets
+// its offset). It claims now, at most once every readClaimEvery (a
+// consumer's fetches retry fast; the service and the first append claim
+// too); until a claim lands the answer is a retryable
+// backend.ErrStorage. Followers and classic partitions are always ready.
+func (p *Partition) disklessReady(ctx context.Context) error {
+	if p.dl == nil || p.role.Load() != roleLeader || p.claimed.Load() == p.epoch.Load() {
+		return nil
+	}
+	err := errors.New("a read tried the claim less than a second ago")
+	now := p.opts.Now().UnixNano()
+	if last := p.dl.readClaim.Load(); now-last >= int64(readClaimEvery) && p.dl.readClaim.CompareAndSwap(last, now) {
+		err = p.claimDiskless(ctx)
+	}
+	if p.claimed.Load() == p.epoch.Load() {
+		return nil // this read's claim landed, or another's did
+	}
+	if err == nil {
+		err = errors.New("the claim did not land")
+	}
+	return storageError(ctx, fmt.Errorf("tiered: %s: diskless: the leader at epoch %d has not claimed the partition yet (its log's tail is in the bucket's WAL): %w",
+		p.prefix, p.epoch.Load(), err))
+}
+
+// readClaimEvery is how often reads of a diskless leader that has not
+// claimed its partition try the claim.
+const readClaimEvery = time.Second
 
 // walNamesOther says whether a diskless partition must commit a claim over
 // m even at its own epoch: m does not name this writer (a restarted

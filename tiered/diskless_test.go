@@ -968,7 +968,18 @@ func appendTen(t *testing.T, p *tiered.Partition) map[int64][]byte {
 func newLeaderBatches(t *testing.T, store *objstore.Store, epoch int32) map[int64][]byte {
 	t.Helper()
 	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	return batchesFrom(t, openDiskless(t, b, epoch), 0)
+	p := openDiskless(t, b, epoch)
+	// Its claim in BecomeLeader may lose to an older leader still
+	// committing (three tries): reads answer ErrStorage until a claim
+	// lands (TestDisklessUnclaimedLeaderServesNothing).
+	eventually(t, 20*time.Second, "the new leader never claimed the partition", func() bool {
+		r, err := p.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+		if err == nil {
+			r.Close()
+		}
+		return err == nil
+	})
+	return batchesFrom(t, p, 0)
 }
 
 // checkAcked fails for each acknowledged batch a new leader's log does
@@ -980,4 +991,49 @@ func checkAcked(t *testing.T, got, acked map[int64][]byte) {
 			t.Errorf("the acknowledged batch ending at %d is lost or changed on the new leader", off)
 		}
 	}
+}
+
+// TestDisklessUnclaimedLeaderServesNothing: a new leader whose claim
+// failed (the bucket refused its manifest) has not made its log's tail
+// from the bucket's WAL: it answers reads and lookups with a retryable
+// storage error, never from a log that ends short of what the old leader
+// acknowledged (a consumer ahead of that end would be sent out of range,
+// and reset its offset). Once the bucket takes the claim, the next read
+// claims and serves every record.
+func TestDisklessUnclaimedLeaderServesNothing(t *testing.T) {
+	inner := mem.New()
+	store := objstore.New(inner, "mem://unclaimed", objstore.Options{})
+	b1 := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	p1 := openDiskless(t, b1, 1)
+	for i := range 20 {
+		if _, err := appendOne(t, p1, 5, string(rune('a'+i%26))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p1.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	want := batchesFrom(t, p1, 0)
+
+	d := faultstore.Wrap(inner, 1)
+	refuse := d.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: "/manifest", Every: 1, Fault: faultstore.Permanent})
+	b2 := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), objstore.New(d, "mem://unclaimed-2", objstore.Options{}))
+	p2 := openDiskless(t, b2, 2) // its claim fails: a warning
+	if _, err := p2.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1 << 20}); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("a read of a leader that has not claimed: %v; want ErrStorage", err)
+	}
+	if _, _, _, err := p2.OffsetForTimestamp(ctx, 0); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("a lookup of a leader that has not claimed: %v; want ErrStorage", err)
+	}
+	refuse.Remove()
+	// A read tries the claim again (at most once a second), as do the
+	// Backend's service and the first append.
+	eventually(t, 10*time.Second, "the leader never claimed once the bucket took it", func() bool {
+		r, err := p2.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+		if err == nil {
+			r.Close()
+		}
+		return err == nil
+	})
+	checkBatches(t, "the leader once the bucket took its claim", batchesFrom(t, p2, 0), want)
 }

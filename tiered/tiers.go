@@ -104,6 +104,9 @@ func (p *Partition) Read(ctx context.Context, offset int64, opts backend.ReadOpt
 	if p.opts.ReadReplica {
 		return p.replicaRead(ctx, offset, opts)
 	}
+	if err := p.disklessReady(ctx); err != nil {
+		return nil, err
+	}
 	return p.readTries(ctx, offset, opts)
 }
 
@@ -238,6 +241,9 @@ func (p *Partition) OffsetForTimestamp(ctx context.Context, ts int64) (int64, in
 		return 0, 0, false, err
 	}
 	if err := p.replicaReady(ctx); err != nil {
+		return 0, 0, false, err
+	}
+	if err := p.disklessReady(ctx); err != nil {
 		return 0, 0, false, err
 	}
 	off, rts, ok, err := p.offsetForTimestamp(ctx, ts)
