@@ -42,6 +42,28 @@ func TestBecomeLeaderRecordsEpochStart(t *testing.T) {
 	}
 }
 
+// untouched records the file at path; the function it returns fails the
+// test, saying what rewrote it, unless the file is still that one (the
+// same inode) with the same bytes.
+func untouched(t *testing.T, path string) func(what string) {
+	t.Helper()
+	before, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	content, _ := os.ReadFile(path)
+	return func(what string) {
+		t.Helper()
+		after, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := os.ReadFile(path); !os.SameFile(before, after) || string(got) != string(content) {
+			t.Fatalf("%s rewrote %s: %q, was %q", what, filepath.Base(path), got, content)
+		}
+	}
+}
+
 // TestBecomeLeaderWritesNothing: becoming leader changes no file (the
 // epoch's entry, at the log end, is one a reopen would drop); the epoch's
 // first append writes the checkpoint before its batch, and a reopen then
@@ -53,21 +75,11 @@ func TestBecomeLeaderWritesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	path := filepath.Join(dir, local.LeaderEpochCheckpoint)
-	before, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	content, _ := os.ReadFile(path)
+	kept := untouched(t, path)
 	if err := l.BecomeLeader(ctx, 5); err != nil {
 		t.Fatal(err)
 	}
-	after, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := os.ReadFile(path); !os.SameFile(before, after) || string(got) != string(content) {
-		t.Fatalf("BecomeLeader rewrote %s: %q, was %q", local.LeaderEpochCheckpoint, got, content)
-	}
+	kept("BecomeLeader")
 	if e, end, found, _ := l.EndOffsetForEpoch(ctx, 5); !found || e != 5 || end != 5 {
 		t.Fatalf("EndOffsetForEpoch(5) = %d, %d, %v; want 5, 5 before the epoch's first append", e, end, found)
 	}
@@ -232,12 +244,7 @@ func TestIdleReopenKeepsEpochCheckpoint(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(dir, local.LeaderEpochCheckpoint)
-	before, err := os.Stat(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	content, _ := os.ReadFile(path)
+	kept := untouched(t, filepath.Join(dir, local.LeaderEpochCheckpoint))
 	want := []local.EpochEntry{{Epoch: 3, StartOffset: 0}}
 	for range 2 {
 		l = openLog(t, dir, cfg(t), false)
@@ -247,13 +254,7 @@ func TestIdleReopenKeepsEpochCheckpoint(t *testing.T) {
 		if err := l.Close(); err != nil {
 			t.Fatal(err)
 		}
-		after, err := os.Stat(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got, _ := os.ReadFile(path); !os.SameFile(before, after) || string(got) != string(content) {
-			t.Fatalf("the open rewrote %s: %q, was %q", local.LeaderEpochCheckpoint, got, content)
-		}
+		kept("the open")
 	}
 	// An append at epoch 3, past offset 5 where the dropped entry began:
 	// no epoch changes, but the file is written before the batch.

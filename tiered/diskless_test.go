@@ -972,14 +972,21 @@ func newLeaderBatches(t *testing.T, store *objstore.Store, epoch int32) map[int6
 	// Its claim in BecomeLeader may lose to an older leader still
 	// committing (three tries): reads answer ErrStorage until a claim
 	// lands (TestDisklessUnclaimedLeaderServesNothing).
-	eventually(t, 20*time.Second, "the new leader never claimed the partition", func() bool {
+	waitClaimed(t, p, "the new leader never claimed the partition")
+	return batchesFrom(t, p, 0)
+}
+
+// waitClaimed waits until a read of p succeeds: a diskless leader serves
+// none until its claim lands.
+func waitClaimed(t *testing.T, p *tiered.Partition, what string) {
+	t.Helper()
+	eventually(t, 20*time.Second, what, func() bool {
 		r, err := p.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
 		if err == nil {
 			r.Close()
 		}
 		return err == nil
 	})
-	return batchesFrom(t, p, 0)
 }
 
 // checkAcked fails for each acknowledged batch a new leader's log does
@@ -1028,12 +1035,6 @@ func TestDisklessUnclaimedLeaderServesNothing(t *testing.T) {
 	refuse.Remove()
 	// A read tries the claim again (at most once a second), as do the
 	// Backend's service and the first append.
-	eventually(t, 10*time.Second, "the leader never claimed once the bucket took it", func() bool {
-		r, err := p2.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
-		if err == nil {
-			r.Close()
-		}
-		return err == nil
-	})
+	waitClaimed(t, p2, "the leader never claimed once the bucket took it")
 	checkBatches(t, "the leader once the bucket took its claim", batchesFrom(t, p2, 0), want)
 }
