@@ -88,7 +88,15 @@ func (s Stats) Ratio() float64 {
 // holding records younger than the lag; only whole closed segments are
 // cleaned. A firstDirty outside the log (no checkpoint: pass -1) starts
 // at the log start.
+//
+// A tiered log (remote.storage.enable) is refused with
+// backend.ErrInvalidConfig: its closed segments are copies of the
+// bucket's, which package tiered cleans (tiered.Partition.CompactRemote);
+// a local rewrite would leave the two copies different.
 func Clean(ctx context.Context, l *local.Log, firstDirty int64, opts Options) (Stats, error) {
+	if l.Config().RemoteStorageEnable {
+		return Stats{}, fmt.Errorf("%w: %s is tiered: its segments are cleaned in the bucket, not on disk", backend.ErrInvalidConfig, l.Dir())
+	}
 	start := time.Now()
 	if opts.Now == nil {
 		opts.Now = time.Now
@@ -240,54 +248,24 @@ func DirtyRatio(segs []local.SegmentInfo, dirty []local.SegmentInfo) float64 {
 // the last whole batch that fit.
 func buildMap(ctx context.Context, l *local.Log, dirty []local.SegmentInfo, firstDirty int64, m *OffsetMap,
 	aborted abortedIndex, throttle func(context.Context, int) error) (int64, error) {
-	end := firstDirty
-	var it record.Iterator
-	var puts keyBatch
+	mb := &MapBuilder{m: m, firstDirty: firstDirty, end: firstDirty, aborted: aborted}
 	for _, s := range dirty {
 		stopped, err := scanSegment(ctx, l, s.BaseOffset, throttle, func(e *record.Entry) (int, error) {
-			if e.LastOffset < firstDirty {
-				return 0, nil
+			full, err := mb.Add(e)
+			if full {
+				return 0, errStop
 			}
-			if b := e.Batch(); e.Magic == 2 && !b.IsControl() && !(b.IsTransactional() && aborted.contains(b.ProducerID(), e.BaseOffset)) {
-				if m.Len()+int(b.NumRecords()) > m.Capacity() {
-					if end == firstDirty {
-						return 0, fmt.Errorf("%w: it holds %d keys, the batch at offset %d has %d records; raise the cleaner's memory",
-							ErrMapFull, m.Capacity(), e.BaseOffset, b.NumRecords())
-					}
-					return 0, errStop
-				}
-				if err := it.Reset(e.Data); err != nil {
-					return 0, err
-				}
-				for it.Next() {
-					if rec := it.Record(); rec.Key != nil && rec.Offset >= firstDirty {
-						if puts.add(rec.Key, rec.Offset, 0) {
-							if err := m.putBatch(&puts); err != nil {
-								return 0, err // cannot happen: capacity checked above
-							}
-						}
-					}
-				}
-				if err := it.Err(); err != nil {
-					return 0, err
-				}
-				if err := m.putBatch(&puts); err != nil {
-					return 0, err
-				}
-			}
-			end = e.LastOffset + 1
-			return 0, nil
+			return 0, err
 		})
 		if err != nil {
-			return end, err
+			return mb.End(), err
 		}
 		if stopped {
 			break
 		}
-		end = s.NextOffset // the segment is wholly mapped (Kafka: nextSegmentBase-1)
+		mb.SegmentDone(s.NextOffset) // the segment is wholly mapped (Kafka: nextSegmentBase-1)
 	}
-	m.SetLatestOffset(end - 1)
-	return end, nil
+	return mb.Finish(), nil
 }
 
 // errStop ends scanSegment early, without an error.

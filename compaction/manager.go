@@ -246,8 +246,8 @@ func (c *Cleaner) grab() (*candidate, error) {
 	}()
 	for _, l := range c.b.Logs() {
 		cfg := l.Config()
-		if !cfg.Compact() {
-			continue
+		if !cfg.Compact() || cfg.RemoteStorageEnable {
+			continue // not compacted, or cleaned in the bucket (Clean)
 		}
 		tp, err := local.ParsePartitionDirName(filepath.Base(l.Dir()))
 		if err != nil {

@@ -35,6 +35,9 @@ type cleaner struct {
 	lastOfProducer map[int64]int64
 	abortsByMarker map[int64]producerstate.AbortedTxn // the round's .txnindex entries
 	repl           *local.Replacement                 // the group being written
+	// aborted, when txn is nil (a Filter), tells aborted data apart;
+	// markers are then all kept.
+	aborted abortedIndex
 
 	b    record.Builder
 	it   record.Iterator
@@ -187,9 +190,13 @@ func (c *cleaner) filter(e *record.Entry, st *Stats) ([]byte, error) {
 		return e.Data, nil
 	}
 	if b.IsControl() {
+		if c.txn == nil {
+			st.RecordsRead += int64(b.NumRecords())
+			return e.Data, nil
+		}
 		return c.filterMarker(b, st)
 	}
-	if b.IsTransactional() && c.txn.dataBatch(b) {
+	if b.IsTransactional() && c.abortedData(b) {
 		st.RecordsRead += int64(b.NumRecords())
 		st.RecordsRemoved += int64(b.NumRecords())
 		st.AbortedRemoved += int64(b.NumRecords())
@@ -225,6 +232,15 @@ func (c *cleaner) filter(e *record.Entry, st *Stats) ([]byte, error) {
 		hasHorizon, horizon = true, c.now+c.deleteRetentionMs
 	}
 	return c.rebuild(b, hasHorizon, horizon, func(i int) bool { return c.kept[i] != removedRecord })
+}
+
+// abortedData reports whether b, a transactional data batch, is data of
+// an aborted transaction.
+func (c *cleaner) abortedData(b record.Batch) bool {
+	if c.txn == nil {
+		return b.NumRecords() > 0 && c.aborted.contains(b.ProducerID(), b.BaseOffset())
+	}
+	return c.txn.dataBatch(b)
 }
 
 // header returns b's header for a rebuilt batch: offsets, epoch, codec,
