@@ -84,6 +84,9 @@ func (h *Head) Deleted() bool { return h.m.Deleted }
 // (Manifest.Born).
 func (h *Head) Born() uint64 { return h.m.Born }
 
+// CleanedTo is the bucket's cleaner checkpoint (Manifest.CleanedTo).
+func (h *Head) CleanedTo() int64 { return h.m.CleanedTo }
+
 // WAL is where a diskless partition's data past its segments lies (nil:
 // not diskless). It must not be changed.
 func (h *Head) WAL() *WAL { return h.m.WAL }

@@ -41,9 +41,9 @@
 //	logStartOffset     varint   (the partition's remote log start)
 //	flags              uvarint  (v2) bit 0: the partition is deleted (no
 //	                   segments; its objects are being removed); bit 1: born
-//	                   follows; bit 2: wal follows; other bits must be 0 (a
-//	                   reader refuses a manifest with a bit it does not
-//	                   know)
+//	                   follows; bit 2: wal follows; bit 3: cleanedTo
+//	                   follows; other bits must be 0 (a reader refuses a
+//	                   manifest with a bit it does not know)
 //	born               uvarint  (v2, only with flags bit 1) the generation
 //	                   this incarnation of the partition started at
 //	wal                (v2, only with flags bit 2) where a diskless
@@ -59,6 +59,10 @@
 //	    firstOffset    uvarint
 //	    span           uvarint  (lastOffset - firstOffset)
 //	    crc            uint32   CRC-32C of the extent's bytes
+//	cleanedTo          uvarint  (only with flags bit 3) a compacted
+//	                   partition's cleaner checkpoint in the bucket: the
+//	                   segments below it were cleaned against every key
+//	                   up to it
 //	partCount          uvarint  (v3) the parts the head names, each (see
 //	                   appendParts in layered.go): tier, id, the object's
 //	                   offsets, segment count, bytes, CRC-32C and directory
@@ -125,7 +129,8 @@ const (
 	flagDeleted = 1
 	flagBorn    = 2
 	flagWAL     = 4
-	knownFlags  = flagDeleted | flagBorn | flagWAL
+	flagCleaned = 8
+	knownFlags  = flagDeleted | flagBorn | flagWAL | flagCleaned
 )
 
 // WAL is where a diskless partition's data beyond its segments lies (see
@@ -268,8 +273,12 @@ type Manifest struct {
 	Born uint64
 	// WAL is set for a diskless partition: where its data beyond its
 	// segments lies.
-	WAL      *WAL
-	Segments []Segment
+	WAL *WAL
+	// CleanedTo is a compacted partition's cleaner checkpoint in the
+	// bucket (the first dirty offset of its next round; 0: none): every
+	// segment below it was cleaned against a map of every key up to it.
+	CleanedTo int64
+	Segments  []Segment
 	// Parts are the part objects the head names (version 3), holding
 	// Segments' first segments in order; the head holds the rest. Layer
 	// sets them for a manifest about to be committed; nil: the head holds
@@ -315,8 +324,8 @@ func (m *Manifest) Validate() error {
 		maxTs = max(maxTs, s.MaxTimestamp)
 		m.prefixMaxTs = append(m.prefixMaxTs, maxTs)
 	}
-	if m.LogStartOffset < 0 {
-		return fmt.Errorf("%w: log start offset %d", ErrInvalid, m.LogStartOffset)
+	if m.LogStartOffset < 0 || m.CleanedTo < 0 {
+		return fmt.Errorf("%w: log start offset %d, cleaned to %d", ErrInvalid, m.LogStartOffset, m.CleanedTo)
 	}
 	if m.Born > m.Generation {
 		return fmt.Errorf("%w: born at generation %d, after its own generation %d", ErrInvalid, m.Born, m.Generation)
@@ -367,6 +376,9 @@ func encode(m *Manifest, parts []Part, own []Segment) []byte {
 	if m.WAL != nil {
 		flags |= flagWAL
 	}
+	if m.CleanedTo > 0 {
+		flags |= flagCleaned
+	}
 	b = binary.AppendUvarint(b, flags)
 	if m.Born > 0 {
 		b = binary.AppendUvarint(b, m.Born)
@@ -384,6 +396,9 @@ func encode(m *Manifest, parts []Part, own []Segment) []byte {
 			b = binary.AppendUvarint(b, uint64(e.LastOffset-e.FirstOffset))
 			b = binary.BigEndian.AppendUint32(b, e.CRC)
 		}
+	}
+	if m.CleanedTo > 0 {
+		b = binary.AppendUvarint(b, uint64(m.CleanedTo))
 	}
 	b = appendParts(b, parts)
 	prevLast := int64(-1)
@@ -569,6 +584,11 @@ func (d *decoder) header(version uint16) (*Manifest, error) {
 		}
 		if flags&flagWAL != 0 {
 			m.WAL = d.wal()
+		}
+		if flags&flagCleaned != 0 {
+			if m.CleanedTo = d.int63("cleaned to"); m.CleanedTo == 0 {
+				d.fail("cleaned to 0 with its flag set")
+			}
 		}
 	}
 	return m, nil

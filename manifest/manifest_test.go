@@ -160,7 +160,7 @@ func TestDeletedFlag(t *testing.T) {
 		t.Fatalf("a deleted manifest naming a segment encoded: %v", err)
 	}
 	const flagsAt = 4 + 2 + 1 + 1 + 2 // magic, version, generation 7, epoch 3, log start 500
-	b[flagsAt] = 8
+	b[flagsAt] = 16                   // the first flag no build knows
 	body := b[:len(b)-4]
 	b = binary.BigEndian.AppendUint32(body, crc32.Checksum(body, crc32.MakeTable(crc32.Castagnoli)))
 	if _, err := manifest.Decode(b); !errors.Is(err, manifest.ErrUnsupportedVersion) {
@@ -354,5 +354,52 @@ func TestBorn(t *testing.T) {
 	m.Born = 13
 	if _, err := m.Encode(); !errors.Is(err, manifest.ErrInvalid) {
 		t.Fatalf("born after its own generation: %v", err)
+	}
+}
+
+// TestCleanedTo: the bucket's cleaner checkpoint round-trips with every
+// other header field (a flag and a varint, absent when 0, so the bytes
+// of a manifest without one are unchanged); a head with the flag and a 0
+// is refused, and a build that does not know the flag refuses the
+// manifest rather than drop the checkpoint.
+func TestCleanedTo(t *testing.T) {
+	m := &manifest.Manifest{Generation: 12, WriterEpoch: 1, Born: 9, CleanedTo: 300,
+		WAL:      &manifest.WAL{Writer: [8]byte{1}, After: 4},
+		Segments: []manifest.Segment{{BaseOffset: 0, LastOffset: 999, Size: 100, Records: 10}}}
+	b, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := manifest.Decode(b)
+	if err != nil || got.CleanedTo != 300 || got.Born != 9 || got.WAL == nil || got.WAL.After != 4 || len(got.Segments) != 1 {
+		t.Fatalf("decoded %+v, %v", got, err)
+	}
+	h, err := manifest.DecodeHead(b)
+	if err != nil || h.CleanedTo() != 300 {
+		t.Fatalf("head: %v, %v", h, err)
+	}
+	m.CleanedTo = 0
+	plain, err := m.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(plain) != len(b)-2 {
+		t.Fatalf("without the checkpoint the manifest is %d bytes, with it %d: want two bytes less", len(plain), len(b))
+	}
+	// The flag with a 0 checkpoint after it: magic, version, generation,
+	// epoch, log start, flags, born (one byte each but the first two),
+	// the WAL's writer, after and count, then the checkpoint's two bytes.
+	at := 4 + 2 + 1 + 1 + 1 + 1 + 1 + 8 + 1 + 1
+	if b[at] != 0xac || b[at+1] != 0x02 {
+		t.Fatalf("the checkpoint is not at byte %d: % x", at, b[at:at+2])
+	}
+	bad := append(append(append([]byte(nil), b[:at]...), 0), b[at+2:len(b)-4]...)
+	bad = binary.BigEndian.AppendUint32(bad, crc32.Checksum(bad, crc32.MakeTable(crc32.Castagnoli)))
+	if _, err := manifest.Decode(bad); !errors.Is(err, manifest.ErrCorrupt) {
+		t.Fatalf("a checkpoint flag with a 0 checkpoint: %v", err)
+	}
+	m.CleanedTo = -1
+	if _, err := m.Encode(); !errors.Is(err, manifest.ErrInvalid) {
+		t.Fatalf("a negative checkpoint: %v", err)
 	}
 }
