@@ -37,6 +37,11 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		remoteErrors    = desc(sub, "remote_read_errors_total", "Reads below the local log start that failed.", nil, nil)
 		remoteLatency   = desc(sub, "remote_read_duration_seconds", "Time to serve a read from the bucket (cache hits included).", nil, nil)
 		remoteDeleted   = desc(sub, "remote_segments_deleted_total", "Segments removed from the bucket by total retention.", nil, nil)
+		compactRounds   = desc(sub, "compact_rounds_total", "Rounds of the bucket's cleaner that ran (compacted tiered partitions).", nil, nil)
+		compactBytes    = desc(sub, "compact_bytes_rewritten_total", "Bytes of cleaned segments the bucket's cleaner wrote.", nil, nil)
+		compactReplaced = desc(sub, "compact_segments_replaced_total", "Bucket segments replaced by cleaned ones.", nil, nil)
+		compactMerges   = desc(sub, "compact_merges_total", "Cleaned segments that replaced more than one bucket segment.", nil, nil)
+		compactErrors   = desc(sub, "compact_errors_total", "Rounds of the bucket's cleaner that failed.", nil, nil)
 		lagSegments     = desc(sub, "copy_lag_segments", "Closed segments below the high watermark not yet uploaded, summed over partitions.", nil, nil)
 		lagBytes        = desc(sub, "copy_lag_bytes", "Bytes of closed segments below the high watermark not yet uploaded, summed over partitions.", nil, nil)
 		lagMax          = desc(sub, "copy_lag_bytes_max", "The largest copy lag of any one partition, in bytes.", nil, nil)
@@ -49,7 +54,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 	)
 	segments, segBytes := tierDescs("remote")
 	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, manifestBytes, partsPut, partReads, remoteReads,
-		remoteBytes, remoteErrors, remoteLatency, remoteDeleted}
+		remoteBytes, remoteErrors, remoteLatency, remoteDeleted, compactRounds, compactBytes, compactReplaced, compactMerges, compactErrors}
 	if partitions != nil {
 		descs = append(descs, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
 			tieredPartsDesc, segments, segBytes)
@@ -76,6 +81,11 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 			counter(ch, remoteErrors, float64(m.RemoteReadErrors.Load()))
 			histogram(ch, remoteLatency, m.RemoteReadLatency.Snapshot())
 			counter(ch, remoteDeleted, float64(m.RemoteSegmentsDeleted.Load()))
+			counter(ch, compactRounds, float64(m.CompactRounds.Load()))
+			counter(ch, compactBytes, float64(m.CompactBytesRewritten.Load()))
+			counter(ch, compactReplaced, float64(m.CompactSegmentsReplaced.Load()))
+			counter(ch, compactMerges, float64(m.CompactMerges.Load()))
+			counter(ch, compactErrors, float64(m.CompactErrors.Load()))
 			if partitions == nil {
 				return
 			}

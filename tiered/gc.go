@@ -47,7 +47,8 @@ import (
 // removes them once an operator has looked.
 //
 // A manifest's parts (parts.go) are named by its head; gc also keeps
-// the parts a kept backup's head names, which a restore needs. A part no
+// the parts and segments a kept backup's head names, which a restore
+// needs (segments the bucket's cleaner replaced, compact.go, among them). A part no
 // head names is judged as a segment object no intent names (the grace
 // period; the offsets past the manifest's end).
 //
@@ -339,10 +340,16 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 	return garbage, kept
 }
 
-// namedByBackups adds to named the parts the kept manifest backups among
-// objects name: a restore commits a backup's head again, and it needs
-// them. A backup gc removes (older than the ones kept) protects nothing.
+// namedByBackups adds to named the parts and segments the kept manifest
+// backups among objects name: a restore commits a backup's head again,
+// and it needs them (the segments a round of the bucket's cleaner
+// replaced stay while a kept backup names them). A backup gc removes
+// (older than the ones kept) protects nothing.
 func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.ObjectInfo, st *manifestState, opts GCOptions, named map[string]bool) error {
+	loaded := map[[8]byte]bool{} // parts whose segments are named
+	for _, part := range st.head.Parts {
+		loaded[part.ID] = true
+	}
 	for _, o := range objects {
 		obj, err := p.layout().Parse(o.Key)
 		if err != nil || obj.Kind != manifest.KindManifestBackup ||
@@ -362,8 +369,36 @@ func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.Objec
 			// it), so it names nothing that must stay.
 			continue
 		}
+		// The segments of a backup above the manifest's generation (a
+		// bucket gone back in time) are past its end: gc keeps them and
+		// says so, below.
+		older := st.etag == "" || h.Generation() <= st.head.Generation()
+		if older {
+			for _, seg := range h.Own {
+				for _, suf := range seg.Objects() {
+					named[p.layout().Segment(seg, suf)] = true
+				}
+			}
+		}
 		for _, part := range h.Parts {
-			named[p.layout().Part(part)] = true
+			key := p.layout().Part(part)
+			named[key] = true
+			if !older || loaded[part.ID] {
+				continue // past the end, or its segments are named
+			}
+			loaded[part.ID] = true
+			segs, err := p.partSegments(ctx, part)
+			if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, manifest.ErrCorrupt) {
+				continue // no restore of this backup works: it names nothing that must stay
+			}
+			if err != nil {
+				return fmt.Errorf("tiered: gc: read a part the manifest backup %s names: %w", o.Key, err)
+			}
+			for _, seg := range segs {
+				for _, suf := range seg.Objects() {
+					named[p.layout().Segment(seg, suf)] = true
+				}
+			}
 		}
 	}
 	return nil

@@ -60,6 +60,16 @@ type Metrics struct {
 	RemoteReadLatency stats.Histogram
 
 	RemoteSegmentsDeleted atomic.Int64 // by total retention
+
+	// The bucket's cleaner (CompactRemote): rounds that ran, the .log
+	// bytes of the segments they wrote, the bucket segments those
+	// replaced, the new segments that replaced more than one, and rounds
+	// that failed.
+	CompactRounds           atomic.Int64
+	CompactBytesRewritten   atomic.Int64
+	CompactSegmentsReplaced atomic.Int64
+	CompactMerges           atomic.Int64
+	CompactErrors           atomic.Int64
 }
 
 // Metrics returns the counters the partition records into.

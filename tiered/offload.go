@@ -397,9 +397,9 @@ func segmentEpochs(upTo []local.EpochEntry, base int64) []manifest.EpochStart {
 }
 
 // scanForUpload reads the whole segment once, validating every batch (its
-// CRC, and local.SegmentOrder, contiguous: offsets that start at the
-// segment's base, follow one another without a gap and end where the
-// next segment begins) and computing what
+// CRC, and local.SegmentOrder, contiguous but in a compacted log: offsets
+// that start at the segment's base, follow one another without a gap and
+// end where the next segment begins) and computing what
 // the manifest records: the .log's CRC-32C, the record count, the highest
 // leader epoch and the largest timestamp. Damage is backend.ErrCorruptRecord
 // naming the file and position.
@@ -411,7 +411,10 @@ func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *mani
 		return fmt.Errorf("%w: tiered: %s holds nothing from position %d", backend.ErrCorruptRecord, h.Path(), start)
 	}
 	crc := uint32(0)
-	order := local.NewSegmentOrder(seg.BaseOffset, h.NextOffset()-1, true)
+	// A compacted log's segments have holes where the cleaner removed
+	// batches (before the log became tiered): its offsets only rise.
+	compacted := p.local.Config().Compact()
+	order := local.NewSegmentOrder(seg.BaseOffset, h.NextOffset()-1, !compacted)
 	sc := record.NewScanner(h, start, h.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
 	for sc.Next() {
 		e := sc.Entry()
@@ -434,7 +437,7 @@ func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *mani
 	if err := sc.Err(); err != nil {
 		return fmt.Errorf("%w: tiered: %s: %w", backend.ErrCorruptRecord, h.Path(), err)
 	}
-	if order.Next() != h.NextOffset() {
+	if order.Next() != h.NextOffset() && !compacted {
 		return fmt.Errorf("%w: tiered: %s ends at offset %d, but the next segment starts at %d",
 			backend.ErrCorruptRecord, h.Path(), order.Next()-1, h.NextOffset())
 	}

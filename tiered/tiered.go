@@ -124,6 +124,9 @@ type Partition struct {
 	mu   sync.Mutex // serializes Offload and manifest changes
 	man  atomic.Pointer[manifestState]
 	fenc atomic.Pointer[fencing]
+	// compactMu serializes rounds of the bucket's cleaner (compact.go),
+	// which take mu only to commit.
+	compactMu sync.Mutex
 	// attached says the manifest was read (see Options.OpenWithoutBucket);
 	// attachMu serializes the reading.
 	attached atomic.Bool
@@ -199,6 +202,17 @@ const (
 	roleFollower
 )
 
+// checkCompacted refuses a compacted diskless partition: its segments
+// are not cleaned in the bucket yet. A compacted tiered partition is
+// cleaned by the bucket's cleaner (compact.go), which its local log
+// leaves alone.
+func checkCompacted(cfg backend.Config, dir string) error {
+	if cfg.Compact() && cfg.DisklessEnable {
+		return fmt.Errorf("%w: diskless.enable is not supported for cleanup.policy=compact yet (%s)", backend.ErrInvalidConfig, dir)
+	}
+	return nil
+}
+
 // fencing is why a writer was fenced, and by which epoch.
 type fencing struct {
 	err   error
@@ -213,10 +227,8 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Store == nil {
 		return nil, fmt.Errorf("tiered: no store")
 	}
-	if l.Config().Compact() {
-		// As in Kafka (KIP-405): the cleaner rewrites closed segments, which
-		// the bucket holds as immutable copies.
-		return nil, fmt.Errorf("%w: tiered storage is not supported for cleanup.policy=compact (%s)", backend.ErrInvalidConfig, l.Dir())
+	if err := checkCompacted(l.Config(), l.Dir()); err != nil {
+		return nil, err
 	}
 	if cfg := l.Config(); !cfg.RemoteStorageEnable {
 		// The local log learns it is tiered: its time and size retention
@@ -516,15 +528,15 @@ func (p *Partition) DeleteRecordsBefore(ctx context.Context, offset int64) error
 func (p *Partition) Changed() <-chan struct{} { return p.local.Changed() }
 
 // SetConfig applies a topic config change. A tiered partition cannot
-// become a compacted one (the bucket holds immutable copies), nor stop
-// being tiered (its old offsets live only in the bucket): Kafka refuses
-// both changes too.
+// stop being tiered (its old offsets live only in the bucket), as in
+// Kafka; it may become a compacted one (the bucket's cleaner cleans it,
+// compact.go), unless it is diskless.
 func (p *Partition) SetConfig(cfg backend.Config) error {
 	if err := p.checkOpen(); err != nil {
 		return err
 	}
-	if cfg.Compact() {
-		return fmt.Errorf("%w: tiered storage is not supported for cleanup.policy=compact (%s)", backend.ErrInvalidConfig, p.local.Dir())
+	if err := checkCompacted(cfg, p.local.Dir()); err != nil {
+		return err
 	}
 	if cfg.DisklessEnable {
 		cfg.RemoteStorageEnable = true // implied

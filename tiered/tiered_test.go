@@ -708,24 +708,9 @@ func TestIndexCacheOnDisk(t *testing.T) {
 	}
 }
 
-// TestCompactedTopicRejected: the cleaner rewrites closed segments, so a
-// compacted topic cannot be tiered (Kafka rejects it too).
-func TestCompactedTopicRejected(t *testing.T) {
-	store := objstore.New(mem.New(), "mem://compact", objstore.Options{})
-	l, err := local.Open(filepath.Join(t.TempDir(), "users-0"), local.Options{Config: cfg(t, "cleanup.policy", "compact,delete")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	if _, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/users-0"}); !errors.Is(err, backend.ErrInvalidConfig) ||
-		!strings.Contains(err.Error(), "compact") {
-		t.Fatalf("tiered.Open of a compacted topic: %v", err)
-	}
-}
-
 // TestTieredPartitionStaysTiered: wrapping a log marks it tiered (its local
 // time and size retention become the tiered layer's), and a config change
-// cannot turn that off or make it compacted.
+// cannot turn that off.
 func TestTieredPartitionStaysTiered(t *testing.T) {
 	store := objstore.New(mem.New(), "mem://stays", objstore.Options{})
 	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "retention.ms", "0")})
@@ -743,9 +728,6 @@ func TestTieredPartitionStaysTiered(t *testing.T) {
 	var ce *backend.ConfigError
 	if err := p.SetConfig(cfg(t)); !errors.As(err, &ce) || ce.Key != "remote.storage.enable" {
 		t.Fatalf("SetConfig(remote.storage.enable=false): %v", err)
-	}
-	if err := p.SetConfig(cfg(t, "remote.storage.enable", "true", "cleanup.policy", "compact")); !errors.Is(err, backend.ErrInvalidConfig) {
-		t.Fatalf("SetConfig(cleanup.policy=compact): %v", err)
 	}
 	if err := p.SetConfig(cfg(t, "remote.storage.enable", "true", "retention.ms", "1000")); err != nil || l.Config().RetentionMs != 1000 {
 		t.Fatalf("SetConfig(retention.ms=1000): %v, %d", err, l.Config().RetentionMs)
