@@ -58,6 +58,15 @@ type ManagerConfig struct {
 	// at once (diskless.produce.max.in.flight.uploads, 4; 1 to
 	// wal.MaxInFlight). Appends still settle in object order.
 	DisklessUploadsInFlight int
+	// CompactMemoryBytes is the offset map of the bucket's cleaner, one
+	// round at a time for the whole Backend, allocated at its first
+	// round (remote.log.compaction.dedupe.buffer.size, 32 MiB); a dirty
+	// section with more keys than fit is cleaned over several rounds.
+	// CompactBytesPerSecond caps the bytes its rounds read and write
+	// (remote.log.compaction.max.bytes.per.second; 0, the default, is no
+	// cap): its own budget, apart from uploads'.
+	CompactMemoryBytes    int
+	CompactBytesPerSecond int64
 }
 
 // managerKeys are the keys ParseManagerConfig reads, with their defaults.
@@ -75,6 +84,8 @@ var managerKeys = map[string]string{
 	"diskless.produce.commit.interval.ms":            "250",
 	"diskless.produce.buffer.max.bytes":              strconv.Itoa(8 << 20),
 	"diskless.produce.max.in.flight.uploads":         "4",
+	"remote.log.compaction.dedupe.buffer.size":       strconv.Itoa(32 << 20),
+	"remote.log.compaction.max.bytes.per.second":     strconv.FormatInt(math.MaxInt64, 10),
 }
 
 // ManagerConfigKeys lists the keys ParseManagerConfig accepts, sorted.
@@ -130,6 +141,14 @@ func ParseManagerConfig(props map[string]string) (ManagerConfig, error) {
 	c.DisklessCommitInterval = ms("diskless.produce.commit.interval.ms")
 	c.DisklessBufferMaxBytes = int(long("diskless.produce.buffer.max.bytes", 1))
 	c.DisklessUploadsInFlight = int(long("diskless.produce.max.in.flight.uploads", 1))
+	if mem := long("remote.log.compaction.dedupe.buffer.size", 1<<20); mem > math.MaxInt32 && err == nil {
+		err = &backend.ConfigError{Key: "remote.log.compaction.dedupe.buffer.size", Value: get("remote.log.compaction.dedupe.buffer.size"), Reason: "want an integer from 1048576 to 2147483647"}
+	} else {
+		c.CompactMemoryBytes = int(mem)
+	}
+	if c.CompactBytesPerSecond = long("remote.log.compaction.max.bytes.per.second", 1); c.CompactBytesPerSecond == math.MaxInt64 {
+		c.CompactBytesPerSecond = 0
+	}
 	if k := "diskless.produce.max.in.flight.uploads"; err == nil && c.DisklessUploadsInFlight > wal.MaxInFlight {
 		err = &backend.ConfigError{Key: k, Value: get(k), Reason: "want an integer from 1 to " + strconv.Itoa(wal.MaxInFlight)}
 	}
@@ -178,6 +197,9 @@ func (c ManagerConfig) withDefaults() ManagerConfig {
 	}
 	if c.DisklessBufferMaxBytes <= 0 {
 		c.DisklessBufferMaxBytes = wal.DefaultBufferMaxBytes
+	}
+	if c.CompactMemoryBytes <= 0 {
+		c.CompactMemoryBytes = 32 << 20
 	}
 	if c.DisklessUploadsInFlight <= 0 {
 		c.DisklessUploadsInFlight = wal.MaxInFlight

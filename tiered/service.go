@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/compaction"
+	"github.com/tierlog/tierlog/internal/ratelimit"
 )
 
 // The tiering service: a Backend's RemoteLogManager.
@@ -48,6 +50,11 @@ type service struct {
 	// collection is on the pool.
 	walGC        time.Time
 	walGCRunning bool
+	// compactMap is the bucket's cleaner's offset map, made at the first
+	// round; taking it from the channel is the right to run a round (one
+	// at a time for the Backend). compactLim is the cleaner's I/O budget.
+	compactMap chan *compaction.OffsetMap
+	compactLim *ratelimit.Limiter
 }
 
 // taskState is the service's memory of one partition.
@@ -59,7 +66,9 @@ type taskState struct {
 
 func newService(b *Backend) *service {
 	s := &service{b: b, cfg: b.opts.Manager, queued: map[*Partition]bool{}, state: map[*Partition]*taskState{},
-		wakeup: make(chan struct{}, 1), tasks: make(chan func()), running: map[*Partition]bool{}}
+		wakeup: make(chan struct{}, 1), tasks: make(chan func()), running: map[*Partition]bool{},
+		compactMap: make(chan *compaction.OffsetMap, 1), compactLim: ratelimit.New(b.opts.Manager.CompactBytesPerSecond)}
+	s.compactMap <- nil // made at the first round
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	for range s.cfg.CopierThreads {
 		s.wg.Add(1)
@@ -304,6 +313,9 @@ func (s *service) maintain(p *Partition) {
 	switch {
 	case p.IsLeader():
 		_, err = p.ApplyRetention(ctx)
+		if err == nil && p.dl == nil && p.local.Config().Compact() {
+			err = s.compact(ctx, p)
+		}
 		if err == nil && s.b.opts.GCInterval > 0 && p.man.Load().etag != "" && s.gcDue(p) {
 			var gone []string
 			gone, err = GC(ctx, s.b.store, p.prefix, s.b.opts.GC)
@@ -323,6 +335,39 @@ func (s *service) maintain(p *Partition) {
 	default:
 		log.Warn("tiering: periodic task failed; the next pass retries", "err", err)
 	}
+}
+
+// compact runs a round of the bucket's cleaner on p (a leader of a
+// compacted partition) when no other partition's round holds the map; it
+// runs when the dirty share of p's bucket segments passes
+// min.cleanable.dirty.ratio. Rounds run on the expiration pool, one at a
+// time, within their own I/O budget: uploads and reads of every
+// partition go on meanwhile.
+func (s *service) compact(ctx context.Context, p *Partition) error {
+	var m *compaction.OffsetMap
+	select {
+	case m = <-s.compactMap:
+	default:
+		return nil // another partition's round: the next pass
+	}
+	defer func() { s.compactMap <- m }()
+	if m == nil {
+		var err error
+		if m, err = compaction.NewOffsetMap(s.cfg.CompactMemoryBytes); err != nil {
+			return err
+		}
+	}
+	o := CompactOptions{Map: m}
+	if s.cfg.CompactBytesPerSecond > 0 {
+		o.Throttle = s.compactLim.Wait
+	}
+	st, err := p.CompactRemote(ctx, o)
+	if err == nil && st.Ran {
+		s.b.logger.Info("tiering: cleaned the bucket's segments", "prefix", p.prefix, "replaced", st.SegmentsReplaced,
+			"written", st.SegmentsWritten, "removed", st.RecordsRemoved, "bytesRead", st.BytesRead, "bytesWritten", st.BytesWritten,
+			"checkpoint", st.Checkpoint, "took", st.Duration)
+	}
+	return err
 }
 
 // walGCPass queues a collection of the Backend's WAL objects (walgc.go)

@@ -74,9 +74,13 @@
 // reader pool that is full) is a retryable backend.ErrStorage:
 // KAFKA_STORAGE_ERROR, which clients retry; local offsets are served
 // meanwhile, and the broker starts without the bucket. The cleaner works
-// on the local directory underneath (tiered.Backend.Local); compacted
-// topics are never tiered. Without Options.Store such a topic is refused
-// with INVALID_CONFIG.
+// on the local directory underneath (tiered.Backend.Local), on the
+// topics that are not tiered; a compacted tiered topic is cleaned in the
+// bucket by the tiering service (tiered.Partition.CompactRemote, as its
+// segments leave the disk; --broker-config
+// remote.log.compaction.dedupe.buffer.size and
+// remote.log.compaction.max.bytes.per.second size its map and budget).
+// Without Options.Store a tiered topic is refused with INVALID_CONFIG.
 //
 // # Read replicas
 //
