@@ -2,21 +2,27 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"path/filepath"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/objstore/storeurl"
+	"github.com/tierlog/tierlog/tiered"
 )
 
-// compactTieredWhy says why compact refuses a tiered partition.
-const compactTieredWhy = "the cleaner rewrites closed segments, which the bucket holds as immutable copies " +
-	"(tiered storage is not supported for compacted topics, as in Kafka)"
+// compactTieredWhy says why compact without --store refuses a tiered
+// partition.
+const compactTieredWhy = "its closed segments are copies of the bucket's, which are cleaned in the bucket: " +
+	"give --store to clean them there"
 
 type compactOptions struct {
+	store   string
 	dryRun  bool
 	memory  int
 	configs []string
@@ -26,7 +32,7 @@ type compactOptions struct {
 func newCompactCmd() *cobra.Command {
 	var o compactOptions
 	cmd := &cobra.Command{
-		Use:   "compact PARTITION_DIR [--dry-run]",
+		Use:   "compact PARTITION_DIR [--store URL] [--dry-run]",
 		Short: "Clean a partition now: keep the latest record per key",
 		Long: `compact runs the log cleaner over one partition directory on demand, as
 a broker's cleaner would for cleanup.policy=compact: from the log dir's
@@ -44,20 +50,34 @@ cannot hold every key takes several).
 would remove, changing nothing. The directory is locked while compact
 writes; stop the broker that owns it first.
 
-compact refuses a tiered partition, as Kafka refuses tiered storage for a
-compacted topic (the cleaner would rewrite segments the bucket holds as
-immutable copies): one that was offloaded (its log-start-offset-checkpoint
-is below its first local segment), or one given --config
-remote.storage.enable=true. It cannot tell an offloaded partition whose
-local copies all remain: give it the topic's config.`,
+A tiered partition is cleaned in the bucket: give --store. Its local
+copies of bucket segments are left as they are (local retention deletes
+them only once shown to be the bucket's bytes); a round reads the
+bucket's own segments (those below the local log start) and the dirty
+section, and replaces the groups that change with cleaned segments,
+merging small ones up to segment.bytes, by a conditional commit of the
+manifest, which keeps the cleaner checkpoint (see operators.md,
+"Compacted topics in the bucket"). It runs whatever the dirty ratio, and
+again while the map's end moves the checkpoint on. With --dry-run it
+reads what a round would (one GET per segment) and reports what it would
+write and the requests it would make, writing nothing; the partition is
+opened as the bucket's writer all the same (stop its broker first).
+
+Without --store, compact refuses a tiered partition: one that was
+offloaded (its log-start-offset-checkpoint is below its first local
+segment), or one given --config remote.storage.enable=true. It cannot
+tell an offloaded partition whose local copies all remain: give it the
+topic's config.`,
 		Example: `  tierctl compact /var/lib/tierlog/logs/users-0 --dry-run
-  tierctl compact logs/users-0 --config delete.retention.ms=0 --json`,
+  tierctl compact logs/users-0 --config delete.retention.ms=0 --json
+  tierctl compact logs/users-0 --store file:///var/lib/tierlog/bucket --dry-run`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runCompact(cmd, args[0], o)
 		},
 	}
 	f := cmd.Flags()
+	f.StringVar(&o.store, "store", "", "bucket URL: clean a tiered partition's segments in the bucket")
 	f.BoolVar(&o.dryRun, "dry-run", false, "report what would be removed; change nothing")
 	f.IntVar(&o.memory, "memory", 128<<20, "offset map memory in bytes, at most 2 GiB (log.cleaner.dedupe.buffer.size)")
 	f.StringArrayVar(&o.configs, "config", nil, "topic config key=value (repeatable), e.g. delete.retention.ms=0")
@@ -75,15 +95,18 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 	if err != nil {
 		return err
 	}
-	if cfg.RemoteStorageEnable {
-		return usagef("--config remote.storage.enable=true: %s is a tiered partition, and compact refuses one: %s", dir, compactTieredWhy)
-	}
 	if o.memory > math.MaxInt32 {
 		// Kafka's cap per cleaner thread; more would only allocate.
 		return usagef("--memory %d: want at most %d bytes (2 GiB)", o.memory, math.MaxInt32)
 	}
 	if _, err := compaction.NewOffsetMap(o.memory); err != nil {
 		return usagef("--memory %d: %w", o.memory, err)
+	}
+	if o.store != "" {
+		return runCompactTiered(cmd, dir, tp, cfg, o)
+	}
+	if cfg.RemoteStorageEnable {
+		return usagef("--config remote.storage.enable=true: %s is a tiered partition: %s", dir, compactTieredWhy)
 	}
 	logDir := filepath.Dir(filepath.Clean(dir))
 	cps, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.CleanerCheckpoint))
@@ -112,7 +135,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 		}
 	}
 	if rs, ok := l.Segments().RemoteLogStart(); ok {
-		return usagef("%s was offloaded to a bucket (its log starts at %d, per %s, below its first local segment at %d), and compact refuses a tiered partition: %s",
+		return usagef("%s was offloaded to a bucket (its log starts at %d, per %s, below its first local segment at %d): %s",
 			dir, rs, local.LogStartCheckpoint, l.Offsets().LogStart, compactTieredWhy)
 	}
 
@@ -187,5 +210,105 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 		verb, total.RecordsRemoved, total.RecordsRead, total.Keys, total.TombstonesKept,
 		total.SegmentsRead, total.BytesRead, total.SegmentsWritten, total.BytesWritten)
 	fmt.Fprintf(w, "dirty section %d..%d in %d round(s), %.2fs\n", total.FirstDirty, total.End, rounds, total.Duration.Seconds())
+	return nil
+}
+
+// runCompactTiered cleans a tiered partition's segments in the bucket:
+// rounds of tiered.Partition.CompactRemote, forced, until the checkpoint
+// stops moving (one round with --dry-run).
+func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, cfg backend.Config, o compactOptions) error {
+	ctx := cmd.Context()
+	store, err := openStore(ctx, o.store)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	cfg.RemoteStorageEnable = true
+	if !cfg.Compact() {
+		cfg.CleanupPolicy = []string{backend.CleanupCompact}
+	}
+	b, err := local.OpenBackend(filepath.Dir(filepath.Clean(dir)), local.BackendOptions{Logger: loggerFrom(ctx), RemoteStorage: true})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+	l, err := b.OpenLog(ctx, tp.Topic, tp.Partition, cfg)
+	if err != nil {
+		return err
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
+	if errors.Is(err, tiered.ErrNoManifest) {
+		return fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(o.store), tp, dir, err)
+	}
+	if err != nil {
+		return err
+	}
+	bar := newProgress(cmd, -1, "compact", true)
+	co := tiered.CompactOptions{Force: true, MemoryBytes: o.memory, DryRun: o.dryRun,
+		Throttle: func(_ context.Context, n int) error { bar.Add(int64(n)); return nil }}
+	var total tiered.CompactStats
+	rounds := 0
+	for {
+		st, err := p.CompactRemote(ctx, co)
+		if err != nil {
+			return err
+		}
+		if rounds == 0 {
+			total.FirstDirty, total.Checkpoint = st.FirstDirty, st.Checkpoint
+		}
+		if !st.Ran {
+			break
+		}
+		rounds++
+		total.End, total.Checkpoint = st.End, st.Checkpoint
+		total.SegmentsRead += st.SegmentsRead
+		total.SegmentsWritten += st.SegmentsWritten
+		total.SegmentsReplaced += st.SegmentsReplaced
+		total.Merged += st.Merged
+		total.BytesRead += st.BytesRead
+		total.BytesWritten += st.BytesWritten
+		total.MapBytesRead += st.MapBytesRead
+		total.RecordsRead += st.RecordsRead
+		total.RecordsRemoved += st.RecordsRemoved
+		total.TombstonesKept = st.TombstonesKept
+		total.AbortedRemoved += st.AbortedRemoved
+		total.Keys = max(total.Keys, st.Keys)
+		total.Gets += st.Gets
+		total.Puts += st.Puts
+		total.Commits += st.Commits
+		total.Duration += st.Duration
+		if o.dryRun || st.Checkpoint <= st.FirstDirty {
+			break
+		}
+	}
+	bar.Finish()
+	if err := p.Close(); err != nil {
+		return err
+	}
+	w := cmd.OutOrStdout()
+	if o.json {
+		writeJSON(w, map[string]any{"dryRun": o.dryRun, "tiered": true, "rounds": rounds, "firstDirty": total.FirstDirty,
+			"end": total.End, "checkpoint": total.Checkpoint, "segmentsRead": total.SegmentsRead,
+			"segmentsWritten": total.SegmentsWritten, "segmentsReplaced": total.SegmentsReplaced, "merged": total.Merged,
+			"bytesRead": total.BytesRead, "bytesWritten": total.BytesWritten, "mapBytesRead": total.MapBytesRead,
+			"records": total.RecordsRead, "recordsRemoved": total.RecordsRemoved, "tombstonesKept": total.TombstonesKept,
+			"keys": total.Keys, "abortedRecordsRemoved": total.AbortedRemoved, "gets": total.Gets, "puts": total.Puts,
+			"commits": total.Commits, "seconds": total.Duration.Seconds()})
+		return nil
+	}
+	if rounds == 0 {
+		fmt.Fprintf(w, "nothing to clean in the bucket: no segment of its own (below the local log start) holds dirty offsets from %d\n", total.FirstDirty)
+		return nil
+	}
+	verb, puts := "removed", "made"
+	if o.dryRun {
+		verb, puts = "would remove", "would make"
+	}
+	fmt.Fprintf(w, "%s %d of %d records (%d keys, %d tombstones kept): %d bucket segment(s) of %d bytes -> %d segment(s) of %d bytes replacing %d (%d merged)\n",
+		verb, total.RecordsRemoved, total.RecordsRead, total.Keys, total.TombstonesKept,
+		total.SegmentsRead, total.BytesRead, total.SegmentsWritten, total.BytesWritten, total.SegmentsReplaced, total.Merged)
+	fmt.Fprintf(w, "requests: %d GETs read %d bytes (%d for the map); %s %d PUTs and %d manifest commit(s)\n",
+		total.Gets, total.BytesRead+total.MapBytesRead, total.MapBytesRead, puts, total.Puts, total.Commits)
+	fmt.Fprintf(w, "dirty section %d..%d in %d round(s), %.2fs; checkpoint %d\n", total.FirstDirty, total.End, rounds, total.Duration.Seconds(), total.Checkpoint)
 	return nil
 }

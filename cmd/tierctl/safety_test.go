@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -284,29 +286,58 @@ func TestRestoreIsAllOrNothing(t *testing.T) {
 	b.ok("verify", restored)
 }
 
-// TestCompactRefusesTieredPartition: the cleaner rewrites closed segments,
-// which a bucket holds as immutable copies, so compact refuses a partition
-// that was offloaded, or whose config enables remote storage, and changes
-// nothing, dry run or not.
-func TestCompactRefusesTieredPartition(t *testing.T) {
+// TestCompactTieredPartition: without --store, compact refuses a
+// partition that was offloaded, or whose config enables remote storage,
+// and changes nothing, dry run or not (its local copies are the bucket's
+// exact bytes). With --store it cleans the bucket's own segments: a dry
+// run reports what a round would remove and the requests it would make,
+// and changes nothing; the round removes as much, every key's latest
+// record still reads through both tiers, and the bucket verifies.
+func TestCompactTieredPartition(t *testing.T) {
 	b := bin{t}
 	root := t.TempDir()
 	logs := filepath.Join(root, "logs")
 	part := filepath.Join(logs, "users-0")
+	url := "file://" + filepath.Join(root, "bucket") + "?create=true"
 	b.ok("produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
-	b.ok("offload", part, "--store", "file://"+filepath.Join(root, "bucket")+"?create=true", "--config", "local.retention.ms=0")
-	// Closed local segments the cleaner would rewrite.
+	b.ok("offload", part, "--store", url, "--config", "local.retention.ms=0")
+	// Closed local segments a local cleaner would rewrite.
 	b.ok("produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
-	before := b.ok("ls", part, "--json").stdout
+	before := b.ok("ls", part, "--json", "--store", url).stdout
 	for _, args := range [][]string{{"compact", part}, {"compact", part, "--dry-run"}} {
-		b.fails(2, []string{part, "offloaded", "immutable"}, args...)
+		b.fails(2, []string{part, "offloaded", "--store"}, args...)
 	}
-	if after := b.ok("ls", part, "--json").stdout; after != before {
+	if after := b.ok("ls", part, "--json", "--store", url).stdout; after != before {
 		t.Fatalf("compact of an offloaded partition changed it:\n%s\n%s", before, after)
 	}
 
+	var dry, res map[string]any
+	if err := json.Unmarshal([]byte(b.ok("compact", part, "--store", url, "--dry-run", "--json").stdout), &dry); err != nil {
+		t.Fatal(err)
+	}
+	if dry["dryRun"] != true || dry["recordsRemoved"].(float64) == 0 || dry["gets"].(float64) == 0 || dry["puts"].(float64) == 0 {
+		t.Fatalf("compact --store --dry-run: %v", dry)
+	}
+	if after := b.ok("ls", part, "--json", "--store", url).stdout; after != before {
+		t.Fatalf("a dry run changed the partition:\n%s\n%s", before, after)
+	}
+	if err := json.Unmarshal([]byte(b.ok("compact", part, "--store", url, "--json").stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res["recordsRemoved"] != dry["recordsRemoved"] || res["segmentsReplaced"].(float64) == 0 || res["commits"].(float64) == 0 {
+		t.Fatalf("compact --store: %v (the dry run: %v)", res, dry)
+	}
+	n, err := strconv.Atoi(strings.Fields(b.ok("consume", part, "--store", url, "--quiet").stdout)[0])
+	if err != nil || n != 40000-int(res["recordsRemoved"].(float64)) {
+		t.Fatalf("consume after compact: %d records, %v; want %d", n, err, 40000-int(res["recordsRemoved"].(float64)))
+	}
+	b.ok("verify", part, "--store", url)
+	if out := b.ok("compact", part, "--store", url).stdout; !strings.Contains(out, "nothing to clean") {
+		t.Fatalf("a second compact --store: %s", out)
+	}
+
 	b.ok("produce", logs, "--partition", "profiles-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
-	b.fails(2, []string{"remote.storage.enable", "immutable"}, "compact", filepath.Join(logs, "profiles-0"), "--config", "remote.storage.enable=true")
+	b.fails(2, []string{"remote.storage.enable", "--store"}, "compact", filepath.Join(logs, "profiles-0"), "--config", "remote.storage.enable=true")
 	b.ok("compact", filepath.Join(logs, "profiles-0"), "--dry-run")
 }
 
