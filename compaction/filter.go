@@ -136,14 +136,14 @@ func NewFilter(o FilterOptions) *Filter {
 
 // Batch returns what to write for e: e's own bytes, a rebuilt batch (at
 // the same offsets), an empty batch, or nil to drop it. The bytes are
-// valid until the next call. st counts what was read and removed.
+// valid until the next call. st counts the bytes and records read and
+// the records removed; what is written, the caller counts.
 func (f *Filter) Batch(e *record.Entry, st *Stats) ([]byte, error) {
 	st.BytesRead += e.Size
 	out, err := f.c.filter(e, st)
 	if err != nil {
 		return nil, fmt.Errorf("compaction: batch at offset %d: %w", e.BaseOffset, err)
 	}
-	st.BytesWritten += int64(len(out))
 	return out, nil
 }
 

@@ -439,6 +439,12 @@ func (l *Log) replaceSegments(bases []int64, cleaned, txnCleaned string, truncat
 	if n := l.truncations.Load(); n != truncations {
 		return fmt.Errorf("%w: %s was truncated during the cleaning round", ErrSegmentsChanged, l.dir)
 	}
+	if l.cfg.Load().RemoteStorageEnable {
+		// Its closed segments may be in a bucket now, as they are: a
+		// local copy that differs would stop local retention for good
+		// (the bucket's copy is cleaned in the bucket).
+		return fmt.Errorf("%w: %s became tiered during the cleaning round", ErrSegmentsChanged, l.dir)
+	}
 	segs := l.segments()
 	first, next, err := l.checkReplacementLocked(segs, bases, cleaned)
 	if err != nil {

@@ -32,8 +32,12 @@ import (
 // it is the bucket's exact copy (local retention deletes it only after
 // showing that, bucketHoldsLocked), so neither tier rewrites it: the
 // local cleaner leaves tiered logs alone (compaction.Clean refuses them),
-// and this cleaner rewrites only segments wholly below the local log
-// start, the bucket's alone. A round:
+// and this cleaner rewrites only segments wholly below the leader's
+// local log start, the bucket's alone there. A replica that still holds a
+// copy of a segment it rewrote (a follower, or this log after another
+// led for a while) deletes it by local retention once it shows the
+// bucket's copy to be a cleaning of its own (bucketCleanedLocked). A
+// round:
 //
 //  1. maps the latest offset of every key in the dirty section, from the
 //     bucket's checkpoint (Manifest.CleanedTo) to the last stable offset
@@ -76,7 +80,8 @@ type CompactOptions struct {
 	Throttle func(ctx context.Context, n int) error
 	// ScratchDir holds the segments a round downloads and writes (default
 	// os.TempDir()); StageBytes is how much cleaned output it stages
-	// before uploading and committing it (default 256 MiB).
+	// before uploading and committing it (default 64 MiB), which bounds
+	// how long the partition's lock is held for one commit.
 	ScratchDir string
 	StageBytes int64
 }
@@ -176,6 +181,19 @@ type dirtySeg struct {
 
 func (r *compactRound) run(ctx context.Context) error {
 	p := r.p
+	// The bucket claimed for this epoch first: a new leader's manifest is
+	// the one it followed, which the last leader's uploads and rounds may
+	// have moved past (the commit would find its segments gone).
+	_, done, err := p.beginLeaderChange(ctx)
+	if err != nil {
+		return err
+	}
+	done()
+	// The local offsets before the manifest: local retention deletes only
+	// what a committed manifest names, so the manifest read after them
+	// reaches the local log start, and no offset between the two is in
+	// neither.
+	offs := p.local.Offsets()
 	sv := p.man.Load()
 	if sv.head.LastOffset() < 0 || sv.head.Deleted() {
 		return nil
@@ -185,7 +203,6 @@ func (r *compactRound) run(ctx context.Context) error {
 		return err
 	}
 	r.m = m
-	offs := p.local.Offsets()
 	r.localStart = offs.LogStart
 	for _, s := range m.Segments {
 		if s.LastOffset >= r.localStart {
@@ -194,29 +211,24 @@ func (r *compactRound) run(ctx context.Context) error {
 		r.own = append(r.own, s)
 	}
 	// The bucket's own segments end here: what lies past it has a local
-	// copy, which must stay the bucket's exact copy.
-	limit := r.localStart
+	// copy, which must stay the bucket's exact copy. The checkpoint never
+	// passes it: the segments past it are not cleaned.
+	limit := min(r.localStart, m.Segments[len(m.Segments)-1].LastOffset+1)
 	if len(r.own) < len(m.Segments) {
 		limit = min(limit, m.Segments[len(r.own)].BaseOffset)
 	}
-	cleaned := m.CleanedTo
-	if cleaned > offs.LogEnd {
-		cleaned = 0 // the log was truncated below it: start over, as Kafka resets its checkpoint
-	}
-	firstDirty := max(cleaned, m.LogStartOffset)
-	if len(m.Segments) > 0 {
-		firstDirty = max(firstDirty, m.Segments[0].BaseOffset)
-	}
+	firstDirty := max(m.CleanedTo, m.LogStartOffset, m.Segments[0].BaseOffset)
 	r.st.FirstDirty, r.st.End, r.st.Checkpoint = firstDirty, firstDirty, m.CleanedTo
 	dirty, err := r.dirtySection(firstDirty, offs.LastStableOffset)
 	if err != nil {
 		return err
 	}
-	// The dirty share of the bucket's own segments: a round pays for
-	// reading all of them, so it runs when enough of them is new.
+	// The dirty share of the bucket's own segments (one holding the
+	// checkpoint counts as dirty): a round pays for reading all of them,
+	// so it runs when enough of them is new.
 	var clean, dirt int64
 	for _, s := range r.own {
-		if s.BaseOffset < firstDirty {
+		if s.LastOffset < firstDirty {
 			clean += s.Size
 		} else {
 			dirt += s.Size
@@ -229,7 +241,7 @@ func (r *compactRound) run(ctx context.Context) error {
 		return nil
 	}
 	r.st.Ran = true
-	aborted, err := r.abortedTxns(ctx, dirty[len(dirty)-1].next)
+	aborted, err := r.abortedTxns(ctx)
 	if err != nil {
 		return err
 	}
@@ -280,7 +292,7 @@ func (r *compactRound) stageBytes() int64 {
 	if r.o.StageBytes > 0 {
 		return r.o.StageBytes
 	}
-	return 256 << 20
+	return 64 << 20
 }
 
 // dirtySection lists the closed segments holding offsets in [firstDirty,
@@ -322,12 +334,18 @@ func (r *compactRound) dirtySection(firstDirty, upTo int64) ([]dirtySeg, error) 
 	return out, nil
 }
 
-// abortedTxns collects the aborted transactions up to end: from the
-// .txnindex of every bucket segment of the bucket's own that has one,
-// and from the local segments'.
-func (r *compactRound) abortedTxns(ctx context.Context, end int64) (compaction.Aborted, error) {
+// abortedTxns collects the aborted transactions a round may meet: from
+// the .txnindex of every bucket segment that begins below the local log
+// start and has one (the one the local start lies in among them), and
+// from every local segment's, the active one's too, up to the log end: a
+// transaction whose data the bucket alone holds may have its ABORT marker
+// anywhere after it.
+func (r *compactRound) abortedTxns(ctx context.Context) (compaction.Aborted, error) {
 	var out compaction.Aborted
-	for _, s := range r.own {
+	for _, s := range r.m.Segments {
+		if s.BaseOffset >= r.localStart {
+			break
+		}
 		if s.TxnIndexSize == 0 {
 			continue
 		}
@@ -342,14 +360,11 @@ func (r *compactRound) abortedTxns(ctx context.Context, end int64) (compaction.A
 		}
 		out = append(out, txns...)
 	}
-	if end > r.localStart {
-		local, err := r.p.segs.AbortedTxns(r.localStart, end)
-		if err != nil {
-			return nil, fmt.Errorf("tiered: %w", err)
-		}
-		out = append(out, local...)
+	local, err := r.p.segs.AbortedTxns(r.localStart, math.MaxInt64)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: %w", err)
 	}
-	return out, nil
+	return append(out, local...), nil
 }
 
 // buildMap maps the dirty section and returns one past the last offset
@@ -428,25 +443,31 @@ func (r *compactRound) scan(ctx context.Context, d dirtySeg, fn func(e *record.E
 	return nil
 }
 
-// download copies a bucket segment's .log into a scratch file, checking
-// its size and CRC-32C against the manifest's.
+// download copies a bucket segment's .log into a scratch file.
 func (r *compactRound) download(ctx context.Context, s manifest.Segment) (*os.File, error) {
-	key := r.p.layout().Segment(s, manifest.LogSuffix)
-	f, err := os.CreateTemp(r.o.ScratchDir, "tierlog-compact-*.log")
-	if err != nil {
-		return nil, fmt.Errorf("tiered: compact: %w", err)
-	}
-	body, _, err := r.p.store.Get(ctx, key, 0, s.Size)
 	r.st.Gets++
+	return r.p.downloadSegment(ctx, s, r.o.ScratchDir)
+}
+
+// downloadSegment copies a bucket segment's .log into a scratch file in
+// dir (os.TempDir() when empty), checking its size and CRC-32C against
+// the manifest's. The caller removes it (closeScratch).
+func (p *Partition) downloadSegment(ctx context.Context, s manifest.Segment, dir string) (*os.File, error) {
+	key := p.layout().Segment(s, manifest.LogSuffix)
+	f, err := os.CreateTemp(dir, "tierlog-segment-*.log")
+	if err != nil {
+		return nil, fmt.Errorf("tiered: %w", err)
+	}
+	body, _, err := p.store.Get(ctx, key, 0, s.Size)
 	if err != nil {
 		closeScratch(f)
-		return nil, storageError(ctx, fmt.Errorf("tiered: compact: read %s: %w", key, err))
+		return nil, storageError(ctx, fmt.Errorf("tiered: read %s: %w", key, err))
 	}
 	defer body.Close()
 	h := crc32.New(castagnoli)
 	n, err := io.Copy(io.MultiWriter(f, h), body)
 	if err == nil && (n != s.Size || h.Sum32() != s.LogCRC) {
-		err = fmt.Errorf("%w: tiered: compact: %s holds %d bytes of CRC-32C %08x; the manifest says %d bytes of %08x",
+		err = fmt.Errorf("%w: tiered: %s holds %d bytes of CRC-32C %08x; the manifest says %d bytes of %08x",
 			backend.ErrCorruptRecord, key, n, h.Sum32(), s.Size, s.LogCRC)
 	}
 	if err != nil {
@@ -462,15 +483,17 @@ func closeScratch(f *os.File) {
 	os.Remove(f.Name())
 }
 
-// groups splits the bucket's own segments wholly below end into runs of
-// consecutive segments to clean into one each: summed sizes within
-// segment.bytes, an offset span a 32-bit relative offset can index.
+// groups splits the bucket's own segments that begin below end (the
+// checkpoint: the one holding it too, as Kafka cleans every segment below
+// the map's end) into runs of consecutive segments to clean into one
+// each: summed sizes within segment.bytes, an offset span a 32-bit
+// relative offset can index.
 func (r *compactRound) groups(end int64) [][]manifest.Segment {
 	var out [][]manifest.Segment
 	var cur []manifest.Segment
 	var size int64
 	for _, s := range r.own {
-		if s.LastOffset >= end {
+		if s.BaseOffset >= end {
 			break
 		}
 		if len(cur) > 0 && (size+s.Size > r.cfg.SegmentBytes || s.LastOffset-cur[0].BaseOffset > math.MaxInt32) {
@@ -549,11 +572,9 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 		if lastEntry.Data == nil {
 			return fmt.Errorf("%w: tiered: compact: the bucket segments %d..%d hold no batch", backend.ErrCorruptRecord, g[0].BaseOffset, g[len(g)-1].LastOffset)
 		}
-		empty := r.filter.Empty(&lastEntry)
-		if err := write(empty, &lastEntry); err != nil {
+		if err := write(r.filter.Empty(&lastEntry), &lastEntry); err != nil {
 			return err
 		}
-		r.st.BytesWritten += int64(len(empty))
 	}
 	if len(segs) == 1 && pos == segs[0].Size && crc == segs[0].LogCRC {
 		return nil // unchanged
@@ -567,7 +588,11 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 	out.TimeIndexSize, out.TimeIndexCRC = int64(len(tidx)), crc32.Checksum(tidx, castagnoli)
 	objects := map[string][]byte{manifest.IndexSuffix: idx, manifest.TimeIndexSuffix: tidx}
 	var txn []byte
+	epochsKnown := true
 	for _, s := range segs {
+		// A segment of a version 1 manifest knows only its highest
+		// epoch: so does the cleaned one then.
+		epochsKnown = epochsKnown && len(s.Epochs) > 0
 		out.Epochs = appendEpochs(out.Epochs, s.Epochs)
 		if s.TxnIndexSize > 0 {
 			data, err := r.p.remoteIndex(ctx, s, manifest.TxnIndexSuffix)
@@ -577,6 +602,9 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 			r.st.Gets++
 			txn = append(txn, data...)
 		}
+	}
+	if !epochsKnown {
+		out.Epochs = nil
 	}
 	if len(out.Epochs) > 0 {
 		out.Epochs[0].StartOffset = out.BaseOffset
@@ -603,6 +631,7 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 		return err
 	}
 	r.st.SegmentsWritten++
+	r.st.BytesWritten += pos
 	r.st.Puts += len(out.Objects())
 	r.st.SegmentsReplaced += len(segs)
 	if len(segs) > 1 {

@@ -441,3 +441,110 @@ func TestCompactReplacedObjectsGoByGC(t *testing.T) {
 // keptBackupsForTest is how many commits later a manifest backup is gone
 // (tiered's keptBackups).
 const keptBackupsForTest = 2
+
+// TestCompactedTieredTwoReplicas is the model test with a follower and
+// leader changes: two partitions over one bucket, the follower appending
+// what the leader appended (rolling where its own appends say), each
+// doing its role's work (the leader uploads and cleans the bucket, the
+// follower follows the manifest and applies local retention), and now
+// and then the follower leading at the next epoch. After every step the
+// leader serves what the model allows; at the end both replicas' local
+// retention has deleted every closed segment the bucket holds, whoever
+// cleaned it.
+func TestCompactedTieredTwoReplicas(t *testing.T) {
+	for seed := range uint64(2) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { runTwoReplicas(t, seed) })
+	}
+}
+
+func runTwoReplicas(t *testing.T, seed uint64) {
+	rng := rand.New(rand.NewPCG(seed, 11))
+	store := objstore.New(mem.New(), "mem://compacted-replicas", objstore.Options{})
+	c := cfg(t, "cleanup.policy", "compact", "remote.storage.enable", "true", "segment.bytes", "1500",
+		"local.retention.bytes", "3000", "delete.retention.ms", "86400000", "file.delete.delay.ms", "0")
+	epoch := int32(1)
+	leader := open(t, filepath.Join(t.TempDir(), "users-0"), store, epoch, c)
+	follower := open(t, filepath.Join(t.TempDir(), "users-0"), store, 0, c)
+	defer func() { leader.Close(); follower.Close() }()
+	if err := follower.BecomeFollower(ctx, epoch); err != nil {
+		t.Fatal(err)
+	}
+	m := &compactModel{recs: map[int64]modelRecord{}}
+	w := &compactWriter{t: t, rng: rng, model: m, keys: 30, epoch: &epoch}
+	opts := tiered.CompactOptions{MemoryBytes: 1 << 20, ScratchDir: t.TempDir(), Force: true}
+	rounds, swaps := 0, 0
+	for step := range 250 {
+		what := ""
+		switch op := rng.IntN(20); {
+		case op < 10:
+			what = "append"
+			from := leader.Offsets().LogEnd
+			w.batch(leader, 1+rng.IntN(10), rng.IntN(6) == 0, rng.IntN(2) == 0)
+			replicateTo(t, leader, follower, from, leader.Offsets().LogEnd)
+		case op < 13:
+			what = "offload"
+			if _, err := leader.Offload(ctx); err != nil {
+				t.Fatalf("step %d: offload: %v", step, err)
+			}
+		case op < 16:
+			what = "follower step"
+			if err := follower.FollowerStep(ctx); err != nil {
+				t.Fatalf("step %d: follower step: %v", step, err)
+			}
+		case op < 19:
+			what = "compact"
+			st, err := leader.CompactRemote(ctx, opts)
+			if err != nil {
+				t.Fatalf("step %d: compact: %v", step, err)
+			}
+			if st.SegmentsReplaced > 0 {
+				rounds++
+			}
+		default:
+			what = "leader change"
+			epoch++
+			if err := leader.BecomeFollower(ctx, epoch); err != nil {
+				t.Fatal(err)
+			}
+			if err := follower.BecomeLeader(ctx, epoch); err != nil {
+				t.Fatal(err)
+			}
+			leader, follower = follower, leader
+			swaps++
+		}
+		checkCompacted(t, leader, m, fmt.Sprintf("step %d (%s)", step, what))
+	}
+	if rounds == 0 || swaps == 0 {
+		t.Fatalf("%d rounds replaced segments, %d leader changes: the test tests too little", rounds, swaps)
+	}
+	// Everything in the bucket and cleaned, then local retention of both.
+	from := leader.Offsets().LogEnd
+	w.batch(leader, 1, false, false)
+	replicateTo(t, leader, follower, from, leader.Offsets().LogEnd)
+	c2 := c
+	c2.LocalRetentionBytes = 0
+	for _, p := range []*tiered.Partition{leader, follower} {
+		if err := p.SetConfig(c2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := leader.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.CompactRemote(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.FollowerStep(ctx); err != nil {
+		t.Fatalf("the follower's local retention: %v", err)
+	}
+	last := leader.Head().LastOffset()
+	for name, p := range map[string]*tiered.Partition{"leader": leader, "follower": follower} {
+		for _, s := range p.LocalSegments() {
+			if !s.Active && s.NextOffset-1 <= last {
+				t.Fatalf("the %s keeps local segment %d..%d, which the bucket holds (to %d): %+v", name, s.BaseOffset, s.NextOffset-1, last, p.LocalSegments())
+			}
+		}
+	}
+	checkCompacted(t, leader, m, "the end")
+	t.Logf("%d records given; %d rounds replaced segments; %d leader changes", len(m.recs), rounds, swaps)
+}

@@ -346,9 +346,15 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 // replaced stay while a kept backup names them). A backup gc removes
 // (older than the ones kept) protects nothing.
 func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.ObjectInfo, st *manifestState, opts GCOptions, named map[string]bool) error {
-	loaded := map[[8]byte]bool{} // parts whose segments are named
+	named1 := func(seg manifest.Segment) {
+		for _, suf := range seg.Objects() {
+			named[p.layout().Segment(seg, suf)] = true
+		}
+	}
+	end := remoteEnd(st.head)
+	read := map[[8]byte][]manifest.Segment{} // the parts' segments, read once
 	for _, part := range st.head.Parts {
-		loaded[part.ID] = true
+		read[part.ID] = nil // named whole already
 	}
 	for _, o := range objects {
 		obj, err := p.layout().Parse(o.Key)
@@ -369,34 +375,38 @@ func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.Objec
 			// it), so it names nothing that must stay.
 			continue
 		}
-		// The segments of a backup above the manifest's generation (a
-		// bucket gone back in time) are past its end: gc keeps them and
-		// says so, below.
-		older := st.etag == "" || h.Generation() <= st.head.Generation()
-		if older {
-			for _, seg := range h.Own {
-				for _, suf := range seg.Objects() {
-					named[p.layout().Segment(seg, suf)] = true
-				}
+		// A backup above the manifest's generation is of a bucket gone
+		// back in time: its segments past the manifest's end are judged
+		// below (kept, and reported); those before it (a cleaner's
+		// replacements among them) are named here.
+		keep := func(seg manifest.Segment) bool {
+			return st.etag == "" || h.Generation() <= st.head.Generation() || seg.LastOffset < end
+		}
+		for _, seg := range h.Own {
+			if keep(seg) {
+				named1(seg)
 			}
 		}
 		for _, part := range h.Parts {
-			key := p.layout().Part(part)
-			named[key] = true
-			if !older || loaded[part.ID] {
-				continue // past the end, or its segments are named
+			named[p.layout().Part(part)] = true
+			segs, ok := read[part.ID]
+			if ok && segs == nil {
+				continue // the manifest's own part
 			}
-			loaded[part.ID] = true
-			segs, err := p.partSegments(ctx, part)
-			if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, manifest.ErrCorrupt) {
-				continue // no restore of this backup works: it names nothing that must stay
-			}
-			if err != nil {
-				return fmt.Errorf("tiered: gc: read a part the manifest backup %s names: %w", o.Key, err)
+			if !ok {
+				segs, err = p.partSegments(ctx, part)
+				if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, manifest.ErrCorrupt) {
+					read[part.ID] = []manifest.Segment{}
+					continue // no restore of this backup works: it names nothing that must stay
+				}
+				if err != nil {
+					return fmt.Errorf("tiered: gc: read a part the manifest backup %s names: %w", o.Key, err)
+				}
+				read[part.ID] = segs
 			}
 			for _, seg := range segs {
-				for _, suf := range seg.Objects() {
-					named[p.layout().Segment(seg, suf)] = true
+				if keep(seg) {
+					named1(seg)
 				}
 			}
 		}

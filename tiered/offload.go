@@ -497,7 +497,13 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 		if !del {
 			break
 		}
-		if err := p.bucketHoldsLocked(ctx, head, si); err != nil {
+		err := p.bucketHoldsLocked(ctx, head, si)
+		if errors.Is(err, ErrDiverged) && cfg.Compact() {
+			// The bucket's cleaner may have rewritten what this copy
+			// holds (it was the leader's to clean, not this log's).
+			err = p.bucketCleanedLocked(ctx, head, si)
+		}
+		if err != nil {
 			p.metrics.LocalDeletesRefused.Add(1)
 			p.opts.Logger.Error("local retention keeps a segment the bucket does not hold as it is", "base", si.BaseOffset, "err", err)
 			refused = fmt.Errorf("tiered: local retention stopped at segment %d: %w", si.BaseOffset, err)

@@ -8,11 +8,13 @@ import (
 	"hash/crc32"
 	"io"
 	"path/filepath"
+	"slices"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/record"
 	"github.com/tierlog/tierlog/vfs"
 )
 
@@ -332,4 +334,121 @@ func (w progressWriter) Write(b []byte) (int, error) {
 		w(int64(len(b)))
 	}
 	return len(b), nil
+}
+
+// bucketCleanedLocked shows, for a compacted partition, that the bucket
+// holds a cleaning of the local segment si: every record the bucket's
+// segments hold in si's offsets is si's record at the same offset (key,
+// value and headers), and what si holds beyond them is what a cleaning
+// removes. The bucket's cleaner rewrites a segment once the leader no
+// longer holds it locally; a follower, or this log led by another for a
+// while, may still hold its copy, which is then not the bucket's bytes
+// but may go all the same: a reader of those offsets is given the
+// bucket's records, which are its own. The bucket's segments are read
+// whole (a scratch file each). REQUIRES: p.mu held.
+func (p *Partition) bucketCleanedLocked(ctx context.Context, head *manifest.Head, si local.SegmentInfo) error {
+	if last := head.LastOffset(); si.NextOffset-1 > last {
+		return fmt.Errorf("%w: local segment %d..%d is not wholly in the bucket, which ends at %d", ErrDiverged, si.BaseOffset, si.NextOffset-1, last)
+	}
+	h, err := p.segs.OpenSegment(si.BaseOffset)
+	if err != nil {
+		return fmt.Errorf("tiered: %w", err)
+	}
+	defer h.Close()
+	mine := newRecordStream(h, h.Size())
+	off := max(si.BaseOffset, head.FirstOffset())
+	for off < si.NextOffset {
+		seg, ok, err := p.holding(ctx, head, off)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: the bucket does not hold offset %d of local segment %s", ErrDiverged, off, h.Path())
+		}
+		key := p.layout().Segment(seg, manifest.LogSuffix)
+		if err := p.cleaningOf(ctx, seg, key, mine, off, si.NextOffset); err != nil {
+			return fmt.Errorf("%w (%s and local segment %s)", err, key, h.Path())
+		}
+		p.metrics.VerifyBytes.Add(seg.Size)
+		off = seg.LastOffset + 1
+	}
+	p.markRangeVerifiedLocked(si)
+	return nil
+}
+
+// cleaningOf holds the records of the bucket segment seg in [from, to)
+// to those of mine at the same offsets.
+func (p *Partition) cleaningOf(ctx context.Context, seg manifest.Segment, key string, mine *recordStream, from, to int64) error {
+	f, err := p.downloadSegment(ctx, seg, "")
+	if err != nil {
+		return err
+	}
+	defer closeScratch(f)
+	theirs := newRecordStream(f, seg.Size)
+	for {
+		r, ok, err := theirs.next()
+		if err != nil {
+			return fmt.Errorf("%w: %w", backend.ErrCorruptRecord, err)
+		}
+		if !ok || r.Offset >= to {
+			return nil
+		}
+		if r.Offset < from {
+			continue
+		}
+		for {
+			m, ok, err := mine.next()
+			if err != nil {
+				return fmt.Errorf("%w: %w", backend.ErrCorruptRecord, err)
+			}
+			if !ok || m.Offset > r.Offset {
+				return fmt.Errorf("%w: the bucket holds a record at offset %d the local segment does not", ErrDiverged, r.Offset)
+			}
+			if m.Offset < r.Offset {
+				continue // cleaned away
+			}
+			if !bytes.Equal(m.Key, r.Key) || !bytes.Equal(m.Value, r.Value) || (m.Value == nil) != (r.Value == nil) ||
+				!slices.EqualFunc(m.Headers, r.Headers, func(a, b record.Header) bool {
+					return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value)
+				}) {
+				return fmt.Errorf("%w: the record at offset %d differs", ErrDiverged, r.Offset)
+			}
+			break
+		}
+	}
+}
+
+// recordStream reads the records of a segment's batches one by one, in
+// offset order, each batch validated first.
+type recordStream struct {
+	sc *record.Scanner
+	it record.Iterator
+	in bool // in a batch
+}
+
+func newRecordStream(r io.ReaderAt, size int64) *recordStream {
+	return &recordStream{sc: record.NewScanner(r, 0, size, record.ScanOptions{Validate: true, Ordered: true, BufferSize: 1 << 20})}
+}
+
+// next returns the next record (valid until the next call), or false at
+// the end.
+func (s *recordStream) next() (*record.Record, bool, error) {
+	for {
+		if s.in {
+			if s.it.Next() {
+				return s.it.Record(), true, nil
+			}
+			if err := s.it.Err(); err != nil {
+				return nil, false, err
+			}
+			s.in = false
+		}
+		if !s.sc.Next() {
+			return nil, false, s.sc.Err()
+		}
+		if err := s.it.Reset(s.sc.Entry().Data); err != nil {
+			return nil, false, err
+		}
+		s.in = true
+	}
 }
