@@ -60,6 +60,24 @@ type Stats struct {
 	Duration        time.Duration
 }
 
+// Add adds the counts of o, a later round, to s: s keeps its first dirty
+// offset and takes o's end, its tombstones kept and the larger key count.
+func (s *Stats) Add(o Stats) {
+	s.End = o.End
+	s.SegmentsRead += o.SegmentsRead
+	s.SegmentsWritten += o.SegmentsWritten
+	s.BytesRead += o.BytesRead
+	s.BytesWritten += o.BytesWritten
+	s.RecordsRead += o.RecordsRead
+	s.RecordsRemoved += o.RecordsRemoved
+	s.TombstonesKept = o.TombstonesKept
+	s.AbortedRemoved += o.AbortedRemoved
+	s.MarkersRemoved += o.MarkersRemoved
+	s.Keys = max(s.Keys, o.Keys)
+	s.MapBytes = max(s.MapBytes, o.MapBytes)
+	s.Duration += o.Duration
+}
+
 // Ratio is the bytes written per byte read (1 when nothing was read).
 func (s Stats) Ratio() float64 {
 	if s.BytesRead == 0 {

@@ -126,12 +126,9 @@ func (p *Partition) bucketHoldsLocked(ctx context.Context, head *manifest.Head, 
 // part begins, the bucket's bytes are read (streamed, never held whole)
 // and compared with the local file's. REQUIRES: p.mu held.
 func (p *Partition) compareWithBucketLocked(ctx context.Context, head *manifest.Head, si local.SegmentInfo) error {
-	if last := head.LastOffset(); si.NextOffset-1 > last {
-		return fmt.Errorf("%w: local segment %d..%d is not wholly in the bucket, which ends at %d", ErrDiverged, si.BaseOffset, si.NextOffset-1, last)
-	}
-	h, err := p.segs.OpenSegment(si.BaseOffset)
+	h, err := p.openCovered(head, si)
 	if err != nil {
-		return fmt.Errorf("tiered: %w", err)
+		return err
 	}
 	defer h.Close()
 	off, localPos := si.BaseOffset, int64(0)
@@ -170,6 +167,19 @@ func (p *Partition) compareWithBucketLocked(ctx context.Context, head *manifest.
 	}
 	p.markRangeVerifiedLocked(si)
 	return nil
+}
+
+// openCovered opens the local segment si, which the bucket must hold
+// the offsets of (head's segments reach its end; ErrDiverged otherwise).
+func (p *Partition) openCovered(head *manifest.Head, si local.SegmentInfo) (*local.SegmentHandle, error) {
+	if last := head.LastOffset(); si.NextOffset-1 > last {
+		return nil, fmt.Errorf("%w: local segment %d..%d is not wholly in the bucket, which ends at %d", ErrDiverged, si.BaseOffset, si.NextOffset-1, last)
+	}
+	h, err := p.segs.OpenSegment(si.BaseOffset)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: %w", err)
+	}
+	return h, nil
 }
 
 // compareChunk is how much of a remote range compareRange compares at once.
@@ -347,12 +357,9 @@ func (w progressWriter) Write(b []byte) (int, error) {
 // bucket's records, which are its own. The bucket's segments are read
 // whole (a scratch file each). REQUIRES: p.mu held.
 func (p *Partition) bucketCleanedLocked(ctx context.Context, head *manifest.Head, si local.SegmentInfo) error {
-	if last := head.LastOffset(); si.NextOffset-1 > last {
-		return fmt.Errorf("%w: local segment %d..%d is not wholly in the bucket, which ends at %d", ErrDiverged, si.BaseOffset, si.NextOffset-1, last)
-	}
-	h, err := p.segs.OpenSegment(si.BaseOffset)
+	h, err := p.openCovered(head, si)
 	if err != nil {
-		return fmt.Errorf("tiered: %w", err)
+		return err
 	}
 	defer h.Close()
 	mine := newRecordStream(h, h.Size())

@@ -158,18 +158,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 			break
 		}
 		rounds++
-		total.End = st.End
-		total.SegmentsRead += st.SegmentsRead
-		total.SegmentsWritten += st.SegmentsWritten
-		total.BytesRead += st.BytesRead
-		total.BytesWritten += st.BytesWritten
-		total.RecordsRead += st.RecordsRead
-		total.RecordsRemoved += st.RecordsRemoved
-		total.TombstonesKept = st.TombstonesKept
-		total.AbortedRemoved += st.AbortedRemoved
-		total.MarkersRemoved += st.MarkersRemoved
-		total.Keys = max(total.Keys, st.Keys)
-		total.Duration += st.Duration
+		total.Add(st)
 		first = st.End
 		if o.dryRun {
 			break
@@ -260,23 +249,14 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 			break
 		}
 		rounds++
-		total.End, total.Checkpoint = st.End, st.Checkpoint
-		total.SegmentsRead += st.SegmentsRead
-		total.SegmentsWritten += st.SegmentsWritten
+		total.Stats.Add(st.Stats)
+		total.Checkpoint = st.Checkpoint
 		total.SegmentsReplaced += st.SegmentsReplaced
 		total.Merged += st.Merged
-		total.BytesRead += st.BytesRead
-		total.BytesWritten += st.BytesWritten
 		total.MapBytesRead += st.MapBytesRead
-		total.RecordsRead += st.RecordsRead
-		total.RecordsRemoved += st.RecordsRemoved
-		total.TombstonesKept = st.TombstonesKept
-		total.AbortedRemoved += st.AbortedRemoved
-		total.Keys = max(total.Keys, st.Keys)
 		total.Gets += st.Gets
 		total.Puts += st.Puts
 		total.Commits += st.Commits
-		total.Duration += st.Duration
 		if o.dryRun || st.Checkpoint <= st.FirstDirty {
 			break
 		}
