@@ -37,6 +37,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		remoteErrors    = desc(sub, "remote_read_errors_total", "Reads below the local log start that failed.", nil, nil)
 		remoteLatency   = desc(sub, "remote_read_duration_seconds", "Time to serve a read from the bucket (cache hits included).", nil, nil)
 		remoteDeleted   = desc(sub, "remote_segments_deleted_total", "Segments removed from the bucket by total retention.", nil, nil)
+		compactRunning  = desc(sub, "compact_rounds_running", "Rounds of the bucket's cleaner under way now.", nil, nil)
 		compactRounds   = desc(sub, "compact_rounds_total", "Rounds of the bucket's cleaner that ran (compacted tiered partitions).", nil, nil)
 		compactBytes    = desc(sub, "compact_bytes_rewritten_total", "Bytes of cleaned segments the bucket's cleaner wrote.", nil, nil)
 		compactReplaced = desc(sub, "compact_segments_replaced_total", "Bucket segments replaced by cleaned ones.", nil, nil)
@@ -54,7 +55,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 	)
 	segments, segBytes := tierDescs("remote")
 	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, manifestBytes, partsPut, partReads, remoteReads,
-		remoteBytes, remoteErrors, remoteLatency, remoteDeleted, compactRounds, compactBytes, compactReplaced, compactMerges, compactErrors}
+		remoteBytes, remoteErrors, remoteLatency, remoteDeleted, compactRunning, compactRounds, compactBytes, compactReplaced, compactMerges, compactErrors}
 	if partitions != nil {
 		descs = append(descs, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
 			tieredPartsDesc, segments, segBytes)
@@ -81,6 +82,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 			counter(ch, remoteErrors, float64(m.RemoteReadErrors.Load()))
 			histogram(ch, remoteLatency, m.RemoteReadLatency.Snapshot())
 			counter(ch, remoteDeleted, float64(m.RemoteSegmentsDeleted.Load()))
+			gauge(ch, compactRunning, float64(m.CompactRunning.Load()))
 			counter(ch, compactRounds, float64(m.CompactRounds.Load()))
 			counter(ch, compactBytes, float64(m.CompactBytesRewritten.Load()))
 			counter(ch, compactReplaced, float64(m.CompactSegmentsReplaced.Load()))

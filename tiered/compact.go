@@ -128,6 +128,8 @@ func (p *Partition) CompactRemote(ctx context.Context, o CompactOptions) (Compac
 	}
 	p.compactMu.Lock()
 	defer p.compactMu.Unlock()
+	p.metrics.CompactRunning.Add(1)
+	defer p.metrics.CompactRunning.Add(-1)
 	ctx, cancel := p.withClose(ctx)
 	defer cancel()
 	if err := p.attach(ctx); err != nil {

@@ -61,10 +61,11 @@ type Metrics struct {
 
 	RemoteSegmentsDeleted atomic.Int64 // by total retention
 
-	// The bucket's cleaner (CompactRemote): rounds that ran, the .log
-	// bytes of the segments they wrote, the bucket segments those
-	// replaced, the new segments that replaced more than one, and rounds
-	// that failed.
+	// The bucket's cleaner (CompactRemote): rounds under way now, rounds
+	// that ran, the .log bytes of the segments they wrote, the bucket
+	// segments those replaced, the new segments that replaced more than
+	// one, and rounds that failed.
+	CompactRunning          atomic.Int64
 	CompactRounds           atomic.Int64
 	CompactBytesRewritten   atomic.Int64
 	CompactSegmentsReplaced atomic.Int64
