@@ -80,8 +80,9 @@ type CompactOptions struct {
 	Throttle func(ctx context.Context, n int) error
 	// ScratchDir holds the segments a round downloads and writes (default
 	// os.TempDir()); StageBytes is how much cleaned output it stages
-	// before uploading and committing it (default 64 MiB), which bounds
-	// how long the partition's lock is held for one commit.
+	// before uploading and committing it (default 64 MiB; a commit holds
+	// the partition's lock while it uploads that much, plus at most one
+	// group of segment.bytes).
 	ScratchDir string
 	StageBytes int64
 }
@@ -183,18 +184,27 @@ type dirtySeg struct {
 
 func (r *compactRound) run(ctx context.Context) error {
 	p := r.p
-	// The bucket claimed for this epoch first: a new leader's manifest is
-	// the one it followed, which the last leader's uploads and rounds may
-	// have moved past (the commit would find its segments gone).
-	_, done, err := p.beginLeaderChange(ctx)
-	if err != nil {
-		return err
+	if !r.o.DryRun {
+		// The bucket claimed for this epoch first: a new leader's
+		// manifest is the one it followed, which the last leader's
+		// uploads and rounds may have moved past (the commit would find
+		// its segments gone). A dry run writes nothing, a claim neither.
+		_, done, err := p.beginLeaderChange(ctx)
+		if err != nil {
+			return err
+		}
+		done()
 	}
-	done()
-	// The local offsets before the manifest: local retention deletes only
-	// what a committed manifest names, so the manifest read after them
-	// reaches the local log start, and no offset between the two is in
-	// neither.
+	// The local .txnindex files first, then the local offsets, then the
+	// manifest: local retention deletes only what a committed manifest
+	// names, so a segment deleted meanwhile (an ABORT marker in it) is in
+	// the manifest read after, below the local start read before it, whose
+	// .txnindex abortedTxns reads from the bucket; and no offset is in
+	// neither tier.
+	localAborted, err := p.segs.AbortedTxns(p.local.Offsets().LogStart, math.MaxInt64)
+	if err != nil {
+		return fmt.Errorf("tiered: %w", err)
+	}
 	offs := p.local.Offsets()
 	sv := p.man.Load()
 	if sv.head.LastOffset() < 0 || sv.head.Deleted() {
@@ -243,7 +253,7 @@ func (r *compactRound) run(ctx context.Context) error {
 		return nil
 	}
 	r.st.Ran = true
-	aborted, err := r.abortedTxns(ctx)
+	aborted, err := r.abortedTxns(ctx, localAborted)
 	if err != nil {
 		return err
 	}
@@ -339,10 +349,10 @@ func (r *compactRound) dirtySection(firstDirty, upTo int64) ([]dirtySeg, error) 
 // abortedTxns collects the aborted transactions a round may meet: from
 // the .txnindex of every bucket segment that begins below the local log
 // start and has one (the one the local start lies in among them), and
-// from every local segment's, the active one's too, up to the log end: a
-// transaction whose data the bucket alone holds may have its ABORT marker
-// anywhere after it.
-func (r *compactRound) abortedTxns(ctx context.Context) (compaction.Aborted, error) {
+// local, every local segment's (the active one's too) read before the
+// local start and the manifest were: a transaction whose data the bucket
+// alone holds may have its ABORT marker anywhere after it.
+func (r *compactRound) abortedTxns(ctx context.Context, local []producerstate.AbortedTxn) (compaction.Aborted, error) {
 	var out compaction.Aborted
 	for _, s := range r.m.Segments {
 		if s.BaseOffset >= r.localStart {
@@ -361,10 +371,6 @@ func (r *compactRound) abortedTxns(ctx context.Context) (compaction.Aborted, err
 			return nil, fmt.Errorf("%w: tiered: %s: %w", backend.ErrCorruptRecord, r.p.layout().Segment(s, manifest.TxnIndexSuffix), err)
 		}
 		out = append(out, txns...)
-	}
-	local, err := r.p.segs.AbortedTxns(r.localStart, math.MaxInt64)
-	if err != nil {
-		return nil, fmt.Errorf("tiered: %w", err)
 	}
 	return append(out, local...), nil
 }

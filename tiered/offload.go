@@ -468,6 +468,8 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 	localStart := p.local.Offsets().LogStart
 	cut := int64(-1)
 	var refused error
+	var files segmentFiles // bucketCleanedLocked's
+	defer files.close()
 	for _, si := range infos {
 		if si.Active || si.NextOffset-1 > lastRemote {
 			break
@@ -498,10 +500,10 @@ func (p *Partition) applyLocalRetentionLocked(ctx context.Context) error {
 			break
 		}
 		err := p.bucketHoldsLocked(ctx, head, si)
-		if errors.Is(err, ErrDiverged) && cfg.Compact() {
+		if errors.Is(err, ErrDiverged) && head.CleanedTo() > 0 {
 			// The bucket's cleaner may have rewritten what this copy
 			// holds (it was the leader's to clean, not this log's).
-			err = p.bucketCleanedLocked(ctx, head, si)
+			err = p.bucketCleanedLocked(ctx, head, si, &files)
 		}
 		if err != nil {
 			p.metrics.LocalDeletesRefused.Add(1)

@@ -313,15 +313,16 @@ func (s *service) maintain(p *Partition) {
 	switch {
 	case p.IsLeader():
 		_, err = p.ApplyRetention(ctx)
-		if err == nil && p.dl == nil && p.local.Config().Compact() {
-			err = s.compact(ctx, p)
-		}
 		if err == nil && s.b.opts.GCInterval > 0 && p.man.Load().etag != "" && s.gcDue(p) {
 			var gone []string
 			gone, err = GC(ctx, s.b.store, p.prefix, s.b.opts.GC)
 			if len(gone) > 0 {
 				log.Info("tiering: gc removed unreferenced objects", "objects", len(gone))
 			}
+		}
+		if err == nil && p.dl == nil && p.local.Config().Compact() {
+			// After gc: a round that keeps failing holds up no gc.
+			err = s.compact(ctx, p)
 		}
 	case p.opts.ReadReplica:
 		err = p.ReplicaStep(ctx)

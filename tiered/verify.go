@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
@@ -346,25 +348,34 @@ func (w progressWriter) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-// bucketCleanedLocked shows, for a compacted partition, that the bucket
-// holds a cleaning of the local segment si: every record the bucket's
-// segments hold in si's offsets is si's record at the same offset (key,
-// value and headers), and what si holds beyond them is what a cleaning
-// removes. The bucket's cleaner rewrites a segment once the leader no
-// longer holds it locally; a follower, or this log led by another for a
-// while, may still hold its copy, which is then not the bucket's bytes
-// but may go all the same: a reader of those offsets is given the
-// bucket's records, which are its own. The bucket's segments are read
-// whole (a scratch file each). REQUIRES: p.mu held.
-func (p *Partition) bucketCleanedLocked(ctx context.Context, head *manifest.Head, si local.SegmentInfo) error {
+// bucketCleanedLocked shows that the bucket holds a cleaning of the local
+// segment si, when the bucket's cleaner has cleaned the partition there
+// (si begins below the manifest's checkpoint): the bucket's cleaner
+// rewrites a segment once the leader no longer holds it locally, and a
+// follower, or this log after another led for a while, may still hold
+// its copy, which is then not the bucket's bytes. It may go all the same
+// when the two are the same log cleaned apart: the same leader epochs
+// over si's offsets (the manifest's segment epochs and the local epoch
+// cache: a log that diverged differs there), and every offset both hold
+// the same record (key, value, headers, timestamp). A record only one
+// holds is one the other's cleaner removed (the bucket's cleaner keeps
+// transaction markers a local cleaner run before the log was tiered
+// removed). files keeps the last bucket segment read, for the local
+// segments after si it covers too. REQUIRES: p.mu held.
+func (p *Partition) bucketCleanedLocked(ctx context.Context, head *manifest.Head, si local.SegmentInfo, files *segmentFiles) error {
+	if si.BaseOffset >= head.CleanedTo() {
+		return fmt.Errorf("%w: local segment %d..%d lies where the bucket's cleaner has not cleaned (its checkpoint is %d)",
+			ErrDiverged, si.BaseOffset, si.NextOffset-1, head.CleanedTo())
+	}
 	h, err := p.openCovered(head, si)
 	if err != nil {
 		return err
 	}
 	defer h.Close()
-	mine := newRecordStream(h, h.Size())
-	off := max(si.BaseOffset, head.FirstOffset())
-	for off < si.NextOffset {
+	mine := newRecordStream(h, 0, h.Size())
+	from := max(si.BaseOffset, head.FirstOffset())
+	var theirEpochs []manifest.EpochStart
+	for off := from; off < si.NextOffset; {
 		seg, ok, err := p.holding(ctx, head, off)
 		if err != nil {
 			return err
@@ -372,78 +383,136 @@ func (p *Partition) bucketCleanedLocked(ctx context.Context, head *manifest.Head
 		if !ok {
 			return fmt.Errorf("%w: the bucket does not hold offset %d of local segment %s", ErrDiverged, off, h.Path())
 		}
+		if len(seg.Epochs) == 0 {
+			return fmt.Errorf("%w: bucket segment %d..%d records no leader epochs to match local segment %s's", ErrDiverged, seg.BaseOffset, seg.LastOffset, h.Path())
+		}
+		theirEpochs = appendEpochs(theirEpochs, epochsFrom(seg.Epochs, off))
 		key := p.layout().Segment(seg, manifest.LogSuffix)
-		if err := p.cleaningOf(ctx, seg, key, mine, off, si.NextOffset); err != nil {
+		if err := p.cleaningOf(ctx, seg, key, files, mine, off, si.NextOffset); err != nil {
 			return fmt.Errorf("%w (%s and local segment %s)", err, key, h.Path())
 		}
-		p.metrics.VerifyBytes.Add(seg.Size)
 		off = seg.LastOffset + 1
+	}
+	var upTo []local.EpochEntry
+	for _, e := range p.local.LeaderEpochs() {
+		if e.StartOffset < si.NextOffset {
+			upTo = append(upTo, e)
+		}
+	}
+	mineEpochs := segmentEpochs(upTo, from)
+	for i := range theirEpochs {
+		theirEpochs[i].StartOffset = max(theirEpochs[i].StartOffset, from)
+	}
+	if !slices.Equal(mineEpochs, epochsBelow(theirEpochs, si.NextOffset)) {
+		return fmt.Errorf("%w: local segment %s has leader epochs %v over offsets %d..%d, the bucket %v",
+			ErrDiverged, h.Path(), mineEpochs, from, si.NextOffset-1, theirEpochs)
 	}
 	p.markRangeVerifiedLocked(si)
 	return nil
 }
 
+// epochsFrom is a segment's epochs from offset on: the one in effect at
+// offset (starting there) and those after.
+func epochsFrom(epochs []manifest.EpochStart, offset int64) []manifest.EpochStart {
+	i := sort.Search(len(epochs), func(i int) bool { return epochs[i].StartOffset > offset }) - 1
+	out := slices.Clone(epochs[max(i, 0):])
+	if len(out) > 0 && out[0].StartOffset < offset {
+		out[0].StartOffset = offset
+	}
+	return out
+}
+
+// epochsBelow is epochs without those starting at or past end.
+func epochsBelow(epochs []manifest.EpochStart, end int64) []manifest.EpochStart {
+	i := sort.Search(len(epochs), func(i int) bool { return epochs[i].StartOffset >= end })
+	return epochs[:i]
+}
+
+// segmentFiles keeps the last bucket segment a local retention pass read
+// whole, for the next local segments it covers.
+type segmentFiles struct {
+	id [8]byte
+	f  *os.File
+}
+
+func (c *segmentFiles) close() {
+	if c.f != nil {
+		closeScratch(c.f)
+		c.f = nil
+	}
+}
+
 // cleaningOf holds the records of the bucket segment seg in [from, to)
-// to those of mine at the same offsets.
-func (p *Partition) cleaningOf(ctx context.Context, seg manifest.Segment, key string, mine *recordStream, from, to int64) error {
-	f, err := p.downloadSegment(ctx, seg, "")
+// to those of mine at the same offsets (see bucketCleanedLocked), reading
+// seg from its batch at or before from (its offset index says where).
+func (p *Partition) cleaningOf(ctx context.Context, seg manifest.Segment, key string, files *segmentFiles, mine *recordStream, from, to int64) error {
+	if files.f == nil || files.id != seg.ID {
+		files.close()
+		f, err := p.downloadSegment(ctx, seg, "")
+		if err != nil {
+			return err
+		}
+		files.id, files.f = seg.ID, f
+		p.metrics.VerifyBytes.Add(seg.Size)
+	}
+	ix, err := p.remoteOffsetIndex(ctx, seg)
 	if err != nil {
 		return err
 	}
-	defer closeScratch(f)
-	theirs := newRecordStream(f, seg.Size)
+	theirs := newRecordStream(files.f, int64(ix.Lookup(from).Position), seg.Size)
 	for {
-		r, ok, err := theirs.next()
+		r, ok, err := theirs.peek()
 		if err != nil {
 			return fmt.Errorf("%w: %w", backend.ErrCorruptRecord, err)
 		}
 		if !ok || r.Offset >= to {
 			return nil
 		}
+		theirs.skip()
 		if r.Offset < from {
 			continue
 		}
-		for {
-			m, ok, err := mine.next()
-			if err != nil {
-				return fmt.Errorf("%w: %w", backend.ErrCorruptRecord, err)
-			}
-			if !ok || m.Offset > r.Offset {
-				return fmt.Errorf("%w: the bucket holds a record at offset %d the local segment does not", ErrDiverged, r.Offset)
-			}
-			if m.Offset < r.Offset {
-				continue // cleaned away
-			}
-			if !bytes.Equal(m.Key, r.Key) || !bytes.Equal(m.Value, r.Value) || (m.Value == nil) != (r.Value == nil) ||
-				!slices.EqualFunc(m.Headers, r.Headers, func(a, b record.Header) bool {
-					return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value)
-				}) {
-				return fmt.Errorf("%w: the record at offset %d differs", ErrDiverged, r.Offset)
-			}
-			break
+		m, ok, err := mine.peek()
+		for err == nil && ok && m.Offset < r.Offset {
+			mine.skip() // a record the bucket's cleaner removed
+			m, ok, err = mine.peek()
 		}
+		if err != nil {
+			return fmt.Errorf("%w: %w", backend.ErrCorruptRecord, err)
+		}
+		if !ok || m.Offset > r.Offset {
+			continue // a record the local copy's cleaner removed
+		}
+		if !bytes.Equal(m.Key, r.Key) || !bytes.Equal(m.Value, r.Value) || (m.Value == nil) != (r.Value == nil) || m.Timestamp != r.Timestamp ||
+			!slices.EqualFunc(m.Headers, r.Headers, func(a, b record.Header) bool {
+				return bytes.Equal(a.Key, b.Key) && bytes.Equal(a.Value, b.Value)
+			}) {
+			return fmt.Errorf("%w: the record at offset %d differs", ErrDiverged, r.Offset)
+		}
+		mine.skip()
 	}
 }
 
 // recordStream reads the records of a segment's batches one by one, in
 // offset order, each batch validated first.
 type recordStream struct {
-	sc *record.Scanner
-	it record.Iterator
-	in bool // in a batch
+	sc  *record.Scanner
+	it  record.Iterator
+	in  bool           // in a batch
+	cur *record.Record // the record peek returned, until skip
 }
 
-func newRecordStream(r io.ReaderAt, size int64) *recordStream {
-	return &recordStream{sc: record.NewScanner(r, 0, size, record.ScanOptions{Validate: true, Ordered: true, BufferSize: 1 << 20})}
+func newRecordStream(r io.ReaderAt, start, size int64) *recordStream {
+	return &recordStream{sc: record.NewScanner(r, start, size, record.ScanOptions{Validate: true, Ordered: true, BufferSize: 1 << 20})}
 }
 
-// next returns the next record (valid until the next call), or false at
-// the end.
-func (s *recordStream) next() (*record.Record, bool, error) {
-	for {
+// peek returns the next record (valid until skip), or false at the end.
+func (s *recordStream) peek() (*record.Record, bool, error) {
+	for s.cur == nil {
 		if s.in {
 			if s.it.Next() {
-				return s.it.Record(), true, nil
+				s.cur = s.it.Record()
+				break
 			}
 			if err := s.it.Err(); err != nil {
 				return nil, false, err
@@ -458,4 +527,8 @@ func (s *recordStream) next() (*record.Record, bool, error) {
 		}
 		s.in = true
 	}
+	return s.cur, true, nil
 }
+
+// skip moves past the record peek returned.
+func (s *recordStream) skip() { s.cur = nil }
