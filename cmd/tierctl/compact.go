@@ -12,6 +12,8 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/storeurl"
 	"github.com/tierlog/tierlog/tiered"
 )
@@ -60,8 +62,9 @@ manifest, which keeps the cleaner checkpoint (see operators.md,
 "Compacted topics in the bucket"). It runs whatever the dirty ratio, and
 again while the map's end moves the checkpoint on. With --dry-run it
 reads what a round would (one GET per segment) and reports what it would
-write and the requests it would make, writing nothing; the partition is
-opened as the bucket's writer all the same (stop its broker first).
+write and the requests it would make, writing nothing. compact --store
+writes as the partition's writer, at the leader epoch of its last commit:
+stop its broker first.
 
 Without --store, compact refuses a tiered partition: one that was
 offloaded (its log-start-offset-checkpoint is below its first local
@@ -225,7 +228,17 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 	if err != nil {
 		return err
 	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx)})
+	// As the partition's writer (its broker stopped): at the leader epoch
+	// of the last commit, or the local log's if later, so that the
+	// manifest a broker committed does not fence it.
+	epoch, err := writerEpoch(ctx, store, tp.String())
+	if err != nil {
+		return err
+	}
+	if es := l.LeaderEpochs(); len(es) > 0 {
+		epoch = max(epoch, es[len(es)-1].Epoch)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx), LeaderEpoch: epoch})
 	if errors.Is(err, tiered.ErrNoManifest) {
 		return fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(o.store), tp, dir, err)
 	}
@@ -291,4 +304,22 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 		total.Gets, total.BytesRead+total.MapBytesRead, total.MapBytesRead, puts, total.Puts, total.Commits)
 	fmt.Fprintf(w, "dirty section %d..%d in %d round(s), %.2fs; checkpoint %d\n", total.FirstDirty, total.End, rounds, total.Duration.Seconds(), total.Checkpoint)
 	return nil
+}
+
+// writerEpoch is the leader epoch of the commit of the partition's
+// manifest under prefix (0 when it has none).
+func writerEpoch(ctx context.Context, store *objstore.Store, prefix string) (int32, error) {
+	key := manifest.NewLayout(prefix).Manifest()
+	data, err := store.ReadAll(ctx, key, 0, -1)
+	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	h, err := manifest.DecodeHead(data)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", key, err)
+	}
+	return h.WriterEpoch(), nil
 }

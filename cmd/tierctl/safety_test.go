@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -8,7 +9,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/tiered"
 	"github.com/tierlog/tierlog/vfs"
 )
 
@@ -394,4 +397,58 @@ func TestLogDirIsNotAPartitionDir(t *testing.T) {
 		t.Fatalf("a partition was nested in %s", part)
 	}
 	b.fails(2, []string{"--partition", "--store"}, "verify", part, "--partition", "orders-0")
+}
+
+// TestCompactStoreAsBrokersWriter: compact --store on a partition whose
+// manifest a broker committed at leader epoch 3 writes as its writer at
+// that epoch (not the 0 tools open at, which the manifest fences).
+func TestCompactStoreAsBrokersWriter(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	part := filepath.Join(logs, "users-0")
+	bucket := filepath.Join(root, "bucket")
+	url := "file://" + bucket + "?create=true"
+	b.ok("produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
+	// The broker's upload, at epoch 3.
+	ctx := context.Background()
+	store, err := openStore(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := backend.ParseConfig(map[string]string{"cleanup.policy": "compact", "remote.storage.enable": "true",
+		"segment.bytes": "262144", "local.retention.ms": "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lb, err := local.OpenBackend(logs, local.BackendOptions{RemoteStorage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := lb.OpenLog(ctx, "users", 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "users-0", LeaderEpoch: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if e := p.Head().WriterEpoch(); e != 3 {
+		t.Fatalf("the manifest's writer epoch is %d", e)
+	}
+	p.Close()
+	lb.Close()
+	store.Close()
+	b.ok("produce", logs, "--partition", "users-0", "--count", "5000", "--key-space", "100", "--config", "segment.bytes=262144")
+	var res map[string]any
+	if err := json.Unmarshal([]byte(b.ok("compact", part, "--store", url, "--json").stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res["commits"].(float64) == 0 || res["recordsRemoved"].(float64) == 0 {
+		t.Fatalf("compact --store over a broker's manifest: %v", res)
+	}
+	b.ok("verify", logs, "--store", url)
 }
