@@ -108,7 +108,8 @@ type CompactStats struct {
 var errCompactConflict = fmt.Errorf("%w: the manifest no longer names the segments the round cleaned", objstore.ErrRetryable)
 
 // CompactRemote runs one round of the bucket's cleaner (see the notes at
-// the top of compact.go) on a leader of a compacted partition. The
+// the top of compact.go) on a leader of a compacted partition (a dry run
+// on any replica, a read-only one too). The
 // partition keeps serving and uploading meanwhile: its lock is held only
 // to upload and commit the cleaned segments.
 func (p *Partition) CompactRemote(ctx context.Context, o CompactOptions) (CompactStats, error) {
@@ -124,7 +125,7 @@ func (p *Partition) CompactRemote(ctx context.Context, o CompactOptions) (Compac
 	if p.dl != nil {
 		return st, fmt.Errorf("%w: %s is diskless: compacted diskless partitions are not cleaned in the bucket yet", backend.ErrInvalidConfig, p.local.Dir())
 	}
-	if p.role.Load() != roleLeader {
+	if p.role.Load() != roleLeader && !o.DryRun { // a dry run writes nothing: any replica may report
 		return st, p.notLeader()
 	}
 	p.compactMu.Lock()

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -61,16 +63,20 @@ merging small ones up to segment.bytes, by a conditional commit of the
 manifest, which keeps the cleaner checkpoint (see operators.md,
 "Compacted topics in the bucket"). It runs whatever the dirty ratio, and
 again while the map's end moves the checkpoint on. With --dry-run it
-reads what a round would (one GET per segment) and reports what it would
-write and the requests it would make, writing nothing. compact --store
-writes as the partition's writer, at the leader epoch of its last commit:
-stop its broker first.
+opens the directory read-only, reads what a round would (a GET for each
+bucket segment it cleans and for each dirty one it maps) and reports what
+the first round would write and the requests it would make, writing
+nothing anywhere. A partition the bucket has no manifest of is refused.
+compact --store writes as the partition's writer, at the leader epoch of
+its last commit: stop its broker first. Pass the topic's config again
+(--config segment.bytes, delete.retention.ms, min.compaction.lag.ms):
+compact knows only what it is given.
 
-Without --store, compact refuses a tiered partition: one that was
-offloaded (its log-start-offset-checkpoint is below its first local
-segment), or one given --config remote.storage.enable=true. It cannot
-tell an offloaded partition whose local copies all remain: give it the
-topic's config.`,
+Without --store, compact refuses a tiered partition: one that has a
+tier-state-checkpoint, was offloaded (its log-start-offset-checkpoint is
+below its first local segment), or is given --config
+remote.storage.enable=true. A --config cleanup.policy that is not
+compacted is refused too: the cleaner keeps one record a key.`,
 		Example: `  tierctl compact /var/lib/tierlog/logs/users-0 --dry-run
   tierctl compact logs/users-0 --config delete.retention.ms=0 --json
   tierctl compact logs/users-0 --store file:///var/lib/tierlog/bucket --dry-run`,
@@ -105,11 +111,24 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 	if _, err := compaction.NewOffsetMap(o.memory); err != nil {
 		return usagef("--memory %d: %w", o.memory, err)
 	}
+	for _, kv := range o.configs {
+		// The cleaner keeps one record a key and drops keyless ones: on a
+		// topic said not to be compacted it would remove nearly all.
+		if k, _, _ := strings.Cut(kv, "="); strings.TrimSpace(k) == "cleanup.policy" && !cfg.Compact() {
+			return usagef("--config %s: compact cleans a compacted topic (cleanup.policy=compact), keeping one record a key; this one is not", kv)
+		}
+	}
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return usagef("%s: not found: no partition directory there", dir)
+	}
 	if o.store != "" {
 		return runCompactTiered(cmd, dir, tp, cfg, o)
 	}
 	if cfg.RemoteStorageEnable {
 		return usagef("--config remote.storage.enable=true: %s is a tiered partition: %s", dir, compactTieredWhy)
+	}
+	if _, err := os.Stat(filepath.Join(dir, local.TierStateCheckpoint)); err == nil {
+		return usagef("%s is a tiered partition (it has a %s): %s", dir, local.TierStateCheckpoint, compactTieredWhy)
 	}
 	logDir := filepath.Dir(filepath.Clean(dir))
 	cps, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.CleanerCheckpoint))
@@ -152,7 +171,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 	for {
 		st, err := compaction.Clean(ctx, l, first, opts)
 		if err != nil {
-			return err
+			return memoryHint(err, o.memory)
 		}
 		if rounds == 0 {
 			total.FirstDirty = st.FirstDirty
@@ -207,7 +226,8 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 
 // runCompactTiered cleans a tiered partition's segments in the bucket:
 // rounds of tiered.Partition.CompactRemote, forced, until the checkpoint
-// stops moving (one round with --dry-run).
+// stops moving (one round with --dry-run, which opens the directory
+// read-only and writes nothing anywhere).
 func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, cfg backend.Config, o compactOptions) error {
 	ctx := cmd.Context()
 	store, err := openStore(ctx, o.store)
@@ -219,32 +239,42 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 	if !cfg.Compact() {
 		cfg.CleanupPolicy = []string{backend.CleanupCompact}
 	}
-	b, err := local.OpenBackend(filepath.Dir(filepath.Clean(dir)), local.BackendOptions{Logger: loggerFrom(ctx), RemoteStorage: true})
-	if err != nil {
-		return err
-	}
-	defer b.Close()
-	l, err := b.OpenLog(ctx, tp.Topic, tp.Partition, cfg)
-	if err != nil {
-		return err
-	}
 	// As the partition's writer (its broker stopped): at the leader epoch
 	// of the last commit, or the local log's if later, so that the
-	// manifest a broker committed does not fence it.
-	epoch, err := writerEpoch(ctx, store, tp.String())
+	// manifest a broker committed does not fence it. A partition the
+	// bucket has no manifest of was never offloaded there.
+	epoch, found, err := writerEpoch(ctx, store, tp.String())
 	if err != nil {
 		return err
+	}
+	if !found {
+		return usageError{fmt.Errorf("--store %s has no manifest for partition %s (%s): %w; compact --store cleans a partition offloaded there",
+			storeurl.Redact(o.store), tp, dir, tiered.ErrNoManifest)}
+	}
+	var l *local.Log
+	if o.dryRun {
+		if l, err = openPartitionReadOnly(ctx, dir, cfg); err != nil {
+			return err
+		}
+	} else {
+		b, err := local.OpenBackend(filepath.Dir(filepath.Clean(dir)), local.BackendOptions{Logger: loggerFrom(ctx), RemoteStorage: true})
+		if err != nil {
+			return err
+		}
+		defer b.Close()
+		if l, err = b.OpenLog(ctx, tp.Topic, tp.Partition, cfg); err != nil {
+			return err
+		}
 	}
 	if es := l.LeaderEpochs(); len(es) > 0 {
 		epoch = max(epoch, es[len(es)-1].Epoch)
 	}
 	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: tp.String(), Logger: loggerFrom(ctx), LeaderEpoch: epoch})
-	if errors.Is(err, tiered.ErrNoManifest) {
-		return fmt.Errorf("--store %s has no manifest for partition %s (%s): %w", storeurl.Redact(o.store), tp, dir, err)
-	}
 	if err != nil {
+		l.Close()
 		return err
 	}
+	segsBefore, bytesBefore := p.RemoteSize()
 	bar := newProgress(cmd, -1, "compact", true)
 	co := tiered.CompactOptions{Force: true, MemoryBytes: o.memory, DryRun: o.dryRun,
 		Throttle: func(_ context.Context, n int) error { bar.Add(int64(n)); return nil }}
@@ -253,7 +283,8 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 	for {
 		st, err := p.CompactRemote(ctx, co)
 		if err != nil {
-			return err
+			p.Close()
+			return memoryHint(err, o.memory)
 		}
 		if rounds == 0 {
 			total.FirstDirty, total.Checkpoint = st.FirstDirty, st.Checkpoint
@@ -275,6 +306,7 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 		}
 	}
 	bar.Finish()
+	segsAfter, bytesAfter := p.RemoteSize()
 	if err := p.Close(); err != nil {
 		return err
 	}
@@ -286,40 +318,54 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 			"bytesRead": total.BytesRead, "bytesWritten": total.BytesWritten, "mapBytesRead": total.MapBytesRead,
 			"records": total.RecordsRead, "recordsRemoved": total.RecordsRemoved, "tombstonesKept": total.TombstonesKept,
 			"keys": total.Keys, "abortedRecordsRemoved": total.AbortedRemoved, "gets": total.Gets, "puts": total.Puts,
-			"commits": total.Commits, "seconds": total.Duration.Seconds()})
+			"commits": total.Commits, "seconds": total.Duration.Seconds(),
+			"bucketSegmentsBefore": segsBefore, "bucketBytesBefore": bytesBefore, "bucketSegmentsAfter": segsAfter, "bucketBytesAfter": bytesAfter})
 		return nil
 	}
 	if rounds == 0 {
 		fmt.Fprintf(w, "nothing to clean in the bucket: no segment of its own (below the local log start) holds dirty offsets from %d\n", total.FirstDirty)
 		return nil
 	}
-	verb, puts := "removed", "made"
 	if o.dryRun {
-		verb, puts = "would remove", "would make"
+		fmt.Fprintf(w, "would remove %d records (%d of aborted transactions) in the first round; it would write %d segment(s) of %d bytes replacing %d (%d merged)\n",
+			total.RecordsRemoved, total.AbortedRemoved, total.SegmentsWritten, total.BytesWritten, total.SegmentsReplaced, total.Merged)
+		fmt.Fprintf(w, "requests: %d GETs (%d bytes to map, %d to clean); it would make %d PUTs and %d manifest commit(s)\n",
+			total.Gets, total.MapBytesRead, total.BytesRead, total.Puts, total.Commits)
+		fmt.Fprintf(w, "dirty section %d..%d; the checkpoint would be %d (a map that filled leaves the rest to more rounds)\n",
+			total.FirstDirty, total.End, total.Checkpoint)
+		return nil
 	}
-	fmt.Fprintf(w, "%s %d of %d records (%d keys, %d tombstones kept): %d bucket segment(s) of %d bytes -> %d segment(s) of %d bytes replacing %d (%d merged)\n",
-		verb, total.RecordsRemoved, total.RecordsRead, total.Keys, total.TombstonesKept,
-		total.SegmentsRead, total.BytesRead, total.SegmentsWritten, total.BytesWritten, total.SegmentsReplaced, total.Merged)
-	fmt.Fprintf(w, "requests: %d GETs read %d bytes (%d for the map); %s %d PUTs and %d manifest commit(s)\n",
-		total.Gets, total.BytesRead+total.MapBytesRead, total.MapBytesRead, puts, total.Puts, total.Commits)
-	fmt.Fprintf(w, "dirty section %d..%d in %d round(s), %.2fs; checkpoint %d\n", total.FirstDirty, total.End, rounds, total.Duration.Seconds(), total.Checkpoint)
+	fmt.Fprintf(w, "removed %d records (%d of aborted transactions) in %d round(s): the bucket's %d segment(s) of %d bytes are now %d of %d bytes (%d replaced, %d merged)\n",
+		total.RecordsRemoved, total.AbortedRemoved, rounds, segsBefore, bytesBefore, segsAfter, bytesAfter, total.SegmentsReplaced, total.Merged)
+	fmt.Fprintf(w, "requests: %d GETs (%d bytes to map, %d to clean), %d PUTs and %d manifest commit(s)\n",
+		total.Gets, total.MapBytesRead, total.BytesRead, total.Puts, total.Commits)
+	fmt.Fprintf(w, "dirty section %d..%d, %.2fs; checkpoint %d\n", total.FirstDirty, total.End, total.Duration.Seconds(), total.Checkpoint)
 	return nil
 }
 
+// memoryHint adds to an offset map that cannot hold one batch's keys
+// which flag gives it more.
+func memoryHint(err error, memory int) error {
+	if errors.Is(err, compaction.ErrMapFull) {
+		return usagef("%w (--memory %d: give it more)", err, memory)
+	}
+	return err
+}
+
 // writerEpoch is the leader epoch of the commit of the partition's
-// manifest under prefix (0 when it has none).
-func writerEpoch(ctx context.Context, store *objstore.Store, prefix string) (int32, error) {
+// manifest under prefix; found is false when it has none.
+func writerEpoch(ctx context.Context, store *objstore.Store, prefix string) (epoch int32, found bool, err error) {
 	key := manifest.NewLayout(prefix).Manifest()
 	data, err := store.ReadAll(ctx, key, 0, -1)
 	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	h, err := manifest.DecodeHead(data)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", key, err)
+		return 0, false, fmt.Errorf("%s: %w", key, err)
 	}
-	return h.WriterEpoch(), nil
+	return h.WriterEpoch(), true, nil
 }

@@ -308,7 +308,7 @@ func TestCompactTieredPartition(t *testing.T) {
 	b.ok("produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
 	before := b.ok("ls", part, "--json", "--store", url).stdout
 	for _, args := range [][]string{{"compact", part}, {"compact", part, "--dry-run"}} {
-		b.fails(2, []string{part, "offloaded", "--store"}, args...)
+		b.fails(2, []string{part, "tiered", "--store"}, args...)
 	}
 	if after := b.ok("ls", part, "--json", "--store", url).stdout; after != before {
 		t.Fatalf("compact of an offloaded partition changed it:\n%s\n%s", before, after)
@@ -342,6 +342,24 @@ func TestCompactTieredPartition(t *testing.T) {
 	b.ok("produce", logs, "--partition", "profiles-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
 	b.fails(2, []string{"remote.storage.enable", "--store"}, "compact", filepath.Join(logs, "profiles-0"), "--config", "remote.storage.enable=true")
 	b.ok("compact", filepath.Join(logs, "profiles-0"), "--dry-run")
+
+	// Mistakes change nothing: a partition never offloaded there, a
+	// directory that is not there, a topic said not to be compacted.
+	before = b.ok("ls", part, "--json", "--store", url).stdout
+	b.fails(2, []string{"no manifest", "profiles-0"}, "compact", filepath.Join(logs, "profiles-0"), "--store", url, "--dry-run")
+	b.fails(2, []string{"no manifest", "profiles-0"}, "compact", filepath.Join(logs, "profiles-0"), "--store", url)
+	if _, err := os.Stat(filepath.Join(root, "bucket", "profiles-0")); !os.IsNotExist(err) {
+		t.Fatalf("compact --store of a partition never offloaded wrote to the bucket: %v", err)
+	}
+	b.fails(2, []string{"not found", "typo-0"}, "compact", filepath.Join(logs, "typo-0"), "--store", url, "--dry-run")
+	if _, err := os.Stat(filepath.Join(logs, "typo-0")); !os.IsNotExist(err) {
+		t.Fatalf("compact --store of a mistyped partition made it: %v", err)
+	}
+	b.fails(2, []string{"cleanup.policy=delete"}, "compact", part, "--store", url, "--config", "cleanup.policy=delete")
+	b.fails(2, []string{"cleanup.policy=delete"}, "compact", filepath.Join(logs, "profiles-0"), "--config", "cleanup.policy=delete")
+	if after := b.ok("ls", part, "--json", "--store", url).stdout; after != before {
+		t.Fatalf("a refused compact changed the partition:\n%s\n%s", before, after)
+	}
 }
 
 // TestProducePartitionSpellings: produce names its partition as every
