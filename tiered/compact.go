@@ -108,10 +108,10 @@ type CompactStats struct {
 var errCompactConflict = fmt.Errorf("%w: the manifest no longer names the segments the round cleaned", objstore.ErrRetryable)
 
 // CompactRemote runs one round of the bucket's cleaner (see the notes at
-// the top of compact.go) on a leader of a compacted partition (a dry run
-// on any replica, a read-only one too). The
-// partition keeps serving and uploading meanwhile: its lock is held only
-// to upload and commit the cleaned segments.
+// the top of compact.go) on a leader of a compacted partition; a dry run
+// on any replica, a read-only one too. The partition keeps serving and
+// uploading meanwhile: its lock is held only to upload and commit the
+// cleaned segments. A dry run counts in no metric.
 func (p *Partition) CompactRemote(ctx context.Context, o CompactOptions) (CompactStats, error) {
 	start := time.Now()
 	st := CompactStats{}
@@ -130,8 +130,10 @@ func (p *Partition) CompactRemote(ctx context.Context, o CompactOptions) (Compac
 	}
 	p.compactMu.Lock()
 	defer p.compactMu.Unlock()
-	p.metrics.CompactRunning.Add(1)
-	defer p.metrics.CompactRunning.Add(-1)
+	if !o.DryRun {
+		p.metrics.CompactRunning.Add(1)
+		defer p.metrics.CompactRunning.Add(-1)
+	}
 	ctx, cancel := p.withClose(ctx)
 	defer cancel()
 	if err := p.attach(ctx); err != nil {
@@ -140,13 +142,13 @@ func (p *Partition) CompactRemote(ctx context.Context, o CompactOptions) (Compac
 	r := &compactRound{p: p, o: o, st: &st, now: p.opts.Now(), cfg: cfg}
 	err := r.run(ctx)
 	st.Duration = time.Since(start)
-	if st.Ran {
+	if st.Ran && !o.DryRun {
 		p.metrics.CompactRounds.Add(1)
 		p.metrics.CompactBytesRewritten.Add(st.BytesWritten)
 		p.metrics.CompactSegmentsReplaced.Add(int64(st.SegmentsReplaced))
 		p.metrics.CompactMerges.Add(int64(st.Merged))
 	}
-	if err != nil {
+	if err != nil && !o.DryRun {
 		p.metrics.CompactErrors.Add(1)
 	}
 	return st, err

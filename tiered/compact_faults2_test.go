@@ -419,3 +419,22 @@ func TestCompactAbortMarkerRacesLocalRetention(t *testing.T) {
 		t.Fatalf("after the round a read_committed consumer reads k as %q (present %v): the aborted write removed the committed one", got, ok)
 	}
 }
+
+// TestCompactDryRunCountsNothing: a dry run reports what a round would
+// rewrite, and the partition's metrics count no round, byte or segment.
+func TestCompactDryRunCountsNothing(t *testing.T) {
+	p, _ := openCompacted(t)
+	for _, v := range []string{"1", "2", "3"} {
+		appendKV(t, p, -1, kvPair{"k", []byte(v)})
+		rollAndOffload(t, p)
+	}
+	st, err := p.CompactRemote(ctx, tiered.CompactOptions{Force: true, DryRun: true, ScratchDir: t.TempDir()})
+	if err != nil || st.SegmentsReplaced == 0 {
+		t.Fatalf("dry run: %+v, %v", st, err)
+	}
+	m := p.Metrics()
+	if m.CompactRounds.Load() != 0 || m.CompactBytesRewritten.Load() != 0 || m.CompactSegmentsReplaced.Load() != 0 || m.CompactMerges.Load() != 0 {
+		t.Fatalf("a dry run counted: rounds %d, bytes %d, replaced %d, merges %d", m.CompactRounds.Load(),
+			m.CompactBytesRewritten.Load(), m.CompactSegmentsReplaced.Load(), m.CompactMerges.Load())
+	}
+}
