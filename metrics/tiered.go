@@ -43,6 +43,9 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		compactReplaced = desc(sub, "compact_segments_replaced_total", "Bucket segments replaced by cleaned ones.", nil, nil)
 		compactMerges   = desc(sub, "compact_merges_total", "Cleaned segments that replaced more than one bucket segment.", nil, nil)
 		compactErrors   = desc(sub, "compact_errors_total", "Rounds of the bucket's cleaner that failed.", nil, nil)
+		dirtyBytes      = desc(sub, "compact_dirty_bytes", "Bytes compacted tiered partitions hold not cleaned yet, by tier (remote: the bucket's own segments at or past the checkpoint; local: every local segment, which only the bucket's cleaner cleans once it leaves the disk), as their last pass of the bucket's cleaner found.", []string{"tier"}, nil)
+		cleanBytes      = desc(sub, "compact_clean_bytes", "Bytes of the bucket's own segments below the cleaner's checkpoint, summed over compacted tiered partitions.", nil, nil)
+		dirtyRatioMax   = desc(sub, "compact_dirty_ratio_max", "The largest dirty share of a compacted tiered partition's own bucket segments (a round runs past min.cleanable.dirty.ratio).", nil, nil)
 		lagSegments     = desc(sub, "copy_lag_segments", "Closed segments below the high watermark not yet uploaded, summed over partitions.", nil, nil)
 		lagBytes        = desc(sub, "copy_lag_bytes", "Bytes of closed segments below the high watermark not yet uploaded, summed over partitions.", nil, nil)
 		lagMax          = desc(sub, "copy_lag_bytes_max", "The largest copy lag of any one partition, in bytes.", nil, nil)
@@ -57,7 +60,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, manifestBytes, partsPut, partReads, remoteReads,
 		remoteBytes, remoteErrors, remoteLatency, remoteDeleted, compactRunning, compactRounds, compactBytes, compactReplaced, compactMerges, compactErrors}
 	if partitions != nil {
-		descs = append(descs, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
+		descs = append(descs, dirtyBytes, cleanBytes, dirtyRatioMax, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
 			tieredPartsDesc, segments, segBytes)
 	}
 	return &collector{
@@ -97,6 +100,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 				lagB, lagMaxB, segB int64
 				lagAge              time.Duration
 				cs                  tiered.CacheStats
+				dirty               tiered.DirtyState // summed, the ratio the largest
 			)
 			seen := map[*tiered.Caches]bool{} // partitions of a Backend share one
 			now := time.Now()
@@ -114,6 +118,12 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 				if p.Fenced() != nil {
 					nFenced++
 				}
+				if d, ok := p.Dirty(); ok {
+					dirty.BucketDirty += d.BucketDirty
+					dirty.BucketClean += d.BucketClean
+					dirty.Local += d.Local
+					dirty.Ratio = max(dirty.Ratio, d.Ratio)
+				}
 				if c := p.Caches(); !seen[c] {
 					seen[c] = true
 					st := c.Stats()
@@ -125,6 +135,10 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 					cs.ManifestMisses += st.ManifestMisses
 				}
 			}
+			gauge(ch, dirtyBytes, float64(dirty.BucketDirty), "remote")
+			gauge(ch, dirtyBytes, float64(dirty.Local), "local")
+			gauge(ch, cleanBytes, float64(dirty.BucketClean))
+			gauge(ch, dirtyRatioMax, dirty.Ratio)
 			gauge(ch, lagAgeMax, lagAge.Seconds())
 			gauge(ch, tieredPartsDesc, float64(len(parts)))
 			gauge(ch, lagSegments, float64(lagN))

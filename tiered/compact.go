@@ -91,11 +91,15 @@ type CompactOptions struct {
 type CompactStats struct {
 	compaction.Stats         // of the recopy (BytesRead, BytesWritten: .log bytes)
 	DirtyRatio       float64 // the dirty share of the bucket's own segments
-	Ran              bool    // false: the ratio was below min.cleanable.dirty.ratio
-	MapBytesRead     int64   // bytes read to build the map
-	Checkpoint       int64   // the cleaner checkpoint committed (the next round's first dirty offset)
-	SegmentsReplaced int     // bucket segments the new ones replace (in a dry run: would)
-	Merged           int     // new segments that replace more than one
+	// DirtyBytes and CleanBytes are the .log bytes of the bucket's own
+	// segments at and above the checkpoint, and below it; LocalBytes the
+	// local segments' (the tier the bucket's cleaner does not clean).
+	DirtyBytes, CleanBytes, LocalBytes int64
+	Ran                                bool  // false: the ratio was below min.cleanable.dirty.ratio
+	MapBytesRead                       int64 // bytes read to build the map
+	Checkpoint                         int64 // the cleaner checkpoint committed (the next round's first dirty offset)
+	SegmentsReplaced                   int   // bucket segments the new ones replace (in a dry run: would)
+	Merged                             int   // new segments that replace more than one
 	// Gets and Puts are the requests the round made of the bucket (in a
 	// dry run: would make), the manifest's own aside; Commits the
 	// manifest commits.
@@ -152,6 +156,26 @@ func (p *Partition) CompactRemote(ctx context.Context, o CompactOptions) (Compac
 		p.metrics.CompactErrors.Add(1)
 	}
 	return st, err
+}
+
+// DirtyState is what a compacted tiered partition's last pass of the
+// bucket's cleaner found (whether a round ran or not): the dirty share of
+// the bucket's own segments, their dirty and clean .log bytes, and the
+// local segments' bytes.
+type DirtyState struct {
+	Ratio                    float64
+	BucketDirty, BucketClean int64
+	Local                    int64
+}
+
+// Dirty returns what the last pass of the bucket's cleaner over p found;
+// false when none has run (the partition is not compacted, or does not
+// lead).
+func (p *Partition) Dirty() (DirtyState, bool) {
+	if d := p.dirty.Load(); d != nil {
+		return *d, true
+	}
+	return DirtyState{}, false
 }
 
 // compactRound is one round's state.
@@ -251,6 +275,13 @@ func (r *compactRound) run(ctx context.Context) error {
 	}
 	if clean+dirt > 0 {
 		r.st.DirtyRatio = float64(dirt) / float64(clean+dirt)
+	}
+	r.st.DirtyBytes, r.st.CleanBytes = dirt, clean
+	for _, si := range p.local.SegmentInfos() {
+		r.st.LocalBytes += si.Size
+	}
+	if !r.o.DryRun {
+		p.dirty.Store(&DirtyState{Ratio: r.st.DirtyRatio, BucketDirty: dirt, BucketClean: clean, Local: r.st.LocalBytes})
 	}
 	if len(dirty) == 0 || dirt == 0 || (!r.o.Force && r.st.DirtyRatio <= r.cfg.MinCleanableDirtyRatio) {
 		return nil

@@ -438,3 +438,43 @@ func TestCompactDryRunCountsNothing(t *testing.T) {
 			m.CompactBytesRewritten.Load(), m.CompactSegmentsReplaced.Load(), m.CompactMerges.Load())
 	}
 }
+
+// TestCompactDirtyState: each pass of the bucket's cleaner, a round or
+// not, records what it found (the metrics' dirty bytes and ratio): the
+// bucket's own segments dirty before a round, clean after it; a dry run
+// records nothing.
+func TestCompactDirtyState(t *testing.T) {
+	p, _ := openCompacted(t, "min.cleanable.dirty.ratio", "1")
+	if _, ok := p.Dirty(); ok {
+		t.Fatal("a dirty state before any pass")
+	}
+	for _, v := range []string{"1", "2", "3"} {
+		appendKV(t, p, -1, kvPair{"k", []byte(v)})
+		rollAndOffload(t, p)
+	}
+	if _, err := p.CompactRemote(ctx, tiered.CompactOptions{DryRun: true, Force: true, ScratchDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := p.Dirty(); ok {
+		t.Fatal("a dry run recorded a dirty state")
+	}
+	appendKV(t, p, -1, kvPair{"k", []byte("4")}) // a local record
+	// The ratio holds the next pass back.
+	st, err := p.CompactRemote(ctx, tiered.CompactOptions{ScratchDir: t.TempDir()})
+	if err != nil || st.Ran {
+		t.Fatalf("a pass under the ratio: %+v, %v", st, err)
+	}
+	d, ok := p.Dirty()
+	if !ok || d.BucketDirty == 0 || d.BucketClean != 0 || d.Ratio != 1 || d.Local == 0 {
+		t.Fatalf("before a round: %+v, %v", d, ok)
+	}
+	if _, err := p.CompactRemote(ctx, tiered.CompactOptions{Force: true, ScratchDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.CompactRemote(ctx, tiered.CompactOptions{ScratchDir: t.TempDir()}); err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := p.Dirty(); !ok || d.BucketDirty != 0 || d.BucketClean == 0 || d.Ratio != 0 {
+		t.Fatalf("after a round: %+v, %v", d, ok)
+	}
+}

@@ -125,8 +125,9 @@ type Partition struct {
 	man  atomic.Pointer[manifestState]
 	fenc atomic.Pointer[fencing]
 	// compactMu serializes rounds of the bucket's cleaner (compact.go),
-	// which take mu only to commit.
+	// which take mu only to commit; dirty is what its last pass found.
 	compactMu sync.Mutex
+	dirty     atomic.Pointer[DirtyState]
 	// attached says the manifest was read (see Options.OpenWithoutBucket);
 	// attachMu serializes the reading.
 	attached atomic.Bool
