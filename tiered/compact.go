@@ -2,7 +2,6 @@ package tiered
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
@@ -105,6 +104,19 @@ type CompactStats struct {
 	// manifest commits.
 	Gets, Puts int
 	Commits    int
+}
+
+// Add adds o, a later round, to s, as compaction.Stats.Add does; the
+// checkpoint is o's.
+func (s *CompactStats) Add(o CompactStats) {
+	s.Stats.Add(o.Stats)
+	s.Checkpoint = o.Checkpoint
+	s.SegmentsReplaced += o.SegmentsReplaced
+	s.Merged += o.Merged
+	s.MapBytesRead += o.MapBytesRead
+	s.Gets += o.Gets
+	s.Puts += o.Puts
+	s.Commits += o.Commits
 }
 
 // errCompactConflict is a round's commit finding segments it replaces
@@ -222,13 +234,13 @@ func (r *compactRound) run(ctx context.Context) error {
 		}
 		done()
 	}
-	// The local .txnindex files first, then the local offsets, then the
-	// manifest: local retention deletes only what a committed manifest
+	// The local .txnindex files first (every local segment's), then the
+	// local offsets, then the manifest: local retention deletes only what a committed manifest
 	// names, so a segment deleted meanwhile (an ABORT marker in it) is in
 	// the manifest read after, below the local start read before it, whose
 	// .txnindex abortedTxns reads from the bucket; and no offset is in
 	// neither tier.
-	localAborted, err := p.segs.AbortedTxns(p.local.Offsets().LogStart, math.MaxInt64)
+	localAborted, err := p.segs.AbortedTxns(0, math.MaxInt64) // from the first local segment
 	if err != nil {
 		return fmt.Errorf("tiered: %w", err)
 	}
@@ -557,7 +569,6 @@ func (r *compactRound) groups(end int64) [][]manifest.Segment {
 // last (a manifest segment holds a batch), so that no segment is left
 // uncleaned below the checkpoint.
 func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) error {
-	segs := g
 	f, err := os.CreateTemp(r.o.ScratchDir, "tierlog-cleaned-*.log")
 	if err != nil {
 		return fmt.Errorf("tiered: compact: %w", err)
@@ -568,7 +579,7 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 			closeScratch(f)
 		}
 	}()
-	out := manifest.Segment{BaseOffset: segs[0].BaseOffset, LastOffset: g[len(g)-1].LastOffset, MaxTimestamp: -1,
+	out := manifest.Segment{BaseOffset: g[0].BaseOffset, LastOffset: g[len(g)-1].LastOffset, MaxTimestamp: -1,
 		UploadTimeMs: r.now.UnixMilli()}
 	w := bufio.NewWriterSize(f, 1<<20)
 	ix := newIndexBuilder(out.BaseOffset, r.cfg.IndexIntervalBytes)
@@ -618,7 +629,7 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 			return err
 		}
 	}
-	if len(segs) == 1 && pos == segs[0].Size && crc == segs[0].LogCRC {
+	if len(g) == 1 && pos == g[0].Size && crc == g[0].LogCRC {
 		return nil // unchanged
 	}
 	if err := w.Flush(); err != nil {
@@ -631,7 +642,7 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 	objects := map[string][]byte{manifest.IndexSuffix: idx, manifest.TimeIndexSuffix: tidx}
 	var txn []byte
 	epochsKnown := true
-	for _, s := range segs {
+	for _, s := range g {
 		// A segment of a version 1 manifest knows only its highest
 		// epoch: so does the cleaned one then.
 		epochsKnown = epochsKnown && len(s.Epochs) > 0
@@ -655,7 +666,7 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 	out.TxnIndexSize, out.TxnIndexCRC = int64(len(txn)), crc32.Checksum(txn, castagnoli)
 	// The producer snapshot and epochs at the last replaced segment's end
 	// are the new one's: it ends there, and cleaning changes neither.
-	last := segs[len(segs)-1]
+	last := g[len(g)-1]
 	for _, suf := range []string{manifest.SnapshotSuffix, manifest.EpochsSuffix} {
 		size, _ := last.Object(suf)
 		var data []byte
@@ -675,12 +686,12 @@ func (r *compactRound) cleanGroup(ctx context.Context, g []manifest.Segment) err
 	r.st.SegmentsWritten++
 	r.st.BytesWritten += pos
 	r.st.Puts += len(out.Objects())
-	r.st.SegmentsReplaced += len(segs)
-	if len(segs) > 1 {
+	r.st.SegmentsReplaced += len(g)
+	if len(g) > 1 {
 		r.st.Merged++
 	}
 	keep = true
-	r.staged = append(r.staged, cleanedSegment{seg: out, replaces: segs, file: f, objects: objects})
+	r.staged = append(r.staged, cleanedSegment{seg: out, replaces: g, file: f, objects: objects})
 	r.stagedSize += pos
 	return nil
 }
@@ -784,13 +795,7 @@ func (r *compactRound) upload(ctx context.Context, c cleanedSegment) error {
 	if err := p.putObject(ctx, p.layout().Segment(c.seg, manifest.LogSuffix), io.NewSectionReader(c.file, 0, c.seg.Size), c.seg.Size, c.seg.LogCRC); err != nil {
 		return err
 	}
-	for _, suf := range c.seg.Objects()[1:] {
-		data := c.objects[suf]
-		if err := p.putObject(ctx, p.layout().Segment(c.seg, suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
-			return err
-		}
-	}
-	return nil
+	return p.putObjects(ctx, c.seg, c.objects)
 }
 
 // swapSegments returns segs with each cleaned segment in place of the

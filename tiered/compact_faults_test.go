@@ -261,45 +261,10 @@ func replicateTo(t *testing.T, leader, f backend.Partition, from, to int64) {
 // own (every record there is its own at the same offset), or its disk
 // keeps every segment from there on.
 func TestCompactedFollowerLocalRetention(t *testing.T) {
-	store := objstore.New(mem.New(), "mem://compacted-follower", objstore.Options{})
-	c := cfg(t, "cleanup.policy", "compact", "remote.storage.enable", "true", "segment.bytes", "1048576",
-		"local.retention.bytes", "0", "file.delete.delay.ms", "0")
-	leader := open(t, filepath.Join(t.TempDir(), "orders-0"), store, 1, c)
-	defer leader.Close()
-	fc := c
-	fc.LocalRetentionBytes = -1 // the follower keeps its copies for now
-	f := open(t, filepath.Join(t.TempDir(), "orders-0"), store, 0, fc)
-	defer f.Close()
-	if err := f.BecomeFollower(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	step := func(kvs ...kvPair) {
-		from := leader.Offsets().LogEnd
-		appendKV(t, leader, -1, kvs...)
-		replicateTo(t, leader, f, from, leader.Offsets().LogEnd)
-		if err := leader.Roll(); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Roll(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	step(kvPair{"k", []byte("v1")})
-	step(kvPair{"k", []byte("v2")})
-	step(kvPair{"x", []byte("x")})
-	if _, err := leader.Offload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st, err := leader.CompactRemote(ctx, tiered.CompactOptions{Force: true, ScratchDir: t.TempDir()})
-	if err != nil || st.SegmentsReplaced == 0 {
-		t.Fatalf("compact: %+v, %v", st, err)
-	}
-	fc.LocalRetentionBytes = 0
-	if err := f.SetConfig(fc); err != nil {
-		t.Fatal(err)
-	}
+	_, f, setFollower := compactedPair(t)
+	setFollower("cleanup.policy", "compact") // local.retention.bytes 0
 	before := len(f.LocalSegments())
-	err = f.FollowerStep(ctx)
+	err := f.FollowerStep(ctx)
 	if after := len(f.LocalSegments()); err != nil || after >= before {
 		t.Fatalf("the follower's local retention after the leader's round: %v; %d of %d local segments kept", err, after, before)
 	}

@@ -283,17 +283,26 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 		return seg, err
 	}
 	extras[manifest.IndexSuffix], extras[manifest.TimeIndexSuffix] = idx, tidx
-	for _, suf := range manifest.AllSuffixes[1:] {
-		if data := extras[suf]; len(data) > 0 || suf == manifest.IndexSuffix || suf == manifest.TimeIndexSuffix {
-			if err := p.putObject(ctx, p.layout().Segment(seg, suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
-				return seg, err
-			}
-		}
+	if err := p.putObjects(ctx, seg, extras); err != nil {
+		return seg, err
 	}
 	// Warm the index cache: the first remote read needs it.
 	p.caches.indexes.put(p.layout().Segment(seg, manifest.IndexSuffix), newCachedIndex(seg, manifest.IndexSuffix, idx))
 	p.caches.indexes.put(p.layout().Segment(seg, manifest.TimeIndexSuffix), newCachedIndex(seg, manifest.TimeIndexSuffix, tidx))
 	return seg, nil
+}
+
+// putObjects puts seg's objects but its .log, each from objects by its
+// suffix: those seg records (manifest.Segment.Objects: its indexes
+// always, the others when it records their size).
+func (p *Partition) putObjects(ctx context.Context, seg manifest.Segment, objects map[string][]byte) error {
+	for _, suf := range seg.Objects()[1:] {
+		data := objects[suf]
+		if err := p.putObject(ctx, p.layout().Segment(seg, suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // putObject puts one of a segment's objects under its key, new to this

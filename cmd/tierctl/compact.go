@@ -293,14 +293,7 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 			break
 		}
 		rounds++
-		total.Stats.Add(st.Stats)
-		total.Checkpoint = st.Checkpoint
-		total.SegmentsReplaced += st.SegmentsReplaced
-		total.Merged += st.Merged
-		total.MapBytesRead += st.MapBytesRead
-		total.Gets += st.Gets
-		total.Puts += st.Puts
-		total.Commits += st.Commits
+		total.Add(st)
 		if o.dryRun || st.Checkpoint <= st.FirstDirty {
 			break
 		}
