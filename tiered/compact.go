@@ -54,6 +54,15 @@ import (
 //     segments it replaces by id; the last commit records the new
 //     checkpoint.
 //
+// A diskless partition (diskless.enable) is cleaned the same way. Its
+// consolidated segments leave the disk by local retention and are then
+// the bucket's own; its WAL extents hold only what lies past the
+// manifest's segments, which no round touches, and every commit carries
+// the manifest's WAL record forward (commitLocked). The mapped end never
+// passes the last stable offset, below the high watermark, which a
+// diskless partition holds below what the bucket holds: no record a
+// failed WAL upload later truncates is ever mapped to supersede another.
+//
 // The replaced objects stay for readers holding the old view, and for a
 // restore of a backup that names them; gc removes them once no kept
 // backup does and its grace has passed. A round that fails, a crash and a
@@ -137,9 +146,6 @@ func (p *Partition) CompactRemote(ctx context.Context, o CompactOptions) (Compac
 	cfg := p.local.Config()
 	if !cfg.Compact() {
 		return st, fmt.Errorf("%w: %s is not compacted (cleanup.policy=%s)", backend.ErrInvalidConfig, p.local.Dir(), strings.Join(cfg.CleanupPolicy, ","))
-	}
-	if p.dl != nil {
-		return st, fmt.Errorf("%w: %s is diskless: compacted diskless partitions are not cleaned in the bucket yet", backend.ErrInvalidConfig, p.local.Dir())
 	}
 	if p.role.Load() != roleLeader && !o.DryRun { // a dry run writes nothing: any replica may report
 		return st, p.notLeader()

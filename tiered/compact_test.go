@@ -326,9 +326,10 @@ func runCompactedModel(t *testing.T, seed uint64) {
 }
 
 // TestCompactedTopicAccepted: a compacted topic may be tiered (the
-// bucket's cleaner cleans it), and a tiered one may become compacted;
-// a diskless one may not yet, by a clear error. The local cleaner leaves
-// a tiered log alone.
+// bucket's cleaner cleans it), and a tiered one may become compacted, but
+// not diskless (a topic is diskless or not from its creation; a diskless
+// compacted one: compact_diskless_test.go). The local cleaner leaves a
+// tiered log alone.
 func TestCompactedTopicAccepted(t *testing.T) {
 	store := objstore.New(mem.New(), "mem://compact", objstore.Options{})
 	l, err := local.Open(filepath.Join(t.TempDir(), "users-0"), local.Options{Config: cfg(t, "cleanup.policy", "compact,delete")})
@@ -341,7 +342,7 @@ func TestCompactedTopicAccepted(t *testing.T) {
 		t.Fatalf("tiered.Open of a compacted topic: %v", err)
 	}
 	if err := p.SetConfig(cfg(t, "remote.storage.enable", "true", "cleanup.policy", "compact", "diskless.enable", "true")); !errors.Is(err, backend.ErrInvalidConfig) {
-		t.Fatalf("SetConfig(compact, diskless): %v", err)
+		t.Fatalf("SetConfig(compact, diskless) of a classic partition: %v", err)
 	}
 	if err := p.SetConfig(cfg(t, "remote.storage.enable", "true", "cleanup.policy", "delete")); err != nil {
 		t.Fatal(err)

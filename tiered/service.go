@@ -320,7 +320,7 @@ func (s *service) maintain(p *Partition) {
 				log.Info("tiering: gc removed unreferenced objects", "objects", len(gone))
 			}
 		}
-		if err == nil && p.dl == nil && p.local.Config().Compact() {
+		if err == nil && p.local.Config().Compact() {
 			// After gc: a round that keeps failing holds up no gc.
 			err = s.compact(ctx, p)
 		}

@@ -203,17 +203,6 @@ const (
 	roleFollower
 )
 
-// checkCompacted refuses a compacted diskless partition: its segments
-// are not cleaned in the bucket yet. A compacted tiered partition is
-// cleaned by the bucket's cleaner (compact.go), which its local log
-// leaves alone.
-func checkCompacted(cfg backend.Config, dir string) error {
-	if cfg.Compact() && cfg.DisklessEnable {
-		return fmt.Errorf("%w: diskless.enable is not supported for cleanup.policy=compact yet (%s)", backend.ErrInvalidConfig, dir)
-	}
-	return nil
-}
-
 // fencing is why a writer was fenced, and by which epoch.
 type fencing struct {
 	err   error
@@ -227,9 +216,6 @@ var _ backend.Tiered = (*Partition)(nil)
 func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Store == nil {
 		return nil, fmt.Errorf("tiered: no store")
-	}
-	if err := checkCompacted(l.Config(), l.Dir()); err != nil {
-		return nil, err
 	}
 	if cfg := l.Config(); !cfg.RemoteStorageEnable {
 		// The local log learns it is tiered: its time and size retention
@@ -531,12 +517,9 @@ func (p *Partition) Changed() <-chan struct{} { return p.local.Changed() }
 // SetConfig applies a topic config change. A tiered partition cannot
 // stop being tiered (its old offsets live only in the bucket), as in
 // Kafka; it may become a compacted one (the bucket's cleaner cleans it,
-// compact.go), unless it is diskless.
+// compact.go), diskless or not.
 func (p *Partition) SetConfig(cfg backend.Config) error {
 	if err := p.checkOpen(); err != nil {
-		return err
-	}
-	if err := checkCompacted(cfg, p.local.Dir()); err != nil {
 		return err
 	}
 	if cfg.DisklessEnable {

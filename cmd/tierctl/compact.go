@@ -66,8 +66,10 @@ again while the map's end moves the checkpoint on. With --dry-run it
 opens the directory read-only, reads what a round would (a GET for each
 bucket segment it cleans and for each dirty one it maps) and reports what
 the first round would write and the requests it would make, writing
-nothing anywhere. A partition the bucket has no manifest of is refused.
-compact --store writes as the partition's writer, at the leader epoch of
+nothing anywhere. A partition the bucket has no manifest of is refused,
+and so is a diskless one but for --dry-run (its latest records may be in
+WAL objects only; its leader's tiering service cleans it). compact
+--store writes as the partition's writer, at the leader epoch of
 its last commit: stop its broker first. Pass the topic's config again
 (--config segment.bytes, delete.retention.ms, min.compaction.lag.ms):
 compact knows only what it is given.
@@ -243,13 +245,20 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 	// of the last commit, or the local log's if later, so that the
 	// manifest a broker committed does not fence it. A partition the
 	// bucket has no manifest of was never offloaded there.
-	epoch, found, err := writerEpoch(ctx, store, tp.String())
+	epoch, diskless, found, err := writerEpoch(ctx, store, tp.String())
 	if err != nil {
 		return err
 	}
 	if !found {
 		return usageError{fmt.Errorf("--store %s has no manifest for partition %s (%s): %w; compact --store cleans a partition offloaded there",
 			storeurl.Redact(o.store), tp, dir, tiered.ErrNoManifest)}
+	}
+	if diskless && !o.dryRun {
+		// Its latest records may be in WAL objects only, which this
+		// tool neither reads nor may carry: its leader's service cleans
+		// it (the same rounds), and a dry run reads its segments.
+		return usageError{fmt.Errorf("partition %s is diskless (its manifest in --store %s names WAL objects): its leader's tiering service cleans it in the bucket; compact --store --dry-run reports what a round would do",
+			tp, storeurl.Redact(o.store))}
 	}
 	var l *local.Log
 	if o.dryRun {
@@ -346,19 +355,20 @@ func memoryHint(err error, memory int) error {
 }
 
 // writerEpoch is the leader epoch of the commit of the partition's
-// manifest under prefix; found is false when it has none.
-func writerEpoch(ctx context.Context, store *objstore.Store, prefix string) (epoch int32, found bool, err error) {
+// manifest under prefix, and whether the partition is diskless (the
+// manifest names WAL objects); found is false when it has none.
+func writerEpoch(ctx context.Context, store *objstore.Store, prefix string) (epoch int32, diskless, found bool, err error) {
 	key := manifest.NewLayout(prefix).Manifest()
 	data, err := store.ReadAll(ctx, key, 0, -1)
 	if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {
-		return 0, false, nil
+		return 0, false, false, nil
 	}
 	if err != nil {
-		return 0, false, err
+		return 0, false, false, err
 	}
 	h, err := manifest.DecodeHead(data)
 	if err != nil {
-		return 0, false, fmt.Errorf("%s: %w", key, err)
+		return 0, false, false, fmt.Errorf("%s: %w", key, err)
 	}
-	return h.WriterEpoch(), true, nil
+	return h.WriterEpoch(), h.WAL() != nil && !h.Deleted(), true, nil
 }

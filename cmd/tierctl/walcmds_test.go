@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,5 +130,82 @@ func TestCostPricesWAL(t *testing.T) {
 	}
 	if inv := binRun(t, nil, "cost", "--store", store); !strings.Contains(inv.stdout, "WAL objects of diskless topics") {
 		t.Fatalf("cost: %s", inv.stdout)
+	}
+}
+
+// TestCompactStoreDiskless: compact --store refuses a diskless partition
+// (its leader's service cleans it; its latest records may be in WAL
+// objects only), saying so and writing nothing; its dry run reports.
+func TestCompactStoreDiskless(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	url := "file://" + filepath.Join(root, "bucket")
+	store, err := storeurl.Open(ctx, url+"?create=true", objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	b, err := tiered.OpenBackend(logs, tiered.BackendOptions{Store: store, Prefix: "",
+		Manager: tiered.ManagerConfig{TaskInterval: time.Hour, DisklessCommitInterval: 5 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := backend.ParseConfig(map[string]string{"diskless.enable": "true", "cleanup.policy": "compact", "segment.bytes": "4096", "local.retention.ms": "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bp, err := b.Open(ctx, "users", 0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := bp.(*tiered.Partition)
+	if err := p.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	var rb record.Builder
+	for i := range 100 {
+		rb.Reset(record.NewBatchHeader())
+		for k := range 5 {
+			rb.Append(1_700_000_000_000, fmt.Appendf(nil, "k%d", k), bytes.Repeat([]byte{'a' + byte(i%26)}, 100), nil)
+		}
+		batch, _ := rb.Build()
+		if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.ApplyRetention(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	part := filepath.Join(logs, "users-0")
+	manifestFile := filepath.Join(root, "bucket", "users-0", "manifest")
+	before, err := os.ReadFile(manifestFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inv := binRun(t, nil, "compact", part, "--store", url)
+	if inv.code != 2 || !strings.Contains(inv.stderr, "diskless") || !strings.Contains(inv.stderr, "--dry-run") {
+		t.Fatalf("compact --store of a diskless partition: exit %d\n%s%s", inv.code, inv.stdout, inv.stderr)
+	}
+	if after, err := os.ReadFile(manifestFile); err != nil || !bytes.Equal(after, before) {
+		t.Fatalf("a refused compact changed the manifest: %v", err)
+	}
+	inv = binRun(t, nil, "compact", part, "--store", url, "--dry-run", "--json")
+	var dry map[string]any
+	if inv.code != 0 || json.Unmarshal([]byte(inv.stdout), &dry) != nil || dry["dryRun"] != true ||
+		dry["bucketSegmentsBefore"].(float64) == 0 || dry["recordsRemoved"].(float64) == 0 {
+		t.Fatalf("compact --store --dry-run of a diskless partition: exit %d\n%s%s", inv.code, inv.stdout, inv.stderr)
 	}
 }

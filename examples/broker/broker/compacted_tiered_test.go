@@ -17,19 +17,32 @@ import (
 // commits its offsets to __consumer_offsets (compacted and local, as
 // ever). After several rounds a consumer reading from the start gets
 // each key's latest value, every record it reads is one produced at that
-// offset, and fewer records than were produced.
+// offset, and fewer records than were produced. The same for a
+// compacted diskless topic, whose records reach the bucket in WAL objects
+// first.
 func TestCompactedTieredTopic(t *testing.T) {
-	b := startBroker(t, tieredOptions(t.TempDir(), s3Store(t)))
+	for _, diskless := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tiered", true: "diskless"}[diskless], func(t *testing.T) { compactedTieredTopic(t, diskless) })
+	}
+}
+
+func compactedTieredTopic(t *testing.T, diskless bool) {
+	opts := tieredOptions(t.TempDir(), s3Store(t))
+	cfg := tieredTopic(4 << 10)
+	if diskless {
+		opts.RemoteLogManager["diskless.produce.commit.interval.ms"] = "20"
+		cfg["diskless.enable"] = "true"
+	}
+	b := startBroker(t, opts)
 	admin := newClient(t, b.Addr())
 	const topic, keys, rounds, perRound = "changelog", 50, 6, 400
-	cfg := tieredTopic(4 << 10)
 	cfg["cleanup.policy"] = "compact"
 	cfg["min.cleanable.dirty.ratio"] = "0.1"
 	createTopic(t, admin, topic, 1, cfg)
 	prod := newClient(t, b.Addr(), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(1<<10))
 	tp, ok := b.Partition(topic, 0).(*tiered.Partition)
-	if !ok {
-		t.Fatalf("%s-0 is a %T, not a tiered partition", topic, b.Partition(topic, 0))
+	if !ok || tp.Diskless() != diskless {
+		t.Fatalf("%s-0 is a %T, not a tiered partition (diskless: %v)", topic, b.Partition(topic, 0), diskless)
 	}
 	type produced struct{ key, value string }
 	all := map[int64]produced{}
