@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
-	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/record"
 	"github.com/tierlog/tierlog/tiered"
@@ -46,14 +45,16 @@ func retryable(err error) bool {
 
 // checked counts what one check read.
 type checked struct {
-	recordsA, remoteRecordsA, recordsB int64
-	bytes                              int64
+	recordsA, remoteRecordsA, recordsB, recordsC, remoteRecordsC int64
+	bytes                                                        int64
 }
 
 func (c *checked) add(o checked) {
 	c.recordsA += o.recordsA
 	c.remoteRecordsA += o.remoteRecordsA
 	c.recordsB += o.recordsB
+	c.recordsC += o.recordsC
+	c.remoteRecordsC += o.remoteRecordsC
 	c.bytes += o.bytes
 }
 
@@ -230,25 +231,30 @@ func matchA(m *modelA, e *record.Entry) error {
 	return nil
 }
 
-// checkB checks topic B, a compacted topic, against the ledger: every
+// checkKeyed checks a compacted topic against the ledger: B, a local
+// log, or C, a tiered partition read through both tiers. Every
 // record served is one that was appended, unaltered, at its offset, in
 // increasing offsets; the log reaches every acknowledged offset; and for
 // every key the latest acknowledged write is still served, or a later
 // write of the key is, or (a tombstone past its horizon) the key is gone
 // altogether, never leaving an older value behind.
-func checkB(ctx context.Context, l *local.Log, m *modelB) (checked, error) {
+func checkKeyed(ctx context.Context, topic string, l backend.Partition, m *modelB) (checked, error) {
 	var c checked
+	records := &c.recordsB
+	if topic == "C" {
+		records = &c.recordsC
+	}
 	o := l.Offsets()
 	if o.LogEnd < m.flushed {
-		return c, violation("B", "the log ends at %d, but records up to %d were acknowledged (flushed)", o.LogEnd, m.flushed-1)
+		return c, violation(topic, "the log ends at %d, but records up to %d were acknowledged (flushed)", o.LogEnd, m.flushed-1)
 	}
 	if o.LogEnd != m.end {
-		return c, violation("B", "the log ends at %d, the ledger at %d", o.LogEnd, m.end)
+		return c, violation(topic, "the log ends at %d, the ledger at %d", o.LogEnd, m.end)
 	}
 	if o.LogStart > 0 {
 		if recs, err := l.Read(ctx, o.LogStart-1, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true}); err == nil {
 			recs.Close()
-			return c, violation("B", "a read at %d, below the log start %d, succeeded", o.LogStart-1, o.LogStart)
+			return c, violation(topic, "a read at %d, below the log start %d, succeeded", o.LogStart-1, o.LogStart)
 		}
 	}
 	lastPresent := map[int32]int64{}
@@ -257,25 +263,25 @@ func checkB(ctx context.Context, l *local.Log, m *modelB) (checked, error) {
 	for next < o.LogEnd {
 		data, err := readAt(ctx, l, next, 1<<20)
 		if err != nil {
-			return c, readErr("B", next, err)
+			return c, readErr(topic, next, err)
 		}
 		if len(data) == 0 {
-			return c, violation("B", "an empty read at %d, below the log end %d", next, o.LogEnd)
+			return c, violation(topic, "an empty read at %d, below the log end %d", next, o.LogEnd)
 		}
 		c.bytes += int64(len(data))
 		sc := record.NewScanner(bytes.NewReader(data), 0, int64(len(data)), record.ScanOptions{Validate: true})
 		for sc.Next() {
 			e := sc.Entry()
 			if e.LastOffset < next {
-				return c, violation("B", "batch %d..%d read at %d: offsets go back", e.BaseOffset, e.LastOffset, next)
+				return c, violation(topic, "batch %d..%d read at %d: offsets go back", e.BaseOffset, e.LastOffset, next)
 			}
 			if err := it.Reset(e.Data); err != nil {
-				return c, violation("B", "batch %d..%d: %v", e.BaseOffset, e.LastOffset, err)
+				return c, violation(topic, "batch %d..%d: %v", e.BaseOffset, e.LastOffset, err)
 			}
 			for it.Next() {
 				r := it.Record()
 				if r.Offset <= prev {
-					return c, violation("B", "record %d follows record %d: a duplicate or out of order", r.Offset, prev)
+					return c, violation(topic, "record %d follows record %d: a duplicate or out of order", r.Offset, prev)
 				}
 				prev = r.Offset
 				if r.Offset < o.LogStart {
@@ -283,21 +289,24 @@ func checkB(ctx context.Context, l *local.Log, m *modelB) (checked, error) {
 				}
 				want, ok := m.recs[r.Offset]
 				if !ok {
-					return c, violation("B", "record %d is not in the ledger", r.Offset)
+					return c, violation(topic, "record %d is not in the ledger", r.Offset)
 				}
 				if recordDigest(r) != want.sum {
-					return c, violation("B", "record %d (key %d) altered: its timestamp, key, value or headers differ from those appended", r.Offset, want.key)
+					return c, violation(topic, "record %d (key %d) altered: its timestamp, key, value or headers differ from those appended", r.Offset, want.key)
 				}
 				lastPresent[want.key] = r.Offset
-				c.recordsB++
+				*records++
+				if topic == "C" && r.Offset < o.LocalLogStart {
+					c.remoteRecordsC++
+				}
 			}
 			if err := it.Err(); err != nil {
-				return c, violation("B", "batch %d..%d: %v", e.BaseOffset, e.LastOffset, err)
+				return c, violation(topic, "batch %d..%d: %v", e.BaseOffset, e.LastOffset, err)
 			}
 			next = e.LastOffset + 1
 		}
 		if err := sc.Err(); err != nil {
-			return c, violation("B", "a read at %d returned damaged batches: %v", next, err)
+			return c, violation(topic, "a read at %d returned damaged batches: %v", next, err)
 		}
 	}
 	keys := make([]int32, 0, len(m.writes))
@@ -316,9 +325,9 @@ func checkB(ctx context.Context, l *local.Log, m *modelB) (checked, error) {
 		switch {
 		case ok && lp >= latest:
 		case ok:
-			return c, violation("B", "key %d: its latest acknowledged write (offset %d) is gone but an older one (offset %d) is served", k, latest, lp)
+			return c, violation(topic, "key %d: its latest acknowledged write (offset %d) is gone but an older one (offset %d) is served", k, latest, lp)
 		case !m.recs[latest].tomb:
-			return c, violation("B", "key %d: its latest acknowledged value (offset %d) is gone", k, latest)
+			return c, violation(topic, "key %d: its latest acknowledged value (offset %d) is gone", k, latest)
 		}
 	}
 	return c, nil

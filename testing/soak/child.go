@@ -22,11 +22,14 @@ import (
 	"github.com/tierlog/tierlog/tiered"
 )
 
-// The topics: A is tiered, B compacted; both in one log directory.
+// The topics: A is tiered, B compacted, C compacted and tiered; all in
+// one log directory.
 const (
-	nameA  = "soak-a"
-	nameB  = "soak-b"
-	prefix = "soak/" + nameA + "-0"
+	nameA   = "soak-a"
+	nameB   = "soak-b"
+	nameC   = "soak-c"
+	prefix  = "soak/" + nameA + "-0"
+	prefixC = "soak/" + nameC + "-0"
 )
 
 // How a life ends.
@@ -42,7 +45,7 @@ const (
 	restoreNone       byte = 0
 	restoreDelete     byte = 'd' // Backend.Delete (its checkpoint entries go too)
 	restoreLostDir    byte = 'l' // the directory vanishes; the log dir's checkpoints still name it
-	restoreLostLogDir byte = 'w' // the whole log dir vanishes (a new broker): B, not tiered, with it
+	restoreLostLogDir byte = 'w' // the whole log dir vanishes (a new broker): B, not tiered, with it; C restored too
 )
 
 // Exit codes of a child.
@@ -63,7 +66,7 @@ type childSpec struct {
 	CleanAfterOps                                  int // modeClean: steps before the clean close
 	Restore                                        byte
 	StopBy                                         time.Time
-	TopicA, TopicB                                 map[string]string
+	TopicA, TopicB, TopicC                         map[string]string
 	ChunkCacheBytes                                int64
 	CleanerMemory                                  int
 	StoreTimeout                                   time.Duration // per request attempt
@@ -114,10 +117,16 @@ type child struct {
 	metrics *tiered.Metrics
 	cfgA    backend.Config
 	cfgB    backend.Config
+	// C: its local log and the tiered partition over it, whose segments
+	// the bucket's cleaner (CompactRemote) cleans once they leave the disk.
+	lc       *local.Log
+	pc       *tiered.Partition
+	metricsC *tiered.Metrics
+	cfgC     backend.Config
 
-	pidA, pidB int64 // idempotent producers (new ones each life and restore)
-	seqA, seqB int32
-	pids       int64
+	pidA, pidB, pidC int64 // idempotent producers (new ones each life and restore)
+	seqA, seqB, seqC int32
+	pids             int64
 
 	logStartA     int64 // A's log start at the last check
 	prevLogStartA int64 // and at the last check of the life before
@@ -168,8 +177,14 @@ func (c *child) state() string {
 	for _, s := range c.la.SegmentInfos() {
 		fmt.Fprintf(&b, " %d..%d(%d bytes)", s.BaseOffset, s.NextOffset-1, s.Size)
 	}
-	fmt.Fprintf(&b, "\nledger: A ends at %d, acknowledged below %d; B ends at %d, acknowledged below %d\n",
-		c.led.a.end(), c.led.a.flushed, c.led.b.end, c.led.b.flushed)
+	if c.pc != nil {
+		fmt.Fprintf(&b, "\nC: %+v, %d segments in the bucket (cleaned to %d); local segments:", c.pc.Offsets(), c.pc.Head().Count(), c.pc.Head().CleanedTo())
+		for _, s := range c.lc.SegmentInfos() {
+			fmt.Fprintf(&b, " %d..%d(%d bytes)", s.BaseOffset, s.NextOffset-1, s.Size)
+		}
+	}
+	fmt.Fprintf(&b, "\nledger: A ends at %d, acknowledged below %d; B ends at %d, acknowledged below %d; C ends at %d, acknowledged below %d\n",
+		c.led.a.end(), c.led.a.flushed, c.led.b.end, c.led.b.flushed, c.led.c.end, c.led.c.flushed)
 	return b.String()
 }
 
@@ -191,6 +206,8 @@ func (c *child) saveProgress() {
 	}
 	if c.metrics != nil {
 		c.st["remote_read_errors"], c.st["upload_errors"] = c.metrics.RemoteReadErrors.Load(), c.metrics.UploadErrors.Load()
+		c.st["c_remote_read_errors"], c.st["c_upload_errors"] = c.metricsC.RemoteReadErrors.Load(), c.metricsC.UploadErrors.Load()
+		c.st["c_compact_errors"] = c.metricsC.CompactErrors.Load()
 	}
 	data, _ := json.Marshal(progress{Life: c.spec.Life, Step: c.step, LogStartA: c.logStartA, Unsettled: c.unsettled, Counters: c.st})
 	c.stMu.Unlock()
@@ -206,8 +223,10 @@ func (c *child) saveProgress() {
 }
 
 func (c *child) run() (err error) {
-	if err := os.MkdirAll(filepath.Join(c.spec.Root, "stats"), 0o755); err != nil {
-		return err
+	for _, d := range []string{"stats", "scratch"} {
+		if err := os.MkdirAll(filepath.Join(c.spec.Root, d), 0o755); err != nil {
+			return err
+		}
 	}
 	c.logStartA, c.prevLogStartA = -1, -1
 	if data, err := os.ReadFile(filepath.Join(c.spec.Root, "progress.json")); err == nil {
@@ -226,6 +245,9 @@ func (c *child) run() (err error) {
 	if c.cfgB, err = backend.ParseConfig(c.spec.TopicB); err != nil {
 		return err
 	}
+	if c.cfgC, err = backend.ParseConfig(c.spec.TopicC); err != nil {
+		return err
+	}
 	if c.led, err = openLedger(filepath.Join(c.spec.Root, "ledger")); err != nil {
 		return err
 	}
@@ -235,7 +257,7 @@ func (c *child) run() (err error) {
 		return err
 	}
 	defer c.store.Close()
-	c.metrics = new(tiered.Metrics)
+	c.metrics, c.metricsC = new(tiered.Metrics), new(tiered.Metrics)
 	c.step = "recover"
 	c.saveProgress()
 	if err := c.openAll(); err != nil {
@@ -309,7 +331,7 @@ const (
 	hangAfter   = 8 * time.Minute
 )
 
-// do runs one step, then checks both topics. A step the bucket failed
+// do runs one step, then checks every topic. A step the bucket failed
 // retryably is counted and tried again later; a fenced partition is
 // reopened; any other error ends the life.
 func (c *child) do(name string, fn func(ctx context.Context) error) error {
@@ -330,7 +352,7 @@ func (c *child) do(name string, fn func(ctx context.Context) error) error {
 	cancel()
 	hung.Stop()
 	c.count("steps", 1)
-	if err != nil && (c.p == nil || c.lb == nil) {
+	if err != nil && (c.p == nil || c.lb == nil || c.pc == nil) {
 		return fmt.Errorf("step %s failed and left a topic closed: %w", name, err)
 	}
 	jump := c.unsettled || (err != nil && retryable(err) && movesLogStart(name))
@@ -347,7 +369,11 @@ func (c *child) do(name string, fn func(ctx context.Context) error) error {
 		c.count("step_retries_"+name, 1)
 	case errors.Is(err, backend.ErrFenced):
 		c.count("fenced", 1)
-		if err := c.reopenA(context.Background()); err != nil {
+		reopen := c.reopenA
+		if strings.HasSuffix(name, "-c") {
+			reopen = c.reopenC
+		}
+		if err := reopen(context.Background()); err != nil {
 			return err
 		}
 	default:
@@ -360,7 +386,7 @@ func (c *child) do(name string, fn func(ctx context.Context) error) error {
 	return c.check(name, jump)
 }
 
-// check runs both checks; a check the bucket cut short is counted, not
+// check checks every topic; a check the bucket cut short is counted, not
 // failed. jump lets A's log start move up to the manifest's in any step
 // (see child.unsettled).
 func (c *child) check(step string, jump bool) error {
@@ -369,15 +395,22 @@ func (c *child) check(step string, jump bool) error {
 	before := c.logStartA
 	ca, err := checkA(ctx, c.p, c.led.a, c.rng)
 	if err == nil {
-		cb, errB := checkB(ctx, c.lb, c.led.b)
+		cb, errB := checkKeyed(ctx, "B", c.lb, c.led.b)
 		ca.add(cb)
 		err = errB
 	}
+	if err == nil {
+		cc, errC := checkKeyed(ctx, "C", c.pc, c.led.c)
+		ca.add(cc)
+		err = errC
+	}
 	c.count("checks", 1)
-	c.count("records_checked", ca.recordsA+ca.recordsB)
+	c.count("records_checked", ca.recordsA+ca.recordsB+ca.recordsC)
 	c.count("records_checked_a", ca.recordsA)
 	c.count("records_checked_a_remote", ca.remoteRecordsA)
 	c.count("records_checked_b", ca.recordsB)
+	c.count("records_checked_c", ca.recordsC)
+	c.count("records_checked_c_remote", ca.remoteRecordsC)
 	c.count("bytes_read", ca.bytes)
 	if errors.Is(err, errIncomplete) {
 		c.count("checks_incomplete", 1)

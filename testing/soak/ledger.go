@@ -18,6 +18,7 @@ import (
 const (
 	kindBatchA   = 'a' // a batch of topic A as the log holds it
 	kindBatchB   = 'b' // a batch of topic B, record by record
+	kindBatchC   = 'c' // a batch of topic C, record by record
 	kindFlushed  = 'f' // a flush returned: everything below end is acknowledged
 	kindTruncate = 't' // recovery ended a topic below the ledger: forget the unflushed tail
 	kindRestore  = 'r' // a restore of A from the bucket begins: A ends at end from now on
@@ -28,6 +29,7 @@ const (
 const (
 	topicA byte = 'A'
 	topicB byte = 'B'
+	topicC byte = 'C'
 )
 
 // maxEntry caps a ledger entry's length before it sizes an allocation.
@@ -125,15 +127,15 @@ func (m *modelA) truncate(end int64) (acked, unacked int64) {
 	return acked, unacked
 }
 
-// bRecord is one record of topic B.
+// bRecord is one record of a compacted topic (B or C).
 type bRecord struct {
 	key  int32
 	tomb bool
 	sum  digest
 }
 
-// modelB is what topic B's records were: by offset, and each key's
-// writes in offset order.
+// modelB is what a compacted topic's records were (B's, or C's): by
+// offset, and each key's writes in offset order.
 type modelB struct {
 	recs    map[int64]bRecord
 	writes  map[int32][]int64
@@ -172,10 +174,12 @@ func (m *modelB) truncate(end int64) (acked, unacked int64) {
 	return acked, unacked
 }
 
-// pendingRestore is a restore of A that began and has not ended.
+// pendingRestore is a restore of A (and, when the whole log dir is lost,
+// of C) that began and has not ended.
 type pendingRestore struct {
 	end     int64
 	variant byte
+	endC    int64 // variant restoreLostLogDir: where the restored C ends
 }
 
 // ledger is the side file: the soak's record of what it wrote, appended
@@ -186,6 +190,7 @@ type ledger struct {
 	f   *os.File
 	a   *modelA
 	b   *modelB
+	c   *modelB
 	pr  *pendingRestore
 	buf []byte
 }
@@ -197,7 +202,7 @@ func openLedger(path string) (_ *ledger, err error) {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	l := &ledger{a: &modelA{}, b: newModelB()}
+	l := &ledger{a: &modelA{}, b: newModelB(), c: newModelB()}
 	valid, err := l.replay(data)
 	if err != nil {
 		return nil, err
@@ -275,13 +280,17 @@ func (l *ledger) apply(p []byte) error {
 			return fmt.Errorf("batch %d..%d does not follow the ledger's end %d", b.base, b.last, l.a.end())
 		}
 		l.a.batches = append(l.a.batches, b)
-	case kindBatchB:
+	case kindBatchB, kindBatchC:
+		m, topic := l.b, "B"
+		if p[0] == kindBatchC {
+			m, topic = l.c, "C"
+		}
 		base, last, n := i64(), i64(), i32()
 		if err != nil {
 			return err
 		}
-		if base < l.b.end || last < base {
-			return fmt.Errorf("batch %d..%d of B below the ledger's end %d", base, last, l.b.end)
+		if base < m.end || last < base {
+			return fmt.Errorf("batch %d..%d of %s below the ledger's end %d", base, last, topic, m.end)
 		}
 		for range n {
 			off, key := i64(), i32()
@@ -290,19 +299,24 @@ func (l *ledger) apply(p []byte) error {
 			if err != nil {
 				return err
 			}
-			l.b.add(off, bRecord{key: key, tomb: tomb == 1, sum: d})
+			m.add(off, bRecord{key: key, tomb: tomb == 1, sum: d})
 		}
-		l.b.end = last + 1
+		m.end = last + 1
 	case kindFlushed:
 		topic, _ := r.ReadByte()
 		end := i64()
 		if err != nil {
 			return err
 		}
-		if topic == topicA {
+		switch topic {
+		case topicA:
 			l.a.flushed = max(l.a.flushed, end)
-		} else {
+		case topicB:
 			l.b.flushed = max(l.b.flushed, end)
+		case topicC:
+			l.c.flushed = max(l.c.flushed, end)
+		default:
+			return fmt.Errorf("unknown topic %q", topic)
 		}
 	case kindTruncate:
 		topic, _ := r.ReadByte()
@@ -310,22 +324,34 @@ func (l *ledger) apply(p []byte) error {
 		if err != nil {
 			return err
 		}
-		if topic == topicA {
+		switch topic {
+		case topicA:
 			l.a.truncate(end)
-		} else {
+		case topicB:
 			l.b.truncate(end)
+		case topicC:
+			l.c.truncate(end)
+		default:
+			return fmt.Errorf("unknown topic %q", topic)
 		}
 	case kindRestore:
 		end := i64()
 		variant, _ := r.ReadByte()
+		endC := int64(-1)
+		if variant == restoreLostLogDir {
+			endC = i64()
+		}
 		if err != nil {
 			return err
 		}
 		l.a.truncate(end)
-		if variant == restoreLostLogDir { // B is lost with the log dir: not tiered, gone by design
-			l.b = newModelB()
+		if variant == restoreLostLogDir {
+			l.b = newModelB() // B is lost with the log dir: not tiered, gone by design
+			if endC != l.c.end {
+				return fmt.Errorf("a restore of C to %d, but C ends at %d", endC, l.c.end)
+			}
 		}
-		l.pr = &pendingRestore{end: end, variant: variant}
+		l.pr = &pendingRestore{end: end, variant: variant, endC: endC}
 	case kindRestored:
 		l.pr = nil
 	default:
@@ -364,9 +390,13 @@ func (l *ledger) batchA(batch record.Batch) error {
 	return l.write(p, false)
 }
 
-// batchB records the records of a batch of B as appended.
-func (l *ledger) batchB(batch record.Batch, key func(*record.Record) int32) error {
+// batchKeyed records the records of a batch of a compacted topic (B or
+// C) as appended.
+func (l *ledger) batchKeyed(topic byte, batch record.Batch, key func(*record.Record) int32) error {
 	p := []byte{kindBatchB}
+	if topic == topicC {
+		p[0] = kindBatchC
+	}
 	p = appendI64(p, batch.BaseOffset())
 	p = appendI64(p, batch.LastOffset())
 	p = binary.BigEndian.AppendUint32(p, 0) // the count, set below
@@ -406,9 +436,14 @@ func (l *ledger) truncate(topic byte, end int64) error {
 }
 
 // restoreBegins records, durably, that A is about to be rebuilt from the
-// bucket and will end at end.
-func (l *ledger) restoreBegins(end int64, variant byte) error {
-	return l.write(append(appendI64([]byte{kindRestore}, end), variant), true)
+// bucket and will end at end (and, when the whole log dir is lost, C at
+// endC).
+func (l *ledger) restoreBegins(end int64, variant byte, endC int64) error {
+	p := append(appendI64([]byte{kindRestore}, end), variant)
+	if variant == restoreLostLogDir {
+		p = appendI64(p, endC)
+	}
+	return l.write(p, true)
 }
 
 // restoreEnds records, durably, that the restore is done.

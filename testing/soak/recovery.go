@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
@@ -44,7 +45,7 @@ func openStore(spec childSpec, opts objstore.Options) (*objstore.Store, error) {
 }
 
 // openAll opens the log directory (recovering it after a SIGKILL),
-// finishes a restore a killed life began, opens both topics, and brings
+// finishes a restore a killed life began, opens the topics, and brings
 // the ledger up to what the logs hold.
 func (c *child) openAll() error {
 	if err := removeLeftovers(c.logDir()); err != nil {
@@ -61,7 +62,7 @@ func (c *child) openAll() error {
 	ctx := context.Background()
 	if pr := c.led.pr; pr != nil { // a life was killed restoring A: finish it
 		rctx, cancel := context.WithTimeout(ctx, 4*time.Minute)
-		err := c.finishRestore(rctx, pr.end, pr.variant)
+		err := c.finishRestore(rctx, *pr)
 		cancel()
 		if err != nil {
 			return err
@@ -69,13 +70,21 @@ func (c *child) openAll() error {
 	} else if err := c.openA(ctx); err != nil {
 		return err
 	}
+	if c.pc == nil { // not opened by a restore of the whole log dir
+		if err := c.openC(ctx); err != nil {
+			return err
+		}
+	}
 	if c.lb, err = c.b.OpenLog(ctx, nameB, 0, c.cfgB); err != nil {
 		return err
 	}
 	if err := c.reconcileA(ctx); err != nil {
 		return err
 	}
-	if err := c.reconcileB(ctx); err != nil {
+	if err := c.reconcileKeyed(ctx, topicB, c.lb, c.led.b); err != nil {
+		return err
+	}
+	if err := c.reconcileKeyed(ctx, topicC, c.pc, c.led.c); err != nil {
 		return err
 	}
 	// A broker leader with no followers: the high watermark is the log end.
@@ -83,6 +92,9 @@ func (c *child) openAll() error {
 		return err
 	}
 	if err := c.lb.SetHighWatermark(c.lb.Offsets().LogEnd); err != nil {
+		return err
+	}
+	if err := c.pc.SetHighWatermark(c.pc.Offsets().LogEnd); err != nil {
 		return err
 	}
 	c.newProducers()
@@ -129,15 +141,33 @@ func (c *child) openA(ctx context.Context) error {
 // bucket fails retryably.
 func (c *child) openTiered(ctx context.Context) error {
 	var err error
-	opts := tiered.Options{Store: c.store, Prefix: prefix, LeaderEpoch: int32(c.spec.Life), Metrics: c.metrics,
+	c.p, err = c.openPartition(ctx, c.la, prefix, c.metrics)
+	return err
+}
+
+// openC opens C's local log and the tiered partition over it, retrying
+// while the bucket fails retryably.
+func (c *child) openC(ctx context.Context) error {
+	var err error
+	if c.lc, err = c.b.OpenLog(ctx, nameC, 0, c.cfgC); err != nil {
+		return err
+	}
+	c.pc, err = c.openPartition(ctx, c.lc, prefixC, c.metricsC)
+	return err
+}
+
+// openPartition opens a tiered partition over l at prefix, retrying while
+// the bucket fails retryably.
+func (c *child) openPartition(ctx context.Context, l *local.Log, prefix string, m *tiered.Metrics) (*tiered.Partition, error) {
+	opts := tiered.Options{Store: c.store, Prefix: prefix, LeaderEpoch: int32(c.spec.Life), Metrics: m,
 		ChunkCacheBytes: c.spec.ChunkCacheBytes, Logger: c.logger()}
 	if c.spec.ChunkCacheBytes < 0 {
 		opts.PrefetchBytes = -1
 	}
 	for try := 0; ; try++ {
-		c.p, err = tiered.Open(ctx, c.la, opts)
+		p, err := tiered.Open(ctx, l, opts)
 		if err == nil || !retryable(err) || try > 50 {
-			return err
+			return p, err
 		}
 		c.count("retries_open", 1)
 		time.Sleep(200 * time.Millisecond)
@@ -189,14 +219,14 @@ func (c *child) reconcileA(ctx context.Context) error {
 	return nil
 }
 
-// reconcileB is reconcileA for B.
-func (c *child) reconcileB(ctx context.Context) error {
-	m := c.led.b
-	o := c.lb.Offsets()
+// reconcileKeyed is reconcileA for a compacted topic (B or C).
+func (c *child) reconcileKeyed(ctx context.Context, topic byte, p backend.Partition, m *modelB) error {
+	name := string(topic)
+	o := p.Offsets()
 	switch {
 	case o.LogEnd < m.end:
 		if o.LogEnd < m.flushed {
-			return violation("B", "after recovery the log ends at %d, but records up to %d were acknowledged (flushed)", o.LogEnd, m.flushed-1)
+			return violation(name, "after recovery the log ends at %d, but records up to %d were acknowledged (flushed)", o.LogEnd, m.flushed-1)
 		}
 		n := int64(0)
 		for off := range m.recs {
@@ -205,20 +235,20 @@ func (c *child) reconcileB(ctx context.Context) error {
 			}
 		}
 		c.count("recovery_dropped_unflushed_records", n)
-		return c.led.truncate(topicB, o.LogEnd)
+		return c.led.truncate(topic, o.LogEnd)
 	case o.LogEnd > m.end:
 		for off := m.end; off < o.LogEnd; {
-			data, err := readAt(ctx, c.lb, off, 1<<20)
+			data, err := readAt(ctx, p, off, 1<<20)
 			if err != nil || len(data) == 0 {
-				return fmt.Errorf("adopt B's tail at %d: %w", off, err)
+				return fmt.Errorf("adopt %s's tail at %d: %w", name, off, err)
 			}
 			for b := record.Batch(data); len(b) > 0; {
 				n := int(b.Length()) + record.LogOverhead
 				batch := b[:n]
 				if batch.LastOffset() < off {
-					return violation("B", "after recovery batch %d..%d is below offset %d", batch.BaseOffset(), batch.LastOffset(), off)
+					return violation(name, "after recovery batch %d..%d is below offset %d", batch.BaseOffset(), batch.LastOffset(), off)
 				}
-				if err := c.led.batchB(batch, keyOf); err != nil {
+				if err := c.led.batchKeyed(topic, batch, keyOf); err != nil {
 					return err
 				}
 				c.count("adopted_batches", 1)
@@ -239,13 +269,14 @@ func keyOf(r *record.Record) int32 {
 	return int32(n)
 }
 
-// newProducers starts new idempotent producers for both topics (a new
+// newProducers starts new idempotent producers for every topic (a new
 // producer id, sequence 0).
 func (c *child) newProducers() {
 	c.pids++
-	c.pidA = int64(c.spec.Life)*1000 + 2*c.pids
+	c.pidA = int64(c.spec.Life)*1000 + 3*c.pids
 	c.pidB = c.pidA + 1
-	c.seqA, c.seqB = 0, 0
+	c.pidC = c.pidA + 2
+	c.seqA, c.seqB, c.seqC = 0, 0, 0
 }
 
 // closeAll closes everything cleanly.
@@ -254,9 +285,12 @@ func (c *child) closeAll() error {
 	if c.p != nil {
 		errs = append(errs, c.p.Close())
 	}
+	if c.pc != nil {
+		errs = append(errs, c.pc.Close())
+	}
 	if c.b != nil {
 		errs = append(errs, c.b.Close())
 	}
-	c.p, c.b, c.la, c.lb = nil, nil, nil, nil
+	c.p, c.pc, c.b, c.la, c.lb, c.lc = nil, nil, nil, nil, nil, nil
 	return errors.Join(errs...)
 }

@@ -1,6 +1,6 @@
 // Package soak is tierlog's soak test as a library: for a bounded time it
-// runs produce → offload → retention → compaction of another topic →
-// SIGKILL → recovery → restore from the bucket, in a loop, against a real
+// runs produce → offload → retention → compaction of other topics, on disk
+// and in the bucket → SIGKILL → recovery → restore from the bucket, in a loop, against a real
 // MinIO of 4 nodes through a fault proxy (toxiproxy) whose faults switch
 // on and off throughout, while the cluster's nodes are SIGKILLed and
 // started again, and checks after every step that every acknowledged-and-
@@ -23,7 +23,7 @@
 // of a child process: the test binary re-executed (testing/crashchild),
 // which Main sends to the workload. Each life opens one log directory
 // (local.Backend), recovering it after the SIGKILL that ended the life
-// before, with two topics:
+// before, with three topics:
 //
 //   - A, tiered: small segments, offloaded to the bucket (tiered.Partition
 //     over A's local.Log), local retention keeping only a few segments on
@@ -32,21 +32,29 @@
 //   - B, compacted: keyed records over a few hundred keys, some of them
 //     tombstones, cleaned by the log cleaner (compaction.Cleaner) while
 //     records are being appended.
+//   - C, compacted and tiered: keyed records as B's, offloaded in small
+//     segments that local retention (local.retention.ms 0, or a few
+//     segments' bytes) then removes from the disk, and the bucket's
+//     cleaner (tiered.Partition.CompactRemote, with a small map, now and
+//     then forced) rewrites and merges in the bucket while records are
+//     being appended.
 //
-// A life checks both topics against the ledger (below) as soon as it has
-// recovered, then runs random steps (produce to A or B as a leader,
-// idempotently or not, in any codec; flush; offload; retention; clean B;
-// roll; checkpoint; DeleteRecords; reopen A; a clean restart of the whole
-// directory) and checks both topics after every step, until it ends: the
+// A life checks every topic against the ledger (below) as soon as it has
+// recovered, then runs random steps (produce to A, B or C as a leader,
+// idempotently or not, in any codec; flush; offload A or C; retention of
+// A or C; clean B; clean C in the bucket; roll; checkpoint; DeleteRecords;
+// reopen A or C; a clean restart of the whole directory) and checks every
+// topic after every step, until it ends: the
 // parent SIGKILLs it at a random moment, or it SIGKILLs itself during a
 // random step, or it closes cleanly. Every few lives begins with a restore:
 // the bucket is brought up to A's log end, A's partition directory is lost
 // (deleted through the Backend; or removed behind the Backend's back, so
 // its checkpoints still name it; or with the whole log directory, as for a
-// new broker, B going with it: B is not tiered, so its ledger starts over)
-// and rebuilt from the bucket with tiered.Restore, and the life goes on
-// producing to it. A restore only begins once the bucket holds all of A
-// (else it is skipped), so no acknowledged record of A goes with the disk. Meanwhile the
+// new broker, B and C going with it: B is not tiered, so its ledger starts
+// over; C is rebuilt from the bucket too) and rebuilt from the bucket with
+// tiered.Restore, and the life goes on producing to it. A restore only
+// begins once the bucket holds all of A (and of C, when C goes too; else
+// it is skipped), so no acknowledged record goes with the disk. Meanwhile the
 // parent switches faults on and off on the proxy (latency, bandwidth caps,
 // connections reset on their first bytes or mid-request, bodies cut after
 // some kilobytes, streams sliced into small delayed writes, short black
@@ -57,8 +65,10 @@
 // request under a fault may fail retryably, and its step is then tried
 // again later; it must never yield wrong bytes or lose a record. After the loop
 // a last life runs with no faults and every node up (the bucket brought
-// up to date, retention, B cleaned to the end) and the parent checks
-// everything once more in-process, before and after a forced tiered.GC.
+// up to date, retention, B cleaned to the end, C cleaned in the bucket up
+// to its local log start) and the parent checks everything once more
+// in-process, before and after a forced tiered.GC of A's and C's prefixes
+// (which removes the objects the bucket's cleaner replaced).
 //
 // # What is checked
 //
@@ -73,7 +83,9 @@
 // across a restart in the middle of another step. Retention may remove old
 // records: they are never expected once below the log start.
 //
-// For B: every record served is one appended, unaltered (timestamp, key,
+// For B, and for C through tiered.Partition.Read (so from the bucket below
+// the local log start, cleaned there, and from disk above it): every
+// record served is one appended, unaltered (timestamp, key,
 // value, headers), at its offset, offsets increasing; the log reaches every
 // acknowledged offset; for every key the latest acknowledged write is
 // still served, or a later write of the key, or, for a tombstone past its
@@ -93,15 +105,18 @@
 //	entry   := length uint32 | crc32c(payload) uint32 | payload
 //	payload := 'a' base int64 | last int64 | sha256(batch)[:16] | records uint32
 //	         | 'b' base int64 | last int64 | n uint32 | n × (offset int64 | key uint32 | tombstone byte | sha256(record)[:16])
+//	         | 'c' …                             C's batch, as 'b'
 //	         | 'f' topic byte | end int64        a flush returned: all below end is acknowledged
 //	         | 't' topic byte | end int64        recovery cut an unacknowledged tail: forget it
-//	         | 'r' end int64 | variant byte      a restore of A begins; A ends at end from now on
-//	                                             (variant 'w': the log dir goes, B starts over)
+//	         | 'r' end int64 | variant byte [| endC int64]
+//	                                             a restore of A begins; A ends at end from now on
+//	                                             (variant 'w': the log dir goes, B starts over,
+//	                                             C is restored too and ends at endC)
 //	         | 'R'                               that restore is done
 //
 // Integers are big-endian. A batch entry follows its append at once (A's
 // batch bytes as the log holds them: offsets and leader epoch assigned; B's
-// record by record, since the cleaner rewrites batches), written without
+// and C's record by record, since the cleaners rewrite batches), written without
 // fsync: a SIGKILL keeps it. 'f', 't', 'r' and 'R' are fsynced before the
 // soak relies on them: a record is acknowledged only once the Flush that
 // covers it has returned and its 'f' entry is on disk. After a restart the
@@ -225,11 +240,11 @@ func (r Report) Summary() string {
 	mb := func(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
 	return fmt.Sprintf("soak: seed %d, %v: %d loops, %d SIGKILLs (%d self-inflicted), %d clean exits, %d restores; "+
 		"%d faults injected, %d MinIO node kills (of %d nodes), %d failed store requests, %d steps retried; produced %d records (%s), uploaded %s, downloaded %s, read back %s; "+
-		"%d records checked (%d from the bucket) in %d checks (%d cut short by faults); lost or altered: 0",
+		"%d records checked (%d from the bucket: %d of A, %d of C) in %d checks (%d cut short by faults); lost or altered: 0",
 		r.Seed, r.Duration.Round(time.Second), r.Loops, r.Kills, r.SelfKills, r.CleanExits, r.Restores,
 		r.Faults, r.NodeKills, r.Nodes, c["store_attempts_failed"], c["step_retries"], c["records_produced"], mb(c["bytes_produced"]),
 		mb(c["bytes_uploaded"]), mb(c["bytes_downloaded"]), mb(c["bytes_read"]),
-		c["records_checked"], c["records_checked_a_remote"], c["checks"], c["checks_incomplete"])
+		c["records_checked"], c["records_checked_a_remote"]+c["records_checked_c_remote"], c["records_checked_a_remote"], c["records_checked_c_remote"], c["checks"], c["checks_incomplete"])
 }
 
 // Run runs the soak and fails t on the first Violation, naming the seed.
@@ -307,6 +322,7 @@ type runner struct {
 	report Report
 	topicA map[string]string
 	topicB map[string]string
+	topicC map[string]string
 	faults map[string]time.Time // active toxic -> when it goes off
 }
 
@@ -333,7 +349,20 @@ func (r *runner) topics() {
 		"delete.retention.ms":       strconv.Itoa(1000 + r.rng.IntN(4000)),
 		"file.delete.delay.ms":      "500",
 	}
-	r.t.Logf("soak: topic A %v; topic B %v", r.topicA, r.topicB)
+	r.topicC = map[string]string{
+		"cleanup.policy":            "compact",
+		"remote.storage.enable":     "true",
+		"segment.bytes":             strconv.Itoa(16<<10 + r.rng.IntN(48<<10)),
+		"min.cleanable.dirty.ratio": "0.01",
+		"delete.retention.ms":       strconv.Itoa(1000 + r.rng.IntN(4000)),
+		"file.delete.delay.ms":      "500",
+	}
+	if r.rng.IntN(2) == 0 {
+		r.topicC["local.retention.ms"] = "0" // offloaded segments leave the disk at once, for the bucket's cleaner
+	} else {
+		r.topicC["local.retention.bytes"] = strconv.Itoa((1 + r.rng.IntN(3)) * 64 << 10)
+	}
+	r.t.Logf("soak: topic A %v; topic B %v; topic C %v", r.topicA, r.topicB, r.topicC)
 }
 
 // life runs one life of the child; a zero deadline means the final one.
@@ -341,7 +370,7 @@ func (r *runner) life(life int, deadline time.Time) {
 	t := r.t
 	spec := childSpec{Root: r.root, Endpoint: r.proxy.Endpoint, Region: r.srv.Region, AccessKey: r.srv.AccessKey,
 		SecretKey: r.srv.SecretKey, Bucket: r.bucket, Seed: r.rng.Uint64(), Life: life,
-		TopicA: r.topicA, TopicB: r.topicB, Driver: []string{"s3", "minio"}[r.rng.IntN(2)],
+		TopicA: r.topicA, TopicB: r.topicB, TopicC: r.topicC, Driver: []string{"s3", "minio"}[r.rng.IntN(2)],
 		ChunkCacheBytes: []int64{-1, 256 << 10, 0}[r.rng.IntN(3)], CleanerMemory: []int{64 << 10, 1 << 20}[r.rng.IntN(2)],
 		StoreTimeout: 3 * time.Second, StoreAttempts: 4}
 	if r.rng.IntN(2) == 0 { // faults then fail steps, which are tried again later
@@ -542,7 +571,7 @@ func (r *runner) clearFaults() {
 	r.faults = nil
 }
 
-// finalCheck checks both topics in-process, with the store reached
+// finalCheck checks every topic in-process, with the store reached
 // directly, then again after a forced gc of the bucket (with a partition
 // opened afresh, so every remote read is a GET).
 func (r *runner) finalCheck() {
@@ -561,6 +590,7 @@ func (r *runner) finalCheck() {
 	defer store.Close()
 	cfgA, _ := backend.ParseConfig(r.topicA)
 	cfgB, _ := backend.ParseConfig(r.topicB)
+	cfgC, _ := backend.ParseConfig(r.topicC)
 	b, err := local.OpenBackend(filepath.Join(r.root, "logs"), local.BackendOptions{RemoteStorage: true})
 	if err != nil {
 		t.Fatal(err)
@@ -574,11 +604,13 @@ func (r *runner) finalCheck() {
 	var total checked
 	for round := 0; round < 2; round++ {
 		if round == 1 {
-			removed, err := tiered.GC(ctx, store, prefix, tiered.GCOptions{Grace: time.Nanosecond, Force: true})
-			if err != nil {
-				t.Fatalf("soak: final gc: %v", err)
+			for _, pre := range []string{prefix, prefixC} {
+				removed, err := tiered.GC(ctx, store, pre, tiered.GCOptions{Grace: time.Nanosecond, Force: true})
+				if err != nil {
+					t.Fatalf("soak: final gc of %s: %v", pre, err)
+				}
+				r.report.Counters["gc_removed_objects"] += int64(len(removed))
 			}
-			r.report.Counters["gc_removed_objects"] += int64(len(removed))
 		}
 		la, err := b.OpenLog(ctx, nameA, 0, cfgA)
 		if err != nil {
@@ -588,16 +620,29 @@ func (r *runner) finalCheck() {
 		if err != nil {
 			t.Fatal(err)
 		}
+		lc, err := b.OpenLog(ctx, nameC, 0, cfgC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc, err := tiered.Open(ctx, lc, tiered.Options{Store: store, Prefix: prefixC, LeaderEpoch: int32(r.report.Loops + 1), ChunkCacheBytes: -1, PrefetchBytes: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if round == 0 {
-			h := p.Head()
-			t.Logf("soak: at the end: A %+v, %d segments in the bucket (generation %d), %d on disk; B %+v",
-				p.Offsets(), h.Count(), h.Generation(), len(la.SegmentInfos()), lb.Offsets())
+			h, hc := p.Head(), pc.Head()
+			t.Logf("soak: at the end: A %+v, %d segments in the bucket (generation %d), %d on disk; B %+v; C %+v, %d segments in the bucket (cleaned to %d), %d on disk",
+				p.Offsets(), h.Count(), h.Generation(), len(la.SegmentInfos()), lb.Offsets(), pc.Offsets(), hc.Count(), hc.CleanedTo(), len(lc.SegmentInfos()))
 		}
 		ca, err := checkA(ctx, p, led.a, rng)
 		if err == nil {
 			var cb checked
-			cb, err = checkB(ctx, lb, led.b)
+			cb, err = checkKeyed(ctx, "B", lb, led.b)
 			ca.add(cb)
+		}
+		if err == nil {
+			var cc checked
+			cc, err = checkKeyed(ctx, "C", pc, led.c)
+			ca.add(cc)
 		}
 		if err != nil {
 			r.logReport()
@@ -607,16 +652,22 @@ func (r *runner) finalCheck() {
 		if err := p.Close(); err != nil {
 			t.Fatal(err)
 		}
+		if err := pc.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	c := r.report.Counters
-	c["records_checked"] += total.recordsA + total.recordsB
+	c["records_checked"] += total.recordsA + total.recordsB + total.recordsC
 	c["records_checked_a"] += total.recordsA
 	c["records_checked_a_remote"] += total.remoteRecordsA
 	c["records_checked_b"] += total.recordsB
+	c["records_checked_c"] += total.recordsC
+	c["records_checked_c_remote"] += total.remoteRecordsC
 	c["bytes_read"] += total.bytes
 	c["checks"] += 2
 	c["final_records_a"] = total.recordsA / 2
 	c["final_records_b"] = total.recordsB / 2
+	c["final_records_c"] = total.recordsC / 2
 }
 
 func (r *runner) logReport() {

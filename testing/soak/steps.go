@@ -3,10 +3,12 @@ package soak
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/tiered"
 )
 
 // pick chooses the next step.
@@ -23,6 +25,12 @@ func (c *child) pick() (string, func(ctx context.Context) error) {
 		{10, "offload", c.offload},
 		{6, "retention", c.retention},
 		{5, "clean-b", c.cleanB},
+		{10, "produce-c", c.produceC},
+		{5, "flush-c", c.flushC},
+		{4, "offload-c", c.offloadC},
+		{3, "retention-c", c.retentionC},
+		{4, "compact-c", c.compactC},
+		{1, "reopen-c", c.reopenC},
 		{3, "checkpoint", func(context.Context) error { return c.b.Checkpoint() }},
 		{2, "roll", c.roll},
 		{1, "delete-records", c.deleteRecords},
@@ -145,12 +153,30 @@ func (c *child) produceA(ctx context.Context) error {
 
 // produceB appends a batch of keyed records (some tombstones) to B.
 func (c *child) produceB(ctx context.Context) error {
+	if err := c.produceKeyed(ctx, topicB, c.lb, &c.pidB, &c.seqB); err != nil {
+		return err
+	}
+	return c.lb.SetHighWatermark(c.lb.Offsets().LogEnd)
+}
+
+// produceC is produceB for C, through its tiered partition.
+func (c *child) produceC(ctx context.Context) error {
+	if err := c.produceKeyed(ctx, topicC, c.pc, &c.pidC, &c.seqC); err != nil {
+		return err
+	}
+	return c.pc.SetHighWatermark(c.pc.Offsets().LogEnd)
+}
+
+// produceKeyed appends a batch of keyed records (some tombstones) to a
+// compacted topic as its leader does, idempotently or not, and records
+// it in the ledger.
+func (c *child) produceKeyed(ctx context.Context, topic byte, p backend.Partition, pid *int64, seq *int32) error {
 	var bl record.Builder
 	h := record.NewBatchHeader()
 	h.Codec = c.codec()
 	idem := c.rng.IntN(2) == 0
 	if idem {
-		h.ProducerID, h.ProducerEpoch, h.BaseSequence = c.pidB, 0, c.seqB
+		h.ProducerID, h.ProducerEpoch, h.BaseSequence = *pid, 0, *seq
 	}
 	bl.Reset(h)
 	n := 1 + c.rng.IntN(15)
@@ -168,23 +194,23 @@ func (c *child) produceB(ctx context.Context) error {
 		return err
 	}
 	batch := append([]byte(nil), b...)
-	end := c.lb.Offsets().LogEnd
-	info, err := c.lb.Append(ctx, batch, backend.AppendOptions{AssignOffsets: true, LeaderEpoch: int32(c.spec.Life)})
+	end := p.Offsets().LogEnd
+	info, err := p.Append(ctx, batch, backend.AppendOptions{AssignOffsets: true, LeaderEpoch: int32(c.spec.Life)})
 	if err != nil {
 		return err
 	}
 	if info.FirstOffset != end || info.Duplicate {
-		return violation("B", "an append at the log end %d was given offsets %d..%d", end, info.FirstOffset, info.LastOffset)
+		return violation(string(topic), "an append at the log end %d was given offsets %d..%d", end, info.FirstOffset, info.LastOffset)
 	}
-	if err := c.led.batchB(batch, keyOf); err != nil {
+	if err := c.led.batchKeyed(topic, batch, keyOf); err != nil {
 		return err
 	}
 	if idem {
-		c.seqB += int32(n)
+		*seq += int32(n)
 	}
 	c.count("records_produced", int64(n))
 	c.count("bytes_produced", int64(len(batch)))
-	return c.lb.SetHighWatermark(info.LastOffset + 1)
+	return nil
 }
 
 // keysB is how many keys B's records spread over.
@@ -207,6 +233,59 @@ func (c *child) flushB(context.Context) error {
 	}
 	c.count("flushes", 1)
 	return c.led.flushed(topicB, end)
+}
+
+func (c *child) flushC(context.Context) error {
+	end := c.pc.Offsets().LogEnd
+	if err := c.pc.Flush(); err != nil {
+		return err
+	}
+	c.count("flushes", 1)
+	return c.led.flushed(topicC, end)
+}
+
+func (c *child) offloadC(ctx context.Context) error {
+	n, err := c.pc.Offload(ctx)
+	c.count("c_segments_uploaded", int64(n))
+	return err
+}
+
+// retentionC applies C's retention: local retention only (C is compacted,
+// not deleted), so its offloaded segments leave the disk, for the bucket's
+// cleaner to clean.
+func (c *child) retentionC(ctx context.Context) error {
+	before := len(c.lc.SegmentInfos())
+	_, err := c.pc.ApplyRetention(ctx)
+	c.count("c_local_segments_deleted", int64(before-len(c.lc.SegmentInfos())))
+	return err
+}
+
+// compactC runs a round of the bucket's cleaner over C (now and then
+// forced, whatever the dirty ratio; with a small map, so a round may stop
+// at its map's end) while appending to C.
+func (c *child) compactC(ctx context.Context) error {
+	var st tiered.CompactStats
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		st, err = c.pc.CompactRemote(ctx, tiered.CompactOptions{MemoryBytes: c.spec.CleanerMemory,
+			Force: c.rng.IntN(3) == 0, ScratchDir: filepath.Join(c.spec.Root, "scratch")})
+	}()
+	for range c.rng.IntN(4) {
+		if err := c.produceC(ctx); err != nil {
+			<-done
+			return err
+		}
+	}
+	<-done
+	if err == nil && st.Ran {
+		c.count("c_compact_rounds", 1)
+		c.count("c_compact_segments_replaced", int64(st.SegmentsReplaced))
+		c.count("c_compact_merges", int64(st.Merged))
+		c.count("c_compact_records_removed", st.RecordsRemoved)
+	}
+	return err
 }
 
 func (c *child) offload(ctx context.Context) error {
@@ -255,8 +334,11 @@ func (c *child) cleanB(ctx context.Context) error {
 }
 
 func (c *child) roll(context.Context) error {
-	if c.rng.IntN(2) == 0 {
+	switch c.rng.IntN(3) {
+	case 0:
 		return c.lb.Roll()
+	case 1:
+		return c.lc.Roll()
 	}
 	return c.la.Roll()
 }
@@ -307,6 +389,22 @@ func (c *child) reopenA(ctx context.Context) error {
 	return nil
 }
 
+// reopenC is reopenA for C.
+func (c *child) reopenC(ctx context.Context) error {
+	before := c.lc.Offsets()
+	if err := c.pc.Close(); err != nil {
+		return err
+	}
+	if err := c.openC(ctx); err != nil {
+		return err
+	}
+	c.newProducers()
+	if after := c.lc.Offsets(); after.HighWatermark != before.HighWatermark || after.LogStart < before.LogStart {
+		return violation("C", "closed with the local log at %+v, reopened at %+v", before, after)
+	}
+	return nil
+}
+
 // restartClean closes the whole log directory cleanly and opens it again.
 func (c *child) restartClean(context.Context) error {
 	if err := c.closeAll(); err != nil {
@@ -316,8 +414,8 @@ func (c *child) restartClean(context.Context) error {
 }
 
 // final brings the bucket up to date with no faults on, applies
-// retention, cleans B until nothing is left to clean, checks, and closes
-// cleanly.
+// retention, cleans B until nothing is left to clean, offloads C and
+// cleans it in the bucket, checks, and closes cleanly.
 func (c *child) final() error {
 	steps := []struct {
 		name string
@@ -341,6 +439,32 @@ func (c *child) final() error {
 					return err
 				}
 				c.count("clean_rounds", 1)
+			}
+			return nil
+		}},
+		{"flush-c", c.flushC},
+		{"offload-c", func(ctx context.Context) error {
+			if err := c.lc.Roll(); err != nil {
+				return err
+			}
+			for try := 0; ; try++ {
+				if err := c.offloadC(ctx); err == nil || !retryable(err) || try > 20 {
+					return err
+				}
+				time.Sleep(200 * time.Millisecond)
+			}
+		}},
+		{"retention-c", c.retentionC},
+		{"compact-c", func(ctx context.Context) error {
+			for range 20 {
+				st, err := c.pc.CompactRemote(ctx, tiered.CompactOptions{Force: true, ScratchDir: filepath.Join(c.spec.Root, "scratch")})
+				if err != nil {
+					return err
+				}
+				c.count("c_compact_rounds", 1)
+				if st.End == st.FirstDirty { // nothing was left to map
+					return nil
+				}
 			}
 			return nil
 		}},
