@@ -267,6 +267,13 @@ func (l *Log) Dir() string { return l.dir }
 // Config returns the log's config.
 func (l *Log) Config() backend.Config { return *l.cfg.Load() }
 
+// GapsAllowed says whether the log's closed segments may hold gaps in
+// their offsets (a batch's next offset below the next batch's base, a
+// segment ending before the next one's base): it is compacted, or a log
+// cleaner has replaced segments of it before (Options.Cleaned), whatever
+// cleanup.policy says now.
+func (l *Log) GapsAllowed() bool { return l.segOpts.gapsAllowed() }
+
 // ReadOnly says whether the log was opened with Options.ReadOnly.
 func (sg Segments) ReadOnly() bool { return sg.l.readOnly }
 

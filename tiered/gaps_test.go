@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
@@ -416,4 +417,49 @@ func TestBackendServiceAppliesRemoteRetention(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestUploadOfALogCleanedBeforeItWasTiered: a compacted topic cleaned on
+// disk, then set to cleanup.policy=delete and tiered, has segments with
+// gaps where the cleaner removed batches. They upload and read back as
+// they are: the gaps are the cleaner's, not damage.
+func TestUploadOfALogCleanedBeforeItWasTiered(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "users-0")
+	l, err := local.Open(dir, local.Options{Config: cfg(t, "cleanup.policy", "compact", "segment.bytes", "1024"), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		appendKV(t, l, -1, kvPair{k: fmt.Sprintf("k%d", i%3), v: bytes.Repeat([]byte{'v'}, 100)})
+	}
+	if err := l.SetHighWatermark(l.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := compaction.Clean(ctx, l, -1, compaction.Options{})
+	if err != nil || st.RecordsRemoved == 0 {
+		t.Fatalf("the local cleaner: %+v, %v", st, err)
+	}
+	want := batchesFrom(t, l, 0)
+	if err := l.SetConfig(cfg(t, "cleanup.policy", "delete", "segment.bytes", "1024", "local.retention.ms", "0", "file.delete.delay.ms", "0")); err != nil {
+		t.Fatal(err)
+	}
+	store := objstore.New(mem.New(), "mem://cleaned-then-tiered", objstore.Options{})
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/users-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if n, err := p.Offload(ctx); err != nil || n == 0 {
+		t.Fatalf("offload of a log cleaned before it was tiered: %d segments, %v", n, err)
+	}
+	if _, err := p.ApplyRetention(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if o := p.Offsets(); o.LocalLogStart < l.Offsets().LogEnd-1 {
+		t.Fatalf("closed segments still on disk after local retention: %+v", o)
+	}
+	checkBatches(t, "read back from the bucket", batchesFrom(t, p, 0), want)
 }

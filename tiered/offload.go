@@ -406,9 +406,10 @@ func segmentEpochs(upTo []local.EpochEntry, base int64) []manifest.EpochStart {
 }
 
 // scanForUpload reads the whole segment once, validating every batch (its
-// CRC, and local.SegmentOrder, contiguous but in a compacted log: offsets
-// that start at the segment's base, follow one another without a gap and
-// end where the next segment begins) and computing what
+// CRC, and local.SegmentOrder, contiguous unless the log may have gaps, a
+// compacted log or one a cleaner cleaned before: offsets that start at the
+// segment's base, follow one another without a gap and end where the next
+// segment begins) and computing what
 // the manifest records: the .log's CRC-32C, the record count, the highest
 // leader epoch and the largest timestamp. Damage is backend.ErrCorruptRecord
 // naming the file and position.
@@ -421,8 +422,9 @@ func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *mani
 	}
 	crc := uint32(0)
 	// A compacted log's segments have holes where the cleaner removed
-	// batches (before the log became tiered): its offsets only rise.
-	compacted := p.local.Config().Compact()
+	// batches (before the log became tiered), and so does a log cleaned
+	// before it was set to cleanup.policy=delete: its offsets only rise.
+	compacted := p.local.GapsAllowed()
 	order := local.NewSegmentOrder(seg.BaseOffset, h.NextOffset()-1, !compacted)
 	sc := record.NewScanner(h, start, h.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
 	for sc.Next() {
