@@ -51,6 +51,9 @@ be a deleted partition's leftovers.`,
 			if grace < tiered.MinGCGrace && !force {
 				return usagef("--grace %v is below the safe floor of %v (uploads in flight may still commit); pass --force to override", grace, tiered.MinGCGrace)
 			}
+			if grace == 0 {
+				grace = time.Nanosecond // none, as asked: GC takes a zero Grace for its default
+			}
 			keys, err := tiered.GC(ctx, store, tp.String(), tiered.GCOptions{Grace: grace, Force: force, DryRun: dryRun, NoManifestOK: noManifestOK,
 				RemovePastEnd: removePastEnd})
 			if errors.Is(err, tiered.ErrNoManifest) {

@@ -470,3 +470,32 @@ func TestCompactStoreAsBrokersWriter(t *testing.T) {
 	}
 	b.ok("verify", logs, "--store", url)
 }
+
+// TestGCGraceZero: gc --grace 0 --force means no grace: an object no
+// manifest names, written a moment ago, is collected (it was kept, the
+// zero taken for the default grace of an hour).
+func TestGCGraceZero(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs := filepath.Join(root, "logs")
+	url := "file://" + filepath.Join(root, "bucket") + "?create=true"
+	b.ok("produce", logs, "--partition", "orders-0", "--count", "5000", "--config", "segment.bytes=65536")
+	b.ok("offload", filepath.Join(logs, "orders-0"), "--store", url)
+	orphan := filepath.Join(root, "bucket", "orders-0", "00000000000000000000-00000000000000000009-00000000deadbeef.log")
+	if err := os.WriteFile(orphan, []byte("left by a crashed upload"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var res map[string]any
+	if err := json.Unmarshal([]byte(b.ok("gc", "--store", url, "--partition", "orders-0", "--grace", "0s", "--force", "--dry-run", "--json").stdout), &res); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := res["keys"].([]any)
+	if len(keys) != 1 || !strings.HasSuffix(keys[0].(string), filepath.Base(orphan)) {
+		t.Fatalf("gc --grace 0 --force --dry-run: %v; want the orphan alone", res)
+	}
+	b.ok("gc", "--store", url, "--partition", "orders-0", "--grace", "0s", "--force")
+	if _, err := os.Stat(orphan); !os.IsNotExist(err) {
+		t.Fatalf("the orphan is still there after gc --grace 0 --force: %v", err)
+	}
+	b.ok("verify", filepath.Join(logs, "orders-0"), "--store", url)
+}

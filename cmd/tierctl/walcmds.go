@@ -321,6 +321,9 @@ below 1h without --force.`,
 				return err
 			}
 			defer store.Close()
+			if grace == 0 {
+				grace = time.Nanosecond // none, as asked: GCWAL takes a zero Grace for its default
+			}
 			objs, err := tiered.GCWAL(ctx, store, "", tiered.WALGCOptions{Grace: grace, Force: force, DryRun: !apply})
 			damaged := errors.Is(err, tiered.ErrWALDamaged)
 			if err != nil && !damaged {
