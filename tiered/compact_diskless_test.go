@@ -31,7 +31,7 @@ import (
 // them, no offset twice; at the end the bucket holds every segment,
 // cleaned.
 func TestCompactedDisklessModel(t *testing.T) {
-	for seed := range uint64(2) {
+	for seed := range uint64(4) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) { runCompactedDiskless(t, seed) })
 	}
 }
@@ -191,6 +191,7 @@ func runCompactedDiskless(t *testing.T, seed uint64) {
 		}
 		p = parts[leader]
 		ack(fmt.Sprintf("step %d (%s)", step, what))
+		t.Logf("step %d (%s): leader %d epoch %d %+v", step, what, leader, epoch, p.Offsets())
 		checkCompacted(t, p, m, fmt.Sprintf("step %d (%s)", step, what))
 	}
 	if rounds == 0 || failed == 0 || changes == 0 || losses == 0 {

@@ -378,6 +378,9 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		// and the local log agree, but for appends that failed meanwhile
 		// (it may have been a follower, or a claim that never committed
 		// may have fenced it), which the next append cuts back first.
+		if err := p.local.BecomeLeader(ctx, epoch); err != nil {
+			return err
+		}
 		d.w.Lead(d.tp, epoch)
 		w := d.recordLocked(base, extents)
 		h, err := (*next).Edit(func(m *manifest.Manifest) { m.WAL = w })
@@ -443,7 +446,12 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 	// partition go (the log is rebuilt from the bucket): none may land in
 	// the objects the new record names.
 	d.w.Reset(d.tp)
-	if err := p.rebuildTailLocked(ctx, base, spans); err != nil {
+	if err := p.rebuildTailLocked(ctx, now.head, base, spans); err != nil {
+		return err
+	}
+	// The leader's epoch begins at the rebuilt log's end, after the
+	// tail's batches (appended as a follower's, with their own epochs).
+	if err := p.local.BecomeLeader(ctx, epoch); err != nil {
 		return err
 	}
 	d.w.Lead(d.tp, epoch)
@@ -471,9 +479,11 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 
 // rebuildTailLocked makes the local log's tail above base exactly the
 // extents' batches: it cuts the log back to base (or starts it there,
-// after a lost directory), and appends each extent read from the bucket.
+// after a lost directory, with the producer state of head's last
+// segment), and appends each extent read from the bucket. head is the
+// manifest the claim is made over, whose segments end at base.
 // REQUIRES: p.mu, d.mu.
-func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, spans []wal.Span) error {
+func (p *Partition) rebuildTailLocked(ctx context.Context, head *manifest.Head, base int64, spans []wal.Span) error {
 	o := p.local.Offsets()
 	// The log start to keep: the local log's, or the record's when an
 	// earlier claim was cut short after it started the log over.
@@ -495,7 +505,7 @@ func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, spans []w
 			return fmt.Errorf("tiered: %s: cut the local log back to %d (the bucket's segments end at %d): %w", p.prefix, keep, base, err)
 		}
 		if keep < base {
-			if err := p.startAtLocked(ctx, base); err != nil {
+			if err := p.startAtLocked(ctx, head, base); err != nil {
 				return err
 			}
 		}
@@ -503,7 +513,7 @@ func (p *Partition) rebuildTailLocked(ctx context.Context, base int64, spans []w
 		// Behind the bucket (a lost directory), or starting past the
 		// segments' end (DeleteRecordsBefore moved it there): start
 		// over at the segments' end.
-		if err := p.startAtLocked(ctx, base); err != nil {
+		if err := p.startAtLocked(ctx, head, base); err != nil {
 			return err
 		}
 	}
@@ -635,12 +645,15 @@ func (p *Partition) appendTailLocked(ctx context.Context, data []byte, sp wal.Sp
 	return flush(at)
 }
 
-// startAtLocked starts an empty (or short) local log at the bucket's end,
-// with the producer state the last segment's snapshot holds. REQUIRES:
-// p.mu.
-func (p *Partition) startAtLocked(ctx context.Context, next int64) error {
+// startAtLocked starts an empty (or short) local log at the end of
+// head's segments, next, with the producer state the last segment's
+// snapshot holds. head is the manifest being claimed over, not the one
+// the partition knew (a follower's may be older: its last segment would
+// not end at next, and the producer state, the open transactions among
+// it, would be lost). REQUIRES: p.mu.
+func (p *Partition) startAtLocked(ctx context.Context, head *manifest.Head, next int64) error {
 	var snap []byte
-	last, ok, err := p.lastSegment(ctx, p.Head())
+	last, ok, err := p.lastSegment(ctx, head)
 	if err != nil {
 		return storageError(ctx, err)
 	}

@@ -59,3 +59,15 @@ func CommitSegments(ctx context.Context, p *Partition, segs []manifest.Segment) 
 	next.Segments = append(prev.Segments[:len(prev.Segments):len(prev.Segments)], segs...)
 	return p.commitLocked(ctx, st, prev, &next)
 }
+
+// ClaimAfterRoleCheck is the claim of a leader's change that passed
+// beginLeaderChange's role check just before a BecomeFollower: it takes
+// the partition's lock and claims, with no role check of its own.
+func ClaimAfterRoleCheck(ctx context.Context, p *Partition) error {
+	ctx, done, err := p.beginChange(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	return p.claimLocked(ctx)
+}

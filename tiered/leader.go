@@ -115,6 +115,12 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 		return err
 	}
 	epoch := p.epoch.Load()
+	if p.role.Load() != roleLeader {
+		// Became a follower since beginLeaderChange looked (BecomeFollower
+		// stores the role before the epoch): epoch may be the new
+		// leader's, which this writer must never claim.
+		return p.notLeader()
+	}
 	if p.claimed.Load() == epoch {
 		return nil
 	}
@@ -279,9 +285,14 @@ func (p *Partition) BecomeLeader(ctx context.Context, epoch int32) error {
 	if cur := p.epoch.Load(); epoch < cur {
 		return fmt.Errorf("%w: %s: leader epoch %d is older than %d, seen already", backend.ErrFenced, p.prefix, epoch, cur)
 	}
-	if err := p.local.BecomeLeader(ctx, epoch); err != nil {
-		return err
+	if p.dl == nil || p.claimed.Load() == epoch {
+		if err := p.local.BecomeLeader(ctx, epoch); err != nil {
+			return err
+		}
 	}
+	// A diskless partition's local log leads once its claim has made its
+	// tail from the bucket (claimWALLocked): the epoch begins at that log
+	// end, and the tail keeps the epochs its batches were written at.
 	p.epoch.Store(epoch)
 	p.role.Store(roleLeader)
 	if f := p.fenc.Load(); f != nil && epoch > f.epoch {
@@ -318,8 +329,11 @@ func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
 	if err := p.local.BecomeFollower(ctx, epoch); err != nil {
 		return err
 	}
-	p.epoch.Store(epoch)
+	// The role before the epoch: a change that reads the epoch and then
+	// the role (claimLocked, commitBuiltLocked) never takes the new
+	// leader's epoch for its own.
 	p.role.Store(roleFollower)
+	p.epoch.Store(epoch)
 	if p.dl != nil {
 		// Appends not yet in the bucket fail (unreported: the writer
 		// forgets the partition).
