@@ -266,11 +266,11 @@ func (c *child) retentionC(ctx context.Context) error {
 func (c *child) compactC(ctx context.Context) error {
 	var st tiered.CompactStats
 	var err error
+	o := tiered.CompactOptions{MemoryBytes: c.spec.CleanerMemory, Force: c.rng.IntN(3) == 0, ScratchDir: filepath.Join(c.spec.Root, "scratch")}
 	done := make(chan struct{})
-	go func() {
+	go func() { // c.rng is the step's: only this goroutine's caller draws from it
 		defer close(done)
-		st, err = c.pc.CompactRemote(ctx, tiered.CompactOptions{MemoryBytes: c.spec.CleanerMemory,
-			Force: c.rng.IntN(3) == 0, ScratchDir: filepath.Join(c.spec.Root, "scratch")})
+		st, err = c.pc.CompactRemote(ctx, o)
 	}()
 	for range c.rng.IntN(4) {
 		if err := c.produceC(ctx); err != nil {
