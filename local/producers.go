@@ -131,13 +131,23 @@ func (l *Log) syncSnapshot(offset int64) error {
 
 // rebuildProducerState brings the producer state to the log end after an
 // open or a truncation, as Kafka's truncateAndReload and
-// rebuildProducerState: snapshots above the log end or at or below the log
-// start are deleted; unless the state is at the log end already, the
+// rebuildProducerState: snapshots above the log end or below the (local)
+// log start are deleted; unless the state is at the log end already, the
 // newest remaining snapshot is loaded (a damaged one is deleted and the
 // next older tried; with none the state starts empty at the log start)
 // and every batch after it replayed. The .txnindex of each segment in
 // rebuilt (one recovery rewrote) is written again, whole, from what the
 // replay finds in it.
+//
+// The snapshot at the log start is kept: it is the only record of the
+// transactions open across it, whose first batches are gone from the
+// local log (in a tiered partition's bucket, or deleted), and a replay
+// from the log start without it finds their markers completing nothing,
+// so a rewritten .txnindex loses their aborts. Kafka's truncateAndReload
+// deletes the snapshots at or below the partition's log start, which for
+// a tiered partition lies below the local log, so it keeps the snapshot
+// at the local log start too; retention (logStartMovedLocked) likewise
+// removes only those below the log start.
 func (l *Log) rebuildProducerState(rebuilt map[int64]bool) error {
 	leo, logStart := l.leo.Load(), l.logStart.Load()
 	snaps, err := l.listSnapshots()
@@ -146,7 +156,7 @@ func (l *Log) rebuildProducerState(rebuilt map[int64]bool) error {
 	}
 	var keep []int64
 	for _, off := range snaps {
-		if off > leo || (off <= logStart && off != leo) {
+		if off > leo || off < logStart {
 			if err := l.removeSnapshot(off); err != nil {
 				return err
 			}

@@ -112,9 +112,12 @@
 // the segment (retention), and snapshots above a truncation point.
 //
 // Recovery and truncation (Kafka's truncateAndReload + rebuildProducerState):
-// delete snapshots above the new log end and at or below the log start;
-// unless EndOffset() already equals the new log end, Load the newest
-// remaining snapshot at or below it (on ErrCorruptSnapshot delete it and
+// delete snapshots above the new log end and at or below the partition's
+// log start (a tiered partition's lies below its local log: a log that
+// knows only its local log start deletes those below it and keeps the
+// one at it, the only record of transactions open across it); unless
+// EndOffset() already equals the new log end, Load the newest remaining
+// snapshot at or below it (on ErrCorruptSnapshot delete it and
 // try the next older; with none, Reset(logStart)), then Replay every batch
 // from EndOffset() to the log end (a header-only scan; control batches
 // read whole; a segment being recovered past the recovery point gets its
