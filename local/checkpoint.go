@@ -41,6 +41,13 @@ type TopicPartition = backend.TopicPartition
 // ("0"), a count line, then exactly count entry lines of fields separated by
 // white space, each with nfields fields.
 func parseCheckpoint(path string, data []byte, nfields int) ([][]string, error) {
+	return parseCheckpointFields(path, data, nfields, nfields)
+}
+
+// parseCheckpointFields is parseCheckpoint for entries of minFields to
+// maxFields fields (a file that gained a field keeps reading its older
+// form).
+func parseCheckpointFields(path string, data []byte, minFields, maxFields int) ([][]string, error) {
 	bad := func(line int, format string, args ...any) error {
 		return fmt.Errorf("%w: %s line %d: %s", ErrBadCheckpoint, path, line, fmt.Sprintf(format, args...))
 	}
@@ -76,8 +83,11 @@ func parseCheckpoint(path string, data []byte, nfields int) ([][]string, error) 
 			return nil, bad(line+1, "%d entries declared, %d found", count, i)
 		}
 		f := strings.Fields(l)
-		if len(f) != nfields {
-			return nil, bad(line, "%d fields, want %d", len(f), nfields)
+		if len(f) < minFields || len(f) > maxFields {
+			if minFields == maxFields {
+				return nil, bad(line, "%d fields, want %d", len(f), minFields)
+			}
+			return nil, bad(line, "%d fields, want %d to %d", len(f), minFields, maxFields)
 		}
 		out = append(out, f)
 	}

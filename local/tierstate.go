@@ -1,6 +1,7 @@
 package local
 
 import (
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -20,11 +21,13 @@ const TierStateCheckpoint = "tier-state-checkpoint"
 // manifest generation it last committed or adopted, and where the
 // bucket's part of the log and the partition began and ended then. The
 // tiered layer refuses a manifest that contradicts it (a bucket that went
-// back in time). The file uses Kafka's checkpoint text format, one entry:
+// back in time, or another partition's). The file uses Kafka's checkpoint
+// text format, one entry, its lineage (16 hex digits) only when the
+// manifest had one (a build before lineages reads the four fields):
 //
 //	0
 //	1
-//	<generation> <born> <remote end> <log start>
+//	<generation> <born> <remote end> <log start> [<lineage>]
 type TierState struct {
 	// Generation is the manifest generation; Born the generation its
 	// incarnation of the partition began at (0: the first).
@@ -36,6 +39,9 @@ type TierState struct {
 	// LogStart is the partition's log start: the manifest's, or the
 	// local log's when a DeleteRecords moved it past the bucket's end.
 	LogStart int64
+	// Lineage is the manifest's (manifest.Manifest.Lineage); zero when
+	// it had none.
+	Lineage [8]byte
 }
 
 // ReadTierState reads dir's tier-state-checkpoint; ok is false when the
@@ -81,7 +87,7 @@ func readTierState(fsys vfs.FS, dir string) (TierState, bool, error) {
 	if err != nil {
 		return TierState{}, false, fmt.Errorf("local: read %s: %w", path, err)
 	}
-	rows, err := parseCheckpoint(path, data, 4)
+	rows, err := parseCheckpointFields(path, data, 4, 5)
 	if err != nil {
 		return TierState{}, false, err
 	}
@@ -93,14 +99,28 @@ func readTierState(fsys vfs.FS, dir string) (TierState, bool, error) {
 	born, err2 := strconv.ParseUint(r[1], 10, 64)
 	end, err3 := strconv.ParseInt(r[2], 10, 64)
 	start, err4 := strconv.ParseInt(r[3], 10, 64)
-	if err := errors.Join(err1, err2, err3, err4); err != nil || born > gen || end < 0 || start < 0 {
+	st := TierState{Generation: gen, Born: born, RemoteEnd: end, LogStart: start}
+	var err5 error
+	if len(r) == 5 {
+		var lin []byte
+		if lin, err5 = hex.DecodeString(r[4]); err5 == nil && (len(lin) != 8 || [8]byte(lin) == ([8]byte{})) {
+			err5 = errors.New("a lineage is 8 bytes, not zero")
+		}
+		if err5 == nil {
+			st.Lineage = [8]byte(lin)
+		}
+	}
+	if err := errors.Join(err1, err2, err3, err4, err5); err != nil || born > gen || end < 0 || start < 0 {
 		return TierState{}, false, fmt.Errorf("%w: %s entry 1: %q", ErrBadCheckpoint, path, strings.Join(r, " "))
 	}
-	return TierState{Generation: gen, Born: born, RemoteEnd: end, LogStart: start}, true, nil
+	return st, true, nil
 }
 
 func writeTierState(fsys vfs.FS, dir string, st TierState) error {
 	data := fmt.Sprintf("0\n1\n%d %d %d %d\n", st.Generation, st.Born, st.RemoteEnd, st.LogStart)
+	if st.Lineage != ([8]byte{}) {
+		data = fmt.Sprintf("0\n1\n%d %d %d %d %x\n", st.Generation, st.Born, st.RemoteEnd, st.LogStart, st.Lineage)
+	}
 	if err := vfs.WriteFileAtomic(fsys, dir, TierStateCheckpoint, []byte(data)); err != nil {
 		return fmt.Errorf("local: write %s in %s: %w", TierStateCheckpoint, dir, err)
 	}

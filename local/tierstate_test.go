@@ -26,7 +26,19 @@ func TestTierStateRoundTrip(t *testing.T) {
 	if err != nil || !ok || got != want {
 		t.Fatalf("read back %+v %v %v, want %+v", got, ok, err, want)
 	}
-	for _, bad := range []string{"", "0\n1\n29 3 7580\n", "0\n1\n2 3 10 0\n", "0\n1\n29 3 -1 0\n", "0\n2\n1 0 0 0\n2 0 0 0\n", "0\n1\nx 0 0 0\n"} {
+	// With the manifest's lineage: a fifth field, 16 hex digits.
+	want.Lineage = [8]byte{0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 3}
+	if err := local.WriteTierState(dir, want); err != nil {
+		t.Fatal(err)
+	}
+	if data, _ := os.ReadFile(filepath.Join(dir, local.TierStateCheckpoint)); string(data) != "0\n1\n29 3 7580 120 deadbeef00010203\n" {
+		t.Fatalf("written as %q", data)
+	}
+	if got, ok, err := local.ReadTierState(dir); err != nil || !ok || got != want {
+		t.Fatalf("read back %+v %v %v, want %+v", got, ok, err, want)
+	}
+	for _, bad := range []string{"", "0\n1\n29 3 7580\n", "0\n1\n2 3 10 0\n", "0\n1\n29 3 -1 0\n", "0\n2\n1 0 0 0\n2 0 0 0\n", "0\n1\nx 0 0 0\n",
+		"0\n1\n1 0 0 0 0000000000000000\n", "0\n1\n1 0 0 0 abcd\n", "0\n1\n1 0 0 0 zz00000000000000\n", "0\n1\n1 0 0 0 deadbeef00010203 x\n"} {
 		if err := os.WriteFile(filepath.Join(dir, local.TierStateCheckpoint), []byte(bad), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -43,6 +55,7 @@ func TestTierStateRoundTrip(t *testing.T) {
 func FuzzTierState(f *testing.F) {
 	f.Add([]byte("0\n1\n29 3 7580 120\n"))
 	f.Add([]byte("0\n1\n1 0 0 0"))
+	f.Add([]byte("0\n1\n29 3 7580 120 deadbeef00010203\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		dir := t.TempDir()
 		if err := os.WriteFile(filepath.Join(dir, local.TierStateCheckpoint), data, 0o644); err != nil {

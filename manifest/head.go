@@ -87,6 +87,9 @@ func (h *Head) Born() uint64 { return h.m.Born }
 // CleanedTo is the bucket's cleaner checkpoint (Manifest.CleanedTo).
 func (h *Head) CleanedTo() int64 { return h.m.CleanedTo }
 
+// Lineage is the partition incarnation's identity (Manifest.Lineage).
+func (h *Head) Lineage() [8]byte { return h.m.Lineage }
+
 // WAL is where a diskless partition's data past its segments lies (nil:
 // not diskless). It must not be changed.
 func (h *Head) WAL() *WAL { return h.m.WAL }

@@ -42,8 +42,9 @@
 //	flags              uvarint  (v2) bit 0: the partition is deleted (no
 //	                   segments; its objects are being removed); bit 1: born
 //	                   follows; bit 2: wal follows; bit 3: cleanedTo
-//	                   follows; other bits must be 0 (a reader refuses a
-//	                   manifest with a bit it does not know)
+//	                   follows; bit 4: lineage follows; other bits must
+//	                   be 0 (a reader refuses a manifest with a bit it
+//	                   does not know)
 //	born               uvarint  (v2, only with flags bit 1) the generation
 //	                   this incarnation of the partition started at
 //	wal                (v2, only with flags bit 2) where a diskless
@@ -63,6 +64,8 @@
 //	                   partition's cleaner checkpoint in the bucket: the
 //	                   segments below it were cleaned against every key
 //	                   up to it
+//	lineage            8 bytes  (only with flags bit 4; never all zero) the
+//	                   partition incarnation's random identity
 //	partCount          uvarint  (v3) the parts the head names, each (see
 //	                   appendParts in layered.go): tier, id, the object's
 //	                   offsets, segment count, bytes, CRC-32C and directory
@@ -130,7 +133,8 @@ const (
 	flagBorn    = 2
 	flagWAL     = 4
 	flagCleaned = 8
-	knownFlags  = flagDeleted | flagBorn | flagWAL | flagCleaned
+	flagLineage = 16
+	knownFlags  = flagDeleted | flagBorn | flagWAL | flagCleaned | flagLineage
 )
 
 // WAL is where a diskless partition's data beyond its segments lies (see
@@ -278,7 +282,14 @@ type Manifest struct {
 	// bucket (the first dirty offset of its next round; 0: none): every
 	// segment below it was cleaned against a map of every key up to it.
 	CleanedTo int64
-	Segments  []Segment
+	// Lineage is the random identity of this incarnation of the
+	// partition, given by the writer that made its first manifest (or
+	// by the first commit over a manifest without one) and carried by
+	// every commit after. A partition directory records it, so a bucket
+	// whose manifest carries another is another partition's, whatever
+	// its generation: a wrong store URL or prefix. Zero: none yet.
+	Lineage  [8]byte
+	Segments []Segment
 	// Parts are the part objects the head names (version 3), holding
 	// Segments' first segments in order; the head holds the rest. Layer
 	// sets them for a manifest about to be committed; nil: the head holds
@@ -379,6 +390,9 @@ func encode(m *Manifest, parts []Part, own []Segment) []byte {
 	if m.CleanedTo > 0 {
 		flags |= flagCleaned
 	}
+	if m.Lineage != ([8]byte{}) {
+		flags |= flagLineage
+	}
 	b = binary.AppendUvarint(b, flags)
 	if m.Born > 0 {
 		b = binary.AppendUvarint(b, m.Born)
@@ -399,6 +413,9 @@ func encode(m *Manifest, parts []Part, own []Segment) []byte {
 	}
 	if m.CleanedTo > 0 {
 		b = binary.AppendUvarint(b, uint64(m.CleanedTo))
+	}
+	if m.Lineage != ([8]byte{}) {
+		b = append(b, m.Lineage[:]...)
 	}
 	b = appendParts(b, parts)
 	prevLast := int64(-1)
@@ -588,6 +605,11 @@ func (d *decoder) header(version uint16) (*Manifest, error) {
 		if flags&flagCleaned != 0 {
 			if m.CleanedTo = d.int63("cleaned to"); m.CleanedTo == 0 {
 				d.fail("cleaned to 0 with its flag set")
+			}
+		}
+		if flags&flagLineage != 0 {
+			if copy(m.Lineage[:], d.bytes(8, "lineage")); m.Lineage == ([8]byte{}) {
+				d.fail("a zero lineage with its flag set")
 			}
 		}
 	}

@@ -304,6 +304,9 @@ func (p *Partition) commitBuiltLocked(ctx context.Context, st *manifestState, bu
 		return fmt.Errorf("%w: partition %s: its deletion has begun", backend.ErrNotFound, p.prefix)
 	}
 	head, made, err := build(st.head.Generation()+1, epoch)
+	if err == nil && head.Lineage() == ([8]byte{}) && !head.Deleted() {
+		head, err = head.Edit(giveLineage)
+	}
 	if err != nil {
 		return err
 	}

@@ -178,7 +178,7 @@ func (p *Partition) claimOver(now *manifestState, epoch int32) (*manifest.Head, 
 	case now.etag == "":
 		// No manifest yet: create one carrying this epoch, so an
 		// older leader cannot create it after this one took over.
-		return (&manifest.Manifest{Generation: 1, WriterEpoch: epoch}).Head()
+		return (&manifest.Manifest{Generation: 1, WriterEpoch: epoch, Lineage: newLineage()}).Head()
 	case now.head.Deleted() && now.etag != known.etag:
 		// A writer that knew the partition before its deletion: it
 		// must not bring it back.
@@ -199,7 +199,7 @@ func (p *Partition) claimOver(now *manifestState, epoch int32) (*manifest.Head, 
 		// A new partition of the same name, which has known only the
 		// deleted manifest: it starts over from it, as a new
 		// incarnation (Born) no writer of the old one may write into.
-		return (&manifest.Manifest{Generation: now.head.Generation() + 1, WriterEpoch: epoch, Born: now.head.Generation() + 1}).Head()
+		return (&manifest.Manifest{Generation: now.head.Generation() + 1, WriterEpoch: epoch, Born: now.head.Generation() + 1, Lineage: newLineage()}).Head()
 	case recreatedSince(known, now):
 		p.adopt(now)
 		p.fence(now.head.WriterEpoch(), recreatedError(known, now))
@@ -229,9 +229,30 @@ func (p *Partition) claimOver(now *manifestState, epoch int32) (*manifest.Head, 
 
 // nextClaim is the manifest a claim at epoch commits over now: its head
 // with the next generation and the epoch, naming the same parts (a claim
-// PUTs the head only).
+// PUTs the head only), and a lineage if it had none.
 func nextClaim(now *manifestState, epoch int32) (*manifest.Head, error) {
-	return now.head.Edit(func(m *manifest.Manifest) { m.Generation, m.WriterEpoch = now.head.Generation()+1, epoch })
+	return now.head.Edit(func(m *manifest.Manifest) {
+		m.Generation, m.WriterEpoch = now.head.Generation()+1, epoch
+		giveLineage(m)
+	})
+}
+
+// newLineage is a new incarnation's random identity (never zero).
+func newLineage() [8]byte {
+	for {
+		if l := newPartID(); l != ([8]byte{}) {
+			return l
+		}
+	}
+}
+
+// giveLineage gives m a lineage if it has none: a manifest written before
+// lineages gets one at its next commit, which every directory that
+// adopts it then records.
+func giveLineage(m *manifest.Manifest) {
+	if m.Lineage == ([8]byte{}) && !m.Deleted {
+		m.Lineage = newLineage()
+	}
 }
 
 // recreatedSince says whether the partition was deleted and created anew

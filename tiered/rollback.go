@@ -2,6 +2,7 @@ package tiered
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
@@ -66,15 +67,25 @@ type RollbackError struct {
 	Recorded   local.TierState
 	HaveRecord bool
 	Reason     string
+	// Foreign says the manifest is another partition's (its lineage is
+	// not the one the partition recorded): a wrong store URL or prefix
+	// rather than a bucket gone back in time.
+	Foreign bool
 }
 
 func (e *RollbackError) Error() string {
+	if e.Foreign {
+		return fmt.Sprintf("the bucket holds another partition's manifest (%v): %s: %s; the partition at %s is offline and deletes nothing; "+
+			"check the store URL and prefix (if this bucket is the partition's after all, accept it with 'tierctl manifest accept %s --store URL' and reopen it)",
+			backend.ErrStorage, e.Key, e.Reason, e.Dir, e.Dir)
+	}
 	return fmt.Sprintf("%v (%v): %s: %s; the partition at %s is offline and deletes nothing; "+
 		"if the older bucket is the right one, accept it with 'tierctl manifest accept %s --store URL' and reopen it",
 		backend.ErrManifestRolledBack, backend.ErrStorage, e.Key, e.Reason, e.Dir, e.Dir)
 }
 
-// Unwrap lets errors.Is match ErrManifestRolledBack and ErrStorage.
+// Unwrap lets errors.Is match ErrManifestRolledBack (a refused manifest,
+// foreign or not) and ErrStorage.
 func (e *RollbackError) Unwrap() []error {
 	return []error{backend.ErrManifestRolledBack, backend.ErrStorage}
 }
@@ -115,7 +126,21 @@ func partitionStart(h *manifest.Head, localStart int64) int64 {
 // and whose local log starts at localStart; known is the partition's log
 // start as far as it knows (the record's, else its log start
 // checkpoint's). "" means m may be adopted.
-func judgeManifest(rec local.TierState, have bool, m *manifest.Head, exists bool, localStart, known int64) string {
+func judgeManifest(rec local.TierState, have bool, m *manifest.Head, exists bool, localStart, known int64) (reason string, foreign bool) {
+	if have && exists && !m.Deleted() && m.Born() <= rec.Generation && rec.Lineage != ([8]byte{}) && m.Lineage() != rec.Lineage {
+		// Generations say nothing across partitions: a bucket (or
+		// prefix) holding another partition of the same name may be at
+		// any generation. (Deleted or created anew since: the
+		// deletion's own rules apply, see claimOver.)
+		return fmt.Sprintf("the bucket's manifest (generation %d) is another partition's: its lineage is %s, this partition's %s (is the store URL or prefix right?)",
+			m.Generation(), lineageString(m.Lineage()), lineageString(rec.Lineage)), true
+	}
+	return judgeGenerations(rec, have, m, exists, localStart, known), false
+}
+
+// judgeGenerations is judgeManifest for a manifest of this partition's
+// lineage (or of one none recorded).
+func judgeGenerations(rec local.TierState, have bool, m *manifest.Head, exists bool, localStart, known int64) string {
 	if have {
 		switch {
 		case !exists && rec.Generation > 0:
@@ -158,6 +183,14 @@ func judgeManifest(rec local.TierState, have bool, m *manifest.Head, exists bool
 			m.Generation(), m.FirstOffset(), need)
 	}
 	return ""
+}
+
+// lineageString is a lineage as operators see it (none: "none").
+func lineageString(l [8]byte) string {
+	if l == ([8]byte{}) {
+		return "none"
+	}
+	return hex.EncodeToString(l[:])
 }
 
 // recordedGeneration is the manifest generation the partition last
@@ -215,12 +248,12 @@ func (p *Partition) judge(st *manifestState) error {
 		known = rs
 	}
 	exists := st.etag != ""
-	reason := judgeManifest(rec, have, st.head, exists, o.LogStart, known)
+	reason, foreign := judgeManifest(rec, have, st.head, exists, o.LogStart, known)
 	if reason == "" {
 		p.rec.missing.Store(false)
 		return nil
 	}
-	e := &RollbackError{Key: p.layout().Manifest(), Dir: p.local.Dir(), Recorded: rec, HaveRecord: have, Reason: reason}
+	e := &RollbackError{Key: p.layout().Manifest(), Dir: p.local.Dir(), Recorded: rec, HaveRecord: have, Reason: reason, Foreign: foreign}
 	if !exists {
 		// A bucket rolled back to before the partition, or a store that
 		// answers not-found for an object it holds (a MinIO node not yet
@@ -265,9 +298,10 @@ func (p *Partition) record(st *manifestState) {
 		return
 	}
 	next := local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head),
-		LogStart: partitionStart(st.head, p.local.Offsets().LogStart)}
+		LogStart: partitionStart(st.head, p.local.Offsets().LogStart), Lineage: st.head.Lineage()}
 	if prev := p.man.Load(); p.rec.have && prev.etag != "" && p.rec.st.Generation == prev.head.Generation() &&
 		next.LogStart == p.rec.st.LogStart && next.RemoteEnd == p.rec.st.RemoteEnd && next.Born == p.rec.st.Born &&
+		next.Lineage == p.rec.st.Lineage &&
 		st.head.SameLog(prev.head) {
 		// The generation moved alone from the one recorded: what the
 		// file records (this log, at that or an older generation) still
@@ -291,7 +325,7 @@ func (p *Partition) noteLogStart(offset int64) error {
 	next := p.rec.st
 	if !p.rec.have {
 		if st := p.man.Load(); st.etag != "" {
-			next = local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head)}
+			next = local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head), Lineage: st.head.Lineage()}
 		}
 	}
 	next.LogStart = offset
@@ -362,8 +396,9 @@ func PlanAcceptance(ctx context.Context, store *objstore.Store, prefix string, l
 		known = rs
 	}
 	next := partitionStart(st.head, o.LogStart)
-	a := &Acceptance{Refusal: judgeManifest(rec, have, st.head, true, o.LogStart, known), Head: st.head, Recorded: rec, HaveRecord: have,
-		Accepted: local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head), LogStart: next},
+	refusal, _ := judgeManifest(rec, have, st.head, true, o.LogStart, known)
+	a := &Acceptance{Refusal: refusal, Head: st.head, Recorded: rec, HaveRecord: have,
+		Accepted: local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head), LogStart: next, Lineage: st.head.Lineage()},
 		LogStart: known, NewLogStart: next, LocalLogStart: o.LogStart, LostOffsets: max(next-known, 0)}
 	return a, nil
 }

@@ -499,3 +499,29 @@ func TestGCGraceZero(t *testing.T) {
 	}
 	b.ok("verify", filepath.Join(logs, "orders-0"), "--store", url)
 }
+
+// TestWrongBucketRefusedByTools: consume, ls and verify of a partition
+// directory with --store naming another bucket, which holds a partition
+// of the same name further along, refuse it as another partition's (it
+// was read as this partition's, its higher generation taken for news).
+func TestWrongBucketRefusedByTools(t *testing.T) {
+	b := bin{t}
+	root := t.TempDir()
+	logs, other := filepath.Join(root, "logs"), filepath.Join(root, "other")
+	part := filepath.Join(logs, "orders-0")
+	right := "file://" + filepath.Join(root, "right") + "?create=true"
+	wrong := "file://" + filepath.Join(root, "wrong") + "?create=true"
+	b.ok("produce", logs, "--partition", "orders-0", "--count", "5000", "--config", "segment.bytes=65536")
+	b.ok("offload", part, "--store", right)
+	for range 3 {
+		b.ok("produce", other, "--partition", "orders-0", "--count", "5000", "--config", "segment.bytes=65536")
+		b.ok("offload", filepath.Join(other, "orders-0"), "--store", wrong)
+	}
+	for _, args := range [][]string{{"consume", part, "--store", wrong, "--quiet"}, {"ls", part, "--store", wrong}, {"verify", part, "--store", wrong}} {
+		inv := binRun(t, nil, args...)
+		if inv.code == 0 || !strings.Contains(inv.stderr+inv.stdout, "another partition's") {
+			t.Fatalf("tierctl %v: exit %d\nstdout: %s\nstderr: %s", args, inv.code, inv.stdout, inv.stderr)
+		}
+	}
+	b.ok("verify", part, "--store", right)
+}
