@@ -405,7 +405,7 @@ func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (
 			return h.Generation(), nil
 		}
 		next := &manifest.Manifest{Generation: h.Generation() + 1, WriterEpoch: max(h.WriterEpoch(), epoch), Deleted: true,
-			LogStartOffset: max(h.LogStartOffset(), h.LastOffset()+1)}
+			LogStartOffset: max(h.LogStartOffset(), h.LastOffset()+1), Lineage: h.Lineage()}
 		data, err := next.Encode()
 		if err != nil {
 			return 0, err

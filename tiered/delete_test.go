@@ -140,8 +140,9 @@ func TestDeleteRetryFinishesObjectRemoval(t *testing.T) {
 // partition before its deletion must not bring it back. Once a new
 // partition of the same name has claimed (at the new partition's epoch 1),
 // the stale writer at epoch 5 finds a live manifest of an older epoch; it
-// is fenced (the manifest was born after the generation it knew), and
-// commits nothing of the deleted partition's records.
+// is fenced (the manifest was born after the generation it knew), or
+// refuses the manifest as another partition's (its lineage is the new
+// incarnation's), and commits nothing of the deleted partition's records.
 func TestStaleWriterCannotClaimRecreatedPartition(t *testing.T) {
 	drv := mem.New()
 	store := objstore.New(drv, "mem://review-stale", objstore.Options{MaxAttempts: 1})
@@ -165,7 +166,7 @@ func TestStaleWriterCannotClaimRecreatedPartition(t *testing.T) {
 	if rerr != nil {
 		t.Fatal(rerr)
 	}
-	if !errors.Is(err, backend.ErrFenced) || m.WriterEpoch != 1 || m.Generation != gen {
+	if !(errors.Is(err, backend.ErrFenced) || errors.Is(err, backend.ErrManifestRolledBack)) || m.WriterEpoch != 1 || m.Generation != gen {
 		t.Fatalf("a writer from before the deletion (epoch 5) offloaded into the re-created partition: err %v; the manifest is now generation %d (was %d) by epoch %d with %d segments (last offset %d; the new partition has %d records)",
 			err, m.Generation, gen, m.WriterEpoch, len(m.Segments), m.Segments[len(m.Segments)-1].LastOffset, p2.Offsets().LogEnd)
 	}

@@ -127,13 +127,27 @@ func partitionStart(h *manifest.Head, localStart int64) int64 {
 // start as far as it knows (the record's, else its log start
 // checkpoint's). "" means m may be adopted.
 func judgeManifest(rec local.TierState, have bool, m *manifest.Head, exists bool, localStart, known int64) (reason string, foreign bool) {
-	if have && exists && !m.Deleted() && m.Born() <= rec.Generation && rec.Lineage != ([8]byte{}) && m.Lineage() != rec.Lineage {
+	if have && exists && rec.Lineage != ([8]byte{}) && m.Lineage() != rec.Lineage {
 		// Generations say nothing across partitions: a bucket (or
 		// prefix) holding another partition of the same name may be at
-		// any generation. (Deleted or created anew since: the
-		// deletion's own rules apply, see claimOver.)
-		return fmt.Sprintf("the bucket's manifest (generation %d) is another partition's: its lineage is %s, this partition's %s (is the store URL or prefix right?)",
-			m.Generation(), lineageString(m.Lineage()), lineageString(rec.Lineage)), true
+		// any generation, deleted or created anew. (A directory that
+		// knew this partition's deletion recorded the deleted
+		// manifest, which keeps the lineage, or no record at all.)
+		switch {
+		case m.Lineage() == ([8]byte{}) && m.Generation() < rec.Generation:
+			// A manifest from before lineages, older than the one
+			// recorded: this partition's, gone back in time, or
+			// another's; the generations speak.
+		case m.Lineage() == ([8]byte{}):
+			// At or past the recorded generation every manifest of
+			// this partition carries the lineage recorded.
+			return fmt.Sprintf("the bucket's manifest (generation %d) carries no lineage, but this partition's is %s since generation %d or before: it is another partition's (is the store URL or prefix right?)",
+				m.Generation(), lineageString(rec.Lineage), rec.Generation), true
+		default:
+			return fmt.Sprintf("the bucket's manifest (generation %d) is another partition's: its lineage is %s, this partition's %s "+
+				"(is the store URL or prefix right? or was the partition deleted and created anew since this directory knew it?)",
+				m.Generation(), lineageString(m.Lineage()), lineageString(rec.Lineage)), true
+		}
 	}
 	return judgeGenerations(rec, have, m, exists, localStart, known), false
 }
