@@ -385,7 +385,9 @@ type Acceptance struct {
 
 // PlanAcceptance reads the bucket's manifest for the partition under
 // prefix and judges it as the partition l would at its next open
-// (judgeManifest), and says what accepting it would lose. Nothing is
+// (judgeManifest), and says what accepting it would lose; another
+// partition's manifest (another lineage) is never accepted
+// (backend.ErrInvalidConfig). Nothing is
 // written; the accept writes Accepted as the partition's
 // tier-state-checkpoint (local.WriteTierState) while no broker holds the
 // log directory.
@@ -410,7 +412,16 @@ func PlanAcceptance(ctx context.Context, store *objstore.Store, prefix string, l
 		known = rs
 	}
 	next := partitionStart(st.head, o.LogStart)
-	refusal, _ := judgeManifest(rec, have, st.head, true, o.LogStart, known)
+	refusal, foreign := judgeManifest(rec, have, st.head, true, o.LogStart, known)
+	if foreign {
+		// Accepting takes back a bucket that went back in time. Taking
+		// another partition's as this one's would make its records below
+		// the new log start this partition's to delete, in its bucket.
+		return nil, fmt.Errorf("%w: %s: %s: an accept takes back this partition's bucket gone back in time, never another partition's "+
+			"(its records below the log start would be deleted from its bucket): fix the store URL or prefix; "+
+			"if this partition was deleted and created anew since %s knew it, delete the partition there instead",
+			backend.ErrInvalidConfig, p.layout().Manifest(), refusal, l.Dir())
+	}
 	a := &Acceptance{Refusal: refusal, Head: st.head, Recorded: rec, HaveRecord: have,
 		Accepted: local.TierState{Generation: st.head.Generation(), Born: st.head.Born(), RemoteEnd: remoteEnd(st.head), LogStart: next, Lineage: st.head.Lineage()},
 		LogStart: known, NewLogStart: next, LocalLogStart: o.LogStart, LostOffsets: max(next-known, 0)}

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -66,7 +67,10 @@ again while the map's end moves the checkpoint on. With --dry-run it
 opens the directory read-only, reads what a round would (a GET for each
 bucket segment it cleans and for each dirty one it maps) and reports what
 the first round would write and the requests it would make, writing
-nothing anywhere. A partition the bucket has no manifest of is refused,
+nothing anywhere. Without --dry-run it needs --config
+cleanup.policy=compact (or compact,delete): tierctl cannot read the
+topic's config, and the bucket's copy is the only one once local
+retention took the disk's. A partition the bucket has no manifest of is refused,
 and so is a diskless one but for --dry-run (its latest records may be in
 WAL objects only; its leader's tiering service cleans it). compact
 --store writes as the partition's writer, at the leader epoch of
@@ -260,6 +264,14 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 		return usageError{fmt.Errorf("partition %s is diskless (its manifest in --store %s names WAL objects): its leader's tiering service cleans it in the bucket; compact --store --dry-run reports what a round would do",
 			tp, storeurl.Redact(o.store))}
 	}
+	if !o.dryRun && !saysCompacted(o.configs) {
+		// The bucket's copy is the only one once local retention took
+		// the disk's, and tierctl cannot read the topic's config: on a
+		// topic that is not compacted the cleaner would remove every
+		// keyless record and all but the last of each key, for good.
+		return usagef("compact --store rewrites the bucket's segments, the only copy once local retention took the disk's: " +
+			"say the topic is compacted with --config cleanup.policy=compact (or compact,delete); --dry-run needs no such word")
+	}
 	var l *local.Log
 	if o.dryRun {
 		if l, err = openPartitionReadOnly(ctx, dir, cfg); err != nil {
@@ -352,6 +364,18 @@ func memoryHint(err error, memory int) error {
 		return usagef("%w (--memory %d: give it more)", err, memory)
 	}
 	return err
+}
+
+// saysCompacted reports whether the --config flags say the topic's
+// cleanup.policy, compacted.
+func saysCompacted(configs []string) bool {
+	for _, kv := range configs {
+		k, v, _ := strings.Cut(kv, "=")
+		if strings.TrimSpace(k) == "cleanup.policy" && slices.Contains(strings.Split(strings.TrimSpace(v), ","), backend.CleanupCompact) {
+			return true
+		}
+	}
+	return false
 }
 
 // writerEpoch is the leader epoch of the commit of the partition's

@@ -123,7 +123,7 @@ func TestStoreCommandsEndWithinTheBound(t *testing.T) {
 		part := filepath.Join(logs, "orders-0")
 		return map[string][]string{
 			"offload":         {"offload", part, "--store", store},
-			"compact":         {"compact", part, "--store", store},
+			"compact":         {"compact", part, "--store", store, "--config", "cleanup.policy=compact"},
 			"ls":              {"ls", part, "--store", store},
 			"consume":         {"consume", part, "--store", store, "--count", "1"},
 			"lookup":          {"lookup", part, "--store", store, "--offset", "0"},

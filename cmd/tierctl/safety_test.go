@@ -324,7 +324,13 @@ func TestCompactTieredPartition(t *testing.T) {
 	if after := b.ok("ls", part, "--json", "--store", url).stdout; after != before {
 		t.Fatalf("a dry run changed the partition:\n%s\n%s", before, after)
 	}
-	if err := json.Unmarshal([]byte(b.ok("compact", part, "--store", url, "--json").stdout), &res); err != nil {
+	// Without the topic's word that it is compacted, the bucket's only
+	// copy is not rewritten (a topic that is not would lose nearly all).
+	b.fails(2, []string{"cleanup.policy=compact", "--dry-run"}, "compact", part, "--store", url)
+	if after := b.ok("ls", part, "--json", "--store", url).stdout; after != before {
+		t.Fatalf("a refused compact --store changed the partition:\n%s\n%s", before, after)
+	}
+	if err := json.Unmarshal([]byte(b.ok("compact", part, "--store", url, "--json", "--config", "cleanup.policy=compact").stdout), &res); err != nil {
 		t.Fatal(err)
 	}
 	if res["recordsRemoved"] != dry["recordsRemoved"] || res["segmentsReplaced"].(float64) == 0 || res["commits"].(float64) == 0 {
@@ -335,7 +341,7 @@ func TestCompactTieredPartition(t *testing.T) {
 		t.Fatalf("consume after compact: %d records, %v; want %d", n, err, 40000-int(res["recordsRemoved"].(float64)))
 	}
 	b.ok("verify", part, "--store", url)
-	if out := b.ok("compact", part, "--store", url).stdout; !strings.Contains(out, "nothing to clean") {
+	if out := b.ok("compact", part, "--store", url, "--config", "cleanup.policy=compact,delete").stdout; !strings.Contains(out, "nothing to clean") {
 		t.Fatalf("a second compact --store: %s", out)
 	}
 
@@ -462,7 +468,7 @@ func TestCompactStoreAsBrokersWriter(t *testing.T) {
 	store.Close()
 	b.ok("produce", logs, "--partition", "users-0", "--count", "5000", "--key-space", "100", "--config", "segment.bytes=262144")
 	var res map[string]any
-	if err := json.Unmarshal([]byte(b.ok("compact", part, "--store", url, "--json").stdout), &res); err != nil {
+	if err := json.Unmarshal([]byte(b.ok("compact", part, "--store", url, "--json", "--config", "cleanup.policy=compact").stdout), &res); err != nil {
 		t.Fatal(err)
 	}
 	if res["commits"].(float64) == 0 || res["recordsRemoved"].(float64) == 0 {
@@ -523,5 +529,30 @@ func TestWrongBucketRefusedByTools(t *testing.T) {
 			t.Fatalf("tierctl %v: exit %d\nstdout: %s\nstderr: %s", args, inv.code, inv.stdout, inv.stderr)
 		}
 	}
+	// An accept takes back this partition's bucket gone back in time,
+	// never another partition's: the other's records below the log start
+	// would go from its bucket at the next offload.
+	wrongDir := filepath.Join(root, "wrong", "orders-0")
+	before := segmentObjects(t, wrongDir)
+	b.fails(2, []string{"another partition's", "fix the store URL"}, "manifest", "accept", part, "--store", wrong)
+	b.fails(2, []string{"another partition's"}, "manifest", "accept", part, "--store", wrong, "--dry-run")
+	b.fails(2, []string{"another partition's"}, "offload", part, "--store", wrong)
+	if after := segmentObjects(t, wrongDir); after != before {
+		t.Fatalf("the other partition's bucket changed:\n%s\n%s", before, after)
+	}
 	b.ok("verify", part, "--store", right)
+}
+
+// segmentObjects lists a file:// bucket's partition directory.
+func segmentObjects(t *testing.T, dir string) string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return strings.Join(names, "\n")
 }
