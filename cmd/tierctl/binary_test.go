@@ -233,7 +233,7 @@ func TestEveryCommandAsBinary(t *testing.T) {
 
 	// compact (a keyed topic of its own)
 	ok("produce", "produce", logs, "--partition", "users-0", "--count", "20000", "--key-space", "100", "--config", "segment.bytes=262144")
-	cres := ok("compact", "compact", filepath.Join(logs, "users-0"), "--json").jsonLines(t)[0]
+	cres := ok("compact", "compact", filepath.Join(logs, "users-0"), "--config", "cleanup.policy=compact", "--json").jsonLines(t)[0]
 	if cres["recordsRemoved"].(float64) == 0 {
 		t.Fatalf("compact --json: %v", cres)
 	}

@@ -52,8 +52,12 @@ updated, and rounds repeat until the dirty section is clean (a map that
 cannot hold every key takes several).
 
 --dry-run opens the directory read-only and reports what the first round
-would remove, changing nothing. The directory is locked while compact
-writes; stop the broker that owns it first.
+would remove, changing nothing. Without it, compact needs --config
+cleanup.policy=compact (or compact,delete): tierctl cannot read the
+topic's config, and on a topic that is not compacted the cleaner would
+remove every keyless record and all but the last of each key. The
+directory is locked while compact writes; stop the broker that owns it
+first.
 
 A tiered partition is cleaned in the bucket: give --store. Its local
 copies of bucket segments are left as they are (local retention deletes
@@ -84,7 +88,7 @@ below its first local segment), or is given --config
 remote.storage.enable=true. A --config cleanup.policy that is not
 compacted is refused too: the cleaner keeps one record a key.`,
 		Example: `  tierctl compact /var/lib/tierlog/logs/users-0 --dry-run
-  tierctl compact logs/users-0 --config delete.retention.ms=0 --json
+  tierctl compact logs/users-0 --config cleanup.policy=compact --config delete.retention.ms=0 --json
   tierctl compact logs/users-0 --store file:///var/lib/tierlog/bucket --dry-run`,
 		Args: exactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -135,6 +139,13 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 	}
 	if _, err := os.Stat(filepath.Join(dir, local.TierStateCheckpoint)); err == nil {
 		return usagef("%s is a tiered partition (it has a %s): %s", dir, local.TierStateCheckpoint, compactTieredWhy)
+	}
+	if !o.dryRun && !saysCompacted(o.configs) {
+		// tierctl cannot read the topic's config: on a topic that is not
+		// compacted the cleaner would remove every keyless record and all
+		// but the last of each key.
+		return usagef("compact rewrites %s's segments for good: say the topic is compacted with --config cleanup.policy=compact "+
+			"(or compact,delete); --dry-run needs no such word", dir)
 	}
 	logDir := filepath.Dir(filepath.Clean(dir))
 	cps, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.CleanerCheckpoint))

@@ -491,7 +491,10 @@ func TestCompact(t *testing.T) {
 		t.Fatal("a dry run wrote the cleaner checkpoint")
 	}
 
-	code, out, errOut = tierctl(t, "compact", part, "--config", "segment.bytes=262144", "--json")
+	if code, _, errOut := tierctl(t, "compact", part); code != 2 || !strings.Contains(errOut, "cleanup.policy=compact") {
+		t.Fatalf("compact without the topic's cleanup.policy: exit %d %s", code, errOut)
+	}
+	code, out, errOut = tierctl(t, "compact", part, "--config", "segment.bytes=262144", "--config", "cleanup.policy=compact", "--json")
 	var res map[string]any
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || res["recordsRemoved"] != dry["recordsRemoved"] {
 		t.Fatalf("compact: exit %d %s\n%s (dry run said %v)", code, errOut, out, dry["recordsRemoved"])
@@ -505,7 +508,7 @@ func TestCompact(t *testing.T) {
 	if code != 0 || n != 30000-int(res["recordsRemoved"].(float64)) {
 		t.Fatalf("consume after compact: exit %d, %q", code, out)
 	}
-	if code, out, _ := tierctl(t, "compact", part); code != 0 || !strings.Contains(out, "nothing to clean") {
+	if code, out, _ := tierctl(t, "compact", part, "--config", "cleanup.policy=compact,delete"); code != 0 || !strings.Contains(out, "nothing to clean") {
 		t.Fatalf("a second compact: exit %d\n%s", code, out)
 	}
 	if code, _, errOut := tierctl(t, "compact", part, "--memory", "10"); code != 2 || !strings.Contains(errOut, "memory") {

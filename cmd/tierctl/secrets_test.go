@@ -103,7 +103,9 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		"produce": func() []string {
 			return []string{"produce", filepath.Join(t.TempDir(), "logs"), "--partition", "p-0", "--count", "10"}
 		},
-		"compact":         func() []string { return []string{"compact", filepath.Join(logs, "users-0")} },
+		"compact": func() []string {
+			return []string{"compact", filepath.Join(logs, "users-0"), "--config", "cleanup.policy=compact"}
+		},
 		"completion bash": func() []string { return []string{"completion", "bash"} },
 		"completion zsh":  func() []string { return []string{"completion", "zsh"} },
 		"completion fish": func() []string { return []string{"completion", "fish"} },
