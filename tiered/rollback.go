@@ -76,8 +76,8 @@ type RollbackError struct {
 func (e *RollbackError) Error() string {
 	if e.Foreign {
 		return fmt.Sprintf("the bucket holds another partition's manifest (%v): %s: %s; the partition at %s is offline and deletes nothing; "+
-			"check the store URL and prefix (if this bucket is the partition's after all, accept it with 'tierctl manifest accept %s --store URL' and reopen it)",
-			backend.ErrStorage, e.Key, e.Reason, e.Dir, e.Dir)
+			"fix the store URL or prefix and reopen it (if the partition was deleted and created anew since, delete it there)",
+			backend.ErrStorage, e.Key, e.Reason, e.Dir)
 	}
 	return fmt.Sprintf("%v (%v): %s: %s; the partition at %s is offline and deletes nothing; "+
 		"if the older bucket is the right one, accept it with 'tierctl manifest accept %s --store URL' and reopen it",
