@@ -332,6 +332,12 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 	}
 	bar.Finish()
 	segsAfter, bytesAfter := p.RemoteSize()
+	if o.dryRun {
+		// What the first round would leave: its cleaned segments in place
+		// of those it replaces.
+		segsAfter += total.SegmentsWritten - total.SegmentsReplaced
+		bytesAfter += total.BytesWritten - total.BytesRead
+	}
 	if err := p.Close(); err != nil {
 		return err
 	}

@@ -321,6 +321,10 @@ func TestCompactTieredPartition(t *testing.T) {
 	if dry["dryRun"] != true || dry["recordsRemoved"].(float64) == 0 || dry["gets"].(float64) == 0 || dry["puts"].(float64) == 0 {
 		t.Fatalf("compact --store --dry-run: %v", dry)
 	}
+	if dry["bucketBytesAfter"].(float64) >= dry["bucketBytesBefore"].(float64) {
+		t.Fatalf("compact --store --dry-run: the bucket's bytes after (%v) are not below those before (%v): what the round would leave is not reported",
+			dry["bucketBytesAfter"], dry["bucketBytesBefore"])
+	}
 	if after := b.ok("ls", part, "--json", "--store", url).stdout; after != before {
 		t.Fatalf("a dry run changed the partition:\n%s\n%s", before, after)
 	}
