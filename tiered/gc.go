@@ -346,16 +346,17 @@ func GC(ctx context.Context, store *objstore.Store, prefix string, opts GCOption
 // replaced stay while a kept backup names them). A backup gc removes
 // (older than the ones kept) protects nothing.
 func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.ObjectInfo, st *manifestState, opts GCOptions, named map[string]bool) error {
-	named1 := func(seg manifest.Segment) {
+	nameSegment := func(seg manifest.Segment) {
 		for _, suf := range seg.Objects() {
 			named[p.layout().Segment(seg, suf)] = true
 		}
 	}
 	end := remoteEnd(st.head)
-	read := map[[8]byte][]manifest.Segment{} // the parts' segments, read once
+	current := map[[8]byte]bool{} // the manifest's own parts: named whole already
 	for _, part := range st.head.Parts {
-		read[part.ID] = nil // named whole already
+		current[part.ID] = true
 	}
+	read := map[[8]byte][]manifest.Segment{} // the backups' other parts, read once (nil: no restore takes them)
 	for _, o := range objects {
 		obj, err := p.layout().Parse(o.Key)
 		if err != nil || obj.Kind != manifest.KindManifestBackup ||
@@ -384,20 +385,19 @@ func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.Objec
 		}
 		for _, seg := range h.Own {
 			if keep(seg) {
-				named1(seg)
+				nameSegment(seg)
 			}
 		}
 		for _, part := range h.Parts {
 			named[p.layout().Part(part)] = true
-			segs, ok := read[part.ID]
-			if ok && segs == nil {
-				continue // the manifest's own part
+			if current[part.ID] {
+				continue
 			}
+			segs, ok := read[part.ID]
 			if !ok {
 				segs, err = p.partSegments(ctx, part)
 				if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) || errors.Is(err, manifest.ErrCorrupt) {
-					read[part.ID] = []manifest.Segment{}
-					continue // no restore of this backup works: it names nothing that must stay
+					segs, err = nil, nil // no restore of this backup works: it names nothing that must stay
 				}
 				if err != nil {
 					return fmt.Errorf("tiered: gc: read a part the manifest backup %s names: %w", o.Key, err)
@@ -406,7 +406,7 @@ func (p *Partition) namedByBackups(ctx context.Context, objects []objstore.Objec
 			}
 			for _, seg := range segs {
 				if keep(seg) {
-					named1(seg)
+					nameSegment(seg)
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
@@ -57,21 +58,10 @@ func TestWrongBucketOfARecreatedPartition(t *testing.T) {
 	}
 	before := objectBytes(t, wrong, key)
 
-	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err = tiered.Open(ctx, l, tiered.Options{Store: wrong, Prefix: "tl/orders-0", LeaderEpoch: 2})
-	if err == nil {
-		defer p.Close()
-		if err = p.Attach(ctx); err == nil {
-			produce(t, p, 1000)
-			p.Roll()
-			_, err = p.Offload(ctx)
-		}
-	} else {
-		l.Close()
-	}
+	err = offloadOver(t, dir, c, wrong, 2, func(p *tiered.Partition) {
+		produce(t, p, 1000)
+		p.Roll()
+	})
 	st, _, _ := local.ReadTierState(dir)
 	t.Logf("recorded before: gen %d lineage %x; after: gen %d born %d lineage %x; theirs born %d lineage %x",
 		rec.Generation, rec.Lineage, st.Generation, st.Born, st.Lineage, theirs.Born, theirs.Lineage)
@@ -106,41 +96,14 @@ func TestWrongBucketWithADeletedPartition(t *testing.T) {
 	if _, err := wrong.Put(ctx, "tl/orders-0/manifest", bytes.NewReader(del), int64(len(del)), objstore.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err = tiered.Open(ctx, l, tiered.Options{Store: wrong, Prefix: "tl/orders-0", LeaderEpoch: 2})
-	if err == nil {
-		defer p.Close()
-		if err = p.Attach(ctx); err == nil {
-			_, err = p.Offload(ctx)
-		}
-	} else {
-		l.Close()
-	}
+	err := offloadOver(t, dir, c, wrong, 2, nil)
 	st, _, _ := local.ReadTierState(dir)
 	t.Logf("record after: %+v; err: %v", st, err)
 	if err == nil || !strings.Contains(err.Error(), "another partition's") {
 		t.Errorf("over another partition's deleted manifest: %v; want it refused as another partition's", err)
 	}
-	if p != nil {
-		p.Close()
-	}
 	// The store URL fixed: the right bucket must open again.
-	l, err = local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err = tiered.Open(ctx, l, tiered.Options{Store: right, Prefix: "tl/orders-0", LeaderEpoch: 3})
-	if err == nil {
-		defer p.Close()
-		if err = p.Attach(ctx); err == nil {
-			_, err = p.Offload(ctx)
-		}
-	} else {
-		l.Close()
-	}
+	err = offloadOver(t, dir, c, right, 3, nil)
 	if err != nil {
 		t.Errorf("the right bucket after the wrong one was tried: %v", err)
 	}
@@ -270,4 +233,29 @@ func TestRollbackAcrossTheUpgradeIsNotForeign(t *testing.T) {
 	if !strings.Contains(a.Refusal, "older than generation 10") {
 		t.Errorf("refusal %q; want it named a rollback (older than generation 10)", a.Refusal)
 	}
+}
+
+// offloadOver opens the partition directory dir over store, leading at
+// epoch, attaches it, runs before (when set), and offloads; it returns
+// the first error, the partition closed.
+func offloadOver(t *testing.T, dir string, c backend.Config, store *objstore.Store, epoch int32, before func(*tiered.Partition)) error {
+	t.Helper()
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: epoch})
+	if err != nil {
+		l.Close()
+		return err
+	}
+	defer p.Close()
+	if err := p.Attach(ctx); err != nil {
+		return err
+	}
+	if before != nil {
+		before(p)
+	}
+	_, err = p.Offload(ctx)
+	return err
 }

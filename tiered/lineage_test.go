@@ -2,7 +2,9 @@ package tiered_test
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,7 +79,7 @@ func TestWrongBucketRefused(t *testing.T) {
 		l.Close()
 	}
 	if !errors.Is(err, backend.ErrManifestRolledBack) || !strings.Contains(err.Error(), "another partition's") ||
-		!strings.Contains(err.Error(), hexOf(mine.Lineage)) || !strings.Contains(err.Error(), hexOf(theirs.Lineage)) {
+		!strings.Contains(err.Error(), hex.EncodeToString(mine.Lineage[:])) || !strings.Contains(err.Error(), hex.EncodeToString(theirs.Lineage[:])) {
 		t.Fatalf("a directory over another partition's bucket: %v; want it refused, naming both lineages", err)
 	}
 	if !bytes.Equal(objectBytes(t, wrong, key), before) {
@@ -96,7 +98,7 @@ func TestWrongBucketRefused(t *testing.T) {
 	if rp, err := tiered.Open(ctx, ro, tiered.Options{Store: wrong, Prefix: "tl/orders-0"}); err == nil {
 		_, err = rp.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1 << 10})
 		rp.Close()
-		if !strings.Contains(errString(err), "another partition's") {
+		if !strings.Contains(fmt.Sprint(err), "another partition's") {
 			t.Fatalf("a read-only view over another partition's bucket read: %v", err)
 		}
 	} else if !strings.Contains(err.Error(), "another partition's") {
@@ -116,21 +118,4 @@ func TestWrongBucketRefused(t *testing.T) {
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatalf("the right bucket: %v", err)
 	}
-}
-
-func hexOf(b [8]byte) string {
-	const digits = "0123456789abcdef"
-	var s strings.Builder
-	for _, c := range b {
-		s.WriteByte(digits[c>>4])
-		s.WriteByte(digits[c&15])
-	}
-	return s.String()
-}
-
-func errString(err error) string {
-	if err == nil {
-		return "<nil>"
-	}
-	return err.Error()
 }

@@ -140,12 +140,8 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 	if _, err := os.Stat(filepath.Join(dir, local.TierStateCheckpoint)); err == nil {
 		return usagef("%s is a tiered partition (it has a %s): %s", dir, local.TierStateCheckpoint, compactTieredWhy)
 	}
-	if !o.dryRun && !saysCompacted(o.configs) {
-		// tierctl cannot read the topic's config: on a topic that is not
-		// compacted the cleaner would remove every keyless record and all
-		// but the last of each key.
-		return usagef("compact rewrites %s's segments for good: say the topic is compacted with --config cleanup.policy=compact "+
-			"(or compact,delete); --dry-run needs no such word", dir)
+	if err := o.needsCompacted(dir + "'s segments, for good"); err != nil {
+		return err
 	}
 	logDir := filepath.Dir(filepath.Clean(dir))
 	cps, err := local.ReadOffsetCheckpoint(filepath.Join(logDir, local.CleanerCheckpoint))
@@ -275,13 +271,8 @@ func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, c
 		return usageError{fmt.Errorf("partition %s is diskless (its manifest in --store %s names WAL objects): its leader's tiering service cleans it in the bucket; compact --store --dry-run reports what a round would do",
 			tp, storeurl.Redact(o.store))}
 	}
-	if !o.dryRun && !saysCompacted(o.configs) {
-		// The bucket's copy is the only one once local retention took
-		// the disk's, and tierctl cannot read the topic's config: on a
-		// topic that is not compacted the cleaner would remove every
-		// keyless record and all but the last of each key, for good.
-		return usagef("compact --store rewrites the bucket's segments, the only copy once local retention took the disk's: " +
-			"say the topic is compacted with --config cleanup.policy=compact (or compact,delete); --dry-run needs no such word")
+	if err := o.needsCompacted("the bucket's segments, the only copy once local retention took the disk's"); err != nil {
+		return err
 	}
 	var l *local.Log
 	if o.dryRun {
@@ -383,16 +374,23 @@ func memoryHint(err error, memory int) error {
 	return err
 }
 
-// saysCompacted reports whether the --config flags say the topic's
-// cleanup.policy, compacted.
-func saysCompacted(configs []string) bool {
-	for _, kv := range configs {
+// needsCompacted refuses a compact that would rewrite what (a dry run
+// rewrites nothing) unless the --config flags say the topic's
+// cleanup.policy, compacted: tierctl cannot read a topic's config, and on
+// a topic that is not compacted the cleaner would remove every keyless
+// record and all but the last of each key.
+func (o compactOptions) needsCompacted(what string) error {
+	if o.dryRun {
+		return nil
+	}
+	for _, kv := range o.configs {
 		k, v, _ := strings.Cut(kv, "=")
 		if strings.TrimSpace(k) == "cleanup.policy" && slices.Contains(strings.Split(strings.TrimSpace(v), ","), backend.CleanupCompact) {
-			return true
+			return nil
 		}
 	}
-	return false
+	return usagef("compact rewrites %s: say the topic is compacted with --config cleanup.policy=compact (or compact,delete); "+
+		"--dry-run needs no such word", what)
 }
 
 // writerEpoch is the leader epoch of the commit of the partition's
