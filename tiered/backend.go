@@ -62,8 +62,9 @@ type BackendOptions struct {
 	// true) a read replica of the bucket's (another cluster's partitions
 	// under Prefix): served from the bucket alone, following its
 	// manifests each task interval, writing nothing to the bucket (see
-	// replica.go); writes to it are refused, a diskless topic too, and
-	// Delete removes only the replica's own files. Other partitions stay
+	// replica.go; a diskless topic's tail from the origin's WAL:
+	// replica_wal.go); writes to it are refused, and Delete removes only
+	// the replica's own files. Other partitions stay
 	// local and writable (a broker's __consumer_offsets).
 	ReadReplica bool
 }
@@ -201,9 +202,6 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		return p, nil
 	}
 	if cfg.DisklessEnable {
-		if b.opts.ReadReplica {
-			return nil, fmt.Errorf("%w: %s: a read replica does not serve diskless topics yet (diskless.enable=true)", backend.ErrInvalidConfig, tp)
-		}
 		cfg.RemoteStorageEnable = true // implied: a diskless topic's segments consolidate into the bucket
 	}
 	l, err := b.local.OpenLog(ctx, topic, partition, cfg)
@@ -215,13 +213,15 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 	}
 	opts := b.partitionOptions(tp)
 	if opts.ReadReplica {
-		if o := l.Offsets(); o.LogEnd > o.LogStart {
+		if o := l.Offsets(); o.LogEnd > o.LogStart && !isReplicaDir(l.Dir()) {
 			l.Close()
 			return nil, fmt.Errorf("%w: %s holds records of its own (offsets %d to %d): a read replica serves the bucket's; delete the partition first",
 				backend.ErrInvalidConfig, tp, o.LogStart, o.LogEnd-1)
 		}
 	}
-	if cfg.DisklessEnable {
+	if cfg.DisklessEnable && !opts.ReadReplica {
+		// A read replica follows the origin's WAL (replica_wal.go); it
+		// has no writer.
 		if opts.dl, err = b.disklessLocked(tp); err != nil {
 			l.Close()
 			return nil, err

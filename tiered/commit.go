@@ -340,7 +340,7 @@ func (p *Partition) commitBuiltLocked(ctx context.Context, st *manifestState, bu
 		p.adopt(&manifestState{head: head, etag: info.ETag})
 		p.claimed.Store(epoch)
 		if p.dl != nil {
-			p.dl.claimCommitted()
+			p.dl.claimCommitted(p.claimed.Load())
 		}
 		p.metrics.ManifestCommits.Add(1)
 		p.backupManifest(ctx, head.Generation(), data)
@@ -382,7 +382,7 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 		p.adopt(now) // our commit landed
 		p.claimed.Store(now.head.WriterEpoch())
 		if p.dl != nil {
-			p.dl.claimCommitted()
+			p.dl.claimCommitted(p.claimed.Load())
 		}
 		p.metrics.ManifestCommits.Add(1)
 		p.backupManifest(ctx, now.head.Generation(), nowBytes)

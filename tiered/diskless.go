@@ -95,13 +95,17 @@ type diskless struct {
 	readClaim atomic.Int64
 }
 
-// claimCommitted is told that a manifest of this Partition committed: a
-// rebuild its claim made is now the partition's.
-func (d *diskless) claimCommitted() {
+// claimCommitted is told that a manifest of this Partition committed at
+// epoch (naming this writer): a rebuild its claim made is now the
+// partition's, and the writer marks the durable end at epoch for read
+// replicas (wal.Mark: what the manifest and the writer's objects above
+// its number hold below it is final).
+func (d *diskless) claimCommitted(epoch int32) {
 	if d.pending.Swap(false) {
 		d.rebuiltAt.Store(d.pendingAt.Load())
 		d.rebuilt.Store(true)
 	}
+	d.w.Mark(d.tp, epoch, d.durable.Load())
 }
 
 // Diskless says whether the partition is diskless (diskless.enable=true):
@@ -253,8 +257,15 @@ func (p *Partition) settled(loc wal.Location, err error) {
 	if end := loc.Extent.LastOffset + 1; end > d.durable.Load() {
 		d.durable.Store(end)
 	}
+	end := d.durable.Load()
 	d.ownMu.Unlock()
 	p.applyHW()
+	// Acknowledged: a read replica may serve it, in the view of the
+	// manifest this Partition committed last (its epoch names this
+	// writer; none yet: nothing to mark).
+	if c := p.claimed.Load(); c >= 0 {
+		d.w.Mark(d.tp, c, end)
+	}
 }
 
 // applyHW sets the local high watermark to the broker's, held below the
@@ -591,19 +602,13 @@ func (p *Partition) readTail(ctx context.Context, spans []wal.Span, fn func(sp w
 
 // walLocated is where the record's extents are, as wal.Chain takes them.
 func (p *Partition) walLocated(extents []manifest.WALExtent) []wal.Located {
-	l := wal.NewLayout(p.walRoot())
-	out := make([]wal.Located, len(extents))
-	for i, e := range extents {
-		w := wal.WriterID(e.Writer)
-		out[i] = wal.Located{Key: l.Key(w, e.Sequence), Writer: w, Sequence: e.Sequence,
-			Extent: wal.Extent{TopicPartition: p.dl.tp, FirstOffset: e.FirstOffset, LastOffset: e.LastOffset, Position: e.Position, Size: int32(e.Size), CRC: e.CRC}}
-	}
-	return out
+	return walLocated(wal.NewLayout(p.walRoot()), p.dl.tp, extents)
 }
 
 // appendTailLocked appends a span's batches (those of its offsets From to
 // To) as a follower appends, in runs no longer than a segment may hold (an
-// extent holds every append of an upload interval). REQUIRES: d.mu.
+// extent holds every append of an upload interval). REQUIRES: d.mu (a
+// replica's: p.mu).
 func (p *Partition) appendTailLocked(ctx context.Context, data []byte, sp wal.Span) error {
 	limit := min(p.local.Config().SegmentBytes, 1<<20)
 	from, at := int64(-1), int64(0)

@@ -355,8 +355,18 @@ func TestDisklessWALGC(t *testing.T) {
 			removed++
 		} else {
 			kept++
-			if !strings.Contains(o.Why, "not in its segments yet") && !strings.Contains(o.Why, "newest") {
+			if !strings.Contains(o.Why, "not in its segments yet") && !strings.Contains(o.Why, "newest") && !strings.Contains(o.Why, "read replicas serve the tail by it") {
 				t.Errorf("%s kept: %s", o.Key, o.Why)
+			}
+		}
+		// A mark past the segments' end is a read replica's bound on the
+		// tail: its object stays.
+		segEnd := manifestOf(t, p1).Segments[len(manifestOf(t, p1).Segments)-1].LastOffset + 1
+		if o.Footer != nil && o.Remove {
+			for _, m := range o.Footer.Marks {
+				if m.End > segEnd {
+					t.Errorf("%s removed: it marks %s acknowledged to %d, past the segments' end %d", o.Key, m.TopicPartition, m.End, segEnd)
+				}
 			}
 		}
 	}
@@ -386,12 +396,43 @@ func TestDisklessWALGC(t *testing.T) {
 			t.Errorf("%s removed: one of its writer's newest %d numbers", o.Key, wal.MaxInFlight)
 		}
 	}
+	// The claim's writer put nothing but its marks (the claim's durable
+	// end, for read replicas).
+	for w := range highest {
+		if w == wal.WriterID(manifestOf(t, p1).WAL.Writer) {
+			continue
+		}
+		for _, o := range objs {
+			f, _, err := wal.ReadObjectFooter(ctx, store, o.Key)
+			if o.Writer == w && (err != nil || f.Fence || len(f.Extents) > 0 || len(f.Marks) == 0) {
+				t.Fatalf("the claim's writer put %s: %+v (%v); an object of marks alone expected", o.Key, f, err)
+			}
+		}
+		delete(highest, w)
+	}
 	if len(highest) != 1 {
 		t.Fatalf("objects of %d writers after the claim, want the first writer's only", len(highest))
 	}
 	for w, seq := range highest {
-		if f, _, err := wal.ReadObjectFooter(ctx, store, wal.NewLayout("tl").Key(w, seq)); err != nil || !f.Fence {
-			t.Fatalf("the first writer's last number holds %+v (%v), the claim's fence expected", f, err)
+		// The claim's fence is among them (the first writer may have put
+		// its last marks above it: an object of marks alone holds no
+		// append a fence must stop).
+		fenced := false
+		for n := seq; n > 0 && n+wal.MaxInFlight > seq; n-- {
+			f, _, err := wal.ReadObjectFooter(ctx, store, wal.NewLayout("tl").Key(w, n))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fenced = fenced || (f.Fence && f.Fences(wal.TopicPartition{Topic: "orders", Partition: 0}))
+			if !f.Fence && len(f.Extents) > 0 {
+				t.Fatalf("the first writer put data at %d, above the claim's fence", n)
+			}
+			if fenced {
+				break
+			}
+		}
+		if !fenced {
+			t.Fatal("the claim's fence is not among the first writer's newest numbers")
 		}
 	}
 	// (Below its writer's newest numbers, or gc would not read it.)

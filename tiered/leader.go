@@ -283,7 +283,7 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 	p.adopt(&manifestState{head: next, etag: info.ETag})
 	p.claimed.Store(next.WriterEpoch())
 	if p.dl != nil {
-		p.dl.claimCommitted()
+		p.dl.claimCommitted(p.claimed.Load())
 	}
 	p.metrics.ManifestCommits.Add(1)
 	p.backupManifest(ctx, next.Generation(), data)

@@ -40,13 +40,9 @@ import (
 // backend.ErrStorage while the bucket does not answer: never an empty
 // log's out-of-range, which would make a consumer reset its offset.
 //
-// A replica of a diskless topic serves its segments only: the records
-// past them, in the current WAL writer's objects, are not final until
-// the origin commits them (an object that landed may hold appends the
-// writer then fails and appends again, and the bucket records no
-// acknowledged end to bound them), and a replica must never serve a
-// record the origin later replaces. It trails the origin by the
-// consolidation of its WAL into segments.
+// A replica of a diskless topic serves the records past its segments too,
+// from the WAL, up to what the origin's writer marked acknowledged:
+// see replica_wal.go.
 
 // ErrReadReplica is a write to a read replica (it matches
 // backend.ErrNotLeader: its origin's leader takes writes).
@@ -93,6 +89,10 @@ func (p *Partition) catchUpLocked(ctx context.Context) error {
 		p.replicaSynced.Store(true)
 		return nil // the origin deleted it: what was served stays, nothing moves
 	}
+	if h.WAL() != nil {
+		return p.followWALLocked(ctx, h) // a diskless partition's
+	}
+	p.rwal, p.rlocal = nil, false
 	// The bucket's end: past its last segment, or its log start when
 	// retention took every segment.
 	end := remoteEnd(h)

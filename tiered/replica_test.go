@@ -3,6 +3,7 @@ package tiered_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -203,8 +204,17 @@ func TestReadReplicaBackend(t *testing.T) {
 	end = manifestOf(t, origin).Segments[len(manifestOf(t, origin).Segments)-1].LastOffset + 1
 	eventually(t, 10*time.Second, "the replica reaches the bucket's end", func() bool { return bp.Offsets().HighWatermark == end })
 	sameBatches(t, bp, origin)
-	if _, err := b.Open(ctx, "fast", 0, cfg(t, "diskless.enable", "true")); !errors.Is(err, backend.ErrInvalidConfig) {
+	// A diskless topic is served as a replica too (replica_wal.go): it
+	// has no WAL writer of its own and takes no write.
+	dp, err := b.Open(ctx, "fast", 0, cfg(t, "diskless.enable", "true"))
+	if err != nil {
 		t.Fatalf("a diskless topic on a read replica: %v", err)
+	}
+	if p, ok := dp.(*tiered.Partition); !ok || !p.ReadReplica() || p.Diskless() {
+		t.Fatalf("a diskless topic on a read replica opened as %T", dp)
+	}
+	if _, err := appendOne(t, dp, 1, "x"); !errors.Is(err, tiered.ErrReadReplica) {
+		t.Fatalf("an append to a diskless topic's read replica: %v", err)
 	}
 	// A local topic (remote.storage.enable off, as __consumer_offsets) is
 	// the replica's own, and takes writes.
@@ -272,24 +282,46 @@ func TestReadReplicaOfDiskless(t *testing.T) {
 	ro := &objstoretest.ReadOnly{Driver: inner}
 	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
 	origin := openDiskless(t, b, 1)
-	for i := range 120 {
-		if _, err := appendOne(t, origin, 5, string(rune('a'+i%26))); err != nil {
+	produceDiskless := func(n int) int64 {
+		t.Helper()
+		for i := range n {
+			if _, err := appendOne(t, origin, 5, string(rune('a'+i%26))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := origin.Flush(); err != nil {
 			t.Fatal(err)
 		}
+		return origin.Offsets().LogEnd
 	}
-	if err := origin.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 10*time.Second, "the origin uploaded no segment", func() bool { return origin.Head().LastOffset() >= 0 })
 	replica := openReplica(t, objstore.New(ro, "mem://diskless-replica", objstore.Options{}))
 	defer replica.Close()
-	if err := replica.ReplicaStep(ctx); err != nil {
-		t.Fatal(err)
+	follows := func(end int64) {
+		t.Helper()
+		eventually(t, 10*time.Second, fmt.Sprintf("the replica never reached the origin's acknowledged end %d", end), func() bool {
+			if err := replica.ReplicaStep(ctx); err != nil {
+				t.Fatal(err)
+			}
+			return replica.Offsets().HighWatermark == end
+		})
+		if o := replica.Offsets(); o.LogEnd != end || o.LastStableOffset != end {
+			t.Fatalf("the replica's offsets %+v; want its log end at the origin's %d", o, end)
+		}
+		sameBatches(t, replica, origin)
 	}
-	end := replica.Head().LastOffset() + 1
-	if o := replica.Offsets(); end <= 0 || o.HighWatermark != end || o.LogEnd != end {
-		t.Fatalf("the replica's offsets %+v; want its high watermark and log end at the segments' end %d", o, end)
+	// The WAL alone: no segment in the bucket yet.
+	end := produceDiskless(20)
+	if h := origin.Head(); h.LastOffset() >= 0 {
+		t.Fatalf("the origin uploaded segments up to %d already: the test needs a tail in the WAL alone", h.LastOffset())
 	}
-	sameBatches(t, replica, origin)
+	follows(end)
+	// Segments and a tail.
+	end = produceDiskless(120)
+	eventually(t, 10*time.Second, "the origin uploaded no segment", func() bool { return origin.Head().LastOffset() >= 0 })
+	end = produceDiskless(7)
+	if origin.Head().LastOffset()+1 >= end {
+		t.Fatalf("the bucket's segments reach the origin's end %d: the test needs a tail", end)
+	}
+	follows(end)
 	ro.Check(t)
 }

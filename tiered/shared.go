@@ -10,6 +10,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/internal/ratelimit"
 	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/wal"
 )
 
 // What a broker's tiered partitions share: the remote read caches, the
@@ -31,6 +32,8 @@ type Caches struct {
 	parts *lru[partKey, []manifest.Segment]
 	// dirs are large parts' block directories, by object (dirKey).
 	dirs *lru[partKey, []manifest.Block]
+	// footers are WAL objects' footers a read replica read, by key.
+	footers *lru[string, wal.Footer]
 }
 
 // CacheOptions size Caches.
@@ -69,7 +72,8 @@ func NewCaches(o CacheOptions) *Caches {
 	}
 	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(c cachedIndex) int64 { return int64(len(c.data)) }, nil),
 		chunks: newRangeCache(o.ChunkBytes), parts: newLRU[partKey](o.ManifestBytes, partBytes, nil),
-		dirs: newLRU[partKey](max(o.ManifestBytes/8, 1<<20), func(b []manifest.Block) int64 { return 64 + int64(len(b))*int64(unsafe.Sizeof(manifest.Block{})) }, nil)}
+		dirs:    newLRU[partKey](max(o.ManifestBytes/8, 1<<20), func(b []manifest.Block) int64 { return 64 + int64(len(b))*int64(unsafe.Sizeof(manifest.Block{})) }, nil),
+		footers: newLRU[string](max(o.ManifestBytes/8, 1<<20), footerBytes, nil)}
 	if o.IndexDir != "" {
 		if o.IndexDiskBytes <= 0 {
 			o.IndexDiskBytes = 1 << 30
@@ -111,6 +115,7 @@ func (c *Caches) clear() {
 	c.chunks.lru.clear()
 	c.parts.clear()
 	c.dirs.clear()
+	c.footers.clear()
 }
 
 // segmentBytes is about what one decoded segment holds in memory: the

@@ -132,6 +132,12 @@ type Partition struct {
 	// attachMu serializes the reading.
 	attached atomic.Bool
 	attachMu sync.Mutex
+	// rwal is a read replica's view of a diskless partition's WAL
+	// (replica_wal.go). Guarded by mu.
+	rwal *replicaWAL
+	// rlocal: a read replica's local log holds only records this
+	// process read from the bucket (replica_wal.go). Guarded by mu.
+	rlocal bool
 	// replicaSynced: a read replica followed its bucket at least once
 	// (replica.go's replicaReady).
 	replicaSynced atomic.Bool

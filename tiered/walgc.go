@@ -37,6 +37,9 @@ import (
 //     gaps among those below it (numbers the writer may still be putting),
 //     so one removed there would let a fence land behind a writer still
 //     alive, or stop a partition's tail at a number that held its data.
+//   - An object that marks a partition's acknowledged end (wal.Mark)
+//     past its segments' end stays, whatever else it holds: a read
+//     replica serves the partition's tail up to that mark.
 //   - An object whose footer does not check is kept and reported;
 //     keys under the WAL folder that are not WAL keys are left alone.
 //
@@ -176,17 +179,36 @@ func GCWAL(ctx context.Context, store *objstore.Store, root string, opts WALGCOp
 			continue
 		}
 		o.Remove, o.Why = true, "every partition in it consolidated past it or was deleted"
-		for _, e := range f.Extents {
-			end, ok := ends[e.TopicPartition]
+		endOf := func(tp wal.TopicPartition) (partitionEnd, error) {
+			end, ok := ends[tp]
 			if !ok {
-				if end, err = readPartitionEnd(ctx, store, root, e.TopicPartition); err != nil {
-					return objs, err
+				if end, err = readPartitionEnd(ctx, store, root, tp); err != nil {
+					return end, err
 				}
-				ends[e.TopicPartition] = end
+				ends[tp] = end
+			}
+			return end, nil
+		}
+		for _, e := range f.Extents {
+			end, err := endOf(e.TopicPartition)
+			if err != nil {
+				return objs, err
 			}
 			if why := end.needs(e); why != "" {
 				o.Remove, o.Why = false, why
 				break
+			}
+		}
+		for _, m := range f.Marks {
+			if !o.Remove {
+				break
+			}
+			end, err := endOf(m.TopicPartition)
+			if err != nil {
+				return objs, err
+			}
+			if why := end.needsMark(m); why != "" {
+				o.Remove, o.Why = false, why
 			}
 		}
 		if o.Remove {
@@ -222,6 +244,16 @@ func (p partitionEnd) needs(e wal.Extent) string {
 		return fmt.Sprintf("%s offsets %d..%d are not in its segments yet (they end at %d)", e.TopicPartition, e.FirstOffset, e.LastOffset, p.end)
 	}
 	return ""
+}
+
+// needsMark says why the partition's read replicas may still need mark m
+// ("" when they do not): it says which of the writer's records are final
+// past the segments' end.
+func (p partitionEnd) needsMark(m wal.Mark) string {
+	if p.deleted || p.missing || m.End <= p.end {
+		return ""
+	}
+	return fmt.Sprintf("it marks %s acknowledged to %d, past its segments' end %d (read replicas serve the tail by it)", m.TopicPartition, m.End, p.end)
 }
 
 func readPartitionEnd(ctx context.Context, store *objstore.Store, root string, tp wal.TopicPartition) (partitionEnd, error) {

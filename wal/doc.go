@@ -14,13 +14,16 @@
 // void of its own). No two objects ever share a key: every put is
 // create-only (If-None-Match: *).
 //
-// # Object format, version 1 (frozen; integers big-endian)
+// # Object format, versions 1 and 2 (frozen; integers big-endian)
+//
+// Version 2 is version 1 with marks after the extents; an object with no
+// mark is version 1. Builds before version 2 refuse it (ErrCorrupt).
 //
 //	data       the extents' bytes, one after another: each partition's
 //	           record batches (Kafka v2, as appended) in offset order;
 //	           partitions in (topic, partition) order
 //	footer:
-//	  version        uint8 (1)
+//	  version        uint8 (1; 2 with marks)
 //	  flags          uint8 (bit 0: a fence; other bits must be 0)
 //	  writer         8 bytes
 //	  sequence       uint64
@@ -35,6 +38,14 @@
 //	    position     int64   where its bytes start in the object
 //	    size         int32
 //	    crc          uint32  CRC-32C of its bytes
+//	  version 2 only (an object that carries marks):
+//	    markCount    uint32  at least 1, at most 2^20
+//	    markCount marks, sorted by (topic, partition), one each:
+//	      topicLen   uint16, topic bytes (1..249)
+//	      partition  int32
+//	      epoch      int32   the leader epoch of the manifest commit that
+//	                         named the writer
+//	      end        int64   acknowledged below it
 //	  footerCRC      uint32  CRC-32C of the footer's bytes before it
 //	trailer:
 //	  footerLen      uint32  the footer's bytes, footerCRC included
@@ -130,6 +141,14 @@
 // cutting its log back below it, so the earlier one landed but was
 // failed), and one that starts past the log's end lies above a voided
 // number and was failed. The partition continues from the chain's end.
+//
+// Marks. A writer's caller marks what it acknowledged (Writer.Mark: a
+// partition's end, at the epoch of the manifest commit that named the
+// writer); the next object carries the marks, or an object of marks
+// alone once the PUT budget allows. A read replica serves a partition's
+// tail below its highest mark of the writer and epoch its manifest
+// names: acknowledged records are never replaced, while an object that
+// landed may hold appends the writer failed. A claim needs no mark.
 //
 // # Failures
 //

@@ -12,8 +12,13 @@ import (
 
 // The object format (frozen; see the package doc for the diagram).
 const (
-	// Version is the object format version this package writes and reads.
+	// Version is the object format version of an object with no marks:
+	// what this package writes for one, and what every build reads.
 	Version = 1
+	// VersionMarks is the format of an object that carries marks (its
+	// footer's extents are followed by them). Builds before it refuse
+	// such an object with ErrCorrupt ("footer version 2"), naming it.
+	VersionMarks = 2
 	// trailerSize is the fixed tail of every object: the footer's length
 	// (uint32) and the magic.
 	trailerSize = 4 + len(magic)
@@ -132,6 +137,32 @@ type Footer struct {
 	// partitions at (0 for a void).
 	FenceEpoch int32
 	Extents    []Extent
+	// Marks are the writer's acknowledged ends (format version 2; none in
+	// a fence), sorted by partition, at most one each.
+	Marks []Mark
+}
+
+// Mark is a writer's word that it acknowledged a partition's records up
+// to End (exclusive) while it led the partition at Epoch, the epoch of
+// the manifest commit that named it: every offset below End is final,
+// in the log that the manifest naming the writer at Epoch and the
+// writer's objects above that manifest's number make (an acknowledged
+// record is never replaced). A read replica serves a diskless
+// partition's tail up to the highest such mark; a claim does not need
+// them.
+type Mark struct {
+	TopicPartition
+	Epoch int32
+	End   int64
+}
+
+// FindMark returns tp's mark in the footer.
+func (f *Footer) FindMark(tp TopicPartition) (Mark, bool) {
+	i, ok := slices.BinarySearchFunc(f.Marks, tp, func(m Mark, tp TopicPartition) int { return m.compare(tp) })
+	if !ok {
+		return Mark{}, false
+	}
+	return f.Marks[i], true
 }
 
 // Fences says whether the fence names tp.
@@ -185,6 +216,20 @@ func (f *Footer) validate(dataSize int64) error {
 	if pos != dataSize {
 		return fmt.Errorf("%w: extents cover %d bytes of %d", ErrCorrupt, pos, dataSize)
 	}
+	if len(f.Marks) > MaxExtents {
+		return fmt.Errorf("%w: %d marks, at most %d", ErrCorrupt, len(f.Marks), MaxExtents)
+	}
+	if f.Fence && len(f.Marks) > 0 {
+		return fmt.Errorf("%w: a fence carries %d marks", ErrCorrupt, len(f.Marks))
+	}
+	for i, m := range f.Marks {
+		if m.Topic == "" || len(m.Topic) > maxTopicLen || m.Partition < 0 || m.Epoch < 0 || m.End < 0 {
+			return fmt.Errorf("%w: mark %d names partition %q-%d at epoch %d, end %d", ErrCorrupt, i, m.Topic, m.Partition, m.Epoch, m.End)
+		}
+		if i > 0 && f.Marks[i-1].compare(m.TopicPartition) >= 0 {
+			return fmt.Errorf("%w: mark %d (%s) is not after mark %d (%s)", ErrCorrupt, i, m.TopicPartition, i-1, f.Marks[i-1].TopicPartition)
+		}
+	}
 	return nil
 }
 
@@ -200,7 +245,11 @@ func (f *Footer) appendTo(b []byte) []byte {
 	if f.Fence {
 		flags |= flagFence
 	}
-	b = append(b, Version, flags)
+	version := byte(Version)
+	if len(f.Marks) > 0 {
+		version = VersionMarks
+	}
+	b = append(b, version, flags)
 	b = append(b, f.Writer[:]...)
 	b = binary.BigEndian.AppendUint64(b, f.Sequence)
 	b = binary.BigEndian.AppendUint64(b, uint64(f.CreatedMs))
@@ -216,6 +265,16 @@ func (f *Footer) appendTo(b []byte) []byte {
 		b = binary.BigEndian.AppendUint32(b, uint32(e.Size))
 		b = binary.BigEndian.AppendUint32(b, e.CRC)
 	}
+	if len(f.Marks) > 0 {
+		b = binary.BigEndian.AppendUint32(b, uint32(len(f.Marks)))
+		for _, m := range f.Marks {
+			b = binary.BigEndian.AppendUint16(b, uint16(len(m.Topic)))
+			b = append(b, m.Topic...)
+			b = binary.BigEndian.AppendUint32(b, uint32(m.Partition))
+			b = binary.BigEndian.AppendUint32(b, uint32(m.Epoch))
+			b = binary.BigEndian.AppendUint64(b, uint64(m.End))
+		}
+	}
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b[start:], castagnoli))
 	b = binary.BigEndian.AppendUint32(b, uint32(len(b)-start))
 	return append(b, magic[:]...)
@@ -223,7 +282,7 @@ func (f *Footer) appendTo(b []byte) []byte {
 
 // EncodeFence returns the bytes of a fence object.
 func EncodeFence(f Footer) ([]byte, error) {
-	f.Fence = true
+	f.Fence, f.Marks = true, nil
 	f.Extents = slices.Clone(f.Extents)
 	for i := range f.Extents {
 		f.Extents[i] = Extent{TopicPartition: f.Extents[i].TopicPartition}
@@ -275,8 +334,8 @@ func DecodeFooter(tail []byte, objSize int64) (Footer, error) {
 	if got := crc32.Checksum(body, castagnoli); got != stored {
 		return Footer{}, fmt.Errorf("%w: footer CRC-32C %08x, stored %08x", ErrCorrupt, got, stored)
 	}
-	if body[0] != Version {
-		return Footer{}, fmt.Errorf("%w: footer version %d, this reader knows %d", ErrCorrupt, body[0], Version)
+	if body[0] != Version && body[0] != VersionMarks {
+		return Footer{}, fmt.Errorf("%w: footer version %d, this reader knows %d and %d", ErrCorrupt, body[0], Version, VersionMarks)
 	}
 	if body[1]&^flagFence != 0 {
 		return Footer{}, fmt.Errorf("%w: unknown footer flags %#x", ErrCorrupt, body[1])
@@ -316,6 +375,12 @@ func DecodeFooter(tail []byte, objSize int64) (Footer, error) {
 		e.CRC = binary.BigEndian.Uint32(p[32:])
 		p = p[36:]
 	}
+	if body[0] == VersionMarks {
+		var err error
+		if f.Marks, p, err = decodeMarks(p); err != nil {
+			return Footer{}, err
+		}
+	}
 	if len(p) != 0 {
 		return Footer{}, fmt.Errorf("%w: %d bytes after the footer's last extent", ErrCorrupt, len(p))
 	}
@@ -323,6 +388,39 @@ func DecodeFooter(tail []byte, objSize int64) (Footer, error) {
 		return Footer{}, err
 	}
 	return f, nil
+}
+
+// decodeMarks decodes a version 2 footer's marks from p and returns the
+// bytes after them. A version 2 footer carries at least one mark (the
+// encoding of none is version 1's).
+func decodeMarks(p []byte) ([]Mark, []byte, error) {
+	if len(p) < 4 {
+		return nil, nil, fmt.Errorf("%w: a version %d footer ends before its marks", ErrCorrupt, VersionMarks)
+	}
+	count := binary.BigEndian.Uint32(p)
+	p = p[4:]
+	const minMark = 2 + 1 + 4 + 4 + 8
+	if count == 0 || count > MaxExtents || int(count) > len(p)/minMark {
+		return nil, nil, fmt.Errorf("%w: %d marks in %d bytes", ErrCorrupt, count, len(p))
+	}
+	marks := make([]Mark, count)
+	for i := range marks {
+		if len(p) < 2 {
+			return nil, nil, fmt.Errorf("%w: footer ends in mark %d", ErrCorrupt, i)
+		}
+		tl := int(binary.BigEndian.Uint16(p))
+		if len(p) < 2+tl+16 {
+			return nil, nil, fmt.Errorf("%w: footer ends in mark %d", ErrCorrupt, i)
+		}
+		m := &marks[i]
+		m.Topic = string(p[2 : 2+tl])
+		p = p[2+tl:]
+		m.Partition = int32(binary.BigEndian.Uint32(p))
+		m.Epoch = int32(binary.BigEndian.Uint32(p[4:]))
+		m.End = int64(binary.BigEndian.Uint64(p[8:]))
+		p = p[16:]
+	}
+	return marks, p, nil
 }
 
 // CheckExtent checks an extent's bytes against its CRC-32C.

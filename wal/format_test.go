@@ -175,6 +175,8 @@ func FuzzDecodeFooter(f *testing.F) {
 	f.Add(testObject(f, fo, data))
 	fence, _ := EncodeFence(Footer{Writer: WriterID{1}, Sequence: 1, Extents: extentsOf([]TopicPartition{{"x", 0}})})
 	f.Add(fence)
+	fo.Marks = []Mark{{TopicPartition: TopicPartition{"a", 0}, Epoch: 3, End: 13}}
+	f.Add(testObject(f, fo, data))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		got, err := DecodeFooter(b, int64(len(b)))
@@ -191,4 +193,92 @@ func FuzzDecodeFooter(f *testing.F) {
 			t.Fatalf("re-encoding changed the object:\n%x\n%x", b, again)
 		}
 	})
+}
+
+// The golden bytes of an object that carries marks (format version 2):
+// version 1's layout with the version byte 2 and the marks after the
+// extents. Frozen too.
+const goldenMarksHex = "" +
+	"414141414242" +
+	"0200" + "0102030405060708" + "0000000000000007" + "0000018bcfe56800" + "00000000" + "00000002" +
+	"0001" + "61" + "00000000" + "000000000000000a" + "000000000000000c" + "0000000000000000" + "00000004" + "03056cf3" +
+	"0001" + "62" + "00000003" + "0000000000000000" + "0000000000000000" + "0000000000000004" + "00000002" + "8973ec73" +
+	"00000002" + // marks
+	"0001" + "61" + "00000000" + "00000003" + "000000000000000d" +
+	"0001" + "63" + "00000007" + "00000000" + "0000000000000000" +
+	"4b632670" + // footer CRC-32C
+	"0000009e" + "544c57414c000001"
+
+func TestGoldenObjectWithMarks(t *testing.T) {
+	f, data := goldenFooter()
+	f.Marks = []Mark{{TopicPartition: TopicPartition{"a", 0}, Epoch: 3, End: 13}, {TopicPartition: TopicPartition{"c", 7}}}
+	got := testObject(t, f, data)
+	want, err := hex.DecodeString(goldenMarksHex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("object bytes changed (the format is frozen):\n got %x\nwant %x", got, want)
+	}
+	back, err := DecodeFooter(want, int64(len(want)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Marks) != 2 || back.Marks[0] != f.Marks[0] || back.Marks[1] != f.Marks[1] {
+		t.Fatalf("marks decoded as %+v", back.Marks)
+	}
+	if m, ok := back.FindMark(TopicPartition{"a", 0}); !ok || m.End != 13 || m.Epoch != 3 {
+		t.Fatalf("FindMark a-0 = %+v, %v", m, ok)
+	}
+	if _, ok := back.FindMark(TopicPartition{"b", 3}); ok {
+		t.Fatal("FindMark found a partition the object does not mark")
+	}
+	// An object without marks is still version 1, byte for byte.
+	f.Marks = nil
+	if got, _ := hex.DecodeString(goldenHex); !bytes.Equal(testObject(t, f, data), got) {
+		t.Fatal("an object without marks is no longer version 1's bytes")
+	}
+}
+
+// Damaged marks are ErrCorrupt.
+func TestCorruptMarks(t *testing.T) {
+	f, data := goldenFooter()
+	f.Marks = []Mark{{TopicPartition: TopicPartition{"a", 0}, Epoch: 3, End: 13}}
+	good := testObject(t, f, data)
+	n := len(good)
+	footerAt := n - trailerSize - int(binary.BigEndian.Uint32(good[n-trailerSize:]))
+	marksAt := n - trailerSize - 4 - (4 + 2 + 1 + 4 + 4 + 8)
+	mutate := func(fn func(b []byte) []byte) []byte { return reCRC(fn(bytes.Clone(good)), footerAt) }
+	cases := map[string][]byte{
+		"no marks in version 2": mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[marksAt:], 0); return b }),
+		"count past the footer": mutate(func(b []byte) []byte { binary.BigEndian.PutUint32(b[marksAt:], 2); return b }),
+		"topic length past":     mutate(func(b []byte) []byte { binary.BigEndian.PutUint16(b[marksAt+4:], 200); return b }),
+		"negative end":          mutate(func(b []byte) []byte { b[marksAt+4+2+1+4+4] = 0x80; return b }),
+		"negative epoch":        mutate(func(b []byte) []byte { b[marksAt+4+2+1+4] = 0x80; return b }),
+		"version 1 with marks":  mutate(func(b []byte) []byte { b[footerAt] = 1; return b }),
+	}
+	for name, b := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := DecodeFooter(b, int64(len(b))); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("DecodeFooter = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+	// Marks out of order, twice the same partition, or on a fence: the
+	// encoder's checks refuse them as the decoder's do.
+	for name, m := range map[string][]Mark{
+		"out of order": {{TopicPartition: TopicPartition{"b", 0}}, {TopicPartition: TopicPartition{"a", 0}}},
+		"twice":        {{TopicPartition: TopicPartition{"a", 0}}, {TopicPartition: TopicPartition{"a", 0}, End: 1}},
+		"no topic":     {{}},
+	} {
+		g := f
+		g.Marks = m
+		if err := g.validate(6); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("%s: validate = %v, want ErrCorrupt", name, err)
+		}
+	}
+	fence := Footer{Writer: WriterID{1}, Sequence: 1, Fence: true, Marks: f.Marks}
+	if err := fence.validate(0); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a fence with marks: validate = %v, want ErrCorrupt", err)
+	}
 }

@@ -193,6 +193,10 @@ type object struct {
 	f     Footer
 	// settled is closed once every append in it has settled.
 	settled chan struct{}
+	// marks are the marks it carries, taken when it was numbered;
+	// marksOnly says it holds no appends (it was put for its marks).
+	marks     []Mark
+	marksOnly bool
 }
 
 // partState is a partition the writer refuses appends for until Reset.
@@ -247,6 +251,11 @@ type Writer struct {
 	refilled time.Time
 	// seq is the next sequence number to give an object.
 	seq uint64
+	// marks are the marks not yet carried by an object in flight or
+	// landed (Mark); sent the newest each partition has in a landed
+	// object. Both hold at most one a partition.
+	marks map[TopicPartition]Mark
+	sent  map[TopicPartition]Mark
 }
 
 // NewWriter starts a writer with a new random id over store.
@@ -264,6 +273,7 @@ func NewWriter(store *objstore.Store, opts Options) (*Writer, error) {
 		ctx: ctx, cancel: cancel,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 		space: make(chan struct{}), refused: map[TopicPartition]partState{}, lead: map[TopicPartition]int32{}, gen: map[TopicPartition]uint64{}, fencedAt: map[TopicPartition]int32{}, seq: 1,
+		marks: map[TopicPartition]Mark{}, sent: map[TopicPartition]Mark{},
 	}
 	go w.run()
 	return w, nil
@@ -377,6 +387,68 @@ func (w *Writer) Lead(tp TopicPartition, epoch int32) {
 	w.lead[tp] = epoch
 }
 
+// Mark records that the caller acknowledged tp's records below end while
+// it led tp at epoch (the epoch of the manifest commit that named this
+// writer; see the Mark type): the next object put carries it, and when
+// no append is due, an object of marks alone is put once the PUT budget
+// allows (at most one a CommitInterval), so a read replica following
+// this writer learns of its last appends soon after they settle. A mark
+// no newer than one tp has in flight or in the bucket is dropped: marks
+// of an epoch only grow, and a newer epoch's win.
+func (w *Writer) Mark(tp TopicPartition, epoch int32, end int64) {
+	if epoch < 0 || end < 0 {
+		return
+	}
+	m := Mark{TopicPartition: tp, Epoch: epoch, End: end}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closing || !newer(m, w.sent[tp]) || !newer(m, w.marks[tp]) {
+		return
+	}
+	w.marks[tp] = m
+	if w.open == nil {
+		w.signal()
+	}
+}
+
+// newer says whether m says more than o (of the same partition; a zero o
+// says nothing).
+func newer(m, o Mark) bool {
+	if o.Topic == "" {
+		return true
+	}
+	return m.Epoch > o.Epoch || (m.Epoch == o.Epoch && m.End > o.End)
+}
+
+// takeMarksLocked gives o the pending marks. REQUIRES: mu.
+func (w *Writer) takeMarksLocked(o *object) {
+	for _, m := range w.marks {
+		o.marks = append(o.marks, m)
+	}
+	clear(w.marks)
+	slices.SortFunc(o.marks, func(a, b Mark) int { return a.compare(b.TopicPartition) })
+}
+
+// marksSettled records what became of o's marks: in the bucket (landed),
+// or pending again for the next object unless newer ones came since.
+func (w *Writer) marksSettled(o *object, landed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, m := range o.marks {
+		switch {
+		case landed:
+			if newer(m, w.sent[m.TopicPartition]) {
+				w.sent[m.TopicPartition] = m
+			}
+			if !newer(w.marks[m.TopicPartition], m) {
+				delete(w.marks, m.TopicPartition)
+			}
+		case !w.closing && newer(m, w.sent[m.TopicPartition]) && newer(m, w.marks[m.TopicPartition]):
+			w.marks[m.TopicPartition] = m
+		}
+	}
+}
+
 // claims says whether a fence at epoch claims appends made at dataEpoch.
 func claims(fenceEpoch, dataEpoch int32) bool { return dataEpoch <= fenceEpoch }
 
@@ -391,6 +463,7 @@ func (w *Writer) Forget(tp TopicPartition) {
 	delete(w.refused, tp)
 	delete(w.lead, tp)
 	delete(w.fencedAt, tp)
+	delete(w.sent, tp) // a pending mark is still true: it goes with the next object
 }
 
 // dropLocked fails tp's appends in the object being filled. REQUIRES: mu.
@@ -516,6 +589,20 @@ func (w *Writer) next() *object {
 			w.mu.Unlock()
 			return nil
 		}
+		if o == nil && len(w.marks) > 0 && len(w.inflight) < w.opts.InFlight {
+			// Marks and no append: an object of marks alone, once the
+			// budget holds a whole PUT.
+			if wait = time.Duration((1 - w.tokens) * float64(w.opts.CommitInterval)); wait <= 0 {
+				o = &object{parts: map[TopicPartition]*extentBuf{}, started: now, settled: make(chan struct{}), marksOnly: true}
+				w.takeMarksLocked(o)
+				o.seq, o.put = w.seq, make(chan struct{})
+				w.seq++
+				w.inflight = append(w.inflight, o)
+				w.tokens = max(w.tokens-1, -1)
+				w.mu.Unlock()
+				return o
+			}
+		}
 		if o != nil && len(w.inflight) < w.opts.InFlight {
 			wait = min(w.opts.CommitInterval-now.Sub(o.started), time.Duration((1-w.tokens)*float64(w.opts.CommitInterval)))
 			if o.size >= w.opts.BufferMaxBytes || w.flushReq || w.closing || wait <= 0 || len(o.parts) == 0 {
@@ -526,6 +613,7 @@ func (w *Writer) next() *object {
 					close(o.settled)
 					continue
 				}
+				w.takeMarksLocked(o)
 				o.seq, o.put = w.seq, make(chan struct{})
 				w.seq++
 				w.inflight = append(w.inflight, o)
@@ -619,6 +707,7 @@ func (w *Writer) finish(o *object) {
 		w.mu.Unlock()
 		switch o.res {
 		case landed:
+			w.marksSettled(o, true)
 			for _, e := range o.f.Extents {
 				if !w.claimed(o, e.TopicPartition, stale[e.TopicPartition]) {
 					w.settle(o, e.TopicPartition, Location{Writer: w.id, Sequence: o.seq, Key: o.key, Extent: e}, nil, stale[e.TopicPartition])
@@ -647,6 +736,7 @@ func (w *Writer) finish(o *object) {
 			}
 			w.mu.Unlock()
 			if !again {
+				w.marksSettled(o, false)
 				for tp := range o.parts {
 					w.fail(o, tp, fmt.Errorf("%w: %s: its number was fenced by a claim of other partitions while later objects were in flight", ErrUploadFailed, o.key), false)
 				}
@@ -656,6 +746,7 @@ func (w *Writer) finish(o *object) {
 			}
 			w.upload(o)
 		default:
+			w.marksSettled(o, false)
 			err := o.outcomeErr()
 			for _, e := range o.f.Extents {
 				w.fail(o, e.TopicPartition, err, stale[e.TopicPartition])
@@ -700,11 +791,12 @@ func (w *Writer) metFence(o *object) {
 	w.opts.Logger.Warn("wal: fenced", "key", o.key, "claimed", len(o.fence.Extents), "epoch", o.fence.FenceEpoch)
 }
 
-// aboveLocked says whether an object numbered above o is in flight.
-// REQUIRES: mu.
+// aboveLocked says whether an object numbered above o that holds appends
+// is in flight (one of marks alone holds nothing a later number could
+// land behind). REQUIRES: mu.
 func (w *Writer) aboveLocked(o *object) bool {
 	for _, x := range w.inflight {
-		if x.seq > o.seq {
+		if x.seq > o.seq && !x.marksOnly {
 			return true
 		}
 	}
@@ -812,8 +904,8 @@ func (w *Writer) seal(o *object, seq uint64) ([]byte, Footer) {
 		tps = append(tps, tp)
 	}
 	slices.SortFunc(tps, func(a, b TopicPartition) int { return a.compare(b) })
-	f := Footer{Writer: w.id, Sequence: seq, CreatedMs: time.Now().UnixMilli(), Extents: make([]Extent, len(tps))}
-	body := make([]byte, 0, o.size+footerFixed+len(tps)*64+trailerSize)
+	f := Footer{Writer: w.id, Sequence: seq, CreatedMs: time.Now().UnixMilli(), Extents: make([]Extent, len(tps)), Marks: o.marks}
+	body := make([]byte, 0, o.size+footerFixed+(len(tps)+len(o.marks))*64+trailerSize)
 	for i, tp := range tps {
 		e := o.parts[tp]
 		f.Extents[i] = Extent{TopicPartition: tp, FirstOffset: e.first, LastOffset: e.last,
@@ -918,5 +1010,5 @@ var errForeign = errors.New("wal: foreign object")
 
 func sameFooter(a, b Footer) bool {
 	return a.Writer == b.Writer && a.Sequence == b.Sequence && a.CreatedMs == b.CreatedMs && a.Fence == b.Fence &&
-		a.FenceEpoch == b.FenceEpoch && slices.Equal(a.Extents, b.Extents)
+		a.FenceEpoch == b.FenceEpoch && slices.Equal(a.Extents, b.Extents) && slices.Equal(a.Marks, b.Marks)
 }

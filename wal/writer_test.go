@@ -511,3 +511,132 @@ func TestFenceInAGapBelowALandedObject(t *testing.T) {
 		t.Fatalf("b-0's log: %q, %v", data, err)
 	}
 }
+
+// footers reads every object of the writer, in number order.
+func footers(t *testing.T, s *objstore.Store, w *wal.Writer) []wal.Footer {
+	t.Helper()
+	var out []wal.Footer
+	if err := wal.Scan(context.Background(), s, w.Layout(), w.ID(), 0, func(o wal.Object) bool {
+		out = append(out, o.Footer)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// markOf is the newest mark of tp in the footers.
+func markOf(fs []wal.Footer, tp wal.TopicPartition) (wal.Mark, bool) {
+	var m wal.Mark
+	var found bool
+	for _, f := range fs {
+		if x, ok := f.FindMark(tp); ok {
+			m, found = x, true
+		}
+	}
+	return m, found
+}
+
+// A mark goes with the next object put; with no append due, an object of
+// marks alone carries it within a commit interval. A mark no newer than
+// one sent is not put again.
+func TestMarksRideObjects(t *testing.T) {
+	s, _ := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: 5 * time.Millisecond})
+	ctx := context.Background()
+	a, err := w.Append(ctx, tpA, []byte("one"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitAck(t, a); err != nil {
+		t.Fatal(err)
+	}
+	w.Mark(tpA, 2, 1) // what the caller does once the append settled
+	b, err := w.Append(ctx, tpB, []byte("two"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := waitAck(t, b); err != nil {
+		t.Fatal(err)
+	}
+	fs := footers(t, s, w)
+	if m, ok := fs[len(fs)-1].FindMark(tpA); !ok || m.Epoch != 2 || m.End != 1 {
+		t.Fatalf("the object after the mark carries %+v (%v); a-0's mark at epoch 2, end 1 expected", fs[len(fs)-1].Marks, ok)
+	}
+	// Nothing to append: an object of marks alone.
+	w.Mark(tpB, 4, 1)
+	w.Mark(tpB, 3, 9) // older epoch: says less
+	waitFor(t, func() bool { m, ok := markOf(footers(t, s, w), tpB); return ok && m.End == 1 && m.Epoch == 4 })
+	fs = footers(t, s, w)
+	last := fs[len(fs)-1]
+	if len(last.Extents) != 0 || last.Fence || len(last.Marks) != 1 {
+		t.Fatalf("the marks' object is %+v: no extents and b-1's mark expected", last)
+	}
+	// Sent already: nothing more is put.
+	n := len(fs)
+	w.Mark(tpB, 4, 1)
+	w.Mark(tpA, 2, 1)
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond)
+	if got := len(footers(t, s, w)); got != n {
+		t.Fatalf("%d objects after marks already sent, %d before", got, n)
+	}
+}
+
+// A mark in an object whose put failed goes again in a later object.
+func TestMarksOfAFailedPutGoAgain(t *testing.T) {
+	s, d := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Millisecond, SettleBackoff: time.Millisecond})
+	ctx := context.Background()
+	down := d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.FailBefore})
+	w.Mark(tpA, 1, 7)
+	a, err := w.Append(ctx, tpB, []byte("lost"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	down.Remove()
+	if err := waitAck(t, a); !errors.Is(err, wal.ErrUploadFailed) {
+		t.Fatalf("append = %v, want ErrUploadFailed", err)
+	}
+	waitFor(t, func() bool { m, ok := markOf(footers(t, s, w), tpA); return ok && m.End == 7 })
+}
+
+// An object of marks alone in flight above a fenced one does not stop
+// the fenced object's other partitions from going again at the next
+// number: it holds no append they could land behind.
+func TestMarksObjectAboveAFence(t *testing.T) {
+	s, d := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: time.Millisecond})
+	ctx := context.Background()
+	// A claim of b-1 fences number 1; the put of 1 is held until the
+	// marks' object (2) is in flight.
+	if _, err := wal.Fence(ctx, s, w.Layout(), w.ID(), 0, 5, []wal.TopicPartition{tpB}); err != nil {
+		t.Fatal(err)
+	}
+	release := holdFirstPut(d)
+	a, err := w.Append(ctx, tpA, []byte("kept"), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return w.NextSequence() >= 2 })
+	w.Mark(tpA, 1, 0)
+	waitFor(t, func() bool { return w.NextSequence() >= 3 })
+	release()
+	if err := waitAck(t, a); err != nil {
+		t.Fatalf("a-0's append, fenced only for b-1, with an object of marks above it: %v", err)
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

@@ -41,8 +41,9 @@ type walLine struct {
 	Writer   string `json:"writer,omitempty"`
 	Sequence uint64 `json:"sequence,omitempty"`
 	Size     int64  `json:"size"`
-	Kind     string `json:"kind"` // data, fence, void, or unread
+	Kind     string `json:"kind"` // data, marks, fence, void, or unread
 	Extents  int    `json:"extents,omitempty"`
+	Marks    int    `json:"marks,omitempty"`
 	Epoch    int32  `json:"fenceEpoch,omitempty"`
 	Problem  string `json:"problem,omitempty"`
 	Verdict  string `json:"verdict,omitempty"` // gc: removed, would remove, kept
@@ -55,8 +56,10 @@ func walLineOf(o tiered.WALObject) walLine {
 		l.Writer, l.Sequence = o.Writer.String(), o.Sequence
 	}
 	if f := o.Footer; f != nil {
-		l.Kind, l.Extents, l.Epoch = "data", len(f.Extents), f.FenceEpoch
+		l.Kind, l.Extents, l.Marks, l.Epoch = "data", len(f.Extents), len(f.Marks), f.FenceEpoch
 		switch {
+		case !f.Fence && len(f.Extents) == 0:
+			l.Kind = "marks" // a writer's acknowledged ends alone, for read replicas
 		case f.Fence && len(f.Extents) == 0:
 			l.Kind = "void"
 		case f.Fence:
@@ -74,6 +77,11 @@ func (l walLine) text() string {
 	switch l.Kind {
 	case "data":
 		s += fmt.Sprintf(" (%d partitions)", l.Extents)
+		if l.Marks > 0 {
+			s += fmt.Sprintf(" (%d marks)", l.Marks)
+		}
+	case "marks":
+		s += fmt.Sprintf(" (%d partitions' acknowledged ends)", l.Marks)
 	case "fence":
 		s += fmt.Sprintf(" (%d partitions, claimed at epoch %d)", l.Extents, l.Epoch)
 	}

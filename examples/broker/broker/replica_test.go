@@ -14,6 +14,7 @@ import (
 
 	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/testing/objstoretest"
 	"github.com/tierlog/tierlog/tiered"
 )
@@ -204,4 +205,72 @@ func TestReadReplicaOptions(t *testing.T) {
 	if _, err := broker.Start(opts); err == nil {
 		t.Fatal("a broker with Store and ReadReplicaOf started")
 	}
+}
+
+// TestReadReplicaOfDisklessToKgo: a read replica of a diskless topic
+// serves every acknowledged record to kgo, past the bucket's segments
+// too (from the origin's WAL, up to what its writer marked
+// acknowledged), while the origin produces; and writes nothing.
+func TestReadReplicaOfDisklessToKgo(t *testing.T) {
+	store := objstore.New(mem.New(), "mem://diskless-replica", objstore.Options{})
+	oopts := tieredOptions(t.TempDir(), store)
+	oopts.RemoteLogManager["diskless.produce.commit.interval.ms"] = "20"
+	origin := startBroker(t, oopts)
+	admin := newClient(t, origin.Addr())
+	const topic = "events"
+	createTopic(t, admin, topic, 1, disklessTopic())
+
+	ropts := testOptions(t.TempDir())
+	ro := &noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: store.Driver()}}
+	ropts.ReadReplicaOf, ropts.ReadReplicaPrefix = objstore.New(ro, "mem-replica", objstore.Options{}), "broker"
+	ropts.RemoteLogManager = map[string]string{"remote.log.manager.task.interval.ms": "50"}
+	ropts.ReplicaDiscoveryInterval = 50 * time.Millisecond
+	replica := startBroker(t, ropts)
+
+	prod := newClient(t, origin.Addr(), kgo.DefaultProduceTopic(topic), kgo.ProducerBatchMaxBytes(4<<10))
+	cons := newClient(t, replica.Addr(), kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
+	n := recordsPerCase(6000)
+	var want []*kgo.Record
+	got := map[int64]string{}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	tail := false // the replica served a record past the bucket's segments
+	for i := 0; i < n || int64(len(got)) < int64(n); {
+		if i < n {
+			recs := make([]*kgo.Record, 0, 200)
+			for ; len(recs) < 200 && i < n; i++ {
+				recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value(i)})
+			}
+			produceSync(t, prod, recs...)
+			want = append(want, recs...)
+		}
+		pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		fs := cons.PollFetches(pctx)
+		pcancel()
+		if ctx.Err() != nil {
+			t.Fatalf("consumed %d records from the replica of %d produced", len(got), n)
+		}
+		fs.EachError(func(topic string, p int32, err error) {
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("fetch %s-%d from the replica: %v", topic, p, err)
+			}
+		})
+		segEnd := origin.Partition(topic, 0).(*tiered.Partition).Head().LastOffset() + 1
+		for _, r := range fs.Records() {
+			if _, dup := got[r.Offset]; dup {
+				t.Fatalf("offset %d read twice", r.Offset)
+			}
+			got[r.Offset] = string(r.Value)
+			tail = tail || r.Offset >= segEnd
+		}
+	}
+	for off, r := range want {
+		if got[int64(off)] != string(r.Value) || r.Offset != int64(off) {
+			t.Fatalf("offset %d: the replica served %q, the origin took %q at %d", off, got[int64(off)], r.Value, r.Offset)
+		}
+	}
+	if !tail {
+		t.Fatal("the replica served nothing past the bucket's segments: the test tested the segments only")
+	}
+	ro.Check(t)
 }
