@@ -235,6 +235,38 @@ func TestReadReplicaOfDisklessToKgo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	tail := false // the replica served a record past the bucket's segments
+	// The lag: from a produce's acknowledgement to the replica's high
+	// watermark passing it.
+	rp := replica.Partition(topic, 0)
+	for rp == nil {
+		time.Sleep(time.Millisecond)
+		rp = replica.Partition(topic, 0)
+	}
+	var acks []struct {
+		end int64
+		at  time.Time
+	}
+	var lags []time.Duration
+	var lagMu sync.Mutex
+	stopLag := make(chan struct{})
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		for {
+			select {
+			case <-stopLag:
+				return
+			case <-time.After(time.Millisecond):
+			}
+			hw := rp.Offsets().HighWatermark
+			lagMu.Lock()
+			for len(acks) > 0 && acks[0].end <= hw {
+				lags = append(lags, time.Since(acks[0].at))
+				acks = acks[1:]
+			}
+			lagMu.Unlock()
+		}
+	}()
 	for i := 0; i < n || int64(len(got)) < int64(n); {
 		if i < n {
 			recs := make([]*kgo.Record, 0, 200)
@@ -242,6 +274,12 @@ func TestReadReplicaOfDisklessToKgo(t *testing.T) {
 				recs = append(recs, &kgo.Record{Key: fmt.Appendf(nil, "k%d", i), Value: value(i)})
 			}
 			produceSync(t, prod, recs...)
+			lagMu.Lock()
+			acks = append(acks, struct {
+				end int64
+				at  time.Time
+			}{recs[len(recs)-1].Offset + 1, time.Now()})
+			lagMu.Unlock()
 			want = append(want, recs...)
 		}
 		pctx, pcancel := context.WithTimeout(ctx, 200*time.Millisecond)
@@ -271,6 +309,13 @@ func TestReadReplicaOfDisklessToKgo(t *testing.T) {
 	}
 	if !tail {
 		t.Fatal("the replica served nothing past the bucket's segments: the test tested the segments only")
+	}
+	close(stopLag)
+	<-lagDone
+	slices.Sort(lags)
+	if len(lags) > 0 {
+		t.Logf("%d records read from the replica; its lag behind the origin's acknowledgements (commit interval 20 ms, task interval 50 ms), %d produces: median %v, max %v",
+			n, len(lags), lags[len(lags)/2], lags[len(lags)-1])
 	}
 	ro.Check(t)
 }
