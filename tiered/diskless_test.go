@@ -1073,9 +1073,20 @@ func TestDisklessUnclaimedLeaderServesNothing(t *testing.T) {
 	if _, _, _, err := p2.OffsetForTimestamp(ctx, 0); !errors.Is(err, backend.ErrStorage) {
 		t.Fatalf("a lookup of a leader that has not claimed: %v; want ErrStorage", err)
 	}
+	// Its epochs and offsets end short of what the bucket holds too: an
+	// answer from them would send a consumer back (truncation detected).
+	if _, _, _, err := p2.EndOffsetForEpoch(ctx, 1); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("OffsetsForLeaderEpoch of a leader that has not claimed: %v; want ErrStorage", err)
+	}
+	if err := p2.Ready(ctx); !errors.Is(err, backend.ErrStorage) {
+		t.Fatalf("Ready of a leader that has not claimed: %v; want ErrStorage", err)
+	}
 	refuse.Remove()
 	// A read tries the claim again (at most once a second), as do the
 	// Backend's service and the first append.
 	waitClaimed(t, p2, "the leader never claimed once the bucket took it")
 	checkBatches(t, "the leader once the bucket took its claim", batchesFrom(t, p2, 0), want)
+	if err := p2.Ready(ctx); err != nil {
+		t.Fatalf("Ready once claimed: %v", err)
+	}
 }

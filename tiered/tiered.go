@@ -538,6 +538,20 @@ func (p *Partition) SetConfig(cfg backend.Config) error {
 	return p.local.SetConfig(cfg)
 }
 
+// Ready is nil once the partition answers from its whole log: a read
+// replica once it has followed its bucket, a diskless leader once it has
+// claimed its epoch (it tries now if due). Until then its Offsets may end
+// short of what the bucket holds, and Read, OffsetForTimestamp and
+// EndOffsetForEpoch answer the retryable backend.ErrStorage Ready
+// returns. A broker that answers from Offsets alone (ListOffsets of the
+// last stable offset) asks it first.
+func (p *Partition) Ready(ctx context.Context) error {
+	if err := p.replicaReady(ctx); err != nil {
+		return err
+	}
+	return p.disklessReady(ctx)
+}
+
 // EndOffsetForEpoch answers OffsetsForLeaderEpoch over both tiers: the
 // bucket's segments keep their leader-epoch maps in the manifest, the
 // local log its epoch cache.
@@ -545,7 +559,7 @@ func (p *Partition) EndOffsetForEpoch(ctx context.Context, epoch int32) (int32, 
 	if err := p.checkOpen(); err != nil {
 		return -1, -1, false, err
 	}
-	if err := p.replicaReady(ctx); err != nil {
+	if err := p.Ready(ctx); err != nil {
 		return -1, -1, false, err
 	}
 	if local := p.local.LeaderEpochs(); len(local) > 0 && epoch >= local[0].Epoch {

@@ -60,6 +60,14 @@ func (b *Broker) listOffsets(ctx context.Context, r *kmsg.ListOffsetsRequest) km
 // which OffsetForTimestamp does not return (see the package doc's gaps).
 func (p *partition) listOffset(ctx context.Context, ts int64, committed bool, pr *kmsg.ListOffsetsResponseTopicPartition) error {
 	if ts == backend.LatestTimestamp && committed {
+		// A diskless leader that has not claimed its epoch (or a read
+		// replica that has not followed its bucket) ends short of the
+		// bucket: a retryable error, not its short end.
+		if r, ok := p.p.(interface{ Ready(context.Context) error }); ok {
+			if err := r.Ready(ctx); err != nil {
+				return err
+			}
+		}
 		pr.Offset, pr.LeaderEpoch = p.p.Offsets().LastStableOffset, p.epoch
 		return nil
 	}
