@@ -455,18 +455,20 @@ func (t *table) close() error {
 		return nil
 	}
 	t.closed = true
-	var errs []error
+	// errors.Join of nils allocates nothing (a slice of the errors did, on
+	// every close of a log bounding its open files).
+	var err error
 	if t.writable {
-		errs = append(errs, t.resizeLocked(t.n*t.kind.entrySize))
+		err = t.resizeLocked(t.n * t.kind.entrySize)
 		if t.mm != nil {
-			if err := t.mm.Flush(); err != nil {
-				errs = append(errs, fmt.Errorf("index: flush %s: %w", t.path, err))
+			if ferr := t.mm.Flush(); ferr != nil {
+				err = errors.Join(err, fmt.Errorf("index: flush %s: %w", t.path, ferr))
 			}
 		}
 	}
-	errs = append(errs, t.unmapLocked())
+	err = errors.Join(err, t.unmapLocked())
 	t.data, t.n, t.summary = nil, 0, nil
-	return errors.Join(errs...)
+	return err
 }
 
 // flush writes dirty pages of a writable index to disk (msync) and fsyncs

@@ -171,24 +171,25 @@ func (s *segFile) release() {
 // (retired ones too). REQUIRES: s.mu held, and no reader (the last release,
 // or the file budget's eviction of an idle segment).
 func (s *segFile) closeFilesLocked() error {
-	var errs []error
-	errs = append(errs, s.closeIndexesLocked())
+	// errors.Join of nils allocates nothing; a slice of the errors did, on
+	// every eviction.
+	err := s.closeIndexesLocked()
 	for _, c := range s.retired {
-		errs = append(errs, c.Close())
+		err = errors.Join(err, c.Close())
 	}
 	s.retired = nil
 	if s.mapped != nil {
-		errs = append(errs, s.mapped.Unmap())
+		err = errors.Join(err, s.mapped.Unmap())
 		s.mapped = nil
 	}
 	if s.rd != nil {
-		errs = append(errs, s.rd.Close())
+		err = errors.Join(err, s.rd.Close())
 		s.rd = nil
 	}
 	s.uses = 0
 	s.opts.budget.forget(s)
 	s.budgeted = false
-	return errors.Join(errs...)
+	return err
 }
 
 // holdsFilesLocked says whether the segment holds a descriptor, a
@@ -221,17 +222,17 @@ func (s *segFile) budget() {
 }
 
 func (s *segFile) closeIndexesLocked() error {
-	var errs []error
+	var err error
 	if s.oi != nil {
-		errs = append(errs, s.oi.Close())
+		err = s.oi.Close()
 		s.oi = nil
 	}
 	if s.ti != nil {
-		errs = append(errs, s.ti.Close())
+		err = errors.Join(err, s.ti.Close())
 		s.ti = nil
 	}
 	s.checkedIndex, s.tiBypassed = false, false
-	return errors.Join(errs...)
+	return err
 }
 
 // publishIndexesLocked makes oi and ti the indexes readers use, retiring
@@ -494,8 +495,12 @@ func (s *segFile) walkHeaders(start, limit, prevLast int64, fn func(e *record.En
 
 // walk visits the batch headers header reads in [start, limit).
 func (s *segFile) walk(start, limit, size, prevLast int64, fn func(e *record.Entry) bool, header func(pos int64) (record.Entry, error)) error {
+	// One entry for the whole walk: fn takes its address, so it lives on
+	// the heap, and one a header cost an allocation a header.
+	var e record.Entry
 	for pos := start; pos < limit; {
-		e, err := header(pos)
+		var err error
+		e, err = header(pos)
 		if err != nil {
 			if err == io.EOF {
 				return nil
