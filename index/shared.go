@@ -2,6 +2,7 @@ package index
 
 import (
 	"math"
+	"unsafe"
 )
 
 // shared holds what both index types offer over their table.
@@ -29,6 +30,22 @@ func (x *shared) MaxEntries() int {
 	x.t.mu.RLock()
 	defer x.t.mu.RUnlock()
 	return x.t.maxEntries()
+}
+
+// HeapBytes returns about how many bytes of Go memory the index holds
+// (its entries, its search summary, itself), and whether that is all it
+// holds: true for a view and for a read-only file small enough to be read
+// in at open (smallIndexBytes), false for a mapped or a writable one. An
+// index that holds only memory keeps no descriptor or mapping: a caller
+// may drop it without Close, even while others still read it.
+func (x *shared) HeapBytes() (n int, only bool) {
+	x.t.mu.RLock()
+	defer x.t.mu.RUnlock()
+	n = int(unsafe.Sizeof(*x)) + len(x.t.path) + cap(x.t.data)
+	for _, level := range x.t.summary {
+		n += int(unsafe.Sizeof(level)) + 8*cap(level)
+	}
+	return n, x.t.mm == nil && !x.t.writable
 }
 
 // SizeInBytes returns the bytes the valid entries take (the trimmed size).

@@ -11,21 +11,47 @@ import (
 // descriptor per segment it ever read. Eviction is a clock (second chance):
 // a segment used since the hand last passed is spared once. A segment a
 // reader holds is never evicted; the next use reopens it.
+//
+// An index small enough to be read into memory at open (index.HeapBytes)
+// holds no descriptor and no mapping, so eviction keeps it: a segment read
+// again after its eviction then opens only its .log, where reopening its
+// offset index cost an open, an fstat, a read, a close and four
+// allocations. Those indexes are bounded apart, by their bytes, with a
+// clock of their own (kept); the hand drops a segment's in-memory indexes
+// from it, and its next use reads them again. A sealed segment's files do
+// not change while the log holds it (a rebuilt or cleaned index is
+// published anew), so a kept index is what its file holds.
 type fileBudget struct {
 	max int
+	// maxIndexBytes bounds the bytes of the in-memory indexes in kept.
+	maxIndexBytes int64
 
 	mu   sync.Mutex
 	ring []*segFile // segments holding open files (segFile.ringAt: where)
 	hand int
+	// kept holds the segments holding in-memory indexes, open or evicted
+	// (segFile.keptAt: where; segFile.keptBytes: their bytes, summed in
+	// keptBytes).
+	kept      []*segFile
+	keptHand  int
+	keptBytes int64
 
 	evictions atomic.Int64
+	// indexDrops counts segments whose in-memory indexes the kept clock
+	// dropped.
+	indexDrops atomic.Int64
 }
+
+// defaultIndexMemory bounds the in-memory indexes a budget keeps: 8,192
+// segments' worth at the largest index read into memory (8 KiB, 1,024
+// entries), and far more at the few entries a small segment has.
+const defaultIndexMemory = 64 << 20
 
 func newFileBudget(max int) *fileBudget {
 	if max <= 0 {
 		return nil
 	}
-	return &fileBudget{max: max}
+	return &fileBudget{max: max, maxIndexBytes: defaultIndexMemory}
 }
 
 // opened records that s opened its files, then evicts others while over
@@ -35,7 +61,7 @@ func (b *fileBudget) opened(s *segFile) {
 		return
 	}
 	b.mu.Lock()
-	b.addLocked(s)
+	addTo(&b.ring, s, &s.ringAt)
 	var victims []*segFile
 	for tries := 0; len(b.ring) > b.max && tries < 2*len(b.ring); tries++ {
 		if b.hand >= len(b.ring) {
@@ -44,7 +70,7 @@ func (b *fileBudget) opened(s *segFile) {
 		c := b.ring[b.hand]
 		if c != s && !c.used.Swap(false) {
 			victims = append(victims, c)
-			b.removeLocked(b.hand) // the hand now points at the one moved there
+			removeFrom(&b.ring, b.hand, func(s *segFile) *int { return &s.ringAt }) // the hand now points at the one moved there
 			continue
 		}
 		b.hand++
@@ -61,62 +87,131 @@ func (b *fileBudget) opened(s *segFile) {
 		v.mu.Lock()
 		b.mu.Lock()
 		if v.budgeted && v.holdsFilesLocked() {
-			b.addLocked(v)
+			addTo(&b.ring, v, &v.ringAt)
 		}
 		b.mu.Unlock()
 		v.mu.Unlock()
 	}
 }
 
-// addLocked puts s in the ring, unless it is there. REQUIRES: b.mu held.
-func (b *fileBudget) addLocked(s *segFile) {
-	if i := s.ringAt; i >= 0 && i < len(b.ring) && b.ring[i] == s {
+// indexed records that s holds in-memory indexes of n bytes in all, then
+// drops others' while over the bound. It must be called without s.mu
+// held.
+func (b *fileBudget) indexed(s *segFile, n int64) {
+	if b == nil {
 		return
 	}
-	s.ringAt = len(b.ring)
-	b.ring = append(b.ring, s)
-}
-
-// removeLocked takes the segment at i out of the ring in constant time:
-// the last one moves into its place (the clock's order is approximate
-// anyway; every segment still meets the hand once a turn).
-// REQUIRES: b.mu held.
-func (b *fileBudget) removeLocked(i int) {
-	last := len(b.ring) - 1
-	b.ring[i].ringAt = -1
-	if i != last {
-		b.ring[i] = b.ring[last]
-		b.ring[i].ringAt = i
+	b.mu.Lock()
+	addTo(&b.kept, s, &s.keptAt)
+	b.keptBytes += n - s.keptBytes
+	s.keptBytes = n
+	var victims []*segFile
+	for tries := 0; b.keptBytes > b.maxIndexBytes && tries < 2*len(b.kept); tries++ {
+		if b.keptHand >= len(b.kept) {
+			b.keptHand = 0
+		}
+		c := b.kept[b.keptHand]
+		if c != s && !c.indexUsed.Swap(false) {
+			victims = append(victims, c)
+			b.keptBytes -= c.keptBytes
+			c.keptBytes = 0
+			removeFrom(&b.kept, b.keptHand, func(s *segFile) *int { return &s.keptAt })
+			continue
+		}
+		b.keptHand++
 	}
-	b.ring[last] = nil
-	b.ring = b.ring[:last]
+	b.mu.Unlock()
+	for _, v := range victims {
+		v.dropInMemoryIndexes()
+		b.indexDrops.Add(1)
+	}
 }
 
-// forget drops s (its files were closed for good).
+// addTo puts s in ring, unless it is there (*at is its place, -1 when
+// not). REQUIRES: b.mu held.
+func addTo(ring *[]*segFile, s *segFile, at *int) {
+	if i := *at; i >= 0 && i < len(*ring) && (*ring)[i] == s {
+		return
+	}
+	*at = len(*ring)
+	*ring = append(*ring, s)
+}
+
+// removeFrom takes the segment at i out of ring in constant time: the
+// last one moves into its place (the clock's order is approximate anyway;
+// every segment still meets the hand once a turn). at returns a segment's
+// place field for this ring. REQUIRES: b.mu held.
+func removeFrom(ring *[]*segFile, i int, at func(*segFile) *int) {
+	r := *ring
+	last := len(r) - 1
+	*at(r[i]) = -1
+	if i != last {
+		r[i] = r[last]
+		*at(r[i]) = i
+	}
+	r[last] = nil
+	*ring = r[:last]
+}
+
+// forgetFiles drops s from the ring of open files (its files closed).
+func (b *fileBudget) forgetFiles(s *segFile) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.forgetFilesLocked(s)
+}
+
+// forgetFilesLocked is forgetFiles. REQUIRES: b.mu held.
+func (b *fileBudget) forgetFilesLocked(s *segFile) {
+	if i := s.ringAt; i >= 0 && i < len(b.ring) && b.ring[i] == s {
+		removeFrom(&b.ring, i, func(s *segFile) *int { return &s.ringAt })
+	}
+}
+
+// forget drops s from both rings (its files and indexes closed for good,
+// or the segment leaving the log).
 func (b *fileBudget) forget(s *segFile) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if i := s.ringAt; i >= 0 && i < len(b.ring) && b.ring[i] == s {
-		b.removeLocked(i)
+	b.forgetFilesLocked(s)
+	if i := s.keptAt; i >= 0 && i < len(b.kept) && b.kept[i] == s {
+		removeFrom(&b.kept, i, func(s *segFile) *int { return &s.keptAt })
+		b.keptBytes -= s.keptBytes
+		s.keptBytes = 0
 	}
 }
 
 // closeIdleFiles closes a sealed segment's .log descriptor, mapping and
-// indexes when no reader holds it; it reports whether it did.
+// mapped indexes when no reader holds it; it reports whether it did. Its
+// in-memory indexes stay, and so does the check of its offset index
+// against its log: a sealed segment's files do not change while it is
+// closed (a rebuilt or cleaned index is published anew, and checked
+// again), so the check holds when it reopens.
 func (s *segFile) closeIdleFiles() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.refs.Load() != 1 || !s.sealed || !s.holdsFilesLocked() {
 		return false
 	}
-	// A sealed segment's files do not change while it is closed (a
-	// rebuilt or cleaned index is published anew, and checked again): the
-	// check of its offset index against its log holds when it reopens.
-	checked := s.checkedIndex
-	s.closeFilesLocked()
-	s.checkedIndex = checked
+	s.closeLocked(true)
 	return true
+}
+
+// dropInMemoryIndexes lets go of the segment's in-memory indexes (the
+// kept clock's victim); its next use reads them again. They are not
+// closed: they hold only memory, and a reader may still be using one.
+func (s *segFile) dropInMemoryIndexes() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.oi != nil && inMemory(s.oi) {
+		s.oi = nil
+	}
+	if s.ti != nil && inMemory(s.ti) {
+		s.ti, s.tiBypassed = nil, false
+	}
 }

@@ -49,19 +49,23 @@ type segFile struct {
 	// before size moves past them.
 	size atomic.Int64
 	// used is set by every use of the files and cleared by the file
-	// budget's clock hand (second chance).
-	used atomic.Bool
+	// budget's clock hand (second chance); indexUsed likewise for the
+	// indexes and the budget's clock of in-memory indexes.
+	used, indexUsed atomic.Bool
 
 	mu sync.Mutex // guards the fields below; no I/O of the .log under it
 	// budgeted: the file budget counts the segment (it is sealed and
 	// holds a descriptor, a mapping or an index).
 	budgeted bool
-	// ringAt is the segment's place in the file budget's ring, -1 when
-	// not there. Guarded by the budget's mu, not s.mu.
-	ringAt int
-	rd     vfs.File // read-only descriptor; nil until first needed
-	oi     *index.OffsetIndex
-	ti     *index.TimeIndex
+	// ringAt and keptAt are the segment's places in the file budget's
+	// rings of open files and of in-memory indexes, -1 when not there;
+	// keptBytes is what its in-memory indexes count there. Guarded by
+	// the budget's mu, not s.mu.
+	ringAt, keptAt int
+	keptBytes      int64
+	rd             vfs.File // read-only descriptor; nil until first needed
+	oi             *index.OffsetIndex
+	ti             *index.TimeIndex
 	// tiBypassed: the time index failed its sanity check in a read-only
 	// log: timestamp searches scan the segment instead of trusting it.
 	tiBypassed bool
@@ -115,7 +119,7 @@ type segmentOptions struct {
 func (o *segmentOptions) gapsAllowed() bool { return o.compact.Load() || o.cleaned.Load() }
 
 func newSegFile(opts *segmentOptions, base, size int64, mtime time.Time) *segFile {
-	s := &segFile{base: base, opts: opts, next: -1, ringAt: -1, maxTs: -2, offsetOfMaxTs: -1, mtime: mtime,
+	s := &segFile{base: base, opts: opts, next: -1, ringAt: -1, keptAt: -1, maxTs: -2, offsetOfMaxTs: -1, mtime: mtime,
 		logPath: filepath.Join(opts.dir, FileName(base, LogSuffix))}
 	s.refs.Store(1)
 	s.size.Store(size)
@@ -168,12 +172,22 @@ func (s *segFile) release() {
 }
 
 // closeFilesLocked closes the descriptor, the mapping and the indexes
-// (retired ones too). REQUIRES: s.mu held, and no reader (the last release,
-// or the file budget's eviction of an idle segment).
-func (s *segFile) closeFilesLocked() error {
+// (retired ones too). REQUIRES: s.mu held, and no reader (the last
+// release).
+func (s *segFile) closeFilesLocked() error { return s.closeLocked(false) }
+
+// closeLocked is closeFilesLocked; with evict (the file budget's eviction
+// of an idle segment) the indexes that hold only memory stay, with what is
+// known of them (see closeIdleFiles). REQUIRES: s.mu held, and no reader.
+func (s *segFile) closeLocked(evict bool) error {
 	// errors.Join of nils allocates nothing; a slice of the errors did, on
 	// every eviction.
-	err := s.closeIndexesLocked()
+	var err error
+	if evict {
+		err = s.closeMappedIndexesLocked()
+	} else {
+		err = s.closeIndexesLocked()
+	}
 	for _, c := range s.retired {
 		err = errors.Join(err, c.Close())
 	}
@@ -187,15 +201,43 @@ func (s *segFile) closeFilesLocked() error {
 		s.rd = nil
 	}
 	s.uses = 0
-	s.opts.budget.forget(s)
+	if evict {
+		s.opts.budget.forgetFiles(s)
+	} else {
+		s.opts.budget.forget(s)
+	}
 	s.budgeted = false
 	return err
 }
 
-// holdsFilesLocked says whether the segment holds a descriptor, a
-// mapping or an index. REQUIRES: s.mu held.
+// holdsFilesLocked says whether the segment holds a descriptor or a
+// mapping (of its .log or of an index). REQUIRES: s.mu held.
 func (s *segFile) holdsFilesLocked() bool {
-	return s.rd != nil || s.mapped != nil || s.oi != nil || s.ti != nil
+	return s.rd != nil || s.mapped != nil || (s.oi != nil && !inMemory(s.oi)) || (s.ti != nil && !inMemory(s.ti))
+}
+
+// inMemory says whether an index holds only memory, no descriptor or
+// mapping (see index.HeapBytes).
+func inMemory(x interface{ HeapBytes() (int, bool) }) bool {
+	_, only := x.HeapBytes()
+	return only
+}
+
+// inMemoryBytesLocked is what the segment's in-memory indexes take.
+// REQUIRES: s.mu held.
+func (s *segFile) inMemoryBytesLocked() int64 {
+	var n int64
+	if s.oi != nil {
+		if b, only := s.oi.HeapBytes(); only {
+			n += int64(b)
+		}
+	}
+	if s.ti != nil {
+		if b, only := s.ti.HeapBytes(); only {
+			n += int64(b)
+		}
+	}
+	return n
 }
 
 // toBudgetLocked says whether the segment must now be counted by the
@@ -211,13 +253,21 @@ func (s *segFile) toBudgetLocked() bool {
 }
 
 // budget counts a sealed segment that holds files but is not counted
-// yet: the segment a roll just sealed keeps the writer's index mappings.
+// yet (the segment a roll just sealed keeps the writer's index mappings),
+// and the bytes of any segment's in-memory indexes.
 func (s *segFile) budget() {
 	s.mu.Lock()
 	count := s.toBudgetLocked()
+	mem := int64(0)
+	if s.opts.budget != nil {
+		mem = s.inMemoryBytesLocked()
+	}
 	s.mu.Unlock()
 	if count {
 		s.opts.budget.opened(s)
+	}
+	if mem > 0 {
+		s.opts.budget.indexed(s, mem)
 	}
 }
 
@@ -232,6 +282,22 @@ func (s *segFile) closeIndexesLocked() error {
 		s.ti = nil
 	}
 	s.checkedIndex, s.tiBypassed = false, false
+	return err
+}
+
+// closeMappedIndexesLocked closes the indexes that hold a mapping; the
+// in-memory ones stay, as does the check of the offset index (the files
+// do not change: see closeIdleFiles). REQUIRES: s.mu held, and no reader.
+func (s *segFile) closeMappedIndexesLocked() error {
+	var err error
+	if s.oi != nil && !inMemory(s.oi) {
+		err = s.oi.Close()
+		s.oi = nil
+	}
+	if s.ti != nil && !inMemory(s.ti) {
+		err = errors.Join(err, s.ti.Close())
+		s.ti, s.tiBypassed = nil, false
+	}
 	return err
 }
 
@@ -278,6 +344,7 @@ func (s *segFile) fileLocked() (vfs.File, error) {
 // checked against the log on first use (its last entry must lie inside the
 // file, on a batch that agrees with it); a segment cut short is an error.
 func (s *segFile) offsetIndex() (*index.OffsetIndex, error) {
+	s.indexUsed.Store(true)
 	s.mu.Lock()
 	oi := s.oi
 	checked := s.checkedIndex || !s.sealed
@@ -317,7 +384,7 @@ func (s *segFile) indexes() (*index.OffsetIndex, *index.TimeIndex, error) {
 // from their files. REQUIRES: s.mu not held.
 func (s *segFile) openIndexes(withTime bool) (*index.OffsetIndex, *index.TimeIndex, error) {
 	oi, ti, err := s.openIndexesUncounted(withTime)
-	s.budget() // mappings count against the file budget as descriptors do
+	s.budget() // mappings count against the file budget as descriptors do; in-memory indexes by their bytes
 	return oi, ti, err
 }
 

@@ -1,0 +1,188 @@
+package local_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/local"
+)
+
+// budgetLog writes segs indexed segments of 16 batches and opens them with
+// a bound of maxOpen segments' files and of indexBytes of in-memory
+// indexes (-1: no bound at all, every file kept open).
+func budgetLog(t *testing.T, dir string, segs, maxOpen int, indexBytes int64) *local.Log {
+	t.Helper()
+	end := int64(segs * 16)
+	opts := local.Options{Config: backend.DefaultConfig(), CleanShutdown: true, RecoveryPoint: end, LogStartOffset: -1, HighWatermark: end, MaxOpenSegmentFiles: maxOpen}
+	var l *local.Log
+	var err error
+	if maxOpen < 0 {
+		l, err = local.Open(dir, opts)
+	} else {
+		l, err = local.OpenWithIndexMemory(dir, opts, indexBytes)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+// batchBytes reads the batch holding off.
+func batchBytes(l *local.Log, off int64) ([]byte, error) {
+	r, err := l.Read(ctx, off, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	_, err = local.ReadAll(r, &buf)
+	return buf.Bytes(), err
+}
+
+// TestEvictedSegmentsReadTheSame: random reads over many more segments
+// than the bound, with the evicted segments' offset indexes kept in memory
+// and with them dropped at once, give the bytes a log keeping every file
+// open gives, and keep at most the bound's descriptors and mappings open.
+func TestEvictedSegmentsReadTheSame(t *testing.T) {
+	const segs, maxOpen = 120, 6
+	dir := filepath.Join(t.TempDir(), "t-0")
+	writeIndexedSegments(t, dir, segs, 16)
+	all := budgetLog(t, dir, segs, -1, 0)
+	want := make([][]byte, segs*16)
+	for off := range want {
+		b, err := batchBytes(all, int64(off))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[off] = b
+	}
+	all.Close()
+	for _, c := range []struct {
+		name       string
+		indexBytes int64
+		drops      bool
+	}{{"indexes kept", 64 << 20, false}, {"indexes dropped", 1, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			l := budgetLog(t, dir, segs, maxOpen, c.indexBytes)
+			fds, maps := openFDs(t), mappingsUnder(t, dir)
+			rng := rand.New(rand.NewPCG(1, 2))
+			for range 4 * len(want) {
+				off := rng.Int64N(int64(len(want)))
+				got, err := batchBytes(l, off)
+				if err != nil {
+					t.Fatalf("read %d: %v", off, err)
+				}
+				if !bytes.Equal(got, want[off]) {
+					t.Fatalf("read %d: %d bytes differ from the %d of a log keeping every file open", off, len(got), len(want[off]))
+				}
+				if n := openFDs(t) - fds; n > maxOpen+2 {
+					t.Fatalf("%d more descriptors open, with a bound of %d segments", n, maxOpen)
+				}
+				if n := mappingsUnder(t, dir) - maps; n > 3*maxOpen {
+					t.Fatalf("%d more mappings, with a bound of %d segments", n, maxOpen)
+				}
+			}
+			if l.BudgetEvictions() == 0 {
+				t.Fatal("no segment was evicted")
+			}
+			if drops := l.BudgetIndexDrops() > 0; drops != c.drops {
+				t.Fatalf("%d in-memory indexes dropped; want some: %v", l.BudgetIndexDrops(), c.drops)
+			}
+		})
+	}
+}
+
+// TestIndexDamagedAfterEviction: an offset index damaged on disk while its
+// segment is evicted. Kept in memory, the index is what the file held when
+// it was read and checked (a sealed segment's files do not change while
+// the log holds it): reads serve the right batch. Dropped, it is read
+// again on the next use and gives what a damaged index gave before indexes
+// were kept: an entry pointing inside a batch or at another batch is
+// backend.ErrCorruptRecord naming the segment, never another batch; a cut
+// index only has fewer entries and reads the right batches.
+func TestIndexDamagedAfterEviction(t *testing.T) {
+	const segs, maxOpen, victim = 40, 2, 5
+	dir := filepath.Join(t.TempDir(), "t-0")
+	writeIndexedSegments(t, dir, segs, 16)
+	ixPath := filepath.Join(dir, local.FileName(victim*16, local.IndexSuffix))
+	orig, err := os.ReadFile(ixPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orig) < 3*index.OffsetEntrySize {
+		t.Fatalf("%s has %d entries; the test needs 3", ixPath, len(orig)/index.OffsetEntrySize)
+	}
+	damages := []struct {
+		name    string
+		damage  func([]byte) []byte
+		corrupt bool // once read again: ErrCorruptRecord for some offsets
+	}{
+		{"inside a batch", func(ix []byte) []byte {
+			binary.BigEndian.PutUint32(ix[12:], binary.BigEndian.Uint32(ix[12:])+7)
+			return ix
+		}, true},
+		{"another batch's offset", func(ix []byte) []byte {
+			binary.BigEndian.PutUint32(ix[8:], binary.BigEndian.Uint32(ix[8:])-2)
+			return ix
+		}, true},
+		{"cut short", func(ix []byte) []byte { return ix[:index.OffsetEntrySize+3] }, false},
+	}
+	for _, d := range damages {
+		for _, keep := range []bool{true, false} {
+			t.Run(fmt.Sprintf("%s/kept=%v", d.name, keep), func(t *testing.T) {
+				if err := os.WriteFile(ixPath, orig, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				indexBytes := int64(64 << 20)
+				if !keep {
+					indexBytes = 1
+				}
+				l := budgetLog(t, dir, segs, maxOpen, indexBytes)
+				want := map[int64][]byte{}
+				for off := int64(victim * 16); off < victim*16+16; off++ {
+					b, err := batchBytes(l, off)
+					if err != nil {
+						t.Fatal(err)
+					}
+					want[off] = b
+				}
+				for off := int64(0); off < segs*16; off += 16 { // evicts the victim
+					if off/16 != victim {
+						if _, err := batchBytes(l, off); err != nil {
+							t.Fatal(err)
+						}
+					}
+				}
+				if err := os.WriteFile(ixPath, d.damage(append([]byte(nil), orig...)), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				errs := 0
+				for off, w := range want {
+					got, err := batchBytes(l, off)
+					switch {
+					case err != nil:
+						if !errors.Is(err, backend.ErrCorruptRecord) || !strings.Contains(err.Error(), local.FileName(victim*16, "")) {
+							t.Fatalf("read %d: %v; want ErrCorruptRecord naming the segment", off, err)
+						}
+						errs++
+					case !bytes.Equal(got, w):
+						t.Fatalf("read %d after the damage served other bytes", off)
+					}
+				}
+				t.Logf("%d of %d reads failed naming the segment, the others served the right batch", errs, len(want))
+				if wantErrs := d.corrupt && !keep; (errs > 0) != wantErrs {
+					t.Fatalf("%d of %d reads failed; want failures: %v", errs, len(want), wantErrs)
+				}
+			})
+		}
+	}
+}
