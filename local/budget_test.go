@@ -14,6 +14,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
 )
 
 // budgetLog writes segs indexed segments of 16 batches and opens them with
@@ -184,5 +185,108 @@ func TestIndexDamagedAfterEviction(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestReadsThroughPreadAndMapping: a log that reopens a segment for every
+// read walks its headers with pread, through the window a read shares
+// between its walks, and must return what a log reading through its
+// mappings returns: batches from one record to past the window's size
+// (so headers straddle the window's end or lie past it), every offset,
+// several byte limits.
+func TestReadsThroughPreadAndMapping(t *testing.T) {
+	dir := t.TempDir()
+	c := cfg(t, "segment.bytes", "40000", "index.interval.bytes", "4096")
+	l := openLog(t, dir, c, false)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 120 {
+		n := 1 + rng.IntN(8)
+		if i%9 == 0 {
+			n = 150 + rng.IntN(200) // 10-25 KiB, past the 8 KiB window
+		}
+		if _, err := l.Append(ctx, batchOf(n, int64(1000+i), "w"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := l.Offsets().LogEnd
+	l.Close()
+	open := func(maxOpen int) *local.Log {
+		l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, RecoveryPoint: end, LogStartOffset: -1, HighWatermark: end, MaxOpenSegmentFiles: maxOpen})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+		return l
+	}
+	mapped, reopened := open(-1), open(1)
+	segs := reopened.SegmentInfos()
+	if len(segs) < 4 {
+		t.Fatalf("only %d segments", len(segs))
+	}
+	other := segs[len(segs)-1].BaseOffset
+	read := func(l *local.Log, off int64, maxBytes int) ([]byte, int64) {
+		r, err := l.Read(ctx, off, backend.ReadOptions{MaxBytes: maxBytes, MinOneBatch: true})
+		if err != nil {
+			t.Fatalf("read %d (%d bytes): %v", off, maxBytes, err)
+		}
+		var buf bytes.Buffer
+		if _, err := local.ReadAll(r, &buf); err != nil {
+			t.Fatal(err)
+		}
+		return buf.Bytes(), r.(backend.OffsetRange).NextOffset()
+	}
+	for range 5 { // every segment of the first log read enough to be mapped
+		for _, s := range mapped.SegmentInfos() {
+			read(mapped, s.BaseOffset, 1)
+		}
+	}
+	// What each read must return, from the files: the whole batches from
+	// the one holding the offset that fit in the limit (at least one),
+	// in its segment.
+	type batch struct {
+		seg, last int64
+		data      []byte
+	}
+	var batches []batch
+	for _, s := range segs {
+		data, err := os.ReadFile(filepath.Join(dir, local.FileName(s.BaseOffset, local.LogSuffix)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for len(data) > 0 {
+			b, err := record.Parse(data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batches = append(batches, batch{s.BaseOffset, b.LastOffset(), data[:b.Size()]})
+			data = data[b.Size():]
+		}
+	}
+	expect := func(off int64, maxBytes int) ([]byte, int64) {
+		i := 0
+		for batches[i].last < off {
+			i++
+		}
+		out := append([]byte(nil), batches[i].data...)
+		next := batches[i].last + 1
+		for j := i + 1; j < len(batches) && batches[j].seg == batches[i].seg && len(out)+len(batches[j].data) <= maxBytes; j++ {
+			out = append(out, batches[j].data...)
+			next = batches[j].last + 1
+		}
+		return out, next
+	}
+	for _, maxBytes := range []int{1, 3000, 9000, 40000} {
+		for off := int64(0); off < end; off++ {
+			want, wantNext := expect(off, maxBytes)
+			read(reopened, other, 1) // evicts the segment holding off
+			for name, l := range map[string]*local.Log{"pread": reopened, "the mapping": mapped} {
+				if got, next := read(l, off, maxBytes); !bytes.Equal(got, want) || next != wantNext {
+					t.Fatalf("read %d (%d bytes) through %s: %d bytes up to %d, want %d up to %d", off, maxBytes, name, len(got), next, len(want), wantNext)
+				}
+			}
+		}
+	}
+	if reopened.BudgetEvictions() == 0 {
+		t.Fatal("no segment was evicted")
 	}
 }

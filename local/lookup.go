@@ -35,6 +35,12 @@ type position struct {
 // exactly the entry's offset, the last offset of the append that began
 // there (Kafka's rule, so none of them ends past it). Damage is an error.
 func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err error) {
+	return s.translateOffsetIn(nil, target, limit)
+}
+
+// translateOffsetIn is translateOffset reading headers through w (see
+// walkHeadersIn).
+func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p position, ok bool, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
 		return p, false, err
@@ -48,7 +54,7 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 	start := int64(e.Position)
 	var disagree error  // the batches from the entry do not agree with it
 	reached := slot < 0 // a batch ended at the entry's offset
-	err = s.walkHeaders(start, limit, prevLast, func(h *record.Entry) bool {
+	err = s.walkHeadersIn(w, start, limit, prevLast, func(h *record.Entry) bool {
 		p.scanned++
 		p.scannedBytes = h.Position + h.Size - start
 		if !reached && h.LastOffset > e.Offset {
@@ -81,7 +87,7 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 // Only the writer's own last segment, whose batches it checked as it
 // appended them, skips ahead to the last index entry before limit: each
 // header is a read there, and the bytes are the newest.
-func (s *segFile) batchEnd(from, limit, prevLast int64) (end, lastOffset int64, err error) {
+func (s *segFile) batchEnd(w *windowRef, from, limit, prevLast int64) (end, lastOffset int64, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
 		return from, -1, err
@@ -99,7 +105,7 @@ func (s *segFile) batchEnd(from, limit, prevLast int64) (end, lastOffset int64, 
 	end, lastOffset = start, -1
 	// The walk goes on to the segment's end so that walkHeaders checks the
 	// first batch past limit too; it stops there.
-	err = s.walkHeaders(start, s.size.Load(), prevLast, func(h *record.Entry) bool {
+	err = s.walkHeadersIn(w, start, s.size.Load(), prevLast, func(h *record.Entry) bool {
 		if h.Position+h.Size > limit {
 			return false
 		}
@@ -111,13 +117,13 @@ func (s *segFile) batchEnd(from, limit, prevLast int64) (end, lastOffset int64, 
 		// begins, and its last offset is the one before that batch's base
 		// (a legacy wrapper has none: walk the batches before it).
 		legacy := false
-		err = s.walkHeaders(start, s.size.Load(), -1, func(h *record.Entry) bool {
+		err = s.walkHeadersIn(w, start, s.size.Load(), -1, func(h *record.Entry) bool {
 			lastOffset, legacy = h.BaseOffset-1, h.BaseOffset < 0
 			return false
 		})
 		if err == nil && legacy {
 			end = from
-			err = s.walkHeaders(from, start, -1, func(h *record.Entry) bool {
+			err = s.walkHeadersIn(w, from, start, -1, func(h *record.Entry) bool {
 				end, lastOffset = h.Position+h.Size, h.LastOffset
 				return true
 			})

@@ -104,9 +104,11 @@ func (l *Log) readBound(isolation backend.Isolation, leo int64) int64 {
 // holds nothing at or after offset. A *fileRecords result takes over the
 // caller's reference; for any other result the caller releases it.
 func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opts backend.ReadOptions) (backend.Records, error) {
+	var w windowRef // the read's walks share what they read
+	defer w.release()
 	limit := seg.size.Load()
 	if bound < l.leo.Load() {
-		p, ok, err := seg.translateOffset(bound, limit)
+		p, ok, err := seg.translateOffsetIn(&w, bound, limit)
 		if err != nil {
 			return nil, err
 		}
@@ -114,22 +116,28 @@ func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opt
 			limit = p.pos
 		}
 	}
-	p, ok, err := seg.translateOffset(offset, limit)
+	p, ok, err := seg.translateOffsetIn(&w, offset, limit)
 	if err != nil || !ok {
 		return nil, err
 	}
 	// Find where the read ends: whole batches within maxBytes (at least
-	// the first with MinOneBatch), the batch after them checked too.
+	// the first with MinOneBatch), the batch after them checked too. The
+	// lookup's walk read and checked the first batch: the walk for the
+	// end starts after it.
 	readEnd := min(limit, p.pos+maxBytes)
 	if opts.MinOneBatch {
 		readEnd = max(readEnd, p.pos+p.size)
 	}
-	end, last, err := seg.batchEnd(p.pos, readEnd, p.baseOffset-1)
+	first := p.pos + p.size
+	if first > readEnd {
+		return emptyRecords{next: offset}, nil
+	}
+	end, last, err := seg.batchEnd(&w, first, readEnd, p.lastOffset)
 	if err != nil {
 		return nil, err
 	}
-	if end == p.pos {
-		return emptyRecords{next: offset}, nil
+	if last < 0 { // no whole batch after the first
+		end, last = first, p.lastOffset
 	}
 	if next >= 0 && last >= next {
 		return nil, fmt.Errorf("%w: %s: the batch ending at position %d holds offset %d, at or past the next segment's base %d",

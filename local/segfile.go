@@ -526,13 +526,81 @@ func (s *segFile) headerAt(pos int64) (record.Entry, error) {
 	return out, err
 }
 
-// headerBufs holds the buffers of walkHeaders, so point lookups allocate
-// nothing.
-var headerBufs = sync.Pool{New: func() any { return new([record.BatchHeaderSize]byte) }}
+// headerWindowSize is how many bytes of a .log a walk without a mapping
+// reads ahead in one pread. The headers a read walks, from the offset
+// index entry to the batch after the ones it returns, lie within
+// index.interval.bytes (4 KiB by default) and a batch or two: small
+// batches' headers then cost one system call together, not one each (a
+// read from the page cache costs about the same for 61 bytes and 8 KiB:
+// the system call dominates).
+const headerWindowSize = 8 << 10
+
+// headerWindow is bytes of one .log read ahead for a walk of its
+// headers; an io.ReaderAt for record.ReadHeader. It lives for one read
+// (or one walk), while its segment is held, so the bytes below the size
+// it was given do not change under it.
+type headerWindow struct {
+	f     vfs.File
+	size  int64 // the segment's readable size: bytes past it are never read
+	start int64 // the file position of buf[0]
+	n     int   // bytes of buf holding the file's
+	buf   [headerWindowSize]byte
+	hdr   [record.BatchHeaderSize]byte
+}
+
+// headerWindows holds the windows, so point lookups allocate nothing.
+var headerWindows = sync.Pool{New: func() any { return new(headerWindow) }}
+
+// windowRef is the window the walks of one read share, taken from the
+// pool on the first walk that reads with pread (a mapped segment needs
+// none): the batch after a lookup's is usually in the bytes its walk read.
+type windowRef struct{ w *headerWindow }
+
+func (r *windowRef) get() *headerWindow {
+	if r.w == nil {
+		r.w = headerWindows.Get().(*headerWindow)
+		r.w.f, r.w.n = nil, 0
+	}
+	return r.w
+}
+
+// release gives the window back; the read is over.
+func (r *windowRef) release() {
+	if r.w != nil {
+		r.w.f = nil
+		headerWindows.Put(r.w)
+		r.w = nil
+	}
+}
+
+// use points the window at f, whose readable bytes end at size.
+func (w *headerWindow) use(f vfs.File, size int64) {
+	if w.f != f {
+		w.f, w.n = f, 0
+	}
+	w.size = size
+}
+
+// ReadAt serves p from the window, reading the window anew at off when
+// p is not all in it.
+func (w *headerWindow) ReadAt(p []byte, off int64) (int, error) {
+	if off < w.start || off+int64(len(p)) > w.start+int64(w.n) {
+		n, err := w.f.ReadAt(w.buf[:max(0, min(int64(len(w.buf)), w.size-off))], off)
+		w.start, w.n = off, n
+		if n < len(p) {
+			if err == nil {
+				err = io.ErrUnexpectedEOF
+			}
+			return copy(p, w.buf[:n]), err
+		}
+	}
+	return copy(p, w.buf[off-w.start:w.n]), nil
+}
 
 // walkHeaders calls fn with each entry header from start until fn returns
-// false or the walk reaches limit. A sealed segment's headers are read
-// through its mapping (no system call); others with one pread each.
+// false or the walk reaches limit. A mapped segment's headers are read
+// through its mapping (no system call); others through a window of pread
+// bytes (see headerWindowSize).
 //
 // It checks, for free, what a reader can: offsets strictly increase from
 // one batch to the next (and from prevLast, the last offset known to come
@@ -542,6 +610,12 @@ var headerBufs = sync.Pool{New: func() any { return new([record.BatchHeaderSize]
 // limit below the segment's size ends the walk quietly. Damage is
 // backend.ErrCorruptRecord naming the file and position.
 func (s *segFile) walkHeaders(start, limit, prevLast int64, fn func(e *record.Entry) bool) error {
+	return s.walkHeadersIn(nil, start, limit, prevLast, fn)
+}
+
+// walkHeadersIn is walkHeaders reading through the window of ref, which
+// the walks of one read share; nil: a window of its own.
+func (s *segFile) walkHeadersIn(ref *windowRef, start, limit, prevLast int64, fn func(e *record.Entry) bool) error {
 	size := s.size.Load()
 	if start >= size {
 		return nil // nothing to walk: no descriptor to open (a new partition's empty segment)
@@ -555,9 +629,14 @@ func (s *segFile) walkHeaders(start, limit, prevLast int64, fn func(e *record.En
 	if err != nil {
 		return err
 	}
-	buf := headerBufs.Get().(*[record.BatchHeaderSize]byte)
-	defer headerBufs.Put(buf)
-	return s.walk(start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.ReadHeader(f, pos, size, buf[:]) })
+	if ref == nil {
+		var own windowRef
+		defer own.release()
+		ref = &own
+	}
+	w := ref.get()
+	w.use(f, size)
+	return s.walk(start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.ReadHeader(w, pos, size, w.hdr[:]) })
 }
 
 // walk visits the batch headers header reads in [start, limit).
