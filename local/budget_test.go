@@ -290,3 +290,26 @@ func TestReadsThroughPreadAndMapping(t *testing.T) {
 		t.Fatal("no segment was evicted")
 	}
 }
+
+// TestSegmentMappedOnlyOnceRead: a sealed segment is mapped only on its
+// mapAfterReads-th read since its files opened (the reads before use
+// pread), so a segment reopened for a read or two costs no mmap and no
+// munmap.
+func TestSegmentMappedOnlyOnceRead(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "t-0")
+	writeIndexedSegments(t, dir, 3, 16)
+	l := budgetLog(t, dir, 3, 8, 64<<20)
+	maps := mappingsUnder(t, dir)
+	for i := 1; i <= 5; i++ {
+		if _, err := batchBytes(l, int64(i)); err != nil {
+			t.Fatal(err)
+		}
+		want := 0
+		if i >= 4 {
+			want = 1
+		}
+		if n := mappingsUnder(t, dir) - maps; n != want {
+			t.Fatalf("%d mappings after %d reads of a segment, want %d", n, i, want)
+		}
+	}
+}

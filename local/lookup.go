@@ -45,6 +45,7 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 	if err != nil {
 		return p, false, err
 	}
+	s.reads.Add(1)
 	e, slot, n := oi.LookupSlot(target)
 	p.indexEntry, p.indexSlot, p.indexEntries = e, slot, n
 	prevLast := s.base - 1
