@@ -21,13 +21,22 @@ import (
 // for the segment's largest timestamp, without a Log.
 func writeIndexedSegments(tb testing.TB, dir string, n, batches int) {
 	tb.Helper()
+	writeIndexedSegmentsOf(tb, dir, n, batches, 1024)
+}
+
+// writeIndexedSegmentsOf is writeIndexedSegments with values of
+// valueSize bytes: an index entry at the first batch at least 4 KiB past
+// the last one.
+func writeIndexedSegmentsOf(tb testing.TB, dir string, n, batches, valueSize int) {
+	tb.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
 	}
 	var bld record.Builder
-	value := bytes.Repeat([]byte("v"), 1024)
+	value := bytes.Repeat([]byte("v"), valueSize)
 	for i := range n {
 		var log, oi, ti []byte
+		indexed := 0 // the position of the last index entry
 		for j := range batches {
 			off := int64(i*batches + j)
 			ts := 1_700_000_000_000 + off
@@ -38,7 +47,8 @@ func writeIndexedSegments(tb testing.TB, dir string, n, batches int) {
 				tb.Fatal(err)
 			}
 			b.SetBaseOffset(off)
-			if j > 0 && j%4 == 0 {
+			if j > 0 && len(log)-indexed >= 4096 {
+				indexed = len(log)
 				rel := uint32(off - int64(i*batches))
 				oi = binary.BigEndian.AppendUint32(oi, rel)
 				oi = binary.BigEndian.AppendUint32(oi, uint32(len(log)))
@@ -65,11 +75,18 @@ func writeIndexedSegments(tb testing.TB, dir string, n, batches int) {
 // segment's files kept open (open files -1) and with the default bound on
 // open files (1,024), where most reads reopen a segment: issue 27
 // measured a 14x cliff between the two.
-func BenchmarkReadRandomSegments(b *testing.B) {
-	const n, batches = 10_000, 16
-	const end = n * batches
+func BenchmarkReadRandomSegments(b *testing.B) { benchReadRandom(b, 16, 1024) }
+
+// BenchmarkReadRandomSmallBatches is BenchmarkReadRandomSegments with
+// batches of a 40-byte record (110 bytes): 38 batches between two index
+// entries, where a read walks 19 headers on average.
+func BenchmarkReadRandomSmallBatches(b *testing.B) { benchReadRandom(b, 160, 40) }
+
+func benchReadRandom(b *testing.B, batches, valueSize int) {
+	const n = 10_000
+	end := int64(n * batches)
 	dir := filepath.Join(b.TempDir(), "t-0")
-	writeIndexedSegments(b, dir, n, batches)
+	writeIndexedSegmentsOf(b, dir, n, batches, valueSize)
 	for _, bound := range []int{-1, 4096, local.DefaultMaxOpenSegmentFiles} {
 		b.Run(fmt.Sprintf("open-files=%d", bound), func(b *testing.B) {
 			c := backend.DefaultConfig()
