@@ -62,7 +62,8 @@ func (b *fileBudget) opened(s *segFile) {
 	}
 	b.mu.Lock()
 	addTo(&b.ring, s, &s.ringAt)
-	var victims []*segFile
+	var room [2]*segFile // an open usually evicts one: no allocation
+	victims := room[:0]
 	for tries := 0; len(b.ring) > b.max && tries < 2*len(b.ring); tries++ {
 		if b.hand >= len(b.ring) {
 			b.hand = 0
@@ -105,7 +106,8 @@ func (b *fileBudget) indexed(s *segFile, n int64) {
 	addTo(&b.kept, s, &s.keptAt)
 	b.keptBytes += n - s.keptBytes
 	s.keptBytes = n
-	var victims []*segFile
+	var room [2]*segFile
+	victims := room[:0]
 	for tries := 0; b.keptBytes > b.maxIndexBytes && tries < 2*len(b.kept); tries++ {
 		if b.keptHand >= len(b.kept) {
 			b.keptHand = 0

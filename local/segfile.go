@@ -547,6 +547,7 @@ type headerWindow struct {
 	n     int   // bytes of buf holding the file's
 	buf   [headerWindowSize]byte
 	hdr   [record.BatchHeaderSize]byte
+	entry record.Entry // the walks' scratch entry (see walk)
 }
 
 // headerWindows holds the windows, so point lookups allocate nothing.
@@ -568,7 +569,7 @@ func (r *windowRef) get() *headerWindow {
 // release gives the window back; the read is over.
 func (r *windowRef) release() {
 	if r.w != nil {
-		r.w.f = nil
+		r.w.f, r.w.entry = nil, record.Entry{} // no hold on a mapping or a file
 		headerWindows.Put(r.w)
 		r.w = nil
 	}
@@ -621,33 +622,32 @@ func (s *segFile) walkHeadersIn(ref *windowRef, start, limit, prevLast int64, fn
 	if start >= size {
 		return nil // nothing to walk: no descriptor to open (a new partition's empty segment)
 	}
-	if m := s.mapping(); m != nil {
-		return s.readMapped(func() error {
-			return s.walk(start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.HeaderAt(m, pos, size) })
-		})
-	}
-	f, err := s.file()
-	if err != nil {
-		return err
-	}
 	if ref == nil {
 		var own windowRef
 		defer own.release()
 		ref = &own
 	}
 	w := ref.get()
+	if m := s.mapping(); m != nil {
+		return s.readMapped(func() error {
+			return s.walk(&w.entry, start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.HeaderAt(m, pos, size) })
+		})
+	}
+	f, err := s.file()
+	if err != nil {
+		return err
+	}
 	w.use(f, size)
-	return s.walk(start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.ReadHeader(w, pos, size, w.hdr[:]) })
+	return s.walk(&w.entry, start, limit, size, prevLast, fn, func(pos int64) (record.Entry, error) { return record.ReadHeader(w, pos, size, w.hdr[:]) })
 }
 
-// walk visits the batch headers header reads in [start, limit).
-func (s *segFile) walk(start, limit, size, prevLast int64, fn func(e *record.Entry) bool, header func(pos int64) (record.Entry, error)) error {
-	// One entry for the whole walk: fn takes its address, so it lives on
-	// the heap, and one a header cost an allocation a header.
-	var e record.Entry
+// walk visits the batch headers header reads in [start, limit), each in
+// *e. fn sees e's address, so an entry of walk's own escaped to the heap
+// (an allocation a walk); e is the window's, pooled.
+func (s *segFile) walk(e *record.Entry, start, limit, size, prevLast int64, fn func(e *record.Entry) bool, header func(pos int64) (record.Entry, error)) error {
 	for pos := start; pos < limit; {
 		var err error
-		e, err = header(pos)
+		*e, err = header(pos)
 		if err != nil {
 			if err == io.EOF {
 				return nil
@@ -670,7 +670,7 @@ func (s *segFile) walk(start, limit, size, prevLast int64, fn func(e *record.Ent
 				backend.ErrCorruptRecord, s.logPath, pos, e.LastOffset, prevLast)
 		}
 		prevLast = e.LastOffset
-		if !fn(&e) {
+		if !fn(e) {
 			return nil
 		}
 		pos += e.Size
