@@ -32,20 +32,25 @@ func (x *shared) MaxEntries() int {
 	return x.t.maxEntries()
 }
 
-// HeapBytes returns about how many bytes of Go memory the index holds
-// (its entries, its search summary, itself), and whether that is all it
-// holds: true for a view and for a read-only file small enough to be read
-// in at open (smallIndexBytes), false for a mapped or a writable one. An
-// index that holds only memory keeps no descriptor or mapping: a caller
-// may drop it without Close, even while others still read it.
-func (x *shared) HeapBytes() (n int, only bool) {
+// Footprint says what the index holds: about heapBytes of Go memory (its
+// search summary, itself, and its entries when a read-only file small
+// enough was read in at open: smallIndexBytes), whether it holds a mapping
+// of its file (a read-only one holds no descriptor: it is closed once the
+// file is mapped), and whether it is writable (the writer's: its Close
+// trims and flushes the file). A read-only index that is not mapped holds
+// only memory: a caller may drop it without Close, even while others
+// still read it.
+func (x *shared) Footprint() (heapBytes int, mapped, writable bool) {
 	x.t.mu.RLock()
 	defer x.t.mu.RUnlock()
-	n = int(unsafe.Sizeof(*x)) + len(x.t.path) + cap(x.t.data)
-	for _, level := range x.t.summary {
-		n += int(unsafe.Sizeof(level)) + 8*cap(level)
+	heapBytes = int(unsafe.Sizeof(*x)) + len(x.t.path)
+	if x.t.mm == nil {
+		heapBytes += cap(x.t.data)
 	}
-	return n, x.t.mm == nil && !x.t.writable
+	for _, level := range x.t.summary {
+		heapBytes += int(unsafe.Sizeof(level)) + 8*cap(level)
+	}
+	return heapBytes, x.t.mm != nil, x.t.writable
 }
 
 // SizeInBytes returns the bytes the valid entries take (the trimmed size).

@@ -12,46 +12,69 @@ import (
 // a segment used since the hand last passed is spared once. A segment a
 // reader holds is never evicted; the next use reopens it.
 //
-// An index small enough to be read into memory at open (index.HeapBytes)
-// holds no descriptor and no mapping, so eviction keeps it: a segment read
-// again after its eviction then opens only its .log, where reopening its
-// offset index cost an open, an fstat, a read, a close and four
-// allocations. Those indexes are bounded apart, by their bytes, with a
-// clock of their own (kept); the hand drops a segment's in-memory indexes
-// from it, and its next use reads them again. A sealed segment's files do
-// not change while the log holds it (a rebuilt or cleaned index is
-// published anew), so a kept index is what its file holds.
+// A read-only index holds no descriptor (index.Footprint): one small
+// enough is read into memory at open, a larger one is mapped and its
+// descriptor closed. So eviction keeps them: a segment read again after
+// its eviction then opens only its .log, where reopening its offset index
+// cost an open, an fstat, a read or an mmap (and a scan of every entry,
+// a page fault a page, to find the valid ones and summarize them), a
+// close and four allocations. Those indexes are bounded apart, by their
+// bytes of memory and their count of mappings (a process has at most
+// vm.max_map_count, 65,530 by default), with a clock of their own (kept);
+// its hand drops a segment's read-only indexes, and its next use opens
+// them again. A sealed segment's files do not change while the log holds
+// it (a rebuilt or cleaned index is published anew), so a kept index is
+// what its file holds.
 type fileBudget struct {
 	max int
-	// maxIndexBytes bounds the bytes of the in-memory indexes in kept.
+	// maxIndexBytes and maxIndexMaps bound the read-only indexes in kept.
 	maxIndexBytes int64
+	maxIndexMaps  int
 
 	mu   sync.Mutex
 	ring []*segFile // segments holding open files (segFile.ringAt: where)
 	hand int
-	// kept holds the segments holding in-memory indexes, open or evicted
-	// (segFile.keptAt: where; segFile.keptBytes: their bytes, summed in
-	// keptBytes).
-	kept      []*segFile
-	keptHand  int
-	keptBytes int64
+	// kept holds the segments holding read-only indexes, open or evicted
+	// (segFile.keptAt: where; segFile.kept: their cost, summed in
+	// keptCost).
+	kept     []*segFile
+	keptHand int
+	keptCost keptCost
 
 	evictions atomic.Int64
-	// indexDrops counts segments whose in-memory indexes the kept clock
+	// indexDrops counts segments whose read-only indexes the kept clock
 	// dropped.
 	indexDrops atomic.Int64
 }
 
-// defaultIndexMemory bounds the in-memory indexes a budget keeps: 8,192
-// segments' worth at the largest index read into memory (8 KiB, 1,024
-// entries), and far more at the few entries a small segment has.
-const defaultIndexMemory = 64 << 20
+// keptCost is what read-only indexes count against their bound: bytes of
+// memory and mappings.
+type keptCost struct {
+	bytes int64
+	maps  int
+}
+
+// The default bounds of the read-only indexes a budget keeps: 8,192
+// segments' worth of the largest index read into memory (8 KiB, 1,024
+// entries), far more of the few entries a small segment has; and 8,192
+// mappings, which with three a segment counted by a bound of 4,096 open
+// files (a Backend's default) stays below a third of vm.max_map_count.
+const (
+	defaultIndexMemory   = 64 << 20
+	defaultIndexMappings = 8192
+)
 
 func newFileBudget(max int) *fileBudget {
 	if max <= 0 {
 		return nil
 	}
-	return &fileBudget{max: max, maxIndexBytes: defaultIndexMemory}
+	return &fileBudget{max: max, maxIndexBytes: defaultIndexMemory, maxIndexMaps: defaultIndexMappings}
+}
+
+// overLocked says whether the kept indexes exceed their bounds.
+// REQUIRES: b.mu held.
+func (b *fileBudget) overLocked() bool {
+	return b.keptCost.bytes > b.maxIndexBytes || b.keptCost.maps > b.maxIndexMaps
 }
 
 // opened records that s opened its files, then evicts others while over
@@ -95,28 +118,29 @@ func (b *fileBudget) opened(s *segFile) {
 	}
 }
 
-// indexed records that s holds in-memory indexes of n bytes in all, then
-// drops others' while over the bound. It must be called without s.mu
-// held.
-func (b *fileBudget) indexed(s *segFile, n int64) {
+// indexed records that s holds read-only indexes costing c, then drops
+// others' while over the bounds. It must be called without s.mu held.
+func (b *fileBudget) indexed(s *segFile, c keptCost) {
 	if b == nil {
 		return
 	}
 	b.mu.Lock()
 	addTo(&b.kept, s, &s.keptAt)
-	b.keptBytes += n - s.keptBytes
-	s.keptBytes = n
+	b.keptCost.bytes += c.bytes - s.kept.bytes
+	b.keptCost.maps += c.maps - s.kept.maps
+	s.kept = c
 	var room [2]*segFile
 	victims := room[:0]
-	for tries := 0; b.keptBytes > b.maxIndexBytes && tries < 2*len(b.kept); tries++ {
+	for tries := 0; b.overLocked() && tries < 2*len(b.kept); tries++ {
 		if b.keptHand >= len(b.kept) {
 			b.keptHand = 0
 		}
 		c := b.kept[b.keptHand]
 		if c != s && !c.indexUsed.Swap(false) {
 			victims = append(victims, c)
-			b.keptBytes -= c.keptBytes
-			c.keptBytes = 0
+			b.keptCost.bytes -= c.kept.bytes
+			b.keptCost.maps -= c.kept.maps
+			c.kept = keptCost{}
 			removeFrom(&b.kept, b.keptHand, func(s *segFile) *int { return &s.keptAt })
 			continue
 		}
@@ -124,8 +148,22 @@ func (b *fileBudget) indexed(s *segFile, n int64) {
 	}
 	b.mu.Unlock()
 	for _, v := range victims {
-		v.dropInMemoryIndexes()
-		b.indexDrops.Add(1)
+		if v.dropReadOnlyIndexes() {
+			b.indexDrops.Add(1)
+			continue
+		}
+		// A reader holds a mapped one: keep it counted, it will go
+		// later; unless the segment's files closed for good meanwhile.
+		v.mu.Lock()
+		if c := v.keptCostLocked(); c != (keptCost{}) {
+			b.mu.Lock()
+			addTo(&b.kept, v, &v.keptAt)
+			b.keptCost.bytes += c.bytes - v.kept.bytes
+			b.keptCost.maps += c.maps - v.kept.maps
+			v.kept = c
+			b.mu.Unlock()
+		}
+		v.mu.Unlock()
 	}
 }
 
@@ -183,14 +221,15 @@ func (b *fileBudget) forget(s *segFile) {
 	b.forgetFilesLocked(s)
 	if i := s.keptAt; i >= 0 && i < len(b.kept) && b.kept[i] == s {
 		removeFrom(&b.kept, i, func(s *segFile) *int { return &s.keptAt })
-		b.keptBytes -= s.keptBytes
-		s.keptBytes = 0
+		b.keptCost.bytes -= s.kept.bytes
+		b.keptCost.maps -= s.kept.maps
+		s.kept = keptCost{}
 	}
 }
 
-// closeIdleFiles closes a sealed segment's .log descriptor, mapping and
-// mapped indexes when no reader holds it; it reports whether it did. Its
-// in-memory indexes stay, and so does the check of its offset index
+// closeIdleFiles closes a sealed segment's .log descriptor and mapping
+// and the writer's indexes when no reader holds it; it reports whether it
+// did. Its read-only indexes stay, and so does the check of its offset index
 // against its log: a sealed segment's files do not change while it is
 // closed (a rebuilt or cleaned index is published anew, and checked
 // again), so the check holds when it reopens.
@@ -204,16 +243,28 @@ func (s *segFile) closeIdleFiles() bool {
 	return true
 }
 
-// dropInMemoryIndexes lets go of the segment's in-memory indexes (the
-// kept clock's victim); its next use reads them again. They are not
-// closed: they hold only memory, and a reader may still be using one.
-func (s *segFile) dropInMemoryIndexes() {
+// dropReadOnlyIndexes lets go of the segment's read-only indexes (the
+// kept clock's victim); its next use opens them again. One held in memory
+// is not closed: it holds only memory, and a reader may still use it. A
+// mapped one is closed, unless a reader holds the segment: then all stay,
+// and it reports false.
+func (s *segFile) dropReadOnlyIndexes() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.oi != nil && inMemory(s.oi) {
+	if s.refs.Load() != 1 && (mappedReadOnly(s.oi) || mappedReadOnly(s.ti)) {
+		return false
+	}
+	if mappedReadOnly(s.oi) {
+		s.oi.Close() // read-only: nothing to write back; an unmap error leaves nothing to do
+	}
+	if mappedReadOnly(s.ti) {
+		s.ti.Close()
+	}
+	if s.oi != nil && !writable(s.oi) {
 		s.oi = nil
 	}
-	if s.ti != nil && inMemory(s.ti) {
+	if s.ti != nil && !writable(s.ti) {
 		s.ti, s.tiBypassed = nil, false
 	}
+	return true
 }

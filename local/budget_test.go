@@ -29,7 +29,7 @@ func budgetLog(t *testing.T, dir string, segs, maxOpen int, indexBytes int64) *l
 	if maxOpen < 0 {
 		l, err = local.Open(dir, opts)
 	} else {
-		l, err = local.OpenWithIndexMemory(dir, opts, indexBytes)
+		l, err = local.OpenWithIndexBounds(dir, opts, indexBytes, 8192)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -311,5 +311,96 @@ func TestSegmentMappedOnlyOnceRead(t *testing.T) {
 		if n := mappingsUnder(t, dir) - maps; n != want {
 			t.Fatalf("%d mappings after %d reads of a segment, want %d", n, i, want)
 		}
+	}
+}
+
+// TestEvictedSegmentsKeepMappedIndexes: offset indexes too large to be
+// read into memory are mapped; eviction keeps them (they hold no
+// descriptor) under a bound of their own on mappings. Kept or dropped at
+// once, with a reader holding a segment whose index is dropped, reads
+// give the bytes a log keeping every file open gives, and the mappings
+// stay within the bounds.
+func TestEvictedSegmentsKeepMappedIndexes(t *testing.T) {
+	dir := t.TempDir()
+	// An index entry a batch: 1,100 entries (8.8 KiB) a segment.
+	c := cfg(t, "segment.bytes", "140000", "index.interval.bytes", "1")
+	l := openLog(t, dir, c, false)
+	for i := range 6000 {
+		if _, err := l.Append(ctx, batchOf(1, int64(1000+i), "m"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	end := l.Offsets().LogEnd
+	l.Close()
+	segs := len(segmentFiles(t, dir))
+	ix, err := os.Stat(filepath.Join(dir, local.FileName(0, local.IndexSuffix)))
+	if err != nil || ix.Size() <= 8<<10 {
+		t.Fatalf("the first segment's index: %v, %v; the test needs one past 8 KiB", ix, err)
+	}
+	opts := local.Options{Config: c, CleanShutdown: true, RecoveryPoint: end, LogStartOffset: -1, HighWatermark: end}
+	all, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, RecoveryPoint: end, LogStartOffset: -1, HighWatermark: end, MaxOpenSegmentFiles: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(7, 8))
+	offs, want := make([]int64, 1500), make([][]byte, 1500)
+	for i := range offs {
+		offs[i] = rng.Int64N(end)
+		if want[i], err = batchBytes(all, offs[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all.Close()
+	const maxOpen = 1
+	opts.MaxOpenSegmentFiles = maxOpen
+	for _, c := range []struct {
+		name string
+		maps int
+	}{{"indexes kept", 8192}, {"indexes dropped", 1}} {
+		t.Run(c.name, func(t *testing.T) {
+			l, err := local.OpenWithIndexBounds(dir, opts, 64<<20, c.maps)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			fds, maps := openFDs(t), mappingsUnder(t, dir)
+			held, err := l.Read(ctx, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, off := range offs {
+				got, err := batchBytes(l, off)
+				if err != nil {
+					t.Fatalf("read %d: %v", off, err)
+				}
+				if !bytes.Equal(got, want[i]) {
+					t.Fatalf("read %d: %d bytes differ from the %d of a log keeping every file open", off, len(got), len(want[i]))
+				}
+				if n := openFDs(t) - fds; n > maxOpen+3 { // the held reader's besides
+					t.Fatalf("%d more descriptors open, with a bound of %d segments", n, maxOpen)
+				}
+				// The counted segments' .log and index mappings, the kept
+				// indexes', and the held reader's.
+				if n := mappingsUnder(t, dir) - maps; n > 3*maxOpen+c.maps+3 {
+					data, _ := os.ReadFile("/proc/self/maps")
+					for _, line := range strings.Split(string(data), "\n") {
+						if strings.Contains(line, dir) {
+							t.Log(line)
+						}
+					}
+					t.Fatalf("%d more mappings, with bounds of %d segments and %d index mappings", n, maxOpen, c.maps)
+				}
+			}
+			if c.maps > segs && mappingsUnder(t, dir)-maps < segs-maxOpen {
+				t.Fatalf("%d mappings under the log: the evicted segments' offset indexes were not kept", mappingsUnder(t, dir)-maps)
+			}
+			if drops := l.BudgetIndexDrops() > 0; drops != (c.maps < segs) {
+				t.Fatalf("%d read-only indexes dropped, with a bound of %d mappings and %d segments", l.BudgetIndexDrops(), c.maps, segs)
+			}
+			var buf bytes.Buffer
+			if _, err := local.ReadAll(held, &buf); err != nil || buf.Len() == 0 {
+				t.Fatalf("the held read after its index was dropped: %d bytes, %v", buf.Len(), err)
+			}
+		})
 	}
 }

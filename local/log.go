@@ -48,11 +48,13 @@ type Options struct {
 	// rebuilds on disk, no checkpoint writes. A torn tail is not served;
 	// every method that writes returns ErrReadOnly.
 	ReadOnly bool
-	// MaxOpenSegmentFiles bounds how many closed segments keep their files
-	// open at once, descriptors and mappings (of the .log and of the
-	// indexes) alike (default DefaultMaxOpenSegmentFiles; -1: no bound);
-	// the least recently used close first and reopen on their next use.
-	// A Backend shares one bound across its logs.
+	// MaxOpenSegmentFiles bounds how many closed segments keep their .log
+	// open at once, descriptor and mapping, and the writer's index
+	// mappings (default DefaultMaxOpenSegmentFiles; -1: no bound); the
+	// least recently used close first and reopen on their next use. Their
+	// read-only indexes, which hold no descriptor, outlive the close under
+	// a bound of their own: 64 MiB of memory and 8,192 mappings. A Backend
+	// shares the bounds across its logs.
 	MaxOpenSegmentFiles int
 	budget              *fileBudget // set by a Backend: shared by its logs
 	// sched and background are set by a Backend: its scheduler for the
@@ -97,8 +99,9 @@ var ErrReadOnly = errors.New("local: log opened read-only")
 // DefaultMaxOpenSegmentFiles is the bound on a log's closed segments
 // holding open files when it is opened alone (a Backend shares its own
 // bound, BackendOptions.MaxOpenSegmentFiles, across its logs). A segment
-// holds up to a descriptor and three mappings, so the default stays far
-// below Linux's vm.max_map_count of 65,530 mappings a process.
+// counted holds up to a descriptor and three mappings, and the read-only
+// indexes kept besides at most 8,192, so the default stays far below
+// Linux's vm.max_map_count of 65,530 mappings a process.
 const DefaultMaxOpenSegmentFiles = 1024
 
 // Log is one partition on local disk; it implements backend.Partition.

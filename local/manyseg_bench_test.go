@@ -21,13 +21,13 @@ import (
 // for the segment's largest timestamp, without a Log.
 func writeIndexedSegments(tb testing.TB, dir string, n, batches int) {
 	tb.Helper()
-	writeIndexedSegmentsOf(tb, dir, n, batches, 1024)
+	writeIndexedSegmentsOf(tb, dir, n, batches, 1024, 4096)
 }
 
 // writeIndexedSegmentsOf is writeIndexedSegments with values of
-// valueSize bytes: an index entry at the first batch at least 4 KiB past
-// the last one.
-func writeIndexedSegmentsOf(tb testing.TB, dir string, n, batches, valueSize int) {
+// valueSize bytes: an index entry at the first batch at least interval
+// bytes past the last one.
+func writeIndexedSegmentsOf(tb testing.TB, dir string, n, batches, valueSize, interval int) {
 	tb.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		tb.Fatal(err)
@@ -47,7 +47,7 @@ func writeIndexedSegmentsOf(tb testing.TB, dir string, n, batches, valueSize int
 				tb.Fatal(err)
 			}
 			b.SetBaseOffset(off)
-			if j > 0 && len(log)-indexed >= 4096 {
+			if j > 0 && len(log)-indexed >= interval {
 				indexed = len(log)
 				rel := uint32(off - int64(i*batches))
 				oi = binary.BigEndian.AppendUint32(oi, rel)
@@ -75,18 +75,23 @@ func writeIndexedSegmentsOf(tb testing.TB, dir string, n, batches, valueSize int
 // segment's files kept open (open files -1) and with the default bound on
 // open files (1,024), where most reads reopen a segment: issue 27
 // measured a 14x cliff between the two.
-func BenchmarkReadRandomSegments(b *testing.B) { benchReadRandom(b, 16, 1024) }
+func BenchmarkReadRandomSegments(b *testing.B) { benchReadRandom(b, 10_000, 16, 1024, 4096) }
 
 // BenchmarkReadRandomSmallBatches is BenchmarkReadRandomSegments with
 // batches of a 40-byte record (110 bytes): 38 batches between two index
 // entries, where a read walks 19 headers on average.
-func BenchmarkReadRandomSmallBatches(b *testing.B) { benchReadRandom(b, 160, 40) }
+func BenchmarkReadRandomSmallBatches(b *testing.B) { benchReadRandom(b, 10_000, 160, 40, 4096) }
 
-func benchReadRandom(b *testing.B, batches, valueSize int) {
-	const n = 10_000
+// BenchmarkReadRandomMappedIndexes is BenchmarkReadRandomSegments over
+// 3,000 segments of 1,100 small batches, each indexed: offset indexes of
+// 8.8 KiB, past the size read into memory, so mapped (as a segment of
+// 4 MiB or more has at the default index.interval.bytes).
+func BenchmarkReadRandomMappedIndexes(b *testing.B) { benchReadRandom(b, 3000, 1100, 40, 1) }
+
+func benchReadRandom(b *testing.B, n, batches, valueSize, interval int) {
 	end := int64(n * batches)
 	dir := filepath.Join(b.TempDir(), "t-0")
-	writeIndexedSegmentsOf(b, dir, n, batches, valueSize)
+	writeIndexedSegmentsOf(b, dir, n, batches, valueSize, interval)
 	for _, bound := range []int{-1, 4096, local.DefaultMaxOpenSegmentFiles} {
 		b.Run(fmt.Sprintf("open-files=%d", bound), func(b *testing.B) {
 			c := backend.DefaultConfig()

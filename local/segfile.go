@@ -58,11 +58,11 @@ type segFile struct {
 	// holds a descriptor, a mapping or an index).
 	budgeted bool
 	// ringAt and keptAt are the segment's places in the file budget's
-	// rings of open files and of in-memory indexes, -1 when not there;
-	// keptBytes is what its in-memory indexes count there. Guarded by
-	// the budget's mu, not s.mu.
+	// rings of open files and of read-only indexes, -1 when not there;
+	// kept is what its read-only indexes count there. Guarded by the
+	// budget's mu, not s.mu.
 	ringAt, keptAt int
-	keptBytes      int64
+	kept           keptCost
 	rd             vfs.File // read-only descriptor; nil until first needed
 	oi             *index.OffsetIndex
 	ti             *index.TimeIndex
@@ -178,14 +178,14 @@ func (s *segFile) release() {
 func (s *segFile) closeFilesLocked() error { return s.closeLocked(false) }
 
 // closeLocked is closeFilesLocked; with evict (the file budget's eviction
-// of an idle segment) the indexes that hold only memory stay, with what is
-// known of them (see closeIdleFiles). REQUIRES: s.mu held, and no reader.
+// of an idle segment) the read-only indexes stay, with what is known of
+// them (see closeIdleFiles). REQUIRES: s.mu held, and no reader.
 func (s *segFile) closeLocked(evict bool) error {
 	// errors.Join of nils allocates nothing; a slice of the errors did, on
 	// every eviction.
 	var err error
 	if evict {
-		err = s.closeMappedIndexesLocked()
+		err = s.closeWritableIndexesLocked()
 	} else {
 		err = s.closeIndexesLocked()
 	}
@@ -211,34 +211,57 @@ func (s *segFile) closeLocked(evict bool) error {
 	return err
 }
 
-// holdsFilesLocked says whether the segment holds a descriptor or a
-// mapping (of its .log or of an index). REQUIRES: s.mu held.
+// holdsFilesLocked says whether the segment holds what the file budget
+// counts: a descriptor or a mapping of its .log, a writable index (the
+// writer's, mapped), or retired indexes (closed by its eviction).
+// Read-only indexes hold no descriptor: the budget bounds them apart (see
+// fileBudget). REQUIRES: s.mu held.
 func (s *segFile) holdsFilesLocked() bool {
-	return s.rd != nil || s.mapped != nil || (s.oi != nil && !inMemory(s.oi)) || (s.ti != nil && !inMemory(s.ti))
+	return s.rd != nil || s.mapped != nil || len(s.retired) > 0 ||
+		(s.oi != nil && writable(s.oi)) || (s.ti != nil && writable(s.ti))
 }
 
-// inMemory says whether an index holds only memory, no descriptor or
-// mapping (see index.HeapBytes).
-func inMemory(x interface{ HeapBytes() (int, bool) }) bool {
-	_, only := x.HeapBytes()
-	return only
+// footprint is an index's Footprint (nil: nothing).
+type footprint interface {
+	Footprint() (heapBytes int, mapped, writable bool)
 }
 
-// inMemoryBytesLocked is what the segment's in-memory indexes take.
-// REQUIRES: s.mu held.
-func (s *segFile) inMemoryBytesLocked() int64 {
-	var n int64
-	if s.oi != nil {
-		if b, only := s.oi.HeapBytes(); only {
-			n += int64(b)
+func writable(x footprint) bool {
+	_, _, w := x.Footprint()
+	return w
+}
+
+// mappedReadOnly says whether x is a read-only index holding a mapping.
+func mappedReadOnly[X interface {
+	*index.OffsetIndex | *index.TimeIndex
+	footprint
+}](x X) bool {
+	if x == nil {
+		return false
+	}
+	_, mapped, w := x.Footprint()
+	return mapped && !w
+}
+
+// keptCostLocked is what the segment's read-only indexes count against
+// the budget's bound on them. REQUIRES: s.mu held.
+func (s *segFile) keptCostLocked() keptCost {
+	var c keptCost
+	add := func(x footprint) {
+		if n, mapped, w := x.Footprint(); !w {
+			c.bytes += int64(n)
+			if mapped {
+				c.maps++
+			}
 		}
+	}
+	if s.oi != nil {
+		add(s.oi)
 	}
 	if s.ti != nil {
-		if b, only := s.ti.HeapBytes(); only {
-			n += int64(b)
-		}
+		add(s.ti)
 	}
-	return n
+	return c
 }
 
 // toBudgetLocked says whether the segment must now be counted by the
@@ -255,20 +278,20 @@ func (s *segFile) toBudgetLocked() bool {
 
 // budget counts a sealed segment that holds files but is not counted
 // yet (the segment a roll just sealed keeps the writer's index mappings),
-// and the bytes of any segment's in-memory indexes.
+// and any segment's read-only indexes.
 func (s *segFile) budget() {
 	s.mu.Lock()
 	count := s.toBudgetLocked()
-	mem := int64(0)
+	var kept keptCost
 	if s.opts.budget != nil {
-		mem = s.inMemoryBytesLocked()
+		kept = s.keptCostLocked()
 	}
 	s.mu.Unlock()
 	if count {
 		s.opts.budget.opened(s)
 	}
-	if mem > 0 {
-		s.opts.budget.indexed(s, mem)
+	if kept != (keptCost{}) {
+		s.opts.budget.indexed(s, kept)
 	}
 }
 
@@ -286,16 +309,16 @@ func (s *segFile) closeIndexesLocked() error {
 	return err
 }
 
-// closeMappedIndexesLocked closes the indexes that hold a mapping; the
-// in-memory ones stay, as does the check of the offset index (the files
-// do not change: see closeIdleFiles). REQUIRES: s.mu held, and no reader.
-func (s *segFile) closeMappedIndexesLocked() error {
+// closeWritableIndexesLocked closes the writer's indexes; the read-only
+// ones stay, as does the check of the offset index (the files do not
+// change: see closeIdleFiles). REQUIRES: s.mu held, and no reader.
+func (s *segFile) closeWritableIndexesLocked() error {
 	var err error
-	if s.oi != nil && !inMemory(s.oi) {
+	if s.oi != nil && writable(s.oi) {
 		err = s.oi.Close()
 		s.oi = nil
 	}
-	if s.ti != nil && !inMemory(s.ti) {
+	if s.ti != nil && writable(s.ti) {
 		err = errors.Join(err, s.ti.Close())
 		s.ti, s.tiBypassed = nil, false
 	}
@@ -385,7 +408,7 @@ func (s *segFile) indexes() (*index.OffsetIndex, *index.TimeIndex, error) {
 // from their files. REQUIRES: s.mu not held.
 func (s *segFile) openIndexes(withTime bool) (*index.OffsetIndex, *index.TimeIndex, error) {
 	oi, ti, err := s.openIndexesUncounted(withTime)
-	s.budget() // mappings count against the file budget as descriptors do; in-memory indexes by their bytes
+	s.budget() // the read-only indexes count against the budget's bound on them
 	return oi, ti, err
 }
 
