@@ -31,6 +31,9 @@ type fileBudget struct {
 	maxIndexBytes int64
 	maxIndexMaps  int
 
+	// mu guards the fields below. It is never held while a segment's
+	// files close; a victim a reader holds is counted again under its
+	// segFile.mu, then mu (the one order the two are taken in).
 	mu   sync.Mutex
 	ring []*segFile // segments holding open files (segFile.ringAt: where)
 	hand int
