@@ -94,7 +94,9 @@
 //
 // Closed segments' descriptors and mappings are bounded across a Backend
 // by a clock (second chance) file budget; one a reader holds is never
-// closed.
+// closed. An evicted segment keeps its read-only indexes (in memory, or
+// mapped when large) under bounds of their own (64 MiB, 8,192 mappings),
+// so a read of it reopens only its .log.
 //
 // # Background work
 //
@@ -195,8 +197,10 @@
 // flush: taken under Log.mu by a roll and a truncation, and alone by the
 // flush), Log.changeMu (the Changed channel: taken under Log.mu or alone)
 // and Log.flushErrMu (a background flush's first error). fileBudget.mu is
-// taken alone: the budget releases it before it closes an evicted
-// segment's files (which takes segFile.mu). Readers take no lock
+// taken alone or under segFile.mu (a victim a reader holds is counted
+// again, the kept indexes' clock), never the other way: the budget
+// releases it before it closes an evicted segment's files (which takes
+// segFile.mu). Readers take no lock
 // of the log: they load the segment list and the offsets atomically and
 // take a segment reference (segFile.acquire). A method named …Locked
 // requires the lock its comment names.
