@@ -14,6 +14,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
@@ -111,6 +112,58 @@ func BenchmarkRawWrite16K(b *testing.B) {
 			next()
 		}
 		n, err := f.Write(bs[i&63])
+		if err != nil {
+			b.Fatal(err)
+		}
+		written += int64(n)
+		i++
+	}
+}
+
+// BenchmarkRawValidatedWrite16K is BenchmarkRawWrite16K with the leader
+// validation a log does before it writes a client's batch (header, CRC and
+// every record decoded: record.Validator.ValidateForLeader, as the log
+// calls it): BenchmarkAppend16K against it is the log's own cost, beside
+// the write and the checks every honest leader append needs.
+func BenchmarkRawValidatedWrite16K(b *testing.B) {
+	dir := b.TempDir()
+	bs := batches16K(64)
+	c := backend.DefaultConfig()
+	opts := record.LeaderOptions{TimestampType: record.CreateTime, TimestampBeforeMaxMs: c.MessageTimestampBeforeMaxMs,
+		TimestampAfterMaxMs: c.MessageTimestampAfterMaxMs, MaxMessageBytes: c.MaxMessageBytes}
+	var v record.Validator
+	var f *os.File
+	var written int64
+	files := 0
+	next := func() {
+		if f != nil {
+			f.Close()
+		}
+		if files >= 2 {
+			os.Remove(filepath.Join(dir, fmt.Sprint(files-2)))
+		}
+		var err error
+		f, err = os.Create(filepath.Join(dir, fmt.Sprint(files)))
+		if err != nil {
+			b.Fatal(err)
+		}
+		files++
+		written = 0
+	}
+	next()
+	defer func() { f.Close() }()
+	b.SetBytes(int64(len(bs[0])))
+	i := 0
+	for b.Loop() {
+		if written+int64(len(bs[0])) > 256<<20 {
+			next()
+		}
+		batch := record.Batch(bs[i&63])
+		batch.SetBaseOffset(0)
+		if _, err := v.ValidateForLeader(batch, time.Now().UnixMilli(), opts); err != nil {
+			b.Fatal(err)
+		}
+		n, err := f.Write(batch)
 		if err != nil {
 			b.Fatal(err)
 		}
