@@ -151,6 +151,9 @@ func OpenBackend(dir string, opts BackendOptions) (*Backend, error) {
 		quota:   NewQuota(opts.Manager.CopyBytesPerSecond),
 		readers: NewReaderPool(opts.Manager.ReaderThreads, opts.Manager.ReaderMaxPendingTasks)}
 	b.svc = newService(b)
+	// Read replicas share one listing of a WAL writer within half a
+	// step's interval (replica_wal.go).
+	b.caches.walLists.fresh = b.svc.cfg.TaskInterval / 2
 	return b, nil
 }
 
@@ -207,6 +210,13 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 	l, err := b.local.OpenLog(ctx, topic, partition, cfg)
 	if err != nil {
 		return nil, err
+	}
+	if isReplicaDir(l.Dir()) && (!b.opts.ReadReplica || !cfg.RemoteStorageEnable) {
+		// A read replica's copy of another cluster's records: never a
+		// partition's own.
+		l.Close()
+		return nil, fmt.Errorf("%w: %s holds a read replica's copy of another cluster's records (%s): open it as a read replica, or delete the partition first",
+			backend.ErrInvalidConfig, tp, ReplicaMarker)
 	}
 	if !cfg.RemoteStorageEnable {
 		return l, nil

@@ -1,14 +1,18 @@
 package tiered
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/manifest"
@@ -40,10 +44,12 @@ import (
 // object still in flight, whose extents may come before a mark above
 // it). Its local log holds that chain from the segments' end up to the
 // mark, appended as a follower's appends (producer state, transactions
-// and epochs as the origin's), and its high watermark is there. A new
-// manifest (another writer, epoch or segments' end) starts the local log
-// over at its segments' end: at most the partition's unconsolidated tail
-// is read again.
+// and epochs as the origin's), and its high watermark is there. Every
+// record in it is final in any view, so a new manifest (another writer,
+// epoch or segments' end) only extends it; the copies below the segments'
+// end go. It starts over at the segments' end only at the first step
+// after open, or when it no longer joins the segments (it fell behind a
+// whole consolidation).
 //
 // The replica trails the origin by the writer's commit interval (a mark
 // is put with the next object, or alone within a commit interval) plus
@@ -229,53 +235,132 @@ func markReplicaDir(dir string) error {
 }
 
 // readWriterObjects reads the footers of r's writer's objects above
-// r.seen, in number order, up to the first number the bucket does not
-// hold yet, and takes tp's extents and marks from them.
+// r.seen, in number order, and takes tp's extents and marks from them. It
+// stops at the first missing number the writer may still be putting (one
+// of its newest wal.MaxInFlight: the writer settles its numbers in order,
+// so one below those holds an object, or held one WAL gc removed: a void,
+// a fence its writer passed, or data every partition consolidated past).
 func (p *Partition) readWriterObjects(ctx context.Context, layout wal.Layout, tp wal.TopicPartition, r *replicaWAL) error {
-	start := ""
-	if r.seen > 0 {
-		start = layout.Key(r.writer, r.seen)
+	objs, err := p.caches.walLists.list(ctx, p.store, layout, r.writer, r.seen, p.opts.Now())
+	if err != nil {
+		return err
 	}
-	var ferr error
-	err := p.store.ListAfter(ctx, layout.WriterPrefix(r.writer), start, func(info objstore.ObjectInfo) bool {
-		id, seq, err := layout.Parse(info.Key)
-		if err != nil || id != r.writer {
-			ferr = fmt.Errorf("%w: %v", wal.ErrCorrupt, err)
-			return false
+	if len(objs) == 0 {
+		return nil
+	}
+	highest := objs[len(objs)-1].seq
+	for _, o := range objs {
+		if o.seq <= r.seen {
+			continue
 		}
-		if seq <= r.seen {
-			return true
+		if o.seq != r.seen+1 && r.seen+1+wal.MaxInFlight > highest {
+			return nil // a number still in flight: read on from it next step
 		}
-		if seq != r.seen+1 {
-			return false // a number still in flight: read on from it next step
+		f, err := p.walFooter(ctx, o.info)
+		if errors.Is(err, objstore.ErrNotFound) && o.seq+wal.MaxInFlight <= highest {
+			// WAL gc removed it since the listing: it held nothing this
+			// partition needs past the segments of the manifest gc read
+			// (newer than this one: the next step reads it).
+			r.seen = o.seq
+			continue
 		}
-		f, err := p.walFooter(ctx, info)
 		if err != nil {
-			ferr = err
-			return false
+			return err
 		}
-		if f.Writer != id || f.Sequence != seq {
-			ferr = fmt.Errorf("%w: %s holds the footer of writer %s sequence %d", wal.ErrCorrupt, info.Key, f.Writer, f.Sequence)
-			return false
+		if f.Writer != r.writer || f.Sequence != o.seq {
+			return fmt.Errorf("%w: %s holds the footer of writer %s sequence %d", wal.ErrCorrupt, o.info.Key, f.Writer, f.Sequence)
 		}
 		if e, ok := f.Find(tp); ok {
-			r.own = append(r.own, wal.Located{Key: info.Key, Writer: id, Sequence: seq, Extent: e})
+			r.own = append(r.own, wal.Located{Key: o.info.Key, Writer: r.writer, Sequence: o.seq, Extent: e})
 		}
 		if m, ok := f.FindMark(tp); ok && m.Epoch == r.epoch && m.End > r.acked {
 			r.acked = m.End
 		}
-		r.seen = seq
-		return true
-	})
-	if ferr != nil {
-		if errors.Is(ferr, objstore.ErrNotFound) {
-			// WAL gc removed it: the manifest held is older than the
-			// one gc judged by; the next step reads the newer one.
-			return fmt.Errorf("%w (the origin consolidated past it)", ferr)
-		}
-		return ferr
+		r.seen = o.seq
 	}
-	return err
+	return nil
+}
+
+// walListed is a WAL object a listing found.
+type walListed struct {
+	info objstore.ObjectInfo
+	seq  uint64
+}
+
+// walLists shares the listings of WAL writers' objects among a Backend's
+// read replicas: one listing of a writer, fresh for a while, serves every
+// partition that follows it (a Backend's service steps them all each task
+// interval), so a step costs one LIST a writer, not one a partition.
+type walLists struct {
+	// fresh is how long a listing serves (0: each call lists).
+	fresh time.Duration
+	mu    sync.Mutex
+	m     map[wal.WriterID]*walListing
+}
+
+// walListing is one writer's objects above from, listed at at.
+type walListing struct {
+	at   time.Time
+	from uint64
+	objs []walListed
+}
+
+// maxListed bounds one listing: a replica far behind reads on at its next
+// step.
+const maxListed = 10_000
+
+// list returns writer w's objects numbered above after, in number order,
+// at most maxListed: from a listing younger than fresh that began at or
+// below after, or from a new one.
+func (c *walLists) list(ctx context.Context, store *objstore.Store, l wal.Layout, w wal.WriterID, after uint64, now time.Time) ([]walListed, error) {
+	if c.fresh > 0 {
+		c.mu.Lock()
+		for id, e := range c.m {
+			if now.Sub(e.at) > 10*c.fresh {
+				delete(c.m, id) // a writer no replica follows any more
+			}
+		}
+		e := c.m[w]
+		c.mu.Unlock()
+		if e != nil && now.Sub(e.at) <= c.fresh && e.from <= after && len(e.objs) < maxListed {
+			i, _ := slices.BinarySearchFunc(e.objs, after+1, func(o walListed, seq uint64) int { return cmp.Compare(o.seq, seq) })
+			return e.objs[i:], nil
+		}
+	}
+	start := ""
+	if after > 0 {
+		start = l.Key(w, after)
+	}
+	var objs []walListed
+	var ferr error
+	err := store.ListAfter(ctx, l.WriterPrefix(w), start, func(info objstore.ObjectInfo) bool {
+		id, seq, err := l.Parse(info.Key)
+		if err != nil || id != w {
+			ferr = fmt.Errorf("%w: %s: %v", wal.ErrCorrupt, info.Key, err)
+			return false
+		}
+		if seq > after {
+			objs = append(objs, walListed{info: info, seq: seq})
+		}
+		return len(objs) < maxListed
+	})
+	if err == nil {
+		err = ferr
+	}
+	if err != nil {
+		return nil, err
+	}
+	if c.fresh > 0 {
+		c.mu.Lock()
+		if c.m == nil {
+			c.m = map[wal.WriterID]*walListing{}
+		}
+		if e := c.m[w]; e == nil || now.Sub(e.at) > c.fresh || after <= e.from {
+			c.m[w] = &walListing{at: now, from: after, objs: objs}
+		}
+		c.mu.Unlock()
+	}
+	return objs, nil
 }
 
 // walFooter reads the footer of a WAL object through the Backend's

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -363,6 +364,22 @@ func TestReadReplicaOfDisklessReopens(t *testing.T) {
 	sameBatches(t, p, origin)
 	b.Close()
 
+	// Never a partition's own: a Backend that is not a replica refuses
+	// the directory, as a local topic of the replica's does.
+	own := openDisklessBackend(t, dir, objstore.New(mem.New(), "mem://other", objstore.Options{}))
+	if _, err := own.Open(ctx, "orders", 0, cfg(t, disklessCfg...)); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("a Backend that is not a replica opened a replica's directory: %v", err)
+	}
+	own.Close()
+	rb, err := tiered.OpenBackend(dir, tiered.BackendOptions{Store: objstore.New(ro, "mem://diskless-reopen-r", objstore.Options{}), Prefix: "tl", ReadReplica: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rb.Open(ctx, "orders", 0, cfg(t)); !errors.Is(err, backend.ErrInvalidConfig) || !strings.Contains(err.Error(), tiered.ReplicaMarker) {
+		t.Fatalf("a replica opened its replica's directory as a local topic: %v", err)
+	}
+	rb.Close()
+
 	end = produceN(10)
 	b, p = openAt()
 	eventually(t, 10*time.Second, "the reopened replica never reached the origin's end", func() bool { return p.Offsets().HighWatermark == end })
@@ -374,7 +391,7 @@ func TestReadReplicaOfDisklessReopens(t *testing.T) {
 	if err := os.Remove(filepath.Join(dir, "orders-0", tiered.ReplicaMarker)); err != nil {
 		t.Fatal(err)
 	}
-	rb, err := tiered.OpenBackend(dir, tiered.BackendOptions{Store: objstore.New(ro, "mem://diskless-reopen-r", objstore.Options{}), Prefix: "tl", ReadReplica: true})
+	rb, err = tiered.OpenBackend(dir, tiered.BackendOptions{Store: objstore.New(ro, "mem://diskless-reopen-r", objstore.Options{}), Prefix: "tl", ReadReplica: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -382,4 +399,60 @@ func TestReadReplicaOfDisklessReopens(t *testing.T) {
 	if _, err := rb.Open(ctx, "orders", 0, cfg(t, disklessCfg...)); !errors.Is(err, backend.ErrInvalidConfig) {
 		t.Fatalf("a replica over a directory with records and no marker: %v, want ErrInvalidConfig", err)
 	}
+}
+
+// TestReadReplicaOfDisklessAfterWALGC: WAL gc removes a void (a fence
+// its writer has passed) between the manifest's number and the writer's
+// newest objects. A replica that starts afterwards reads past the removed
+// number (below the writer's newest four: settled, gone for good) and
+// serves the records above it. (Found in review: it stopped there, for
+// good.)
+func TestReadReplicaOfDisklessAfterWALGC(t *testing.T) {
+	inner := mem.New()
+	faulty := faultstore.Wrap(inner, 1)
+	store := objstore.New(faulty, "mem://walgc-gap", objstore.Options{MaxAttempts: 1})
+	a := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
+	origin := openDiskless(t, a, 1)
+	produce := func(n int) {
+		t.Helper()
+		for range n {
+			eventually(t, 10*time.Second, "an append never settled", func() bool {
+				_, err := appendOne(t, origin, 1, "x")
+				return err == nil && origin.Flush() == nil
+			})
+		}
+	}
+	produce(3)
+	// One WAL put fails before it lands: the writer voids its number.
+	rule := faulty.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/_wal/", Nth: 1, Fault: faultstore.FailBefore})
+	appendOne(t, origin, 1, "x")
+	origin.Flush()
+	rule.Remove()
+	produce(10) // the writer goes well past the void
+	end := origin.Offsets().LogEnd
+
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	objs, err := tiered.GCWAL(ctx, store, "tl", tiered.WALGCOptions{Grace: time.Nanosecond, Force: true, Now: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	voids := 0
+	for _, o := range objs {
+		if o.Remove {
+			t.Logf("gc removed %s: %s", o.Key[strings.LastIndex(o.Key, "/")+1:], o.Why)
+			voids++
+		}
+	}
+	if voids == 0 {
+		t.Fatal("gc removed nothing: the test needs the void gone")
+	}
+	replica := openReplica(t, objstore.New(&objstoretest.ReadOnly{Driver: inner}, "mem://walgc-gap-r", objstore.Options{}))
+	defer replica.Close()
+	var serr error
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if serr = replica.ReplicaStep(ctx); serr == nil && replica.Offsets().HighWatermark == end {
+			return
+		}
+	}
+	t.Fatalf("after 5s the replica's high watermark is %d (last step: %v), the origin's acknowledged end %d", replica.Offsets().HighWatermark, serr, end)
 }

@@ -32,8 +32,10 @@ type Caches struct {
 	parts *lru[partKey, []manifest.Segment]
 	// dirs are large parts' block directories, by object (dirKey).
 	dirs *lru[partKey, []manifest.Block]
-	// footers are WAL objects' footers a read replica read, by key.
-	footers *lru[string, wal.Footer]
+	// footers are WAL objects' footers a read replica read, by key;
+	// walLists the listings of WAL writers it follows (replica_wal.go).
+	footers  *lru[string, wal.Footer]
+	walLists walLists
 }
 
 // CacheOptions size Caches.
@@ -55,6 +57,11 @@ type CacheOptions struct {
 	// at any length), and the segments of its parts only while they are
 	// in here.
 	ManifestBytes int64
+	// WALFooterBytes bounds the WAL objects' footers read replicas of
+	// diskless topics keep (default 32 MiB; a footer naming 10,000
+	// partitions takes about 1 MiB), so each footer is read once for all
+	// the partitions it names. Nothing else uses it.
+	WALFooterBytes int64
 }
 
 // NewCaches returns empty caches sized by o.
@@ -70,10 +77,13 @@ func NewCaches(o CacheOptions) *Caches {
 	if o.ManifestBytes <= 0 {
 		o.ManifestBytes = 64 << 20
 	}
+	if o.WALFooterBytes <= 0 {
+		o.WALFooterBytes = 32 << 20
+	}
 	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(c cachedIndex) int64 { return int64(len(c.data)) }, nil),
 		chunks: newRangeCache(o.ChunkBytes), parts: newLRU[partKey](o.ManifestBytes, partBytes, nil),
 		dirs:    newLRU[partKey](max(o.ManifestBytes/8, 1<<20), func(b []manifest.Block) int64 { return 64 + int64(len(b))*int64(unsafe.Sizeof(manifest.Block{})) }, nil),
-		footers: newLRU[string](max(o.ManifestBytes/8, 1<<20), footerBytes, nil)}
+		footers: newLRU[string](o.WALFooterBytes, footerBytes, nil)}
 	if o.IndexDir != "" {
 		if o.IndexDiskBytes <= 0 {
 			o.IndexDiskBytes = 1 << 30

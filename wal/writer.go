@@ -193,10 +193,8 @@ type object struct {
 	f     Footer
 	// settled is closed once every append in it has settled.
 	settled chan struct{}
-	// marks are the marks it carries, taken when it was numbered;
-	// marksOnly says it holds no appends (it was put for its marks).
-	marks     []Mark
-	marksOnly bool
+	// marks are the marks it carries, taken when it was numbered.
+	marks []Mark
 }
 
 // partState is a partition the writer refuses appends for until Reset.
@@ -390,8 +388,9 @@ func (w *Writer) Lead(tp TopicPartition, epoch int32) {
 // Mark records that the caller acknowledged tp's records below end while
 // it led tp at epoch (the epoch of the manifest commit that named this
 // writer; see the Mark type): the next object put carries it, and when
-// no append is due, an object of marks alone is put once the PUT budget
-// allows (at most one a CommitInterval), so a read replica following
+// no append is due and no object is in flight, an object of marks alone
+// is put once the PUT budget allows (at most one a CommitInterval), so a
+// read replica following
 // this writer learns of its last appends soon after they settle. A mark
 // no newer than one tp has in flight or in the bucket is dropped: marks
 // of an epoch only grow, and a newer epoch's win.
@@ -463,7 +462,10 @@ func (w *Writer) Forget(tp TopicPartition) {
 	delete(w.refused, tp)
 	delete(w.lead, tp)
 	delete(w.fencedAt, tp)
-	delete(w.sent, tp) // a pending mark is still true: it goes with the next object
+	// Its marks go too: a partition deleted and created anew at a lower
+	// epoch must not find the old one's newer-looking marks in the way.
+	delete(w.sent, tp)
+	delete(w.marks, tp)
 }
 
 // dropLocked fails tp's appends in the object being filled. REQUIRES: mu.
@@ -589,11 +591,15 @@ func (w *Writer) next() *object {
 			w.mu.Unlock()
 			return nil
 		}
-		if o == nil && len(w.marks) > 0 && len(w.inflight) < w.opts.InFlight {
+		if o == nil && len(w.marks) > 0 && len(w.inflight) == 0 {
 			// Marks and no append: an object of marks alone, once the
-			// budget holds a whole PUT.
+			// budget holds a whole PUT, and only with nothing in flight
+			// (objects in flight settle first, and may bring newer marks).
+			// Never above an object in flight: a fence that took the
+			// marks' number first would name partitions of that object,
+			// which would go again above it (finish) past the fence.
 			if wait = time.Duration((1 - w.tokens) * float64(w.opts.CommitInterval)); wait <= 0 {
-				o = &object{parts: map[TopicPartition]*extentBuf{}, started: now, settled: make(chan struct{}), marksOnly: true}
+				o = &object{parts: map[TopicPartition]*extentBuf{}, started: now, settled: make(chan struct{})}
 				w.takeMarksLocked(o)
 				o.seq, o.put = w.seq, make(chan struct{})
 				w.seq++
@@ -791,12 +797,11 @@ func (w *Writer) metFence(o *object) {
 	w.opts.Logger.Warn("wal: fenced", "key", o.key, "claimed", len(o.fence.Extents), "epoch", o.fence.FenceEpoch)
 }
 
-// aboveLocked says whether an object numbered above o that holds appends
-// is in flight (one of marks alone holds nothing a later number could
-// land behind). REQUIRES: mu.
+// aboveLocked says whether an object numbered above o is in flight.
+// REQUIRES: mu.
 func (w *Writer) aboveLocked(o *object) bool {
 	for _, x := range w.inflight {
-		if x.seq > o.seq && !x.marksOnly {
+		if x.seq > o.seq {
 			return true
 		}
 	}
