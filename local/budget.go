@@ -247,15 +247,21 @@ func (s *segFile) closeIdleFiles() bool {
 }
 
 // dropReadOnlyIndexes lets go of the segment's read-only indexes (the
-// kept clock's victim); its next use opens them again. One held in memory
-// is not closed: it holds only memory, and a reader may still use it. A
-// mapped one is closed, unless a reader holds the segment: then all stay,
-// and it reports false.
+// kept clock's victim); its next use opens them again, and checks the
+// offset index against the log again (what is read from disk anew is
+// checked anew). One held in memory is not closed: it holds only memory,
+// and a reader may still use it. A mapped one is closed, unless a reader
+// holds the segment: then all stay, and it reports false. Only a sealed
+// segment's go: the log reads the last segment's indexes holding only
+// its own reference (activate, the end after a clean shutdown).
 func (s *segFile) dropReadOnlyIndexes() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.refs.Load() != 1 && (mappedReadOnly(s.oi) || mappedReadOnly(s.ti)) {
+	if !s.sealed || (s.refs.Load() != 1 && (mappedReadOnly(s.oi) || mappedReadOnly(s.ti))) {
 		return false
+	}
+	if s.oi != nil && !writable(s.oi) {
+		s.checkedIndex = false
 	}
 	if mappedReadOnly(s.oi) {
 		s.oi.Close() // read-only: nothing to write back; an unmap error leaves nothing to do

@@ -497,6 +497,7 @@ func (l *Log) replaceSegments(bases []int64, cleaned, txnCleaned string, truncat
 	l.segOpts.cleaned.Store(true)
 	l.setSegments(repl)
 	for _, s := range old {
+		leaveLog(s)
 		s.release()
 		l.removeDeletedFiles(s)
 	}

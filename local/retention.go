@@ -276,6 +276,7 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	l.setSegments(kept)
 	l.metrics.SegmentsDeleted.Add(int64(len(segs) - i - 1))
 	for _, s := range segs[i+1:] {
+		leaveLog(s)
 		s.release()
 		l.removeDeletedFiles(s)
 	}
@@ -412,6 +413,7 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 	}
 	a.jitterMs = l.jitter()
 	a.loadRollingTs()
+	leaveLog(s)
 	s.release() // the log's reference: s has left the log
 	l.removeDeletedFiles(s)
 	return a, newLeo, nil
@@ -466,6 +468,7 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 	l.setSegments([]*segFile{a.f})
 	l.metrics.SegmentsDeleted.Add(int64(len(segs)))
 	for _, old := range segs {
+		leaveLog(old)
 		old.release()
 		l.removeDeletedFiles(old)
 	}

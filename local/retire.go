@@ -37,6 +37,14 @@ func (l *Log) retireSegment(s *segFile) error {
 	return nil
 }
 
+// leaveLog takes s out of the file budget's reach as it leaves the log
+// without retireSegment (replaced by the cleaner, cut by a truncation),
+// before the log's reference goes: a reader holding it keeps its
+// descriptor and the indexes it has until its last reference closes them
+// (the budget's clocks take a segment holding one reference for idle,
+// and its names may now be another segment's).
+func leaveLog(s *segFile) { s.opts.budget.forget(s) }
+
 // renameDeleted renames the segment's files to *.deleted (Kafka's
 // asyncDeleteSegment first step) and returns the new paths.
 func renameDeleted(s *segFile) ([]string, error) {
