@@ -387,7 +387,7 @@ func (w *Writer) Lead(tp TopicPartition, epoch int32) {
 
 // Mark records that the caller acknowledged tp's records below end while
 // it led tp at epoch (the epoch of the manifest commit that named this
-// writer; see the Mark type): the next object put carries it, and when
+// writer, at most the one of its last Lead of tp; see the Mark type): the next object put carries it, and when
 // no append is due and no object is in flight, an object of marks alone
 // is put once the PUT budget allows (at most one a CommitInterval), so a
 // read replica following
@@ -401,13 +401,22 @@ func (w *Writer) Mark(tp TopicPartition, epoch int32, end int64) {
 	m := Mark{TopicPartition: tp, Epoch: epoch, End: end}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closing || !newer(m, w.sent[tp]) || !newer(m, w.marks[tp]) {
+	if w.closing || !w.ledAtLocked(m) || !newer(m, w.sent[tp]) || !newer(m, w.marks[tp]) {
 		return
 	}
 	w.marks[tp] = m
 	if w.open == nil {
 		w.signal()
 	}
+}
+
+// ledAtLocked says whether m is of a leadership this writer has of its
+// partition now (Lead, at m's epoch or later): a mark of a partition
+// forgotten since, or of an older incarnation with a higher epoch (a
+// partition deleted and created anew), is dropped. REQUIRES: mu.
+func (w *Writer) ledAtLocked(m Mark) bool {
+	le, ok := w.lead[m.TopicPartition]
+	return ok && m.Epoch <= le
 }
 
 // newer says whether m says more than o (of the same partition; a zero o
@@ -435,6 +444,9 @@ func (w *Writer) marksSettled(o *object, landed bool) {
 	defer w.mu.Unlock()
 	for _, m := range o.marks {
 		switch {
+		case !w.ledAtLocked(m):
+			// Forgotten while in flight: what it says is no longer
+			// this writer's to keep.
 		case landed:
 			if newer(m, w.sent[m.TopicPartition]) {
 				w.sent[m.TopicPartition] = m

@@ -544,6 +544,8 @@ func TestMarksRideObjects(t *testing.T) {
 	s, _ := memStore(t)
 	w := newWriter(t, s, wal.Options{CommitInterval: 5 * time.Millisecond})
 	ctx := context.Background()
+	w.Lead(tpA, 2)
+	w.Lead(tpB, 4)
 	a, err := w.Append(ctx, tpA, []byte("one"), 0, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -572,6 +574,10 @@ func TestMarksRideObjects(t *testing.T) {
 	if len(last.Extents) != 0 || last.Fence || len(last.Marks) != 1 {
 		t.Fatalf("the marks' object is %+v: no extents and b-1's mark expected", last)
 	}
+	// A partition this writer does not lead, or a mark of a later epoch
+	// than it leads at: dropped.
+	w.Mark(wal.TopicPartition{Topic: "c", Partition: 0}, 1, 5)
+	w.Mark(tpB, 9, 50)
 	// Sent already: nothing more is put.
 	n := len(fs)
 	w.Mark(tpB, 4, 1)
@@ -591,6 +597,7 @@ func TestMarksOfAFailedPutGoAgain(t *testing.T) {
 	w := newWriter(t, s, wal.Options{CommitInterval: time.Millisecond, SettleBackoff: time.Millisecond})
 	ctx := context.Background()
 	down := d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.FailBefore})
+	w.Lead(tpA, 1)
 	w.Mark(tpA, 1, 7)
 	a, err := w.Append(ctx, tpB, []byte("lost"), 0, 0)
 	if err != nil {
@@ -627,6 +634,7 @@ func TestMarksWaitForObjectsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return w.NextSequence() >= 2 })
+	w.Lead(tpB, 1)
 	w.Mark(tpB, 1, 7)
 	time.Sleep(30 * time.Millisecond) // six commit intervals
 	if n := w.NextSequence(); n != 2 {
@@ -663,5 +671,32 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("timed out")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestForgetWithMarksInFlight: a partition forgotten (deleted) while an
+// object carries its marks, then created anew at a lower epoch, has its
+// new marks put: the old ones, settling after Forget, are not kept.
+// (Found in review: they went back into what was sent, and every new mark
+// looked older.)
+func TestForgetWithMarksInFlight(t *testing.T) {
+	s, d := memStore(t)
+	w := newWriter(t, s, wal.Options{CommitInterval: 5 * time.Millisecond})
+	ctx := context.Background()
+	release := holdFirstPut(d)
+	defer release()
+	w.Lead(tpA, 5)
+	w.Mark(tpA, 5, 100) // the old partition's, at epoch 5: goes alone, held
+	waitFor(t, func() bool { return w.NextSequence() >= 2 })
+	w.Forget(tpA) // deleted; created anew below
+	release()
+	if err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.Lead(tpA, 1)
+	w.Mark(tpA, 1, 3) // the new partition's first acknowledged records
+	time.Sleep(200 * time.Millisecond)
+	if m, ok := markOf(footers(t, s, w), tpA); !ok || m.Epoch != 1 {
+		t.Fatalf("the new partition's mark (epoch 1, end 3) never went; newest in the bucket: epoch %d end %d", m.Epoch, m.End)
 	}
 }
