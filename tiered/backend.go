@@ -214,9 +214,11 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 	if isReplicaDir(l.Dir()) && (!b.opts.ReadReplica || !cfg.RemoteStorageEnable) {
 		// A read replica's copy of another cluster's records: never a
 		// partition's own.
+		dir := l.Dir()
 		l.Close()
-		return nil, fmt.Errorf("%w: %s holds a read replica's copy of another cluster's records (%s): open it as a read replica, or delete the partition first",
-			backend.ErrInvalidConfig, tp, ReplicaMarker)
+		return nil, fmt.Errorf("%w: %s holds a read replica's copy of another cluster's records (%s): open it as a read replica, or remove the directory %s "+
+			"(only a copy: Delete would delete the partition in the bucket this Backend is given)",
+			backend.ErrInvalidConfig, tp, ReplicaMarker, dir)
 	}
 	if !cfg.RemoteStorageEnable {
 		return l, nil

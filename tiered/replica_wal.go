@@ -67,6 +67,13 @@ type replicaWAL struct {
 	own []wal.Located
 	// acked is the highest mark at (writer, epoch) read; -1: none.
 	acked int64
+	// skipped: the last read passed numbers WAL gc removed. gc judged by
+	// a manifest newer than the one this step holds: an object it removed
+	// may have held the final copy of offsets an older object holds a
+	// failed copy of, below the segments' end gc read. So nothing is
+	// served until a step whose manifest was read after the skip (the
+	// next), whose segments reach past what gc removed.
+	skipped bool
 }
 
 // replicaTP is the partition a replica's prefix names ("<root>/<topic>-<n>"),
@@ -108,8 +115,12 @@ func (p *Partition) followWALLocked(ctx context.Context, h *manifest.Head) error
 		r.own, r.after, r.seen = r.own[i:], rec.After, max(r.seen, rec.After)
 	}
 	layout := wal.NewLayout(root)
+	r.skipped = false // this step's manifest was read after any earlier skip
 	if err := p.readWriterObjects(ctx, layout, tp, r); err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: %s: read replica: follow WAL writer %s: %w", p.prefix, w, err))
+	}
+	if r.skipped {
+		return nil // serve from the next step's manifest (see replicaWAL.skipped)
 	}
 
 	// The chain: the record's extents (final), then the writer's.
@@ -253,15 +264,18 @@ func (p *Partition) readWriterObjects(ctx context.Context, layout wal.Layout, tp
 		if o.seq <= r.seen {
 			continue
 		}
-		if o.seq != r.seen+1 && r.seen+1+wal.MaxInFlight > highest {
-			return nil // a number still in flight: read on from it next step
+		if o.seq != r.seen+1 {
+			if r.seen+1+wal.MaxInFlight > highest {
+				return nil // a number still in flight: read on from it next step
+			}
+			r.skipped = true // settled, and gone: WAL gc removed it
 		}
 		f, err := p.walFooter(ctx, o.info)
 		if errors.Is(err, objstore.ErrNotFound) && o.seq+wal.MaxInFlight <= highest {
 			// WAL gc removed it since the listing: it held nothing this
 			// partition needs past the segments of the manifest gc read
 			// (newer than this one: the next step reads it).
-			r.seen = o.seq
+			r.seen, r.skipped = o.seq, true
 			continue
 		}
 		if err != nil {
