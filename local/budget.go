@@ -113,7 +113,7 @@ func (b *fileBudget) opened(s *segFile) {
 		// again and counted anew).
 		v.mu.Lock()
 		b.mu.Lock()
-		if v.budgeted && v.holdsFilesLocked() {
+		if v.budgeted && !v.left && v.holdsFilesLocked() {
 			addTo(&b.ring, v, &v.ringAt)
 		}
 		b.mu.Unlock()
@@ -158,7 +158,7 @@ func (b *fileBudget) indexed(s *segFile, c keptCost) {
 		// A reader holds a mapped one: keep it counted, it will go
 		// later; unless the segment's files closed for good meanwhile.
 		v.mu.Lock()
-		if c := v.keptCostLocked(); c != (keptCost{}) {
+		if c := v.keptCostLocked(); c != (keptCost{}) && !v.left {
 			b.mu.Lock()
 			addTo(&b.kept, v, &v.keptAt)
 			b.keptCost.bytes += c.bytes - v.kept.bytes
@@ -239,7 +239,7 @@ func (b *fileBudget) forget(s *segFile) {
 func (s *segFile) closeIdleFiles() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.refs.Load() != 1 || !s.sealed || !s.holdsFilesLocked() {
+	if s.refs.Load() != 1 || !s.sealed || s.left || !s.holdsFilesLocked() {
 		return false
 	}
 	s.closeLocked(true)
@@ -257,7 +257,7 @@ func (s *segFile) closeIdleFiles() bool {
 func (s *segFile) dropReadOnlyIndexes() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.sealed || (s.refs.Load() != 1 && (mappedReadOnly(s.oi) || mappedReadOnly(s.ti))) {
+	if !s.sealed || s.left || (s.refs.Load() != 1 && (mappedReadOnly(s.oi) || mappedReadOnly(s.ti))) {
 		return false
 	}
 	if s.oi != nil && !writable(s.oi) {

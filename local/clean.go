@@ -482,6 +482,7 @@ func (l *Log) replaceSegments(bases []int64, cleaned, txnCleaned string, truncat
 	// A failure past this point leaves the directory for a reopen to
 	// complete or roll back: the log must not go on.
 	for _, s := range old {
+		leaveLog(s) // while its names are its own (the replacement takes the first's)
 		if _, err := renameDeleted(s); err != nil {
 			return l.fail(fmt.Errorf("replace segments from %d: %w", bases[0], err))
 		}
@@ -497,7 +498,6 @@ func (l *Log) replaceSegments(bases []int64, cleaned, txnCleaned string, truncat
 	l.segOpts.cleaned.Store(true)
 	l.setSegments(repl)
 	for _, s := range old {
-		leaveLog(s)
 		s.release()
 		l.removeDeletedFiles(s)
 	}

@@ -250,6 +250,7 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	// The segments after the target go first: a crash from here on
 	// leaves a log that ends with the target, a state on the way.
 	for _, s := range segs[i+1:] {
+		leaveLog(s) // while its names are its own; an error is a reader's, who finds no descriptor
 		if _, err := renameDeleted(s); err != nil {
 			return true, l.fail(err)
 		}
@@ -276,7 +277,6 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	l.setSegments(kept)
 	l.metrics.SegmentsDeleted.Add(int64(len(segs) - i - 1))
 	for _, s := range segs[i+1:] {
-		leaveLog(s)
 		s.release()
 		l.removeDeletedFiles(s)
 	}
@@ -392,6 +392,7 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 	if err := l.syncDir(); err != nil {
 		return nil, 0, err
 	}
+	leaveLog(s) // while its names are its own (the swap file takes its .log's)
 	if _, err := renameDeleted(s); err != nil {
 		return nil, 0, err
 	}
@@ -413,7 +414,6 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 	}
 	a.jitterMs = l.jitter()
 	a.loadRollingTs()
-	leaveLog(s)
 	s.release() // the log's reference: s has left the log
 	l.removeDeletedFiles(s)
 	return a, newLeo, nil
@@ -453,6 +453,7 @@ func (l *Log) carryTxnIndex(base int64, data []byte, end int64) error {
 func (l *Log) truncateFullyLocked(offset int64) error {
 	segs := l.segments()
 	for _, s := range segs {
+		leaveLog(s) // while its names are its own (the new segment may take them)
 		if _, err := renameDeleted(s); err != nil {
 			return l.fail(err)
 		}
@@ -468,7 +469,6 @@ func (l *Log) truncateFullyLocked(offset int64) error {
 	l.setSegments([]*segFile{a.f})
 	l.metrics.SegmentsDeleted.Add(int64(len(segs)))
 	for _, old := range segs {
-		leaveLog(old)
 		old.release()
 		l.removeDeletedFiles(old)
 	}

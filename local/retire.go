@@ -21,14 +21,14 @@ func (l *Log) removeAll(paths []string) {
 // file.delete.delay.ms. REQUIRES: l.mu held (or the log not shared); the
 // segment is no longer in the published list, or is about to leave it.
 func (l *Log) retireSegment(s *segFile) error {
-	// A reader that took the segment before it left the list opens its
-	// descriptor by name on first use; after the rename (and the unlink,
-	// with no delay) the name is gone. The descriptor is opened now, kept
-	// out of the file budget's reach, and closes with the last reference.
-	if _, err := s.file(); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	// A reader that took the segment before it left the list would open
+	// its descriptor by name on first use; after the rename (and the
+	// unlink, with no delay) the name is gone. The descriptor is opened
+	// now, kept out of the file budget's reach, and closes with the last
+	// reference.
+	if err := leaveLog(s); err != nil {
 		return err
 	}
-	s.opts.budget.forget(s)
 	if _, err := renameDeleted(s); err != nil {
 		return err
 	}
@@ -37,13 +37,30 @@ func (l *Log) retireSegment(s *segFile) error {
 	return nil
 }
 
-// leaveLog takes s out of the file budget's reach as it leaves the log
-// without retireSegment (replaced by the cleaner, cut by a truncation),
-// before the log's reference goes: a reader holding it keeps its
-// descriptor and the indexes it has until its last reference closes them
-// (the budget's clocks take a segment holding one reference for idle,
-// and its names may now be another segment's).
-func leaveLog(s *segFile) { s.opts.budget.forget(s) }
+// leaveLog takes s out of the file budget's reach for good as it leaves
+// the log (retired, replaced by the cleaner, cut by a truncation), before
+// its files are renamed and before the log's reference goes: the
+// budget's clocks would take a reader's one reference for the log's and
+// close what the reader uses. Its .log descriptor is opened now, while
+// the name is its own, and its indexes too when a reader holds it; from
+// here on it opens nothing by name (segFile.left): a reader keeps what it
+// has until its last reference closes it, and a reader that took the
+// segment only now, whose indexes it never read, gets a retryable
+// backend.ErrStorage, never another segment's index.
+func leaveLog(s *segFile) error {
+	_, err := s.file()
+	if s.refs.Load() > 1 {
+		s.indexes() // an error is the reader's: it finds no index
+	}
+	s.mu.Lock()
+	s.left = true
+	s.mu.Unlock()
+	s.opts.budget.forget(s)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
 
 // renameDeleted renames the segment's files to *.deleted (Kafka's
 // asyncDeleteSegment first step) and returns the new paths.

@@ -57,6 +57,10 @@ type segFile struct {
 	// budgeted: the file budget counts the segment (it is sealed and
 	// holds a descriptor, a mapping or an index).
 	budgeted bool
+	// left: the segment left the log (leaveLog). Out of the budget's
+	// reach for good, and it opens no file by name any more (another
+	// segment may have its names): what it holds was opened as it left.
+	left bool
 	// ringAt and keptAt are the segment's places in the file budget's
 	// rings of open files and of read-only indexes, -1 when not there;
 	// kept is what its read-only indexes count there. Guarded by the
@@ -269,7 +273,7 @@ func (s *segFile) keptCostLocked() keptCost {
 // counted: the caller calls budget.opened after unlocking.
 // REQUIRES: s.mu held.
 func (s *segFile) toBudgetLocked() bool {
-	if s.budgeted || !s.sealed || s.opts.budget == nil || !s.holdsFilesLocked() {
+	if s.budgeted || s.left || !s.sealed || s.opts.budget == nil || !s.holdsFilesLocked() {
 		return false
 	}
 	s.budgeted = true
@@ -283,7 +287,7 @@ func (s *segFile) budget() {
 	s.mu.Lock()
 	count := s.toBudgetLocked()
 	var kept keptCost
-	if s.opts.budget != nil {
+	if s.opts.budget != nil && !s.left {
 		kept = s.keptCostLocked()
 	}
 	s.mu.Unlock()
@@ -353,6 +357,9 @@ func (s *segFile) file() (vfs.File, error) {
 }
 
 func (s *segFile) fileLocked() (vfs.File, error) {
+	if s.rd == nil && s.left {
+		return nil, fmt.Errorf("%w: local: %s left the log and its file could not be kept open", backend.ErrStorage, s.logPath)
+	}
 	if s.rd == nil {
 		f, err := s.opts.fs.OpenFile(s.logPath, os.O_RDONLY, 0)
 		if err != nil {
@@ -415,6 +422,10 @@ func (s *segFile) openIndexes(withTime bool) (*index.OffsetIndex, *index.TimeInd
 func (s *segFile) openIndexesUncounted(withTime bool) (*index.OffsetIndex, *index.TimeIndex, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.left && (s.oi == nil || (withTime && s.ti == nil)) {
+		// Its names may be another segment's now: never opened by name.
+		return nil, nil, fmt.Errorf("%w: local: %s left the log before its indexes were read", backend.ErrStorage, s.logPath)
+	}
 	if s.oi == nil {
 		oi, err := index.OpenOffsetIndexReadOnly(s.opts.fs, s.path(IndexSuffix), s.base)
 		switch {
