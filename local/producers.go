@@ -337,6 +337,10 @@ func (s *segFile) txnIndexLocked() (*producerstate.TxnIndex, error) {
 		return s.txn, nil
 	}
 	var data []byte
+	if !s.txnLoaded && s.left {
+		// Its names may be another segment's now: never read by name.
+		return nil, fmt.Errorf("%w: local: %s left the log before its aborted transactions were read", backend.ErrStorage, s.logPath)
+	}
 	if !s.txnLoaded {
 		var err error
 		data, err = vfs.ReadFile(s.opts.fs, s.path(TxnIndexSuffix))

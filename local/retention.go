@@ -250,7 +250,7 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	// The segments after the target go first: a crash from here on
 	// leaves a log that ends with the target, a state on the way.
 	for _, s := range segs[i+1:] {
-		leaveLog(s) // while its names are its own; an error is a reader's, who finds no descriptor
+		leaveLog(s) // while its names are its own
 		if _, err := renameDeleted(s); err != nil {
 			return true, l.fail(err)
 		}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+
+	"github.com/tierlog/tierlog/index"
 )
 
 // Retiring segments: out of the published list, renamed to .deleted while
@@ -22,13 +24,11 @@ func (l *Log) removeAll(paths []string) {
 // segment is no longer in the published list, or is about to leave it.
 func (l *Log) retireSegment(s *segFile) error {
 	// A reader that took the segment before it left the list would open
-	// its descriptor by name on first use; after the rename (and the
-	// unlink, with no delay) the name is gone. The descriptor is opened
-	// now, kept out of the file budget's reach, and closes with the last
-	// reference.
-	if err := leaveLog(s); err != nil {
-		return err
-	}
+	// its files by name on first use; after the rename (and the unlink,
+	// with no delay) the names are gone, or another segment's. What it
+	// may read is opened now (leaveLog), kept out of the file budget's
+	// reach, and closes with the last reference.
+	leaveLog(s)
 	if _, err := renameDeleted(s); err != nil {
 		return err
 	}
@@ -41,25 +41,52 @@ func (l *Log) retireSegment(s *segFile) error {
 // the log (retired, replaced by the cleaner, cut by a truncation), before
 // its files are renamed and before the log's reference goes: the
 // budget's clocks would take a reader's one reference for the log's and
-// close what the reader uses. Its .log descriptor is opened now, while
-// the name is its own, and its indexes too when a reader holds it; from
+// close what the reader uses. When a reader holds it, what the reader may
+// still read is opened now, while the names are its own: the .log
+// descriptor, the offset and time indexes (never rebuilt here: a missing
+// or damaged one stays unread) and the aborted-transaction index. From
 // here on it opens nothing by name (segFile.left): a reader keeps what it
-// has until its last reference closes it, and a reader that took the
-// segment only now, whose indexes it never read, gets a retryable
-// backend.ErrStorage, never another segment's index.
-func leaveLog(s *segFile) error {
-	_, err := s.file()
+// has until its last reference closes it, and what was not opened (a
+// reader that took the segment only now) is a retryable
+// backend.ErrStorage, never another segment's file. Nothing is opened for
+// a segment no reader holds, so a truncation of thousands of segments
+// holds no descriptor more.
+func leaveLog(s *segFile) {
 	if s.refs.Load() > 1 {
-		s.indexes() // an error is the reader's: it finds no index
+		if _, err := s.file(); err != nil {
+			s.opts.logger.Warn("a segment leaving the log: its reader will find no .log", "path", s.logPath, "err", err)
+		}
+		s.mu.Lock()
+		s.loadForLeavingLocked()
+		s.mu.Unlock()
 	}
 	s.mu.Lock()
 	s.left = true
 	s.mu.Unlock()
 	s.opts.budget.forget(s)
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
+}
+
+// loadForLeavingLocked opens the indexes s has not, read-only, from their
+// files: no rebuild (its log is leaving; a missing or damaged index stays
+// unread) and no budget (s is leaving it). REQUIRES: s.mu held.
+func (s *segFile) loadForLeavingLocked() {
+	if s.oi == nil {
+		if oi, err := index.OpenOffsetIndexReadOnly(s.opts.fs, s.path(IndexSuffix), s.base); err == nil {
+			s.oi, s.checkedIndex = oi, false // checked against the log at first use
+		}
 	}
-	return nil
+	if s.ti == nil {
+		if ti, err := index.OpenTimeIndexReadOnly(s.opts.fs, s.path(TimeIndexSuffix), s.base); err == nil {
+			if ti.SanityCheck() == nil && s.timeIndexFitsLocked(ti) == nil {
+				s.ti = ti
+			} else {
+				ti.Close()
+			}
+		}
+	}
+	if !s.txnLoaded {
+		s.txnIndexLocked() // an error leaves it unread: the reader's error
+	}
 }
 
 // renameDeleted renames the segment's files to *.deleted (Kafka's

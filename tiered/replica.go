@@ -136,6 +136,11 @@ func (p *Partition) replicaReady(ctx context.Context) error {
 	if err == nil {
 		err = p.ReplicaStep(ctx)
 	}
+	if err == nil && !p.replicaSynced.Load() {
+		// A step may end without following (one that passed numbers WAL
+		// gc removed serves from the next step's manifest).
+		err = errors.New("its step served nothing yet")
+	}
 	if err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: %s: the read replica has not followed its bucket yet: %w", p.prefix, err))
 	}

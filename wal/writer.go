@@ -193,8 +193,10 @@ type object struct {
 	f     Footer
 	// settled is closed once every append in it has settled.
 	settled chan struct{}
-	// marks are the marks it carries, taken when it was numbered.
-	marks []Mark
+	// marks are the marks it carries, taken when it was numbered, and
+	// markLeads the leadership each was made in (Writer.leadID).
+	marks     []Mark
+	markLeads []uint64
 }
 
 // partState is a partition the writer refuses appends for until Reset.
@@ -252,8 +254,19 @@ type Writer struct {
 	// marks are the marks not yet carried by an object in flight or
 	// landed (Mark); sent the newest each partition has in a landed
 	// object. Both hold at most one a partition.
-	marks map[TopicPartition]Mark
+	marks map[TopicPartition]pendingMark
 	sent  map[TopicPartition]Mark
+	// leadID tells each leadership of a partition from the next: given by
+	// Lead to a partition not led, dropped by Forget (a partition deleted
+	// and created anew may lead at the same epoch again).
+	leadID     map[TopicPartition]uint64
+	nextLeadID uint64
+}
+
+// pendingMark is a mark not yet in an object, and its leadership.
+type pendingMark struct {
+	m    Mark
+	lead uint64
 }
 
 // NewWriter starts a writer with a new random id over store.
@@ -271,7 +284,7 @@ func NewWriter(store *objstore.Store, opts Options) (*Writer, error) {
 		ctx: ctx, cancel: cancel,
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 		space: make(chan struct{}), refused: map[TopicPartition]partState{}, lead: map[TopicPartition]int32{}, gen: map[TopicPartition]uint64{}, fencedAt: map[TopicPartition]int32{}, seq: 1,
-		marks: map[TopicPartition]Mark{}, sent: map[TopicPartition]Mark{},
+		marks: map[TopicPartition]pendingMark{}, sent: map[TopicPartition]Mark{}, leadID: map[TopicPartition]uint64{},
 	}
 	go w.run()
 	return w, nil
@@ -382,6 +395,10 @@ func (w *Writer) Lead(tp TopicPartition, epoch int32) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.refused, tp)
+	if _, ok := w.lead[tp]; !ok {
+		w.nextLeadID++
+		w.leadID[tp] = w.nextLeadID
+	}
 	w.lead[tp] = epoch
 }
 
@@ -401,10 +418,10 @@ func (w *Writer) Mark(tp TopicPartition, epoch int32, end int64) {
 	m := Mark{TopicPartition: tp, Epoch: epoch, End: end}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closing || !w.ledAtLocked(m) || !newer(m, w.sent[tp]) || !newer(m, w.marks[tp]) {
+	if w.closing || !w.ledAtLocked(m) || !newer(m, w.sent[tp]) || !newer(m, w.marks[tp].m) {
 		return
 	}
-	w.marks[tp] = m
+	w.marks[tp] = pendingMark{m: m, lead: w.leadID[tp]}
 	if w.open == nil {
 		w.signal()
 	}
@@ -430,11 +447,19 @@ func newer(m, o Mark) bool {
 
 // takeMarksLocked gives o the pending marks. REQUIRES: mu.
 func (w *Writer) takeMarksLocked(o *object) {
-	for _, m := range w.marks {
-		o.marks = append(o.marks, m)
+	if len(w.marks) == 0 {
+		return
+	}
+	ms := make([]pendingMark, 0, len(w.marks))
+	for _, pm := range w.marks {
+		ms = append(ms, pm)
 	}
 	clear(w.marks)
-	slices.SortFunc(o.marks, func(a, b Mark) int { return a.compare(b.TopicPartition) })
+	slices.SortFunc(ms, func(a, b pendingMark) int { return a.m.compare(b.m.TopicPartition) })
+	for _, pm := range ms {
+		o.marks = append(o.marks, pm.m)
+		o.markLeads = append(o.markLeads, pm.lead)
+	}
 }
 
 // marksSettled records what became of o's marks: in the bucket (landed),
@@ -442,20 +467,21 @@ func (w *Writer) takeMarksLocked(o *object) {
 func (w *Writer) marksSettled(o *object, landed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, m := range o.marks {
+	for i, m := range o.marks {
+		tp := m.TopicPartition
 		switch {
-		case !w.ledAtLocked(m):
-			// Forgotten while in flight: what it says is no longer
-			// this writer's to keep.
+		case !w.ledAtLocked(m) || w.leadID[tp] != o.markLeads[i]:
+			// Forgotten while in flight (and maybe led anew since): what
+			// it says is no longer this writer's to keep.
 		case landed:
-			if newer(m, w.sent[m.TopicPartition]) {
-				w.sent[m.TopicPartition] = m
+			if newer(m, w.sent[tp]) {
+				w.sent[tp] = m
 			}
-			if !newer(w.marks[m.TopicPartition], m) {
-				delete(w.marks, m.TopicPartition)
+			if p, ok := w.marks[tp]; ok && !newer(p.m, m) {
+				delete(w.marks, tp)
 			}
-		case !w.closing && newer(m, w.sent[m.TopicPartition]) && newer(m, w.marks[m.TopicPartition]):
-			w.marks[m.TopicPartition] = m
+		case !w.closing && newer(m, w.sent[tp]) && newer(m, w.marks[tp].m):
+			w.marks[tp] = pendingMark{m: m, lead: o.markLeads[i]}
 		}
 	}
 }
@@ -478,6 +504,7 @@ func (w *Writer) Forget(tp TopicPartition) {
 	// epoch must not find the old one's newer-looking marks in the way.
 	delete(w.sent, tp)
 	delete(w.marks, tp)
+	delete(w.leadID, tp)
 }
 
 // dropLocked fails tp's appends in the object being filled. REQUIRES: mu.
