@@ -82,41 +82,55 @@ func BenchmarkAppend16K(b *testing.B) {
 }
 
 func BenchmarkRawWrite16K(b *testing.B) {
-	dir := b.TempDir()
 	bs := batches16K(64)
-	var f *os.File
-	var written int64
-	files := 0
-	next := func() {
-		if f != nil {
-			f.Close()
-		}
-		if files >= 2 {
-			os.Remove(filepath.Join(dir, fmt.Sprint(files-2)))
-		}
-		var err error
-		f, err = os.Create(filepath.Join(dir, fmt.Sprint(files)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		files++
-		written = 0
-	}
-	next()
-	defer func() { f.Close() }()
+	w := rawFiles{b: b, dir: b.TempDir()}
+	defer w.close()
 	b.SetBytes(int64(len(bs[0])))
-	b.ResetTimer()
 	i := 0
 	for b.Loop() {
-		if written+int64(len(bs[0])) > 256<<20 {
-			next()
-		}
-		n, err := f.Write(bs[i&63])
-		if err != nil {
-			b.Fatal(err)
-		}
-		written += int64(n)
+		w.write(bs[i&63])
 		i++
+	}
+}
+
+// rawFiles writes with os.File.Write into files that roll at 256 MiB, two
+// kept, as BenchmarkAppend16K's log rolls and keeps 512 MiB: the raw
+// baselines beside it.
+type rawFiles struct {
+	b       *testing.B
+	dir     string
+	f       *os.File
+	written int64
+	files   int
+}
+
+func (w *rawFiles) write(p []byte) {
+	if w.f == nil || w.written+int64(len(p)) > 256<<20 {
+		w.next()
+	}
+	n, err := w.f.Write(p)
+	if err != nil {
+		w.b.Fatal(err)
+	}
+	w.written += int64(n)
+}
+
+func (w *rawFiles) next() {
+	w.close()
+	if w.files >= 2 {
+		os.Remove(filepath.Join(w.dir, fmt.Sprint(w.files-2)))
+	}
+	var err error
+	if w.f, err = os.Create(filepath.Join(w.dir, fmt.Sprint(w.files))); err != nil {
+		w.b.Fatal(err)
+	}
+	w.files++
+	w.written = 0
+}
+
+func (w *rawFiles) close() {
+	if w.f != nil {
+		w.f.Close()
 	}
 }
 
@@ -126,48 +140,22 @@ func BenchmarkRawWrite16K(b *testing.B) {
 // calls it): BenchmarkAppend16K against it is the log's own cost, beside
 // the write and the checks every honest leader append needs.
 func BenchmarkRawValidatedWrite16K(b *testing.B) {
-	dir := b.TempDir()
 	bs := batches16K(64)
 	c := backend.DefaultConfig()
 	opts := record.LeaderOptions{TimestampType: record.CreateTime, TimestampBeforeMaxMs: c.MessageTimestampBeforeMaxMs,
 		TimestampAfterMaxMs: c.MessageTimestampAfterMaxMs, MaxMessageBytes: c.MaxMessageBytes}
 	var v record.Validator
-	var f *os.File
-	var written int64
-	files := 0
-	next := func() {
-		if f != nil {
-			f.Close()
-		}
-		if files >= 2 {
-			os.Remove(filepath.Join(dir, fmt.Sprint(files-2)))
-		}
-		var err error
-		f, err = os.Create(filepath.Join(dir, fmt.Sprint(files)))
-		if err != nil {
-			b.Fatal(err)
-		}
-		files++
-		written = 0
-	}
-	next()
-	defer func() { f.Close() }()
+	w := rawFiles{b: b, dir: b.TempDir()}
+	defer w.close()
 	b.SetBytes(int64(len(bs[0])))
 	i := 0
 	for b.Loop() {
-		if written+int64(len(bs[0])) > 256<<20 {
-			next()
-		}
 		batch := record.Batch(bs[i&63])
 		batch.SetBaseOffset(0)
 		if _, err := v.ValidateForLeader(batch, time.Now().UnixMilli(), opts); err != nil {
 			b.Fatal(err)
 		}
-		n, err := f.Write(batch)
-		if err != nil {
-			b.Fatal(err)
-		}
-		written += int64(n)
+		w.write(batch)
 		i++
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/tierlog/tierlog/backend"
-	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 )
 
@@ -100,23 +99,12 @@ func (p *Partition) catchUpLocked(ctx context.Context) error {
 		p.replicaSynced.Store(true)
 		return nil
 	}
-	var snap []byte
-	last, ok, err := p.lastSegment(ctx, h)
-	if err != nil {
-		return storageError(ctx, err)
-	}
-	if ok && last.LastOffset+1 == end && last.SnapshotSize > 0 {
-		if snap, err = p.remoteIndex(ctx, last, manifest.SnapshotSuffix); err != nil {
-			return storageError(ctx, err)
-		}
-	}
-	if err := p.segs.StartAt(ctx, end, snap); err != nil {
+	if err := p.startAtLocked(ctx, h, end); err != nil {
 		return err
 	}
 	if err := p.local.SetHighWatermark(end); err != nil {
 		return err
 	}
-	p.verified = nil
 	p.adopt(p.man.Load()) // the local log's checkpointed start follows the bucket's
 	p.replicaSynced.Store(true)
 	return nil

@@ -316,7 +316,7 @@ func TestReadReplicaOfDiskless(t *testing.T) {
 	}
 	follows(end)
 	// Segments and a tail.
-	end = produceDiskless(120)
+	produceDiskless(120)
 	eventually(t, 10*time.Second, "the origin uploaded no segment", func() bool { return origin.Head().LastOffset() >= 0 })
 	end = produceDiskless(7)
 	if origin.Head().LastOffset()+1 >= end {

@@ -155,20 +155,9 @@ func (p *Partition) followWALLocked(ctx context.Context, h *manifest.Head) error
 	from := lo.LogEnd
 	if !p.rlocal || lo.LogStart > base || lo.LogEnd < base {
 		p.rlocal = false
-		var snap []byte
-		last, ok, err := p.lastSegment(ctx, h)
-		if err != nil {
-			return storageError(ctx, err)
-		}
-		if ok && last.LastOffset+1 == base && last.SnapshotSize > 0 {
-			if snap, err = p.remoteIndex(ctx, last, manifest.SnapshotSuffix); err != nil {
-				return storageError(ctx, err)
-			}
-		}
-		if err := p.segs.StartAt(ctx, base, snap); err != nil {
+		if err := p.startAtLocked(ctx, h, base); err != nil {
 			return err
 		}
-		p.verified = nil
 		from = base
 	}
 	var todo []wal.Span

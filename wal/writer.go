@@ -639,11 +639,7 @@ func (w *Writer) next() *object {
 			// which would go again above it (finish) past the fence.
 			if wait = time.Duration((1 - w.tokens) * float64(w.opts.CommitInterval)); wait <= 0 {
 				o = &object{parts: map[TopicPartition]*extentBuf{}, started: now, settled: make(chan struct{})}
-				w.takeMarksLocked(o)
-				o.seq, o.put = w.seq, make(chan struct{})
-				w.seq++
-				w.inflight = append(w.inflight, o)
-				w.tokens = max(w.tokens-1, -1)
+				w.takeLocked(o)
 				w.mu.Unlock()
 				return o
 			}
@@ -658,11 +654,7 @@ func (w *Writer) next() *object {
 					close(o.settled)
 					continue
 				}
-				w.takeMarksLocked(o)
-				o.seq, o.put = w.seq, make(chan struct{})
-				w.seq++
-				w.inflight = append(w.inflight, o)
-				w.tokens = max(w.tokens-1, -1)
+				w.takeLocked(o)
 				w.mu.Unlock()
 				return o
 			}
@@ -682,6 +674,16 @@ func (w *Writer) next() *object {
 			timer.Stop()
 		}
 	}
+}
+
+// takeLocked takes o for upload: it gets the pending marks and the next
+// number, goes in flight, and spends a PUT of the budget. REQUIRES: mu.
+func (w *Writer) takeLocked(o *object) {
+	w.takeMarksLocked(o)
+	o.seq, o.put = w.seq, make(chan struct{})
+	w.seq++
+	w.inflight = append(w.inflight, o)
+	w.tokens = max(w.tokens-1, -1)
 }
 
 // outcome is what became of one put of an object.
