@@ -2,11 +2,13 @@ package broker_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -54,12 +56,28 @@ func checkOnce(t *testing.T, addr, topic string, n int) {
 // appended are answered as duplicates with their original offsets.
 func TestProduceRetries(t *testing.T) {
 	n := recordsPerCase(100_000)
-	brokerAddr := freePort(t)
-	proxy := faultproxy.Start(t, brokerAddr)
-	opts := testOptions(t.TempDir())
-	opts.Listen, opts.Advertise = brokerAddr, proxy.Addr
-	b := startBroker(t, opts)
-	_ = b
+	// freePort's port may be taken again before the broker listens on it
+	// (another test's): another port then.
+	var proxy *faultproxy.Proxy
+	for attempt := 0; ; attempt++ {
+		brokerAddr := freePort(t)
+		proxy = faultproxy.Start(t, brokerAddr)
+		opts := testOptions(t.TempDir())
+		opts.Listen, opts.Advertise = brokerAddr, proxy.Addr
+		b, err := broker.Start(opts)
+		if errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if err := b.Close(); err != nil {
+				t.Errorf("close broker: %v", err)
+			}
+		})
+		break
+	}
 	prod := newClient(t, proxy.Addr, kgo.DefaultProduceTopic("retries"), kgo.ProducerLinger(0),
 		kgo.MaxBufferedRecords(2000), kgo.ProducerBatchMaxBytes(16<<10))
 	// The producer id first: kgo gives up on InitProducerID when its
