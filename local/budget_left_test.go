@@ -11,35 +11,15 @@ import (
 // index by name (the replacement's has its name). (Found in review: an
 // index opened after it left put it back in the kept ring.)
 func TestLeftSegmentStaysOutOfTheRings(t *testing.T) {
-	dir := t.TempDir()
-	w := newCleanTestLog(t, dir, nil, "cleanup.policy", "compact")
-	cfg, end := w.Config(), w.Offsets().LogEnd
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(dir, Options{Config: cfg, HighWatermark: -1, RecoveryPoint: end, CleanShutdown: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	segs := l.SegmentInfos()
-	h, err := l.Segments().OpenSegment(segs[0].BaseOffset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	l, segs := reopenedCompacted(t, 0)
+	h := pin(t, l, segs[0].BaseOffset)
 	// The offset index only (a lookup), as a reader's first use.
 	oi, err := h.s.offsetIndex()
 	if err != nil {
 		t.Fatal(err)
 	}
 	before := oi.AppendEntries(nil)
-	c := l.Segments().BeginCleaning()
-	n := 0
-	r, _ := writeCleaned(t, c, l, segs[:2], func(int64) bool { n++; return n%2 == 0 })
-	if err := r.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	replaceFirstTwo(t, l, segs)
 	l.segOpts.budget.mu.Lock()
 	inKept := h.s.keptAt >= 0
 	l.segOpts.budget.mu.Unlock()
@@ -52,12 +32,7 @@ func TestLeftSegmentStaysOutOfTheRings(t *testing.T) {
 	inKept = h.s.keptAt >= 0 && h.s.keptAt < len(l.segOpts.budget.kept) && l.segOpts.budget.kept[h.s.keptAt] == h.s
 	l.segOpts.budget.mu.Unlock()
 	t.Logf("after TimeIndexBytes: in kept ring %v", inKept)
-	l.segOpts.budget.mu.Lock()
-	l.segOpts.budget.maxIndexBytes = 1
-	l.segOpts.budget.mu.Unlock()
-	for range 3 {
-		batchOffsets(t, l)
-	}
+	pressKeptIndexes(t, l)
 	after, err := h.IndexBytes()
 	if err != nil {
 		t.Fatal(err)
@@ -72,43 +47,18 @@ func TestLeftSegmentStaysOutOfTheRings(t *testing.T) {
 // reads it again as it leaves (its own, by its name then), never the
 // replacement's. (Found in review.)
 func TestPinnedSegmentIndexDroppedBeforeReplacement(t *testing.T) {
-	dir := t.TempDir()
-	w := newCleanTestLog(t, dir, nil, "cleanup.policy", "compact")
-	cfg, end := w.Config(), w.Offsets().LogEnd
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(dir, Options{Config: cfg, HighWatermark: -1, RecoveryPoint: end, CleanShutdown: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	segs := l.SegmentInfos()
-	h, err := l.Segments().OpenSegment(segs[0].BaseOffset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	l, segs := reopenedCompacted(t, 0)
+	h := pin(t, l, segs[0].BaseOffset)
 	before, err := h.IndexBytes()
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.segOpts.budget.mu.Lock()
-	l.segOpts.budget.maxIndexBytes = 1
-	l.segOpts.budget.mu.Unlock()
-	for range 3 {
-		batchOffsets(t, l)
-	}
+	pressKeptIndexes(t, l)
 	h.s.mu.Lock()
 	dropped := h.s.oi == nil
 	h.s.mu.Unlock()
 	t.Logf("pinned segment's in-memory index dropped while in the log: %v", dropped)
-	c := l.Segments().BeginCleaning()
-	n := 0
-	r, _ := writeCleaned(t, c, l, segs[:2], func(int64) bool { n++; return n%2 == 0 })
-	if err := r.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	replaceFirstTwo(t, l, segs)
 	after, err := h.IndexBytes()
 	if err != nil {
 		t.Fatal(err)
@@ -124,18 +74,7 @@ func TestPinnedSegmentIndexDroppedBeforeReplacement(t *testing.T) {
 // it got the replacement's, whose offsets the time index's checks let
 // through.)
 func TestPinnedSegmentTimeIndexAfterReplacement(t *testing.T) {
-	dir := t.TempDir()
-	w := newCleanTestLog(t, dir, nil, "cleanup.policy", "compact")
-	cfg, end := w.Config(), w.Offsets().LogEnd
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	l, err := Open(dir, Options{Config: cfg, HighWatermark: -1, RecoveryPoint: end, CleanShutdown: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	segs := l.SegmentInfos()
+	l, segs := reopenedCompacted(t, 0)
 	// Another handle reads the time index first (what the pinned
 	// segment's file holds), then lets go.
 	h0, err := l.Segments().OpenSegment(segs[0].BaseOffset)
@@ -147,23 +86,14 @@ func TestPinnedSegmentTimeIndexAfterReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	h0.Close()
-	h, err := l.Segments().OpenSegment(segs[0].BaseOffset)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
+	h := pin(t, l, segs[0].BaseOffset)
 	h.s.mu.Lock()
 	if h.s.ti != nil {
 		h.s.ti.Close()
 		h.s.ti = nil // as if never opened since the restart (or dropped by the kept clock)
 	}
 	h.s.mu.Unlock()
-	c := l.Segments().BeginCleaning()
-	n := 0
-	r, _ := writeCleaned(t, c, l, segs[:2], func(int64) bool { n++; return n%2 == 0 })
-	if err := r.Commit(); err != nil {
-		t.Fatal(err)
-	}
+	replaceFirstTwo(t, l, segs)
 	after, err := h.TimeIndexBytes()
 	if err != nil {
 		t.Fatal(err)
