@@ -408,45 +408,14 @@ func TestReadReplicaOfDisklessReopens(t *testing.T) {
 // serves the records above it. (Found in review: it stopped there, for
 // good.)
 func TestReadReplicaOfDisklessAfterWALGC(t *testing.T) {
-	inner := mem.New()
-	faulty := faultstore.Wrap(inner, 1)
-	store := objstore.New(faulty, "mem://walgc-gap", objstore.Options{MaxAttempts: 1})
-	a := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store)
-	origin := openDiskless(t, a, 1)
-	produce := func(n int) {
-		t.Helper()
-		for range n {
-			eventually(t, 10*time.Second, "an append never settled", func() bool {
-				_, err := appendOne(t, origin, 1, "x")
-				return err == nil && origin.Flush() == nil
-			})
-		}
+	o := newVoidingOrigin(t, "mem://walgc-gap")
+	o.produce(3)
+	o.voidOne()
+	end := o.p.Offsets().LogEnd
+	for _, w := range o.gc() {
+		t.Logf("gc removed %s: %s", w.Key[strings.LastIndex(w.Key, "/")+1:], w.Why)
 	}
-	produce(3)
-	// One WAL put fails before it lands: the writer voids its number.
-	rule := faulty.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/_wal/", Nth: 1, Fault: faultstore.FailBefore})
-	appendOne(t, origin, 1, "x")
-	origin.Flush()
-	rule.Remove()
-	produce(10) // the writer goes well past the void
-	end := origin.Offsets().LogEnd
-
-	later := func() time.Time { return time.Now().Add(time.Hour) }
-	objs, err := tiered.GCWAL(ctx, store, "tl", tiered.WALGCOptions{Grace: time.Nanosecond, Force: true, Now: later})
-	if err != nil {
-		t.Fatal(err)
-	}
-	voids := 0
-	for _, o := range objs {
-		if o.Remove {
-			t.Logf("gc removed %s: %s", o.Key[strings.LastIndex(o.Key, "/")+1:], o.Why)
-			voids++
-		}
-	}
-	if voids == 0 {
-		t.Fatal("gc removed nothing: the test needs the void gone")
-	}
-	replica := openReplica(t, objstore.New(&objstoretest.ReadOnly{Driver: inner}, "mem://walgc-gap-r", objstore.Options{}))
+	replica := openReplica(t, objstore.New(&objstoretest.ReadOnly{Driver: o.inner}, "mem://walgc-gap-r", objstore.Options{}))
 	defer replica.Close()
 	var serr error
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
@@ -455,4 +424,66 @@ func TestReadReplicaOfDisklessAfterWALGC(t *testing.T) {
 		}
 	}
 	t.Fatalf("after 5s the replica's high watermark is %d (last step: %v), the origin's acknowledged end %d", replica.Offsets().HighWatermark, serr, end)
+}
+
+// voidingOrigin is a diskless origin over a bucket that fails one WAL put
+// when asked (its writer voids the number), so that WAL gc removes numbers
+// a replica meets.
+type voidingOrigin struct {
+	t      *testing.T
+	inner  *mem.Driver
+	faulty *faultstore.Driver
+	store  *objstore.Store
+	p      *tiered.Partition
+}
+
+func newVoidingOrigin(t *testing.T, name string) *voidingOrigin {
+	inner := mem.New()
+	faulty := faultstore.Wrap(inner, 1)
+	store := objstore.New(faulty, name, objstore.Options{MaxAttempts: 1})
+	p := openDiskless(t, openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), store), 1)
+	return &voidingOrigin{t: t, inner: inner, faulty: faulty, store: store, p: p}
+}
+
+// produce appends n one-record batches, each acknowledged.
+func (o *voidingOrigin) produce(n int) {
+	o.t.Helper()
+	for range n {
+		eventually(o.t, 10*time.Second, "an append never settled", func() bool {
+			_, err := appendOne(o.t, o.p, 1, "x")
+			return err == nil && o.p.Flush() == nil
+		})
+	}
+}
+
+// voidOne fails one WAL put before it lands (the writer voids its number),
+// then produces ten more records: the writer goes well past the void.
+func (o *voidingOrigin) voidOne() {
+	o.t.Helper()
+	rule := o.faulty.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: "/_wal/", Nth: 1, Fault: faultstore.FailBefore})
+	appendOne(o.t, o.p, 1, "x")
+	o.p.Flush()
+	rule.Remove()
+	o.produce(10)
+}
+
+// gc runs WAL gc as an hour later and returns what it removed (at least
+// one object).
+func (o *voidingOrigin) gc() []tiered.WALObject {
+	o.t.Helper()
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	objs, err := tiered.GCWAL(ctx, o.store, "tl", tiered.WALGCOptions{Grace: time.Nanosecond, Force: true, Now: later})
+	if err != nil {
+		o.t.Fatal(err)
+	}
+	var removed []tiered.WALObject
+	for _, w := range objs {
+		if w.Remove {
+			removed = append(removed, w)
+		}
+	}
+	if len(removed) == 0 {
+		o.t.Fatal("gc removed nothing: the test needs the void gone")
+	}
+	return removed
 }
