@@ -180,12 +180,13 @@ func (p *Partition) followWALLocked(ctx context.Context, h *manifest.Head) error
 		return err
 	}
 	p.rlocal = true
-	if hw := p.local.Offsets().LogEnd; hw != p.local.Offsets().HighWatermark {
-		if err := p.local.SetHighWatermark(hw); err != nil {
+	lo = p.local.Offsets() // after the appends: one view for the rest
+	if lo.LogEnd != lo.HighWatermark {
+		if err := p.local.SetHighWatermark(lo.LogEnd); err != nil {
 			return err
 		}
 	}
-	if lo := p.local.Offsets(); lo.LogStart < base {
+	if lo.LogStart < base {
 		// The bucket's segments hold these now: the local copies go.
 		if err := p.segs.TrimLocalBefore(ctx, base); err != nil {
 			return err
