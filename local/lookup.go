@@ -53,6 +53,14 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 		prevLast = oi.Entry(slot - 1).Offset
 	}
 	start := int64(e.Position)
+	if w != nil {
+		// The batch holding target starts at or before the next entry's.
+		if next := slot + 1; next < n {
+			w.expect(int64(oi.Entry(next).Position) - start + record.BatchHeaderSize)
+		} else {
+			w.expect(0)
+		}
+	}
 	var disagree error  // the batches from the entry do not agree with it
 	reached := slot < 0 // a batch ended at the entry's offset
 	err = s.walkHeadersIn(w, start, limit, prevLast, func(h *record.Entry) bool {

@@ -579,6 +579,11 @@ type headerWindow struct {
 	size  int64 // the segment's readable size: bytes past it are never read
 	start int64 // the file position of buf[0]
 	n     int   // bytes of buf holding the file's
+	// ahead is how many bytes a miss reads (at least the header asked
+	// for): headerWindowSize while the walk's headers lie close together,
+	// one header when they lie further apart than a window (big batches:
+	// the bytes between headers would be read for nothing).
+	ahead int
 	buf   [headerWindowSize]byte
 	hdr   [record.BatchHeaderSize]byte
 	entry record.Entry // the walks' scratch entry (see walk)
@@ -595,9 +600,24 @@ type windowRef struct{ w *headerWindow }
 func (r *windowRef) get() *headerWindow {
 	if r.w == nil {
 		r.w = headerWindows.Get().(*headerWindow)
-		r.w.f, r.w.n = nil, 0
+		r.w.f, r.w.n, r.w.ahead = nil, 0, headerWindowSize
 	}
 	return r.w
+}
+
+// expect tells the window that the walk about to start covers span bytes
+// from its start, its last header included (a lookup knows it from the
+// next offset index entry): its first read reads that span when it fits
+// a window, else one header (the headers lie further apart than a window).
+func (r *windowRef) expect(span int64) {
+	w := r.get()
+	w.ahead = headerWindowSize
+	switch {
+	case span > headerWindowSize:
+		w.ahead = record.BatchHeaderSize
+	case span > 0:
+		w.ahead = int(span)
+	}
 }
 
 // release gives the window back; the read is over.
@@ -618,10 +638,16 @@ func (w *headerWindow) use(f vfs.File, size int64) {
 }
 
 // ReadAt serves p from the window, reading the window anew at off when
-// p is not all in it.
+// p is not all in it: ahead bytes, or only p when the walk jumped a
+// window's length past the window's end (batches bigger than a window).
 func (w *headerWindow) ReadAt(p []byte, off int64) (int, error) {
 	if off < w.start || off+int64(len(p)) > w.start+int64(w.n) {
-		n, err := w.f.ReadAt(w.buf[:max(0, min(int64(len(w.buf)), w.size-off))], off)
+		if w.n > 0 && off-(w.start+int64(w.n)) >= headerWindowSize {
+			w.ahead = len(p)
+		} else if w.n > 0 {
+			w.ahead = headerWindowSize
+		}
+		n, err := w.f.ReadAt(w.buf[:max(0, min(int64(max(w.ahead, len(p))), w.size-off))], off)
 		w.start, w.n = off, n
 		if n < len(p) {
 			if err == nil {
