@@ -297,6 +297,20 @@ type Records interface {
 	Close() error
 }
 
+// Viewer is implemented by Records that can lend their bytes in place, for
+// a process that reads the records itself rather than sending them: a
+// local sealed segment's bytes come straight from its read-only mapping,
+// without the copy WriteTo into a buffer makes.
+type Viewer interface {
+	// View calls fn with the Records' bytes: whole batches, the bytes
+	// WriteTo writes. p is valid only until fn returns and MUST NOT be
+	// modified or kept (it may be a read-only mapping of the file, unmapped
+	// after Close). View returns fn's error, or the error reading the bytes
+	// (a file cut short under a mapping is an ErrCorruptRecord, never a
+	// crash).
+	View(fn func(p []byte) error) error
+}
+
 // OffsetRange is implemented by Records that know which offsets they hold,
 // so a broker can advance a fetch position without parsing the bytes.
 type OffsetRange interface {

@@ -107,6 +107,7 @@ type tierlogSys struct {
 	l   *local.Log
 	buf bytes.Buffer
 	it  record.Iterator
+	val []byte // the last value Read returned
 }
 
 func openTierlog(dir string) (system, error) {
@@ -195,20 +196,31 @@ func (s *tierlogSys) batches(offset int64, maxBytes int) (int64, error) {
 	return r.(backend.OffsetRange).NextOffset(), nil
 }
 
+// Read decodes the record at offset i in place: the batch holding it is
+// lent by Records.View (a sealed segment's read-only mapping, no copy),
+// and the record's value copied out, as rosedb's Read returns a copy.
 func (s *tierlogSys) Read(i int64) ([]byte, error) {
-	if _, err := s.batches(i, 1); err != nil {
+	r, err := s.l.Read(context.Background(), i, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+	if err != nil {
 		return nil, err
 	}
-	if err := s.it.Reset(record.Batch(s.buf.Bytes())); err != nil {
-		return nil, err
-	}
-	s.it.SkipTo(i)
-	if s.it.Next() {
-		if r := s.it.Record(); r.Offset == i {
-			return r.Value, nil
+	defer r.Close()
+	var v []byte
+	err = r.(backend.Viewer).View(func(p []byte) error {
+		if err := s.it.Reset(record.Batch(p)); err != nil {
+			return err
 		}
-	}
-	return nil, fmt.Errorf("tierlog: offset %d not in the batch read for it: %v", i, s.it.Err())
+		s.it.SkipTo(i)
+		if s.it.Next() {
+			if rec := s.it.Record(); rec.Offset == i {
+				v = append(s.val[:0], rec.Value...)
+				return nil
+			}
+		}
+		return fmt.Errorf("tierlog: offset %d not in the batch read for it: %v", i, s.it.Err())
+	})
+	s.val = v
+	return v, err
 }
 
 func (s *tierlogSys) Scan(fn func([]byte)) error {

@@ -34,6 +34,7 @@ func (emptyRecords) WriteTo(io.Writer) (int64, error)            { return 0, nil
 func (emptyRecords) Len() int64                                  { return 0 }
 func (emptyRecords) Close() error                                { return nil }
 func (e emptyRecords) NextOffset() int64                         { return e.next }
+func (emptyRecords) View(fn func([]byte) error) error            { return fn(nil) }
 func (emptyRecords) AbortedTransactions() []backend.AbortedTxn   { return nil }
 func (r *fileRecords) AbortedTransactions() []backend.AbortedTxn { return r.aborted }
 
@@ -43,6 +44,8 @@ func (r *fileRecords) Len() int64 { return r.n }
 func (r *fileRecords) NextOffset() int64 { return r.next }
 
 var (
+	_ backend.Viewer      = (*fileRecords)(nil)
+	_ backend.Viewer      = emptyRecords{}
 	_ backend.OffsetRange = (*fileRecords)(nil)
 	_ backend.OffsetRange = emptyRecords{}
 	_ backend.Aborted     = (*fileRecords)(nil)
@@ -104,6 +107,30 @@ func (r *fileRecords) WriteTo(w io.Writer) (int64, error) {
 		}
 	}
 	return written, nil
+}
+
+// View lends the region in place: a sealed segment's bytes from its
+// read-only mapping (which this Records' reference keeps mapped), others
+// read with pread into a pooled buffer. See backend.Viewer.
+func (r *fileRecords) View(fn func(p []byte) error) error {
+	if m := r.seg.mapping(); m != nil && r.pos+r.n <= int64(len(m)) {
+		return r.seg.readMapped(func() error { return fn(m[r.pos : r.pos+r.n : r.pos+r.n]) })
+	}
+	var buf []byte
+	if r.n <= 1<<20 {
+		bp := copyBufs.Get().(*[]byte)
+		defer copyBufs.Put(bp)
+		buf = (*bp)[:r.n]
+	} else {
+		buf = make([]byte, r.n)
+	}
+	if m, err := r.f.ReadAt(buf, r.pos); m < len(buf) {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return fmt.Errorf("local: %s: read %d bytes at %d: %w", r.seg.logPath, r.n, r.pos, err)
+	}
+	return fn(buf[:r.n:r.n])
 }
 
 // copyBufs hold the bytes of a WriteTo to a writer that is not a socket.
