@@ -48,7 +48,12 @@ type leaderValidation struct {
 	// out is the append as written when a batch was rewritten: every
 	// batch, the rewritten ones as the validator returned them.
 	out []byte
+	// metas are the append's batchMeta (an allocation an append saved).
+	metas []batchMeta
 }
+
+// maxPooledMetas is the most batchMeta a pooled validation keeps.
+const maxPooledMetas = 1024
 
 func getLeaderValidation() *leaderValidation { return validators.Get().(*leaderValidation) }
 
@@ -56,6 +61,9 @@ func getLeaderValidation() *leaderValidation { return validators.Get().(*leaderV
 func (lv *leaderValidation) release() {
 	if cap(lv.out) > maxPooledOut {
 		lv.out = nil
+	}
+	if cap(lv.metas) > maxPooledMetas {
+		lv.metas = nil
 	}
 	validators.Put(lv)
 }
@@ -97,7 +105,8 @@ func (l *Log) validateLeaderLocked(lv *leaderValidation, data []byte, now int64)
 		return nil, nil, info, err
 	}
 	out, rewritten := data, false
-	var metas []batchMeta
+	metas := lv.metas[:0]
+	defer func() { lv.metas = metas }()
 	for i, pos := 0, 0; pos < len(data); i++ {
 		b, err := frameBatch(data, pos)
 		if err == nil && cfg.MaxMessageBytes == 0 {
