@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -53,24 +55,50 @@ func (c *manifestCounter) Get(ctx context.Context, key string, offset, length in
 // BenchmarkManifestBytesPut uploads a partition's segments one commit
 // each (produce a batch, roll, offload) and reports the manifest bytes
 // put over its life: heads and parts (manifest-MB), the backups of each
-// generation beside them (backup-MB), the largest head, and what a new
-// reader GETs to read the manifest at the end (read-GETs, read-KB).
-// Issue 27's goal: at most 2 MB of manifest at 2,000 segments.
+// generation beside them (backup-MB), the largest head, what one commit
+// puts (heads and parts: the last commit's, last-commit-bytes, and the
+// largest, largest-commit-bytes), and what a new reader GETs to read the
+// manifest at the end (read-GETs, read-KB). Issue 27's goal: at most 2 MB
+// of manifest at 2,000 segments; the layered manifest's: a head of at most
+// 64 KiB, so a commit costs the same at any length. The sizes are 500,
+// 1,000 and 2,000 segments, or the comma-separated list in
+// TIERLOG_BENCH_MANIFEST_SEGMENTS (100,000 takes some minutes: every
+// segment is a local file until the end).
 func BenchmarkManifestBytesPut(b *testing.B) {
-	for _, n := range []int{500, 1000, 2000} {
+	sizes := []int{500, 1000, 2000}
+	if s := os.Getenv("TIERLOG_BENCH_MANIFEST_SEGMENTS"); s != "" {
+		sizes = nil
+		for _, f := range strings.Split(s, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n <= 0 {
+				b.Fatalf("TIERLOG_BENCH_MANIFEST_SEGMENTS=%q: want positive integers, comma-separated", s)
+			}
+			sizes = append(sizes, n)
+		}
+	}
+	for _, n := range sizes {
 		b.Run(fmt.Sprintf("segments=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				c := &manifestCounter{Driver: mem.New()}
 				store := objstore.New(c, "mem://manifest-bytes", objstore.Options{})
 				p := open(b, filepath.Join(b.TempDir(), "orders-0"), store, 1, cfg(b, "local.retention.ms", "-1", "retention.ms", "-1"))
+				put := func() int64 {
+					c.mu.Lock()
+					defer c.mu.Unlock()
+					return c.headBytes + c.partBytes
+				}
+				var lastCommit, largestCommit int64
 				for range n {
 					produce(b, p, 1)
 					if err := p.Roll(); err != nil {
 						b.Fatal(err)
 					}
+					before := put()
 					if _, err := p.Offload(ctx); err != nil {
 						b.Fatal(err)
 					}
+					lastCommit = put() - before
+					largestCommit = max(largestCommit, lastCommit)
 				}
 				if got := len(manifestOf(b, p).Segments); got != n {
 					b.Fatalf("%d segments in the bucket, want %d", got, n)
@@ -83,6 +111,8 @@ func BenchmarkManifestBytesPut(b *testing.B) {
 				b.ReportMetric(float64(c.headBytes+c.partBytes)/1e6, "manifest-MB")
 				b.ReportMetric(float64(c.backup)/1e6, "backup-MB")
 				b.ReportMetric(float64(c.largestHead), "largest-head-bytes")
+				b.ReportMetric(float64(lastCommit), "last-commit-bytes")
+				b.ReportMetric(float64(largestCommit), "largest-commit-bytes")
 				b.ReportMetric(float64(c.gets), "read-GETs")
 				b.ReportMetric(float64(c.getBytes)/1e3, "read-KB")
 			}
