@@ -25,11 +25,12 @@ import (
 // 0) as it would in a broker, and the service's rounds run after each
 // upload when the ratio says so. It reports the bucket's bytes (those
 // the manifest names, and all objects before gc) over the bytes of one
-// value per key (key and value), the requests per GiB the cleaner
-// rewrote, and the cleaner's throughput over the bucket (segment bytes
-// cleaned per second of its rounds, map pass and uploads included)
-// beside the local cleaner's on the same updates. `make bench-compact` runs 100,000 keys and 5 million
-// updates.
+// value per key (key and value), the remote bytes the cleaner rewrote
+// (rewritten-MB, and over the bytes appended, rewritten/appended) and
+// read (cleaned-MB), the requests per GiB it rewrote, and its throughput
+// over the bucket (segment bytes cleaned per second of its rounds, map
+// pass and uploads included) beside the local cleaner's on the same
+// updates. `make bench-compact` runs 100,000 keys and 5 million updates.
 func BenchmarkCompactRemote(b *testing.B) {
 	keys := envInt(b, "TIERLOG_COMPACT_KEYS", 20_000)
 	updates := envInt(b, "TIERLOG_COMPACT_UPDATES", 1_000_000)
@@ -55,7 +56,7 @@ func BenchmarkCompactRemote(b *testing.B) {
 		var total tiered.CompactStats
 		var took time.Duration
 		rng := rand.New(rand.NewPCG(1, 2))
-		appendUpdates(b, p, rng, keys, updates, valueBytes, 1<<20, func() {
+		appended := appendUpdates(b, p, rng, keys, updates, valueBytes, 1<<20, func() {
 			if _, err := p.Offload(ctx); err != nil {
 				b.Fatal(err)
 			}
@@ -81,6 +82,9 @@ func BenchmarkCompactRemote(b *testing.B) {
 		gib := float64(total.BytesWritten) / (1 << 30)
 		b.ReportMetric(float64(named)/float64(live), "bucket/live")
 		b.ReportMetric(float64(all)/float64(live), "before-gc/live")
+		b.ReportMetric(float64(total.BytesWritten)/1e6, "rewritten-MB")
+		b.ReportMetric(float64(total.BytesWritten)/float64(appended), "rewritten/appended")
+		b.ReportMetric(float64(total.BytesRead)/1e6, "cleaned-MB")
 		if gib > 0 {
 			b.ReportMetric(float64(total.Gets+total.Puts+total.Commits)/gib, "requests/GiB-rewritten")
 		}
@@ -126,8 +130,9 @@ func BenchmarkCompactRemote(b *testing.B) {
 
 // appendUpdates appends n updates of uniformly random keys to p as a
 // leader, in batches of about batchBytes, moving the high watermark, and
-// calls every after each 4 MiB appended and at the end.
-func appendUpdates(b *testing.B, p backend.Partition, rng *rand.Rand, keys, n, valueBytes, batchBytes int, every func()) {
+// calls every after each 4 MiB appended and at the end. It returns the
+// bytes of the batches appended.
+func appendUpdates(b *testing.B, p backend.Partition, rng *rand.Rand, keys, n, valueBytes, batchBytes int, every func()) (appended int64) {
 	var bld record.Builder
 	val := make([]byte, valueBytes)
 	ts := time.Now().UnixMilli()
@@ -146,6 +151,7 @@ func appendUpdates(b *testing.B, p backend.Partition, rng *rand.Rand, keys, n, v
 			b.Fatal(err)
 		}
 		since += len(batch)
+		appended += int64(len(batch))
 		if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
 			b.Fatal(err)
 		}
@@ -157,4 +163,5 @@ func appendUpdates(b *testing.B, p backend.Partition, rng *rand.Rand, keys, n, v
 			since = 0
 		}
 	}
+	return appended
 }
