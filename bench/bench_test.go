@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -51,12 +52,19 @@ func TestSmoke(t *testing.T) {
 	var md bytes.Buffer
 	parts := []result{{Values: map[string]float64{"openMs": 500}, PeakRSSMB: 40}}
 	tiered := []benchLine{{label: "offload", unit: "MB/s", values: []float64{100, 90, 110}, goal: "offload >= 0.9x raw PutObject", goalFigure: "1.00x | met"}}
-	report(&md, byKind, parts, tiered, n, 1, reads, time.Second)
+	report(&md, byKind, parts, tiered, cannedGroups(t), n, 1, reads, time.Second)
 	out := md.String()
 	for _, want := range []string{"| tierlog |", "| hashicorp/raft-wal v0.4.0 |", "sendfile(2)", "| 10,000 partitions open < 1 s | 500 ms | met |",
 		"| offload | 100 (90.0–110) MB/s |", "| append >= 0.8x raw page-cache write |",
 		"fdatasync every 1,000 records", "| produce-shaped append: 4 batches", "| flush.messages=1:", "| tierlog: Read, then Records.WriteTo the socket |",
-		"| compaction.Clean of a rolled log", "| fetch-shaped reads >= 0.8x raw sendfile of the same ranges |", "| key compaction >= 250 MB/s |"} {
+		"| compaction.Clean of a rolled log", "| fetch-shaped reads >= 0.8x raw sendfile of the same ranges |", "| key compaction >= 250 MB/s |",
+		// The groups of Go benchmarks, from recorded output.
+		"| WAL PUTs of 1,000 diskless partitions", "| 4.00 PUTs/s (345,545 PUTs a day) | the bound: 4.08 PUTs/s |",
+		"classic tiered: offload 100 MB/s", "| 100,000 segments | 120 MB | 1,452 / 1,197 / 2,958,626 B |",
+		"| manifest bytes over the life <= 2 MB at 2,000 segments | 1.60 MB | met |", "| a cold 64 MiB tail consumed >= 0.5x raw ranged GETs | 0.497x (442 vs 888 MB/s) | **not met** |",
+		"| heap once every partition read its manifest", "85.2 MB (8.52 B a segment)", "remote bytes the bucket's cleaner rewrote | 58.5 MB (0.476x the bytes appended)",
+		"| kgo: a diskless topic on versitygw", "| diskless produce through the broker >= 0.8x classic tiered | 0.225x (86.7 vs 385 MB/s) | **not met** |",
+		"| sarama: kfake | 205 | 82.1 | 396 |  | none: the baseline |  |", "The groups of Go benchmarks took"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report lacks %q:\n%s", want, out)
 		}
@@ -70,10 +78,137 @@ func TestSmoke(t *testing.T) {
 	}
 	for _, line := range strings.Split(out, "\n") {
 		// liftbridge has no durable-append figure; every other is measured.
-		if strings.Contains(line, "n/a") && !strings.HasPrefix(line, "| liftbridge") {
-			t.Errorf("a figure is missing (n/a): %s", line)
+		if strings.Contains(line, "n/a") && !strings.HasPrefix(line, "| liftbridge") ||
+			strings.Contains(line, "no figure") || strings.Contains(line, "not measured") {
+			t.Errorf("a figure is missing: %s", line)
 		}
 	}
+}
+
+// cannedGroups are the full run's groups of Go benchmarks with figures
+// read from their output as recorded on the 2-core machine
+// (testdata/gobench-*.txt).
+func cannedGroups(t *testing.T) []groupResult {
+	t.Helper()
+	g := newGoFigures()
+	for _, f := range []string{"testdata/gobench-tiered.txt", "testdata/gobench-broker.txt"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.parse(b)
+	}
+	var grs []groupResult
+	for i := range goGroups {
+		if goGroups[i].full {
+			grs = append(grs, groupResult{&goGroups[i], g})
+		}
+	}
+	return grs
+}
+
+// TestGoBenchFailed: the rows of benchmarks that failed, were skipped or
+// gave no figure say why, and their goals are not measured; a child that
+// failed names its panic or its first error.
+func TestGoBenchFailed(t *testing.T) {
+	b, err := os.ReadFile("testdata/gobench-failed.txt") // a stand-in's output, go test -v
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGoFigures()
+	g.parse(b)
+	if v, why := g.value("DisklessProduce/raw-put-8MiB", "MB/s-1-stream"); v != 1 || why != "" {
+		t.Fatalf("a passing sub-benchmark of a failed one: %v %q", v, why)
+	}
+	g.runErr = []string{"go test -bench 'Diskless': exit status 1"}
+	var md bytes.Buffer
+	goals := reportGroups(&md, []groupResult{{groupByName("diskless"), g}}, fig{why: "BenchmarkOffload: failed"})
+	out := md.String()
+	for _, want := range []string{
+		"| WAL PUTs of 1,000 diskless partitions of one Backend, 1 KiB appends at 1 MB/s in all, for 5 s | **no figure**: skipped: diskless_bench_test.go:7: s3server: no MinIO binary |",
+		"**no figure**: diskless_bench_test.go:4: put: 503 SlowDown |",
+		"| acknowledgement latency (acks=all): one partition, 16 KiB batches, each waited for | **no figure**: go test -bench 'Diskless': exit status 1 |",
+		"classic tiered: **no figure**: BenchmarkOffload: failed", "**not measured** |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the report lacks %q:\n%s", want, out)
+		}
+	}
+	for _, gl := range goals {
+		if gl.missing == "" {
+			t.Errorf("goal %q measured: %+v", gl.goal, gl)
+		}
+	}
+	// The tiered rows, when their benchmarks fail (as recorded at f9f9ed7).
+	if b, err = os.ReadFile("testdata/gobench-tiered-rows-failed.txt"); err != nil {
+		t.Fatal(err)
+	}
+	g = newGoFigures()
+	g.parse(b)
+	lines := tieredLines(g)
+	if !strings.HasPrefix(lines[0].failed, "bench_test.go:74: objstore: retryable error: tiered: no manifest under") ||
+		lines[1].failed != "" || len(lines[1].values) != 1 || lines[0].goalFigure != "no figure: a benchmark failed (above) | **not measured**" {
+		t.Errorf("the tiered lines: %+v", lines[:2])
+	}
+	if l := lines[5]; l.label != "local read of the same kind of batch" || len(l.values) != 1 || l.values[0] != 2.592 {
+		t.Errorf("local read: %+v", l)
+	}
+	timeout := "BenchmarkX\npanic: test timed out after 15m0s\n\trunning tests:\n"
+	if why := childFailure([]byte(timeout), nil, errors.New("exit status 2")); why != "panic: test timed out after 15m0s (exit status 2)" {
+		t.Errorf("a timeout: %q", why)
+	}
+	if why := childFailure(nil, []byte("# github.com/tierlog/tierlog/tiered\n./x.go:1:1: undefined: y\n"), errors.New("exit status 1")); why != "./x.go:1:1: undefined: y (exit status 1)" {
+		t.Errorf("a build error: %q", why)
+	}
+}
+
+// TestGoGroupsRun runs the groups' benchmarks as the full run does, at
+// small sizes: the manifest and attached partitions, and (with the S3
+// servers at hand) a compacted topic and the broker's clients; each row
+// gets its figure. The diskless benchmarks have fixed sizes (a minute):
+// TestGoBenchFailed and TestSmoke cover their rows from recorded output.
+func TestGoGroupsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs go test -bench")
+	}
+	groups := []goGroup{manifestGroup("manifest", false, []int{20, 40}), attachedGroup("attached", false, 20, 50)}
+	minio, versity := s3Binary(t, "TIERLOG_MINIO", "minio"), s3Binary(t, "TIERLOG_VERSITYGW", "versitygw")
+	if minio {
+		groups = append(groups, compactGroup("compact", false, 1000, 100_000))
+	}
+	if versity {
+		groups = append(groups, clientsGroup("clients", false, 2000))
+	}
+	for _, gr := range groups {
+		start := time.Now()
+		g := runGroup(&gr)
+		var md bytes.Buffer
+		goals := reportGroups(&md, []groupResult{{&gr, g}}, fig{why: "not run"})
+		t.Logf("%s: %v\n%s", gr.name, time.Since(start).Round(time.Millisecond), md.String())
+		if strings.Contains(md.String(), "no figure") {
+			t.Errorf("%s: a row has no figure:\n%s", gr.name, md.String())
+		}
+		if len(goals) == 0 {
+			t.Errorf("%s: no goals", gr.name)
+		}
+	}
+}
+
+// s3Binary says whether the S3 server binary env names, or .cache/bin's,
+// is at hand, setting env to it for the children.
+func s3Binary(t *testing.T, env, name string) bool {
+	if os.Getenv(env) != "" {
+		return true
+	}
+	p, err := filepath.Abs("../.cache/bin/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(p); err != nil {
+		t.Logf("%s not run: no $%s and no %s (make s3servers)", name, env, p)
+		return false
+	}
+	t.Setenv(env, p)
+	return true
 }
 
 // shapes runs the broker shapes, the cleaner and (when a versitygw binary

@@ -36,7 +36,8 @@ func main() {
 	reads := flag.Int64("reads", 1_000_000, "random single-record reads per run")
 	tieredBench := flag.Bool("tiered", true, "run the tiered benchmarks against the S3 server (needs versitygw; see the Makefile)")
 	update := flag.String("update", "", "also write the tables into this Markdown file, between its results markers")
-	only := flag.String("only", "", "run one group of measurements and print its results as JSON (remote: the remote reads under load)")
+	only := flag.String("only", "", "run one group of measurements and print its results: "+onlyGroups())
+	groups := flag.String("groups", fullGroups(), "the groups of Go benchmarks the full run runs, comma-separated (-only runs any one)")
 	flag.Parse()
 	n := *size / 100
 	if *childKind != "" {
@@ -53,7 +54,19 @@ func main() {
 		}
 		return
 	}
-	if err := parent(*dir, n, *runs, *reads, *tieredBench, *update); err != nil {
+	var gs []*goGroup
+	for _, name := range strings.Split(*groups, ",") {
+		if name = strings.TrimSpace(name); name == "" {
+			continue
+		}
+		g := groupByName(name)
+		if g == nil {
+			fmt.Fprintf(os.Stderr, "bench: -groups: no group %q: %s\n", name, onlyGroups())
+			os.Exit(2)
+		}
+		gs = append(gs, g)
+	}
+	if err := parent(*dir, n, *runs, *reads, *tieredBench, gs, *update); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -72,9 +85,40 @@ func workDir(dir string) (_ string, cleanup func(), err error) {
 	return tmp, func() { os.RemoveAll(tmp) }, nil
 }
 
-// runOnly runs one group of measurements (-only) and prints each run's
-// result as a line of JSON: for looking at one row while working on it.
+// onlyGroups lists the groups -only runs, for the flags' help and errors.
+func onlyGroups() string {
+	list := []string{"remote (the remote reads under load, as JSON)"}
+	for _, g := range goGroups {
+		full := ""
+		if !g.full {
+			full = "; not in the full run"
+		}
+		list = append(list, fmt.Sprintf("%s (%s%s)", g.name, g.about, full))
+	}
+	return strings.Join(list, ", ")
+}
+
+// fullGroups names the groups of Go benchmarks the full run has.
+func fullGroups() string {
+	var names []string
+	for _, g := range goGroups {
+		if g.full {
+			names = append(names, g.name)
+		}
+	}
+	return strings.Join(names, ",")
+}
+
+// runOnly runs one group of measurements (-only): the remote reads print
+// each run's result as a line of JSON, a group of Go benchmarks its
+// tables and goals; for looking at one row while working on it.
 func runOnly(group, dir string, n int64, runs int, reads int64) error {
+	if g := groupByName(group); g != nil {
+		var md bytes.Buffer
+		reportGroups(&md, []groupResult{{g, runGroup(g)}}, fig{why: "the tiered rows run in the full run only"})
+		_, err := os.Stdout.Write(md.Bytes())
+		return err
+	}
 	dir, cleanup, err := workDir(dir)
 	if err != nil {
 		return err
@@ -87,7 +131,7 @@ func runOnly(group, dir string, n int64, runs int, reads int64) error {
 			return err
 		}
 	default:
-		return fmt.Errorf("-only %q: the groups are: remote", group)
+		return fmt.Errorf("-only %q: the groups are: %s", group, onlyGroups())
 	}
 	enc := json.NewEncoder(os.Stdout)
 	for _, kind := range slices.Sorted(maps.Keys(byKind)) {
@@ -140,7 +184,7 @@ func runKind(setup, kind, dir string, n int64, runs int, reads int64) ([]result,
 	return rs, nil
 }
 
-func parent(dir string, n int64, runs int, reads int64, tieredBench bool, update string) error {
+func parent(dir string, n int64, runs int, reads int64, tieredBench bool, groups []*goGroup, update string) error {
 	dir, cleanup, err := workDir(dir)
 	if err != nil {
 		return err
@@ -176,13 +220,15 @@ func parent(dir string, n int64, runs int, reads int64, tieredBench bool, update
 			return err
 		}
 		fmt.Fprintln(os.Stderr, "tiered (go test ./tiered -bench)")
-		if tiered, err = runTiered(runs); err != nil {
-			return err
-		}
+		tiered = runTiered(runs)
+	}
+	var grs []groupResult
+	for _, g := range groups {
+		grs = append(grs, groupResult{g, runGroup(g)})
 	}
 
 	var md bytes.Buffer
-	report(&md, byKind, partRes, tiered, n, runs, reads, time.Since(started))
+	report(&md, byKind, partRes, tiered, grs, n, runs, reads, time.Since(started))
 	os.Stdout.Write(md.Bytes())
 	if update != "" {
 		return updateFile(update, md.Bytes())
@@ -230,7 +276,7 @@ func collect(rs []result, f func(result) float64) stat {
 	return statOf(v)
 }
 
-func report(w io.Writer, byKind map[string][]result, parts []result, tiered []benchLine, n int64, runs int, reads int64, took time.Duration) {
+func report(w io.Writer, byKind map[string][]result, parts []result, tiered []benchLine, groups []groupResult, n int64, runs int, reads int64, took time.Duration) {
 	cpu := "unknown CPU"
 	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
 		if m := regexp.MustCompile(`model name\s*:\s*(.*)`).FindSubmatch(b); m != nil {
@@ -303,6 +349,16 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 			fmt.Fprintf(w, "| %s | %s %s |\n", l.label, statOf(l.values), l.unit)
 		}
 	}
+	offload := fig{why: "the tiered rows did not run"}
+	for _, l := range tiered {
+		if strings.HasPrefix(l.label, "offload") {
+			offload = fig{v: statOf(l.values).med}
+			if l.failed != "" {
+				offload = fig{why: "BenchmarkOffload: " + l.failed}
+			}
+		}
+	}
+	goals = append(goals, reportGroups(w, groups, offload)...)
 
 	// The goals of issue 8, computed from the medians.
 	med := func(kind string, f func(result) float64) float64 { return collect(byKind[kind], f).med }
@@ -331,6 +387,10 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 	fmt.Fprintf(w, "| sequential read above every peer | %.0f vs %.0f MB/s (records decoded) | %s |\n", scanT, bestPeerScan, met(scanT > bestPeerScan))
 	fmt.Fprintf(w, "| 10,000 partitions open < 1 s | %.0f ms | %s |\n", openMs, met(openMs > 0 && openMs < 1000))
 	for _, g := range goals {
+		if g.missing != "" {
+			fmt.Fprintf(w, "| %s | no figure (%s) | %s |\n", g.goal, strings.ReplaceAll(g.missing, "|", "\\|"), g.metText())
+			continue
+		}
 		fmt.Fprintf(w, "| %s | %s | %s |\n", g.goal, g.figure, met(g.met))
 	}
 	for _, l := range tiered {

@@ -31,6 +31,8 @@ const (
 type goalRow struct {
 	goal, figure string
 	met          bool
+	// missing is why the goal has no figure (its benchmark failed).
+	missing string
 }
 
 // count prints a stat of counts, zero included.

@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"fmt"
 	"os"
-	"os/exec"
-	"regexp"
-	"strconv"
 	"strings"
+	"time"
 )
 
 // benchLine is one tiered figure over the runs.
@@ -38,62 +34,37 @@ var tieredBenchmarks = []struct {
 	{"SequentialRemote/prefetch", "sequential remote consumption, 1 MiB read-ahead", "MB/s"},
 }
 
-var (
-	benchRE = regexp.MustCompile(`^Benchmark(\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) MB/s)?`)
-	failRE  = regexp.MustCompile(`^--- FAIL: Benchmark(\S+?)(-\d+)?$`)
-)
-
-func runTiered(runs int) ([]benchLine, error) {
+// runTiered runs the tiered benchmarks runs times in one child `go test`
+// and returns their lines. A benchmark that fails leaves the others
+// running: its line says why it has no figure, and the rest of
+// bench-compare goes on.
+func runTiered(runs int) []benchLine {
 	var names []string
 	for _, b := range tieredBenchmarks {
 		names = append(names, strings.Split(b.name, "/")[0])
 	}
-	cmd := exec.Command("go", "test", "./tiered", "-run", "^$", "-bench", "^Benchmark("+strings.Join(names, "|")+")$",
-		"-count", strconv.Itoa(runs), "-timeout", "20m")
-	cmd.Dir = ".."
-	cmd.Env = os.Environ()
-	var out, errOut bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errOut
-	// A benchmark that fails leaves the others running: its row says why
-	// it has no figure, and the rest of bench-compare goes on.
-	runErr := cmd.Run()
-	vals := map[string][]float64{}
-	failed := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(out.Bytes()))
-	failing := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if m := failRE.FindStringSubmatch(line); m != nil {
-			failing = m[1]
-			continue
-		}
-		if failing != "" {
-			if !strings.HasPrefix(line, " ") {
-				failing = ""
-			} else if failed[failing] == "" {
-				failed[failing] = strings.TrimSpace(line)
-			}
-		}
-		m := benchRE.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		name := m[1]
-		if m[4] != "" {
-			v, _ := strconv.ParseFloat(m[4], 64)
-			vals[name] = append(vals[name], v)
-		} else {
-			ns, _ := strconv.ParseFloat(m[3], 64)
-			vals[name] = append(vals[name], ns/1000)
-		}
-	}
+	g := newGoFigures()
+	g.run(goRun{dir: "..", pkg: "./tiered", bench: "^Benchmark(" + strings.Join(names, "|") + ")$", benchtime: "1s", count: runs, timeout: 20 * time.Minute})
+	return tieredLines(g)
+}
+
+// tieredLines are the tiered benchmarks' lines from their figures.
+func tieredLines(g *goFigures) []benchLine {
 	var lines []benchLine
 	for _, b := range tieredBenchmarks {
-		l := benchLine{label: b.label, unit: b.unit, values: vals[b.name]}
-		if len(l.values) == 0 {
-			if l.failed = failed[b.name]; l.failed == "" {
-				return nil, fmt.Errorf("go test ./tiered -bench: no result for Benchmark%s (%v) in:\n%s%s", b.name, runErr, out.String(), errOut.String())
+		l := benchLine{label: b.label, unit: b.unit}
+		unit := "ns/op" // shown in µs
+		if b.unit == "MB/s" {
+			unit = "MB/s"
+		}
+		for _, v := range g.values[b.name][unit] {
+			if unit == "ns/op" {
+				v /= 1000
 			}
+			l.values = append(l.values, v)
+		}
+		if len(l.values) == 0 {
+			_, l.failed = g.value(b.name, unit)
 			fmt.Fprintf(os.Stderr, "Benchmark%s failed: %s\n", b.name, l.failed)
 		}
 		lines = append(lines, l)
@@ -115,5 +86,5 @@ func runTiered(runs int) ([]benchLine, error) {
 	} else {
 		lines[0].goalFigure = fmt.Sprintf("%.2fx (%.0f vs %.0f MB/s) | %s", off/put, off, put, metCell(off >= 0.9*put))
 	}
-	return lines, nil
+	return lines
 }
