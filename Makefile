@@ -23,7 +23,7 @@ all: lint test
 ## test: every test, including the S3 integration tests against a real S3
 ## server, the Kafka fixture tests (skipped, with a message, when ../shared
 ## is absent), the soak's short form (40 s, testing/soak), bench/'s
-## smoke test (every bench-compare row on a small log, about 10 s) and
+## smoke test (every bench-compare row on a small log, about 25 s) and
 ## the reference broker driven by sarama, kafka-go and kcat (skipped,
 ## naming the Debian package, when absent; examples/broker/clients, a
 ## module of its own; about 15 s)
@@ -78,11 +78,14 @@ bench: $(S3SERVERS)
 
 ## bench-broker: kgo producing and consuming 1 GiB (BROKER_BENCH_RECORDS
 ## records of 1 KiB) through the reference broker beside kfake: a local
-## topic, and a tiered one on versitygw consumed from the bucket after
-## local retention (bucket/local is its consume rate over the local one)
+## topic, a tiered one on versitygw consumed from the bucket after local
+## retention (bucket/local is its consume rate over the local one) and a
+## diskless one; then sarama, a local topic beside kfake
+## (examples/broker/clients, a module of its own)
 BROKER_BENCH_RECORDS ?= 1048576
 bench-broker: $(BIN)/versitygw
 	TIERLOG_VERSITYGW=$(BIN)/versitygw $(GO) test ./examples/broker/broker -run '^$$' -bench Kgo -benchtime $(BROKER_BENCH_RECORDS)x -timeout 30m
+	cd examples/broker/clients && $(GO) test . -run '^$$' -bench Sarama -benchtime $(BROKER_BENCH_RECORDS)x -timeout 30m
 
 ## bench-diskless: the diskless goals' Go benchmarks (tiered): the WAL PUT
 ## rate of 1,000 diskless partitions at 1 MB/s beside its bound, the
@@ -94,7 +97,9 @@ bench-diskless: $(BIN)/minio
 	$(GO) test ./tiered -run '^$$' -bench 'Diskless' -benchtime 1x -timeout 20m
 
 ## bench-manifest: the manifest bytes a partition puts over its life
-## (500, 1,000 and 2,000 segments, one commit each) and what a new reader
+## (500, 1,000 and 2,000 segments, one commit each; other sizes with
+## TIERLOG_BENCH_MANIFEST_SEGMENTS=1000,10000,100000, 100,000 taking about
+## 3 minutes), what its last and largest commit put, and what a new reader
 ## gets to read it; the layered manifest's goal is 2 MB at 2,000 segments
 bench-manifest:
 	$(GO) test ./tiered -run '^$$' -bench ManifestBytesPut -benchtime 1x -timeout 20m
@@ -123,8 +128,11 @@ bench-compact: $(BIN)/minio
 	TIERLOG_COMPACT_KEYS=100000 TIERLOG_COMPACT_UPDATES=5000000 $(GO) test ./tiered -run '^$$' -bench CompactRemote -benchtime 1x -timeout 60m
 
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
-## (bench/, a module of its own; 10 to 12 minutes on 2 cores, under 20);
-## prints Markdown tables. BENCH_FLAGS='-only remote' runs one group.
+## (bench/, a module of its own; under 20 minutes on 2 cores), then the
+## groups of Go benchmarks above as rows with their goals (diskless,
+## manifest, attached, compact, clients; about 7 of the minutes); prints
+## Markdown tables. BENCH_FLAGS='-only remote' runs one group (go run .
+## -help lists them; compact-full, the compaction goal's size, only so).
 bench-compare: $(S3SERVERS)
 	cd bench && TIERLOG_VERSITYGW=$(BIN)/versitygw TIERLOG_MINIO=$(BIN)/minio $(GO) run . $(BENCH_FLAGS)
 
