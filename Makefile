@@ -130,7 +130,7 @@ bench-compact: $(BIN)/minio
 ## bench-compare: tierlog side by side with Go peers and the machine's limits
 ## (bench/, a module of its own; under 20 minutes on 2 cores), then the
 ## groups of Go benchmarks above as rows with their goals (diskless,
-## manifest, attached, compact, clients; about 7 of the minutes); prints
+## manifest, attached, compact, clients; about 5 of the minutes); prints
 ## Markdown tables. BENCH_FLAGS='-only remote' runs one group (go run .
 ## -help lists them; compact-full, the compaction goal's size, only so).
 bench-compare: $(S3SERVERS)
