@@ -91,6 +91,20 @@ func runBaselines(dir string, n int64) (result, error) {
 			os.Remove(filepath.Join(dir, w.key))
 		}
 	}
+	// The same writes of real batches, each first validated as a leader
+	// validates a client's (the log's own checks): the limit a log that
+	// checks what it writes can reach, of which the log's append is the
+	// rest.
+	for _, w := range []struct {
+		key     string
+		batches int
+	}{{"writeValidated", 1}, {"write64kValidated", requestBatches}} {
+		var err error
+		if res.Values[w.key], err = validatedWrite(filepath.Join(dir, w.key), n, w.batches); err != nil {
+			return res, fmt.Errorf("%s: %w", w.key, err)
+		}
+		os.Remove(filepath.Join(dir, w.key))
+	}
 	var err error
 	if res.Values["sendfile"], err = sendfileMBps(filepath.Join(dir, "write"), total); err != nil {
 		return res, err
@@ -275,4 +289,46 @@ func runPartitions(dir string) (result, error) {
 	res.Values["openMs"] = float64(time.Since(start).Microseconds()) / 1000
 	res.PeakRSSMB = peakRSSMB()
 	return res, nil
+}
+
+// validatedWrite writes n records' batches (16 KiB of 100-byte values
+// each, built as the broker shapes' are, untimed) into a new file, perWrite
+// batches a write, each batch validated first as the log validates a
+// client's (record.Validator.ValidateForLeader: the CRC, every record
+// decoded, with the options of a default topic). It returns MB/s of values,
+// the unit of the systems' append.
+func validatedWrite(path string, n int64, perWrite int) (float64, error) {
+	cfg := backend.DefaultConfig()
+	tc, err := record.ParseTopicCompression(cfg.CompressionType)
+	if err != nil {
+		return 0, err
+	}
+	opts := record.LeaderOptions{TimestampType: record.CreateTime, TimestampBeforeMaxMs: cfg.MessageTimestampBeforeMaxMs,
+		TimestampAfterMaxMs: cfg.MessageTimestampAfterMaxMs, Compression: tc, MaxMessageBytes: cfg.MaxMessageBytes}
+	ring := buildRequests(1, perWrite)[0]
+	f, err := os.Create(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	var v record.Validator
+	start := time.Now()
+	for done, k := int64(0), 0; done < n; k++ {
+		req := ring[k%len(ring)]
+		now := time.Now().UnixMilli()
+		for i, at := range req.starts {
+			end := len(req.batches)
+			if i+1 < len(req.starts) {
+				end = req.starts[i+1]
+			}
+			if _, err := v.ValidateForLeader(record.Batch(req.batches[at:end]), now, opts); err != nil {
+				return 0, err
+			}
+		}
+		if _, err := f.Write(req.batches); err != nil {
+			return 0, err
+		}
+		done += int64(req.records)
+	}
+	return payloadMB(n) / time.Since(start).Seconds(), nil
 }

@@ -379,7 +379,12 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 	openMs := collect(parts, func(r result) float64 { return r.Values["openMs"] }).med
 	met := metCell
 	fmt.Fprintf(w, "\n| goal | figure | |\n| --- | --- | --- |\n")
-	fmt.Fprintf(w, "| append >= 0.8x raw page-cache write | %.2fx (%.0f vs %.0f MB/s) | %s |\n", appendT/raw, appendT, raw, met(appendT >= 0.8*raw))
+	fmt.Fprintf(w, "| append >= 0.8x raw page-cache write | %.2fx (%.0f vs %.0f MB/s) | %s |\n", appendT/raw, appendT, raw, met(appendT >= appendGoal*raw))
+	checked := med("baseline", func(r result) float64 { return r.Values["writeValidated"] })
+	fmt.Fprintf(w, "| append beside the validated raw write (the log's own cost: the writes and checks are the same) | %.2fx (%.0f vs %.0f MB/s of values) | reported |\n", appendT/checked, appendT, checked)
+	syncT := med("tierlog", func(r result) float64 { return r.SyncAppendMBp })
+	rawSync := med("baseline", func(r result) float64 { return r.Values["writeFsync1000"] })
+	fmt.Fprintf(w, "| append, fsync every 1,000 records >= 0.8x raw write+fsync at that cadence | %.2fx (%.0f vs %.0f MB/s) | %s |\n", syncT/rawSync, syncT, rawSync, met(syncT >= appendGoal*rawSync))
 	fmt.Fprintf(w, "| append >= 3x the fastest peer | %.2fx (%.0f vs %.0f MB/s) | %s |\n", appendT/bestPeerAppend, appendT, bestPeerAppend, met(appendT >= 3*bestPeerAppend))
 	fmt.Fprintf(w, "| random read p50 < 2 µs | %.2f µs | %s |\n", p50, met(p50 < 2))
 	fmt.Fprintf(w, "| reads/s above every peer that keeps its data on disk | %.0f vs %.0f | %s |\n", readsT, bestDiskPeerReads, met(readsT > bestDiskPeerReads))

@@ -86,5 +86,18 @@ func tieredLines(g *goFigures) []benchLine {
 	} else {
 		lines[0].goalFigure = fmt.Sprintf("%.2fx (%.0f vs %.0f MB/s) | %s", off/put, off, put, metCell(off >= 0.9*put))
 	}
+	// The cached remote read's goal goes on its own line.
+	cached, local := med("CachedRemoteRead"), med("LocalRead")
+	for i, b := range tieredBenchmarks {
+		if b.name != "CachedRemoteRead" {
+			continue
+		}
+		lines[i].goal = "cached remote read <= 1.5x a local read of the same batch"
+		if cached == 0 || local == 0 {
+			lines[i].goalFigure = "no figure: a benchmark failed (above) | **not measured**"
+		} else {
+			lines[i].goalFigure = fmt.Sprintf("%.2fx (%.2f vs %.2f µs) | %s", cached/local, cached, local, metCell(cached <= 1.5*local))
+		}
+	}
 	return lines
 }
