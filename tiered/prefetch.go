@@ -63,6 +63,7 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end int64) {
 	a := &readAhead{key: key, start: end, end: end + n, done: make(chan struct{})}
 	p.ahead.Store(a)
 	p.bg.Add(1)
+	ahead := seg // the read-ahead's own copy: seg stays on the reader's stack
 	go func() {
 		defer p.bg.Done()
 		defer p.prefetching.Store(false)
@@ -76,7 +77,7 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end int64) {
 		p.ahead.CompareAndSwap(a, nil)
 		close(a.done) // a read waiting for the range looks in the cache again
 		if end == 0 { // a new segment: its index too
-			p.remoteIndex(ctx, seg, manifest.IndexSuffix)
+			p.remoteIndex(ctx, ahead, manifest.IndexSuffix)
 		}
 	}()
 }

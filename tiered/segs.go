@@ -312,25 +312,41 @@ func (c *segCursor) next(ctx context.Context) (manifest.Segment, bool, error) {
 }
 
 // seekAny returns a cursor at the first segment ending at or after
-// offset, whatever the log start.
+// offset, whatever the log start. It is small enough to inline, so the
+// cursor of a caller that keeps it to itself lives on that caller's
+// stack (a read allocates none).
 func (p *Partition) seekAny(ctx context.Context, head *manifest.Head, offset int64) (*segCursor, error) {
 	c := &segCursor{p: p, head: head}
+	return c, c.seekAny(ctx, offset)
+}
+
+// seekAny points c at the first segment ending at or after offset.
+func (c *segCursor) seekAny(ctx context.Context, offset int64) error {
+	head := c.head
 	k := sort.Search(len(head.Parts), func(j int) bool { return head.Parts[j].LastOffset >= offset })
 	if err := c.enter(ctx, k, func(b manifest.Block) bool { return b.LastOffset >= offset }); err != nil {
-		return nil, err
+		return err
 	}
 	c.i = sort.Search(len(c.segs), func(j int) bool { return c.segs[j].LastOffset >= offset })
-	return c, nil
+	return nil
 }
 
 // seek returns a cursor at the segment holding offset, or the first one
 // after it when offset falls in a gap (manifest.Manifest.Find): the first
 // segment ending at or after offset. Below the log start it is at none.
+// Like seekAny, it inlines.
 func (p *Partition) seek(ctx context.Context, head *manifest.Head, offset int64) (*segCursor, error) {
-	if offset < head.LogStartOffset() {
-		return &segCursor{p: p, head: head, part: len(head.Parts)}, nil
+	c := &segCursor{p: p, head: head}
+	return c, c.seek(ctx, offset)
+}
+
+// seek points c at the segment holding offset (see Partition.seek).
+func (c *segCursor) seek(ctx context.Context, offset int64) error {
+	if offset < c.head.LogStartOffset() {
+		c.part = len(c.head.Parts)
+		return nil
 	}
-	return p.seekAny(ctx, head, offset)
+	return c.seekAny(ctx, offset)
 }
 
 // seekTimestamp returns a cursor at the first segment whose largest
