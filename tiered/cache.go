@@ -8,6 +8,8 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+
+	"github.com/tierlog/tierlog/manifest"
 )
 
 // lru is the one cache type of the tiered layer: entries with a size in
@@ -109,9 +111,31 @@ func (c *lru[K, V]) removeLocked(e *list.Element) {
 	}
 }
 
+// objectKey names one of a segment's objects in the caches by what its
+// key is made of (the partition's prefix, the segment's offsets and
+// upload, the suffix), so that a read served from them builds no key;
+// String builds it, for a GET or an error. Two objectKeys are equal
+// exactly when their keys are.
+type objectKey struct {
+	prefix     string // the partition's manifest.Layout prefix
+	base, last int64
+	id         [8]byte
+	suffix     string
+}
+
+// objectKey is the cache key of seg's object with suffix.
+func (p *Partition) objectKey(seg manifest.Segment, suffix string) objectKey {
+	return objectKey{prefix: p.layout().Prefix(), base: seg.BaseOffset, last: seg.LastOffset, id: seg.ID, suffix: suffix}
+}
+
+// String is the object's key in the bucket.
+func (k objectKey) String() string {
+	return manifest.NewLayout(k.prefix).Segment(manifest.Segment{BaseOffset: k.base, LastOffset: k.last, ID: k.id}, k.suffix)
+}
+
 // rangeKey names a cached range of a remote .log object.
 type rangeKey struct {
-	object string
+	object objectKey
 	start  int64
 }
 
@@ -122,11 +146,11 @@ type rangeCache struct {
 	lru *lru[rangeKey, []byte]
 	// starts lists, per object, the starts of its cached ranges (a few
 	// per object): a lookup by position scans them. Guarded by lru.mu.
-	starts map[string][]int64
+	starts map[objectKey][]int64
 }
 
 func newRangeCache(max int64) *rangeCache {
-	c := &rangeCache{starts: map[string][]int64{}}
+	c := &rangeCache{starts: map[objectKey][]int64{}}
 	c.lru = newLRU(max, func(b []byte) int64 { return int64(len(b)) }, func(k rangeKey, _ []byte) {
 		s := slices.DeleteFunc(c.starts[k.object], func(v int64) bool { return v == k.start })
 		if len(s) == 0 {
@@ -140,7 +164,7 @@ func newRangeCache(max int64) *rangeCache {
 
 // findLocked returns the cached range of object holding pos that reaches
 // furthest. REQUIRES: c.lru.mu held.
-func (c *rangeCache) findLocked(object string, pos int64) (*list.Element, int64) {
+func (c *rangeCache) findLocked(object objectKey, pos int64) (*list.Element, int64) {
 	var best *list.Element
 	var bestStart, bestEnd int64
 	for _, s := range c.starts[object] {
@@ -160,7 +184,7 @@ func (c *rangeCache) findLocked(object string, pos int64) (*list.Element, int64)
 // pos, joined with the ranges that follow it (copied, only when one range
 // does not reach n) until n bytes or a gap. It counts no hit or miss: the
 // caller decides whether what it got serves.
-func (c *rangeCache) span(object string, pos, n int64) []byte {
+func (c *rangeCache) span(object objectKey, pos, n int64) []byte {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
 	e, start := c.findLocked(object, pos)
@@ -190,14 +214,14 @@ func (c *rangeCache) span(object string, pos, n int64) []byte {
 }
 
 // has reports whether pos of object is cached, without counting a hit.
-func (c *rangeCache) has(object string, pos int64) bool {
+func (c *rangeCache) has(object objectKey, pos int64) bool {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
 	e, _ := c.findLocked(object, pos)
 	return e != nil
 }
 
-func (c *rangeCache) put(object string, start int64, data []byte) {
+func (c *rangeCache) put(object objectKey, start int64, data []byte) {
 	if int64(len(data)) > c.lru.max || len(data) == 0 {
 		return
 	}

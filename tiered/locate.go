@@ -30,7 +30,7 @@ type located struct {
 	data         []byte
 	at           int64 // the batch's offset in data
 	entry        record.Entry
-	key          string // the segment's .log object
+	key          objectKey // the segment's .log object
 }
 
 // whole reports whether the window holds the found batch whole.
@@ -51,7 +51,7 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 		return l, false, err
 	}
 	l.indexEntry, l.indexSlot, l.indexEntries = oi.LookupSlot(target)
-	key := p.layout().Segment(seg, manifest.LogSuffix)
+	key := p.objectKey(seg, manifest.LogSuffix)
 	l.key = key
 	// The scan starts one index entry before the chosen one (at the
 	// segment's start before the first), so the batch before any batch it
@@ -117,7 +117,7 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 // key against the one before it (whose last offset is prevLast) and the
 // segment's range: local.SegmentOrder, the rule every reader of a
 // segment holds its batches to.
-func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string, pos int64) error {
+func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key objectKey, pos int64) error {
 	o := local.NewSegmentOrder(seg.BaseOffset, seg.LastOffset, false)
 	o.From(max(prevLast, seg.BaseOffset-1))
 	e.Position = pos
@@ -134,7 +134,7 @@ func checkOrder(e record.Entry, prevLast int64, seg manifest.Segment, key string
 // the header is then fetched (through the chunk cache). At the segment's
 // end there is nothing to check: the next segment starts past
 // seg.LastOffset, which checkOrder holds every batch to.
-func (p *Partition) checkNext(ctx context.Context, seg manifest.Segment, key string, pos int64, data []byte, prevLast int64) error {
+func (p *Partition) checkNext(ctx context.Context, seg manifest.Segment, key objectKey, pos int64, data []byte, prevLast int64) error {
 	left := seg.Size - pos
 	if left <= 0 {
 		return nil
@@ -177,7 +177,7 @@ func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
 // least least (a read returns whole batches up to MaxBytes, so fewer
 // bytes make a smaller answer, not a wrong one); else one ranged GET of n
 // bytes, cached.
-func (p *Partition) window(ctx context.Context, key string, pos, n, least int64) ([]byte, bool, error) {
+func (p *Partition) window(ctx context.Context, key objectKey, pos, n, least int64) ([]byte, bool, error) {
 	chunks := p.caches.chunks
 	data := chunks.span(key, pos, n)
 	if int64(len(data)) >= min(n, least) && len(data) > 0 {
@@ -199,7 +199,7 @@ func (p *Partition) window(ctx context.Context, key string, pos, n, least int64)
 		}
 	}
 	chunks.lru.misses.Add(1)
-	data, err := p.store.ReadAll(ctx, key, pos, n)
+	data, err := p.store.ReadAll(ctx, key.String(), pos, n)
 	if err != nil {
 		return nil, false, fmt.Errorf("tiered: %w", err)
 	}

@@ -287,8 +287,8 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 		return seg, err
 	}
 	// Warm the index cache: the first remote read needs it.
-	p.caches.indexes.put(p.layout().Segment(seg, manifest.IndexSuffix), newCachedIndex(seg, manifest.IndexSuffix, idx))
-	p.caches.indexes.put(p.layout().Segment(seg, manifest.TimeIndexSuffix), newCachedIndex(seg, manifest.TimeIndexSuffix, tidx))
+	p.caches.indexes.put(p.objectKey(seg, manifest.IndexSuffix), newCachedIndex(seg, manifest.IndexSuffix, idx))
+	p.caches.indexes.put(p.objectKey(seg, manifest.TimeIndexSuffix), newCachedIndex(seg, manifest.TimeIndexSuffix, tidx))
 	return seg, nil
 }
 

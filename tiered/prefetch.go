@@ -23,7 +23,7 @@ func (p *Partition) CacheStats() CacheStats { return p.caches.Stats() }
 // object key; done closes when it has landed in the chunk cache (or
 // failed).
 type readAhead struct {
-	key        string
+	key        objectKey
 	start, end int64
 	done       chan struct{}
 }
@@ -49,7 +49,7 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end int64) {
 		}
 		seg, end = next, 0
 	}
-	key := p.layout().Segment(seg, manifest.LogSuffix)
+	key := p.objectKey(seg, manifest.LogSuffix)
 	if p.caches.chunks.has(key, end) {
 		p.prefetching.Store(false)
 		return
@@ -70,7 +70,7 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end int64) {
 		defer release()
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()
-		if data, err := p.store.ReadAll(ctx, key, end, n); err == nil {
+		if data, err := p.store.ReadAll(ctx, key.String(), end, n); err == nil {
 			p.caches.chunks.put(key, end, data)
 			p.prefetched.Add(1)
 		}

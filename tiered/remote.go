@@ -284,15 +284,16 @@ func (p *Partition) remoteOffsetIndex(ctx context.Context, seg manifest.Segment)
 
 // remoteObject is remoteIndex, as the cache holds it.
 func (p *Partition) remoteObject(ctx context.Context, seg manifest.Segment, suffix string) (cachedIndex, error) {
-	key := p.layout().Segment(seg, suffix)
-	if c, ok := p.caches.indexes.get(key); ok {
+	ck := p.objectKey(seg, suffix)
+	if c, ok := p.caches.indexes.get(ck); ok {
 		return c, nil
 	}
+	key := ck.String()
 	size, want := seg.Object(suffix)
 	valid := func(b []byte) bool { return int64(len(b)) == size && crc32.Checksum(b, castagnoli) == want }
 	if b, ok := p.caches.disk.get(key); ok && valid(b) {
 		c := newCachedIndex(seg, suffix, b)
-		p.caches.indexes.put(key, c)
+		p.caches.indexes.put(ck, c)
 		return c, nil
 	}
 	var b []byte
@@ -307,7 +308,7 @@ func (p *Partition) remoteObject(ctx context.Context, seg manifest.Segment, suff
 			backend.ErrCorruptRecord, key, len(b), crc32.Checksum(b, castagnoli), size, want)
 	}
 	c := newCachedIndex(seg, suffix, b)
-	p.caches.indexes.put(key, c)
+	p.caches.indexes.put(ck, c)
 	p.caches.disk.put(key, b)
 	return c, nil
 }
@@ -383,7 +384,7 @@ func (p *Partition) remoteTimestamp(ctx context.Context, v view, seg manifest.Se
 	start := v.logStart()
 	target := max(manifest.TimestampInIndex(seg, tidx, ts).Offset, start, seg.BaseOffset)
 	var it record.Iterator
-	key := p.layout().Segment(seg, manifest.LogSuffix)
+	key := p.objectKey(seg, manifest.LogSuffix)
 	for target <= seg.LastOffset {
 		l, found, err := p.locate(ctx, seg, target, 1<<20)
 		if err != nil || !found {
@@ -427,7 +428,7 @@ func (p *Partition) remoteTimestamp(ctx context.Context, v view, seg manifest.Se
 
 // declaredSize reads the size of the entry starting at data[0] from its
 // length field, checking it against the bytes left in the segment.
-func declaredSize(data []byte, left int64, key string, pos int64) (int64, error) {
+func declaredSize(data []byte, left int64, key objectKey, pos int64) (int64, error) {
 	if len(data) < record.LogOverhead {
 		return 0, fmt.Errorf("%w: %s position %d: %d bytes, not a batch header", backend.ErrCorruptRecord, key, pos, len(data))
 	}

@@ -24,8 +24,8 @@ import (
 // keys, which name their partition and upload, so partitions share one
 // safely.
 type Caches struct {
-	indexes *lru[string, cachedIndex] // remote index objects by key
-	disk    *diskCache                // nil: none
+	indexes *lru[objectKey, cachedIndex] // remote index objects
+	disk    *diskCache                   // nil: none
 	chunks  *rangeCache
 	// parts are manifest parts' live segments (see segs.go): a
 	// partition keeps its manifest's head only.
@@ -80,7 +80,7 @@ func NewCaches(o CacheOptions) *Caches {
 	if o.WALFooterBytes <= 0 {
 		o.WALFooterBytes = 32 << 20
 	}
-	c := &Caches{indexes: newLRU[string](o.IndexBytes, func(c cachedIndex) int64 { return int64(len(c.data)) }, nil),
+	c := &Caches{indexes: newLRU[objectKey](o.IndexBytes, func(c cachedIndex) int64 { return int64(len(c.data)) }, nil),
 		chunks: newRangeCache(o.ChunkBytes), parts: newLRU[partKey](o.ManifestBytes, partBytes, nil),
 		dirs:    newLRU[partKey](max(o.ManifestBytes/8, 1<<20), func(b []manifest.Block) int64 { return 64 + int64(len(b))*int64(unsafe.Sizeof(manifest.Block{})) }, nil),
 		footers: newLRU[string](o.WALFooterBytes, footerBytes, nil)}
