@@ -143,15 +143,27 @@ type rangeKey struct {
 // same data cost no GET, and read-ahead lands here. A range is found by
 // any position inside it.
 type rangeCache struct {
-	lru *lru[rangeKey, []byte]
+	lru *lru[rangeKey, chunk]
 	// starts lists, per object, the starts of its cached ranges (a few
 	// per object): a lookup by position scans them. Guarded by lru.mu.
 	starts map[objectKey][]int64
 }
 
+// chunk is a cached range: its bytes and, for a range fetched from a
+// batch's start, the batches its walk on arrival read and checked (see
+// walkBatches; nil for read-ahead's ranges, which start anywhere). Both
+// are immutable once cached.
+type chunk struct {
+	data    []byte
+	batches []walkedBatch
+}
+
+// size is what c holds in memory, as the cache counts it.
+func (c chunk) size() int64 { return int64(len(c.data)) + int64(len(c.batches))*walkedBatchBytes }
+
 func newRangeCache(max int64) *rangeCache {
 	c := &rangeCache{starts: map[objectKey][]int64{}}
-	c.lru = newLRU(max, func(b []byte) int64 { return int64(len(b)) }, func(k rangeKey, _ []byte) {
+	c.lru = newLRU(max, chunk.size, func(k rangeKey, _ chunk) {
 		s := slices.DeleteFunc(c.starts[k.object], func(v int64) bool { return v == k.start })
 		if len(s) == 0 {
 			delete(c.starts, k.object)
@@ -172,7 +184,7 @@ func (c *rangeCache) findLocked(object objectKey, pos int64) (*list.Element, int
 		if e == nil {
 			continue
 		}
-		end := s + e.Value.(*lruItem[rangeKey, []byte]).size
+		end := s + int64(len(e.Value.(*lruItem[rangeKey, chunk]).val.data))
 		if s <= pos && pos < end && (best == nil || end > bestEnd) {
 			best, bestStart, bestEnd = e, s, end
 		}
@@ -182,19 +194,22 @@ func (c *rangeCache) findLocked(object objectKey, pos int64) (*list.Element, int
 
 // span returns up to n cached bytes of object from pos: the range holding
 // pos, joined with the ranges that follow it (copied, only when one range
-// does not reach n) until n bytes or a gap. It counts no hit or miss: the
-// caller decides whether what it got serves.
-func (c *rangeCache) span(object objectKey, pos, n int64) []byte {
+// does not reach n) until n bytes or a gap; and what the walk of the
+// range holding pos read of its batches from pos on, when a batch starts
+// there (the bytes joined after it add none). It counts no hit or miss:
+// the caller decides whether what it got serves.
+func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
 	e, start := c.findLocked(object, pos)
 	if e == nil {
-		return nil
+		return nil, walked{}
 	}
 	c.lru.order.MoveToFront(e)
-	data := e.Value.(*lruItem[rangeKey, []byte]).val[pos-start:]
+	ch := e.Value.(*lruItem[rangeKey, chunk]).val
+	data, w := ch.data[pos-start:], walkedFrom(ch.batches, pos-start, pos)
 	if int64(len(data)) >= n {
-		return data
+		return data, w
 	}
 	var out []byte
 	for int64(len(data)) < n {
@@ -206,11 +221,11 @@ func (c *rangeCache) span(object objectKey, pos, n int64) []byte {
 		if out == nil {
 			out = append(make([]byte, 0, n), data...)
 		}
-		more := next.Value.(*lruItem[rangeKey, []byte]).val[pos+int64(len(out))-nextStart:]
+		more := next.Value.(*lruItem[rangeKey, chunk]).val.data[pos+int64(len(out))-nextStart:]
 		out = append(out, more[:min(int64(len(more)), n-int64(len(out)))]...)
 		data = out
 	}
-	return data
+	return data, w
 }
 
 // has reports whether pos of object is cached, without counting a hit.
@@ -221,8 +236,8 @@ func (c *rangeCache) has(object objectKey, pos int64) bool {
 	return e != nil
 }
 
-func (c *rangeCache) put(object objectKey, start int64, data []byte) {
-	if int64(len(data)) > c.lru.max || len(data) == 0 {
+func (c *rangeCache) put(object objectKey, start int64, ch chunk) {
+	if ch.size() > c.lru.max || len(ch.data) == 0 {
 		return
 	}
 	c.lru.mu.Lock()
@@ -230,7 +245,7 @@ func (c *rangeCache) put(object objectKey, start int64, data []byte) {
 		c.starts[object] = append(c.starts[object], start)
 	}
 	c.lru.mu.Unlock()
-	c.lru.put(rangeKey{object, start}, data)
+	c.lru.put(rangeKey{object, start}, ch)
 }
 
 // diskCache keeps fetched remote indexes in a directory within a byte

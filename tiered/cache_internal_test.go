@@ -64,8 +64,8 @@ func TestDiskCacheConcurrentPuts(t *testing.T) {
 func TestRangeCachePutTwice(t *testing.T) {
 	c := newRangeCache(1 << 20)
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
-	c.put(obj, 0, make([]byte, 100))
-	c.put(obj, 0, make([]byte, 200))
+	c.put(obj, 0, chunk{data: make([]byte, 100)})
+	c.put(obj, 0, chunk{data: make([]byte, 200)})
 	if !c.has(obj, 150) {
 		t.Fatalf("the range put again is not found: starts %v", c.starts[obj])
 	}

@@ -132,11 +132,15 @@
 //  5. window returns bytes of the .log from the entry's position: from
 //     the chunk cache, the read-ahead in flight, or one ranged GET
 //     (objstore.Store.ReadAll: attempts under the store's deadlines and
-//     retries, the driver's Get).
-//  6. locate scans batch headers (record.HeaderAt) to the batch holding
-//     the offset, checking their order against the segment's range;
-//     readSegment takes whole batches up to MaxBytes and the view's read
-//     bound for the isolation, checks the next batch's header
+//     retries, the driver's Get), whose batches are walked as they
+//     arrive (walkBatches: headers read, order checked) and kept with
+//     the chunk.
+//  6. locate scans the batches to the one holding the offset, by what
+//     the walk on arrival read of them (else their headers,
+//     record.HeaderAt), checking the order of those the walk did not
+//     and the first against the offset before it; readSegment takes
+//     whole batches up to MaxBytes and the view's read bound for the
+//     isolation, checks the next batch's header where the walk did not
 //     (checkNext), and starts read-ahead (prefetch).
 //  7. A read_committed read collects the aborted transactions from the
 //     same view, down the stack (abortedFor). The memRecords go back to

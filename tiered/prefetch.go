@@ -71,7 +71,7 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end int64) {
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()
 		if data, err := p.store.ReadAll(ctx, key.String(), end, n); err == nil {
-			p.caches.chunks.put(key, end, data)
+			p.caches.chunks.put(key, end, chunk{data: data}) // not walked: it starts anywhere
 			p.prefetched.Add(1)
 		}
 		p.ahead.CompareAndSwap(a, nil)

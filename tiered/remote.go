@@ -325,25 +325,32 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 		return &memRecords{next: target}, true, nil
 	}
 	// Take whole batches within MaxBytes (at least one with MinOneBatch),
-	// and check the one after them.
-	end, next, prevLast := l.at, target, l.entry.BaseOffset-1
+	// and check the one after them. locate read and checked the first.
+	end, next := l.at, target
 	key := l.key
 	checked := false // the batch at end was checked
-	for end < int64(len(l.data)) {
-		e, err := record.HeaderAt(l.data, end, int64(len(l.data)))
-		if err != nil {
-			break // the window ends inside it: checkNext reads its header
+	if l.whole() && l.entry.Size <= maxBytes && l.entry.LastOffset < bound {
+		end, next = l.at+l.entry.Size, l.entry.LastOffset+1
+		for end < int64(len(l.data)) {
+			e, known, ordered := l.walked.batch(end)
+			if !known {
+				var err error
+				if e, err = record.HeaderAt(l.data, end, int64(len(l.data))); err != nil {
+					break // the window ends inside it: checkNext reads its header
+				}
+			}
+			if !ordered {
+				if err := checkOrder(e, next-1, seg, key, l.pos+end); err != nil {
+					return nil, false, err
+				}
+			}
+			if end+e.Size-l.at > maxBytes || e.LastOffset >= bound {
+				checked = true
+				break
+			}
+			end += e.Size
+			next = e.LastOffset + 1
 		}
-		if err := checkOrder(e, prevLast, seg, key, l.pos+end); err != nil {
-			return nil, false, err
-		}
-		if end+e.Size-l.at > maxBytes || e.LastOffset >= bound {
-			checked = true
-			break
-		}
-		prevLast = e.LastOffset
-		end += e.Size
-		next = e.LastOffset + 1
 	}
 	data := l.data[min(end, int64(len(l.data))):]
 	if end == l.at {
@@ -351,7 +358,7 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 			return &memRecords{next: target}, true, nil
 		}
 		if !l.whole() {
-			whole, _, err := p.window(ctx, key, l.pos+l.at, l.entry.Size, l.entry.Size)
+			whole, _, _, err := p.window(ctx, seg, key, l.pos+l.at, l.entry.Size, l.entry.Size)
 			if err != nil {
 				return nil, false, err
 			}
@@ -362,6 +369,9 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 		}
 		end, next, checked = l.at+l.entry.Size, l.entry.LastOffset+1, false
 		data = l.data[end:]
+		if _, _, ordered := l.walked.batch(end); ordered {
+			checked = true // the walk on arrival checked the batch after it
+		}
 	}
 	if !checked {
 		if err := p.checkNext(ctx, seg, key, l.pos+end, data, next-1); err != nil {
@@ -392,7 +402,7 @@ func (p *Partition) remoteTimestamp(ctx context.Context, v view, seg manifest.Se
 		}
 		data, pos := l.data, l.pos // pos: data's position in the object
 		if !l.whole() {
-			if data, _, err = p.window(ctx, key, l.pos+l.at, l.entry.Size, l.entry.Size); err != nil {
+			if data, _, _, err = p.window(ctx, seg, key, l.pos+l.at, l.entry.Size, l.entry.Size); err != nil {
 				return 0, 0, false, err
 			}
 			pos, l.at = l.pos+l.at, 0
@@ -450,7 +460,7 @@ type RemoteLookup struct {
 	IndexSlot      int    // the entry step 2 chose (-1: none, segment start)
 	IndexOffset    int64
 	IndexPosition  int32
-	BatchesScanned int
+	BatchesScanned int  // batches scanned to get there (headers, or what the cached window's walk read of them)
 	Cached         bool // the window holding the batch came from the chunk cache
 	BaseOffset     int64
 	LastOffset     int64
