@@ -58,11 +58,17 @@ func (c *lru[K, V]) get(key K) (V, bool) {
 // least recently used entries while over budget. A value larger than the
 // whole budget is not kept.
 func (c *lru[K, V]) put(key K, val V) {
-	size := c.sizeOf(val)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.putLocked(key, val)
+}
+
+// putLocked is put; it returns key's element (nil: val was not kept) and
+// whether it is new. REQUIRES: c.mu held.
+func (c *lru[K, V]) putLocked(key K, val V) (elem *list.Element, added bool) {
+	size := c.sizeOf(val)
 	if size > c.max {
-		return
+		return nil, false
 	}
 	if e, ok := c.items[key]; ok {
 		// Replaced in place: the key stays, so it is not evicted (an
@@ -75,13 +81,15 @@ func (c *lru[K, V]) put(key K, val V) {
 		for c.size > c.max {
 			c.removeLocked(c.order.Back())
 		}
-		return
+		return e, false
 	}
-	c.items[key] = c.order.PushFront(&lruItem[K, V]{key: key, val: val, size: size})
+	e := c.order.PushFront(&lruItem[K, V]{key: key, val: val, size: size})
+	c.items[key] = e
 	c.size += size
 	for c.size > c.max {
 		c.removeLocked(c.order.Back())
 	}
+	return e, true
 }
 
 // remove drops key.
@@ -144,9 +152,10 @@ type rangeKey struct {
 // any position inside it.
 type rangeCache struct {
 	lru *lru[rangeKey, chunk]
-	// starts lists, per object, the starts of its cached ranges (a few
-	// per object): a lookup by position scans them. Guarded by lru.mu.
-	starts map[objectKey][]int64
+	// ranges lists, per object, the lru's elements of its cached ranges
+	// (a few per object): a lookup by position scans them. Guarded by
+	// lru.mu.
+	ranges map[objectKey][]*list.Element
 }
 
 // chunk is a cached range: its bytes and, for a range fetched from a
@@ -162,13 +171,13 @@ type chunk struct {
 func (c chunk) size() int64 { return int64(len(c.data)) + int64(len(c.batches))*walkedBatchBytes }
 
 func newRangeCache(max int64) *rangeCache {
-	c := &rangeCache{starts: map[objectKey][]int64{}}
+	c := &rangeCache{ranges: map[objectKey][]*list.Element{}}
 	c.lru = newLRU(max, chunk.size, func(k rangeKey, _ chunk) {
-		s := slices.DeleteFunc(c.starts[k.object], func(v int64) bool { return v == k.start })
+		s := slices.DeleteFunc(c.ranges[k.object], func(e *list.Element) bool { return rangeOf(e).key.start == k.start })
 		if len(s) == 0 {
-			delete(c.starts, k.object)
+			delete(c.ranges, k.object)
 		} else {
-			c.starts[k.object] = s
+			c.ranges[k.object] = s
 		}
 	})
 	return c
@@ -179,18 +188,18 @@ func newRangeCache(max int64) *rangeCache {
 func (c *rangeCache) findLocked(object objectKey, pos int64) (*list.Element, int64) {
 	var best *list.Element
 	var bestStart, bestEnd int64
-	for _, s := range c.starts[object] {
-		e := c.lru.items[rangeKey{object, s}]
-		if e == nil {
-			continue
-		}
-		end := s + int64(len(e.Value.(*lruItem[rangeKey, chunk]).val.data))
+	for _, e := range c.ranges[object] {
+		it := rangeOf(e)
+		s, end := it.key.start, it.key.start+int64(len(it.val.data))
 		if s <= pos && pos < end && (best == nil || end > bestEnd) {
 			best, bestStart, bestEnd = e, s, end
 		}
 	}
 	return best, bestStart
 }
+
+// rangeOf is the cached range of the lru's element e.
+func rangeOf(e *list.Element) *lruItem[rangeKey, chunk] { return e.Value.(*lruItem[rangeKey, chunk]) }
 
 // span returns up to n cached bytes of object from pos: the range holding
 // pos, joined with the ranges that follow it (copied, only when one range
@@ -206,7 +215,7 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 		return nil, walked{}
 	}
 	c.lru.order.MoveToFront(e)
-	ch := e.Value.(*lruItem[rangeKey, chunk]).val
+	ch := rangeOf(e).val
 	data, w := ch.data[pos-start:], walkedFrom(ch.batches, pos-start, pos)
 	if int64(len(data)) >= n {
 		return data, w
@@ -221,7 +230,7 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 		if out == nil {
 			out = append(make([]byte, 0, n), data...)
 		}
-		more := next.Value.(*lruItem[rangeKey, chunk]).val.data[pos+int64(len(out))-nextStart:]
+		more := rangeOf(next).val.data[pos+int64(len(out))-nextStart:]
 		out = append(out, more[:min(int64(len(more)), n-int64(len(out)))]...)
 		data = out
 	}
@@ -241,11 +250,10 @@ func (c *rangeCache) put(object objectKey, start int64, ch chunk) {
 		return
 	}
 	c.lru.mu.Lock()
-	if !slices.Contains(c.starts[object], start) {
-		c.starts[object] = append(c.starts[object], start)
+	defer c.lru.mu.Unlock()
+	if e, added := c.lru.putLocked(rangeKey{object, start}, ch); added {
+		c.ranges[object] = append(c.ranges[object], e)
 	}
-	c.lru.mu.Unlock()
-	c.lru.put(rangeKey{object, start}, ch)
 }
 
 // diskCache keeps fetched remote indexes in a directory within a byte
