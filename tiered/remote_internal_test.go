@@ -1,6 +1,7 @@
 package tiered
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -157,4 +158,27 @@ func mustHeader(t *testing.T, header func(int64) (record.Entry, error), q int64)
 		t.Fatalf("the header at %d: %v", q, err)
 	}
 	return e
+}
+
+// TestReaderPoolTakesNoAllocation: taking a reader of the pool and
+// returning it, as every remote read does, allocates nothing.
+func TestReaderPoolTakesNoAllocation(t *testing.T) {
+	r := NewReaderPool(2, 2)
+	ctx := context.Background()
+	if n := testing.AllocsPerRun(100, func() {
+		release, err := r.acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+	}); n != 0 {
+		t.Errorf("acquire and release: %v allocations", n)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if release, ok := r.tryAcquire(); ok {
+			release()
+		}
+	}); n != 0 {
+		t.Errorf("tryAcquire and release: %v allocations", n)
+	}
 }

@@ -161,6 +161,7 @@ type ReaderPool struct {
 	waiting    atomic.Int64 // reads in flight or queued
 	maxWaiting int64
 	rejected   atomic.Int64
+	release    func() // returns a reader; made once, so taking one allocates nothing
 }
 
 // NewReaderPool returns a pool of threads concurrent remote reads with
@@ -172,7 +173,9 @@ func NewReaderPool(threads, maxPending int) *ReaderPool {
 	if maxPending <= 0 {
 		maxPending = 100
 	}
-	return &ReaderPool{slots: make(chan struct{}, threads), maxWaiting: int64(threads + maxPending)}
+	r := &ReaderPool{slots: make(chan struct{}, threads), maxWaiting: int64(threads + maxPending)}
+	r.release = func() { <-r.slots; r.waiting.Add(-1) }
+	return r
 }
 
 // acquire takes a reader, queueing while all are busy; it fails with
@@ -189,7 +192,7 @@ func (r *ReaderPool) acquire(ctx context.Context) (release func(), err error) {
 	}
 	select {
 	case r.slots <- struct{}{}:
-		return func() { <-r.slots; r.waiting.Add(-1) }, nil
+		return r.release, nil
 	case <-ctx.Done():
 		r.waiting.Add(-1)
 		return nil, ctx.Err()
@@ -211,7 +214,7 @@ func (r *ReaderPool) tryAcquire() (release func(), ok bool) {
 	}
 	select {
 	case r.slots <- struct{}{}:
-		return func() { <-r.slots; r.waiting.Add(-1) }, true
+		return r.release, true
 	default:
 		r.waiting.Add(-1)
 		return nil, false
