@@ -255,6 +255,9 @@ func walkBatches(data []byte, seg manifest.Segment, key objectKey, pos int64) []
 		if len(out) > 0 && checkOrder(e, out[len(out)-1].last, seg, key, pos+at) != nil {
 			break
 		}
+		if out == nil {
+			out = make([]walkedBatch, 0, int64(len(data))/e.Size+1) // as many as batches of the first's size
+		}
 		at += e.Size
 		out = append(out, walkedBatch{base: e.BaseOffset, last: e.LastOffset, end: uint32(at), magic: e.Magic})
 	}
