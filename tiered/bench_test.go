@@ -54,7 +54,6 @@ func benchLog(b *testing.B) (*local.Log, backend.Config) {
 // puts. Target: offload >= 0.9 of raw.
 func BenchmarkOffload(b *testing.B) {
 	l, _ := benchLog(b)
-	defer l.Close()
 	store := realStore(b, "s3")
 	var size int64
 	for _, si := range l.SegmentInfos() {
@@ -62,13 +61,17 @@ func BenchmarkOffload(b *testing.B) {
 			size += si.Size
 		}
 	}
+	l.Close()
 	b.SetBytes(size)
 	i := 0
 	for b.Loop() {
-		// Each round offloads the same log under a fresh prefix: forget
-		// the last round's bucket, or the open (rightly) refuses a log
-		// whose log start lives in a bucket with no manifest here.
-		l.Segments().SetRemoteLogStart(-1)
+		// Each round offloads a copy of the log, made untimed, under a
+		// fresh prefix: a partition that offloaded remembers its bucket's
+		// manifest (its tier-state-checkpoint), and rightly refuses a
+		// bucket without it.
+		b.StopTimer()
+		l := copyBenchLog(b)
+		b.StartTimer()
 		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: fmt.Sprintf("b%d/orders-0", i), LeaderEpoch: 1})
 		if err != nil {
 			b.Fatal(err)
@@ -76,8 +79,27 @@ func BenchmarkOffload(b *testing.B) {
 		if _, err := p.Offload(ctx); err != nil {
 			b.Fatal(err)
 		}
+		b.StopTimer()
+		p.Close()
+		b.StartTimer()
 		i++
 	}
+}
+
+// copyBenchLog opens a copy of the benchmarks' log in a directory of its
+// own, closed when the benchmark ends.
+func copyBenchLog(b *testing.B) *local.Log {
+	dir := filepath.Join(b.TempDir(), "orders-0")
+	if err := os.CopyFS(dir, os.DirFS(benchDir)); err != nil {
+		b.Fatal(err)
+	}
+	c := cfg(b, "segment.bytes", "1048576", "local.retention.ms", "-1", "retention.ms", "-1")
+	l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, RecoveryPoint: benchLEO, LogStartOffset: -1, HighWatermark: benchLEO})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { l.Close() })
+	return l
 }
 
 func BenchmarkRawPut(b *testing.B) {
