@@ -41,7 +41,16 @@ func TestCachedRemoteReadsAreLocalReads(t *testing.T) {
 				}
 				defer r.Close()
 				var buf bytes.Buffer
-				_, err = r.WriteTo(&buf)
+				if _, err = r.WriteTo(&buf); err != nil {
+					return nil, err
+				}
+				// What View lends is what WriteTo wrote.
+				err = r.(backend.Viewer).View(func(p []byte) error {
+					if !bytes.Equal(p, buf.Bytes()) {
+						return fmt.Errorf("View lent %d bytes, WriteTo wrote %d", len(p), buf.Len())
+					}
+					return nil
+				})
 				return buf.Bytes(), err
 			}
 			end := p.Offsets().LogEnd
