@@ -168,7 +168,9 @@ type chunk struct {
 }
 
 // size is what c holds in memory, as the cache counts it.
-func (c chunk) size() int64 { return int64(len(c.data)) + int64(len(c.batches))*walkedBatchBytes }
+// size is what a chunk holds: its bytes and its walked batches' list, as
+// allocated.
+func (c chunk) size() int64 { return int64(len(c.data)) + int64(cap(c.batches))*walkedBatchBytes }
 
 func newRangeCache(max int64) *rangeCache {
 	c := &rangeCache{ranges: map[objectKey][]*list.Element{}}

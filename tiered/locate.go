@@ -256,10 +256,17 @@ func walkBatches(data []byte, seg manifest.Segment, key objectKey, pos int64) []
 			break
 		}
 		if out == nil {
-			out = make([]walkedBatch, 0, int64(len(data))/e.Size+1) // as many as batches of the first's size
+			// As many as batches of the first's size (a guess: the first may
+			// be a marker), trimmed below once the walk is done.
+			out = make([]walkedBatch, 0, min(int64(len(data))/e.Size+1, 4096))
 		}
 		at += e.Size
 		out = append(out, walkedBatch{base: e.BaseOffset, last: e.LastOffset, end: uint32(at), magic: e.Magic})
+	}
+	if cap(out) > len(out)+len(out)/4 {
+		// The chunk cache holds the list as long as the bytes: no room
+		// beyond the batches it lists.
+		out = append(make([]walkedBatch, 0, len(out)), out...)
 	}
 	return out
 }

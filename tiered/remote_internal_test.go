@@ -182,3 +182,40 @@ func TestReaderPoolTakesNoAllocation(t *testing.T) {
 		t.Errorf("tryAcquire and release: %v allocations", n)
 	}
 }
+
+// TestWalkedBatchesCountedInTheChunk: what a chunk's walk on arrival
+// keeps in memory is what the chunk cache counts of it. A window whose
+// first batch is small (a transaction marker, a one-record append) and
+// whose others are large holds a few batches, yet its list of them was
+// sized for as many batches of the first's size as the window could hold.
+func TestWalkedBatchesCountedInTheChunk(t *testing.T) {
+	var b record.Builder
+	var data []byte
+	off := int64(0)
+	for i := range 11 {
+		b.Reset(record.NewBatchHeader())
+		value := make([]byte, 100<<10)
+		if i == 0 {
+			value = nil // a small batch first
+		}
+		b.Append(1_700_000_000_000, nil, value, nil)
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch.SetBaseOffset(off)
+		data = append(data, batch...)
+		off++
+	}
+	seg := manifest.Segment{BaseOffset: 0, LastOffset: off - 1, Size: int64(len(data))}
+	key := objectKey{prefix: "tl/orders-0", base: seg.BaseOffset, last: seg.LastOffset, suffix: manifest.LogSuffix}
+	ch := chunk{data: data, batches: walkBatches(data, seg, key, 0)}
+	if len(ch.batches) != 11 {
+		t.Fatalf("the walk kept %d batches, want 11", len(ch.batches))
+	}
+	held := int64(len(ch.data)) + int64(cap(ch.batches))*walkedBatchBytes
+	if held > ch.size() {
+		t.Fatalf("a chunk of %d bytes and %d walked batches holds %d bytes (a list of %d batches), the cache counts %d",
+			len(ch.data), len(ch.batches), held, cap(ch.batches), ch.size())
+	}
+}
