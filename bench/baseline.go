@@ -53,6 +53,9 @@ func runBaselines(dir string, n int64) (result, error) {
 			return 0, err
 		}
 		defer f.Close()
+		if sync != nil {
+			syscall.Sync() // no writeback of the writes before this one pending (untimed)
+		}
 		start := time.Now()
 		var unsynced int64
 		for done := int64(0); done < size; done += chunk {

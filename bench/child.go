@@ -133,6 +133,11 @@ func runSystem(name string, open opener, dir string, n, reads int64) (result, er
 	c.Close()
 	os.RemoveAll(crash)
 
+	// The durable append's fsyncs must not wait behind the writeback of
+	// what the phases above left dirty (a peer that never syncs leaves
+	// its whole log): everything is made durable first, untimed, as the
+	// raw baselines' durable writes start.
+	syscall.Sync()
 	raftSync = true
 	d, err := open(durable)
 	if err != nil {
