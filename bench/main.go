@@ -340,13 +340,20 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 	noisy = append(noisy, shapesNoisy...)
 
 	if len(tiered) > 0 {
-		fmt.Fprintf(w, "\n| tiered, against the S3 server of the tests | median (min–max) |\n| --- | ---: |\n")
+		fmt.Fprintf(w, "\n| tiered, against the S3 server of the tests | median (min–max) | goal | |\n| --- | ---: | --- | --- |\n")
 		for _, l := range tiered {
+			goal := "none: reported | "
+			switch {
+			case l.goal != "":
+				goal = l.goal + ": " + l.goalFigure // its figure, then the met cell
+			case l.baseline:
+				goal = "none: the baseline | "
+			}
 			if l.failed != "" {
-				fmt.Fprintf(w, "| %s | **failed**: %s |\n", l.label, strings.ReplaceAll(l.failed, "|", "\\|"))
+				fmt.Fprintf(w, "| %s | **failed**: %s | %s |\n", l.label, strings.ReplaceAll(l.failed, "|", "\\|"), goal)
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s %s |\n", l.label, statOf(l.values), l.unit)
+			fmt.Fprintf(w, "| %s | %s %s | %s |\n", l.label, statOf(l.values), l.unit, goal)
 		}
 	}
 	offload := fig{why: "the tiered rows did not run"}
