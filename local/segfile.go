@@ -584,9 +584,11 @@ type headerWindow struct {
 	// one header when they lie further apart than a window (big batches:
 	// the bytes between headers would be read for nothing).
 	ahead int
-	buf   [headerWindowSize]byte
-	hdr   [record.BatchHeaderSize]byte
-	entry record.Entry // the walks' scratch entry (see walk)
+	// hinted: ahead is a lookup's (expect), for the next miss.
+	hinted bool
+	buf    [headerWindowSize]byte
+	hdr    [record.BatchHeaderSize]byte
+	entry  record.Entry // the walks' scratch entry (see walk)
 }
 
 // headerWindows holds the windows, so point lookups allocate nothing.
@@ -600,7 +602,7 @@ type windowRef struct{ w *headerWindow }
 func (r *windowRef) get() *headerWindow {
 	if r.w == nil {
 		r.w = headerWindows.Get().(*headerWindow)
-		r.w.f, r.w.n, r.w.ahead = nil, 0, headerWindowSize
+		r.w.f, r.w.n, r.w.ahead, r.w.hinted = nil, 0, headerWindowSize, false
 	}
 	return r.w
 }
@@ -611,7 +613,7 @@ func (r *windowRef) get() *headerWindow {
 // a window, else one header (the headers lie further apart than a window).
 func (r *windowRef) expect(span int64) {
 	w := r.get()
-	w.ahead = headerWindowSize
+	w.ahead, w.hinted = headerWindowSize, true
 	switch {
 	case span > headerWindowSize:
 		w.ahead = record.BatchHeaderSize
@@ -642,9 +644,12 @@ func (w *headerWindow) use(f vfs.File, size int64) {
 // window's length past the window's end (batches bigger than a window).
 func (w *headerWindow) ReadAt(p []byte, off int64) (int, error) {
 	if off < w.start || off+int64(len(p)) > w.start+int64(w.n) {
-		if w.n > 0 && off-(w.start+int64(w.n)) >= headerWindowSize {
+		switch {
+		case w.hinted: // a lookup's first read: the span it expects
+			w.hinted = false
+		case w.n > 0 && off-(w.start+int64(w.n)) >= headerWindowSize:
 			w.ahead = len(p)
-		} else if w.n > 0 {
+		case w.n > 0:
 			w.ahead = headerWindowSize
 		}
 		n, err := w.f.ReadAt(w.buf[:max(0, min(int64(max(w.ahead, len(p))), w.size-off))], off)
