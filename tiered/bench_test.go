@@ -70,7 +70,7 @@ func BenchmarkOffload(b *testing.B) {
 		// manifest (its tier-state-checkpoint), and rightly refuses a
 		// bucket without it.
 		b.StopTimer()
-		l := copyBenchLog(b)
+		l := copyBenchLog(b, cfg(b, "segment.bytes", "1048576", "local.retention.ms", "-1", "retention.ms", "-1"))
 		b.StartTimer()
 		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: fmt.Sprintf("b%d/orders-0", i), LeaderEpoch: 1})
 		if err != nil {
@@ -86,14 +86,14 @@ func BenchmarkOffload(b *testing.B) {
 	}
 }
 
-// copyBenchLog opens a copy of the benchmarks' log in a directory of its
-// own, closed when the benchmark ends.
-func copyBenchLog(b *testing.B) *local.Log {
+// copyBenchLog opens a copy of the benchmarks' log (built by benchLog)
+// in a directory of its own under config c, closed when the benchmark
+// ends.
+func copyBenchLog(b *testing.B, c backend.Config) *local.Log {
 	dir := filepath.Join(b.TempDir(), "orders-0")
 	if err := os.CopyFS(dir, os.DirFS(benchDir)); err != nil {
 		b.Fatal(err)
 	}
-	c := cfg(b, "segment.bytes", "1048576", "local.retention.ms", "-1", "retention.ms", "-1")
 	l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, RecoveryPoint: benchLEO, LogStartOffset: -1, HighWatermark: benchLEO})
 	if err != nil {
 		b.Fatal(err)
@@ -138,18 +138,9 @@ func BenchmarkRawPut(b *testing.B) {
 // offloaded returns a partition whose closed segments are all in a fresh
 // bucket and no longer local.
 func offloaded(b *testing.B, chunkCache, prefetch int64) (*tiered.Partition, *objstore.Store) {
-	root := b.TempDir()
-	dir := filepath.Join(root, "orders-0")
 	l0, _ := benchLog(b)
 	l0.Close()
-	if err := os.CopyFS(dir, os.DirFS(benchDir)); err != nil {
-		b.Fatal(err)
-	}
-	c := cfg(b, "segment.bytes", "1048576", "local.retention.ms", "0", "retention.ms", "-1", "file.delete.delay.ms", "0")
-	l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, RecoveryPoint: benchLEO, LogStartOffset: -1, HighWatermark: benchLEO})
-	if err != nil {
-		b.Fatal(err)
-	}
+	l := copyBenchLog(b, cfg(b, "segment.bytes", "1048576", "local.retention.ms", "0", "retention.ms", "-1", "file.delete.delay.ms", "0"))
 	store := realStore(b, "s3")
 	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "orders-0", LeaderEpoch: 1, ChunkCacheBytes: chunkCache, PrefetchBytes: prefetch})
 	if err != nil {
