@@ -103,13 +103,7 @@ func tieredLines(g *goFigures) []benchLine {
 			if got == 0 || base == 0 {
 				lines[i].goalFigure = "no figure: a benchmark failed (above) | **not measured**"
 			} else {
-				µs := func(v float64) string {
-					if v >= 100 {
-						return fmt.Sprintf("%.0f", v)
-					}
-					return fmt.Sprintf("%.2f", v)
-				}
-				lines[i].goalFigure = fmt.Sprintf("%.2fx (%s vs %s µs) | %s", got/base, µs(got), µs(base), metCell(got <= 1.5*base))
+				lines[i].goalFigure = fmt.Sprintf("%.2fx (%s vs %s µs) | %s", got/base, num(got), num(base), metCell(got <= 1.5*base))
 			}
 		}
 	}
