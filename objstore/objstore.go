@@ -77,6 +77,10 @@ var (
 	// ErrInvalidURL: a store URL that does not parse or names an unknown
 	// scheme or option.
 	ErrInvalidURL = errors.New("objstore: invalid store URL")
+	// ErrCorrupt: the object's bytes fail a check a layer over the
+	// driver makes (a sealed object's authentication tag, its framing or
+	// its size): the object is not what was written under its key.
+	ErrCorrupt = errors.New("objstore: corrupt object")
 )
 
 // ObjectInfo describes one object.

@@ -132,6 +132,9 @@ func (s *Store) Name() string { return s.name }
 // Driver returns the wrapped driver.
 func (s *Store) Driver() Driver { return s.d }
 
+// Options returns the store's options, defaults filled.
+func (s *Store) Options() Options { return s.opts }
+
 // Stats returns a copy of the counters.
 func (s *Store) Stats() Stats {
 	s.mu.Lock()

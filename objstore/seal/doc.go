@@ -1,0 +1,70 @@
+// Package seal is client-side envelope encryption of a bucket: a
+// Driver that seals every object tierlog writes with AES-256-GCM before
+// it leaves the process, and opens it again on the way back, ranged reads
+// included.
+//
+//	store := objstore.New(seal.New(driver, ring, seal.Options{}), name, opts)
+//
+// or, through a store URL, `?key-file=/etc/tierlog/keys` (storeurl).
+//
+// # Keys
+//
+// Three levels, each wrapping the next:
+//
+//   - key-encryption keys (KEKs) live in a KeyRing: a local key file
+//     (LoadKeyFile) or an implementation a broker backs with a KMS. One is
+//     active; the others open what they wrapped before.
+//   - bucket keys: 32 random bytes, one per Driver (created at its first
+//     write), stored wrapped by the active KEK in a small object of their
+//     own, KeyPrefix + hex(id). They never leave the process unwrapped.
+//   - object keys: each object's own AES-256 key, derived with HKDF-SHA256
+//     from the bucket key, a 16-byte random salt chosen for that write, and
+//     the object's name. No two objects (nor two writes of one key) share a
+//     key, and no key travels in an object.
+//
+// Rotating a KEK (Rekey, `tierctl rekey`) re-wraps the bucket keys under
+// the active KEK: a request or two per bucket key, whatever the bucket
+// holds, and no data re-uploaded. Afterwards no object in the bucket is
+// wrapped under the retired KEK, and the ring may drop it.
+//
+// # Format (version 1, frozen)
+//
+// A sealed object is a header and its chunks:
+//
+//	header, 80 bytes:
+//	 0  magic      ff 'T' 'L' 'S' 'E' 'A' 'L' 01   (version 1)
+//	 8  chunk size uint32 BE   plaintext bytes a chunk, 4 KiB to 64 MiB
+//	12  zero       4 bytes
+//	16  size       uint64 BE   plaintext bytes of the object
+//	24  key id     16 bytes    the bucket key's id
+//	40  salt       16 bytes
+//	56  zero       8 bytes
+//	64  tag        16 bytes    GCM tag of an empty message, nonce ff x12,
+//	                           associated data: bytes 0..64 and the name
+//	chunk i (i = 0 .. n-1, n = max(1, ceil(size / chunk size))):
+//	    ciphertext of plaintext bytes [i*chunk, min(size, (i+1)*chunk))
+//	    and its 16-byte GCM tag; nonce: 4 zero bytes, uint64 BE i;
+//	    associated data: 'c', uint64 BE i, 1 if i = n-1 else 0, the name
+//
+// The name is the object's key under the store (the driver's prefix not
+// included), so a chunk moved to another position or another object, a
+// header swapped, an object cut at a chunk boundary (the last chunk says
+// it is last) or renamed fails to open, with an error naming the object
+// and the chunk. The first byte, 0xff, is one no plaintext object of
+// tierlog's starts with (a segment's base offset, an index entry, a
+// manifest, a WAL object, a checkpoint's text).
+//
+// A read of plaintext bytes [a, b) GETs chunks a/chunk .. (b-1)/chunk and
+// nothing else once the object's header is known: the header of each
+// object read is kept (Options.Headers of them), checked against the ETag
+// of every later GET. So the remote offset index still finds a batch and
+// a read fetches a chunk or two around it; the plaintext lives only in
+// memory.
+//
+// # What is not sealed
+//
+// The bucket keys' objects (wrapped by a KEK already). List's sizes are
+// the plaintext sizes computed from the stored sizes with the chunk size
+// of this Driver's Options; an object sealed with another chunk size
+// lists a size a few bytes off (Head and Get are exact).
+package seal

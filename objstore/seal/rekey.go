@@ -1,0 +1,196 @@
+package seal
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// ErrNotSealedStore: a store whose driver is not a *Driver was given
+// where a sealed one is needed.
+var ErrNotSealedStore = errors.New("seal: the store is not sealed (give it a key ring: ?key-file=)")
+
+// Sealed returns the *Driver under store, or ErrNotSealedStore.
+func Sealed(store *objstore.Store) (*Driver, error) {
+	if d, ok := store.Driver().(*Driver); ok {
+		return d, nil
+	}
+	return nil, fmt.Errorf("%s: %w", store.Name(), ErrNotSealedStore)
+}
+
+// keyStore is the store of the bucket keys' objects: store's inner
+// driver, with store's bounds and retries.
+func keyStore(store *objstore.Store) (*Driver, *objstore.Store, error) {
+	d, err := Sealed(store)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, objstore.New(d.d, store.Name(), store.Options()), nil
+}
+
+// BucketKey describes a bucket key's object.
+type BucketKey struct {
+	ID  string // hex
+	KEK string // the KEK it is wrapped under
+	// Retired: KEK is not the ring's active one; Rekey re-wraps it.
+	Retired bool
+	etag    string
+	ko      keyObject
+}
+
+// BucketKeys lists the bucket's keys, in id order: one LIST page per
+// 1,000 and a GET each.
+func BucketKeys(ctx context.Context, store *objstore.Store) ([]BucketKey, error) {
+	d, ks, err := keyStore(store)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	if err := ks.List(ctx, KeyPrefix, func(o objstore.ObjectInfo) bool {
+		if _, ok := parseKeyName(o.Key); ok {
+			names = append(names, o.Key)
+		}
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	slices.Sort(names)
+	out := make([]BucketKey, 0, len(names))
+	for _, name := range names {
+		bk, err := readBucketKey(ctx, ks, name)
+		if err != nil {
+			return out, err
+		}
+		bk.Retired = bk.KEK != d.ring.Active()
+		out = append(out, bk)
+	}
+	return out, nil
+}
+
+func readBucketKey(ctx context.Context, ks *objstore.Store, name string) (BucketKey, error) {
+	rc, info, err := ks.Get(ctx, name, 0, -1)
+	if err != nil {
+		return BucketKey{}, err
+	}
+	defer rc.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(io.LimitReader(rc, maxKeyObject+1)); err != nil {
+		return BucketKey{}, fmt.Errorf("seal: bucket key %s: %w", name, err)
+	}
+	ko, err := decodeKeyObject(name, buf.Bytes())
+	if err != nil {
+		return BucketKey{}, err
+	}
+	id, _ := parseKeyName(name)
+	return BucketKey{ID: hex.EncodeToString(id[:]), KEK: ko.KEK, etag: info.ETag, ko: ko}, nil
+}
+
+// RekeyStep is one bucket key Rekey looked at.
+type RekeyStep struct {
+	Key  BucketKey
+	From string // the KEK it was wrapped under
+	To   string // the KEK it is (or, in a dry run, would be) wrapped under
+	// Done: it was re-wrapped (false in a dry run, and for a key already
+	// under the active KEK).
+	Done bool
+}
+
+// RekeyOptions configure Rekey.
+type RekeyOptions struct {
+	// DryRun lists what would be re-wrapped and changes nothing.
+	DryRun bool
+	// OnStep, when set, is called after each bucket key.
+	OnStep func(RekeyStep)
+}
+
+// Rekey re-wraps every bucket key of store's bucket that is not under
+// the ring's active KEK, with a compare-and-swap PUT each: data is never
+// re-uploaded. An interrupted Rekey is finished by running it again (a
+// key already re-wrapped is skipped). It returns the steps, the first
+// error ending it.
+func Rekey(ctx context.Context, store *objstore.Store, opts RekeyOptions) ([]RekeyStep, error) {
+	d, ks, err := keyStore(store)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := BucketKeys(ctx, store)
+	if err != nil {
+		return nil, err
+	}
+	active := d.ring.Active()
+	var steps []RekeyStep
+	for _, bk := range keys {
+		st := RekeyStep{Key: bk, From: bk.KEK, To: active}
+		if bk.KEK != active && !opts.DryRun {
+			if err := rewrap(ctx, d, ks, bk); err != nil {
+				return steps, err
+			}
+			st.Done = true
+		}
+		steps = append(steps, st)
+		if opts.OnStep != nil {
+			opts.OnStep(st)
+		}
+	}
+	return steps, nil
+}
+
+// rewrap re-wraps one bucket key under the active KEK; a lost race with
+// another rekey re-reads the key and goes again.
+func rewrap(ctx context.Context, d *Driver, ks *objstore.Store, bk BucketKey) error {
+	var id [16]byte
+	hex.Decode(id[:], []byte(bk.ID))
+	name := keyName(id)
+	active := d.ring.Active()
+	for range 5 {
+		if bk.KEK == active {
+			return nil
+		}
+		key, err := d.ring.Unwrap(ctx, bk.KEK, bk.ko.Wrapped, keyContext(id))
+		if err != nil {
+			return keyErr(err, bk.KEK, id, "")
+		}
+		wrapped, err := d.ring.Wrap(ctx, active, key, keyContext(id))
+		if err != nil {
+			return keyErr(err, active, id, "")
+		}
+		data, err := json.Marshal(keyObject{Version: 1, KEK: active, Wrapped: wrapped})
+		if err != nil {
+			return err
+		}
+		_, err = ks.Put(ctx, name, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: bk.etag})
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, objstore.ErrPreconditionFailed) {
+			return fmt.Errorf("seal: rekey %s: %w", name, err)
+		}
+		// Changed since read: another rekey, or a retry of this PUT
+		// whose first answer was lost. Read it again.
+		if bk, err = readBucketKey(ctx, ks, name); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("seal: rekey %s: it keeps changing under us", name)
+}
+
+// ObjectKey returns the id (hex) of the bucket key key is sealed under;
+// sealed is false for a plaintext object (read with
+// Options.ReadPlaintext). It uses the kept header when there is one, else
+// a GET of the header. BucketKeys says which KEK wraps each bucket key.
+func (d *Driver) ObjectKey(ctx context.Context, key string) (bucketKey string, sealed bool, err error) {
+	ch, ok := d.cached(key)
+	if !ok {
+		if ch, err = d.readHeader(ctx, key); err != nil || ch == nil {
+			return "", false, err
+		}
+	}
+	return hex.EncodeToString(ch.h.keyID[:]), true, nil
+}

@@ -1,0 +1,691 @@
+package seal
+
+import (
+	"container/list"
+	"context"
+	"crypto/cipher"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tierlog/tierlog/objstore"
+)
+
+// Options configure a Driver.
+type Options struct {
+	// ChunkSize is the plaintext bytes of a chunk of the objects this
+	// Driver writes: a ranged read fetches whole chunks. 0 means
+	// DefaultChunkSize (1 MiB); otherwise MinChunkSize to MaxChunkSize.
+	ChunkSize int
+	// ReadPlaintext lets reads return objects that are not sealed, as
+	// they are: for a bucket written before sealing was turned on. Off,
+	// such an object is an error (ErrNotSealed): a bucket writer cannot
+	// swap a sealed object for a plaintext one unseen.
+	ReadPlaintext bool
+	// Headers is how many objects' headers are kept, so a ranged read
+	// of an object read before is one GET. 0 means 65,536 (about 20 MiB).
+	Headers int
+}
+
+// Validate checks o and fills its defaults.
+func (o *Options) Validate() error {
+	if o.ChunkSize == 0 {
+		o.ChunkSize = DefaultChunkSize
+	}
+	if o.ChunkSize < MinChunkSize || o.ChunkSize > MaxChunkSize {
+		return fmt.Errorf("seal: chunk size %d: want %d to %d bytes", o.ChunkSize, MinChunkSize, MaxChunkSize)
+	}
+	if o.Headers < 0 {
+		return fmt.Errorf("seal: headers %d: want 0 (the default) or more", o.Headers)
+	}
+	if o.Headers == 0 {
+		o.Headers = 1 << 16
+	}
+	return nil
+}
+
+// Driver seals what it writes to another Driver and opens what it reads
+// back (see the package doc). Safe for concurrent use.
+type Driver struct {
+	d    objstore.Driver
+	ring KeyRing
+	opts Options
+	bufs sync.Pool // *[]byte of ChunkSize+TagSize bytes
+
+	mu      sync.Mutex
+	active  *bucketKey              // the key this Driver seals under, once made
+	keys    map[[16]byte]*bucketKey // bucket keys opened
+	headers map[string]*list.Element
+	lru     list.List // of *cachedHeader, most recent first
+
+	// making serialises the making of the active bucket key.
+	making sync.Mutex
+}
+
+type cachedHeader struct {
+	name string
+	etag string
+	h    header
+}
+
+// New returns a Driver that seals into d with keys wrapped by ring.
+func New(d objstore.Driver, ring KeyRing, opts Options) (*Driver, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	if ring == nil || ring.Active() == "" {
+		return nil, fmt.Errorf("seal: a key ring with an active key is needed")
+	}
+	sd := &Driver{d: d, ring: ring, opts: opts, keys: map[[16]byte]*bucketKey{}, headers: map[string]*list.Element{}}
+	n := opts.ChunkSize + TagSize
+	sd.bufs.New = func() any { b := make([]byte, n); return &b }
+	return sd, nil
+}
+
+// Inner returns the driver the objects are stored in.
+func (d *Driver) Inner() objstore.Driver { return d.d }
+
+// Ring returns the key ring.
+func (d *Driver) Ring() KeyRing { return d.ring }
+
+// reserved reports whether key is the Driver's own.
+func reserved(key string) bool { return strings.HasPrefix(key, KeyPrefix) }
+
+func refuse(key string) error {
+	return fmt.Errorf("%w: %s: keys under %s are the sealing's own", objstore.ErrInvalidKey, key, KeyPrefix)
+}
+
+// activeKey returns the bucket key new objects are sealed under, making
+// it at the first write.
+func (d *Driver) activeKey(ctx context.Context) (*bucketKey, error) {
+	d.mu.Lock()
+	bk := d.active
+	d.mu.Unlock()
+	if bk != nil {
+		return bk, nil
+	}
+	d.making.Lock()
+	defer d.making.Unlock()
+	d.mu.Lock()
+	bk = d.active
+	d.mu.Unlock()
+	if bk != nil {
+		return bk, nil
+	}
+	bk, err := d.newBucketKey(ctx)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	d.active, d.keys[bk.id] = bk, bk
+	d.mu.Unlock()
+	return bk, nil
+}
+
+// bucketKey returns the bucket key id, opening it at its first use.
+func (d *Driver) bucketKey(ctx context.Context, id [16]byte, object string) (*bucketKey, error) {
+	d.mu.Lock()
+	bk := d.keys[id]
+	d.mu.Unlock()
+	if bk != nil {
+		return bk, nil
+	}
+	bk, err := d.openBucketKey(ctx, id, object)
+	if err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
+	if old := d.keys[id]; old != nil {
+		bk = old
+	} else {
+		d.keys[id] = bk
+	}
+	d.mu.Unlock()
+	return bk, nil
+}
+
+// Put implements objstore.Driver: it seals body under a new object key.
+// A PutOptions.CRC32C is checked against the plaintext and the put made
+// with the CRC-32C of the sealed bytes, so the store still checks every
+// byte it keeps.
+func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	if reserved(key) {
+		return objstore.ObjectInfo{}, refuse(key)
+	}
+	bk, err := d.activeKey(ctx)
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	h := header{chunk: int64(d.opts.ChunkSize), size: size, keyID: bk.id}
+	rand.Read(h.salt[:])
+	h.encode()
+	aead, err := objectKey(bk.key, h.salt, key)
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	sealHeader(aead, &h, key)
+	d.forget(key)
+	sb := &sealingBody{d: d, h: &h, aead: aead, name: key, body: body, cur: -1}
+	defer sb.release()
+	// A first pass computes the stored bytes' CRC-32C (and checks the
+	// plaintext's against the caller's); the driver reads the second.
+	crc, plain, err := sb.checksum()
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	if opts.HasCRC32C && plain != opts.CRC32C {
+		return objstore.ObjectInfo{}, fmt.Errorf("%w: %s: the body's CRC-32C is %08x, the put said %08x", objstore.ErrChecksumMismatch, key, plain, opts.CRC32C)
+	}
+	opts.CRC32C, opts.HasCRC32C = crc, true
+	if _, err := sb.Seek(0, io.SeekStart); err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	info, err := d.d.Put(ctx, key, sb, h.sealedSize(), opts)
+	if err != nil {
+		return info, err
+	}
+	d.remember(key, info.ETag, h)
+	info.Size = size
+	return info, nil
+}
+
+// Get implements objstore.Driver: offset and length count plaintext
+// bytes, and the reader checks every chunk it returns bytes of.
+func (d *Driver) Get(ctx context.Context, key string, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, error) {
+	if reserved(key) {
+		return nil, objstore.ObjectInfo{}, refuse(key)
+	}
+	if offset < 0 {
+		return nil, objstore.ObjectInfo{}, fmt.Errorf("%w: offset %d", objstore.ErrInvalidRange, offset)
+	}
+	for try := 0; ; try++ {
+		ch, ok := d.cached(key)
+		if !ok && offset == 0 && length < 0 {
+			return d.getWhole(ctx, key)
+		}
+		if !ok {
+			var err error
+			if ch, err = d.readHeader(ctx, key); err != nil {
+				return nil, objstore.ObjectInfo{}, err
+			}
+			if ch == nil { // a plaintext object, and reads of them allowed
+				return d.d.Get(ctx, key, offset, length)
+			}
+		}
+		rc, info, stale, err := d.getRange(ctx, key, ch, offset, length)
+		if stale && try == 0 {
+			// The object changed since its header was kept.
+			d.forget(key)
+			continue
+		}
+		return rc, info, err
+	}
+}
+
+// Head implements objstore.Driver with one ranged GET of the header: the
+// size is the plaintext's.
+func (d *Driver) Head(ctx context.Context, key string) (objstore.ObjectInfo, error) {
+	if reserved(key) {
+		return objstore.ObjectInfo{}, refuse(key)
+	}
+	ch, err := d.readHeader(ctx, key)
+	if err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	if ch == nil {
+		return d.d.Head(ctx, key)
+	}
+	return objstore.ObjectInfo{Key: key, Size: ch.h.size, ETag: ch.etag, LastModified: ch.modified}, nil
+}
+
+// List implements objstore.Driver. The bucket keys' objects are not
+// listed; a sealed object's size is its plaintext's, computed with this
+// Driver's chunk size (see the package doc).
+func (d *Driver) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, bool, error) {
+	for {
+		objs, more, err := d.d.List(ctx, prefix, startAfter, limit)
+		if err != nil || len(objs) == 0 {
+			return objs, more, err
+		}
+		out := objs[:0]
+		last := objs[len(objs)-1].Key
+		for _, o := range objs {
+			if reserved(o.Key) {
+				continue
+			}
+			if p := plainSize(o.Size, int64(d.opts.ChunkSize)); p >= 0 {
+				o.Size = p
+			}
+			out = append(out, o)
+		}
+		if len(out) > 0 || !more {
+			return out, more, nil
+		}
+		startAfter = last // a page of bucket keys only: the next one
+	}
+}
+
+// Delete implements objstore.Driver. Bucket keys are never deleted
+// through it: one may seal any object in the bucket.
+func (d *Driver) Delete(ctx context.Context, keys []string) error {
+	for _, k := range keys {
+		if reserved(k) {
+			return refuse(k)
+		}
+	}
+	for _, k := range keys {
+		d.forget(k)
+	}
+	return d.d.Delete(ctx, keys)
+}
+
+// AbortStaleUploads implements objstore.Driver.
+func (d *Driver) AbortStaleUploads(ctx context.Context, prefix string, olderThan time.Time) (int, error) {
+	return d.d.AbortStaleUploads(ctx, prefix, olderThan)
+}
+
+// CheckBucket implements objstore.BucketChecker: the inner driver's
+// check, then that the ring holds its active key.
+func (d *Driver) CheckBucket(ctx context.Context) error {
+	if bc, ok := d.d.(objstore.BucketChecker); ok {
+		if err := bc.CheckBucket(ctx); err != nil {
+			return err
+		}
+	}
+	if _, err := d.ring.Wrap(ctx, d.ring.Active(), make([]byte, 32), []byte("check")); err != nil {
+		return keyErr(err, d.ring.Active(), [16]byte{}, "")
+	}
+	return nil
+}
+
+// Close implements objstore.Driver.
+func (d *Driver) Close() error { return d.d.Close() }
+
+// headerRead is an object's header, checked, with what the GET said.
+type headerRead struct {
+	h        header
+	etag     string
+	modified time.Time
+	stored   int64
+}
+
+// readHeader GETs key's header and checks it. A plaintext object is nil
+// when Options.ReadPlaintext allows it, else ErrNotSealed.
+func (d *Driver) readHeader(ctx context.Context, key string) (*headerRead, error) {
+	rc, info, err := d.d.Get(ctx, key, 0, HeaderSize)
+	if errors.Is(err, objstore.ErrInvalidRange) {
+		// An empty object (S3 refuses any range of one).
+		return d.checkHeader(ctx, key, nil, objstore.ObjectInfo{Key: key})
+	}
+	if err != nil {
+		return nil, err
+	}
+	var b [HeaderSize]byte
+	n, err := io.ReadFull(rc, b[:])
+	rc.Close()
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return d.checkHeader(ctx, key, b[:n], info)
+}
+
+// checkHeader decodes and authenticates b, the first bytes of key, and
+// keeps it.
+func (d *Driver) checkHeader(ctx context.Context, key string, b []byte, info objstore.ObjectInfo) (*headerRead, error) {
+	if !isSealed(b) {
+		if d.opts.ReadPlaintext {
+			return nil, nil
+		}
+		return nil, &ObjectError{Object: key, Chunk: -1, Err: ErrNotSealed, Detail: "written without sealing (Options.ReadPlaintext reads such objects)"}
+	}
+	h, err := decodeHeader(b)
+	if err != nil {
+		if errors.Is(err, ErrBadHeader) && len(b) < HeaderSize {
+			err = ErrTruncated
+		}
+		return nil, &ObjectError{Object: key, Chunk: -1, Err: err}
+	}
+	bk, err := d.bucketKey(ctx, h.keyID, key)
+	if err != nil {
+		return nil, err
+	}
+	aead, err := objectKey(bk.key, h.salt, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := openHeader(aead, &h, key); err != nil {
+		return nil, err
+	}
+	if info.Size != h.sealedSize() {
+		return nil, &ObjectError{Object: key, Chunk: h.chunks() - 1, Err: ErrTruncated,
+			Detail: fmt.Sprintf("%d bytes stored, the header says %d (%d of plaintext)", info.Size, h.sealedSize(), h.size)}
+	}
+	hr := &headerRead{h: h, etag: info.ETag, modified: info.LastModified, stored: info.Size}
+	d.remember(key, info.ETag, h)
+	return hr, nil
+}
+
+// getWhole reads a whole object in one GET, its header from the front.
+func (d *Driver) getWhole(ctx context.Context, key string) (io.ReadCloser, objstore.ObjectInfo, error) {
+	rc, info, err := d.d.Get(ctx, key, 0, -1)
+	if err != nil {
+		return nil, info, err
+	}
+	var b [HeaderSize]byte
+	n, err := io.ReadFull(rc, b[:])
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		rc.Close()
+		return nil, info, err
+	}
+	if !isSealed(b[:n]) && d.opts.ReadPlaintext {
+		return &prefixed{head: append([]byte(nil), b[:n]...), rc: rc}, info, nil
+	}
+	hr, err := d.checkHeader(ctx, key, b[:n], info)
+	if err != nil {
+		rc.Close()
+		return nil, info, err
+	}
+	or, err := d.opener(key, &hr.h, rc, 0, 0, hr.h.size)
+	if err != nil {
+		rc.Close()
+		return nil, info, err
+	}
+	info.Size = hr.h.size
+	return or, info, nil
+}
+
+// getRange GETs the chunks holding plaintext [offset, offset+length) of
+// key, whose header is ch. stale: the object is not the one ch describes.
+func (d *Driver) getRange(ctx context.Context, key string, ch *headerRead, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, bool, error) {
+	h := &ch.h
+	info := objstore.ObjectInfo{Key: key, Size: h.size, ETag: ch.etag, LastModified: ch.modified}
+	if offset > h.size || (offset == h.size && h.size > 0) {
+		return nil, info, false, fmt.Errorf("%w: offset %d of a %d-byte object", objstore.ErrInvalidRange, offset, h.size)
+	}
+	end := h.size
+	if length >= 0 {
+		end = min(h.size, offset+length)
+	}
+	if end <= offset {
+		return io.NopCloser(strings.NewReader("")), info, false, nil
+	}
+	first, last := offset/h.chunk, (end-1)/h.chunk
+	from := h.chunkPos(first)
+	to := h.chunkPos(last) + h.chunkLen(last) + TagSize
+	rc, got, err := d.d.Get(ctx, key, from, to-from)
+	if err != nil {
+		return nil, info, false, err
+	}
+	if got.Size != ch.stored || (got.ETag != "" && ch.etag != "" && got.ETag != ch.etag) {
+		rc.Close()
+		return nil, info, true, &ObjectError{Object: key, Chunk: -1, Err: ErrTruncated,
+			Detail: fmt.Sprintf("changed since its header was read: %d bytes stored, the header says %d", got.Size, ch.stored)}
+	}
+	or, err := d.opener(key, h, rc, first, offset-first*h.chunk, end-offset)
+	if err != nil {
+		rc.Close()
+		return nil, info, false, err
+	}
+	info.ETag, info.LastModified = got.ETag, got.LastModified
+	return or, info, false, nil
+}
+
+// opener returns the reader of n plaintext bytes from skip bytes into
+// chunk first of key, whose stored chunks rc reads from chunk first on.
+func (d *Driver) opener(key string, h *header, rc io.ReadCloser, first, skip, n int64) (*openingReader, error) {
+	d.mu.Lock()
+	bk := d.keys[h.keyID]
+	d.mu.Unlock()
+	if bk == nil {
+		return nil, fmt.Errorf("seal: %s: bucket key not open", key) // checkHeader opened it
+	}
+	aead, err := objectKey(bk.key, h.salt, key)
+	if err != nil {
+		return nil, err
+	}
+	return &openingReader{d: d, h: *h, aead: aead, name: key, rc: rc, next: first, skip: skip, left: n}, nil
+}
+
+// cached returns key's kept header.
+func (d *Driver) cached(key string) (*headerRead, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	e := d.headers[key]
+	if e == nil {
+		return nil, false
+	}
+	d.lru.MoveToFront(e)
+	c := e.Value.(*cachedHeader)
+	return &headerRead{h: c.h, etag: c.etag, stored: c.h.sealedSize()}, true
+}
+
+// remember keeps key's header, evicting the least recently used.
+func (d *Driver) remember(key, etag string, h header) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.headers[key]; e != nil {
+		c := e.Value.(*cachedHeader)
+		c.etag, c.h = etag, h
+		d.lru.MoveToFront(e)
+		return
+	}
+	d.headers[key] = d.lru.PushFront(&cachedHeader{name: key, etag: etag, h: h})
+	for d.lru.Len() > d.opts.Headers {
+		e := d.lru.Back()
+		d.lru.Remove(e)
+		delete(d.headers, e.Value.(*cachedHeader).name)
+	}
+}
+
+func (d *Driver) forget(key string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if e := d.headers[key]; e != nil {
+		d.lru.Remove(e)
+		delete(d.headers, key)
+	}
+}
+
+func (d *Driver) buf(n int64) (*[]byte, bool) {
+	if n == int64(d.opts.ChunkSize)+TagSize {
+		return d.bufs.Get().(*[]byte), true
+	}
+	b := make([]byte, n)
+	return &b, false
+}
+
+// sealingBody is the sealed object as a ReadSeeker over the plaintext
+// body: it seals a chunk at a time, again on a seek back (the same bytes:
+// the key and nonces are fixed for the object).
+type sealingBody struct {
+	d    *Driver
+	h    *header
+	aead cipher.AEAD
+	name string
+	body io.ReadSeeker
+
+	pos    int64
+	cur    int64   // the chunk in out, -1 none
+	out    []byte  // chunk cur, sealed
+	plain  *[]byte // plaintext of chunk cur
+	sealed *[]byte
+	ad     []byte
+}
+
+func (s *sealingBody) release() {
+	if s.plain != nil {
+		s.d.bufs.Put(s.plain)
+		s.d.bufs.Put(s.sealed)
+		s.plain, s.sealed = nil, nil
+	}
+}
+
+// checksum reads the whole sealed object once: its CRC-32C and the
+// plaintext's.
+func (s *sealingBody) checksum() (sealed, plain uint32, err error) {
+	sealed = crc32.Update(0, castagnoli, s.h.raw[:])
+	for i := range s.h.chunks() {
+		if err := s.load(i); err != nil {
+			return 0, 0, err
+		}
+		n := s.h.chunkLen(i)
+		plain = crc32.Update(plain, castagnoli, (*s.plain)[:n])
+		sealed = crc32.Update(sealed, castagnoli, s.out)
+	}
+	return sealed, plain, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// load seals chunk i into s.out.
+func (s *sealingBody) load(i int64) error {
+	if s.cur == i {
+		return nil
+	}
+	if s.plain == nil {
+		s.plain, s.sealed = s.d.bufs.Get().(*[]byte), s.d.bufs.Get().(*[]byte)
+	}
+	n := s.h.chunkLen(i)
+	if n > 0 {
+		if _, err := s.body.Seek(i*s.h.chunk, io.SeekStart); err != nil {
+			return err
+		}
+		if _, err := io.ReadFull(s.body, (*s.plain)[:n]); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				err = fmt.Errorf("seal: %s: the body is shorter than the %d bytes put", s.name, s.h.size)
+			}
+			return err
+		}
+	}
+	s.ad = chunkAD(s.ad, i, i == s.h.chunks()-1, s.name)
+	s.out = s.aead.Seal((*s.sealed)[:0], chunkNonce(i), (*s.plain)[:n], s.ad)
+	s.cur = i
+	return nil
+}
+
+func (s *sealingBody) Read(p []byte) (int, error) {
+	total := s.h.sealedSize()
+	if s.pos >= total {
+		return 0, io.EOF
+	}
+	if s.pos < HeaderSize {
+		n := copy(p, s.h.raw[s.pos:])
+		s.pos += int64(n)
+		return n, nil
+	}
+	i := (s.pos - HeaderSize) / (s.h.chunk + TagSize)
+	if err := s.load(i); err != nil {
+		return 0, err
+	}
+	n := copy(p, s.out[s.pos-s.h.chunkPos(i):])
+	s.pos += int64(n)
+	return n, nil
+}
+
+func (s *sealingBody) Seek(off int64, whence int) (int64, error) {
+	switch whence {
+	case io.SeekCurrent:
+		off += s.pos
+	case io.SeekEnd:
+		off += s.h.sealedSize()
+	}
+	if off < 0 {
+		return 0, fmt.Errorf("seal: seek to %d", off)
+	}
+	s.pos = off
+	return off, nil
+}
+
+// openingReader returns the plaintext of the chunks rc reads, each
+// checked before a byte of it is returned.
+type openingReader struct {
+	d    *Driver
+	h    header
+	aead cipher.AEAD
+	name string
+	rc   io.ReadCloser
+
+	next    int64 // the chunk to read next
+	skip    int64 // plaintext bytes of chunk next not to return
+	left    int64 // plaintext bytes still to return
+	pending []byte
+	buf     *[]byte
+	pooled  bool
+	ad      []byte
+	err     error
+}
+
+func (r *openingReader) Read(p []byte) (int, error) {
+	for len(r.pending) == 0 {
+		if r.left <= 0 {
+			return 0, io.EOF
+		}
+		if r.err != nil {
+			return 0, r.err
+		}
+		if r.err = r.chunk(); r.err != nil {
+			return 0, r.err
+		}
+	}
+	n := copy(p, r.pending)
+	r.pending = r.pending[n:]
+	r.left -= int64(n)
+	return n, nil
+}
+
+// chunk reads and opens chunk r.next.
+func (r *openingReader) chunk() error {
+	i := r.next
+	n := r.h.chunkLen(i) + TagSize
+	if r.buf == nil || int64(len(*r.buf)) < n {
+		r.buf, r.pooled = r.d.buf(r.h.chunk + TagSize)
+	}
+	b := (*r.buf)[:n]
+	if _, err := io.ReadFull(r.rc, b); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return &ObjectError{Object: r.name, Chunk: i, Err: ErrTruncated, Detail: "the stored bytes end inside it"}
+		}
+		return err
+	}
+	r.ad = chunkAD(r.ad, i, i == r.h.chunks()-1, r.name)
+	plain, err := r.aead.Open(b[:0], chunkNonce(i), b, r.ad)
+	if err != nil {
+		return &ObjectError{Object: r.name, Chunk: i, Err: ErrTampered}
+	}
+	r.next++
+	plain = plain[min(r.skip, int64(len(plain))):]
+	r.skip = 0
+	r.pending = plain[:min(int64(len(plain)), r.left)]
+	return nil
+}
+
+func (r *openingReader) Close() error {
+	if r.buf != nil && r.pooled {
+		r.d.bufs.Put(r.buf)
+	}
+	r.buf, r.pending = nil, nil
+	return r.rc.Close()
+}
+
+// prefixed is a plaintext object's reader with its first bytes read
+// already.
+type prefixed struct {
+	head []byte
+	rc   io.ReadCloser
+}
+
+func (p *prefixed) Read(b []byte) (int, error) {
+	if len(p.head) > 0 {
+		n := copy(b, p.head)
+		p.head = p.head[n:]
+		return n, nil
+	}
+	return p.rc.Read(b)
+}
+
+func (p *prefixed) Close() error { return p.rc.Close() }

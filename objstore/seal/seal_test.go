@@ -1,0 +1,577 @@
+package seal_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/objstore/seal"
+	"github.com/tierlog/tierlog/testing/objstoretest"
+)
+
+// ring makes a key file ring from "id" names, the last one active.
+func ring(t testing.TB, ids ...string) *seal.KeyFile {
+	t.Helper()
+	return ringWith(t, ids, nil)
+}
+
+// keys holds each id's line, so two rings share a key by id.
+var keyLines = map[string]string{}
+
+func ringWith(t testing.TB, ids []string, override map[string]string) *seal.KeyFile {
+	t.Helper()
+	var b strings.Builder
+	for _, id := range ids {
+		line := override[id]
+		if line == "" {
+			if line = keyLines[id]; line == "" {
+				var err error
+				if line, err = seal.NewKey(id); err != nil {
+					t.Fatal(err)
+				}
+				keyLines[id] = line
+			}
+		}
+		fmt.Fprintln(&b, line)
+	}
+	fmt.Fprintf(&b, "active %s\n", ids[len(ids)-1])
+	kf, err := seal.ParseKeyFile("test", strings.NewReader(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kf
+}
+
+func sealed(t testing.TB, inner objstore.Driver, r seal.KeyRing, opts seal.Options) *objstore.Store {
+	t.Helper()
+	d, err := seal.New(inner, r, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objstore.New(d, "sealed", objstore.Options{})
+}
+
+func TestConformance(t *testing.T) {
+	objstoretest.Run(t, func(t *testing.T) *objstore.Store {
+		return sealed(t, mem.New(), ring(t, "k1"), seal.Options{ChunkSize: seal.MinChunkSize})
+	}, objstoretest.Options{})
+}
+
+func TestConformanceBehindFaults(t *testing.T) {
+	objstoretest.RunBehindFaults(t, func(t *testing.T) (objstore.Driver, string) {
+		d, err := seal.New(mem.New(), ring(t, "k1"), seal.Options{ChunkSize: seal.MinChunkSize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, "sealed"
+	}, objstoretest.Options{})
+}
+
+const chunk = seal.MinChunkSize
+
+func payload(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, 1))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.IntN(256))
+	}
+	return b
+}
+
+func put(t testing.TB, s *objstore.Store, key string, data []byte) {
+	t.Helper()
+	if _, err := s.Put(context.Background(), key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sizes are the object sizes every test seals: empty, within a chunk, at
+// and around its boundaries, several chunks.
+var sizes = []int{0, 1, chunk - 1, chunk, chunk + 1, 2 * chunk, 3*chunk + 5}
+
+// TestEveryRangeReadsThePlaintext reads every object whole and at ranges
+// starting and ending at every chunk boundary and around it.
+func TestEveryRangeReadsThePlaintext(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	for _, fresh := range []bool{false, true} {
+		s := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+		for _, n := range sizes {
+			key := fmt.Sprintf("obj-%d", n)
+			data := payload(n, uint64(n))
+			if !fresh {
+				put(t, s, key, data)
+			}
+			// fresh: a new Driver over the same bucket, no header kept.
+			got, err := s.ReadAll(ctx, key, 0, -1)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("%s whole: %d bytes, %v", key, len(got), err)
+			}
+			info, err := s.Head(ctx, key)
+			if err != nil || info.Size != int64(n) {
+				t.Fatalf("%s head: %+v %v", key, info, err)
+			}
+			var points []int
+			for _, b := range []int{0, chunk, 2 * chunk, 3 * chunk, n} {
+				for _, d := range []int{-1, 0, 1} {
+					if p := b + d; p >= 0 && p <= n {
+						points = append(points, p)
+					}
+				}
+			}
+			for _, a := range points {
+				for _, b := range points {
+					if b < a || (a == n && n > 0) {
+						continue
+					}
+					got, err := s.ReadAll(ctx, key, int64(a), int64(b-a))
+					if err != nil || !bytes.Equal(got, data[a:b]) {
+						t.Fatalf("%s [%d, %d): %d bytes, %v", key, a, b, len(got), err)
+					}
+				}
+			}
+			if n > 0 {
+				if _, err := s.ReadAll(ctx, key, int64(n), 1); !errors.Is(err, objstore.ErrInvalidRange) {
+					t.Fatalf("%s read at its end: %v, want ErrInvalidRange", key, err)
+				}
+			}
+		}
+	}
+}
+
+// TestNoPlaintextInTheBucket: no object holds a run of its plaintext.
+func TestNoPlaintextInTheBucket(t *testing.T) {
+	inner := mem.New()
+	s := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+	value := []byte("the-value-that-must-not-be-seen-")
+	data := bytes.Repeat(value, 1000)
+	put(t, s, "values", data)
+	raw := objstore.New(inner, "raw", objstore.Options{})
+	n := 0
+	if err := raw.List(context.Background(), "", func(o objstore.ObjectInfo) bool {
+		b, err := raw.ReadAll(context.Background(), o.Key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(b, value[:16]) {
+			t.Errorf("%s holds plaintext", o.Key)
+		}
+		n++
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n != 2 { // the object and the bucket key
+		t.Fatalf("%d objects in the bucket, want 2", n)
+	}
+}
+
+// rawBytes and setRaw read and replace an object's stored bytes.
+func rawBytes(t *testing.T, inner objstore.Driver, key string) []byte {
+	t.Helper()
+	b, err := objstore.New(inner, "raw", objstore.Options{}).ReadAll(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func setRaw(t *testing.T, inner objstore.Driver, key string, b []byte) {
+	t.Helper()
+	if _, err := inner.Put(context.Background(), key, bytes.NewReader(b), int64(len(b)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wantObjectError checks err names the object and the chunk (-1: the
+// header) with the cause.
+func wantObjectError(t *testing.T, err error, key string, chunk int64, cause error) {
+	t.Helper()
+	var oe *seal.ObjectError
+	if !errors.As(err, &oe) || oe.Object != key || oe.Chunk != chunk || !errors.Is(err, cause) || !errors.Is(err, objstore.ErrCorrupt) {
+		t.Fatalf("got %v, want %v of %s chunk %d", err, cause, key, chunk)
+	}
+	if !strings.Contains(err.Error(), key) {
+		t.Fatalf("%q does not name %s", err, key)
+	}
+}
+
+func TestTamperingIsNamed(t *testing.T) {
+	ctx := context.Background()
+	const n = 3*chunk + 5
+	stride := int64(chunk + seal.TagSize)
+	for _, tc := range []struct {
+		name  string
+		edit  func(a, b []byte) []byte // a: the object, b: another of the same size
+		chunk int64
+		cause error
+	}{
+		{"a flipped byte in the header", func(a, _ []byte) []byte { a[45] ^= 1; return a }, -1, seal.ErrTampered},
+		{"a flipped size in the header", func(a, _ []byte) []byte { a[23] ^= 1; return a }, -1, seal.ErrTampered},
+		{"a flipped tag of the header", func(a, _ []byte) []byte { a[seal.HeaderSize-1] ^= 1; return a }, -1, seal.ErrTampered},
+		{"a flipped byte in chunk 0", func(a, _ []byte) []byte { a[seal.HeaderSize+10] ^= 0x80; return a }, 0, seal.ErrTampered},
+		{"a flipped byte in chunk 2", func(a, _ []byte) []byte { a[seal.HeaderSize+2*stride+7] ^= 1; return a }, 2, seal.ErrTampered},
+		{"a flipped tag of the last chunk", func(a, _ []byte) []byte { a[len(a)-1] ^= 1; return a }, 3, seal.ErrTampered},
+		{"chunks 0 and 1 swapped", func(a, _ []byte) []byte {
+			c0 := append([]byte(nil), a[seal.HeaderSize:seal.HeaderSize+stride]...)
+			copy(a[seal.HeaderSize:], a[seal.HeaderSize+stride:seal.HeaderSize+2*stride])
+			copy(a[seal.HeaderSize+stride:], c0)
+			return a
+		}, 0, seal.ErrTampered},
+		{"chunk 1 from another object", func(a, b []byte) []byte {
+			copy(a[seal.HeaderSize+stride:seal.HeaderSize+2*stride], b[seal.HeaderSize+stride:])
+			return a
+		}, 1, seal.ErrTampered},
+		{"the header from another object", func(a, b []byte) []byte { copy(a, b[:seal.HeaderSize]); return a }, -1, seal.ErrTampered},
+		{"cut inside the last chunk", func(a, _ []byte) []byte { return a[:len(a)-3] }, 3, seal.ErrTruncated},
+		{"cut at a chunk boundary", func(a, _ []byte) []byte { return a[:seal.HeaderSize+3*stride] }, 3, seal.ErrTruncated},
+		{"cut inside the header", func(a, _ []byte) []byte { return a[:40] }, -1, seal.ErrTruncated},
+		{"a byte added", func(a, _ []byte) []byte { return append(a, 0) }, 3, seal.ErrTruncated},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			inner := mem.New()
+			r := ring(t, "k1")
+			s := sealed(t, inner, r, seal.Options{ChunkSize: chunk})
+			put(t, s, "a", payload(n, 1))
+			put(t, s, "b", payload(n, 2))
+			setRaw(t, inner, "a", tc.edit(rawBytes(t, inner, "a"), rawBytes(t, inner, "b")))
+			// A new Driver: nothing kept from the writes.
+			s = sealed(t, inner, r, seal.Options{ChunkSize: chunk})
+			_, err := s.ReadAll(ctx, "a", 0, -1)
+			wantObjectError(t, err, "a", tc.chunk, tc.cause)
+			if tc.chunk > 0 && tc.cause == seal.ErrTampered {
+				// A ranged read of an earlier chunk is served; one of the
+				// tampered chunk is refused.
+				if _, err := s.ReadAll(ctx, "a", 0, 10); err != nil {
+					t.Fatal(err)
+				}
+				_, err = s.ReadAll(ctx, "a", tc.chunk*chunk+1, 2)
+				wantObjectError(t, err, "a", tc.chunk, tc.cause)
+			}
+		})
+	}
+}
+
+// TestRenamedObjectDoesNotOpen: an object copied under another key is
+// not that key's.
+func TestRenamedObjectDoesNotOpen(t *testing.T) {
+	inner := mem.New()
+	s := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+	put(t, s, "a", payload(100, 1))
+	setRaw(t, inner, "b", rawBytes(t, inner, "a"))
+	_, err := s.ReadAll(context.Background(), "b", 0, -1)
+	wantObjectError(t, err, "b", -1, seal.ErrTampered)
+}
+
+func TestWrongOrMissingKeyIsNamed(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	put(t, sealed(t, inner, ring(t, "k1"), seal.Options{}), "a", payload(100, 1))
+
+	other, err := seal.NewKey("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		ring  seal.KeyRing
+		cause error
+	}{
+		{"the ring lacks k1", ring(t, "k9"), seal.ErrUnknownKey},
+		{"another key named k1", ringWith(t, []string{"k1"}, map[string]string{"k1": other}), seal.ErrWrongKey},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := sealed(t, inner, tc.ring, seal.Options{})
+			for _, read := range []func() error{
+				func() error { _, err := s.ReadAll(ctx, "a", 0, -1); return err },
+				func() error { _, err := s.ReadAll(ctx, "a", 5, 5); return err },
+				func() error { _, err := s.Head(ctx, "a"); return err },
+			} {
+				err := read()
+				var ke *seal.KeyError
+				if !errors.As(err, &ke) || ke.ID != "k1" || ke.Object != "a" || !errors.Is(err, tc.cause) || !errors.Is(err, objstore.ErrAccessDenied) {
+					t.Fatalf("got %v, want %v naming k1 and a", err, tc.cause)
+				}
+				if !strings.Contains(err.Error(), `"k1"`) || !strings.Contains(err.Error(), " a:") {
+					t.Fatalf("%q does not name the key and the object", err)
+				}
+			}
+		})
+	}
+	t.Run("the bucket key's object is gone", func(t *testing.T) {
+		raw := objstore.New(inner, "raw", objstore.Options{})
+		var keys []string
+		raw.List(ctx, seal.KeyPrefix, func(o objstore.ObjectInfo) bool { keys = append(keys, o.Key); return true })
+		if len(keys) != 1 {
+			t.Fatalf("bucket keys %v", keys)
+		}
+		b := rawBytes(t, inner, keys[0])
+		if err := raw.Delete(ctx, keys[0]); err != nil {
+			t.Fatal(err)
+		}
+		defer setRaw(t, inner, keys[0], b)
+		_, err := sealed(t, inner, ring(t, "k1"), seal.Options{}).ReadAll(ctx, "a", 0, -1)
+		if !errors.Is(err, seal.ErrUnknownKey) || !strings.Contains(err.Error(), keys[0]) {
+			t.Fatalf("got %v, want ErrUnknownKey naming %s", err, keys[0])
+		}
+	})
+}
+
+func TestPlaintextObjects(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	setRaw(t, inner, "old", []byte("written before sealing"))
+	_, err := sealed(t, inner, ring(t, "k1"), seal.Options{}).ReadAll(ctx, "old", 0, -1)
+	wantObjectError(t, err, "old", -1, seal.ErrNotSealed)
+
+	s := sealed(t, inner, ring(t, "k1"), seal.Options{ReadPlaintext: true})
+	for _, rg := range [][2]int64{{0, -1}, {8, 6}, {8, -1}} {
+		got, err := s.ReadAll(ctx, "old", rg[0], rg[1])
+		want := "written before sealing"[rg[0]:]
+		if rg[1] >= 0 {
+			want = want[:rg[1]]
+		}
+		if err != nil || string(got) != want {
+			t.Fatalf("%v: %q %v", rg, got, err)
+		}
+	}
+	if info, err := s.Head(ctx, "old"); err != nil || info.Size != 22 {
+		t.Fatalf("head %+v %v", info, err)
+	}
+}
+
+// TestRewrittenObjectReadsAfresh: a key written again (a manifest's) is
+// read as it is now, the kept header checked against the ETag.
+func TestRewrittenObjectReadsAfresh(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	r := ring(t, "k1")
+	reader := sealed(t, inner, r, seal.Options{ChunkSize: chunk})
+	writer := sealed(t, inner, r, seal.Options{ChunkSize: chunk})
+	put(t, writer, "m", payload(3*chunk, 1))
+	if _, err := reader.ReadAll(ctx, "m", chunk, 10); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		data := payload(3*chunk+i, uint64(10+i))
+		put(t, writer, "m", data)
+		got, err := reader.ReadAll(ctx, "m", chunk, 10)
+		if err != nil || !bytes.Equal(got, data[chunk:chunk+10]) {
+			t.Fatalf("rewrite %d: %v", i, err)
+		}
+	}
+}
+
+func TestChecksums(t *testing.T) {
+	ctx := context.Background()
+	s := sealed(t, mem.New(), ring(t, "k1"), seal.Options{ChunkSize: chunk})
+	data := payload(2*chunk+3, 1)
+	_, err := s.Put(ctx, "x", bytes.NewReader(data), int64(len(data)), objstore.PutOptions{CRC32C: 1, HasCRC32C: true})
+	if !errors.Is(err, objstore.ErrChecksumMismatch) {
+		t.Fatalf("a wrong CRC-32C: %v", err)
+	}
+	_, err = s.Put(ctx, "x", bytes.NewReader(data[:10]), int64(len(data)), objstore.PutOptions{})
+	if err == nil || !strings.Contains(err.Error(), "shorter") {
+		t.Fatalf("a short body: %v", err)
+	}
+}
+
+func TestReservedKeys(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	s := sealed(t, inner, ring(t, "k1"), seal.Options{})
+	put(t, s, "a", []byte("x"))
+	key := seal.KeyPrefix + "00112233445566778899aabbccddeeff"
+	if _, err := s.Put(ctx, key, strings.NewReader("x"), 1, objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Fatalf("put under the keys: %v", err)
+	}
+	if err := s.Delete(ctx, key); !errors.Is(err, objstore.ErrInvalidKey) {
+		t.Fatalf("delete under the keys: %v", err)
+	}
+	var listed []string
+	if err := s.List(ctx, "", func(o objstore.ObjectInfo) bool { listed = append(listed, o.Key); return true }); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0] != "a" {
+		t.Fatalf("listed %v, want [a]", listed)
+	}
+}
+
+// countingDriver fails its n-th request (counting from 1), once.
+type countingDriver struct {
+	objstore.Driver
+	n, calls int
+}
+
+func (c *countingDriver) fail() error {
+	c.calls++
+	if c.calls == c.n {
+		return fmt.Errorf("request %d: %w", c.n, objstore.ErrAccessDenied) // not retried
+	}
+	return nil
+}
+
+func (c *countingDriver) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	if err := c.fail(); err != nil {
+		return objstore.ObjectInfo{}, err
+	}
+	return c.Driver.Put(ctx, key, body, size, opts)
+}
+
+func (c *countingDriver) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, objstore.ObjectInfo, error) {
+	if err := c.fail(); err != nil {
+		return nil, objstore.ObjectInfo{}, err
+	}
+	return c.Driver.Get(ctx, key, off, n)
+}
+
+func (c *countingDriver) List(ctx context.Context, prefix, after string, limit int) ([]objstore.ObjectInfo, bool, error) {
+	if err := c.fail(); err != nil {
+		return nil, false, err
+	}
+	return c.Driver.List(ctx, prefix, after, limit)
+}
+
+// TestRekeyInterruptedAtEveryRequest: objects written by three Drivers
+// (three bucket keys) under k1; rekey to k2 fails at its k-th request for
+// every k, is run again to the end, and then a ring holding only k2 reads
+// every object.
+func TestRekeyInterruptedAtEveryRequest(t *testing.T) {
+	ctx := context.Background()
+	want := map[string][]byte{}
+	setup := func() objstore.Driver {
+		inner := mem.New()
+		for w := range 3 {
+			s := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+			for i := range 2 {
+				key := fmt.Sprintf("w%d/o%d", w, i)
+				want[key] = payload(chunk+i*100, uint64(w*10+i))
+				put(t, s, key, want[key])
+			}
+		}
+		return inner
+	}
+	// A dry run changes nothing and says what it would do.
+	inner := setup()
+	s := sealed(t, inner, ring(t, "k1", "k2"), seal.Options{})
+	steps, err := seal.Rekey(ctx, s, seal.RekeyOptions{DryRun: true})
+	if err != nil || len(steps) != 3 {
+		t.Fatalf("dry run: %+v %v", steps, err)
+	}
+	for _, st := range steps {
+		if st.Done || st.From != "k1" || st.To != "k2" {
+			t.Fatalf("dry run step %+v", st)
+		}
+	}
+	keys, _ := seal.BucketKeys(ctx, s)
+	for _, k := range keys {
+		if k.KEK != "k1" || !k.Retired {
+			t.Fatalf("after a dry run: %+v", k)
+		}
+	}
+	for k := 1; ; k++ {
+		inner := setup()
+		cd := &countingDriver{Driver: inner, n: k}
+		s := sealed(t, cd, ring(t, "k1", "k2"), seal.Options{})
+		_, err := seal.Rekey(ctx, s, seal.RekeyOptions{})
+		finished := cd.calls < k
+		if err == nil && !finished {
+			t.Fatalf("request %d failed and rekey said nothing", k)
+		}
+		if !finished {
+			// Resume.
+			if _, err := seal.Rekey(ctx, s, seal.RekeyOptions{}); err != nil {
+				t.Fatalf("resume after request %d: %v", k, err)
+			}
+		}
+		only := sealed(t, inner, ring(t, "k2"), seal.Options{})
+		keys, err := seal.BucketKeys(ctx, only)
+		if err != nil || len(keys) != 3 {
+			t.Fatalf("after %d: %+v %v", k, keys, err)
+		}
+		for _, bk := range keys {
+			if bk.KEK != "k2" || bk.Retired {
+				t.Fatalf("after %d: %+v", k, bk)
+			}
+		}
+		for key, data := range want {
+			got, err := only.ReadAll(ctx, key, 0, -1)
+			if err != nil || !bytes.Equal(got, data) {
+				t.Fatalf("interrupted at %d: %s: %v", k, key, err)
+			}
+		}
+		if finished {
+			if k < 6 {
+				t.Fatalf("rekey made %d requests: want a LIST and a GET and a PUT per key", k-1)
+			}
+			return
+		}
+	}
+}
+
+func TestObjectKey(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	put(t, sealed(t, inner, ring(t, "k1"), seal.Options{}), "a", []byte("x"))
+	s := sealed(t, inner, ring(t, "k1", "k2"), seal.Options{})
+	put(t, s, "b", []byte("y"))
+	keys, err := seal.BucketKeys(ctx, s)
+	if err != nil || len(keys) != 2 {
+		t.Fatal(keys, err)
+	}
+	kek := map[string]string{}
+	for _, k := range keys {
+		kek[k.ID] = k.KEK
+	}
+	d, _ := seal.Sealed(s)
+	for key, want := range map[string]string{"a": "k1", "b": "k2"} {
+		id, ok, err := d.ObjectKey(ctx, key)
+		if err != nil || !ok || kek[id] != want {
+			t.Fatalf("%s: %s %v %v: KEK %s, want %s", key, id, ok, err, kek[id], want)
+		}
+	}
+}
+
+func TestKeyFile(t *testing.T) {
+	k1, _ := seal.NewKey("k1")
+	for _, tc := range []struct{ text, want string }{
+		{"", "no keys"},
+		{k1 + "\n", "no \"active ID\""},
+		{k1 + "\nactive k2\n", "the active key k2 is not in the file"},
+		{k1 + "\n" + k1 + "\nactive k1\n", "line 2: key k1 given twice"},
+		{"key k1 c2hvcnQ=\nactive k1\n", "line 1: key k1: want the base64 of 32 bytes"},
+		{"key k/1 AAAA\n", "line 1: key id"},
+		{k1 + "\nactive k1\nactive k1\n", "line 3: a second active line"},
+		{"# comment\n\nkye k1 x\n", "line 3: want"},
+	} {
+		_, err := seal.ParseKeyFile("f", strings.NewReader(tc.text))
+		if !errors.Is(err, seal.ErrBadKeyFile) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want %q", tc.text, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), k1[8:]) {
+			t.Errorf("%q: the error quotes the key", tc.text)
+		}
+	}
+	dir := t.TempDir()
+	path := dir + "/keys"
+	if err := writeFile(path, k1+"\nactive k1\n", 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := seal.LoadKeyFile(path); !errors.Is(err, seal.ErrBadKeyFile) || !strings.Contains(err.Error(), "chmod 600") {
+		t.Fatalf("a key file others read: %v", err)
+	}
+	if err := chmod(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kf, err := seal.LoadKeyFile(path)
+	if err != nil || kf.Active() != "k1" {
+		t.Fatal(kf, err)
+	}
+}
