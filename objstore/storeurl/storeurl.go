@@ -28,6 +28,13 @@
 // endpoint, or a #fragment is refused): they come from the usual AWS (and
 // MinIO) environment, profiles and instance metadata.
 //
+// Every scheme takes key-file=PATH, which seals the bucket's objects
+// with client-side envelope encryption (objstore/seal) under the keys of
+// that file (seal.LoadKeyFile), with chunk-size=BYTES (1 MiB by default)
+// and read-plaintext=true (read objects written before sealing was on):
+//
+//	s3://bucket/prefix?region=eu-west-1&key-file=/etc/tierlog/keys
+//
 // No error of this package, nor the Name of a Store it opens, quotes the
 // URL but through Redact, which hides whatever may be a secret: user info,
 // fragments, the values of options other than the known harmless ones,
@@ -54,6 +61,7 @@ import (
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/fs"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/objstore/seal"
 )
 
 var (
@@ -89,52 +97,97 @@ func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Sto
 		}
 		opts.Timeout = d
 	}
+	var d objstore.Driver
 	switch {
 	case u.Scheme == "file":
-		return openFile(u, name, opts)
+		d, err = openFile(u)
 	case u.Scheme == "mem":
 		if u.Bucket == "" {
 			return nil, bad(raw, "name the bucket: mem://name")
 		}
 		memMu.Lock()
-		d := memBuckets[u.Bucket]
-		if d == nil {
-			d = mem.New()
-			memBuckets[u.Bucket] = d
+		md := memBuckets[u.Bucket]
+		if md == nil {
+			md = mem.New()
+			memBuckets[u.Bucket] = md
 		}
 		memMu.Unlock()
-		return objstore.New(d, name, opts), nil
+		d = md
+	default:
+		d, err = opener.Open(ctx, u, opts)
 	}
-	d, err := opener.Open(ctx, u, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if d, err = sealIf(u, d); err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	if opener == nil {
+		return objstore.New(d, name, opts), nil
 	}
 	return checked(ctx, objstore.New(d, name, opts))
 }
 
+// sealOptions are the options of every scheme that seal the bucket's
+// objects (objstore/seal).
+var sealOptions = []string{"key-file", "chunk-size", "read-plaintext"}
+
+// sealIf wraps d in a seal.Driver when the URL names a key file.
+func sealIf(u *URL, d objstore.Driver) (objstore.Driver, error) {
+	path := u.Option("key-file")
+	chunk, err := u.Positive("chunk-size")
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	plain, err := u.Bool("read-plaintext")
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	if path == "" {
+		if chunk > 0 || plain {
+			d.Close()
+			return nil, u.Errorf("chunk-size and read-plaintext seal objects: give the key-file too")
+		}
+		return d, nil
+	}
+	if chunk > seal.MaxChunkSize {
+		d.Close()
+		return nil, u.Errorf("option chunk-size=%d: want %d to %d bytes", chunk, seal.MinChunkSize, seal.MaxChunkSize)
+	}
+	ring, err := seal.LoadKeyFile(path)
+	if err != nil {
+		d.Close()
+		return nil, err
+	}
+	sd, err := seal.New(d, ring, seal.Options{ChunkSize: int(chunk), ReadPlaintext: plain})
+	if err != nil {
+		d.Close()
+		return nil, u.Errorf("%v", err)
+	}
+	return sd, nil
+}
+
 // openFile opens a file:// URL's directory.
-func openFile(u *URL, name string, opts objstore.Options) (*objstore.Store, error) {
+func openFile(u *URL) (objstore.Driver, error) {
 	if u.Bucket != "" && u.Bucket != "localhost" {
-		return nil, bad(u.raw, "file URLs name a local directory: file:///path")
+		return nil, u.Errorf("file URLs name a local directory: file:///path")
 	}
 	dir := u.path
 	if dir == "" {
-		return nil, bad(u.raw, "no directory")
+		return nil, u.Errorf("no directory")
 	}
 	create, err := u.Bool("create")
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
+		return nil, err
 	}
 	if create {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("objstore: create %s: %w", dir, err)
 		}
 	}
-	d, err := fs.Open(dir)
-	if err != nil {
-		return nil, err
-	}
-	return objstore.New(d, name, opts), nil
+	return fs.Open(dir)
 }
 
 // parse parses raw and checks what every scheme shares: a known scheme
@@ -154,6 +207,7 @@ func parse(raw string) (*URL, *Opener, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	names = append(slices.Clone(names), sealOptions...)
 	if u.User != nil {
 		return nil, nil, bad(raw, "credentials do not belong in the URL; use the AWS environment or a profile")
 	}
