@@ -18,12 +18,17 @@ import (
 // read left in the chunk cache, the second from the cache), gives the
 // batches a read of the same offset gave before the upload, from the
 // local log, or fewer whole ones of them where its window ended first;
-// and the second read gives what the first did.
+// and the second read gives what the first did. The same over a sealed
+// bucket.
 func TestCachedRemoteReadsAreLocalReads(t *testing.T) {
 	rng := overlapRand(t)
-	for _, segBytes := range []int{16 << 10, 256 << 10} {
-		t.Run(strconv.Itoa(segBytes), func(t *testing.T) {
-			store := objstore.New(mem.New(), "mem://cached", objstore.Options{})
+	for _, segBytes := range []int{16 << 10, 256 << 10, -16 << 10} {
+		// A negative size: the bucket is sealed (4 KiB chunks).
+		name, store := strconv.Itoa(segBytes), objstore.New(mem.New(), "mem://cached", objstore.Options{})
+		if segBytes < 0 {
+			segBytes, name, store = -segBytes, strconv.Itoa(-segBytes)+"-sealed", sealedStore(t, mem.New(), keyRing(t, "k1"))
+		}
+		t.Run(name, func(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "orders-0")
 			c := cfg(t, "segment.bytes", strconv.Itoa(segBytes), "index.interval.bytes", strconv.Itoa(100+rng.IntN(2000)),
 				"local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")

@@ -12,6 +12,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/seal"
 )
 
 // The manifest and its commits. A change of the bucket (an upload,
@@ -98,6 +99,9 @@ func (p *Partition) readHeadBytes(ctx context.Context, key string) ([]byte, objs
 	}
 	if len(data) > maxManifestBytes {
 		return nil, info, fmt.Errorf("tiered: %s: %w: more than the %d bytes a manifest may have", key, manifest.ErrCorrupt, maxManifestBytes)
+	}
+	if seal.LooksSealed(data) {
+		return nil, info, fmt.Errorf("tiered: %s: %w", key, seal.ErrSealedObject)
 	}
 	return data, info, nil
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/s3"
+	"github.com/tierlog/tierlog/objstore/seal"
 	"github.com/tierlog/tierlog/testing/faultproxy"
 	"github.com/tierlog/tierlog/testing/objstoretest"
 	"github.com/tierlog/tierlog/testing/s3server"
@@ -73,6 +75,29 @@ var bucketsMu sync.Mutex
 func TestConformance(t *testing.T) {
 	eachKind(t, func(t *testing.T, srv func(testing.TB) *s3server.Server) {
 		objstoretest.Run(t, func(t *testing.T) *objstore.Store { return newStoreOn(t, srv(t), 5<<20) }, objstoretest.Options{})
+	})
+}
+
+// TestConformanceSealed runs the battery over sealed objects on each
+// server (S3's ranges of an empty object, of a range past the end, of a
+// multipart upload, under the chunks).
+func TestConformanceSealed(t *testing.T) {
+	line, err := seal.NewKey("k1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ring, err := seal.ParseKeyFile("test", strings.NewReader(line+"\nactive k1\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eachKind(t, func(t *testing.T, srv func(testing.TB) *s3server.Server) {
+		objstoretest.Run(t, func(t *testing.T) *objstore.Store {
+			d, err := seal.New(newStoreOn(t, srv(t), 5<<20).Driver(), ring, seal.Options{ChunkSize: seal.MinChunkSize})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return objstore.New(d, "sealed", objstore.Options{})
+		}, objstoretest.Options{})
 	})
 }
 

@@ -58,6 +58,9 @@ var (
 	// ErrBadHeader: the header does not decode (a version this build does
 	// not know, a chunk size out of range, nonzero reserved bytes).
 	ErrBadHeader = errors.New("seal: bad header")
+	// ErrSealedObject: bytes read through a store that is not sealed
+	// are a sealed object's (LooksSealed): the store needs the key file.
+	ErrSealedObject = errors.New("seal: the object is sealed (client-side encrypted): open the store with its key file (the URL's key-file= option, tierctl's --key-file)")
 	// ErrBadKeyFile: a key file or a bucket key's object that does not
 	// parse.
 	ErrBadKeyFile = errors.New("seal: bad key file")
@@ -163,6 +166,11 @@ func (h *header) encode() {
 	copy(h.raw[24:40], h.keyID[:])
 	copy(h.raw[40:56], h.salt[:])
 }
+
+// LooksSealed reports whether b, an object's first bytes as stored, are
+// a sealed object's: what a reader that is not sealed may check to say
+// ErrSealedObject rather than that the bytes are corrupt.
+func LooksSealed(b []byte) bool { return isSealed(b) }
 
 // isSealed reports whether b (an object's first bytes) starts like a
 // sealed object of any version.
