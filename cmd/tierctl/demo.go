@@ -290,7 +290,11 @@ func (d *demo) offload() error {
 		d.storeURL = "file://" + filepath.Join(d.root, "bucket") + "?create=true"
 	}
 	fmt.Fprintf(w, "5. Offloading closed segments to %s (local.retention.ms=0)\n", storeurl.Redact(d.storeURL))
-	store, err := storeurl.Open(d.ctx, d.storeURL, storeOptionsFrom(d.ctx))
+	raw, err := withKeyFile(d.storeURL, keyFileFrom(d.ctx))
+	if err != nil {
+		return err
+	}
+	store, err := storeurl.Open(d.ctx, raw, storeOptionsFrom(d.ctx))
 	if err != nil {
 		return err
 	}

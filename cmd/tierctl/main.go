@@ -93,7 +93,9 @@ A partition is named TOPIC-PARTITION everywhere, as its directory is:
 --partition orders-0, or a PARTITION_DIR path ending in it (logs/orders-0).
 
 Bucket URLs (--store): file:///dir, s3://bucket/prefix?region=…,
-minio://bucket/prefix?endpoint=…. Every command but demo refuses mem://:
+minio://bucket/prefix?endpoint=…; a sealed (client-side encrypted)
+bucket takes its key file, --key-file or the URL's key-file= option.
+Every command but demo refuses mem://:
 an in-memory bucket would start empty and vanish, with what was written to
 it, when the command exits.
 
@@ -117,6 +119,7 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 				return err
 			}
 			ctx := context.WithValue(cmd.Context(), loggerKey{}, l)
+			ctx = context.WithValue(ctx, keyFileKey{}, commandKeyFile(cmd))
 			cmd.SetContext(context.WithValue(ctx, storeOptionsKey{}, opts))
 			return nil
 		},
@@ -126,7 +129,8 @@ Exit codes: 0 ok, 1 problems found, 2 usage or I/O error.`,
 	root.PersistentFlags().String("log-level", "warn", "structured log lines on stderr at or above this level: debug, info, warn, error or off")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return usageError{err} })
 	root.AddCommand(newDumpCmd(), newVerifyCmd(), newProduceCmd(), newConsumeCmd(), newLookupCmd(),
-		newCompactCmd(), newOffloadCmd(), newLsCmd(), newManifestCmd(), newRestoreCmd(), newGCCmd(), newWALCmd(), newCostCmd(), newDemoCmd())
+		newCompactCmd(), newOffloadCmd(), newLsCmd(), newManifestCmd(), newRestoreCmd(), newGCCmd(), newWALCmd(), newCostCmd(), newDemoCmd(),
+		newRekeyCmd(), newKeyCmd())
 	addStoreDeadlineFlags(root)
 	root.InitDefaultCompletionCmd()
 	requireSubcommands(root)

@@ -129,6 +129,9 @@ func TestNoSecretInAnyOutput(t *testing.T) {
 		"wal gc":     func() []string { return []string{"wal", "gc"} },
 		"cost":       func() []string { return []string{"cost"} },
 		"demo":       func() []string { return []string{"demo", "--records", "1000"} },
+		"rekey":      func() []string { return []string{"rekey", "--key-file", keyFile(t)} },
+		"key list":   func() []string { return []string{"key", "list", "--key-file", keyFile(t)} },
+		"key new":    func() []string { return []string{"key", "new", "k1"} },
 	}
 	rootCmd := newRootCmd()
 	all := leafCommands(rootCmd, "")

@@ -196,6 +196,8 @@ func addStoreDeadlineFlags(c *cobra.Command) {
 	if c.Flags().Lookup("store") != nil {
 		c.Flags().Duration("store-deadline", defaultStoreDeadline,
 			"give up on a request to --store after this long, retries included (2 attempts); the URL's timeout= and attempts= replace it")
+		c.Flags().String("key-file", "",
+			"the key file of a sealed (client-side encrypted) bucket: the URL's key-file= option (env TIERCTL_KEY_FILE)")
 	}
 }
 
@@ -221,6 +223,23 @@ func commandStoreOptions(cmd *cobra.Command) (objstore.Options, error) {
 	}
 	return storeOptions(d)
 }
+
+// commandKeyFile returns --key-file ("" for a command without one).
+func commandKeyFile(cmd *cobra.Command) string {
+	if cmd.Flags().Lookup("key-file") == nil {
+		return ""
+	}
+	v, _ := cmd.Flags().GetString("key-file")
+	return v
+}
+
+// keyFileFrom returns the --key-file the root command put in ctx.
+func keyFileFrom(ctx context.Context) string {
+	v, _ := ctx.Value(keyFileKey{}).(string)
+	return v
+}
+
+type keyFileKey struct{}
 
 // storeOptionsFrom returns the store options the root command put in
 // ctx: those of --store-deadline.

@@ -29,11 +29,34 @@ func openStore(ctx context.Context, raw string) (*objstore.Store, error) {
 	if err := refuseMemStore(raw, ""); err != nil {
 		return nil, err
 	}
+	raw, err := withKeyFile(raw, keyFileFrom(ctx))
+	if err != nil {
+		return nil, err
+	}
 	s, err := storeurl.Open(ctx, raw, storeOptionsFrom(ctx))
 	if errors.Is(err, objstore.ErrInvalidURL) {
 		return nil, usageError{err}
 	}
 	return s, err
+}
+
+// withKeyFile adds --key-file to the URL as its key-file= option; a URL
+// naming another key file is a usage error.
+func withKeyFile(raw, path string) (string, error) {
+	if path == "" {
+		return raw, nil
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return raw, nil // storeurl.Open says what is wrong with it
+	}
+	q := u.Query()
+	if have := q.Get("key-file"); have != "" && have != path {
+		return "", usagef("--key-file %s and the URL's key-file=%s differ: give one", path, have)
+	}
+	q.Set("key-file", path)
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // refuseMemStore returns a usage error when raw is a mem:// URL. An

@@ -201,16 +201,21 @@ func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []strin
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
+	sc, err := newSealCheck(ctx, store)
+	if err != nil {
+		return nil, err
+	}
 	bar := newProgress(cmd, total, "verify "+storeurl.Redact(storeURL), deep)
 	for _, rp := range parts {
 		rs, err := verifyRemote(ctx, store, rp, deep, tmp, bar)
 		if err != nil {
 			return nil, err
 		}
+		sc.note(ctx, rs)
 		out = append(out, rs...)
 	}
 	bar.Finish()
-	return out, nil
+	return append(out, sc.keyReports()...), nil
 }
 
 // localPartitionDirs returns path when it is a partition directory (a

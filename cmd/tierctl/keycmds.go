@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tierlog/tierlog/objstore/seal"
+)
+
+func newRekeyCmd() *cobra.Command {
+	var storeURL string
+	var apply, asJSON bool
+	cmd := &cobra.Command{
+		Use:   "rekey --store URL --key-file FILE [--apply]",
+		Short: "Re-wrap a sealed bucket's keys under the key file's active key",
+		Long: `rekey re-wraps every bucket key of a sealed (client-side encrypted)
+bucket that is not wrapped under the key file's active key: one GET and
+one compare-and-swap PUT a bucket key (a bucket has one per broker
+start), no data re-uploaded. Without --apply it only says what it would
+do.
+
+To retire a key: add a new key to the key file and make it active
+("active NEW"); restart the brokers (new bucket keys are wrapped under
+NEW); run rekey --apply; when rekey finds nothing left under the old key
+(verify --deep agrees), remove the old key from the file.
+
+An interrupted rekey is finished by running it again: a key it
+re-wrapped already is skipped.`,
+		Example: `  tierctl rekey --store s3://bucket/tierlog --key-file /etc/tierlog/keys
+  tierctl rekey --store s3://bucket/tierlog --key-file /etc/tierlog/keys --apply`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if keyFileFrom(ctx) == "" {
+				return usagef("rekey needs the key file: --key-file FILE (or TIERCTL_KEY_FILE)")
+			}
+			store, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			steps, err := seal.Rekey(ctx, store, seal.RekeyOptions{DryRun: !apply, OnStep: func(st seal.RekeyStep) {
+				if asJSON {
+					return
+				}
+				switch {
+				case st.From == st.To:
+					fmt.Fprintf(w, "bucket key %s: under %s already\n", st.Key.ID, st.To)
+				case st.Done:
+					fmt.Fprintf(w, "bucket key %s: re-wrapped from %s to %s\n", st.Key.ID, st.From, st.To)
+				default:
+					fmt.Fprintf(w, "bucket key %s: would re-wrap from %s to %s\n", st.Key.ID, st.From, st.To)
+				}
+				w.Flush()
+			}})
+			if asJSON {
+				type step struct {
+					BucketKey string `json:"bucketKey"`
+					From      string `json:"from"`
+					To        string `json:"to"`
+					Done      bool   `json:"rewrapped"`
+				}
+				out := []step{}
+				for _, st := range steps {
+					out = append(out, step{st.Key.ID, st.From, st.To, st.Done})
+				}
+				writeJSON(w, out)
+				return err
+			}
+			if err != nil {
+				return err
+			}
+			var left, done int
+			for _, st := range steps {
+				if st.Done {
+					done++
+				} else if st.From != st.To {
+					left++
+				}
+			}
+			switch {
+			case len(steps) == 0:
+				fmt.Fprintln(w, "no bucket keys: nothing in this bucket is sealed")
+			case !apply && left > 0:
+				fmt.Fprintf(w, "dry run: %d of %d bucket keys would be re-wrapped; pass --apply to re-wrap them\n", left, len(steps))
+			case apply:
+				fmt.Fprintf(w, "%d bucket keys re-wrapped; all %d are under the active key\n", done, len(steps))
+			default:
+				fmt.Fprintf(w, "all %d bucket keys are under the active key\n", len(steps))
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&storeURL, "store", "", "the bucket URL (env TIERCTL_STORE)")
+	cmd.Flags().BoolVar(&apply, "apply", false, "re-wrap (without it, a dry run)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the steps as JSON")
+	return cmd
+}
+
+func newKeyCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "key",
+		Short: "Make key-file keys and list a sealed bucket's keys",
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "new ID",
+		Short: "Print a key file line holding a new random key",
+		Long: `key new prints "key ID BASE64", a new random 256-bit key-encryption key,
+for a key file. A key file holds such lines and one "active ID"; keep it
+readable by its owner only (chmod 600): tierlog refuses one others can
+read.`,
+		Example: `  umask 077; { tierctl key new 2026-12; echo "active 2026-12"; } > /etc/tierlog/keys`,
+		Args:    exactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			line, err := seal.NewKey(args[0])
+			if err != nil {
+				return usagef("%v", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), line)
+			return nil
+		},
+	})
+	var storeURL string
+	var asJSON bool
+	list := &cobra.Command{
+		Use:   "list --store URL --key-file FILE",
+		Short: "List a sealed bucket's keys and the key-file key wrapping each",
+		Long: `key list lists the bucket keys of a sealed bucket, each with the id of
+the key-file key that wraps it and whether that key is retired (not the
+file's active key): rekey --apply re-wraps those.`,
+		Args: exactArgs(0),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if keyFileFrom(ctx) == "" {
+				return usagef("key list needs the key file: --key-file FILE (or TIERCTL_KEY_FILE)")
+			}
+			store, err := openStore(ctx, storeURL)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			keys, err := seal.BucketKeys(ctx, store)
+			if err != nil {
+				return err
+			}
+			w := bufio.NewWriter(cmd.OutOrStdout())
+			defer w.Flush()
+			if asJSON {
+				type key struct {
+					ID      string `json:"bucketKey"`
+					KEK     string `json:"wrappedBy"`
+					Retired bool   `json:"retired"`
+				}
+				out := []key{}
+				for _, k := range keys {
+					out = append(out, key{k.ID, k.KEK, k.Retired})
+				}
+				writeJSON(w, out)
+				return nil
+			}
+			for _, k := range keys {
+				state := "active"
+				if k.Retired {
+					state = "retired: tierctl rekey --apply re-wraps it"
+				}
+				fmt.Fprintf(w, "%s  wrapped by %s (%s)\n", k.ID, k.KEK, state)
+			}
+			if len(keys) == 0 {
+				fmt.Fprintln(w, "no bucket keys: nothing in this bucket is sealed")
+			}
+			return nil
+		},
+	}
+	list.Flags().StringVar(&storeURL, "store", "", "the bucket URL (env TIERCTL_STORE)")
+	list.Flags().BoolVar(&asJSON, "json", false, "print the keys as JSON")
+	cmd.AddCommand(list)
+	return cmd
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// writeKeys writes a key file of lines made by tierctl key new, the last
+// id active, readable by its owner only.
+func writeKeys(t *testing.T, path string, lines map[string]string, ids ...string) {
+	t.Helper()
+	var b strings.Builder
+	for _, id := range ids {
+		if lines[id] == "" {
+			code, out, errOut := tierctl(t, "key", "new", id)
+			if code != 0 || !strings.HasPrefix(out, "key "+id+" ") {
+				t.Fatalf("key new: exit %d %q %s", code, out, errOut)
+			}
+			lines[id] = strings.TrimSpace(out)
+		}
+		b.WriteString(lines[id] + "\n")
+	}
+	b.WriteString("active " + ids[len(ids)-1] + "\n")
+	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// keyFile writes a key file of one new key and returns its path.
+func keyFile(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keys")
+	writeKeys(t, path, map[string]string{}, "k1")
+	return path
+}
+
+// TestSealedBucketCommands: offload to a sealed bucket, read it with the
+// key file (ls, consume, verify --deep, restore), not without it, rotate
+// the key with rekey (a dry run, then --apply), and read it with the new
+// key only.
+func TestSealedBucketCommands(t *testing.T) {
+	root := t.TempDir()
+	logs, bucket, keys := filepath.Join(root, "logs"), filepath.Join(root, "bucket"), filepath.Join(root, "keys")
+	lines := map[string]string{}
+	writeKeys(t, keys, lines, "k1")
+	if code, _, errOut := tierctl(t, "produce", logs, "--partition", "orders-0", "--count", "5000", "--record-size", "200",
+		"--config", "segment.bytes=262144"); code != 0 {
+		t.Fatalf("produce: %s", errOut)
+	}
+	part := filepath.Join(logs, "orders-0")
+	store := "file://" + bucket
+	if code, _, errOut := tierctl(t, "offload", part, "--store", store+"?create=true", "--key-file", keys, "--config", "local.retention.ms=0"); code != 0 {
+		t.Fatalf("offload: exit %d %s", code, errOut)
+	}
+	// No object in the bucket is a Kafka segment's plaintext.
+	filepath.WalkDir(bucket, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() && strings.HasPrefix(d.Name(), ".") {
+			return filepath.SkipDir // the fs driver's own
+		}
+		if err == nil && !d.IsDir() && !strings.Contains(path, "_tierlog") {
+			b, _ := os.ReadFile(path)
+			if !bytes.HasPrefix(b, []byte("\xffTLSEAL")) {
+				t.Errorf("%s is not sealed", path)
+			}
+		}
+		return nil
+	})
+	if code, out, errOut := tierctl(t, "consume", part, "--store", store, "--key-file", keys, "--quiet"); code != 0 || strings.TrimSpace(out) != "5000" {
+		t.Fatalf("consume with the key: exit %d %q %s", code, out, errOut)
+	}
+	t.Setenv("TIERCTL_KEY_FILE", keys)
+	if code, out, errOut := tierctl(t, "verify", "--store", store, "--deep"); code != 0 || strings.Contains(out, "retired") {
+		t.Fatalf("verify --deep with the key (TIERCTL_KEY_FILE): exit %d\n%s%s", code, out, errOut)
+	}
+	os.Unsetenv("TIERCTL_KEY_FILE")
+	code, out, errOut := tierctl(t, "consume", part, "--store", store, "--quiet")
+	if code == 0 || !strings.Contains(errOut, "the object is sealed (client-side encrypted): open the store with its key file") {
+		t.Fatalf("consume without the key: exit %d %q %s", code, out, errOut)
+	}
+
+	// Rotate: k2 active, k1 kept for reading.
+	writeKeys(t, keys, lines, "k1", "k2")
+	code, out, errOut = tierctl(t, "key", "list", "--store", store, "--key-file", keys)
+	if code != 0 || !strings.Contains(out, "wrapped by k1 (retired") {
+		t.Fatalf("key list: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = tierctl(t, "verify", "--store", store, "--key-file", keys, "--deep")
+	if code != 0 || !strings.Contains(out, "wrapped by the retired key k1") {
+		t.Fatalf("verify --deep after the rotation: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = tierctl(t, "rekey", "--store", store, "--key-file", keys)
+	if code != 0 || !strings.Contains(out, "would re-wrap from k1 to k2") || !strings.Contains(out, "dry run") {
+		t.Fatalf("rekey (dry run): exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = tierctl(t, "rekey", "--store", store, "--key-file", keys, "--apply")
+	if code != 0 || !strings.Contains(out, "re-wrapped from k1 to k2") {
+		t.Fatalf("rekey --apply: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = tierctl(t, "rekey", "--store", store, "--key-file", keys, "--apply")
+	if code != 0 || !strings.Contains(out, "under k2 already") {
+		t.Fatalf("rekey --apply again: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// k1 gone from the file: everything still reads.
+	writeKeys(t, keys, lines, "k2")
+	if code, out, errOut := tierctl(t, "verify", "--store", store, "--key-file", keys, "--deep"); code != 0 || strings.Contains(out, "retired") {
+		t.Fatalf("verify --deep with k2 only: exit %d\n%s%s", code, out, errOut)
+	}
+	restored := filepath.Join(root, "restored")
+	if code, _, errOut := tierctl(t, "restore", restored, "--store", store, "--key-file", keys, "--partition", "orders-0"); code != 0 {
+		t.Fatalf("restore with k2 only: exit %d %s", code, errOut)
+	}
+	if code, out, errOut := tierctl(t, "consume", filepath.Join(restored, "orders-0"), "--quiet"); code != 0 || strings.TrimSpace(out) == "0" {
+		t.Fatalf("consume of the restored partition: exit %d %q %s", code, out, errOut)
+	}
+
+	// Only k9: every read names the key it lacks.
+	writeKeys(t, keys, lines, "k9")
+	code, out, errOut = tierctl(t, "verify", "--store", store, "--key-file", keys, "--deep")
+	if code == 0 || !strings.Contains(out+errOut, `key "k2"`) {
+		t.Fatalf("verify without k2: exit %d\n%s%s", code, out, errOut)
+	}
+	// A key file others may read is refused, saying so.
+	os.Chmod(keys, 0o644)
+	code, _, errOut = tierctl(t, "ls", part, "--store", store, "--key-file", keys)
+	if code != 2 || !strings.Contains(errOut, "chmod 600") {
+		t.Fatalf("a key file others read: exit %d %s", code, errOut)
+	}
+}
