@@ -16,6 +16,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/objstore/seal"
 	"github.com/tierlog/tierlog/testing/faultstore"
 	"github.com/tierlog/tierlog/tiered"
 )
@@ -52,9 +53,10 @@ func benchLog(b *testing.B) (*local.Log, backend.Config) {
 // BenchmarkOffload uploads every closed segment (about 31 MiB) with
 // manifest commits; BenchmarkRawPut uploads the same files with plain
 // puts. Target: offload >= 0.9 of raw.
-func BenchmarkOffload(b *testing.B) {
+func BenchmarkOffload(b *testing.B) { offloadBench(b, realStore(b, "s3")) }
+
+func offloadBench(b *testing.B, store *objstore.Store) {
 	l, _ := benchLog(b)
-	store := realStore(b, "s3")
 	var size int64
 	for _, si := range l.SegmentInfos() {
 		if !si.Active {
@@ -138,10 +140,14 @@ func BenchmarkRawPut(b *testing.B) {
 // offloaded returns a partition whose closed segments are all in a fresh
 // bucket and no longer local.
 func offloaded(b *testing.B, chunkCache, prefetch int64) (*tiered.Partition, *objstore.Store) {
+	return offloadedTo(b, realStore(b, "s3"), chunkCache, prefetch)
+}
+
+// offloadedTo is offloaded into store.
+func offloadedTo(b *testing.B, store *objstore.Store, chunkCache, prefetch int64) (*tiered.Partition, *objstore.Store) {
 	l0, _ := benchLog(b)
 	l0.Close()
 	l := copyBenchLog(b, cfg(b, "segment.bytes", "1048576", "local.retention.ms", "0", "retention.ms", "-1", "file.delete.delay.ms", "0"))
-	store := realStore(b, "s3")
 	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "orders-0", LeaderEpoch: 1, ChunkCacheBytes: chunkCache, PrefetchBytes: prefetch})
 	if err != nil {
 		b.Fatal(err)
@@ -160,6 +166,10 @@ func offloaded(b *testing.B, chunkCache, prefetch int64) (*tiered.Partition, *ob
 // Target: cold read <= 1.5x the raw GET.
 func BenchmarkColdRemoteRead(b *testing.B) {
 	p, _ := offloaded(b, -1, -1)
+	coldBench(b, p)
+}
+
+func coldBench(b *testing.B, p *tiered.Partition) {
 	end := p.Offsets().LocalLogStart
 	rng := rand.New(rand.NewPCG(1, 2))
 	for b.Loop() {
@@ -189,6 +199,10 @@ func BenchmarkRawRangedGet80KiB(b *testing.B) {
 // most 1.5x local.
 func BenchmarkCachedRemoteRead(b *testing.B) {
 	p, _ := offloaded(b, 256<<20, -1)
+	cachedBench(b, p)
+}
+
+func cachedBench(b *testing.B, p *tiered.Partition) {
 	end := p.Offsets().LocalLogStart
 	offs := make([]int64, 64)
 	rng := rand.New(rand.NewPCG(3, 4))
@@ -208,6 +222,36 @@ func BenchmarkCachedRemoteRead(b *testing.B) {
 		buf.Reset()
 		r.WriteTo(&buf)
 		i++
+	}
+}
+
+// BenchmarkSealed runs the offload, the cold remote read and the cached
+// remote read over a bucket sealed with the default chunks (64 KiB) and
+// over the same server unsealed. Target: sealed at least 0.8x unsealed
+// (throughput; time the inverse).
+func BenchmarkSealed(b *testing.B) {
+	for _, sealed := range []bool{false, true} {
+		name := map[bool]string{false: "off", true: "on"}[sealed]
+		store := func(b *testing.B) *objstore.Store {
+			s := realStore(b, "s3")
+			if !sealed {
+				return s
+			}
+			d, err := seal.New(s.Driver(), keyRing(b, "k1"), seal.Options{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			return objstore.New(d, "sealed", objstore.Options{})
+		}
+		b.Run("offload/"+name, func(b *testing.B) { offloadBench(b, store(b)) })
+		b.Run("cold/"+name, func(b *testing.B) {
+			p, _ := offloadedTo(b, store(b), -1, -1)
+			coldBench(b, p)
+		})
+		b.Run("cached/"+name, func(b *testing.B) {
+			p, _ := offloadedTo(b, store(b), 256<<20, -1)
+			cachedBench(b, p)
+		})
 	}
 }
 

@@ -20,7 +20,7 @@ import (
 type Options struct {
 	// ChunkSize is the plaintext bytes of a chunk of the objects this
 	// Driver writes: a ranged read fetches whole chunks. 0 means
-	// DefaultChunkSize (1 MiB); otherwise MinChunkSize to MaxChunkSize.
+	// DefaultChunkSize (64 KiB); otherwise MinChunkSize to MaxChunkSize.
 	ChunkSize int
 	// ReadPlaintext lets reads return objects that are not sealed, as
 	// they are: for a bucket written before sealing was turned on. Off,

@@ -30,7 +30,7 @@
 //
 // Every scheme takes key-file=PATH, which seals the bucket's objects
 // with client-side envelope encryption (objstore/seal) under the keys of
-// that file (seal.LoadKeyFile), with chunk-size=BYTES (1 MiB by default)
+// that file (seal.LoadKeyFile), with chunk-size=BYTES (64 KiB by default)
 // and read-plaintext=true (read objects written before sealing was on):
 //
 //	s3://bucket/prefix?region=eu-west-1&key-file=/etc/tierlog/keys
