@@ -14,8 +14,21 @@ const tailRead = 64 << 10
 
 // ReadFooter reads and checks the footer of the object at key, of size
 // bytes (from a List), in one ranged GET when the footer fits in the last
-// 64 KiB, else two.
+// 64 KiB, else two. A footer that does not check at that size is read
+// again at the size a HEAD gives, when that differs: a sealed store's List
+// computes its sizes with its own chunk size (objstore/seal), which an
+// object sealed with another lists a few bytes off.
 func ReadFooter(ctx context.Context, store *objstore.Store, key string, size int64) (Footer, error) {
+	f, err := readFooter(ctx, store, key, size)
+	if errors.Is(err, ErrCorrupt) || errors.Is(err, objstore.ErrInvalidRange) {
+		if info, herr := store.Head(ctx, key); herr == nil && info.Size != size {
+			return readFooter(ctx, store, key, info.Size)
+		}
+	}
+	return f, err
+}
+
+func readFooter(ctx context.Context, store *objstore.Store, key string, size int64) (Footer, error) {
 	n := min(size, tailRead)
 	tail, err := store.ReadAll(ctx, key, size-n, n)
 	if err != nil {
