@@ -291,3 +291,31 @@ func TestUpdateFile(t *testing.T) {
 		t.Fatal("a missing file updated")
 	}
 }
+
+// TestSealedRows: the sealed bucket's rows, from BenchmarkSealed's output
+// as recorded (go test ./tiered -bench Sealed -benchtime 2s -count 3),
+// each with its goal against the unsealed run beside it.
+func TestSealedRows(t *testing.T) {
+	b, err := os.ReadFile("testdata/gobench-sealed.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := newGoFigures()
+	g.parse(b)
+	want := map[string]string{
+		"offload into a sealed bucket (client-side AES-256-GCM, 64 KiB chunks)": "1.11x (63.8 vs 57.5 MB/s) | met",
+		"cold remote read from a sealed bucket":                                  "0.99x (1414 vs 1400 µs) | met",
+		"cached remote read from a sealed bucket":                                "1.07x (1.15 vs 1.23 µs) | met",
+	}
+	for _, l := range tieredLines(g) {
+		if w, ok := want[l.label]; ok {
+			if l.goalFigure != w || !strings.Contains(l.goal, "sealed >= 0.8x unsealed") {
+				t.Errorf("%s: %q %q, want %q", l.label, l.goal, l.goalFigure, w)
+			}
+			delete(want, l.label)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("rows missing: %v", want)
+	}
+}

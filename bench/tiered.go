@@ -35,7 +35,17 @@ var tieredBenchmarks = []struct {
 	{"LocalRead", "local read of the same kind of batch", "µs", true},
 	{"SequentialRemote/no-prefetch", "sequential remote consumption, no read-ahead", "MB/s", true},
 	{"SequentialRemote/prefetch", "sequential remote consumption, 1 MiB read-ahead", "MB/s", false},
+	{"Sealed/offload/off", "offload, the same run as the sealed one below", "MB/s", true},
+	{"Sealed/offload/on", "offload into a sealed bucket (client-side AES-256-GCM, 64 KiB chunks)", "MB/s", false},
+	{"Sealed/cold/off", "cold remote read, the same run as the sealed one below", "µs", true},
+	{"Sealed/cold/on", "cold remote read from a sealed bucket", "µs", false},
+	{"Sealed/cached/off", "cached remote read, the same run as the sealed one below", "µs", true},
+	{"Sealed/cached/on", "cached remote read from a sealed bucket", "µs", false},
 }
+
+// sealedGoal is the least a sealed bucket's throughput may be of an
+// unsealed one's (reads: the inverse of their time).
+const sealedGoal = 0.8
 
 // runTiered runs the tiered benchmarks runs times in one child `go test`
 // and returns their lines. A benchmark that fails leaves the others
@@ -105,6 +115,25 @@ func tieredLines(g *goFigures) []benchLine {
 			} else {
 				lines[i].goalFigure = fmt.Sprintf("%.2fx (%s vs %s µs) | %s", got/base, num(got), num(base), metCell(got <= 1.5*base))
 			}
+		}
+	}
+	// Sealing's cost: each sealed figure at least sealedGoal of its
+	// unsealed one's, the same run.
+	for i, b := range tieredBenchmarks {
+		what, ok := strings.CutSuffix(b.name, "/on")
+		if !ok {
+			continue
+		}
+		on, off := med(b.name), med(what+"/off")
+		lines[i].goal = fmt.Sprintf("%s, bucket sealed >= %.1fx unsealed (throughput)", map[string]string{
+			"Sealed/offload": "offload", "Sealed/cold": "cold remote read", "Sealed/cached": "cached remote read"}[what], sealedGoal)
+		switch {
+		case on == 0 || off == 0:
+			lines[i].goalFigure = "no figure: a benchmark failed (above) | **not measured**"
+		case b.unit == "MB/s":
+			lines[i].goalFigure = fmt.Sprintf("%.2fx (%s vs %s MB/s) | %s", on/off, num(on), num(off), metCell(on >= sealedGoal*off))
+		default: // a time: the throughput ratio is its inverse
+			lines[i].goalFigure = fmt.Sprintf("%.2fx (%s vs %s µs) | %s", off/on, num(on), num(off), metCell(off >= sealedGoal*on))
 		}
 	}
 	return lines
