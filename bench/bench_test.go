@@ -304,8 +304,8 @@ func TestSealedRows(t *testing.T) {
 	g.parse(b)
 	want := map[string]string{
 		"offload into a sealed bucket (client-side AES-256-GCM, 64 KiB chunks)": "1.11x (63.8 vs 57.5 MB/s) | met",
-		"cold remote read from a sealed bucket":                                  "0.99x (1414 vs 1400 µs) | met",
-		"cached remote read from a sealed bucket":                                "1.07x (1.15 vs 1.23 µs) | met",
+		"cold remote read from a sealed bucket":                                 "0.99x (1414 vs 1400 µs) | met",
+		"cached remote read from a sealed bucket":                               "1.07x (1.15 vs 1.23 µs) | met",
 	}
 	for _, l := range tieredLines(g) {
 		if w, ok := want[l.label]; ok {
