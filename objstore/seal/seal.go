@@ -205,15 +205,22 @@ func (d *Driver) Get(ctx context.Context, key string, offset, length int64) (io.
 	}
 	for try := 0; ; try++ {
 		ch, ok := d.cached(key)
-		if !ok && offset == 0 && length < 0 {
-			return d.getWhole(ctx, key)
+		if !ok && (length != 0 || offset == 0) {
+			rc, info, hr, plain, err := d.getCold(ctx, key, offset, length)
+			switch {
+			case err != nil || rc != nil:
+				return rc, info, err
+			case plain: // a plaintext object, and reads of them allowed
+				return d.d.Get(ctx, key, offset, length)
+			}
+			ch = hr // the object's chunks are not this Driver's size
 		}
-		if !ok {
+		if ch == nil {
 			var err error
 			if ch, err = d.readHeader(ctx, key); err != nil {
 				return nil, objstore.ObjectInfo{}, err
 			}
-			if ch == nil { // a plaintext object, and reads of them allowed
+			if ch == nil {
 				return d.d.Get(ctx, key, offset, length)
 			}
 		}
@@ -225,6 +232,107 @@ func (d *Driver) Get(ctx context.Context, key string, offset, length int64) (io.
 		}
 		return rc, info, err
 	}
+}
+
+// getCold reads plaintext [offset, offset+length) of key, whose header
+// is not kept, in one round trip: from offset 0, one GET with the header
+// at its front; else a GET of the header and one of the chunks (at the
+// chunk size this Driver writes) at once. It returns the reader, or
+// plain (a plaintext object, to be read as it is), or, when the chunks
+// are not where it guessed, the header only, checked.
+func (d *Driver) getCold(ctx context.Context, key string, offset, length int64) (rc io.ReadCloser, info objstore.ObjectInfo, hr *headerRead, plain bool, err error) {
+	c := int64(d.opts.ChunkSize)
+	first := offset / c
+	from := HeaderSize + first*(c+TagSize)
+	n := int64(-1) // to the end
+	switch {
+	case length > 0:
+		n = HeaderSize + ((offset+length-1)/c+1)*(c+TagSize) - from
+	case length == 0:
+		n = 0 // offset 0: the header alone
+	}
+	var body io.ReadCloser
+	var got objstore.ObjectInfo
+	if offset == 0 {
+		if n >= 0 {
+			n += HeaderSize
+		}
+		if body, got, err = d.d.Get(ctx, key, 0, n); err != nil {
+			if errors.Is(err, objstore.ErrInvalidRange) {
+				return nil, info, nil, false, nil // an empty object: readHeader says what it is
+			}
+			return nil, info, nil, false, err
+		}
+		var b [HeaderSize]byte
+		k, err := io.ReadFull(body, b[:])
+		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			body.Close()
+			return nil, info, nil, false, err
+		}
+		if !isSealed(b[:k]) && d.opts.ReadPlaintext {
+			if length < 0 {
+				return &prefixed{head: append([]byte(nil), b[:k]...), rc: body}, got, nil, false, nil
+			}
+			body.Close()
+			return nil, info, nil, true, nil
+		}
+		if hr, err = d.checkHeader(ctx, key, b[:k], got); err != nil {
+			body.Close()
+			return nil, info, nil, false, err
+		}
+	} else {
+		type headerResult struct {
+			hr  *headerRead
+			err error
+		}
+		hc := make(chan headerResult, 1)
+		go func() {
+			hr, err := d.readHeader(ctx, key)
+			hc <- headerResult{hr, err}
+		}()
+		var gerr error
+		body, got, gerr = d.d.Get(ctx, key, from, n)
+		res := <-hc
+		if res.err != nil || res.hr == nil || gerr != nil {
+			if body != nil {
+				body.Close()
+			}
+			switch {
+			case res.err != nil:
+				return nil, info, nil, false, res.err
+			case res.hr == nil:
+				return nil, info, nil, true, nil
+			case !errors.Is(gerr, objstore.ErrInvalidRange):
+				return nil, info, nil, false, gerr
+			}
+			return nil, info, res.hr, false, nil // past the end: getRange says so
+		}
+		hr = res.hr
+	}
+	h := &hr.h
+	if (length >= 0 && h.chunk != c) || got.Size != hr.stored || (got.ETag != "" && hr.etag != "" && got.ETag != hr.etag) {
+		body.Close() // not the chunks asked for: read them by the header
+		return nil, info, hr, false, nil
+	}
+	if offset > h.size || (offset == h.size && h.size > 0) {
+		body.Close()
+		return nil, info, nil, false, fmt.Errorf("%w: offset %d of a %d-byte object", objstore.ErrInvalidRange, offset, h.size)
+	}
+	end := h.size
+	if length >= 0 {
+		end = min(h.size, offset+length)
+	}
+	info = objstore.ObjectInfo{Key: key, Size: h.size, ETag: got.ETag, LastModified: got.LastModified}
+	if end <= offset {
+		body.Close()
+		return io.NopCloser(strings.NewReader("")), info, nil, false, nil
+	}
+	or, err := d.opener(key, h, body, first, offset-first*h.chunk, end-offset)
+	if err != nil {
+		body.Close()
+		return nil, info, nil, false, err
+	}
+	return or, info, nil, false, nil
 }
 
 // Head implements objstore.Driver with one ranged GET of the header: the
@@ -368,35 +476,6 @@ func (d *Driver) checkHeader(ctx context.Context, key string, b []byte, info obj
 	hr := &headerRead{h: h, etag: info.ETag, modified: info.LastModified, stored: info.Size}
 	d.remember(key, info.ETag, h)
 	return hr, nil
-}
-
-// getWhole reads a whole object in one GET, its header from the front.
-func (d *Driver) getWhole(ctx context.Context, key string) (io.ReadCloser, objstore.ObjectInfo, error) {
-	rc, info, err := d.d.Get(ctx, key, 0, -1)
-	if err != nil {
-		return nil, info, err
-	}
-	var b [HeaderSize]byte
-	n, err := io.ReadFull(rc, b[:])
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-		rc.Close()
-		return nil, info, err
-	}
-	if !isSealed(b[:n]) && d.opts.ReadPlaintext {
-		return &prefixed{head: append([]byte(nil), b[:n]...), rc: rc}, info, nil
-	}
-	hr, err := d.checkHeader(ctx, key, b[:n], info)
-	if err != nil {
-		rc.Close()
-		return nil, info, err
-	}
-	or, err := d.opener(key, &hr.h, rc, 0, 0, hr.h.size)
-	if err != nil {
-		rc.Close()
-		return nil, info, err
-	}
-	info.Size = hr.h.size
-	return or, info, nil
 }
 
 // getRange GETs the chunks holding plaintext [offset, offset+length) of

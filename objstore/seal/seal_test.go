@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/tierlog/tierlog/objstore"
@@ -573,5 +574,89 @@ func TestKeyFile(t *testing.T) {
 	kf, err := seal.LoadKeyFile(path)
 	if err != nil || kf.Active() != "k1" {
 		t.Fatal(kf, err)
+	}
+}
+
+// TestReadsOfAnotherChunkSize: objects sealed in 4 KiB chunks read right
+// through a Driver that seals in 8 KiB ones, at every range.
+func TestReadsOfAnotherChunkSize(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	w := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+	data := payload(5*chunk+9, 7)
+	put(t, w, "x", data)
+	for _, kept := range []bool{false, true} {
+		r := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: 2 * chunk})
+		if kept {
+			if _, err := r.Head(ctx, "x"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for a := 0; a <= len(data); a += chunk / 3 {
+			for _, n := range []int{1, chunk, 3 * chunk, -1} {
+				b := len(data)
+				if n >= 0 {
+					b = min(b, a+n)
+					n = b - a // ReadAll wants the bytes there are
+				}
+				if a == len(data) {
+					continue
+				}
+				got, err := r.ReadAll(ctx, "x", int64(a), int64(n))
+				if err != nil || !bytes.Equal(got, data[a:b]) {
+					t.Fatalf("kept %v [%d, +%d): %d bytes, %v", kept, a, n, len(got), err)
+				}
+			}
+		}
+	}
+}
+
+// getCounter counts GETs.
+type getCounter struct {
+	objstore.Driver
+	gets atomic.Int64
+}
+
+func (g *getCounter) Get(ctx context.Context, key string, off, n int64) (io.ReadCloser, objstore.ObjectInfo, error) {
+	g.gets.Add(1)
+	return g.Driver.Get(ctx, key, off, n)
+}
+
+// TestGetsARead: a read of an object whose header is not kept is one GET
+// from offset 0, two at once elsewhere; once kept, one; a bucket key is
+// read once.
+func TestGetsARead(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	put(t, sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk}), "a", payload(4*chunk, 1))
+	put(t, sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk}), "b", payload(4*chunk, 2))
+	gc := &getCounter{Driver: inner}
+	s := sealed(t, gc, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+	for _, tc := range []struct {
+		key      string
+		off, n   int64
+		wantGets int64
+	}{
+		{"a", 0, 100, 2},          // the header's GET, and its bucket key's
+		{"b", 0, -1, 2},           // another bucket key
+		{"a", 2*chunk + 5, 10, 1}, // kept: the chunk
+		{"b", 0, 10, 1},
+	} {
+		before := gc.gets.Load()
+		if _, err := s.ReadAll(ctx, tc.key, tc.off, tc.n); err != nil {
+			t.Fatal(err)
+		}
+		if got := gc.gets.Load() - before; got != tc.wantGets {
+			t.Errorf("%s [%d, +%d): %d GETs, want %d", tc.key, tc.off, tc.n, got, tc.wantGets)
+		}
+	}
+	s = sealed(t, gc, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+	s.ReadAll(ctx, "a", 0, 1) // the bucket key opened
+	before := gc.gets.Load()
+	if _, err := s.ReadAll(ctx, "b", 3*chunk, 10); err != nil {
+		t.Fatal(err)
+	}
+	if got := gc.gets.Load() - before; got != 3 { // the header, the chunk, b's bucket key
+		t.Errorf("a cold ranged read: %d GETs, want 3", got)
 	}
 }
