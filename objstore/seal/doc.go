@@ -57,9 +57,11 @@
 // A read of plaintext bytes [a, b) GETs chunks a/chunk .. (b-1)/chunk and
 // nothing else once the object's header is known: the header of each
 // object read is kept (Options.Headers of them), checked against the ETag
-// of every later GET. So the remote offset index still finds a batch and
-// a read fetches a chunk or two around it; the plaintext lives only in
-// memory.
+// of every later GET. A read of an object whose header is not kept is
+// still one round trip: from offset 0 one GET, the header at its front;
+// elsewhere the header's GET and the chunks' at once. So the remote
+// offset index still finds a batch and a read fetches a chunk or two
+// around it; the plaintext lives only in memory.
 //
 // # What is not sealed
 //
