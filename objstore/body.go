@@ -76,7 +76,9 @@ func (c *countingReader) Read(p []byte) (int, error) {
 		err = fmt.Errorf("%w: %s: the body ended %d bytes early: %w", ErrRetryable, c.what, c.left, io.ErrUnexpectedEOF)
 	case err == nil && c.left == 0 && n > 0:
 		err = io.EOF
-	case err != nil && err != io.EOF && errors.Is(err, ErrRetryable):
+	case err != nil && err != io.EOF && (errors.Is(err, ErrRetryable) || errors.Is(err, ErrCorrupt)):
+		// Retryable already, or bytes a layer over the driver found
+		// wrong (objstore/seal): reading them again will not mend them.
 		err = fmt.Errorf("%s: reading the body: %w", c.what, err)
 	case err != nil && err != io.EOF:
 		err = fmt.Errorf("%w: %s: reading the body: %w", ErrRetryable, c.what, err)

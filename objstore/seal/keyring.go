@@ -29,7 +29,9 @@ type KeyRing interface {
 	// Unwrap opens what Wrap returned. An id the ring does not hold MUST
 	// be an error wrapping ErrUnknownKey; a wrapping that does not open
 	// under that id (another key under the same name, changed bytes,
-	// another context) ErrWrongKey.
+	// another context) ErrWrongKey. A failure that may pass (a KMS
+	// unreachable, throttling) SHOULD wrap objstore.ErrRetryable, so the
+	// Store retries the request that needed the key.
 	Unwrap(ctx context.Context, id string, wrapped, context []byte) ([]byte, error)
 }
 

@@ -52,16 +52,10 @@ func BucketKeys(ctx context.Context, store *objstore.Store) ([]BucketKey, error)
 	if err != nil {
 		return nil, err
 	}
-	var names []string
-	if err := ks.List(ctx, KeyPrefix, func(o objstore.ObjectInfo) bool {
-		if _, ok := parseKeyName(o.Key); ok {
-			names = append(names, o.Key)
-		}
-		return true
-	}); err != nil {
+	names, err := keyNames(ctx, ks)
+	if err != nil {
 		return nil, err
 	}
-	slices.Sort(names)
 	out := make([]BucketKey, 0, len(names))
 	for _, name := range names {
 		bk, err := readBucketKey(ctx, ks, name)
@@ -72,6 +66,19 @@ func BucketKeys(ctx context.Context, store *objstore.Store) ([]BucketKey, error)
 		out = append(out, bk)
 	}
 	return out, nil
+}
+
+// keyNames lists the bucket keys' object names, sorted.
+func keyNames(ctx context.Context, ks *objstore.Store) ([]string, error) {
+	var names []string
+	err := ks.List(ctx, KeyPrefix, func(o objstore.ObjectInfo) bool {
+		if _, ok := parseKeyName(o.Key); ok {
+			names = append(names, o.Key)
+		}
+		return true
+	})
+	slices.Sort(names)
+	return names, err
 }
 
 func readBucketKey(ctx context.Context, ks *objstore.Store, name string) (BucketKey, error) {
@@ -100,44 +107,91 @@ type RekeyStep struct {
 	// Done: it was re-wrapped (false in a dry run, and for a key already
 	// under the active KEK).
 	Done bool
+	// Err is why it was not: its KEK is not in the ring (or does not
+	// open it), or the PUT failed. Rekey goes on to the next key.
+	Err error
 }
 
 // RekeyOptions configure Rekey.
 type RekeyOptions struct {
-	// DryRun lists what would be re-wrapped and changes nothing.
+	// DryRun lists what would be re-wrapped and changes nothing; it still
+	// opens each key to be re-wrapped, so a key the ring cannot open is
+	// found.
 	DryRun bool
 	// OnStep, when set, is called after each bucket key.
 	OnStep func(RekeyStep)
 }
 
+// ErrRekeyIncomplete: after Rekey, a bucket key is still under a retired
+// KEK (its step says why).
+var ErrRekeyIncomplete = errors.New("seal: rekey left bucket keys under a retired key")
+
 // Rekey re-wraps every bucket key of store's bucket that is not under
 // the ring's active KEK, with a compare-and-swap PUT each: data is never
-// re-uploaded. An interrupted Rekey is finished by running it again (a
-// key already re-wrapped is skipped). It returns the steps, the first
-// error ending it.
+// re-uploaded. A key that cannot be re-wrapped is a step with its Err,
+// and Rekey goes on with the others. It lists the keys again at the end,
+// and takes any a broker made meanwhile under a retired KEK, so that when
+// it returns nil no bucket key is under one; otherwise the error wraps
+// ErrRekeyIncomplete. An interrupted Rekey is finished by running it
+// again (a key already re-wrapped is skipped). A dry run makes one pass.
 func Rekey(ctx context.Context, store *objstore.Store, opts RekeyOptions) ([]RekeyStep, error) {
 	d, ks, err := keyStore(store)
 	if err != nil {
 		return nil, err
 	}
-	keys, err := BucketKeys(ctx, store)
-	if err != nil {
-		return nil, err
-	}
 	active := d.ring.Active()
 	var steps []RekeyStep
-	for _, bk := range keys {
-		st := RekeyStep{Key: bk, From: bk.KEK, To: active}
-		if bk.KEK != active && !opts.DryRun {
-			if err := rewrap(ctx, d, ks, bk); err != nil {
+	seen := map[string]bool{} // key objects looked at by this run
+	failed := 0
+	// Passes over the keys not seen yet: the first over all of them, the
+	// next over those brokers made meanwhile (wrapped under the KEK
+	// active where they run), until a pass finds none.
+	for pass := 0; pass < 5; pass++ {
+		names, err := keyNames(ctx, ks)
+		if err != nil {
+			return steps, err
+		}
+		fresh := 0
+		for _, name := range names {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			fresh++
+			bk, err := readBucketKey(ctx, ks, name)
+			if err != nil {
 				return steps, err
 			}
-			st.Done = true
+			bk.Retired = bk.KEK != active
+			st := RekeyStep{Key: bk, From: bk.KEK, To: active}
+			if bk.Retired {
+				if opts.DryRun {
+					var id [16]byte
+					hex.Decode(id[:], []byte(bk.ID))
+					if _, err := d.ring.Unwrap(ctx, bk.KEK, bk.ko.Wrapped, keyContext(id)); err != nil {
+						st.Err = keyErr(err, bk.KEK, id, "")
+					}
+				} else if st.Err = rewrap(ctx, d, ks, bk); st.Err == nil {
+					st.Done = true
+				}
+				if st.Err != nil {
+					if ctx.Err() != nil {
+						return steps, ctx.Err()
+					}
+					failed++
+				}
+			}
+			steps = append(steps, st)
+			if opts.OnStep != nil {
+				opts.OnStep(st)
+			}
 		}
-		steps = append(steps, st)
-		if opts.OnStep != nil {
-			opts.OnStep(st)
+		if opts.DryRun || fresh == 0 {
+			break
 		}
+	}
+	if failed > 0 {
+		return steps, fmt.Errorf("%w: %d of %d bucket keys could not be re-wrapped (their steps say why)", ErrRekeyIncomplete, failed, len(steps))
 	}
 	return steps, nil
 }

@@ -170,7 +170,7 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 	}
 	sealHeader(aead, &h, key)
 	d.forget(key)
-	sb := &sealingBody{d: d, h: &h, aead: aead, name: key, body: body, cur: -1}
+	sb := &sealingBody{h: &h, aead: aead, name: key, body: body, cur: -1}
 	defer sb.release()
 	// A first pass computes the stored bytes' CRC-32C (and checks the
 	// plaintext's against the caller's); the driver reads the second.
@@ -264,8 +264,8 @@ func (d *Driver) getCold(ctx context.Context, key string, offset, length int64) 
 			return nil, info, nil, false, err
 		}
 		var b [HeaderSize]byte
-		k, err := io.ReadFull(body, b[:])
-		if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		k, err := readFront(ctx, body, b[:], got, key)
+		if err != nil {
 			body.Close()
 			return nil, info, nil, false, err
 		}
@@ -310,7 +310,7 @@ func (d *Driver) getCold(ctx context.Context, key string, offset, length int64) 
 		hr = res.hr
 	}
 	h := &hr.h
-	if (length >= 0 && h.chunk != c) || got.Size != hr.stored || (got.ETag != "" && hr.etag != "" && got.ETag != hr.etag) {
+	if (h.chunk != c && (offset > 0 || length >= 0)) || got.Size != hr.stored || (got.ETag != "" && hr.etag != "" && got.ETag != hr.etag) {
 		body.Close() // not the chunks asked for: read them by the header
 		return nil, info, hr, false, nil
 	}
@@ -353,7 +353,8 @@ func (d *Driver) Head(ctx context.Context, key string) (objstore.ObjectInfo, err
 
 // List implements objstore.Driver. The bucket keys' objects are not
 // listed; a sealed object's size is its plaintext's, computed with this
-// Driver's chunk size (see the package doc).
+// Driver's chunk size (see the package doc), but with ReadPlaintext, when
+// a listed object may be either, sizes are the stored bytes.
 func (d *Driver) List(ctx context.Context, prefix, startAfter string, limit int) ([]objstore.ObjectInfo, bool, error) {
 	for {
 		objs, more, err := d.d.List(ctx, prefix, startAfter, limit)
@@ -366,7 +367,7 @@ func (d *Driver) List(ctx context.Context, prefix, startAfter string, limit int)
 			if reserved(o.Key) {
 				continue
 			}
-			if p := plainSize(o.Size, int64(d.opts.ChunkSize)); p >= 0 {
+			if p := plainSize(o.Size, int64(d.opts.ChunkSize)); p >= 0 && !d.opts.ReadPlaintext {
 				o.Size = p
 			}
 			out = append(out, o)
@@ -406,7 +407,12 @@ func (d *Driver) CheckBucket(ctx context.Context) error {
 		}
 	}
 	if _, err := d.ring.Wrap(ctx, d.ring.Active(), make([]byte, 32), []byte("check")); err != nil {
-		return keyErr(err, d.ring.Active(), [16]byte{}, "")
+		ke := &KeyError{ID: d.ring.Active(), Err: err}
+		var inner *KeyError
+		if errors.As(err, &inner) {
+			ke.Err = inner.Err
+		}
+		return ke
 	}
 	return nil
 }
@@ -434,12 +440,27 @@ func (d *Driver) readHeader(ctx context.Context, key string) (*headerRead, error
 		return nil, err
 	}
 	var b [HeaderSize]byte
-	n, err := io.ReadFull(rc, b[:])
+	n, err := readFront(ctx, rc, b[:], info, key)
 	rc.Close()
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	if err != nil {
 		return nil, err
 	}
 	return d.checkHeader(ctx, key, b[:n], info)
+}
+
+// readFront reads an object's first bytes into b from its GET's body:
+// all of b, or the whole object when it is shorter. A body that ends
+// sooner, or fails, is a cut connection (the GET said the size):
+// retryable, as the Store's own reads of a body are.
+func readFront(ctx context.Context, body io.Reader, b []byte, info objstore.ObjectInfo, key string) (int, error) {
+	n, err := io.ReadFull(body, b)
+	if err == nil || int64(n) >= min(int64(len(b)), info.Size) {
+		return n, nil
+	}
+	if ctx.Err() != nil {
+		return n, ctx.Err()
+	}
+	return n, fmt.Errorf("%w: seal: %s: its first %d bytes came short (%d): %w", objstore.ErrRetryable, key, min(int64(len(b)), info.Size), n, err)
 }
 
 // checkHeader decodes and authenticates b, the first bytes of key, and
@@ -580,40 +601,46 @@ func (d *Driver) buf(n int64) (*[]byte, bool) {
 
 // sealingBody is the sealed object as a ReadSeeker over the plaintext
 // body: it seals a chunk at a time, again on a seek back (the same bytes:
-// the key and nonces are fixed for the object).
+// the key and nonces are fixed for the object). Its buffers are its own,
+// never pooled, and once Put returns it reads nothing more: an HTTP
+// client may go on reading a request's body after its answer came.
 type sealingBody struct {
-	d    *Driver
 	h    *header
 	aead cipher.AEAD
 	name string
 	body io.ReadSeeker
 
+	mu     sync.Mutex
+	done   bool // Put returned
 	pos    int64
-	cur    int64   // the chunk in out, -1 none
-	out    []byte  // chunk cur, sealed
-	plain  *[]byte // plaintext of chunk cur
-	sealed *[]byte
+	cur    int64  // the chunk in out, -1 none
+	out    []byte // chunk cur, sealed
+	plain  []byte // plaintext of chunk cur
+	sealed []byte
 	ad     []byte
 }
 
+// release ends the body's reads.
 func (s *sealingBody) release() {
-	if s.plain != nil {
-		s.d.bufs.Put(s.plain)
-		s.d.bufs.Put(s.sealed)
-		s.plain, s.sealed = nil, nil
-	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.done = true
+	s.out, s.plain, s.sealed = nil, nil, nil
 }
+
+var errPutOver = errors.New("seal: the put is over: its body reads nothing more")
 
 // checksum reads the whole sealed object once: its CRC-32C and the
 // plaintext's.
 func (s *sealingBody) checksum() (sealed, plain uint32, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	sealed = crc32.Update(0, castagnoli, s.h.raw[:])
 	for i := range s.h.chunks() {
 		if err := s.load(i); err != nil {
 			return 0, 0, err
 		}
-		n := s.h.chunkLen(i)
-		plain = crc32.Update(plain, castagnoli, (*s.plain)[:n])
+		plain = crc32.Update(plain, castagnoli, s.plain[:s.h.chunkLen(i)])
 		sealed = crc32.Update(sealed, castagnoli, s.out)
 	}
 	return sealed, plain, nil
@@ -621,20 +648,21 @@ func (s *sealingBody) checksum() (sealed, plain uint32, err error) {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// load seals chunk i into s.out.
+// load seals chunk i into s.out. REQUIRES: s.mu held.
 func (s *sealingBody) load(i int64) error {
 	if s.cur == i {
 		return nil
 	}
 	if s.plain == nil {
-		s.plain, s.sealed = s.d.bufs.Get().(*[]byte), s.d.bufs.Get().(*[]byte)
+		n := min(s.h.chunk, s.h.size) // a small object needs no more
+		s.plain, s.sealed = make([]byte, n), make([]byte, 0, n+TagSize)
 	}
 	n := s.h.chunkLen(i)
 	if n > 0 {
 		if _, err := s.body.Seek(i*s.h.chunk, io.SeekStart); err != nil {
 			return err
 		}
-		if _, err := io.ReadFull(s.body, (*s.plain)[:n]); err != nil {
+		if _, err := io.ReadFull(s.body, s.plain[:n]); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				err = fmt.Errorf("seal: %s: the body is shorter than the %d bytes put", s.name, s.h.size)
 			}
@@ -642,12 +670,17 @@ func (s *sealingBody) load(i int64) error {
 		}
 	}
 	s.ad = chunkAD(s.ad, i, i == s.h.chunks()-1, s.name)
-	s.out = s.aead.Seal((*s.sealed)[:0], chunkNonce(i), (*s.plain)[:n], s.ad)
+	s.out = s.aead.Seal(s.sealed[:0], chunkNonce(i), s.plain[:n], s.ad)
 	s.cur = i
 	return nil
 }
 
 func (s *sealingBody) Read(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return 0, errPutOver
+	}
 	total := s.h.sealedSize()
 	if s.pos >= total {
 		return 0, io.EOF
@@ -667,6 +700,11 @@ func (s *sealingBody) Read(p []byte) (int, error) {
 }
 
 func (s *sealingBody) Seek(off int64, whence int) (int64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.done {
+		return 0, errPutOver
+	}
 	switch whence {
 	case io.SeekCurrent:
 		off += s.pos
@@ -720,6 +758,9 @@ func (r *openingReader) Read(p []byte) (int, error) {
 // chunk reads and opens chunk r.next.
 func (r *openingReader) chunk() error {
 	i := r.next
+	if i >= r.h.chunks() || r.skip < 0 || r.skip >= max(r.h.chunk, 1) {
+		return fmt.Errorf("seal: %s: chunk %d skipping %d of a %d-chunk object: a read outside the object", r.name, i, r.skip, r.h.chunks())
+	}
 	n := r.h.chunkLen(i) + TagSize
 	if r.buf == nil || int64(len(*r.buf)) < n {
 		r.buf, r.pooled = r.d.buf(r.h.chunk + TagSize)
@@ -727,7 +768,9 @@ func (r *openingReader) chunk() error {
 	b := (*r.buf)[:n]
 	if _, err := io.ReadFull(r.rc, b); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return &ObjectError{Object: r.name, Chunk: i, Err: ErrTruncated, Detail: "the stored bytes end inside it"}
+			// The stored size matched the header's: the connection
+			// was cut, not the object.
+			return fmt.Errorf("%w: seal: %s chunk %d: the body ended inside it: %w", objstore.ErrRetryable, r.name, i, io.ErrUnexpectedEOF)
 		}
 		return err
 	}
