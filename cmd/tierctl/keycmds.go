@@ -2,10 +2,13 @@ package main
 
 import (
 	"bufio"
+	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/cobra"
 
+	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/seal"
 )
 
@@ -27,16 +30,16 @@ NEW); run rekey --apply; when rekey finds nothing left under the old key
 (verify --deep agrees), remove the old key from the file.
 
 An interrupted rekey is finished by running it again: a key it
-re-wrapped already is skipped.`,
+re-wrapped already is skipped. A bucket key that cannot be re-wrapped
+(its key is not in the file) is reported and the others are re-wrapped;
+rekey then exits 1. Bucket keys brokers make while it runs are taken
+too.`,
 		Example: `  tierctl rekey --store s3://bucket/tierlog --key-file /etc/tierlog/keys
   tierctl rekey --store s3://bucket/tierlog --key-file /etc/tierlog/keys --apply`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			if keyFileFrom(ctx) == "" {
-				return usagef("rekey needs the key file: --key-file FILE (or TIERCTL_KEY_FILE)")
-			}
-			store, err := openStore(ctx, storeURL)
+			store, err := openSealedStore(ctx, storeURL, "rekey")
 			if err != nil {
 				return err
 			}
@@ -48,6 +51,8 @@ re-wrapped already is skipped.`,
 					return
 				}
 				switch {
+				case st.Err != nil:
+					fmt.Fprintf(w, "bucket key %s: under %s, not re-wrapped: %v\n", st.Key.ID, st.From, st.Err)
 				case st.From == st.To:
 					fmt.Fprintf(w, "bucket key %s: under %s already\n", st.Key.ID, st.To)
 				case st.Done:
@@ -63,13 +68,25 @@ re-wrapped already is skipped.`,
 					From      string `json:"from"`
 					To        string `json:"to"`
 					Done      bool   `json:"rewrapped"`
+					Err       string `json:"error,omitempty"`
 				}
 				out := []step{}
 				for _, st := range steps {
-					out = append(out, step{st.Key.ID, st.From, st.To, st.Done})
+					js := step{BucketKey: st.Key.ID, From: st.From, To: st.To, Done: st.Done}
+					if st.Err != nil {
+						js.Err = st.Err.Error()
+					}
+					out = append(out, js)
 				}
 				writeJSON(w, out)
+				if errors.Is(err, seal.ErrRekeyIncomplete) {
+					return errProblems
+				}
 				return err
+			}
+			if errors.Is(err, seal.ErrRekeyIncomplete) {
+				fmt.Fprintf(w, "%v\n", err)
+				return errProblems
 			}
 			if err != nil {
 				return err
@@ -99,6 +116,20 @@ re-wrapped already is skipped.`,
 	cmd.Flags().BoolVar(&apply, "apply", false, "re-wrap (without it, a dry run)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the steps as JSON")
 	return cmd
+}
+
+// openSealedStore opens --store, which must be sealed: a key file given
+// by --key-file, TIERCTL_KEY_FILE or the URL's key-file=.
+func openSealedStore(ctx context.Context, storeURL, what string) (*objstore.Store, error) {
+	store, err := openStore(ctx, storeURL)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := seal.Sealed(store); err != nil {
+		store.Close()
+		return nil, usagef("%s needs the bucket's key file: --key-file FILE (or TIERCTL_KEY_FILE, or the URL's key-file=)", what)
+	}
+	return store, nil
 }
 
 func newKeyCmd() *cobra.Command {
@@ -135,10 +166,7 @@ file's active key): rekey --apply re-wraps those.`,
 		Args: exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			if keyFileFrom(ctx) == "" {
-				return usagef("key list needs the key file: --key-file FILE (or TIERCTL_KEY_FILE)")
-			}
-			store, err := openStore(ctx, storeURL)
+			store, err := openSealedStore(ctx, storeURL, "key list")
 			if err != nil {
 				return err
 			}

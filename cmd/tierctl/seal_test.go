@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -128,5 +129,16 @@ func TestSealedBucketCommands(t *testing.T) {
 	code, _, errOut = tierctl(t, "ls", part, "--store", store, "--key-file", keys)
 	if code != 2 || !strings.Contains(errOut, "chmod 600") {
 		t.Fatalf("a key file others read: exit %d %s", code, errOut)
+	}
+}
+
+// rekey and key list take a key file given as the URL's key-file= option.
+func TestKeyCommandsTakeTheURLsKeyFile(t *testing.T) {
+	keys := keyFile(t)
+	store := "file://" + filepath.Join(t.TempDir(), "bucket") + "?create=true&key-file=" + url.QueryEscape(keys)
+	for _, args := range [][]string{{"key", "list", "--store", store}, {"rekey", "--store", store}} {
+		if code, out, errOut := tierctl(t, args...); code != 0 {
+			t.Errorf("%v: exit %d %s%s", args[:2], code, out, errOut)
+		}
 	}
 }
