@@ -63,6 +63,17 @@
 // offset index still finds a batch and a read fetches a chunk or two
 // around it; the plaintext lives only in memory.
 //
+// # What sealing does not do
+//
+// Names bind within a store, not across stores: objects copied with their
+// bucket keys under another prefix or into another bucket, read with the
+// same key file, open (which is what moving a bucket needs). And a key
+// rewritten in place (a manifest) rolled back to an older version of
+// itself opens: sealing says an object is one tierlog wrote under that
+// name, not that it is the newest; tierlog's rollback guard (a
+// partition's tier-state-checkpoint) is what refuses a manifest older
+// than one it saw.
+//
 // # What is not sealed
 //
 // The bucket keys' objects (wrapped by a KEK already). List's sizes are
