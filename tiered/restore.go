@@ -355,6 +355,11 @@ func restoreObject(ctx context.Context, store *objstore.Store, fsys vfs.FS, key 
 		if werr != nil {
 			return fmt.Errorf("tiered: restore %s: %w", key, werr)
 		}
+		if errors.Is(rerr, objstore.ErrCorrupt) {
+			// The bytes fail a check (a sealed chunk's tag): another
+			// read would fetch the same bytes.
+			return fmt.Errorf("%w: tiered: restore %s at %d of %d bytes: %w", backend.ErrCorruptRecord, key, off, size, rerr)
+		}
 		if off < size {
 			if err := ctx.Err(); err != nil {
 				return err

@@ -13,6 +13,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/fs"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/objstore/seal"
 	"github.com/tierlog/tierlog/record"
@@ -165,10 +166,10 @@ func fillBucket(t *testing.T, store *objstore.Store) (map[int64][]byte, string) 
 // kindOf names a bucket object's kind, for the test's tally.
 func kindOf(key string) string {
 	switch {
+	case strings.Contains(key, seal.KeyDir):
+		return "bucket key"
 	case strings.Contains(key, "/"+wal.Dir+"/"):
 		return "wal"
-	case strings.HasPrefix(key, seal.KeyPrefix):
-		return "bucket key"
 	}
 	k, err := manifest.ParseKey(key)
 	if err != nil {
@@ -195,7 +196,7 @@ func TestSealedBucketHoldsNoPlaintext(t *testing.T) {
 			if bytes.Contains(data, secretValue[:16]) {
 				plain = append(plain, o.Key)
 			}
-			if !strings.HasPrefix(o.Key, seal.KeyPrefix) && !bytes.HasPrefix(data, []byte("\xffTLSEAL")) {
+			if !strings.Contains(o.Key, seal.KeyDir) && !bytes.HasPrefix(data, []byte("\xffTLSEAL")) {
 				unsealed = append(unsealed, o.Key)
 			}
 			return true
@@ -291,12 +292,16 @@ func TestSealedReadsAfterRekey(t *testing.T) {
 	checkRestore(t, sealedStore(t, inner, keyRing(t, "k2")), want)
 }
 
-// checkRestore restores the classic topic from store and checks its
-// batches are want.
-func checkRestore(t *testing.T, store *objstore.Store, want map[int64][]byte) {
+// checkRestore restores the classic topic from store (under prefix, by
+// default tl/classic-0) and checks its batches are want.
+func checkRestore(t *testing.T, store *objstore.Store, want map[int64][]byte, prefix ...string) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "classic-0")
-	rm, err := tiered.Restore(ctx, store, "tl/classic-0", dir, tiered.RestoreOptions{})
+	p := "tl/classic-0"
+	if len(prefix) > 0 {
+		p = prefix[0]
+	}
+	rm, err := tiered.Restore(ctx, store, p, dir, tiered.RestoreOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,5 +352,65 @@ func TestSealedWALFootersAtAnotherChunkSize(t *testing.T) {
 	}
 	if off == 0 {
 		t.Fatal("every WAL object lists its exact size: the test tests nothing")
+	}
+}
+
+// TestSealedBucketThroughAnotherRoot: a Backend with prefix "tl" sealing
+// into a store at the bucket's root is read through a store rooted at
+// tl/ (tierctl's way to reach a Backend's partitions: the prefix in the
+// URL), and its keys are re-wrapped through either.
+func TestSealedBucketThroughAnotherRoot(t *testing.T) {
+	root := t.TempDir()
+	open := func(dir string, ring seal.KeyRing) *objstore.Store {
+		d, err := fs.Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sealedStore(t, d, ring)
+	}
+	want, _ := fillBucket(t, open(root, keyRing(t, "k1")))
+	checkRestore(t, open(filepath.Join(root, "tl"), keyRing(t, "k1")), want, "classic-0")
+
+	for _, dir := range []string{root, filepath.Join(root, "tl")} {
+		keys, err := seal.BucketKeys(ctx, open(dir, keyRing(t, "k1", "k2")))
+		if err != nil || len(keys) != 2 { // tl/_tierlog/keys and tl/_wal/_tierlog/keys
+			t.Fatalf("%s: %+v %v", dir, keys, err)
+		}
+	}
+	if _, err := seal.Rekey(ctx, open(filepath.Join(root, "tl"), keyRing(t, "k1", "k2")), seal.RekeyOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	checkRestore(t, open(root, keyRing(t, "k2")), want, "tl/classic-0")
+}
+
+// TestSealedTamperedChunkIsNotRestoredAgain: a restore (and verify's deep
+// check, which downloads the same way) of an object with a tampered chunk
+// fails at once, naming the object and the chunk: not a retryable error
+// (it was: the body "cut short 5 times", fetched each time).
+func TestSealedTamperedChunkIsNotRestoredAgain(t *testing.T) {
+	inner := mem.New()
+	fillBucket(t, sealedStore(t, inner, keyRing(t, "k1")))
+	raw := objstore.New(inner, "raw", objstore.Options{})
+	var key string
+	raw.List(ctx, "tl/classic-0/", func(o objstore.ObjectInfo) bool {
+		if strings.HasSuffix(o.Key, ".log") {
+			key = o.Key
+			return false
+		}
+		return true
+	})
+	data, err := raw.ReadAll(ctx, key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data[seal.HeaderSize+100] ^= 1
+	if _, err := inner.Put(ctx, key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	store := sealedStore(t, inner, keyRing(t, "k1"))
+	_, err = tiered.Restore(ctx, store, "tl/classic-0", filepath.Join(t.TempDir(), "classic-0"), tiered.RestoreOptions{})
+	var oe *seal.ObjectError
+	if !errors.As(err, &oe) || oe.Object != key || oe.Chunk != 0 || !errors.Is(err, backend.ErrCorruptRecord) || errors.Is(err, objstore.ErrRetryable) {
+		t.Fatalf("restore of a tampered object: %v", err)
 	}
 }

@@ -9,15 +9,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/tierlog/tierlog/objstore"
 )
 
 // bucketKey is a bucket key, unwrapped, with the KEK it is wrapped under.
 type bucketKey struct {
-	id  [16]byte
-	key []byte
-	kek string
+	id     [16]byte
+	key    []byte
+	kek    string
+	object []byte // its object's bytes, for the Driver's own key
 }
 
 // keyObject is a bucket key's object: the key wrapped by a KEK, the
@@ -31,17 +33,21 @@ type keyObject struct {
 // maxKeyObject caps a bucket key object's bytes before they are read.
 const maxKeyObject = 4 << 10
 
-func keyName(id [16]byte) string { return KeyPrefix + hex.EncodeToString(id[:]) }
+// keyName is the name of bucket key id's object for the object key.
+func keyName(id [16]byte, object string) string {
+	return KeyFolder(object) + hex.EncodeToString(id[:])
+}
 
 func keyContext(id [16]byte) []byte { return []byte("bucket key " + hex.EncodeToString(id[:])) }
 
 // parseKeyName returns the id of a bucket key object's name.
 func parseKeyName(name string) ([16]byte, bool) {
 	var id [16]byte
-	if len(name) != len(KeyPrefix)+32 || name[:len(KeyPrefix)] != KeyPrefix {
+	i := strings.LastIndexByte(name, '/') + 1
+	if !isKeyObject(name) || len(name)-i != 32 || !strings.HasSuffix(name[:i], KeyDir) {
 		return id, false
 	}
-	n, err := hex.Decode(id[:], []byte(name[len(KeyPrefix):]))
+	n, err := hex.Decode(id[:], []byte(name[i:]))
 	return id, err == nil && n == 16
 }
 
@@ -58,9 +64,8 @@ func decodeKeyObject(name string, data []byte) (keyObject, error) {
 	return ko, nil
 }
 
-// newBucketKey makes a bucket key, wraps it under the ring's active KEK
-// and stores it create-only. A retry after a lost answer finds its own
-// object and takes it.
+// newBucketKey makes a bucket key and wraps it under the ring's active
+// KEK; storeKey puts it where objects need it.
 func (d *Driver) newBucketKey(ctx context.Context) (*bucketKey, error) {
 	bk := &bucketKey{key: make([]byte, 32), kek: d.ring.Active()}
 	rand.Read(bk.id[:])
@@ -69,21 +74,25 @@ func (d *Driver) newBucketKey(ctx context.Context) (*bucketKey, error) {
 	if err != nil {
 		return nil, keyErr(err, bk.kek, bk.id, "")
 	}
-	data, err := json.Marshal(keyObject{Version: 1, KEK: bk.kek, Wrapped: wrapped})
-	if err != nil {
+	if bk.object, err = json.Marshal(keyObject{Version: 1, KEK: bk.kek, Wrapped: wrapped}); err != nil {
 		return nil, err
 	}
-	name := keyName(bk.id)
-	if _, err := d.d.Put(ctx, name, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
+	return bk, nil
+}
+
+// storeKey puts bk's object under name, create-only. A retry after a lost
+// answer finds its own object and takes it.
+func (d *Driver) storeKey(ctx context.Context, bk *bucketKey, name string) error {
+	if _, err := d.d.Put(ctx, name, bytes.NewReader(bk.object), int64(len(bk.object)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
 		if !errors.Is(err, objstore.ErrPreconditionFailed) {
-			return nil, fmt.Errorf("seal: store bucket key %s: %w", name, err)
+			return fmt.Errorf("seal: store bucket key %s: %w", name, err)
 		}
 		got, gerr := d.readKeyObject(ctx, name)
-		if gerr != nil || !bytes.Equal(got, data) {
-			return nil, fmt.Errorf("seal: store bucket key %s: %w", name, err)
+		if gerr != nil || !bytes.Equal(got, bk.object) {
+			return fmt.Errorf("seal: store bucket key %s: %w", name, err)
 		}
 	}
-	return bk, nil
+	return nil
 }
 
 func (d *Driver) readKeyObject(ctx context.Context, name string) ([]byte, error) {
@@ -102,7 +111,7 @@ func (d *Driver) readKeyObject(ctx context.Context, name string) ([]byte, error)
 // openBucketKey reads and unwraps the bucket key id (object, when not
 // empty, is the object that needs it, for errors).
 func (d *Driver) openBucketKey(ctx context.Context, id [16]byte, object string) (*bucketKey, error) {
-	name := keyName(id)
+	name := keyName(id, object)
 	data, err := d.readKeyObject(ctx, name)
 	if err != nil {
 		if errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound) {

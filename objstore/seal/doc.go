@@ -15,12 +15,15 @@
 //     (LoadKeyFile) or an implementation a broker backs with a KMS. One is
 //     active; the others open what they wrapped before.
 //   - bucket keys: 32 random bytes, one per Driver (created at its first
-//     write), stored wrapped by the active KEK in a small object of their
-//     own, KeyPrefix + hex(id). They never leave the process unwrapped.
+//     write), stored wrapped by the active KEK in small objects of their
+//     own, KeyDir + hex(id) in the folder above the partition folders it
+//     writes to (KeyFolder: tierlog/_tierlog/keys/ for tierlog/orders-0/*).
+//     They never leave the process unwrapped.
 //   - object keys: each object's own AES-256 key, derived with HKDF-SHA256
 //     from the bucket key, a 16-byte random salt chosen for that write, and
-//     the object's name. No two objects (nor two writes of one key) share a
-//     key, and no key travels in an object.
+//     the object's bound name (BoundName: its partition folder and name).
+//     No two objects (nor two writes of one key) share a key, and no key
+//     travels in an object.
 //
 // Rotating a KEK (Rekey, `tierctl rekey`) re-wraps the bucket keys under
 // the active KEK: a request or two per bucket key, whatever the bucket
@@ -46,11 +49,13 @@
 //	    and its 16-byte GCM tag; nonce: 4 zero bytes, uint64 BE i;
 //	    associated data: 'c', uint64 BE i, 1 if i = n-1 else 0, the name
 //
-// The name is the object's key under the store (the driver's prefix not
-// included), so a chunk moved to another position or another object, a
-// header swapped, an object cut at a chunk boundary (the last chunk says
-// it is last) or renamed fails to open, with an error naming the object
-// and the chunk. The first byte, 0xff, is one no plaintext object of
+// The name is the object's bound name (BoundName: the last two components
+// of its key, its partition's folder and its own name), the same whether
+// the store's URL is rooted at the bucket or at the Backend's prefix. A
+// chunk moved to another position or another object, a header swapped, an
+// object cut at a chunk boundary (the last chunk says it is last), renamed
+// or moved to another partition fails to open, with an error naming the
+// object and the chunk. The first byte, 0xff, is one no plaintext object of
 // tierlog's starts with (a segment's base offset, an index entry, a
 // manifest, a WAL object, a checkpoint's text).
 //
@@ -65,9 +70,11 @@
 //
 // # What sealing does not do
 //
-// Names bind within a store, not across stores: objects copied with their
-// bucket keys under another prefix or into another bucket, read with the
-// same key file, open (which is what moving a bucket needs). And a key
+// Names bind a partition's folder and the object's name, not the folders
+// above: objects copied with their bucket keys under another prefix or
+// into another bucket, read with the same key file, open (which is what
+// moving a bucket needs). A store rooted inside a partition's folder
+// sees names without it and opens nothing. And a key
 // rewritten in place (a manifest) rolled back to an older version of
 // itself opens: sealing says an object is one tierlog wrote under that
 // name, not that it is the newest; tierlog's rollback guard (a
@@ -76,7 +83,8 @@
 //
 // # What is not sealed
 //
-// The bucket keys' objects (wrapped by a KEK already). List's sizes are
+// The bucket keys' objects (wrapped by a KEK already), and the objects'
+// names (topics, partitions, offsets) are plain. List's sizes are
 // the plaintext sizes computed from the stored sizes with the chunk size
 // of this Driver's Options; an object sealed with another chunk size
 // lists a size a few bytes off (Head and Get are exact).

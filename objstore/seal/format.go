@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/tierlog/tierlog/objstore"
 )
@@ -27,10 +28,11 @@ const (
 	// it slower (BenchmarkSealed/cold at 1 MiB: 0.51x unsealed; at 64
 	// KiB: 0.97x), and the tags cost 16 bytes a chunk (0.02%).
 	DefaultChunkSize = 64 << 10
-	// KeyPrefix is where the bucket keys' objects live, under the store.
-	// Keys under it are the Driver's own: the store's callers can neither
+	// KeyDir is the folder of the bucket keys' objects, in the folder
+	// two levels above each object that names them (KeyFolder). Keys in
+	// such a folder are the Driver's own: the store's callers can neither
 	// write them nor see them listed.
-	KeyPrefix = "_tierlog/keys/"
+	KeyDir = "_tierlog/keys/"
 
 	version    = 1
 	headerBody = 64 // the header's bytes the tag authenticates
@@ -64,6 +66,8 @@ var (
 	// ErrSealedObject: bytes read through a store that is not sealed
 	// are a sealed object's (LooksSealed): the store needs the key file.
 	ErrSealedObject = errors.New("seal: the object is sealed (client-side encrypted): open the store with its key file (the URL's key-file= option, tierctl's --key-file)")
+	// ErrBadKeyID: a key id that is not 1 to 32 of A-Z a-z 0-9 . _ -.
+	ErrBadKeyID = errors.New("seal: bad key id")
 	// ErrBadKeyFile: a key file or a bucket key's object that does not
 	// parse.
 	ErrBadKeyFile = errors.New("seal: bad key file")
@@ -119,6 +123,34 @@ func (e *ObjectError) Error() string {
 }
 
 func (e *ObjectError) Unwrap() []error { return []error{e.Err, objstore.ErrCorrupt} }
+
+// BoundName is the part of an object's key its seal binds: its last two
+// path components (a partition's folder and the object's name; a WAL
+// writer's folder and its number), whatever folders the store's URL
+// and the Backend's prefix put above them. So a bucket read through a
+// store rooted higher or lower than the writer's (s3://b against
+// s3://b/tierlog) opens the same, and an object moved to another
+// partition's folder or renamed does not.
+func BoundName(key string) string {
+	if i := strings.LastIndexByte(key, '/'); i > 0 {
+		if j := strings.LastIndexByte(key[:i], '/'); j >= 0 {
+			return key[j+1:]
+		}
+	}
+	return key
+}
+
+// KeyFolder is the folder of the bucket keys of key's object: KeyDir in
+// the folder above its BoundName ("tierlog/orders-0/x" has them in
+// "tierlog/_tierlog/keys/", "orders-0/x" in "_tierlog/keys/").
+func KeyFolder(key string) string {
+	return strings.TrimSuffix(key, BoundName(key)) + KeyDir
+}
+
+// isKeyObject reports whether key is in a bucket key folder.
+func isKeyObject(key string) bool {
+	return strings.HasPrefix(key, KeyDir) || strings.Contains(key, "/"+KeyDir)
+}
 
 // header is a sealed object's header, decoded.
 type header struct {
@@ -214,9 +246,9 @@ func decodeHeader(b []byte) (header, error) {
 }
 
 // objectKey derives the object's AES-256 key from the bucket key, the
-// header's salt and the object's name.
+// header's salt and the object's bound name.
 func objectKey(bucketKey []byte, salt [16]byte, name string) (cipher.AEAD, error) {
-	k, err := hkdf.Key(sha256.New, bucketKey, salt[:], "tierlog seal v1 "+name, 32)
+	k, err := hkdf.Key(sha256.New, bucketKey, salt[:], "tierlog seal v1 "+BoundName(name), 32)
 	if err != nil {
 		return nil, err
 	}
@@ -233,6 +265,7 @@ var headerNonce = [12]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff,
 
 // headerAD is the associated data of the header's tag.
 func headerAD(h *header, name string) []byte {
+	name = BoundName(name)
 	return append(append(make([]byte, 0, headerBody+len(name)), h.raw[:headerBody]...), name...)
 }
 
@@ -251,7 +284,7 @@ func chunkAD(dst []byte, i int64, last bool, name string) []byte {
 	} else {
 		dst = append(dst, 0)
 	}
-	return append(dst, name...)
+	return append(dst, BoundName(name)...)
 }
 
 // sealHeader writes the header's tag.

@@ -94,7 +94,7 @@ func FuzzBucketKey(f *testing.F) {
 	put(f, s, "a", []byte("x"))
 	raw := objstore.New(inner, "raw", objstore.Options{})
 	var name string
-	raw.List(ctx, seal.KeyPrefix, func(o objstore.ObjectInfo) bool { name = o.Key; return false })
+	raw.List(ctx, seal.KeyDir, func(o objstore.ObjectInfo) bool { name = o.Key; return false })
 	good, _ := raw.ReadAll(ctx, name, 0, -1)
 	f.Add(good)
 	f.Add([]byte(`{"version":1,"kek":"k1","wrapped":"AAAA"}`))

@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -43,7 +44,7 @@ type KeyRing interface {
 //	active 2027-06
 //
 // Lines are "key ID BASE64" (AES-256 KEKs: 32 bytes each; the id is 1 to
-// 64 of A-Z a-z 0-9 . _ -) and one "active ID" naming one of them; blank
+// 32 of A-Z a-z 0-9 . _ -) and one "active ID" naming one of them; blank
 // lines and lines starting with # are ignored. A KEK wraps with AES-256-GCM
 // under a random nonce, the id and the context bound as associated data.
 // Keys no longer active stay in the file for as long as something is
@@ -55,7 +56,17 @@ type KeyFile struct {
 	keys   map[string]cipher.AEAD
 }
 
-var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+var keyIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,32}$`)
+
+// shownID is id as an error may show it: a key id, or, when it is not
+// one (it may be a key pasted in the wrong place: a key's base64 is 44
+// characters, longer than any id), not shown.
+func shownID(id string) string {
+	if keyIDPattern.MatchString(id) {
+		return strconv.Quote(id)
+	}
+	return "(not a key id, not shown)"
+}
 
 // LoadKeyFile reads path. The file must not be readable by group or
 // others, as ssh insists of a private key: a key file that is gets an
@@ -71,7 +82,7 @@ func LoadKeyFile(path string) (*KeyFile, error) {
 		return nil, fmt.Errorf("seal: key file: %w", err)
 	}
 	if m := st.Mode().Perm(); m&0o077 != 0 {
-		return nil, fmt.Errorf("%w: %s: mode %04o lets others read the keys; chmod 600 %s", ErrBadKeyFile, path, m, path)
+		return nil, fmt.Errorf("%w: %s: mode %04o lets group or others at the keys; chmod 600 %s", ErrBadKeyFile, path, m, path)
 	}
 	return parseKeyFile(path, io.LimitReader(f, 1<<20))
 }
@@ -95,15 +106,15 @@ func parseKeyFile(name string, r io.Reader) (*KeyFile, error) {
 		switch {
 		case f[0] == "key" && len(f) == 3:
 			if !keyIDPattern.MatchString(f[1]) {
-				return nil, bad("key id %q: want 1 to 64 of A-Z a-z 0-9 . _ -", f[1])
+				return nil, bad("key id %s: want 1 to 32 of A-Z a-z 0-9 . _ -", shownID(f[1]))
 			}
 			if _, dup := kf.keys[f[1]]; dup {
-				return nil, bad("key %s given twice", f[1])
+				return nil, bad("key %s given twice", shownID(f[1]))
 			}
 			raw, err := base64.StdEncoding.DecodeString(f[2])
 			if err != nil || len(raw) != 32 {
 				// The key's bytes are never quoted.
-				return nil, bad("key %s: want the base64 of 32 bytes (tierctl keys new makes one)", f[1])
+				return nil, bad("key %s: want the base64 of 32 bytes (tierctl key new makes a line)", shownID(f[1]))
 			}
 			block, _ := aes.NewCipher(raw)
 			aead, _ := cipher.NewGCM(block)
@@ -127,7 +138,7 @@ func parseKeyFile(name string, r io.Reader) (*KeyFile, error) {
 	case kf.active == "":
 		return nil, fmt.Errorf("%w: %s: no \"active ID\" line", ErrBadKeyFile, name)
 	case kf.keys[kf.active] == nil:
-		return nil, fmt.Errorf("%w: %s: the active key %s is not in the file", ErrBadKeyFile, name, kf.active)
+		return nil, fmt.Errorf("%w: %s: the active key %s is not in the file", ErrBadKeyFile, name, shownID(kf.active))
 	}
 	return kf, nil
 }
@@ -135,7 +146,7 @@ func parseKeyFile(name string, r io.Reader) (*KeyFile, error) {
 // NewKey returns a key file line holding a new random KEK with id.
 func NewKey(id string) (string, error) {
 	if !keyIDPattern.MatchString(id) {
-		return "", fmt.Errorf("%w: key id %q: want 1 to 64 of A-Z a-z 0-9 . _ -", ErrBadKeyFile, id)
+		return "", fmt.Errorf("%w: key id %s: want 1 to 32 of A-Z a-z 0-9 . _ -", ErrBadKeyID, shownID(id))
 	}
 	var k [32]byte
 	rand.Read(k[:])

@@ -35,18 +35,26 @@ func keyStore(store *objstore.Store) (*Driver, *objstore.Store, error) {
 	return d, objstore.New(d.d, store.Name(), store.Options()), nil
 }
 
-// BucketKey describes a bucket key's object.
+// BucketKey describes a bucket key's object. One bucket key has an
+// object in each key folder (KeyFolder) its Driver wrote objects under.
 type BucketKey struct {
-	ID  string // hex
-	KEK string // the KEK it is wrapped under
+	Name string // the object's key
+	ID   string // the bucket key's id, hex
+	KEK  string // the KEK it is wrapped under
 	// Retired: KEK is not the ring's active one; Rekey re-wraps it.
 	Retired bool
-	etag    string
-	ko      keyObject
+	// Err is why the ring cannot open it (a *KeyError: the KEK is not in
+	// the ring, or another key has its id), nil when it opens. Every
+	// object sealed under it is unreadable until it does.
+	Err  error
+	etag string
+	ko   keyObject
 }
 
-// BucketKeys lists the bucket's keys, in id order: one LIST page per
-// 1,000 and a GET each.
+// BucketKeys lists the store's bucket keys' objects, in key folder
+// (KeyFolder) and id order, each opened with the ring to check it opens
+// (BucketKey.Err): one LIST page per 1,000 objects of the whole store, a
+// GET and an unwrap each.
 func BucketKeys(ctx context.Context, store *objstore.Store) ([]BucketKey, error) {
 	d, ks, err := keyStore(store)
 	if err != nil {
@@ -62,16 +70,27 @@ func BucketKeys(ctx context.Context, store *objstore.Store) ([]BucketKey, error)
 		if err != nil {
 			return out, err
 		}
-		bk.Retired = bk.KEK != d.ring.Active()
+		d.check(ctx, &bk)
 		out = append(out, bk)
 	}
 	return out, nil
 }
 
-// keyNames lists the bucket keys' object names, sorted.
+// check fills bk's Retired and Err.
+func (d *Driver) check(ctx context.Context, bk *BucketKey) {
+	var id [16]byte
+	hex.Decode(id[:], []byte(bk.ID))
+	bk.Retired = bk.KEK != d.ring.Active()
+	if _, err := d.ring.Unwrap(ctx, bk.KEK, bk.ko.Wrapped, keyContext(id)); err != nil {
+		bk.Err = keyErr(err, bk.KEK, id, "")
+	}
+}
+
+// keyNames lists the bucket keys' object names in the whole store,
+// sorted.
 func keyNames(ctx context.Context, ks *objstore.Store) ([]string, error) {
 	var names []string
-	err := ks.List(ctx, KeyPrefix, func(o objstore.ObjectInfo) bool {
+	err := ks.List(ctx, "", func(o objstore.ObjectInfo) bool {
 		if _, ok := parseKeyName(o.Key); ok {
 			names = append(names, o.Key)
 		}
@@ -96,7 +115,7 @@ func readBucketKey(ctx context.Context, ks *objstore.Store, name string) (Bucket
 		return BucketKey{}, err
 	}
 	id, _ := parseKeyName(name)
-	return BucketKey{ID: hex.EncodeToString(id[:]), KEK: ko.KEK, etag: info.ETag, ko: ko}, nil
+	return BucketKey{Name: name, ID: hex.EncodeToString(id[:]), KEK: ko.KEK, etag: info.ETag, ko: ko}, nil
 }
 
 // RekeyStep is one bucket key Rekey looked at.
@@ -122,9 +141,10 @@ type RekeyOptions struct {
 	OnStep func(RekeyStep)
 }
 
-// ErrRekeyIncomplete: after Rekey, a bucket key is still under a retired
-// KEK (its step says why).
-var ErrRekeyIncomplete = errors.New("seal: rekey left bucket keys under a retired key")
+// ErrRekeyIncomplete: Rekey found bucket keys it could not open (their
+// KEK not in the ring, or another key under its id) or re-wrap; each
+// one's step says why.
+var ErrRekeyIncomplete = errors.New("seal: rekey left bucket keys it could not open or re-wrap")
 
 // Rekey re-wraps every bucket key of store's bucket that is not under
 // the ring's active KEK, with a compare-and-swap PUT each: data is never
@@ -162,24 +182,18 @@ func Rekey(ctx context.Context, store *objstore.Store, opts RekeyOptions) ([]Rek
 			if err != nil {
 				return steps, err
 			}
-			bk.Retired = bk.KEK != active
-			st := RekeyStep{Key: bk, From: bk.KEK, To: active}
-			if bk.Retired {
-				if opts.DryRun {
-					var id [16]byte
-					hex.Decode(id[:], []byte(bk.ID))
-					if _, err := d.ring.Unwrap(ctx, bk.KEK, bk.ko.Wrapped, keyContext(id)); err != nil {
-						st.Err = keyErr(err, bk.KEK, id, "")
-					}
-				} else if st.Err = rewrap(ctx, d, ks, bk); st.Err == nil {
+			d.check(ctx, &bk)
+			st := RekeyStep{Key: bk, From: bk.KEK, To: active, Err: bk.Err}
+			if bk.Retired && st.Err == nil && !opts.DryRun {
+				if st.Err = rewrap(ctx, d, ks, bk); st.Err == nil {
 					st.Done = true
 				}
-				if st.Err != nil {
-					if ctx.Err() != nil {
-						return steps, ctx.Err()
-					}
-					failed++
+			}
+			if st.Err != nil {
+				if ctx.Err() != nil {
+					return steps, ctx.Err()
 				}
+				failed++
 			}
 			steps = append(steps, st)
 			if opts.OnStep != nil {
@@ -191,7 +205,7 @@ func Rekey(ctx context.Context, store *objstore.Store, opts RekeyOptions) ([]Rek
 		}
 	}
 	if failed > 0 {
-		return steps, fmt.Errorf("%w: %d of %d bucket keys could not be re-wrapped (their steps say why)", ErrRekeyIncomplete, failed, len(steps))
+		return steps, fmt.Errorf("%w: %d of %d bucket keys' objects cannot be opened or re-wrapped (their steps say why)", ErrRekeyIncomplete, failed, len(steps))
 	}
 	return steps, nil
 }
@@ -201,7 +215,7 @@ func Rekey(ctx context.Context, store *objstore.Store, opts RekeyOptions) ([]Rek
 func rewrap(ctx context.Context, d *Driver, ks *objstore.Store, bk BucketKey) error {
 	var id [16]byte
 	hex.Decode(id[:], []byte(bk.ID))
-	name := keyName(id)
+	name := bk.Name
 	active := d.ring.Active()
 	for range 5 {
 		if bk.KEK == active {

@@ -59,6 +59,7 @@ type Driver struct {
 
 	mu      sync.Mutex
 	active  *bucketKey              // the key this Driver seals under, once made
+	stored  map[string]bool         // the key folders holding active's object
 	keys    map[[16]byte]*bucketKey // bucket keys opened
 	headers map[string]*list.Element
 	lru     list.List // of *cachedHeader, most recent first
@@ -81,7 +82,7 @@ func New(d objstore.Driver, ring KeyRing, opts Options) (*Driver, error) {
 	if ring == nil || ring.Active() == "" {
 		return nil, fmt.Errorf("seal: a key ring with an active key is needed")
 	}
-	sd := &Driver{d: d, ring: ring, opts: opts, keys: map[[16]byte]*bucketKey{}, headers: map[string]*list.Element{}}
+	sd := &Driver{d: d, ring: ring, opts: opts, keys: map[[16]byte]*bucketKey{}, stored: map[string]bool{}, headers: map[string]*list.Element{}}
 	n := opts.ChunkSize + TagSize
 	sd.bufs.New = func() any { b := make([]byte, n); return &b }
 	return sd, nil
@@ -94,35 +95,44 @@ func (d *Driver) Inner() objstore.Driver { return d.d }
 func (d *Driver) Ring() KeyRing { return d.ring }
 
 // reserved reports whether key is the Driver's own.
-func reserved(key string) bool { return strings.HasPrefix(key, KeyPrefix) }
+func reserved(key string) bool { return isKeyObject(key) }
 
 func refuse(key string) error {
-	return fmt.Errorf("%w: %s: keys under %s are the sealing's own", objstore.ErrInvalidKey, key, KeyPrefix)
+	return fmt.Errorf("%w: %s: keys in a %s folder are the sealing's own", objstore.ErrInvalidKey, key, KeyDir)
 }
 
-// activeKey returns the bucket key new objects are sealed under, making
-// it at the first write.
-func (d *Driver) activeKey(ctx context.Context) (*bucketKey, error) {
+// activeKey returns the bucket key new objects are sealed under, made at
+// the first write, with its object in the key folder of object.
+func (d *Driver) activeKey(ctx context.Context, object string) (*bucketKey, error) {
+	folder := KeyFolder(object)
 	d.mu.Lock()
-	bk := d.active
+	bk, ok := d.active, d.stored[folder]
 	d.mu.Unlock()
-	if bk != nil {
+	if bk != nil && ok {
 		return bk, nil
 	}
 	d.making.Lock()
 	defer d.making.Unlock()
 	d.mu.Lock()
-	bk = d.active
+	bk, ok = d.active, d.stored[folder]
 	d.mu.Unlock()
-	if bk != nil {
+	if bk != nil && ok {
 		return bk, nil
 	}
-	bk, err := d.newBucketKey(ctx)
-	if err != nil {
+	if bk == nil {
+		var err error
+		if bk, err = d.newBucketKey(ctx); err != nil {
+			return nil, err
+		}
+		d.mu.Lock()
+		d.active, d.keys[bk.id] = bk, bk
+		d.mu.Unlock()
+	}
+	if err := d.storeKey(ctx, bk, keyName(bk.id, object)); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
-	d.active, d.keys[bk.id] = bk, bk
+	d.stored[folder] = true
 	d.mu.Unlock()
 	return bk, nil
 }
@@ -157,7 +167,7 @@ func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size i
 	if reserved(key) {
 		return objstore.ObjectInfo{}, refuse(key)
 	}
-	bk, err := d.activeKey(ctx)
+	bk, err := d.activeKey(ctx, key)
 	if err != nil {
 		return objstore.ObjectInfo{}, err
 	}
@@ -467,10 +477,14 @@ func readFront(ctx context.Context, body io.Reader, b []byte, info objstore.Obje
 // keeps it.
 func (d *Driver) checkHeader(ctx context.Context, key string, b []byte, info objstore.ObjectInfo) (*headerRead, error) {
 	if !isSealed(b) {
-		if d.opts.ReadPlaintext {
+		switch {
+		case d.opts.ReadPlaintext:
 			return nil, nil
+		case len(b) == 0:
+			return nil, &ObjectError{Object: key, Chunk: -1, Err: ErrTruncated, Detail: fmt.Sprintf("empty: a sealed object has at least %d bytes", HeaderSize+TagSize)}
 		}
-		return nil, &ObjectError{Object: key, Chunk: -1, Err: ErrNotSealed, Detail: "written without sealing (Options.ReadPlaintext reads such objects)"}
+		return nil, &ObjectError{Object: key, Chunk: -1, Err: ErrNotSealed,
+			Detail: "written without sealing, or replaced (objects written before the bucket was sealed are read with the store URL's read-plaintext=true)"}
 	}
 	h, err := decodeHeader(b)
 	if err != nil {

@@ -309,7 +309,7 @@ func TestWrongOrMissingKeyIsNamed(t *testing.T) {
 	t.Run("the bucket key's object is gone", func(t *testing.T) {
 		raw := objstore.New(inner, "raw", objstore.Options{})
 		var keys []string
-		raw.List(ctx, seal.KeyPrefix, func(o objstore.ObjectInfo) bool { keys = append(keys, o.Key); return true })
+		raw.List(ctx, seal.KeyDir, func(o objstore.ObjectInfo) bool { keys = append(keys, o.Key); return true })
 		if len(keys) != 1 {
 			t.Fatalf("bucket keys %v", keys)
 		}
@@ -389,7 +389,7 @@ func TestReservedKeys(t *testing.T) {
 	inner := mem.New()
 	s := sealed(t, inner, ring(t, "k1"), seal.Options{})
 	put(t, s, "a", []byte("x"))
-	key := seal.KeyPrefix + "00112233445566778899aabbccddeeff"
+	key := seal.KeyDir + "00112233445566778899aabbccddeeff"
 	if _, err := s.Put(ctx, key, strings.NewReader("x"), 1, objstore.PutOptions{}); !errors.Is(err, objstore.ErrInvalidKey) {
 		t.Fatalf("put under the keys: %v", err)
 	}
@@ -545,9 +545,12 @@ func TestKeyFile(t *testing.T) {
 	for _, tc := range []struct{ text, want string }{
 		{"", "no keys"},
 		{k1 + "\n", "no \"active ID\""},
-		{k1 + "\nactive k2\n", "the active key k2 is not in the file"},
-		{k1 + "\n" + k1 + "\nactive k1\n", "line 2: key k1 given twice"},
-		{"key k1 c2hvcnQ=\nactive k1\n", "line 1: key k1: want the base64 of 32 bytes"},
+		{k1 + "\nactive k2\n", `the active key "k2" is not in the file`},
+		{k1 + "\n" + k1 + "\nactive k1\n", `line 2: key "k1" given twice`},
+		{"key k1 c2hvcnQ=\nactive k1\n", `line 1: key "k1": want the base64 of 32 bytes`},
+		// A key pasted where an id goes is never shown.
+		{k1 + "\nactive " + k1[7:] + "\n", "the active key (not a key id, not shown) is not in the file"},
+		{"key " + k1[7:] + " k1\n", "line 1: key id (not a key id, not shown)"},
 		{"key k/1 AAAA\n", "line 1: key id"},
 		{k1 + "\nactive k1\nactive k1\n", "line 3: a second active line"},
 		{"# comment\n\nkye k1 x\n", "line 3: want"},
