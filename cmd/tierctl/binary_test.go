@@ -265,6 +265,34 @@ func TestEveryCommandAsBinary(t *testing.T) {
 	}
 	fails(2, "not empty", "restore", restored, "--store", store, "--partition", "orders-0")
 
+	// sealed buckets: a key file from key new, an offload sealed, key
+	// list and rekey on it
+	kf := filepath.Join(root, "keys")
+	if err := os.WriteFile(kf, []byte(strings.TrimSpace(ok("key new", "key", "new", "k1").stdout)+"\nactive k1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fails(2, "key id", "key", "new", "k/1")
+	sealed := "file://" + filepath.Join(root, "sealed")
+	if inv := binRun(t, nil, "produce", logs, "--partition", "sealed-0", "--count", "2000", "--config", "segment.bytes=65536"); inv.code != 0 {
+		t.Fatalf("produce: %s", inv.stderr)
+	}
+	if inv := binRun(t, nil, "offload", filepath.Join(logs, "sealed-0"), "--store", sealed+"?create=true", "--key-file", kf); inv.code != 0 {
+		t.Fatalf("offload sealed: %s", inv.stderr)
+	}
+	if kl := ok("key list", "key", "list", "--store", sealed, "--key-file", kf, "--json").jsonLines(t); len(kl) != 1 || kl[0]["wrappedBy"] != "k1" {
+		t.Fatalf("key list --json: %v", kl)
+	}
+	if inv := ok("rekey", "rekey", "--store", sealed, "--key-file", kf); !strings.Contains(inv.stdout, "under k1 already") {
+		t.Fatalf("rekey: %s", inv.stdout)
+	}
+	fails(2, "needs the bucket's key file", "rekey", "--store", sealed)
+	open := filepath.Join(root, "keys-open")
+	b, _ := os.ReadFile(kf)
+	if err := os.WriteFile(open, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fails(2, "chmod 600", "key", "list", "--store", sealed, "--key-file", open)
+
 	// demo
 	d := ok("demo", "demo", "--records", "8000", "--json").jsonLines(t)[0]
 	if d["recordsReadThroughBothTiers"] != 8000.0 || d["filesWithProblems"] != 0.0 {

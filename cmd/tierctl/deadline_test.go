@@ -119,6 +119,7 @@ func TestStoreCommandsEndWithinTheBound(t *testing.T) {
 		{"silent", silentListener(t)},
 		{"bucket-check-only", bucketOnlyServer(t, bucket)},
 	}
+	kf := keyFile(t)
 	cases := func(logs, restoreTo, store string) map[string][]string {
 		part := filepath.Join(logs, "orders-0")
 		return map[string][]string{
@@ -138,6 +139,8 @@ func TestStoreCommandsEndWithinTheBound(t *testing.T) {
 			"wal verify":      {"wal", "verify", "--store", store},
 			"wal gc":          {"wal", "gc", "--store", store},
 			"demo":            {"demo", "--records", "1000", "--store", store},
+			"rekey":           {"rekey", "--store", store, "--key-file", kf},
+			"key list":        {"key", "list", "--store", store, "--key-file", kf},
 		}
 	}
 	all := storeCommands(newRootCmd(), "")

@@ -290,10 +290,13 @@ func (d *demo) offload() error {
 		d.storeURL = "file://" + filepath.Join(d.root, "bucket") + "?create=true"
 	}
 	fmt.Fprintf(w, "5. Offloading closed segments to %s (local.retention.ms=0)\n", storeurl.Redact(d.storeURL))
+	// The key file of a sealed bucket joins the URL, which the broker of
+	// step 10 is given too.
 	raw, err := withKeyFile(d.storeURL, keyFileFrom(d.ctx))
 	if err != nil {
 		return err
 	}
+	d.storeURL = raw
 	store, err := storeurl.Open(d.ctx, raw, storeOptionsFrom(d.ctx))
 	if err != nil {
 		return err

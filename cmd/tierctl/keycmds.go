@@ -52,13 +52,13 @@ too.`,
 				}
 				switch {
 				case st.Err != nil:
-					fmt.Fprintf(w, "bucket key %s: under %s, not re-wrapped: %v\n", st.Key.ID, st.From, st.Err)
+					fmt.Fprintf(w, "%s: under %s, cannot be opened or re-wrapped: %v\n", st.Key.Name, st.From, st.Err)
 				case st.From == st.To:
-					fmt.Fprintf(w, "bucket key %s: under %s already\n", st.Key.ID, st.To)
+					fmt.Fprintf(w, "%s: under %s already\n", st.Key.Name, st.To)
 				case st.Done:
-					fmt.Fprintf(w, "bucket key %s: re-wrapped from %s to %s\n", st.Key.ID, st.From, st.To)
+					fmt.Fprintf(w, "%s: re-wrapped from %s to %s\n", st.Key.Name, st.From, st.To)
 				default:
-					fmt.Fprintf(w, "bucket key %s: would re-wrap from %s to %s\n", st.Key.ID, st.From, st.To)
+					fmt.Fprintf(w, "%s: would re-wrap from %s to %s\n", st.Key.Name, st.From, st.To)
 				}
 				w.Flush()
 			}})
@@ -70,15 +70,13 @@ too.`,
 					Done      bool   `json:"rewrapped"`
 					Err       string `json:"error,omitempty"`
 				}
-				out := []step{}
-				for _, st := range steps {
-					js := step{BucketKey: st.Key.ID, From: st.From, To: st.To, Done: st.Done}
+				for _, st := range steps { // a JSON object a line
+					js := step{BucketKey: st.Key.Name, From: st.From, To: st.To, Done: st.Done}
 					if st.Err != nil {
 						js.Err = st.Err.Error()
 					}
-					out = append(out, js)
+					writeJSON(w, js)
 				}
-				writeJSON(w, out)
 				if errors.Is(err, seal.ErrRekeyIncomplete) {
 					return errProblems
 				}
@@ -101,7 +99,7 @@ too.`,
 			}
 			switch {
 			case len(steps) == 0:
-				fmt.Fprintln(w, "no bucket keys: nothing in this bucket is sealed")
+				fmt.Fprintln(w, noKeys)
 			case !apply && left > 0:
 				fmt.Fprintf(w, "dry run: %d of %d bucket keys would be re-wrapped; pass --apply to re-wrap them\n", left, len(steps))
 			case apply:
@@ -114,9 +112,12 @@ too.`,
 	}
 	cmd.Flags().StringVar(&storeURL, "store", "", "the bucket URL (env TIERCTL_STORE)")
 	cmd.Flags().BoolVar(&apply, "apply", false, "re-wrap (without it, a dry run)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print the steps as JSON")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print each step as a line of JSON")
 	return cmd
 }
+
+// noKeys is what rekey and key list say of a store without bucket keys.
+const noKeys = "no bucket keys in this store: nothing in it is sealed, or their objects were lost (then verify --deep names the objects that need them)"
 
 // openSealedStore opens --store, which must be sealed: a key file given
 // by --key-file, TIERCTL_KEY_FILE or the URL's key-file=.
@@ -160,10 +161,18 @@ read.`,
 	list := &cobra.Command{
 		Use:   "list --store URL --key-file FILE",
 		Short: "List a sealed bucket's keys and the key-file key wrapping each",
-		Long: `key list lists the bucket keys of a sealed bucket, each with the id of
-the key-file key that wraps it and whether that key is retired (not the
-file's active key): rekey --apply re-wraps those.`,
-		Args: exactArgs(0),
+		Long: `key list lists the bucket keys' objects of a sealed bucket (one LIST
+page per 1,000 objects of the store), each with the key-file key that
+wraps it and whether that key is retired (not the file's active key:
+rekey --apply re-wraps those). Each is opened with the key file: one it
+cannot open (its key is not in the file, or another key has its id) is
+said so, and key list exits 1.
+
+A bucket key's objects are small and few (one a broker start, in each
+folder it wrote to) but every object sealed under one needs it: back
+them up with the key file.`,
+		Example: `  tierctl key list --store s3://bucket/tierlog --key-file /etc/tierlog/keys`,
+		Args:    exactArgs(0),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			store, err := openSealedStore(ctx, storeURL, "key list")
@@ -177,34 +186,45 @@ file's active key): rekey --apply re-wraps those.`,
 			}
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
+			bad := 0
 			if asJSON {
 				type key struct {
+					Name    string `json:"object"`
 					ID      string `json:"bucketKey"`
 					KEK     string `json:"wrappedBy"`
 					Retired bool   `json:"retired"`
+					Err     string `json:"error,omitempty"`
 				}
-				out := []key{}
+				for _, k := range keys { // a JSON object a line
+					js := key{Name: k.Name, ID: k.ID, KEK: k.KEK, Retired: k.Retired}
+					if k.Err != nil {
+						js.Err, bad = k.Err.Error(), bad+1
+					}
+					writeJSON(w, js)
+				}
+			} else {
 				for _, k := range keys {
-					out = append(out, key{k.ID, k.KEK, k.Retired})
+					state := "active"
+					switch {
+					case k.Err != nil:
+						state, bad = fmt.Sprintf("CANNOT BE OPENED: %v; the objects sealed under it are unreadable until the key file holds the key that wraps it", k.Err), bad+1
+					case k.Retired:
+						state = "retired: tierctl rekey --apply re-wraps it"
+					}
+					fmt.Fprintf(w, "%s  wrapped by %s (%s)\n", k.Name, k.KEK, state)
 				}
-				writeJSON(w, out)
-				return nil
-			}
-			for _, k := range keys {
-				state := "active"
-				if k.Retired {
-					state = "retired: tierctl rekey --apply re-wraps it"
+				if len(keys) == 0 {
+					fmt.Fprintln(w, noKeys)
 				}
-				fmt.Fprintf(w, "%s  wrapped by %s (%s)\n", k.ID, k.KEK, state)
 			}
-			if len(keys) == 0 {
-				fmt.Fprintln(w, "no bucket keys: nothing in this bucket is sealed")
+			if bad > 0 {
+				return errProblems
 			}
 			return nil
 		},
 	}
 	list.Flags().StringVar(&storeURL, "store", "", "the bucket URL (env TIERCTL_STORE)")
-	list.Flags().BoolVar(&asJSON, "json", false, "print the keys as JSON")
+	list.Flags().BoolVar(&asJSON, "json", false, "print each key as a line of JSON")
 	cmd.AddCommand(list)
 	return cmd
 }

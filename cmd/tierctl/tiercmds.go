@@ -51,12 +51,19 @@ func withKeyFile(raw, path string) (string, error) {
 		return raw, nil // storeurl.Open says what is wrong with it
 	}
 	q := u.Query()
-	if have := q.Get("key-file"); have != "" && have != path {
-		return "", usagef("--key-file %s and the URL's key-file=%s differ: give one", path, have)
+	if have := q.Get("key-file"); have != "" && !samePath(have, path) {
+		return "", usagef("--key-file (or TIERCTL_KEY_FILE) %s and the URL's key-file=%s differ: give one", path, have)
 	}
 	q.Set("key-file", path)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// samePath reports whether a and b name the same file path.
+func samePath(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	bb, err2 := filepath.Abs(b)
+	return a == b || err1 == nil && err2 == nil && aa == bb
 }
 
 // refuseMemStore returns a usage error when raw is a mem:// URL. An

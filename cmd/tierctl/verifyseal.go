@@ -28,7 +28,9 @@ func newSealCheck(ctx context.Context, store *objstore.Store) (*sealCheck, error
 	}
 	sc := &sealCheck{d: d, keys: keys, kek: map[string]seal.BucketKey{}}
 	for _, k := range keys {
-		sc.kek[k.ID] = k
+		if old, ok := sc.kek[k.ID]; !ok || k.Retired && !old.Retired {
+			sc.kek[k.ID] = k // one of its objects under a retired key says so
+		}
 	}
 	return sc, nil
 }
@@ -53,7 +55,7 @@ func (sc *sealCheck) note(ctx context.Context, rs []fileReport) {
 		case sc.kek[id].Retired:
 			r.Notes = append(r.Notes, fmt.Sprintf("sealed under bucket key %s, wrapped by the retired key %s: tierctl rekey --apply re-wraps it", id, sc.kek[id].KEK))
 		case sc.kek[id].KEK == "":
-			r.problemf("sealed under bucket key %s, which the bucket does not hold", id)
+			r.problemf("sealed under bucket key %s, whose object is not in the store (%s%s): the object is unreadable", id, seal.KeyFolder(r.Path), id)
 		}
 	}
 }
@@ -65,11 +67,16 @@ func (sc *sealCheck) keyReports() []fileReport {
 	}
 	var out []fileReport
 	for _, k := range sc.keys {
-		if k.Retired {
-			r := fileReport{Path: seal.KeyPrefix + k.ID, Kind: "bucket key"}
+		r := fileReport{Path: k.Name, Kind: "bucket key"}
+		switch {
+		case k.Err != nil:
+			r.problemf("cannot be opened: %v; every object sealed under it is unreadable", k.Err)
+		case k.Retired:
 			r.Notes = append(r.Notes, fmt.Sprintf("wrapped by the retired key %s: tierctl rekey --apply re-wraps it", k.KEK))
-			out = append(out, r)
+		default:
+			continue
 		}
+		out = append(out, r)
 	}
 	return out
 }
