@@ -279,11 +279,17 @@ func TestEveryCommandAsBinary(t *testing.T) {
 	if inv := binRun(t, nil, "offload", filepath.Join(logs, "sealed-0"), "--store", sealed+"?create=true", "--key-file", kf); inv.code != 0 {
 		t.Fatalf("offload sealed: %s", inv.stderr)
 	}
-	if kl := ok("key list", "key", "list", "--store", sealed, "--key-file", kf, "--json").jsonLines(t); len(kl) != 1 || kl[0]["wrappedBy"] != "k1" {
+	kl := ok("key list", "key", "list", "--store", sealed, "--key-file", kf, "--json").jsonLines(t)
+	if len(kl) != 1 || kl[0]["wrappedBy"] != "k1" {
 		t.Fatalf("key list --json: %v", kl)
 	}
 	if inv := ok("rekey", "rekey", "--store", sealed, "--key-file", kf); !strings.Contains(inv.stdout, "under k1 already") {
 		t.Fatalf("rekey: %s", inv.stdout)
+	}
+	// rekey --json names the key as key list does.
+	if rk := ok("rekey", "rekey", "--store", sealed, "--key-file", kf, "--json").jsonLines(t); len(rk) != 1 ||
+		rk[0]["bucketKey"] != kl[0]["bucketKey"] || rk[0]["object"] != kl[0]["object"] {
+		t.Fatalf("rekey --json %v, key list --json %v", rk, kl)
 	}
 	fails(2, "needs the bucket's key file", "rekey", "--store", sealed)
 	open := filepath.Join(root, "keys-open")

@@ -64,6 +64,7 @@ too.`,
 			}})
 			if asJSON {
 				type step struct {
+					Object    string `json:"object"`
 					BucketKey string `json:"bucketKey"`
 					From      string `json:"from"`
 					To        string `json:"to"`
@@ -71,7 +72,7 @@ too.`,
 					Err       string `json:"error,omitempty"`
 				}
 				for _, st := range steps { // a JSON object a line
-					js := step{BucketKey: st.Key.Name, From: st.From, To: st.To, Done: st.Done}
+					js := step{Object: st.Key.Name, BucketKey: st.Key.ID, From: st.From, To: st.To, Done: st.Done}
 					if st.Err != nil {
 						js.Err = st.Err.Error()
 					}
@@ -211,7 +212,11 @@ them up with the key file.`,
 					case k.Retired:
 						state = "retired: tierctl rekey --apply re-wraps it"
 					}
-					fmt.Fprintf(w, "%s  wrapped by %s (%s)\n", k.Name, k.KEK, state)
+					kek := k.KEK
+					if kek == "" {
+						kek = "?"
+					}
+					fmt.Fprintf(w, "%s  wrapped by %s (%s)\n", k.Name, kek, state)
 				}
 				if len(keys) == 0 {
 					fmt.Fprintln(w, noKeys)

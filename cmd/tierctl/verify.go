@@ -201,7 +201,11 @@ func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []strin
 		return nil, err
 	}
 	defer os.RemoveAll(tmp)
-	sc, err := newSealCheck(ctx, store)
+	checked := make([]string, 0, len(parts))
+	for _, rp := range parts {
+		checked = append(checked, rp.prefix)
+	}
+	sc, err := newSealCheck(ctx, store, checked)
 	if err != nil {
 		return nil, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/seal"
 )
@@ -12,25 +13,29 @@ import (
 // bucket key wrapped by a retired key-file key (one not active), and
 // which bucket keys are. nil for a bucket that is not sealed.
 type sealCheck struct {
-	d    *seal.Driver
-	keys []seal.BucketKey
-	kek  map[string]seal.BucketKey
+	d      *seal.Driver
+	keys   []seal.BucketKey
+	byName map[string]seal.BucketKey
 }
 
-func newSealCheck(ctx context.Context, store *objstore.Store) (*sealCheck, error) {
+// newSealCheck lists the bucket keys of the key folders of the partitions
+// under prefixes (not the whole store).
+func newSealCheck(ctx context.Context, store *objstore.Store, prefixes []string) (*sealCheck, error) {
 	d, err := seal.Sealed(store)
 	if err != nil {
 		return nil, nil
 	}
-	keys, err := seal.BucketKeys(ctx, store)
+	var folders []string
+	for _, p := range prefixes {
+		folders = append(folders, seal.KeyFolder(p+"/"+manifest.ManifestName))
+	}
+	keys, err := seal.BucketKeys(ctx, store, folders...)
 	if err != nil {
 		return nil, err
 	}
-	sc := &sealCheck{d: d, keys: keys, kek: map[string]seal.BucketKey{}}
+	sc := &sealCheck{d: d, keys: keys, byName: map[string]seal.BucketKey{}}
 	for _, k := range keys {
-		if old, ok := sc.kek[k.ID]; !ok || k.Retired && !old.Retired {
-			sc.kek[k.ID] = k // one of its objects under a retired key says so
-		}
+		sc.byName[k.Name] = k
 	}
 	return sc, nil
 }
@@ -52,10 +57,15 @@ func (sc *sealCheck) note(ctx context.Context, rs []fileReport) {
 			continue // not an object, or one the check reported already
 		case !sealed:
 			r.Notes = append(r.Notes, "not sealed: written before the bucket was (read with read-plaintext=true)")
-		case sc.kek[id].Retired:
-			r.Notes = append(r.Notes, fmt.Sprintf("sealed under bucket key %s, wrapped by the retired key %s: tierctl rekey --apply re-wraps it", id, sc.kek[id].KEK))
-		case sc.kek[id].KEK == "":
-			r.problemf("sealed under bucket key %s, whose object is not in the store (%s%s): the object is unreadable", id, seal.KeyFolder(r.Path), id)
+			continue
+		}
+		name := seal.KeyFolder(r.Path) + id
+		bk, ok := sc.byName[name]
+		switch {
+		case !ok:
+			r.problemf("sealed under bucket key %s, whose object %s is not in the store: the object is unreadable", id, name)
+		case bk.Retired:
+			r.Notes = append(r.Notes, fmt.Sprintf("sealed under bucket key %s, wrapped by the retired key %s: tierctl rekey --apply re-wraps it", id, bk.KEK))
 		}
 	}
 }

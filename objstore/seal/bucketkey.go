@@ -80,19 +80,28 @@ func (d *Driver) newBucketKey(ctx context.Context) (*bucketKey, error) {
 	return bk, nil
 }
 
-// storeKey puts bk's object under name, create-only. A retry after a lost
-// answer finds its own object and takes it.
+// storeKey puts bk's object under name, create-only. An object there
+// already (an earlier try whose answer was lost, maybe re-wrapped by a
+// rekey since) is taken when it opens to bk's key.
 func (d *Driver) storeKey(ctx context.Context, bk *bucketKey, name string) error {
-	if _, err := d.d.Put(ctx, name, bytes.NewReader(bk.object), int64(len(bk.object)), objstore.PutOptions{IfNoneMatch: true}); err != nil {
-		if !errors.Is(err, objstore.ErrPreconditionFailed) {
-			return fmt.Errorf("seal: store bucket key %s: %w", name, err)
-		}
-		got, gerr := d.readKeyObject(ctx, name)
-		if gerr != nil || !bytes.Equal(got, bk.object) {
-			return fmt.Errorf("seal: store bucket key %s: %w", name, err)
+	_, err := d.d.Put(ctx, name, bytes.NewReader(bk.object), int64(len(bk.object)), objstore.PutOptions{IfNoneMatch: true})
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, objstore.ErrPreconditionFailed) {
+		return fmt.Errorf("seal: store bucket key %s: %w", name, err)
+	}
+	got, gerr := d.readKeyObject(ctx, name)
+	if gerr == nil {
+		var ko keyObject
+		if ko, gerr = decodeKeyObject(name, got); gerr == nil {
+			var key []byte
+			if key, gerr = d.ring.Unwrap(ctx, ko.KEK, ko.Wrapped, keyContext(bk.id)); gerr == nil && bytes.Equal(key, bk.key) {
+				return nil
+			}
 		}
 	}
-	return nil
+	return fmt.Errorf("seal: store bucket key %s: %w (the object there is not this key's: %v)", name, err, gerr)
 }
 
 func (d *Driver) readKeyObject(ctx context.Context, name string) ([]byte, error) {

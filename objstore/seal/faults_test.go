@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"runtime"
 	"strings"
@@ -265,5 +266,98 @@ func TestColdTailReadOfAnotherChunkSize(t *testing.T) {
 				t.Errorf("y [%d, end): %d bytes, %v", off, len(got), err)
 			}
 		}()
+	}
+}
+
+// A bucket key's object lost in one key folder (a diskless Backend's WAL
+// folder) but kept in another: a Driver that opened the key through the
+// other folder fails the WAL objects as a new reader does.
+func TestKeyObjectLostInOneFolder(t *testing.T) {
+	ctx, inner := context.Background(), mem.New()
+	w := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+	walKey := "r/_wal/0000000000000001/00000000000000000001"
+	put(t, w, "r/t-0/a", payload(10, 1))
+	put(t, w, walKey, payload(10, 2))
+	raw := objstore.New(inner, "raw", objstore.Options{})
+	var gone string
+	raw.List(ctx, "r/_wal/"+seal.KeyDir, func(o objstore.ObjectInfo) bool { gone = o.Key; return false })
+	if gone == "" || raw.Delete(ctx, gone) != nil {
+		t.Fatalf("no key object in the WAL folder")
+	}
+	r := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk})
+	if _, err := r.ReadAll(ctx, "r/t-0/a", 0, -1); err != nil {
+		t.Fatal(err)
+	}
+	_, warm := r.ReadAll(ctx, walKey, 0, -1)
+	_, fresh := sealed(t, inner, ring(t, "k1"), seal.Options{ChunkSize: chunk}).ReadAll(ctx, walKey, 0, -1)
+	if !errors.Is(warm, seal.ErrUnknownKey) || !errors.Is(fresh, seal.ErrUnknownKey) || !strings.Contains(warm.Error(), gone) {
+		t.Fatalf("the WAL object: %v (after the partition's), %v (fresh); want its key's object %s named missing", warm, fresh, gone)
+	}
+}
+
+// An object named like a bucket key's that does not decode (junk, in a
+// folder that sorts first) is reported, and rekey re-wraps the others.
+func TestRekeyGoesPastAnUndecodableKeyObject(t *testing.T) {
+	ctx, inner := context.Background(), mem.New()
+	setRaw(t, inner, "a/"+seal.KeyDir+strings.Repeat("ab", 16), []byte("junk"))
+	put(t, sealed(t, inner, ring(t, "k1"), seal.Options{}), "r/t-0/x", payload(10, 1))
+	steps, err := seal.Rekey(ctx, sealed(t, inner, ring(t, "k1", "k2"), seal.Options{}), seal.RekeyOptions{})
+	if !errors.Is(err, seal.ErrRekeyIncomplete) || len(steps) != 2 || !errors.Is(steps[0].Err, seal.ErrBadKeyFile) || !steps[1].Done {
+		t.Fatalf("rekey: %+v %v", steps, err)
+	}
+	keys, err := seal.BucketKeys(ctx, sealed(t, inner, ring(t, "k2"), seal.Options{}))
+	if err != nil || len(keys) != 2 || keys[0].Err == nil || keys[1].KEK != "k2" || keys[1].Err != nil {
+		t.Fatalf("keys after: %+v %v", keys, err)
+	}
+}
+
+// lostKeyAnswer loses the answer of the first bucket key object's PUT.
+type lostKeyAnswer struct {
+	objstore.Driver
+	done bool
+}
+
+func (d *lostKeyAnswer) Put(ctx context.Context, k string, b io.ReadSeeker, n int64, o objstore.PutOptions) (objstore.ObjectInfo, error) {
+	i, err := d.Driver.Put(ctx, k, b, n, o)
+	if err == nil && !d.done && strings.Contains(k, seal.KeyDir) {
+		d.done = true
+		return i, fmt.Errorf("answer lost: %w", objstore.ErrAccessDenied) // not retried by the Store
+	}
+	return i, err
+}
+
+// A Driver whose bucket key object landed with its answer lost, then was
+// re-wrapped by a rekey, takes that object at its next write (it failed
+// every write into the folder before: the bytes differ).
+func TestStoreKeyTakesItsRewrappedObject(t *testing.T) {
+	ctx, inner := context.Background(), mem.New()
+	// The writer's key file holds k3 too (the docs' order: add the new
+	// key everywhere, then make it active and rekey).
+	w := sealed(t, &lostKeyAnswer{Driver: inner}, ringWith(t, []string{"k3", "k2"}, nil), seal.Options{})
+	if _, err := w.Put(ctx, "r/t-0/a", bytes.NewReader([]byte("x")), 1, objstore.PutOptions{}); err == nil {
+		t.Fatal("the lost answer did not fail the put")
+	}
+	if _, err := seal.Rekey(ctx, sealed(t, inner, ring(t, "k2", "k3"), seal.Options{}), seal.RekeyOptions{}); err != nil { // k3 active
+		t.Fatal(err)
+	}
+	put(t, w, "r/t-0/b", []byte("y"))
+	if got, err := sealed(t, inner, ring(t, "k3"), seal.Options{}).ReadAll(ctx, "r/t-0/b", 0, -1); err != nil || string(got) != "y" {
+		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// BucketKeys of given key folders lists those folders only.
+func TestBucketKeysOfFolders(t *testing.T) {
+	ctx, inner := context.Background(), mem.New()
+	put(t, sealed(t, inner, ring(t, "k1"), seal.Options{}), "a/t-0/x", []byte("x"))
+	put(t, sealed(t, inner, ring(t, "k1"), seal.Options{}), "b/t-0/x", []byte("x"))
+	s := sealed(t, inner, ring(t, "k1"), seal.Options{})
+	all, err := seal.BucketKeys(ctx, s)
+	if err != nil || len(all) != 2 {
+		t.Fatalf("the whole store: %+v %v", all, err)
+	}
+	some, err := seal.BucketKeys(ctx, s, seal.KeyFolder("b/t-0/manifest"))
+	if err != nil || len(some) != 1 || !strings.HasPrefix(some[0].Name, "b/"+seal.KeyDir) {
+		t.Fatalf("b's folder: %+v %v", some, err)
 	}
 }

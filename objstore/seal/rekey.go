@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 
 	"github.com/tierlog/tierlog/objstore"
 )
@@ -51,16 +52,17 @@ type BucketKey struct {
 	ko   keyObject
 }
 
-// BucketKeys lists the store's bucket keys' objects, in key folder
-// (KeyFolder) and id order, each opened with the ring to check it opens
-// (BucketKey.Err): one LIST page per 1,000 objects of the whole store, a
-// GET and an unwrap each.
-func BucketKeys(ctx context.Context, store *objstore.Store) ([]BucketKey, error) {
+// BucketKeys lists the store's bucket keys' objects, in name order, each
+// opened with the ring to check it opens (BucketKey.Err; an object that
+// does not decode is one too): one LIST page per 1,000 objects of the
+// whole store, a GET and an unwrap each. folders, when given, are the key
+// folders (KeyFolder) to list instead of the whole store.
+func BucketKeys(ctx context.Context, store *objstore.Store, folders ...string) ([]BucketKey, error) {
 	d, ks, err := keyStore(store)
 	if err != nil {
 		return nil, err
 	}
-	names, err := keyNames(ctx, ks)
+	names, err := keyNames(ctx, ks, folders)
 	if err != nil {
 		return nil, err
 	}
@@ -76,46 +78,68 @@ func BucketKeys(ctx context.Context, store *objstore.Store) ([]BucketKey, error)
 	return out, nil
 }
 
-// check fills bk's Retired and Err.
+// check fills bk's Retired and Err (unless it has one already).
 func (d *Driver) check(ctx context.Context, bk *BucketKey) {
+	bk.Retired = bk.KEK != d.ring.Active()
+	if bk.Err != nil {
+		return
+	}
 	var id [16]byte
 	hex.Decode(id[:], []byte(bk.ID))
-	bk.Retired = bk.KEK != d.ring.Active()
-	if _, err := d.ring.Unwrap(ctx, bk.KEK, bk.ko.Wrapped, keyContext(id)); err != nil {
+	key, err := d.ring.Unwrap(ctx, bk.KEK, bk.ko.Wrapped, keyContext(id))
+	switch {
+	case err != nil:
 		bk.Err = keyErr(err, bk.KEK, id, "")
+	case len(key) != 32:
+		bk.Err = &KeyError{ID: bk.KEK, Bucket: bk.ID, Err: ErrWrongKey}
 	}
 }
 
-// keyNames lists the bucket keys' object names in the whole store,
-// sorted.
-func keyNames(ctx context.Context, ks *objstore.Store) ([]string, error) {
+// keyNames lists the bucket keys' object names in folders (each a key
+// folder), or, with none, in the whole store; sorted.
+func keyNames(ctx context.Context, ks *objstore.Store, folders []string) ([]string, error) {
 	var names []string
-	err := ks.List(ctx, "", func(o objstore.ObjectInfo) bool {
+	add := func(o objstore.ObjectInfo) bool {
 		if _, ok := parseKeyName(o.Key); ok {
 			names = append(names, o.Key)
 		}
 		return true
-	})
+	}
+	if len(folders) == 0 {
+		folders = []string{""}
+	}
+	for _, f := range slices.Compact(slices.Sorted(slices.Values(folders))) {
+		if err := ks.List(ctx, f, add); err != nil {
+			return names, err
+		}
+	}
 	slices.Sort(names)
-	return names, err
+	return slices.Compact(names), nil
 }
 
+// readBucketKey reads a bucket key's object. One that does not decode is
+// a BucketKey with its Err; a failed GET is the error.
 func readBucketKey(ctx context.Context, ks *objstore.Store, name string) (BucketKey, error) {
+	id, _ := parseKeyName(name)
+	bk := BucketKey{Name: name, ID: hex.EncodeToString(id[:])}
 	rc, info, err := ks.Get(ctx, name, 0, -1)
 	if err != nil {
-		return BucketKey{}, err
+		return bk, err
 	}
 	defer rc.Close()
 	var buf bytes.Buffer
 	if _, err := buf.ReadFrom(io.LimitReader(rc, maxKeyObject+1)); err != nil {
-		return BucketKey{}, fmt.Errorf("seal: bucket key %s: %w", name, err)
+		return bk, fmt.Errorf("seal: bucket key %s: %w", name, err)
 	}
-	ko, err := decodeKeyObject(name, buf.Bytes())
-	if err != nil {
-		return BucketKey{}, err
+	bk.etag = info.ETag
+	if buf.Len() > maxKeyObject {
+		bk.Err = fmt.Errorf("%w: bucket key %s: more than %d bytes", ErrBadKeyFile, name, maxKeyObject)
+		return bk, nil
 	}
-	id, _ := parseKeyName(name)
-	return BucketKey{Name: name, ID: hex.EncodeToString(id[:]), KEK: ko.KEK, etag: info.ETag, ko: ko}, nil
+	if bk.ko, bk.Err = decodeKeyObject(name, buf.Bytes()); bk.Err == nil {
+		bk.KEK = bk.ko.KEK
+	}
+	return bk, nil
 }
 
 // RekeyStep is one bucket key Rekey looked at.
@@ -148,11 +172,12 @@ var ErrRekeyIncomplete = errors.New("seal: rekey left bucket keys it could not o
 
 // Rekey re-wraps every bucket key of store's bucket that is not under
 // the ring's active KEK, with a compare-and-swap PUT each: data is never
-// re-uploaded. A key that cannot be re-wrapped is a step with its Err,
-// and Rekey goes on with the others. It lists the keys again at the end,
-// and takes any a broker made meanwhile under a retired KEK, so that when
-// it returns nil no bucket key is under one; otherwise the error wraps
-// ErrRekeyIncomplete. An interrupted Rekey is finished by running it
+// re-uploaded. A key that cannot be re-wrapped (or opened, or decoded) is
+// a step with its Err, and Rekey goes on with the others. It lists the
+// whole store once (one LIST page per 1,000 objects), then the key
+// folders it found again, and takes any key a broker made meanwhile
+// under a retired KEK, so that when it returns nil no bucket key is under
+// one; otherwise the error wraps ErrRekeyIncomplete. An interrupted Rekey is finished by running it
 // again (a key already re-wrapped is skipped). A dry run makes one pass.
 func Rekey(ctx context.Context, store *objstore.Store, opts RekeyOptions) ([]RekeyStep, error) {
 	d, ks, err := keyStore(store)
@@ -163,13 +188,23 @@ func Rekey(ctx context.Context, store *objstore.Store, opts RekeyOptions) ([]Rek
 	var steps []RekeyStep
 	seen := map[string]bool{} // key objects looked at by this run
 	failed := 0
-	// Passes over the keys not seen yet: the first over all of them, the
-	// next over those brokers made meanwhile (wrapped under the KEK
-	// active where they run), until a pass finds none.
+	// Passes over the keys not seen yet: the first over the whole store,
+	// the next over the key folders it found, for keys brokers made
+	// meanwhile (wrapped under the KEK active where they run), until a
+	// pass finds none.
+	var folders []string
 	for pass := 0; pass < 5; pass++ {
-		names, err := keyNames(ctx, ks)
+		names, err := keyNames(ctx, ks, folders)
 		if err != nil {
 			return steps, err
+		}
+		if pass == 0 {
+			for _, n := range names {
+				folders = append(folders, n[:strings.LastIndexByte(n, '/')+1])
+			}
+			if len(folders) == 0 {
+				break
+			}
 		}
 		fresh := 0
 		for _, name := range names {
@@ -244,6 +279,9 @@ func rewrap(ctx context.Context, d *Driver, ks *objstore.Store, bk BucketKey) er
 		// whose first answer was lost. Read it again.
 		if bk, err = readBucketKey(ctx, ks, name); err != nil {
 			return err
+		}
+		if bk.Err != nil {
+			return bk.Err
 		}
 	}
 	return fmt.Errorf("seal: rekey %s: it keeps changing under us", name)

@@ -58,9 +58,9 @@ type Driver struct {
 	bufs sync.Pool // *[]byte of ChunkSize+TagSize bytes
 
 	mu      sync.Mutex
-	active  *bucketKey              // the key this Driver seals under, once made
-	stored  map[string]bool         // the key folders holding active's object
-	keys    map[[16]byte]*bucketKey // bucket keys opened
+	active  *bucketKey            // the key this Driver seals under, once made
+	stored  map[string]bool       // the key folders holding active's object
+	keys    map[string]*bucketKey // bucket keys opened, by their object's name
 	headers map[string]*list.Element
 	lru     list.List // of *cachedHeader, most recent first
 
@@ -82,7 +82,7 @@ func New(d objstore.Driver, ring KeyRing, opts Options) (*Driver, error) {
 	if ring == nil || ring.Active() == "" {
 		return nil, fmt.Errorf("seal: a key ring with an active key is needed")
 	}
-	sd := &Driver{d: d, ring: ring, opts: opts, keys: map[[16]byte]*bucketKey{}, stored: map[string]bool{}, headers: map[string]*list.Element{}}
+	sd := &Driver{d: d, ring: ring, opts: opts, keys: map[string]*bucketKey{}, stored: map[string]bool{}, headers: map[string]*list.Element{}}
 	n := opts.ChunkSize + TagSize
 	sd.bufs.New = func() any { b := make([]byte, n); return &b }
 	return sd, nil
@@ -125,22 +125,27 @@ func (d *Driver) activeKey(ctx context.Context, object string) (*bucketKey, erro
 			return nil, err
 		}
 		d.mu.Lock()
-		d.active, d.keys[bk.id] = bk, bk
+		d.active = bk
 		d.mu.Unlock()
 	}
-	if err := d.storeKey(ctx, bk, keyName(bk.id, object)); err != nil {
+	name := keyName(bk.id, object)
+	if err := d.storeKey(ctx, bk, name); err != nil {
 		return nil, err
 	}
 	d.mu.Lock()
-	d.stored[folder] = true
+	d.stored[folder], d.keys[name] = true, bk
 	d.mu.Unlock()
 	return bk, nil
 }
 
-// bucketKey returns the bucket key id, opening it at its first use.
+// bucketKey returns the bucket key id of object, opening it from
+// object's key folder at its first use there: a key is kept by its
+// object's name, so a key folder that lost its copy fails here as it
+// would for a new reader.
 func (d *Driver) bucketKey(ctx context.Context, id [16]byte, object string) (*bucketKey, error) {
+	name := keyName(id, object)
 	d.mu.Lock()
-	bk := d.keys[id]
+	bk := d.keys[name]
 	d.mu.Unlock()
 	if bk != nil {
 		return bk, nil
@@ -150,10 +155,10 @@ func (d *Driver) bucketKey(ctx context.Context, id [16]byte, object string) (*bu
 		return nil, err
 	}
 	d.mu.Lock()
-	if old := d.keys[id]; old != nil {
+	if old := d.keys[name]; old != nil {
 		bk = old
 	} else {
-		d.keys[id] = bk
+		d.keys[name] = bk
 	}
 	d.mu.Unlock()
 	return bk, nil
@@ -553,7 +558,7 @@ func (d *Driver) getRange(ctx context.Context, key string, ch *headerRead, offse
 // chunk first of key, whose stored chunks rc reads from chunk first on.
 func (d *Driver) opener(key string, h *header, rc io.ReadCloser, first, skip, n int64) (*openingReader, error) {
 	d.mu.Lock()
-	bk := d.keys[h.keyID]
+	bk := d.keys[keyName(h.keyID, key)]
 	d.mu.Unlock()
 	if bk == nil {
 		return nil, fmt.Errorf("seal: %s: bucket key not open", key) // checkHeader opened it
