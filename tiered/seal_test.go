@@ -252,14 +252,7 @@ func TestSealedBucketHoldsNoPlaintext(t *testing.T) {
 	}
 	got := batchesFrom(t, p, 0)
 	done()
-	if len(got) != len(want) {
-		t.Fatalf("the restarted broker read %d batches, want %d", len(got), len(want))
-	}
-	for last, b := range want {
-		if !bytes.Equal(got[last], b) {
-			t.Fatalf("batch ending at %d differs", last)
-		}
-	}
+	checkBatches(t, "the restarted broker", got, want)
 	// Without k1: a restore and a leader's open name it.
 	wrong := sealedStore(t, inner, keyRing(t, "other"))
 	_, err = tiered.Restore(ctx, wrong, "tl/classic-0", filepath.Join(t.TempDir(), "classic-0"), tiered.RestoreOptions{})
@@ -311,15 +304,7 @@ func checkRestore(t *testing.T, store *objstore.Store, want map[int64][]byte, pr
 	}
 	defer l.Close()
 	l.SetHighWatermark(l.Offsets().LogEnd)
-	got := batchesFrom(t, l, rm.LogStartOffset)
-	if len(got) != len(want) {
-		t.Fatalf("restored %d batches, want %d", len(got), len(want))
-	}
-	for last, b := range want {
-		if !bytes.Equal(got[last], b) {
-			t.Fatalf("restored batch ending at %d differs", last)
-		}
-	}
+	checkBatches(t, "restored", batchesFrom(t, l, rm.LogStartOffset), want)
 }
 
 // TestSealedWALFootersAtAnotherChunkSize: WAL objects sealed with 4 KiB

@@ -143,10 +143,17 @@ func (d *Driver) openBucketKey(ctx context.Context, id [16]byte, object string) 
 	return &bucketKey{id: id, key: key, kek: ko.KEK}, nil
 }
 
+// noBucketKey is the id keyErr takes when no bucket key was involved (a
+// bucket key's id is 16 random bytes).
+var noBucketKey [16]byte
+
 // keyErr makes a ring's error a *KeyError naming the KEK, the bucket key
 // and the object.
 func keyErr(err error, kek string, id [16]byte, object string) error {
-	ke := &KeyError{ID: kek, Bucket: hex.EncodeToString(id[:]), Object: object, Err: err}
+	ke := &KeyError{ID: kek, Object: object, Err: err}
+	if id != noBucketKey {
+		ke.Bucket = hex.EncodeToString(id[:])
+	}
 	var inner *KeyError
 	if errors.As(err, &inner) {
 		ke.Err = inner.Err

@@ -186,6 +186,19 @@ func plainSize(n, chunk int64) int64 {
 	return p
 }
 
+// span is the end of plaintext [offset, offset+length) (length < 0: to
+// the end) of the object, or ErrInvalidRange for an offset past its end
+// (at its end, only an empty object's), as a Driver's Get says.
+func (h *header) span(offset, length int64) (int64, error) {
+	if offset > h.size || (offset == h.size && h.size > 0) {
+		return 0, fmt.Errorf("%w: offset %d of a %d-byte object", objstore.ErrInvalidRange, offset, h.size)
+	}
+	if length < 0 {
+		return h.size, nil
+	}
+	return min(h.size, offset+length), nil
+}
+
 // chunkLen is chunk i's plaintext bytes.
 func (h *header) chunkLen(i int64) int64 { return min(h.chunk, h.size-i*h.chunk) }
 

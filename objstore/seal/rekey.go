@@ -48,6 +48,7 @@ type BucketKey struct {
 	// the ring, or another key has its id), nil when it opens. Every
 	// object sealed under it is unreadable until it does.
 	Err  error
+	id   [16]byte // ID, decoded
 	etag string
 	ko   keyObject
 }
@@ -84,12 +85,10 @@ func (d *Driver) check(ctx context.Context, bk *BucketKey) {
 	if bk.Err != nil {
 		return
 	}
-	var id [16]byte
-	hex.Decode(id[:], []byte(bk.ID))
-	key, err := d.ring.Unwrap(ctx, bk.KEK, bk.ko.Wrapped, keyContext(id))
+	key, err := d.ring.Unwrap(ctx, bk.KEK, bk.ko.Wrapped, keyContext(bk.id))
 	switch {
 	case err != nil:
-		bk.Err = keyErr(err, bk.KEK, id, "")
+		bk.Err = keyErr(err, bk.KEK, bk.id, "")
 	case len(key) != 32:
 		bk.Err = &KeyError{ID: bk.KEK, Bucket: bk.ID, Err: ErrWrongKey}
 	}
@@ -121,7 +120,7 @@ func keyNames(ctx context.Context, ks *objstore.Store, folders []string) ([]stri
 // a BucketKey with its Err; a failed GET is the error.
 func readBucketKey(ctx context.Context, ks *objstore.Store, name string) (BucketKey, error) {
 	id, _ := parseKeyName(name)
-	bk := BucketKey{Name: name, ID: hex.EncodeToString(id[:])}
+	bk := BucketKey{Name: name, ID: hex.EncodeToString(id[:]), id: id}
 	rc, info, err := ks.Get(ctx, name, 0, -1)
 	if err != nil {
 		return bk, err
@@ -248,9 +247,7 @@ func Rekey(ctx context.Context, store *objstore.Store, opts RekeyOptions) ([]Rek
 // rewrap re-wraps one bucket key under the active KEK; a lost race with
 // another rekey re-reads the key and goes again.
 func rewrap(ctx context.Context, d *Driver, ks *objstore.Store, bk BucketKey) error {
-	var id [16]byte
-	hex.Decode(id[:], []byte(bk.ID))
-	name := bk.Name
+	id, name := bk.id, bk.Name
 	active := d.ring.Active()
 	for range 5 {
 		if bk.KEK == active {

@@ -325,17 +325,14 @@ func (d *Driver) getCold(ctx context.Context, key string, offset, length int64) 
 		hr = res.hr
 	}
 	h := &hr.h
-	if (h.chunk != c && (offset > 0 || length >= 0)) || got.Size != hr.stored || (got.ETag != "" && hr.etag != "" && got.ETag != hr.etag) {
+	if (h.chunk != c && (offset > 0 || length >= 0)) || !hr.sameObject(got) {
 		body.Close() // not the chunks asked for: read them by the header
 		return nil, info, hr, false, nil
 	}
-	if offset > h.size || (offset == h.size && h.size > 0) {
+	end, err := h.span(offset, length)
+	if err != nil {
 		body.Close()
-		return nil, info, nil, false, fmt.Errorf("%w: offset %d of a %d-byte object", objstore.ErrInvalidRange, offset, h.size)
-	}
-	end := h.size
-	if length >= 0 {
-		end = min(h.size, offset+length)
+		return nil, info, nil, false, err
 	}
 	info = objstore.ObjectInfo{Key: key, Size: h.size, ETag: got.ETag, LastModified: got.LastModified}
 	if end <= offset {
@@ -422,12 +419,7 @@ func (d *Driver) CheckBucket(ctx context.Context) error {
 		}
 	}
 	if _, err := d.ring.Wrap(ctx, d.ring.Active(), make([]byte, 32), []byte("check")); err != nil {
-		ke := &KeyError{ID: d.ring.Active(), Err: err}
-		var inner *KeyError
-		if errors.As(err, &inner) {
-			ke.Err = inner.Err
-		}
-		return ke
+		return keyErr(err, d.ring.Active(), noBucketKey, "")
 	}
 	return nil
 }
@@ -441,6 +433,12 @@ type headerRead struct {
 	etag     string
 	modified time.Time
 	stored   int64
+}
+
+// sameObject reports whether a GET's answer is of the object hr describes
+// (its stored size, and its ETag where both have one).
+func (hr *headerRead) sameObject(got objstore.ObjectInfo) bool {
+	return got.Size == hr.stored && (got.ETag == "" || hr.etag == "" || got.ETag == hr.etag)
 }
 
 // readHeader GETs key's header and checks it. A plaintext object is nil
@@ -523,12 +521,9 @@ func (d *Driver) checkHeader(ctx context.Context, key string, b []byte, info obj
 func (d *Driver) getRange(ctx context.Context, key string, ch *headerRead, offset, length int64) (io.ReadCloser, objstore.ObjectInfo, bool, error) {
 	h := &ch.h
 	info := objstore.ObjectInfo{Key: key, Size: h.size, ETag: ch.etag, LastModified: ch.modified}
-	if offset > h.size || (offset == h.size && h.size > 0) {
-		return nil, info, false, fmt.Errorf("%w: offset %d of a %d-byte object", objstore.ErrInvalidRange, offset, h.size)
-	}
-	end := h.size
-	if length >= 0 {
-		end = min(h.size, offset+length)
+	end, err := h.span(offset, length)
+	if err != nil {
+		return nil, info, false, err
 	}
 	if end <= offset {
 		return io.NopCloser(strings.NewReader("")), info, false, nil
@@ -540,7 +535,7 @@ func (d *Driver) getRange(ctx context.Context, key string, ch *headerRead, offse
 	if err != nil {
 		return nil, info, false, err
 	}
-	if got.Size != ch.stored || (got.ETag != "" && ch.etag != "" && got.ETag != ch.etag) {
+	if !ch.sameObject(got) {
 		rc.Close()
 		return nil, info, true, &ObjectError{Object: key, Chunk: -1, Err: ErrTruncated,
 			Detail: fmt.Sprintf("changed since its header was read: %d bytes stored, the header says %d", got.Size, ch.stored)}

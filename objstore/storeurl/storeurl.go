@@ -132,38 +132,38 @@ func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Sto
 // objects (objstore/seal).
 var sealOptions = []string{"key-file", "chunk-size", "read-plaintext"}
 
-// sealIf wraps d in a seal.Driver when the URL names a key file.
-func sealIf(u *URL, d objstore.Driver) (objstore.Driver, error) {
+// sealIf wraps d in a seal.Driver when the URL names a key file. d is
+// closed when it returns an error.
+func sealIf(u *URL, d objstore.Driver) (_ objstore.Driver, err error) {
+	defer func() {
+		if err != nil {
+			d.Close()
+		}
+	}()
 	path := u.Option("key-file")
 	chunk, err := u.Positive("chunk-size")
 	if err != nil {
-		d.Close()
 		return nil, err
 	}
 	plain, err := u.Bool("read-plaintext")
 	if err != nil {
-		d.Close()
 		return nil, err
 	}
 	if path == "" {
 		if chunk > 0 || plain {
-			d.Close()
 			return nil, u.Errorf("chunk-size and read-plaintext seal objects: give the key-file too")
 		}
 		return d, nil
 	}
 	if chunk > seal.MaxChunkSize {
-		d.Close()
 		return nil, u.Errorf("option chunk-size=%d: want %d to %d bytes", chunk, seal.MinChunkSize, seal.MaxChunkSize)
 	}
 	ring, err := seal.LoadKeyFile(path)
 	if err != nil {
-		d.Close()
 		return nil, err
 	}
 	sd, err := seal.New(d, ring, seal.Options{ChunkSize: int(chunk), ReadPlaintext: plain})
 	if err != nil {
-		d.Close()
 		return nil, u.Errorf("%v", err)
 	}
 	return sd, nil
