@@ -30,6 +30,13 @@ type Options struct {
 	// Headers is how many objects' headers are kept, so a ranged read
 	// of an object read before is one GET. 0 means 65,536 (about 20 MiB).
 	Headers int
+	// Selective leaves what to seal to the Driver's user: the Driver
+	// writes objects as they are and reads sealed and plaintext ones
+	// (ReadPlaintext is implied), and Sealing returns the Driver that
+	// seals, sharing its keys. A tiered.Backend over a selective Driver
+	// seals the objects of topics with remote.storage.seal.enable=true
+	// and of diskless WAL objects only.
+	Selective bool
 }
 
 // Validate checks o and fills its defaults.
@@ -46,15 +53,26 @@ func (o *Options) Validate() error {
 	if o.Headers == 0 {
 		o.Headers = 1 << 16
 	}
+	if o.Selective {
+		o.ReadPlaintext = true
+	}
 	return nil
 }
 
 // Driver seals what it writes to another Driver and opens what it reads
 // back (see the package doc). Safe for concurrent use.
 type Driver struct {
+	*keep
+	opts Options
+	// sealing is the Driver that seals, when this one is Selective.
+	sealing *Driver
+}
+
+// keep is what the Drivers of one bucket share (a selective one and its
+// Sealing): the bucket keys and the headers read.
+type keep struct {
 	d    objstore.Driver
 	ring KeyRing
-	opts Options
 	bufs sync.Pool // *[]byte of ChunkSize+TagSize bytes
 
 	mu      sync.Mutex
@@ -82,11 +100,31 @@ func New(d objstore.Driver, ring KeyRing, opts Options) (*Driver, error) {
 	if ring == nil || ring.Active() == "" {
 		return nil, fmt.Errorf("seal: a key ring with an active key is needed")
 	}
-	sd := &Driver{d: d, ring: ring, opts: opts, keys: map[string]*bucketKey{}, stored: map[string]bool{}, headers: map[string]*list.Element{}}
+	k := &keep{d: d, ring: ring, keys: map[string]*bucketKey{}, stored: map[string]bool{}, headers: map[string]*list.Element{}}
 	n := opts.ChunkSize + TagSize
-	sd.bufs.New = func() any { b := make([]byte, n); return &b }
+	k.bufs.New = func() any { b := make([]byte, n); return &b }
+	sd := &Driver{keep: k, opts: opts}
+	if opts.Selective {
+		strict := opts
+		strict.Selective, strict.ReadPlaintext = false, false
+		sd.sealing = &Driver{keep: k, opts: strict}
+	}
 	return sd, nil
 }
+
+// Sealing returns the Driver that seals every object it writes and reads
+// only sealed ones: d itself unless d is Selective, else the Driver of
+// the objects its user seals, which shares d's keys and kept headers.
+func (d *Driver) Sealing() *Driver {
+	if d.sealing != nil {
+		return d.sealing
+	}
+	return d
+}
+
+// Selective reports whether d writes objects as they are and leaves
+// sealing to its user (Options.Selective).
+func (d *Driver) Selective() bool { return d.opts.Selective }
 
 // Inner returns the driver the objects are stored in.
 func (d *Driver) Inner() objstore.Driver { return d.d }
@@ -164,13 +202,18 @@ func (d *Driver) bucketKey(ctx context.Context, id [16]byte, object string) (*bu
 	return bk, nil
 }
 
-// Put implements objstore.Driver: it seals body under a new object key.
+// Put implements objstore.Driver: it seals body under a new object key
+// (a Selective Driver puts it as it is).
 // A PutOptions.CRC32C is checked against the plaintext and the put made
 // with the CRC-32C of the sealed bytes, so the store still checks every
 // byte it keeps.
 func (d *Driver) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
 	if reserved(key) {
 		return objstore.ObjectInfo{}, refuse(key)
+	}
+	if d.opts.Selective {
+		d.forget(key)
+		return d.d.Put(ctx, key, body, size, opts)
 	}
 	bk, err := d.activeKey(ctx, key)
 	if err != nil {
@@ -240,10 +283,12 @@ func (d *Driver) Get(ctx context.Context, key string, offset, length int64) (io.
 			}
 		}
 		rc, info, stale, err := d.getRange(ctx, key, ch, offset, length)
-		if stale && try == 0 {
+		if stale {
 			// The object changed since its header was kept.
 			d.forget(key)
-			continue
+			if try == 0 {
+				continue
+			}
 		}
 		return rc, info, err
 	}
@@ -533,7 +578,11 @@ func (d *Driver) getRange(ctx context.Context, key string, ch *headerRead, offse
 	to := h.chunkPos(last) + h.chunkLen(last) + TagSize
 	rc, got, err := d.d.Get(ctx, key, from, to-from)
 	if err != nil {
-		return nil, info, false, err
+		// Shorter than the header kept says, or gone: the object
+		// changed since (rewritten by another writer), and its header
+		// is read again.
+		stale := errors.Is(err, objstore.ErrInvalidRange) || errors.Is(err, objstore.ErrNotFound)
+		return nil, info, stale, err
 	}
 	if !ch.sameObject(got) {
 		rc.Close()

@@ -663,3 +663,111 @@ func TestGetsARead(t *testing.T) {
 		t.Errorf("a cold ranged read: %d GETs, want 3", got)
 	}
 }
+
+// TestSelective: a Selective Driver writes objects as they are and reads
+// both kinds; its Sealing seals, reads only sealed objects, and shares
+// its bucket keys (one key object for both).
+func TestSelective(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	d, err := seal.New(inner, ring(t, "k1"), seal.Options{ChunkSize: chunk, Selective: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Selective() || d.Sealing() == d || d.Sealing().Selective() || d.Sealing().Sealing() != d.Sealing() {
+		t.Fatal("Sealing of a selective Driver is not a sealing one")
+	}
+	either := objstore.New(d, "either", objstore.Options{})
+	sealing := objstore.New(d.Sealing(), "sealing", objstore.Options{})
+	plainData, sealedData := payload(3*chunk+5, 1), payload(2*chunk+1, 2)
+	put(t, either, "p/plain", plainData)
+	put(t, sealing, "p/sealed", sealedData)
+	if got := rawBytes(t, inner, "p/plain"); !bytes.Equal(got, plainData) {
+		t.Fatal("a selective Driver sealed what it wrote")
+	}
+	if got := rawBytes(t, inner, "p/sealed"); !seal.LooksSealed(got) || bytes.Contains(got, sealedData[:32]) {
+		t.Fatal("Sealing wrote plaintext")
+	}
+	for _, c := range []struct {
+		key  string
+		want []byte
+	}{{"p/plain", plainData}, {"p/sealed", sealedData}} {
+		for _, rg := range [][2]int64{{0, -1}, {chunk - 3, 7}, {chunk + 1, -1}} {
+			got, err := either.ReadAll(ctx, c.key, rg[0], rg[1])
+			want := c.want[rg[0]:]
+			if rg[1] >= 0 {
+				want = want[:rg[1]]
+			}
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("either %s %v: %d bytes, %v", c.key, rg, len(got), err)
+			}
+		}
+	}
+	if got, err := sealing.ReadAll(ctx, "p/sealed", 0, -1); err != nil || !bytes.Equal(got, sealedData) {
+		t.Fatalf("sealing read of a sealed object: %v", err)
+	}
+	_, err = sealing.ReadAll(ctx, "p/plain", 0, -1)
+	wantObjectError(t, err, "p/plain", -1, seal.ErrNotSealed)
+
+	// A key overwritten in plaintext through the selective Driver after
+	// a sealed write reads as the new plaintext (no kept header used).
+	put(t, either, "p/sealed", plainData)
+	if got, err := either.ReadAll(ctx, "p/sealed", chunk, 9); err != nil || !bytes.Equal(got, plainData[chunk:chunk+9]) {
+		t.Fatalf("rewritten in plaintext: %v", err)
+	}
+	keys := 0
+	if err := objstore.New(inner, "raw", objstore.Options{}).List(ctx, "", func(o objstore.ObjectInfo) bool {
+		if strings.Contains(o.Key, seal.KeyDir) {
+			keys++
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if keys != 1 {
+		t.Fatalf("%d bucket key objects, want 1 shared by both Drivers", keys)
+	}
+	// A store with the selective driver is Sealed: rekey and key list
+	// take it.
+	if sd, err := seal.Sealed(either); err != nil || sd != d {
+		t.Fatalf("Sealed: %v", err)
+	}
+}
+
+// TestObjectRewrittenShorterReadsAfresh: an object whose header is kept,
+// rewritten behind the Driver's back as a shorter one (a deleted
+// partition's manifest, written in plaintext through a selective
+// Driver's inner store), reads as it is now rather than failing as a
+// range past its end.
+func TestObjectRewrittenShorterReadsAfresh(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	d, err := seal.New(inner, ring(t, "k1"), seal.Options{ChunkSize: chunk, Selective: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sealing := objstore.New(d.Sealing(), "sealing", objstore.Options{})
+	either := objstore.New(d, "either", objstore.Options{})
+	for _, tc := range []struct {
+		name string
+		off  int64
+	}{{"whole", 0}, {"past the new end", 2 * chunk}} {
+		big := payload(3*chunk, 3)
+		put(t, sealing, "m", big)
+		if got, err := either.ReadAll(ctx, "m", tc.off, -1); err != nil || !bytes.Equal(got, big[tc.off:]) {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		setRaw(t, inner, "m", []byte("short plaintext"))
+		got, err := either.ReadAll(ctx, "m", 0, -1)
+		if err != nil || string(got) != "short plaintext" {
+			t.Fatalf("%s: after the rewrite %q %v", tc.name, got, err)
+		}
+		put(t, sealing, "m", big)
+		if _, err := sealing.ReadAll(ctx, "m", tc.off, -1); err != nil {
+			t.Fatal(err)
+		}
+		setRaw(t, inner, "m", []byte("short plaintext"))
+		_, err = sealing.ReadAll(ctx, "m", tc.off, -1)
+		wantObjectError(t, err, "m", -1, seal.ErrNotSealed)
+	}
+}

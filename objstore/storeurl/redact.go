@@ -17,7 +17,7 @@ const hidden = "xxxxx"
 var shownOptions = map[string]bool{
 	"region": true, "path-style": true, "profile": true, "sse": true, "kms-key": true, "insecure": true,
 	"part-size": true, "concurrency": true, "timeout": true, "attempts": true, "create": true,
-	"key-file": true, "chunk-size": true, "read-plaintext": true,
+	"key-file": true, "chunk-size": true, "read-plaintext": true, "seal": true,
 }
 
 // Redact returns raw as it may be printed in an error, a log line or

@@ -64,6 +64,8 @@ func TestSealOptionsRefused(t *testing.T) {
 	for _, tc := range []struct{ query, want string }{
 		{"chunk-size=8192", "give the key-file too"},
 		{"read-plaintext=true", "give the key-file too"},
+		{"seal=topics", "give the key-file too"},
+		{"key-file=" + keyFile(t, 0o600) + "&seal=some", "option seal=some: want all"},
 		{"key-file=" + keyFile(t, 0o600) + "&chunk-size=100", "chunk size 100"},
 		{"key-file=" + keyFile(t, 0o600) + "&chunk-size=x", "chunk-size"},
 		{"key-file=" + keyFile(t, 0o644), "chmod 600"},
@@ -73,8 +75,33 @@ func TestSealOptionsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.query, err, tc.want)
 		}
-		if err != nil && strings.Contains(tc.want, "chunk") && !errors.Is(err, objstore.ErrInvalidURL) {
+		if err != nil && (strings.Contains(tc.want, "chunk") || strings.Contains(tc.want, "seal=")) && !errors.Is(err, objstore.ErrInvalidURL) {
 			t.Errorf("%s: %v is not ErrInvalidURL", tc.query, err)
 		}
+	}
+}
+
+// TestSealScope: seal=topics opens a selective sealed store (it writes
+// plaintext and leaves sealing to its user), seal=all and no seal= one
+// that seals every object.
+func TestSealScope(t *testing.T) {
+	ctx := context.Background()
+	kf := keyFile(t, 0o600)
+	for _, tc := range []struct {
+		query     string
+		selective bool
+	}{{"", false}, {"&seal=all", false}, {"&seal=topics", true}} {
+		s, err := storeurl.Open(ctx, "file://"+t.TempDir()+"?key-file="+kf+tc.query, objstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sd, err := seal.Sealed(s)
+		if err != nil || sd.Selective() != tc.selective {
+			t.Errorf("%q: sealed %v, selective %v", tc.query, err, sd != nil && sd.Selective())
+		}
+		if tc.selective && !strings.Contains(s.Name(), "seal=topics") {
+			t.Errorf("the store's name %q hides seal=topics", s.Name())
+		}
+		s.Close()
 	}
 }

@@ -31,9 +31,13 @@
 // Every scheme takes key-file=PATH, which seals the bucket's objects
 // with client-side envelope encryption (objstore/seal) under the keys of
 // that file (seal.LoadKeyFile), with chunk-size=BYTES (64 KiB by default)
-// and read-plaintext=true (read objects written before sealing was on):
+// and read-plaintext=true (read objects written before sealing was on),
+// and seal=topics (seal only what its user asks: a tiered.Backend seals
+// the topics with remote.storage.seal.enable=true and its WAL objects;
+// seal.Options.Selective) or seal=all (every object, the default):
 //
 //	s3://bucket/prefix?region=eu-west-1&key-file=/etc/tierlog/keys
+//	s3://bucket/prefix?key-file=/etc/tierlog/keys&seal=topics
 //
 // No error of this package, nor the Name of a Store it opens, quotes the
 // URL but through Redact, which hides whatever may be a secret: user info,
@@ -130,7 +134,7 @@ func Open(ctx context.Context, raw string, opts objstore.Options) (*objstore.Sto
 
 // sealOptions are the options of every scheme that seal the bucket's
 // objects (objstore/seal).
-var sealOptions = []string{"key-file", "chunk-size", "read-plaintext"}
+var sealOptions = []string{"key-file", "chunk-size", "read-plaintext", "seal"}
 
 // sealIf wraps d in a seal.Driver when the URL names a key file. d is
 // closed when it returns an error.
@@ -149,9 +153,17 @@ func sealIf(u *URL, d objstore.Driver) (_ objstore.Driver, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var selective bool
+	switch scope := u.Option("seal"); scope {
+	case "", "all":
+	case "topics":
+		selective = true
+	default:
+		return nil, u.Errorf("option seal=%s: want all (every object sealed) or topics (the topics that ask, remote.storage.seal.enable=true)", scope)
+	}
 	if path == "" {
-		if chunk > 0 || plain {
-			return nil, u.Errorf("chunk-size and read-plaintext seal objects: give the key-file too")
+		if chunk > 0 || plain || u.Option("seal") != "" {
+			return nil, u.Errorf("chunk-size, read-plaintext and seal are options of sealing: give the key-file too")
 		}
 		return d, nil
 	}
@@ -162,7 +174,7 @@ func sealIf(u *URL, d objstore.Driver) (_ objstore.Driver, err error) {
 	if err != nil {
 		return nil, err
 	}
-	sd, err := seal.New(d, ring, seal.Options{ChunkSize: int(chunk), ReadPlaintext: plain})
+	sd, err := seal.New(d, ring, seal.Options{ChunkSize: int(chunk), ReadPlaintext: plain, Selective: selective})
 	if err != nil {
 		return nil, u.Errorf("%v", err)
 	}
