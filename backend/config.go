@@ -60,6 +60,7 @@ type Config struct {
 	FileDeleteDelayMs      int64    // file.delete.delay.ms: delay between .deleted rename and removal
 	RemoteStorageEnable    bool     // remote.storage.enable
 	DisklessEnable         bool     // diskless.enable: appends durable in the bucket's WAL objects, the disk a cache
+	SealEnable             bool     // remote.storage.seal.enable: the topic's objects sealed (client-side encrypted) in the bucket
 	LocalRetentionMs       int64    // local.retention.ms: -2 = retention.ms
 	LocalRetentionBytes    int64    // local.retention.bytes: -2 = retention.bytes
 
@@ -166,6 +167,7 @@ var configKeys = []configKey{
 	longKey("file.delete.delay.ms", 60000, 0, maxLong, func(c *Config) *int64 { return &c.FileDeleteDelayMs }),
 	boolKey("remote.storage.enable", func(c *Config) *bool { return &c.RemoteStorageEnable }),
 	boolKey("diskless.enable", func(c *Config) *bool { return &c.DisklessEnable }),
+	boolKey("remote.storage.seal.enable", func(c *Config) *bool { return &c.SealEnable }),
 	longKey("local.retention.ms", LocalRetentionUseTotal, -2, maxLong, func(c *Config) *int64 { return &c.LocalRetentionMs }),
 	longKey("local.retention.bytes", LocalRetentionUseTotal, -2, maxLong, func(c *Config) *int64 { return &c.LocalRetentionBytes }),
 	{name: "compression.type", def: CompressionProducer, set: func(c *Config, v string) error {

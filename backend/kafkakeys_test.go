@@ -9,7 +9,7 @@ import "testing"
 // fails here.
 func TestTopicSynonymsCoverTopicKeys(t *testing.T) {
 	noBrokerDefault := map[string]bool{
-		"remote.storage.enable": true, "diskless.enable": true, "leader.replication.throttled.replicas": true,
+		"remote.storage.enable": true, "diskless.enable": true, "remote.storage.seal.enable": true, "leader.replication.throttled.replicas": true,
 		"follower.replication.throttled.replicas": true, "remote.log.copy.disable": true, "remote.log.delete.on.disable": true,
 	}
 	for _, k := range ConfigKeys() {

@@ -186,6 +186,10 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 		return nil, &backend.ConfigError{Key: "diskless.enable", Value: "true",
 			Reason: "a diskless topic's appends are durable in a bucket: this log directory has none (open it with tiered.OpenBackend)"}
 	}
+	if cfg.SealEnable && !b.opts.RemoteStorage {
+		return nil, &backend.ConfigError{Key: "remote.storage.seal.enable", Value: "true",
+			Reason: "a sealed topic's objects are sealed in a bucket: this log directory has none (open it with tiered.OpenBackend)"}
+	}
 	tp := TopicPartition{Topic: topic, Partition: partition}
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -15,6 +15,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/seal"
 	"github.com/tierlog/tierlog/wal"
 )
 
@@ -83,12 +84,17 @@ type BackendOptions struct {
 // A tiered partition neither uploads nor applies remote retention until the
 // broker calls BecomeLeader on it.
 type Backend struct {
-	local   *local.Backend
-	store   *objstore.Store
-	prefix  string
-	opts    BackendOptions
-	logger  *slog.Logger
-	metrics *Metrics
+	local *local.Backend
+	store *objstore.Store
+	// sealing is the store that seals (a seal.Driver's Sealing), nil when
+	// Store has no key ring; plain, with a Store that seals only the
+	// topics that ask (seal.Options.Selective), the plaintext one. See
+	// storeFor.
+	sealing, plain *objstore.Store
+	prefix         string
+	opts           BackendOptions
+	logger         *slog.Logger
+	metrics        *Metrics
 
 	caches  *Caches
 	quota   *Quota
@@ -144,7 +150,7 @@ func OpenBackend(dir string, opts BackendOptions) (*Backend, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &Backend{local: lb, store: opts.Store, prefix: strings.Trim(opts.Prefix, "/"), opts: opts, logger: opts.Logger.With("logdir", dir),
+	b := &Backend{local: lb, store: opts.Store, sealing: sealingStore(opts.Store), plain: plainStore(opts.Store), prefix: strings.Trim(opts.Prefix, "/"), opts: opts, logger: opts.Logger.With("logdir", dir),
 		metrics: opts.Metrics, parts: map[backend.TopicPartition]*Partition{}, dlParts: map[wal.TopicPartition]*Partition{},
 		caches: NewCaches(CacheOptions{IndexBytes: opts.IndexCacheBytes, ChunkBytes: opts.ChunkCacheBytes, ManifestBytes: opts.ManifestCacheBytes,
 			IndexDir: filepath.Join(dir, RemoteIndexCacheDir), IndexDiskBytes: opts.Manager.IndexFileCacheBytes}),
@@ -155,6 +161,108 @@ func OpenBackend(dir string, opts BackendOptions) (*Backend, error) {
 	// step's interval (replica_wal.go).
 	b.caches.walLists.fresh = b.svc.cfg.TaskInterval / 2
 	return b, nil
+}
+
+// sealingStore is the store of the objects store seals: store itself
+// when it seals every object, nil when it seals none.
+func sealingStore(store *objstore.Store) *objstore.Store {
+	sd, err := seal.Sealed(store)
+	switch {
+	case err != nil:
+		return nil
+	case sd.Selective():
+		return objstore.New(sd.Sealing(), store.Name(), store.Options())
+	}
+	return store
+}
+
+// plainStore is the store of the objects a store that seals only the
+// topics that ask leaves in plaintext (nil for another store).
+func plainStore(store *objstore.Store) *objstore.Store {
+	if sd, err := seal.Sealed(store); err == nil && sd.Selective() {
+		return objstore.New(sd.Inner(), store.Name(), store.Options())
+	}
+	return nil
+}
+
+// PartitionStore returns the store to read and write the partition
+// under prefix through, for a tool that knows no topic config: store
+// itself, unless store seals only the topics that ask
+// (seal.Options.Selective, a URL's seal=topics); then the sealing one
+// when the partition's manifest is sealed, else the plaintext one (a
+// partition with no manifest yet among them), so that a partition keeps
+// the kind it was created with.
+func PartitionStore(ctx context.Context, store *objstore.Store, prefix string) (*objstore.Store, error) {
+	plain := plainStore(store)
+	if plain == nil {
+		return store, nil
+	}
+	sealed, err := sealedPartition(ctx, plain, prefix)
+	switch {
+	case err != nil:
+		return nil, err
+	case sealed:
+		return sealingStore(store), nil
+	}
+	return plain, nil
+}
+
+// sealedPartition reads the first bytes of the manifest under prefix
+// through plain to say whether it is sealed (false when there is none).
+func sealedPartition(ctx context.Context, plain *objstore.Store, prefix string) (bool, error) {
+	key := manifest.NewLayout(prefix).Manifest()
+	front, err := plain.ReadAll(ctx, key, 0, 8)
+	switch {
+	case errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("tiered: %s: is the partition sealed? %w", key, err)
+	}
+	return seal.LooksSealed(front), nil
+}
+
+// partitionStore is the store of the partition under prefix: open's, or
+// when it is not open, the kind its manifest says (PartitionStore).
+func (b *Backend) partitionStore(ctx context.Context, open *Partition, prefix string) (*objstore.Store, error) {
+	switch {
+	case open != nil:
+		return open.store, nil
+	case b.plain == nil:
+		return b.store, nil
+	}
+	sealed, err := sealedPartition(ctx, b.plain, prefix)
+	switch {
+	case err != nil:
+		return nil, err
+	case sealed:
+		return b.sealing, nil
+	}
+	return b.plain, nil
+}
+
+// storeFor is the store of a partition of a topic with cfg: the sealing
+// one for a topic with remote.storage.seal.enable=true, or for every
+// topic when Store seals every object.
+func (b *Backend) storeFor(tp backend.TopicPartition, cfg backend.Config) (*objstore.Store, error) {
+	switch {
+	case b.sealing != nil && (cfg.SealEnable || b.plain == nil):
+		return b.sealing, nil
+	case cfg.SealEnable:
+		return nil, &backend.ConfigError{Key: "remote.storage.seal.enable", Value: "true",
+			Reason: fmt.Sprintf("%s: the bucket's store %s has no key ring to seal with (give its URL key-file=PATH, with seal=topics to seal only the topics that ask; docs/operators.md, Sealed buckets)", tp, b.store.Name())}
+	case b.plain != nil:
+		return b.plain, nil
+	}
+	return b.store, nil
+}
+
+// walStore is the store of the diskless WAL objects: they hold many
+// topics' records, so a Backend that can seal seals them all.
+func (b *Backend) walStore() *objstore.Store {
+	if b.sealing != nil {
+		return b.sealing
+	}
+	return b.store
 }
 
 // Store returns the bucket.
@@ -224,6 +332,13 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		return l, nil
 	}
 	opts := b.partitionOptions(tp)
+	if opts.Store, err = b.storeFor(tp, cfg); err != nil {
+		l.Close()
+		return nil, err
+	}
+	if b.plain != nil {
+		opts.selective = &selectiveSeal{sealed: opts.Store == b.sealing, either: b.store}
+	}
 	if opts.ReadReplica {
 		if o := l.Offsets(); o.LogEnd > o.LogStart && !isReplicaDir(l.Dir()) {
 			l.Close()
@@ -271,7 +386,7 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 // Backend's writer started if it was not. REQUIRES: b.mu.
 func (b *Backend) disklessLocked(tp backend.TopicPartition) (*diskless, error) {
 	if b.wal == nil {
-		w, err := wal.NewWriter(b.store, wal.Options{Root: b.prefix, CommitInterval: b.opts.Manager.DisklessCommitInterval,
+		w, err := wal.NewWriter(b.walStore(), wal.Options{Root: b.prefix, CommitInterval: b.opts.Manager.DisklessCommitInterval,
 			BufferMaxBytes: b.opts.Manager.DisklessBufferMaxBytes, InFlight: min(b.opts.Manager.DisklessUploadsInFlight, wal.MaxInFlight),
 			Logger: b.logger, OnSettled: b.settled})
 		if err != nil {
@@ -308,7 +423,7 @@ func (b *Backend) partitionOptions(tp backend.TopicPartition) Options {
 	return Options{Store: b.store, Prefix: b.PartitionPrefix(tp), Caches: b.caches, UploadQuota: b.quota, Readers: b.readers,
 		Metrics: b.metrics, Logger: b.opts.Logger.With("partition", tp.String()), Now: b.opts.Now,
 		PrefetchBytes: b.opts.PrefetchBytes, CommitWindow: b.opts.CommitWindow, OpenWithoutBucket: true, noRole: true,
-		onWork: b.svc.wake, ReadReplica: b.opts.ReadReplica}
+		onWork: b.svc.wake, ReadReplica: b.opts.ReadReplica, walStore: b.walStore()}
 }
 
 // TieredPartitions returns the tiered partitions open now, and forgets
@@ -369,7 +484,11 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 	}
 	// The bucket first: it must say deleted before anything goes. The
 	// head alone tells (a part lost does not stop a deletion).
-	ps := &Partition{store: b.store, prefix: prefix}
+	store, err := b.partitionStore(ctx, p, prefix)
+	if err != nil {
+		return storageError(ctx, fmt.Errorf("tiered: delete %s: cannot tell whether the bucket holds it: %w", tp, err))
+	}
+	ps := &Partition{store: store, prefix: prefix}
 	h, etag, err := ps.readHead(ctx)
 	if err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: delete %s: cannot tell whether the bucket holds it: %w", tp, err))
@@ -380,7 +499,7 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 		wasDeleted, gen = h.Deleted(), h.Generation()
 	}
 	if tiered {
-		if gen, err = b.markDeleted(ctx, prefix, epoch); err != nil {
+		if gen, err = b.markDeleted(ctx, store, prefix, epoch); err != nil {
 			return fmt.Errorf("tiered: delete %s: %w", tp, err)
 		}
 	}
@@ -391,7 +510,7 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 	if tiered {
 		// A Delete repeated after one that could not remove every object
 		// (the manifest was deleted already) finishes the job.
-		if err := b.removeObjects(ctx, prefix, gen); err != nil {
+		if err := b.removeObjects(ctx, store, prefix, gen); err != nil {
 			return fmt.Errorf("tiered: delete %s: the partition is deleted, but not all its objects yet (a later Delete finishes): %w", tp, err)
 		}
 		if !wasDeleted {
@@ -403,8 +522,8 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 
 // markDeleted commits the manifest under prefix as deleted and returns
 // its generation.
-func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (uint64, error) {
-	ps := &Partition{store: b.store, prefix: prefix}
+func (b *Backend) markDeleted(ctx context.Context, store *objstore.Store, prefix string, epoch int32) (uint64, error) {
+	ps := &Partition{store: store, prefix: prefix}
 	for attempt := 0; ; attempt++ {
 		h, etag, err := ps.readHead(ctx)
 		if err != nil {
@@ -422,7 +541,7 @@ func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (
 		if err != nil {
 			return 0, err
 		}
-		_, err = b.store.Put(ctx, ps.layout().Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: etag})
+		_, err = store.Put(ctx, ps.layout().Manifest(), bytes.NewReader(data), int64(len(data)), objstore.PutOptions{IfMatch: etag})
 		if err == nil {
 			b.logger.Info("partition marked deleted in the bucket", "prefix", prefix, "generation", next.Generation)
 			return next.Generation, nil
@@ -445,11 +564,11 @@ func (b *Backend) markDeleted(ctx context.Context, prefix string, epoch int32) (
 // then (the new partition's gc removes what the deleted one left). A new
 // partition claims before it uploads, so an object of it in the listing
 // means its claim is visible to the second read.
-func (b *Backend) removeObjects(ctx context.Context, prefix string, gen uint64) error {
+func (b *Backend) removeObjects(ctx context.Context, store *objstore.Store, prefix string, gen uint64) error {
 	var keys []string
 	l := manifest.NewLayout(prefix)
 	manifestKey := l.Manifest()
-	if err := b.store.List(ctx, l.ListPrefix(), func(o objstore.ObjectInfo) bool {
+	if err := store.List(ctx, l.ListPrefix(), func(o objstore.ObjectInfo) bool {
 		if o.Key != manifestKey {
 			keys = append(keys, o.Key)
 		}
@@ -457,7 +576,7 @@ func (b *Backend) removeObjects(ctx context.Context, prefix string, gen uint64) 
 	}); err != nil {
 		return err
 	}
-	ps := &Partition{store: b.store, prefix: prefix}
+	ps := &Partition{store: store, prefix: prefix}
 	h, etag, err := ps.readHead(ctx)
 	if err != nil {
 		return err
@@ -471,7 +590,7 @@ func (b *Backend) removeObjects(ctx context.Context, prefix string, gen uint64) 
 			"deleted_generation", gen, "generation", now)
 		return nil
 	}
-	return b.store.Delete(ctx, keys...)
+	return store.Delete(ctx, keys...)
 }
 
 // Close stops the service (an upload in flight is cancelled and removes

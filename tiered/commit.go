@@ -84,7 +84,24 @@ func noManifest() *manifestState {
 // readHeadBytes GETs the manifest's head (or a backup's) under key, at
 // most maxManifestBytes.
 func (p *Partition) readHeadBytes(ctx context.Context, key string) ([]byte, objstore.ObjectInfo, error) {
-	rc, info, err := p.store.Get(ctx, key, 0, -1)
+	data, info, err := readManifestBytes(ctx, p.store, key)
+	s := p.opts.selective
+	switch {
+	case s != nil && s.sealed && errors.Is(err, seal.ErrNotSealed):
+		return p.otherKind(ctx, key)
+	case err != nil:
+		return nil, info, err
+	case seal.LooksSealed(data) && s != nil && !s.sealed:
+		return p.otherKind(ctx, key)
+	case seal.LooksSealed(data):
+		return nil, info, fmt.Errorf("tiered: %s: %w", key, seal.ErrSealedObject)
+	}
+	return data, info, nil
+}
+
+// readManifestBytes GETs key through store, at most maxManifestBytes.
+func readManifestBytes(ctx context.Context, store *objstore.Store, key string) ([]byte, objstore.ObjectInfo, error) {
+	rc, info, err := store.Get(ctx, key, 0, -1)
 	if err != nil {
 		return nil, info, fmt.Errorf("tiered: read %s: %w", key, err)
 	}
@@ -100,10 +117,30 @@ func (p *Partition) readHeadBytes(ctx context.Context, key string) ([]byte, objs
 	if len(data) > maxManifestBytes {
 		return nil, info, fmt.Errorf("tiered: %s: %w: more than the %d bytes a manifest may have", key, manifest.ErrCorrupt, maxManifestBytes)
 	}
-	if seal.LooksSealed(data) {
-		return nil, info, fmt.Errorf("tiered: %s: %w", key, seal.ErrSealedObject)
-	}
 	return data, info, nil
+}
+
+// otherKind reads key, a manifest sealed when the partition's topic does
+// not ask for sealing or the other way round, in a Backend that seals
+// only the topics that ask. A deleted partition's manifest is returned
+// (a topic of the name created anew is of the kind it asks for; its
+// first commit replaces the manifest); any other is an
+// ErrInvalidConfig naming the topic config, since a topic is sealed or
+// not from its creation.
+func (p *Partition) otherKind(ctx context.Context, key string) ([]byte, objstore.ObjectInfo, error) {
+	data, info, err := readManifestBytes(ctx, p.opts.selective.either, key)
+	if err != nil {
+		return nil, info, err
+	}
+	if h, err := manifest.DecodeHead(data); err == nil && h.Deleted() {
+		return data, info, nil
+	}
+	is, asks := "sealed", "false"
+	if p.opts.selective.sealed {
+		is, asks = "not sealed", "true"
+	}
+	return nil, info, fmt.Errorf("%w: %s is %s, but the partition's topic has remote.storage.seal.enable=%s: a topic is sealed or not from its creation (docs/operators.md, Sealed buckets)",
+		backend.ErrInvalidConfig, key, is, asks)
 }
 
 // adopt makes st the committed manifest, and tells the local log where the

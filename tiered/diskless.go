@@ -410,7 +410,7 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		// to, or not at all).
 		d.w.Reset(d.tp)
 		below := d.w.NextSequence()
-		tails, err := wal.Tail(ctx, p.store, d.w.Layout(), d.w.ID(), prev.After, below, now.head.WriterEpoch(), d.tp)
+		tails, err := wal.Tail(ctx, p.wal(), d.w.Layout(), d.w.ID(), prev.After, below, now.head.WriterEpoch(), d.tp)
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from this Backend's WAL writer: %w", p.prefix, err))
 		}
@@ -420,11 +420,11 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		}
 	} else if prev != nil {
 		old := wal.WriterID(prev.Writer)
-		f, err := wal.Fence(ctx, p.store, d.w.Layout(), old, prev.After, epoch, []wal.TopicPartition{d.tp})
+		f, err := wal.Fence(ctx, p.wal(), d.w.Layout(), old, prev.After, epoch, []wal.TopicPartition{d.tp})
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: fence WAL writer %s: %w", p.prefix, old, err))
 		}
-		tails, err := wal.Tail(ctx, p.store, d.w.Layout(), old, prev.After, f, now.head.WriterEpoch(), d.tp)
+		tails, err := wal.Tail(ctx, p.wal(), d.w.Layout(), old, prev.After, f, now.head.WriterEpoch(), d.tp)
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from WAL writer %s: %w", p.prefix, old, err))
 		}
@@ -577,7 +577,7 @@ func (p *Partition) readTail(ctx context.Context, spans []wal.Span, fn func(sp w
 				return
 			}
 			go func() {
-				data, err := wal.ReadExtent(ctx, p.store, sp.Key, sp.Extent)
+				data, err := wal.ReadExtent(ctx, p.wal(), sp.Key, sp.Extent)
 				results[i] <- result{data, err}
 			}()
 		}

@@ -242,7 +242,7 @@ func markReplicaDir(dir string) error {
 // so one below those holds an object, or held one WAL gc removed: a void,
 // a fence its writer passed, or data every partition consolidated past).
 func (p *Partition) readWriterObjects(ctx context.Context, layout wal.Layout, tp wal.TopicPartition, r *replicaWAL) error {
-	objs, err := p.caches.walLists.list(ctx, p.store, layout, r.writer, r.seen, p.opts.Now())
+	objs, err := p.caches.walLists.list(ctx, p.wal(), layout, r.writer, r.seen, p.opts.Now())
 	if err != nil {
 		return err
 	}
@@ -374,7 +374,7 @@ func (p *Partition) walFooter(ctx context.Context, info objstore.ObjectInfo) (wa
 	if f, ok := p.caches.footers.get(info.Key); ok {
 		return f, nil
 	}
-	f, err := wal.ReadFooter(ctx, p.store, info.Key, info.Size)
+	f, err := wal.ReadFooter(ctx, p.wal(), info.Key, info.Size)
 	if err != nil {
 		return wal.Footer{}, err
 	}

@@ -303,7 +303,14 @@ func (s *service) maintain(p *Partition) {
 	if !p.Attached() {
 		if err := p.Attach(ctx); err != nil {
 			// A refused manifest was logged as the partition went offline.
-			if ctx.Err() == nil && !errors.Is(err, backend.ErrClosed) && !errors.Is(err, backend.ErrManifestRolledBack) {
+			switch {
+			case ctx.Err() != nil || errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrManifestRolledBack):
+			case errors.Is(err, backend.ErrInvalidConfig):
+				// The topic's config does not fit what the bucket holds
+				// (remote.storage.seal.enable, diskless.enable): nothing
+				// is uploaded until it does.
+				log.Error("tiering: the partition's config does not fit its objects in the bucket; local data is served, nothing is uploaded", "err", err)
+			default:
 				log.Warn("tiering: the bucket is unreachable; local data is served meanwhile", "err", err)
 			}
 			return
@@ -315,7 +322,7 @@ func (s *service) maintain(p *Partition) {
 		_, err = p.ApplyRetention(ctx)
 		if err == nil && s.b.opts.GCInterval > 0 && p.man.Load().etag != "" && s.gcDue(p) {
 			var gone []string
-			gone, err = GC(ctx, s.b.store, p.prefix, s.b.opts.GC)
+			gone, err = GC(ctx, p.store, p.prefix, s.b.opts.GC)
 			if len(gone) > 0 {
 				log.Info("tiering: gc removed unreferenced objects", "objects", len(gone))
 			}

@@ -106,6 +106,21 @@ type Options struct {
 	// onWork, when set, is told when the partition may have a segment to
 	// upload (its high watermark moved; it became leader).
 	onWork func(*Partition)
+	// walStore, when set, is the store of the diskless WAL objects
+	// (default Store): a Backend that seals only the topics that ask
+	// seals every WAL object.
+	walStore *objstore.Store
+	// selective, set by a Backend that seals only the topics that ask,
+	// says whether this partition's topic asks (readHeadBytes).
+	selective *selectiveSeal
+}
+
+// selectiveSeal is a partition's kind in a Backend that seals only the
+// topics that ask (seal.Options.Selective): sealed when its topic has
+// remote.storage.seal.enable=true. either reads both kinds of object.
+type selectiveSeal struct {
+	sealed bool
+	either *objstore.Store
 }
 
 // Partition is a local log whose old segments also live in a bucket. It
@@ -295,6 +310,14 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 
 // layout is the key layout of the partition's objects.
 func (p *Partition) layout() manifest.Layout { return manifest.NewLayout(p.prefix) }
+
+// wal is the store of the diskless WAL objects.
+func (p *Partition) wal() *objstore.Store {
+	if p.opts.walStore != nil {
+		return p.opts.walStore
+	}
+	return p.store
+}
 
 // Head returns the committed manifest's head (see manifest.Head): its
 // header, the parts it names and its newest segments, with no I/O.

@@ -47,7 +47,7 @@ Stop the broker first: accept locks the log directory. Exit 0 when accepted
 			if err != nil {
 				return err
 			}
-			store, err := openStore(ctx, storeURL)
+			store, err := openPartitionStore(ctx, storeURL, tp)
 			if err != nil {
 				return err
 			}

@@ -2,11 +2,15 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/storeurl"
 )
 
 // writeKeys writes a key file of lines made by tierctl key new, the last
@@ -140,5 +144,102 @@ func TestKeyCommandsTakeTheURLsKeyFile(t *testing.T) {
 		if code, out, errOut := tierctl(t, args...); code != 0 {
 			t.Errorf("%v: exit %d %s%s", args[:2], code, out, errOut)
 		}
+	}
+}
+
+// TestSealTopicsURL: a bucket holding a sealed partition and a plaintext
+// one, read and written through a URL with seal=topics: every command
+// reads both, an offload to each keeps its kind, verify --deep finds
+// nothing wrong, and reports an object of the other kind than its
+// partition.
+func TestSealTopicsURL(t *testing.T) {
+	root := t.TempDir()
+	logs, bucket, keys := filepath.Join(root, "logs"), filepath.Join(root, "bucket"), filepath.Join(root, "keys")
+	writeKeys(t, keys, map[string]string{}, "k1")
+	store := "file://" + bucket
+	topics := store + "?key-file=" + url.QueryEscape(keys) + "&seal=topics"
+	produce := func(partition string) {
+		t.Helper()
+		if code, _, errOut := tierctl(t, "produce", logs, "--partition", partition, "--count", "2000", "--record-size", "200",
+			"--config", "segment.bytes=131072"); code != 0 {
+			t.Fatalf("produce: %s", errOut)
+		}
+	}
+	offload := func(partition, url string) {
+		t.Helper()
+		if code, _, errOut := tierctl(t, "offload", filepath.Join(logs, partition), "--store", url, "--config", "local.retention.ms=0"); code != 0 {
+			t.Fatalf("offload %s: exit %d %s", partition, code, errOut)
+		}
+	}
+	kinds := func(partition string) (sealed, plain int) {
+		t.Helper()
+		filepath.WalkDir(filepath.Join(bucket, partition), func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && !strings.HasPrefix(d.Name(), ".") {
+				b, _ := os.ReadFile(path)
+				if bytes.HasPrefix(b, []byte("\xffTLSEAL")) {
+					sealed++
+				} else {
+					plain++
+				}
+			}
+			return nil
+		})
+		return sealed, plain
+	}
+	produce("orders-0")
+	produce("events-0")
+	offload("orders-0", store+"?create=true&key-file="+url.QueryEscape(keys)) // seal=all: a sealed partition
+	offload("events-0", store)                                                // no key: a plaintext one
+	produce("orders-0")
+	produce("events-0")
+	offload("orders-0", topics)
+	offload("events-0", topics)
+	if s, p := kinds("orders-0"); s == 0 || p != 0 {
+		t.Fatalf("orders-0: %d sealed objects, %d not: want all sealed", s, p)
+	}
+	if s, p := kinds("events-0"); s != 0 || p == 0 {
+		t.Fatalf("events-0: %d sealed objects, %d not: want none sealed", s, p)
+	}
+	for _, partition := range []string{"orders-0", "events-0"} {
+		if code, out, errOut := tierctl(t, "consume", filepath.Join(logs, partition), "--store", topics, "--quiet"); code != 0 || strings.TrimSpace(out) != "4000" {
+			t.Fatalf("consume %s: exit %d %q %s", partition, code, out, errOut)
+		}
+		restored := filepath.Join(root, "restored-"+partition)
+		if code, _, errOut := tierctl(t, "restore", restored, "--store", topics, "--partition", partition); code != 0 {
+			t.Fatalf("restore %s: exit %d %s", partition, code, errOut)
+		}
+	}
+	if code, out, errOut := tierctl(t, "verify", "--store", topics, "--deep"); code != 0 || strings.Contains(out, "not sealed") {
+		t.Fatalf("verify --deep: exit %d\n%s%s", code, out, errOut)
+	}
+	// An object of the sealed partition replaced by a plaintext one (what
+	// a bucket writer could do), and one of the plaintext partition
+	// sealed in place (under its own name, so that it opens): both
+	// reported.
+	var sealedObj, plainObj string
+	filepath.WalkDir(bucket, func(path string, d os.DirEntry, err error) error {
+		if err == nil && strings.HasSuffix(path, ".index") {
+			if strings.Contains(path, "orders-0") && sealedObj == "" {
+				sealedObj = path
+			} else if strings.Contains(path, "events-0") && plainObj == "" {
+				plainObj = path
+			}
+		}
+		return nil
+	})
+	plainBytes, _ := os.ReadFile(plainObj)
+	os.WriteFile(sealedObj, plainBytes, 0o644)
+	all, err := storeurl.Open(context.Background(), store+"?key-file="+url.QueryEscape(keys), objstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel, _ := filepath.Rel(bucket, plainObj)
+	if _, err := all.Put(context.Background(), filepath.ToSlash(rel), bytes.NewReader(plainBytes), int64(len(plainBytes)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	all.Close()
+	code, out, errOut := tierctl(t, "verify", "--store", topics)
+	if code == 0 || !strings.Contains(out, "not sealed, in a partition whose manifest is") || !strings.Contains(out, "sealed, in a partition whose manifest is not") {
+		t.Fatalf("verify of swapped objects: exit %d\n%s%s", code, out, errOut)
 	}
 }

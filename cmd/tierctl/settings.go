@@ -197,7 +197,7 @@ func addStoreDeadlineFlags(c *cobra.Command) {
 		c.Flags().Duration("store-deadline", defaultStoreDeadline,
 			"give up on a request to --store after this long, retries included (2 attempts); the URL's timeout= and attempts= replace it")
 		c.Flags().String("key-file", "",
-			"the key file of a sealed (client-side encrypted) bucket: the URL's key-file= option (env TIERCTL_KEY_FILE)")
+			"the key file of a sealed (client-side encrypted) bucket: the URL's key-file= option (env TIERCTL_KEY_FILE); add seal=topics to the URL where only some topics are sealed")
 	}
 }
 

@@ -86,14 +86,32 @@ func refuseMemStore(raw, why string) error {
 		storeurl.Redact(raw), why)
 }
 
-// partitionStore parses --partition and opens --store.
+// partitionStore parses --partition and opens --store for it
+// (openPartitionStore).
 func partitionStore(ctx context.Context, partition, storeURL string) (local.TopicPartition, *objstore.Store, error) {
 	tp, err := local.ParsePartitionDirName(partition)
 	if err != nil {
 		return tp, nil, usagef("--partition: %v", err)
 	}
-	store, err := openStore(ctx, storeURL)
+	store, err := openPartitionStore(ctx, storeURL, tp)
 	return tp, store, err
+}
+
+// openPartitionStore opens --store for tp's objects: with a URL that
+// seals only the topics that ask (seal=topics), the store of the kind
+// the partition is in the bucket, sealed or not (tiered.PartitionStore),
+// so that what tierctl writes there is of that kind too.
+func openPartitionStore(ctx context.Context, raw string, tp local.TopicPartition) (*objstore.Store, error) {
+	store, err := openStore(ctx, raw)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := tiered.PartitionStore(ctx, store, tp.String())
+	if err != nil {
+		store.Close()
+		return nil, err
+	}
+	return ps, nil
 }
 
 // partitionOf parses a partition directory's name.
@@ -139,7 +157,7 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 			if err != nil {
 				return err
 			}
-			store, err := openStore(ctx, storeURL)
+			store, err := openPartitionStore(ctx, storeURL, tp)
 			if err != nil {
 				return err
 			}
@@ -218,10 +236,11 @@ func notAPartitionDir(logDir string) error {
 
 // openTiered opens a partition directory read-only and its manifest.
 func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *local.Log, *objstore.Store, error) {
-	if _, err := partitionOf(dir); err != nil {
+	tp, err := partitionOf(dir)
+	if err != nil {
 		return nil, nil, nil, err
 	}
-	store, err := openStore(ctx, storeURL)
+	store, err := openPartitionStore(ctx, storeURL, tp)
 	if err != nil {
 		return nil, nil, nil, err
 	}

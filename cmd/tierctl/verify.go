@@ -215,7 +215,7 @@ func verifyBucket(cmd *cobra.Command, storeURL string, partitions, paths []strin
 		if err != nil {
 			return nil, err
 		}
-		sc.note(ctx, rs)
+		sc.note(ctx, rp.prefix, rs)
 		out = append(out, rs...)
 	}
 	bar.Finish()

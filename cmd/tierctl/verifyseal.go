@@ -40,11 +40,23 @@ func newSealCheck(ctx context.Context, store *objstore.Store, prefixes []string)
 	return sc, nil
 }
 
-// note adds to each object's report what it is sealed under, when that is
-// a retired key (the header is the one the check read: no request).
-func (sc *sealCheck) note(ctx context.Context, rs []fileReport) {
+// note adds to each object's report of the partition under prefix what
+// it is sealed under, when that is a retired key (the header is the one
+// the check read: no request). With a store that seals only the topics
+// that ask (seal=topics), an object of the other kind than its
+// partition's manifest is a problem: the partition's broker cannot read
+// it.
+func (sc *sealCheck) note(ctx context.Context, prefix string, rs []fileReport) {
 	if sc == nil {
 		return
+	}
+	partitionSealed := false
+	if sc.d.Selective() {
+		_, s, err := sc.d.ObjectKey(ctx, prefix+"/"+manifest.ManifestName)
+		if err != nil {
+			return // no manifest to say: the check reported it
+		}
+		partitionSealed = s
 	}
 	for i := range rs {
 		r := &rs[i]
@@ -55,6 +67,15 @@ func (sc *sealCheck) note(ctx context.Context, rs []fileReport) {
 		switch {
 		case err != nil:
 			continue // not an object, or one the check reported already
+		case sc.d.Selective() && sealed != partitionSealed:
+			if sealed {
+				r.problemf("sealed, in a partition whose manifest is not (seal=topics): its topic's broker cannot read it")
+			} else {
+				r.problemf("not sealed, in a partition whose manifest is (seal=topics): its topic's broker refuses it")
+			}
+			continue
+		case !sealed && sc.d.Selective():
+			continue // a plaintext topic's
 		case !sealed:
 			r.Notes = append(r.Notes, "not sealed: written before the bucket was (read with read-plaintext=true)")
 			continue

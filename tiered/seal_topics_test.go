@@ -1,0 +1,293 @@
+package tiered_test
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/objstore/seal"
+	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/tiered"
+	"github.com/tierlog/tierlog/wal"
+)
+
+// selectiveStore is a store over inner that seals only what its user
+// asks (a URL's seal=topics), in 4 KiB chunks.
+func selectiveStore(t testing.TB, inner objstore.Driver, ring seal.KeyRing) *objstore.Store {
+	t.Helper()
+	d, err := seal.New(inner, ring, seal.Options{ChunkSize: seal.MinChunkSize, Selective: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objstore.New(d, "selective", objstore.Options{})
+}
+
+// publicValue is a plaintext topic's value, which the bucket shows.
+var publicValue = []byte("tierlog-public-value-0123456789-")
+
+// The topics of TestSealedTopicsOnly: two sealed, two not; two classic,
+// two diskless.
+var sealTopics = []struct {
+	name     string
+	sealed   bool
+	diskless bool
+}{
+	{"secret", true, false}, {"open", false, false},
+	{"dsecret", true, true}, {"dopen", false, true},
+}
+
+func sealTopicCfg(t *testing.T, sealed, diskless bool) backend.Config {
+	kv := ordersCfg
+	if diskless {
+		kv = disklessCfg
+	}
+	if sealed {
+		kv = append(kv[:len(kv):len(kv)], "remote.storage.seal.enable", "true")
+	}
+	return cfg(t, kv...)
+}
+
+// produceTopic appends 30 batches of 20 records of value to p, leading at
+// epoch 1, and offloads what it can.
+func produceTopic(t *testing.T, p *tiered.Partition, value []byte) {
+	t.Helper()
+	var rb record.Builder
+	for range 30 {
+		rb.Reset(record.NewBatchHeader())
+		for range 20 {
+			rb.Append(1_700_000_000_000, []byte("k"), bytes.Repeat(value, 4), nil)
+		}
+		batch, err := rb.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.Append(ctx, batch, backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if p.Diskless() {
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestSealedTopicsOnly: a Backend over a store that seals only the
+// topics that ask (seal=topics) seals every object of the topics with
+// remote.storage.seal.enable=true and every WAL object, leaves the other
+// topics' objects in plaintext, and reads every topic back after a
+// restart; no sealed topic's value is anywhere in the bucket.
+func TestSealedTopicsOnly(t *testing.T) {
+	inner := mem.New()
+	dir := filepath.Join(t.TempDir(), "broker")
+	open := func(b *tiered.Backend) map[string]*tiered.Partition {
+		out := map[string]*tiered.Partition{}
+		for _, tc := range sealTopics {
+			bp, err := b.Open(ctx, tc.name, 0, sealTopicCfg(t, tc.sealed, tc.diskless))
+			if err != nil {
+				t.Fatal(err)
+			}
+			p := bp.(*tiered.Partition)
+			if err := p.BecomeLeader(ctx, 1); err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			out[tc.name] = p
+		}
+		return out
+	}
+	b := openDisklessBackend(t, dir, selectiveStore(t, inner, keyRing(t, "k1")))
+	want := map[string]map[int64][]byte{}
+	for name, p := range open(b) {
+		value := publicValue
+		if strings.Contains(name, "secret") {
+			value = secretValue
+		}
+		produceTopic(t, p, value)
+		want[name] = batchesFrom(t, p, 0)
+	}
+	b.Close()
+
+	raw := objstore.New(inner, "raw", objstore.Options{})
+	seen := map[string]int{}
+	if err := raw.List(ctx, "", func(o objstore.ObjectInfo) bool {
+		data, err := raw.ReadAll(ctx, o.Key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		isSealed := seal.LooksSealed(data)
+		if bytes.Contains(data, secretValue[:16]) {
+			t.Errorf("%s holds a sealed topic's value", o.Key)
+		}
+		folder := strings.Split(o.Key, "/")[1]
+		switch {
+		case strings.Contains(o.Key, seal.KeyDir):
+			folder = "keys"
+		case folder == wal.Dir || strings.HasPrefix(folder, "secret-") || strings.HasPrefix(folder, "dsecret-"):
+			if !isSealed {
+				t.Errorf("%s is not sealed", o.Key)
+			}
+		case isSealed:
+			t.Errorf("%s, a plaintext topic's, is sealed", o.Key)
+		}
+		seen[folder]++
+		if folder == "open-0" && bytes.Contains(data, publicValue[:16]) {
+			seen["open value"]++
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("objects by folder: %v", seen)
+	for _, f := range []string{"secret-0", "open-0", "dsecret-0", "dopen-0", wal.Dir, "keys", "open value"} {
+		if seen[f] == 0 {
+			t.Errorf("no object of %s in the bucket: the test tests nothing there (%v)", f, seen)
+		}
+	}
+
+	// A restart reads every topic back, from the bucket where the local
+	// copies went.
+	b = openDisklessBackend(t, dir, selectiveStore(t, inner, keyRing(t, "k1")))
+	for name, p := range open(b) {
+		checkBatches(t, name+" after a restart", batchesFrom(t, p, 0), want[name])
+	}
+	b.Close()
+}
+
+// TestSealedTopicsRefusals: what a topic's sealing cannot be, each an
+// error naming remote.storage.seal.enable: asked for with no key ring;
+// changed on a tiered topic; a topic opened with the other setting than
+// its partition in the bucket was created with, either way.
+func TestSealedTopicsRefusals(t *testing.T) {
+	wantConfig := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, backend.ErrInvalidConfig) || !strings.Contains(err.Error(), "remote.storage.seal.enable") {
+			t.Fatalf("%s: %v, want ErrInvalidConfig naming remote.storage.seal.enable", what, err)
+		}
+	}
+	plain := openTieredBackend(t, t.TempDir(), objstore.New(mem.New(), "plain", objstore.Options{}), tiered.BackendOptions{})
+	defer plain.Close()
+	_, err := plain.Open(ctx, "secret", 0, sealTopicCfg(t, true, false))
+	wantConfig("a sealed topic with no key ring", err)
+	var ce *backend.ConfigError
+	if !errors.As(err, &ce) || ce.Key != "remote.storage.seal.enable" || !strings.Contains(err.Error(), "key-file") {
+		t.Fatalf("no key ring: %v, want a ConfigError saying to give key-file", err)
+	}
+
+	inner := mem.New()
+	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), selectiveStore(t, inner, keyRing(t, "k1")))
+	defer b.Close()
+	parts := map[string]*tiered.Partition{}
+	for _, tc := range sealTopics {
+		bp, err := b.Open(ctx, tc.name, 0, sealTopicCfg(t, tc.sealed, tc.diskless))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := bp.(*tiered.Partition)
+		if err := p.BecomeLeader(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		produceTopic(t, p, publicValue)
+		parts[tc.name] = p
+	}
+	wantConfig("turning sealing off", parts["secret"].SetConfig(sealTopicCfg(t, false, false)))
+	wantConfig("turning sealing on", parts["open"].SetConfig(sealTopicCfg(t, true, false)))
+
+	// Another broker (its own disk) opening the topics with the other
+	// setting: refused once it reads the bucket, classic or diskless.
+	other := openDisklessBackend(t, filepath.Join(t.TempDir(), "b"), selectiveStore(t, inner, keyRing(t, "k1")))
+	defer other.Close()
+	for _, tc := range sealTopics {
+		bp, err := other.Open(ctx, tc.name, 0, sealTopicCfg(t, !tc.sealed, tc.diskless))
+		if err == nil {
+			if err = bp.(*tiered.Partition).BecomeLeader(ctx, 2); err == nil {
+				err = bp.(*tiered.Partition).Attach(ctx)
+			}
+		}
+		wantConfig(tc.name+" opened with the other setting", err)
+	}
+}
+
+// TestSealedTopicDeletedAndCreatedPlain: a sealed topic deleted (open, or
+// by a Backend that never opened it) leaves a sealed deleted manifest,
+// and a topic of its name created without sealing takes the name over,
+// in plaintext; and the other way round.
+func TestSealedTopicDeletedAndCreatedPlain(t *testing.T) {
+	inner := mem.New()
+	raw := objstore.New(inner, "raw", objstore.Options{})
+	manifestSealed := func(name string) bool {
+		data, err := raw.ReadAll(ctx, "tl/"+name+"-0/manifest", 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return seal.LooksSealed(data)
+	}
+	b := openTieredBackend(t, t.TempDir(), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	defer b.Close()
+	create := func(name string, sealed bool) map[int64][]byte {
+		t.Helper()
+		bp, err := b.Open(ctx, name, 0, sealTopicCfg(t, sealed, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := bp.(*tiered.Partition)
+		if err := p.BecomeLeader(ctx, 1); err != nil {
+			t.Fatalf("%s (sealed %v): %v", name, sealed, err)
+		}
+		produceTopic(t, p, publicValue)
+		if manifestSealed(name) != sealed {
+			t.Fatalf("%s: manifest sealed %v, want %v", name, !sealed, sealed)
+		}
+		return batchesFrom(t, p, 0)
+	}
+	for _, sealed := range []bool{true, false} {
+		create("t", sealed)
+		if err := b.Delete(ctx, "t", 0); err != nil {
+			t.Fatal(err)
+		}
+		if manifestSealed("t") != sealed {
+			t.Fatalf("deleted while open: the deleted manifest's kind changed (sealed %v)", sealed)
+		}
+		want := create("t", !sealed)
+		if got := batchesFrom(t, mustOpen(t, b, "t", !sealed), 0); len(got) != len(want) {
+			t.Fatalf("recreated: %d batches, want %d", len(got), len(want))
+		}
+	}
+	// Deleted by a Backend that never opened it: the kind is read from
+	// the bucket.
+	create("u", true)
+	fresh := openTieredBackend(t, t.TempDir(), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	defer fresh.Close()
+	if err := fresh.Delete(ctx, "u", 0); err != nil && !errors.Is(err, backend.ErrNotFound) {
+		t.Fatal(err)
+	}
+	if !manifestSealed("u") {
+		t.Fatal("a sealed partition deleted by a Backend that never opened it has a plaintext manifest")
+	}
+	n := 0
+	if err := raw.List(ctx, "tl/u-0/", func(objstore.ObjectInfo) bool { n++; return true }); err != nil || n != 1 {
+		t.Fatalf("%d objects left of the deleted partition (%v), want its manifest", n, err)
+	}
+}
+
+func mustOpen(t *testing.T, b *tiered.Backend, name string, sealed bool) *tiered.Partition {
+	t.Helper()
+	bp, err := b.Open(ctx, name, 0, sealTopicCfg(t, sealed, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bp.(*tiered.Partition)
+}
