@@ -312,12 +312,6 @@ func (l *Log) SetConfig(c backend.Config) error {
 		// at creation too).
 		return &backend.ConfigError{Key: "diskless.enable", Value: strconv.FormatBool(c.DisklessEnable), Reason: "a topic is diskless or not from its creation (" + l.dir + ")"}
 	}
-	if old.SealEnable != c.SealEnable && (old.RemoteStorageEnable || old.DisklessEnable) {
-		// The bucket holds the partition's objects of one kind: sealed
-		// (client-side encrypted) or not. A log not yet tiered takes
-		// the setting with remote.storage.enable=true.
-		return &backend.ConfigError{Key: "remote.storage.seal.enable", Value: strconv.FormatBool(c.SealEnable), Reason: "a tiered topic is sealed or not from its creation (" + l.dir + ")"}
-	}
 	l.storeConfig(c)
 	// New segments only: an active segment keeps the index size and
 	// interval it was created with (its files are sized already).

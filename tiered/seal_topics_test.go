@@ -168,9 +168,11 @@ func TestSealedTopicsOnly(t *testing.T) {
 }
 
 // TestSealedTopicsRefusals: what a topic's sealing cannot be, each an
-// error naming remote.storage.seal.enable: asked for with no key ring;
-// changed on a tiered topic; a topic opened with the other setting than
-// its partition in the bucket was created with, either way.
+// error naming remote.storage.seal.enable: asked for with no key ring
+// (at open, or changed to); changed on a tiered topic where it decides
+// the objects' kind (seal=topics; under seal=all it may change); a topic
+// opened with the other setting than its partition in the bucket was
+// created with, either way.
 func TestSealedTopicsRefusals(t *testing.T) {
 	wantConfig := func(what string, err error) {
 		t.Helper()
@@ -185,6 +187,26 @@ func TestSealedTopicsRefusals(t *testing.T) {
 	var ce *backend.ConfigError
 	if !errors.As(err, &ce) || ce.Key != "remote.storage.seal.enable" || !strings.Contains(err.Error(), "key-file") {
 		t.Fatalf("no key ring: %v, want a ConfigError saying to give key-file", err)
+	}
+
+	// With no key ring, a tiered topic cannot turn it on either.
+	bp, err := plain.Open(ctx, "open", 0, sealTopicCfg(t, false, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantConfig("turning sealing on with no key ring", bp.SetConfig(sealTopicCfg(t, true, false)))
+	// Where every object is sealed (seal=all), the setting changes
+	// nothing and may change.
+	all := openTieredBackend(t, t.TempDir(), sealedStore(t, mem.New(), keyRing(t, "k1")), tiered.BackendOptions{})
+	defer all.Close()
+	if bp, err = all.Open(ctx, "any", 0, sealTopicCfg(t, false, false)); err != nil {
+		t.Fatal(err)
+	}
+	if err := bp.SetConfig(sealTopicCfg(t, true, false)); err != nil {
+		t.Fatalf("seal=all: turning the setting on: %v", err)
+	}
+	if err := bp.SetConfig(sealTopicCfg(t, false, false)); err != nil {
+		t.Fatalf("seal=all: turning the setting off: %v", err)
 	}
 
 	inner := mem.New()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/seal"
 	"github.com/tierlog/tierlog/producerstate"
 )
 
@@ -558,7 +560,35 @@ func (p *Partition) SetConfig(cfg backend.Config) error {
 		return &backend.ConfigError{Key: "remote.storage.enable", Value: "false",
 			Reason: "a tiered partition cannot stop being tiered (" + p.local.Dir() + ")"}
 	}
+	if err := p.checkSealConfig(cfg); err != nil {
+		return err
+	}
 	return p.local.SetConfig(cfg)
+}
+
+// checkSealConfig refuses a remote.storage.seal.enable the partition's
+// objects cannot follow: a change where it decides their kind (a Backend
+// that seals only the topics that ask: the bucket holds them sealed or
+// not from the topic's creation), or true with a store that cannot seal.
+// Where every object is sealed whatever the topic says, it may change.
+func (p *Partition) checkSealConfig(cfg backend.Config) error {
+	s := p.opts.selective
+	v := strconv.FormatBool(cfg.SealEnable)
+	switch {
+	case s != nil && cfg.SealEnable != s.sealed:
+		kind := "not sealed"
+		if s.sealed {
+			kind = "sealed"
+		}
+		return &backend.ConfigError{Key: "remote.storage.seal.enable", Value: v,
+			Reason: "a tiered topic is sealed or not from its creation: its objects in the bucket are " + kind + " (" + p.local.Dir() + ")"}
+	case s == nil && cfg.SealEnable:
+		if _, err := seal.Sealed(p.store); err != nil {
+			return &backend.ConfigError{Key: "remote.storage.seal.enable", Value: v,
+				Reason: fmt.Sprintf("the bucket's store %s has no key ring to seal with (%s)", p.store.Name(), p.local.Dir())}
+		}
+	}
+	return nil
 }
 
 // Ready is nil once the partition answers from its whole log: a read
