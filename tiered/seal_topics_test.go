@@ -52,6 +52,25 @@ func sealTopicCfg(t *testing.T, sealed, diskless bool) backend.Config {
 	return cfg(t, kv...)
 }
 
+// openSealTopics opens sealTopics' partitions on b, each leading at
+// epoch 1.
+func openSealTopics(t *testing.T, b *tiered.Backend) map[string]*tiered.Partition {
+	t.Helper()
+	out := map[string]*tiered.Partition{}
+	for _, tc := range sealTopics {
+		bp, err := b.Open(ctx, tc.name, 0, sealTopicCfg(t, tc.sealed, tc.diskless))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := bp.(*tiered.Partition)
+		if err := p.BecomeLeader(ctx, 1); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		out[tc.name] = p
+	}
+	return out
+}
+
 // produceTopic appends 30 batches of 20 records of value to p, leading at
 // epoch 1, and offloads what it can.
 func produceTopic(t *testing.T, p *tiered.Partition, value []byte) {
@@ -94,24 +113,9 @@ func produceTopic(t *testing.T, p *tiered.Partition, value []byte) {
 func TestSealedTopicsOnly(t *testing.T) {
 	inner := mem.New()
 	dir := filepath.Join(t.TempDir(), "broker")
-	open := func(b *tiered.Backend) map[string]*tiered.Partition {
-		out := map[string]*tiered.Partition{}
-		for _, tc := range sealTopics {
-			bp, err := b.Open(ctx, tc.name, 0, sealTopicCfg(t, tc.sealed, tc.diskless))
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := bp.(*tiered.Partition)
-			if err := p.BecomeLeader(ctx, 1); err != nil {
-				t.Fatalf("%s: %v", tc.name, err)
-			}
-			out[tc.name] = p
-		}
-		return out
-	}
 	b := openDisklessBackend(t, dir, selectiveStore(t, inner, keyRing(t, "k1")))
 	want := map[string]map[int64][]byte{}
-	for name, p := range open(b) {
+	for name, p := range openSealTopics(t, b) {
 		value := publicValue
 		if strings.Contains(name, "secret") {
 			value = secretValue
@@ -161,7 +165,7 @@ func TestSealedTopicsOnly(t *testing.T) {
 	// A restart reads every topic back, from the bucket where the local
 	// copies went.
 	b = openDisklessBackend(t, dir, selectiveStore(t, inner, keyRing(t, "k1")))
-	for name, p := range open(b) {
+	for name, p := range openSealTopics(t, b) {
 		checkBatches(t, name+" after a restart", batchesFrom(t, p, 0), want[name])
 	}
 	b.Close()
@@ -212,18 +216,9 @@ func TestSealedTopicsRefusals(t *testing.T) {
 	inner := mem.New()
 	b := openDisklessBackend(t, filepath.Join(t.TempDir(), "a"), selectiveStore(t, inner, keyRing(t, "k1")))
 	defer b.Close()
-	parts := map[string]*tiered.Partition{}
-	for _, tc := range sealTopics {
-		bp, err := b.Open(ctx, tc.name, 0, sealTopicCfg(t, tc.sealed, tc.diskless))
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := bp.(*tiered.Partition)
-		if err := p.BecomeLeader(ctx, 1); err != nil {
-			t.Fatal(err)
-		}
+	parts := openSealTopics(t, b)
+	for _, p := range parts {
 		produceTopic(t, p, publicValue)
-		parts[tc.name] = p
 	}
 	wantConfig("turning sealing off", parts["secret"].SetConfig(sealTopicCfg(t, false, false)))
 	wantConfig("turning sealing on", parts["open"].SetConfig(sealTopicCfg(t, true, false)))
