@@ -57,7 +57,9 @@ type BucketKey struct {
 // opened with the ring to check it opens (BucketKey.Err; an object that
 // does not decode is one too): one LIST page per 1,000 objects of the
 // whole store, a GET and an unwrap each. folders, when given, are the key
-// folders (KeyFolder) to list instead of the whole store.
+// folders (KeyFolder) to list instead of the whole store. A ring that
+// fails otherwise than ErrUnknownKey or ErrWrongKey (a KMS unreachable)
+// is BucketKeys' error, not a key's.
 func BucketKeys(ctx context.Context, store *objstore.Store, folders ...string) ([]BucketKey, error) {
 	d, ks, err := keyStore(store)
 	if err != nil {
@@ -74,6 +76,11 @@ func BucketKeys(ctx context.Context, store *objstore.Store, folders ...string) (
 			return out, err
 		}
 		d.check(ctx, &bk)
+		if bk.Err != nil && !errors.Is(bk.Err, ErrUnknownKey) && !errors.Is(bk.Err, ErrWrongKey) && !errors.Is(bk.Err, ErrBadKeyFile) {
+			// The ring failed (a KMS unreachable): whether the key
+			// opens is not known, which is not that it does not.
+			return out, fmt.Errorf("seal: bucket key %s: the key ring could not unwrap it with key %q: %w", name, bk.KEK, bk.Err)
+		}
 		out = append(out, bk)
 	}
 	return out, nil

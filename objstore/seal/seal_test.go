@@ -771,3 +771,30 @@ func TestObjectRewrittenShorterReadsAfresh(t *testing.T) {
 		wantObjectError(t, err, "m", -1, seal.ErrNotSealed)
 	}
 }
+
+// failingRing is a ring whose Unwrap fails as an unreachable KMS does.
+type failingRing struct{ seal.KeyRing }
+
+var errKMSDown = fmt.Errorf("kms unreachable: %w", objstore.ErrRetryable)
+
+func (failingRing) Unwrap(context.Context, string, []byte, []byte) ([]byte, error) {
+	return nil, errKMSDown
+}
+
+// TestBucketKeysRingFailure: a key ring that cannot be reached makes
+// BucketKeys fail, saying so, rather than report the bucket key as one
+// that does not open (whose objects would be called unreadable).
+func TestBucketKeysRingFailure(t *testing.T) {
+	ctx := context.Background()
+	inner := mem.New()
+	r := ring(t, "k1")
+	put(t, sealed(t, inner, r, seal.Options{}), "p/o", []byte("x"))
+	keys, err := seal.BucketKeys(ctx, sealed(t, inner, r, seal.Options{}))
+	if err != nil || len(keys) != 1 || keys[0].Err != nil {
+		t.Fatalf("with the ring: %v %+v", err, keys)
+	}
+	keys, err = seal.BucketKeys(ctx, sealed(t, inner, failingRing{r}, seal.Options{}))
+	if !errors.Is(err, errKMSDown) || !errors.Is(err, objstore.ErrRetryable) || !strings.Contains(err.Error(), `key "k1"`) || len(keys) != 0 {
+		t.Fatalf("with the ring down: %v %+v, want the ring's error naming k1", err, keys)
+	}
+}
