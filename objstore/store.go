@@ -104,7 +104,11 @@ type Store struct {
 	name   string
 	opts   Options
 	closed atomic.Bool
+	*counters
+}
 
+// counters are a Store's Stats, shared with its WithDriver Stores.
+type counters struct {
 	mu       sync.Mutex
 	requests map[Op]int64
 	errs     map[Op]int64
@@ -116,7 +120,15 @@ type Store struct {
 // New wraps d; name (for errors) is usually the store's URL without secrets.
 func New(d Driver, name string, opts Options) *Store {
 	opts.fill()
-	return &Store{d: d, name: name, opts: opts, requests: map[Op]int64{}, errs: map[Op]int64{}, retries: map[Op]int64{}}
+	return &Store{d: d, name: name, opts: opts, counters: &counters{requests: map[Op]int64{}, errs: map[Op]int64{}, retries: map[Op]int64{}}}
+}
+
+// WithDriver returns a Store over d, another driver of the same bucket (a
+// view of s's, such as a seal.Driver's Sealing), with s's name and
+// options and counting into s's Stats. Closing either closes its own
+// driver.
+func (s *Store) WithDriver(d Driver) *Store {
+	return &Store{d: d, name: s.name, opts: s.opts, counters: s.counters}
 }
 
 // Timeout returns the per-attempt request deadline.

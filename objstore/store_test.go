@@ -212,3 +212,24 @@ func TestPutThatMovesOutlastsTheBound(t *testing.T) {
 		}
 	}
 }
+
+// TestWithDriverSharesStats: a Store over another driver of the bucket
+// counts into the first one's Stats, with its name and options.
+func TestWithDriverSharesStats(t *testing.T) {
+	ctx := context.Background()
+	a := objstore.New(mem.New(), "bucket", objstore.Options{MaxAttempts: 2})
+	b := a.WithDriver(mem.New())
+	if _, err := b.Put(ctx, "k", strings.NewReader("v"), 1, objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.ReadAll(ctx, "k", 0, -1); !errors.Is(err, objstore.ErrNotFound) {
+		t.Fatalf("a's driver holds b's object: %v", err)
+	}
+	st := a.Stats()
+	if st.Requests[objstore.OpPut] != 1 || st.Requests[objstore.OpGet] != 1 || st.BytesOut != 1 {
+		t.Fatalf("a's stats %+v, want b's put and a's get", st)
+	}
+	if b.Name() != "bucket" || b.Options().MaxAttempts != 2 {
+		t.Fatalf("b: %q %+v", b.Name(), b.Options())
+	}
+}
