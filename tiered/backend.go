@@ -171,7 +171,7 @@ func sealingStore(store *objstore.Store) *objstore.Store {
 	case err != nil:
 		return nil
 	case sd.Selective():
-		return objstore.New(sd.Sealing(), store.Name(), store.Options())
+		return store.WithDriver(sd.Sealing())
 	}
 	return store
 }
@@ -180,57 +180,66 @@ func sealingStore(store *objstore.Store) *objstore.Store {
 // topics that ask leaves in plaintext (nil for another store).
 func plainStore(store *objstore.Store) *objstore.Store {
 	if sd, err := seal.Sealed(store); err == nil && sd.Selective() {
-		return objstore.New(sd.Inner(), store.Name(), store.Options())
+		return store.WithDriver(sd.Inner())
 	}
 	return nil
 }
 
 // PartitionStore returns the store to read and write the partition
-// under prefix through, for a tool that knows no topic config: store
+// under prefix through, for a tool that opens one partition: store
 // itself, unless store seals only the topics that ask
 // (seal.Options.Selective, a URL's seal=topics); then the sealing one
-// when the partition's manifest is sealed, else the plaintext one (a
-// partition with no manifest yet among them), so that a partition keeps
-// the kind it was created with.
-func PartitionStore(ctx context.Context, store *objstore.Store, prefix string) (*objstore.Store, error) {
-	plain := plainStore(store)
-	if plain == nil {
-		return store, nil
+// when the partition's manifest is sealed, else the plaintext one, so
+// that a partition keeps the kind it was created with. sealed says the
+// partition's topic asks for sealing (remote.storage.seal.enable=true):
+// a partition with no manifest yet is then created sealed, and one
+// whose manifest is not sealed, or a store that cannot seal, is an
+// ErrInvalidConfig.
+func PartitionStore(ctx context.Context, store *objstore.Store, prefix string, sealed bool) (*objstore.Store, error) {
+	refuse := func(why string) error {
+		return &backend.ConfigError{Key: "remote.storage.seal.enable", Value: "true", Reason: prefix + ": " + why}
 	}
-	sealed, err := sealedPartition(ctx, plain, prefix)
+	plain := plainStore(store)
+	switch sealing := sealingStore(store); {
+	case sealed && sealing == nil:
+		return nil, refuse(fmt.Sprintf("the store %s has no key ring to seal with (give its URL key-file=PATH)", store.Name()))
+	case plain == nil:
+		return store, nil // every object sealed, or none
+	}
+	exists, isSealed, err := sealedPartition(ctx, plain, prefix)
 	switch {
 	case err != nil:
 		return nil, err
-	case sealed:
+	case isSealed || (sealed && !exists):
 		return sealingStore(store), nil
+	case sealed:
+		return nil, refuse("the partition's manifest in the bucket is not sealed: a topic is sealed or not from its creation")
 	}
 	return plain, nil
 }
 
 // sealedPartition reads the first bytes of the manifest under prefix
-// through plain to say whether it is sealed (false when there is none).
-func sealedPartition(ctx context.Context, plain *objstore.Store, prefix string) (bool, error) {
+// through plain to say whether there is one and whether it is sealed.
+func sealedPartition(ctx context.Context, plain *objstore.Store, prefix string) (exists, sealed bool, err error) {
 	key := manifest.NewLayout(prefix).Manifest()
 	front, err := plain.ReadAll(ctx, key, 0, 8)
 	switch {
 	case errors.Is(err, objstore.ErrNotFound) && !errors.Is(err, objstore.ErrBucketNotFound):
-		return false, nil
+		return false, false, nil
 	case err != nil:
-		return false, fmt.Errorf("tiered: %s: is the partition sealed? %w", key, err)
+		return false, false, fmt.Errorf("tiered: %s: is the partition sealed? %w", key, err)
 	}
-	return seal.LooksSealed(front), nil
+	return true, seal.LooksSealed(front), nil
 }
 
-// partitionStore is the store of the partition under prefix: open's, or
-// when it is not open, the kind its manifest says (PartitionStore).
-func (b *Backend) partitionStore(ctx context.Context, open *Partition, prefix string) (*objstore.Store, error) {
-	switch {
-	case open != nil:
-		return open.store, nil
-	case b.plain == nil:
+// partitionStore is the store of the partition under prefix, of the
+// kind its manifest is (PartitionStore): what its topic config says may
+// not be (a partition refused for it is still deleted).
+func (b *Backend) partitionStore(ctx context.Context, prefix string) (*objstore.Store, error) {
+	if b.plain == nil {
 		return b.store, nil
 	}
-	sealed, err := sealedPartition(ctx, b.plain, prefix)
+	_, sealed, err := sealedPartition(ctx, b.plain, prefix)
 	switch {
 	case err != nil:
 		return nil, err
@@ -315,6 +324,15 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 	if cfg.DisklessEnable {
 		cfg.RemoteStorageEnable = true // implied: a diskless topic's segments consolidate into the bucket
 	}
+	// Before the log takes cfg: a refused sealing leaves an open log as
+	// it was.
+	var store *objstore.Store
+	if cfg.RemoteStorageEnable || cfg.SealEnable {
+		var err error
+		if store, err = b.storeFor(tp, cfg); err != nil {
+			return nil, err
+		}
+	}
 	l, err := b.local.OpenLog(ctx, topic, partition, cfg)
 	if err != nil {
 		return nil, err
@@ -332,10 +350,7 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		return l, nil
 	}
 	opts := b.partitionOptions(tp)
-	if opts.Store, err = b.storeFor(tp, cfg); err != nil {
-		l.Close()
-		return nil, err
-	}
+	opts.Store = store
 	if b.plain != nil {
 		opts.selective = &selectiveSeal{sealed: opts.Store == b.sealing, either: b.store}
 	}
@@ -484,7 +499,7 @@ func (b *Backend) Delete(ctx context.Context, topic string, partition int32) err
 	}
 	// The bucket first: it must say deleted before anything goes. The
 	// head alone tells (a part lost does not stop a deletion).
-	store, err := b.partitionStore(ctx, p, prefix)
+	store, err := b.partitionStore(ctx, prefix)
 	if err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: delete %s: cannot tell whether the bucket holds it: %w", tp, err))
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/tierlog/tierlog/backend"
@@ -95,6 +96,18 @@ func (p *Partition) readHeadBytes(ctx context.Context, key string) ([]byte, objs
 		return p.otherKind(ctx, key)
 	case seal.LooksSealed(data):
 		return nil, info, fmt.Errorf("tiered: %s: %w", key, seal.ErrSealedObject)
+	case s != nil && s.sealed:
+		// Opened, or, with the URL's read-plaintext=true, passed as it
+		// is: the kept header says which (no request when sealed).
+		sd, err := seal.Sealed(p.store)
+		if err != nil {
+			return nil, info, err
+		}
+		if _, sealed, err := sd.ObjectKey(ctx, key); err != nil {
+			return nil, info, fmt.Errorf("tiered: read %s: %w", key, err)
+		} else if !sealed {
+			return p.otherKind(ctx, key)
+		}
 	}
 	return data, info, nil
 }
@@ -128,19 +141,42 @@ func readManifestBytes(ctx context.Context, store *objstore.Store, key string) (
 // ErrInvalidConfig naming the topic config, since a topic is sealed or
 // not from its creation.
 func (p *Partition) otherKind(ctx context.Context, key string) ([]byte, objstore.ObjectInfo, error) {
-	data, info, err := readManifestBytes(ctx, p.opts.selective.either, key)
+	s := p.opts.selective
+	data, info, err := readManifestBytes(ctx, s.either, key)
 	if err != nil {
 		return nil, info, err
 	}
-	if h, err := manifest.DecodeHead(data); err == nil && h.Deleted() {
-		return data, info, nil
-	}
 	is, asks := "sealed", "false"
-	if p.opts.selective.sealed {
+	if s.sealed {
 		is, asks = "not sealed", "true"
 	}
-	return nil, info, fmt.Errorf("%w: %s is %s, but the partition's topic has remote.storage.seal.enable=%s: a topic is sealed or not from its creation (docs/operators.md, Sealed buckets)",
-		backend.ErrInvalidConfig, key, is, asks)
+	h, err := manifest.DecodeHead(data)
+	if err != nil || !h.Deleted() {
+		return nil, info, fmt.Errorf("%w: %s is %s, but the partition's topic has remote.storage.seal.enable=%s: a topic is sealed or not from its creation (docs/operators.md, Sealed buckets)",
+			backend.ErrInvalidConfig, key, is, asks)
+	}
+	if !s.sealed {
+		return data, info, nil // a sealed manifest: one only the keys make
+	}
+	// A plaintext manifest anyone who may write to the bucket can make:
+	// a sealed topic takes its word that the partition is deleted only
+	// when nothing else is left of it, lest one forged over a sealed
+	// partition's hide its data.
+	var left []string
+	if err := s.either.List(ctx, p.layout().ListPrefix(), func(o objstore.ObjectInfo) bool {
+		if o.Key != key {
+			left = append(left, o.Key)
+		}
+		return len(left) < 3
+	}); err != nil {
+		return nil, info, fmt.Errorf("tiered: %s: %w", p.prefix, err)
+	}
+	if len(left) > 0 {
+		return nil, info, fmt.Errorf("%w: %s says the partition is deleted, but is not sealed while its topic has remote.storage.seal.enable=true, and objects of the partition remain (%s): "+
+			"a sealed topic takes over a deleted plaintext partition only once its deletion finished (Delete it again); else the manifest was replaced",
+			backend.ErrInvalidConfig, key, strings.Join(left, ", "))
+	}
+	return data, info, nil
 }
 
 // adopt makes st the committed manifest, and tells the local log where the

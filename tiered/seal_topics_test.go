@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/objstore/seal"
@@ -123,7 +125,34 @@ func TestSealedTopicsOnly(t *testing.T) {
 		produceTopic(t, p, value)
 		want[name] = batchesFrom(t, p, 0)
 	}
+	// The Backend's store counts every partition's requests, sealed or
+	// not (what a metrics exporter is given).
+	if puts := b.Store().Stats().Requests[objstore.OpPut]; puts < 40 {
+		t.Fatalf("the Backend's store counted %d PUTs", puts)
+	}
 	b.Close()
+
+	// WAL gc reads the WAL objects through the sealing store (their
+	// sizes listed right: no HEAD) and the manifests of both kinds
+	// through the Backend's.
+	sd, err := seal.Sealed(selectiveStore(t, inner, keyRing(t, "k1")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	walStore := objstore.New(sd.Sealing(), "sealing", objstore.Options{})
+	objs, err := tiered.GCWAL(ctx, walStore, "tl", tiered.WALGCOptions{Grace: 1, Force: true, DryRun: true,
+		Manifests: objstore.New(sd, "selective", objstore.Options{})})
+	if err != nil || len(objs) == 0 {
+		t.Fatalf("WAL gc: %d objects, %v", len(objs), err)
+	}
+	for _, o := range objs {
+		if o.Damaged != nil {
+			t.Fatalf("WAL gc: %s damaged: %v", o.Key, o.Damaged)
+		}
+	}
+	if heads := walStore.Stats().Requests[objstore.OpHead]; heads != 0 {
+		t.Fatalf("WAL gc made %d HEADs", heads)
+	}
 
 	raw := objstore.New(inner, "raw", objstore.Options{})
 	seen := map[string]int{}
@@ -307,4 +336,184 @@ func mustOpen(t *testing.T, b *tiered.Backend, name string, sealed bool) *tiered
 		t.Fatal(err)
 	}
 	return bp.(*tiered.Partition)
+}
+
+// TestSealedTopicForgedDeletedManifest: a plaintext manifest saying
+// "deleted", put over a sealed partition's by someone without the keys,
+// is refused by a sealed topic while the partition's objects remain,
+// rather than taken as a deleted partition (its data hidden, the topic
+// started over empty).
+func TestSealedTopicForgedDeletedManifest(t *testing.T) {
+	inner := mem.New()
+	a := openTieredBackend(t, filepath.Join(t.TempDir(), "a"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	p := mustOpen(t, a, "s", true)
+	if err := p.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	produceTopic(t, p, secretValue)
+	gen := p.Head().Generation()
+	a.Close()
+	data, err := (&manifest.Manifest{Generation: gen + 1, WriterEpoch: 1, Deleted: true}).Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw := objstore.New(inner, "raw", objstore.Options{})
+	if _, err := raw.Put(ctx, "tl/s-0/manifest", bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b := openTieredBackend(t, filepath.Join(t.TempDir(), "b"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	defer b.Close()
+	q := mustOpen(t, b, "s", true)
+	err = q.BecomeLeader(ctx, 2)
+	if err == nil {
+		err = q.Attach(ctx)
+	}
+	if !errors.Is(err, backend.ErrInvalidConfig) || !strings.Contains(err.Error(), "objects of the partition remain") {
+		t.Fatalf("a forged plaintext deleted manifest over a sealed partition: %v", err)
+	}
+}
+
+// TestSealTopicsOverPlaintextDisklessWAL: a bucket whose diskless topic
+// wrote plaintext WAL objects, taken over (its old broker still up) by
+// one whose URL gained key-file and seal=topics: with read-plaintext=true
+// the new leader reads the plaintext tail; without it, it says the WAL
+// object is not sealed.
+func TestSealTopicsOverPlaintextDisklessWAL(t *testing.T) {
+	for _, readPlaintext := range []bool{true, false} {
+		inner := mem.New()
+		b := openDisklessBackend(t, filepath.Join(t.TempDir(), "old"), objstore.New(inner, "plain", objstore.Options{}))
+		p := openDiskless(t, b, 1)
+		for range 5 {
+			if _, err := appendOne(t, p, 10, "x"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := p.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		want := batchesFrom(t, p, 0)
+		d, err := seal.New(inner, keyRing(t, "k1"), seal.Options{ChunkSize: seal.MinChunkSize, Selective: true, ReadPlaintext: readPlaintext})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nb := openDisklessBackend(t, filepath.Join(t.TempDir(), "new"), objstore.New(d, "selective", objstore.Options{}))
+		bp, err := nb.Open(ctx, "orders", 0, cfg(t, disklessCfg...))
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := bp.(*tiered.Partition)
+		if err = q.BecomeLeader(ctx, 2); err == nil {
+			err = q.Ready(ctx)
+		}
+		switch {
+		case readPlaintext && err != nil:
+			t.Fatalf("read-plaintext: %v", err)
+		case readPlaintext:
+			checkBatches(t, "the new leader", batchesFrom(t, q, 0), want)
+		case !errors.Is(err, seal.ErrNotSealed):
+			t.Fatalf("without read-plaintext: %v, want ErrNotSealed", err)
+		}
+		nb.Close()
+		b.Close()
+	}
+}
+
+// TestRefusedSealLeavesTheLocalLog: a local topic that asks to become a
+// sealed tiered one on a Backend with no key ring is refused, and its
+// open log goes on as it was.
+func TestRefusedSealLeavesTheLocalLog(t *testing.T) {
+	b := openTieredBackend(t, t.TempDir(), objstore.New(mem.New(), "plain", objstore.Options{}), tiered.BackendOptions{})
+	defer b.Close()
+	lp, err := b.Open(ctx, "t", 0, cfg(t, "segment.bytes", "16384"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := appendOne(t, lp, 1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Open(ctx, "t", 0, sealTopicCfg(t, true, false)); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("a sealed topic with no key ring: %v", err)
+	}
+	if _, err := appendOne(t, lp, 1, "b"); err != nil {
+		t.Fatalf("the local log after the refusal: %v", err)
+	}
+	if c := lp.(interface{ Config() backend.Config }).Config(); c.RemoteStorageEnable || c.SealEnable {
+		t.Fatalf("the refused config was applied: %+v", c)
+	}
+}
+
+// TestDeleteTopicOfTheOtherKind: a topic opened with the other setting
+// than its partition in the bucket (refused for it) is still deleted,
+// in the kind its objects are.
+func TestDeleteTopicOfTheOtherKind(t *testing.T) {
+	inner := mem.New()
+	a := openTieredBackend(t, filepath.Join(t.TempDir(), "a"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	p := mustOpen(t, a, "t", false)
+	if err := p.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	produceTopic(t, p, publicValue)
+	a.Close()
+	b := openTieredBackend(t, filepath.Join(t.TempDir(), "b"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	defer b.Close()
+	q := mustOpen(t, b, "t", true)
+	if err := q.BecomeLeader(ctx, 2); err == nil {
+		if err := q.Attach(ctx); !errors.Is(err, backend.ErrInvalidConfig) {
+			t.Fatalf("opened with the other setting: %v", err)
+		}
+	}
+	if err := b.Delete(ctx, "t", 0); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	raw := objstore.New(inner, "raw", objstore.Options{})
+	data, err := raw.ReadAll(ctx, "tl/t-0/manifest", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := manifest.DecodeHead(data)
+	if err != nil || !h.Deleted() {
+		t.Fatalf("the manifest after the delete: %v (plaintext, deleted, wanted)", err)
+	}
+}
+
+// TestOpenRefusesASelectiveStore: tiered.Open given a store that seals
+// only the topics that ask, with no word on which this partition is,
+// refuses it (it would write a sealed partition in plaintext); the store
+// tiered.PartitionStore returns is taken.
+func TestOpenRefusesASelectiveStore(t *testing.T) {
+	inner := mem.New()
+	s := selectiveStore(t, inner, keyRing(t, "k1"))
+	l, err := local.Open(filepath.Join(t.TempDir(), "p-0"), local.Options{Config: cfg(t), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := tiered.Open(ctx, l, tiered.Options{Store: s, Prefix: "tl/p-0"}); !errors.Is(err, backend.ErrInvalidConfig) || !strings.Contains(err.Error(), "PartitionStore") {
+		t.Fatalf("a selective store: %v", err)
+	}
+	ps, err := tiered.PartitionStore(ctx, s, "tl/p-0", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: ps, Prefix: "tl/p-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := tiered.CommitSegments(ctx, p, synthSegments(0, 2, 1_700_000_000_000)); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := objstore.New(inner, "raw", objstore.Options{}).ReadAll(ctx, "tl/p-0/manifest", 0, -1); err != nil || !seal.LooksSealed(data) {
+		t.Fatalf("the partition PartitionStore sealed has a plaintext manifest: %v", err)
+	}
+	// Now its manifest is sealed: a topic that does not ask gets the
+	// sealing store; with no key ring, asking is refused.
+	if again, err := tiered.PartitionStore(ctx, s, "tl/p-0", false); err != nil {
+		t.Fatal(err)
+	} else if sd, err := seal.Sealed(again); err != nil || sd.Selective() {
+		t.Fatalf("a sealed partition's store: %v", err)
+	}
+	if _, err := tiered.PartitionStore(ctx, objstore.New(inner, "plain", objstore.Options{}), "tl/p-0", true); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("asking with no key ring: %v", err)
+	}
 }

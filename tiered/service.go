@@ -402,7 +402,7 @@ func (s *service) walGCPass() {
 	}
 	task := func() {
 		defer func() { s.mu.Lock(); s.walGCRunning = false; s.mu.Unlock() }()
-		objs, err := GCWAL(s.ctx, s.b.store, s.b.prefix, WALGCOptions{Grace: s.b.opts.GC.Grace, Force: s.b.opts.GC.Force})
+		objs, err := GCWAL(s.ctx, s.b.walStore(), s.b.prefix, WALGCOptions{Grace: s.b.opts.GC.Grace, Force: s.b.opts.GC.Force, Manifests: s.b.store})
 		removed := 0
 		for _, o := range objs {
 			if o.Remove {

@@ -240,6 +240,12 @@ func Open(ctx context.Context, l *local.Log, opts Options) (*Partition, error) {
 	if opts.Store == nil {
 		return nil, fmt.Errorf("tiered: no store")
 	}
+	if sd, err := seal.Sealed(opts.Store); err == nil && sd.Selective() && opts.selective == nil {
+		// It would write a sealed partition's objects in plaintext,
+		// and read plaintext objects slipped into one.
+		return nil, fmt.Errorf("%w: tiered: %s: the store %s seals only the topics that ask (seal=topics): open the partition through a Backend, or through the store tiered.PartitionStore returns",
+			backend.ErrInvalidConfig, opts.Prefix, opts.Store.Name())
+	}
 	if cfg := l.Config(); !cfg.RemoteStorageEnable {
 		// The local log learns it is tiered: its time and size retention
 		// become this layer's, which deletes only what the bucket holds.

@@ -57,6 +57,11 @@ type WALGCOptions struct {
 	DryRun bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Manifests is where the partitions' manifests are read (default
+	// the WAL objects' store): a Backend that seals only the topics
+	// that ask reads its WAL objects through the sealing store and the
+	// manifests, of both kinds, through its own.
+	Manifests *objstore.Store
 }
 
 // WALObject is one object under a root's WAL folder, as GCWAL judged it.
@@ -107,6 +112,9 @@ func GCWAL(ctx context.Context, store *objstore.Store, root string, opts WALGCOp
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.Manifests == nil {
+		opts.Manifests = store
 	}
 	objs, err := ListWAL(ctx, store, root)
 	if err != nil {
@@ -182,7 +190,7 @@ func GCWAL(ctx context.Context, store *objstore.Store, root string, opts WALGCOp
 		endOf := func(tp wal.TopicPartition) (partitionEnd, error) {
 			end, ok := ends[tp]
 			if !ok {
-				if end, err = readPartitionEnd(ctx, store, root, tp); err != nil {
+				if end, err = readPartitionEnd(ctx, opts.Manifests, root, tp); err != nil {
 					return end, err
 				}
 				ends[tp] = end

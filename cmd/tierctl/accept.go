@@ -47,7 +47,7 @@ Stop the broker first: accept locks the log directory. Exit 0 when accepted
 			if err != nil {
 				return err
 			}
-			store, err := openPartitionStore(ctx, storeURL, tp)
+			store, err := openPartitionStore(ctx, storeURL, tp, false)
 			if err != nil {
 				return err
 			}

@@ -243,7 +243,7 @@ func runCompact(cmd *cobra.Command, dir string, o compactOptions) error {
 // read-only and writes nothing anywhere).
 func runCompactTiered(cmd *cobra.Command, dir string, tp local.TopicPartition, cfg backend.Config, o compactOptions) error {
 	ctx := cmd.Context()
-	store, err := openPartitionStore(ctx, o.store, tp)
+	store, err := openPartitionStore(ctx, o.store, tp, cfg.SealEnable)
 	if err != nil {
 		return err
 	}

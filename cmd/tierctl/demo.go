@@ -302,7 +302,11 @@ func (d *demo) offload() error {
 		return err
 	}
 	d.store = store
-	if d.tp, err = tiered.Open(d.ctx, d.l, tiered.Options{Store: store, Prefix: "demo/orders-0", LeaderEpoch: 0}); err != nil {
+	ps, err := tiered.PartitionStore(d.ctx, store, "demo/orders-0", false) // with seal=topics: the partition's kind
+	if err != nil {
+		return err
+	}
+	if d.tp, err = tiered.Open(d.ctx, d.l, tiered.Options{Store: ps, Prefix: "demo/orders-0", LeaderEpoch: 0}); err != nil {
 		return err
 	}
 	offStart := time.Now()

@@ -243,3 +243,41 @@ func TestSealTopicsURL(t *testing.T) {
 		t.Fatalf("verify of swapped objects: exit %d\n%s%s", code, out, errOut)
 	}
 }
+
+// TestOffloadTakesTheSealConfig: offload of a partition the bucket has
+// no manifest of, with --config remote.storage.seal.enable=true, seals
+// it under seal=topics, and is refused, writing nothing, with no key file.
+func TestOffloadTakesTheSealConfig(t *testing.T) {
+	for _, withKey := range []bool{true, false} {
+		root := t.TempDir()
+		logs, bucket, keys := filepath.Join(root, "logs"), filepath.Join(root, "bucket"), filepath.Join(root, "keys")
+		writeKeys(t, keys, map[string]string{}, "k1")
+		u := "file://" + bucket + "?create=true"
+		if withKey {
+			u += "&key-file=" + url.QueryEscape(keys) + "&seal=topics"
+		}
+		if code, _, errOut := tierctl(t, "produce", logs, "--partition", "secret-0", "--count", "2000", "--record-size", "200",
+			"--config", "segment.bytes=131072"); code != 0 {
+			t.Fatalf("produce: %s", errOut)
+		}
+		code, _, errOut := tierctl(t, "offload", filepath.Join(logs, "secret-0"), "--store", u,
+			"--config", "local.retention.ms=0", "--config", "remote.storage.seal.enable=true")
+		sealed, plain := 0, 0
+		filepath.WalkDir(filepath.Join(bucket, "secret-0"), func(path string, d os.DirEntry, err error) error {
+			if err == nil && !d.IsDir() && !strings.HasPrefix(d.Name(), ".") {
+				if b, _ := os.ReadFile(path); bytes.HasPrefix(b, []byte("\xffTLSEAL")) {
+					sealed++
+				} else {
+					plain++
+				}
+			}
+			return nil
+		})
+		switch {
+		case withKey && (code != 0 || plain != 0 || sealed == 0):
+			t.Fatalf("seal=topics: exit %d %s; %d sealed objects, %d plaintext", code, errOut, sealed, plain)
+		case !withKey && (code == 0 || sealed+plain != 0 || !strings.Contains(errOut, "remote.storage.seal.enable")):
+			t.Fatalf("no key file: exit %d %q; %d objects written", code, errOut, sealed+plain)
+		}
+	}
+}

@@ -93,20 +93,21 @@ func partitionStore(ctx context.Context, partition, storeURL string) (local.Topi
 	if err != nil {
 		return tp, nil, usagef("--partition: %v", err)
 	}
-	store, err := openPartitionStore(ctx, storeURL, tp)
+	store, err := openPartitionStore(ctx, storeURL, tp, false)
 	return tp, store, err
 }
 
 // openPartitionStore opens --store for tp's objects: with a URL that
 // seals only the topics that ask (seal=topics), the store of the kind
 // the partition is in the bucket, sealed or not (tiered.PartitionStore),
-// so that what tierctl writes there is of that kind too.
-func openPartitionStore(ctx context.Context, raw string, tp local.TopicPartition) (*objstore.Store, error) {
+// so that what tierctl writes there is of that kind too; sealed says its
+// topic config asks for sealing (--config remote.storage.seal.enable=true).
+func openPartitionStore(ctx context.Context, raw string, tp local.TopicPartition, sealed bool) (*objstore.Store, error) {
 	store, err := openStore(ctx, raw)
 	if err != nil {
 		return nil, err
 	}
-	ps, err := tiered.PartitionStore(ctx, store, tp.String())
+	ps, err := tiered.PartitionStore(ctx, store, tp.String(), sealed)
 	if err != nil {
 		store.Close()
 		return nil, err
@@ -157,7 +158,7 @@ Objects go to <store prefix>/<topic>-<partition>/.`,
 			if err != nil {
 				return err
 			}
-			store, err := openPartitionStore(ctx, storeURL, tp)
+			store, err := openPartitionStore(ctx, storeURL, tp, cfg.SealEnable)
 			if err != nil {
 				return err
 			}
@@ -240,7 +241,7 @@ func openTiered(ctx context.Context, dir, storeURL string) (*tiered.Partition, *
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	store, err := openPartitionStore(ctx, storeURL, tp)
+	store, err := openPartitionStore(ctx, storeURL, tp, false)
 	if err != nil {
 		return nil, nil, nil, err
 	}

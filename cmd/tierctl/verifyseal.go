@@ -50,13 +50,12 @@ func (sc *sealCheck) note(ctx context.Context, prefix string, rs []fileReport) {
 	if sc == nil {
 		return
 	}
-	partitionSealed := false
+	// kinds: the partition's manifest says its objects' kind (not when
+	// it cannot be read: the check reported that).
+	kinds, partitionSealed := false, false
 	if sc.d.Selective() {
 		_, s, err := sc.d.ObjectKey(ctx, prefix+"/"+manifest.ManifestName)
-		if err != nil {
-			return // no manifest to say: the check reported it
-		}
-		partitionSealed = s
+		kinds, partitionSealed = err == nil, s
 	}
 	for i := range rs {
 		r := &rs[i]
@@ -67,7 +66,7 @@ func (sc *sealCheck) note(ctx context.Context, prefix string, rs []fileReport) {
 		switch {
 		case err != nil:
 			continue // not an object, or one the check reported already
-		case sc.d.Selective() && sealed != partitionSealed:
+		case kinds && sealed != partitionSealed:
 			if sealed {
 				r.problemf("sealed, in a partition whose manifest is not (seal=topics): its topic's broker cannot read it")
 			} else {

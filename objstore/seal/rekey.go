@@ -33,7 +33,7 @@ func keyStore(store *objstore.Store) (*Driver, *objstore.Store, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return d, objstore.New(d.d, store.Name(), store.Options()), nil
+	return d, store.WithDriver(d.d), nil
 }
 
 // BucketKey describes a bucket key's object. One bucket key has an

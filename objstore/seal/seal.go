@@ -33,9 +33,10 @@ type Options struct {
 	// Selective leaves what to seal to the Driver's user: the Driver
 	// writes objects as they are and reads sealed and plaintext ones
 	// (ReadPlaintext is implied), and Sealing returns the Driver that
-	// seals, sharing its keys. A tiered.Backend over a selective Driver
-	// seals the objects of topics with remote.storage.seal.enable=true
-	// and of diskless WAL objects only.
+	// seals, sharing its keys, which reads plaintext objects only with
+	// ReadPlaintext. A tiered.Backend over a selective Driver seals the
+	// objects of topics with remote.storage.seal.enable=true and of
+	// diskless WAL objects only.
 	Selective bool
 }
 
@@ -94,6 +95,7 @@ type cachedHeader struct {
 
 // New returns a Driver that seals into d with keys wrapped by ring.
 func New(d objstore.Driver, ring KeyRing, opts Options) (*Driver, error) {
+	readPlaintext := opts.ReadPlaintext // Validate sets it for a Selective Driver
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
@@ -105,9 +107,9 @@ func New(d objstore.Driver, ring KeyRing, opts Options) (*Driver, error) {
 	k.bufs.New = func() any { b := make([]byte, n); return &b }
 	sd := &Driver{keep: k, opts: opts}
 	if opts.Selective {
-		strict := opts
-		strict.Selective, strict.ReadPlaintext = false, false
-		sd.sealing = &Driver{keep: k, opts: strict}
+		sealing := opts
+		sealing.Selective, sealing.ReadPlaintext = false, readPlaintext
+		sd.sealing = &Driver{keep: k, opts: sealing}
 	}
 	return sd, nil
 }

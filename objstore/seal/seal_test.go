@@ -708,6 +708,15 @@ func TestSelective(t *testing.T) {
 	}
 	_, err = sealing.ReadAll(ctx, "p/plain", 0, -1)
 	wantObjectError(t, err, "p/plain", -1, seal.ErrNotSealed)
+	// With ReadPlaintext given too (objects from before the key file),
+	// Sealing reads them.
+	rp, err := seal.New(inner, ring(t, "k1"), seal.Options{ChunkSize: chunk, Selective: true, ReadPlaintext: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := objstore.New(rp.Sealing(), "rp", objstore.Options{}).ReadAll(ctx, "p/plain", 0, -1); err != nil || !bytes.Equal(got, plainData) {
+		t.Fatalf("Sealing with ReadPlaintext: %v", err)
+	}
 
 	// A key overwritten in plaintext through the selective Driver after
 	// a sealed write reads as the new plaintext (no kept header used).
