@@ -256,13 +256,36 @@ func (b *Backend) storeFor(tp backend.TopicPartition, cfg backend.Config) (*objs
 	switch {
 	case b.sealing != nil && (cfg.SealEnable || b.plain == nil):
 		return b.sealing, nil
+	case b.plain != nil && b.opts.ReadReplica:
+		// A read replica learns its topics from the bucket, not their
+		// configs: it reads a partition of either kind (and writes
+		// nothing), but a topic it is told is sealed.
+		return b.store, nil
 	case cfg.SealEnable:
-		return nil, &backend.ConfigError{Key: "remote.storage.seal.enable", Value: "true",
-			Reason: fmt.Sprintf("%s: the bucket's store %s has no key ring to seal with (give its URL key-file=PATH, with seal=topics to seal only the topics that ask; docs/operators.md, Sealed buckets)", tp, b.store.Name())}
+		return nil, b.noKeyRing(tp.String() + ": ")
 	case b.plain != nil:
 		return b.plain, nil
 	}
 	return b.store, nil
+}
+
+// CheckConfig reports whether the Backend can hold a topic of cfg, as
+// Open would refuse it before any I/O: remote.storage.seal.enable=true
+// needs a store that can seal. A broker checks a topic config change
+// with it before it applies it to the partitions (a local topic takes
+// the change now and opens tiered later).
+func (b *Backend) CheckConfig(cfg backend.Config) error {
+	if cfg.SealEnable && b.sealing == nil {
+		return b.noKeyRing("")
+	}
+	return nil
+}
+
+// noKeyRing refuses remote.storage.seal.enable=true on a Backend whose
+// store cannot seal.
+func (b *Backend) noKeyRing(what string) error {
+	return &backend.ConfigError{Key: "remote.storage.seal.enable", Value: "true",
+		Reason: what + "the bucket's store " + b.store.Name() + " has no key ring to seal with (give its URL key-file=PATH, with seal=topics to seal only the topics that ask; docs/operators.md, Sealed buckets)"}
 }
 
 // walStore is the store of the diskless WAL objects: they hold many

@@ -153,6 +153,12 @@ func TestSealedTopicsOnly(t *testing.T) {
 	if heads := walStore.Stats().Requests[objstore.OpHead]; heads != 0 {
 		t.Fatalf("WAL gc made %d HEADs", heads)
 	}
+	// Listed through a store that is not sealed, the WAL folder's
+	// bucket key is no WAL object (nor a damaged one).
+	listed, err := tiered.ListWAL(ctx, objstore.New(inner, "raw", objstore.Options{}), "tl")
+	if err != nil || len(listed) != len(objs) {
+		t.Fatalf("ListWAL through the raw store: %d objects (%v), want %d", len(listed), err, len(objs))
+	}
 
 	raw := objstore.New(inner, "raw", objstore.Options{})
 	seen := map[string]int{}
@@ -515,5 +521,37 @@ func TestOpenRefusesASelectiveStore(t *testing.T) {
 	}
 	if _, err := tiered.PartitionStore(ctx, objstore.New(inner, "plain", objstore.Options{}), "tl/p-0", true); !errors.Is(err, backend.ErrInvalidConfig) {
 		t.Fatalf("asking with no key ring: %v", err)
+	}
+}
+
+// TestSealTopicsReadReplica: a read replica over a seal=topics store,
+// which learns its topics from the bucket and not their configs (it
+// opens them with remote.storage.seal.enable unset), serves sealed and
+// plaintext partitions alike.
+func TestSealTopicsReadReplica(t *testing.T) {
+	inner := mem.New()
+	b := openTieredBackend(t, filepath.Join(t.TempDir(), "origin"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	want := map[string]map[int64][]byte{}
+	for _, name := range []string{"secret", "open"} {
+		p := mustOpen(t, b, name, name == "secret")
+		if err := p.BecomeLeader(ctx, 1); err != nil {
+			t.Fatal(err)
+		}
+		produceTopic(t, p, publicValue)
+		want[name] = batchesFrom(t, p, 0)
+		if len(want[name]) == 0 || p.Offsets().LocalLogStart == 0 {
+			t.Fatalf("%s: nothing offloaded", name)
+		}
+	}
+	b.Close()
+	r := openTieredBackend(t, filepath.Join(t.TempDir(), "replica"), selectiveStore(t, inner, keyRing(t, "k1")),
+		tiered.BackendOptions{ReadReplica: true})
+	defer r.Close()
+	for _, name := range []string{"secret", "open"} {
+		bp, err := r.Open(ctx, name, 0, sealTopicCfg(t, false, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkBatches(t, name+" on the replica", batchesFrom(t, bp, 0), want[name])
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/compaction"
 	"github.com/tierlog/tierlog/internal/ratelimit"
+	"github.com/tierlog/tierlog/objstore/seal"
 )
 
 // The tiering service: a Backend's RemoteLogManager.
@@ -305,10 +306,11 @@ func (s *service) maintain(p *Partition) {
 			// A refused manifest was logged as the partition went offline.
 			switch {
 			case ctx.Err() != nil || errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrManifestRolledBack):
-			case errors.Is(err, backend.ErrInvalidConfig):
-				// The topic's config does not fit what the bucket holds
-				// (remote.storage.seal.enable, diskless.enable): nothing
-				// is uploaded until it does.
+			case errors.Is(err, backend.ErrInvalidConfig) || errors.Is(err, seal.ErrNotSealed) || errors.Is(err, seal.ErrSealedObject):
+				// The topic's config, or the store URL's sealing, does
+				// not fit what the bucket holds (remote.storage.seal.enable,
+				// diskless.enable, key-file=, seal=): nothing is uploaded
+				// until it does.
 				log.Error("tiering: the partition's config does not fit its objects in the bucket; local data is served, nothing is uploaded", "err", err)
 			default:
 				log.Warn("tiering: the bucket is unreachable; local data is served meanwhile", "err", err)

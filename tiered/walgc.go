@@ -11,6 +11,7 @@ import (
 
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/seal"
 	"github.com/tierlog/tierlog/wal"
 )
 
@@ -91,6 +92,9 @@ func ListWAL(ctx context.Context, store *objstore.Store, root string) ([]WALObje
 	l := wal.NewLayout(root)
 	var out []WALObject
 	err := store.List(ctx, l.Prefix(), func(o objstore.ObjectInfo) bool {
+		if strings.Contains(o.Key, seal.KeyDir) {
+			return true // a sealed bucket's key (listed by a store that is not sealed)
+		}
 		w := WALObject{Key: o.Key, Size: o.Size, LastModified: o.LastModified}
 		w.Writer, w.Sequence, w.Damaged = l.Parse(o.Key)
 		out = append(out, w)

@@ -66,7 +66,9 @@
 // still one round trip: from offset 0 one GET, the header at its front;
 // elsewhere the header's GET and the chunks' at once. So the remote
 // offset index still finds a batch and a read fetches a chunk or two
-// around it; the plaintext lives only in memory.
+// around it; what this Driver opens lives only in memory (its user may
+// keep it: tiered keeps fetched offset and time indexes on the broker's
+// disk).
 //
 // # What sealing does not do
 //

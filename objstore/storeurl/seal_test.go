@@ -65,6 +65,7 @@ func TestSealOptionsRefused(t *testing.T) {
 		{"chunk-size=8192", "give the key-file too"},
 		{"read-plaintext=true", "give the key-file too"},
 		{"seal=topics", "give the key-file too"},
+		{"key-file=" + keyFile(t, 0o600) + "&seal=topics&seal=all", "option seal given 2 times"},
 		{"key-file=" + keyFile(t, 0o600) + "&seal=some", "option seal=some: want all"},
 		{"key-file=" + keyFile(t, 0o600) + "&chunk-size=100", "chunk size 100"},
 		{"key-file=" + keyFile(t, 0o600) + "&chunk-size=x", "chunk-size"},

@@ -230,15 +230,16 @@ func parse(raw string) (*URL, *Opener, error) {
 	if err != nil {
 		return nil, nil, bad(raw, "query: %s", parseCause(err))
 	}
-	for k := range q {
+	for k, v := range q {
 		if !slices.Contains(names, k) {
 			return nil, nil, bad(raw, "unknown option %s for %s:// (known: %s)", shownName(k), u.Scheme, strings.Join(names, ", "))
 		}
+		if len(v) > 1 {
+			// Which one would count is not what the URL says.
+			return nil, nil, bad(raw, "option %s given %d times", k, len(v))
+		}
 	}
 	if ep, ok := q["endpoint"]; ok {
-		if len(ep) != 1 {
-			return nil, nil, bad(raw, "endpoint given %d times", len(ep))
-		}
 		if err := checkEndpoint(ep[0]); err != nil {
 			return nil, nil, bad(raw, "%v", err)
 		}

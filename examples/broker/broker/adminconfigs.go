@@ -235,6 +235,14 @@ func (b *Broker) changeConfig(typ kmsg.ConfigResourceType, name string, validate
 	if internalTopic(name) && (!cfg.Compact() || cfg.RemoteStorageEnable) {
 		return fmt.Errorf("%w: %s is an internal topic: it stays compacted and local", kerr.InvalidConfig, name)
 	}
+	if c, ok := b.be.(interface{ CheckConfig(backend.Config) error }); ok {
+		// What the backend would refuse when the topic opens again
+		// (a local topic takes the change now and opens tiered at the
+		// next start): refused now, not then.
+		if err := c.CheckConfig(cfg); err != nil {
+			return fmt.Errorf("%w: %v", kerr.InvalidConfig, err)
+		}
+	}
 	if validateOnly {
 		return nil
 	}

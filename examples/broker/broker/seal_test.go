@@ -115,4 +115,24 @@ func TestSealedTopicThroughTheBroker(t *testing.T) {
 	if code := resp.Topics[0].ErrorCode; code != 40 || !strings.Contains(msg, "remote.storage.seal.enable") { // INVALID_CONFIG
 		t.Fatalf("a sealed topic on a broker with no key ring: error code %d %q, want 40 naming the key", code, msg)
 	}
+	// Nor may a local topic be altered to one (it would take the change
+	// now and fail to open at the next start).
+	pcl := newClient(t, plain.Addr())
+	createTopic(t, pcl, "local", 1, map[string]string{})
+	alter := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
+	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "local"
+	for _, k := range []string{"remote.storage.enable", "remote.storage.seal.enable"} {
+		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+		c.Name, c.Value, c.Op = k, kmsg.StringPtr("true"), kmsg.IncrementalAlterConfigOpSet
+		rr.Configs = append(rr.Configs, c)
+	}
+	alter.Resources = append(alter.Resources, rr)
+	aresp, err := alter.RequestWith(context.Background(), pcl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := aresp.Resources[0].ErrorCode; code != 40 {
+		t.Fatalf("altering a local topic to a sealed one on a broker with no key ring: error code %d, want INVALID_CONFIG", code)
+	}
 }
