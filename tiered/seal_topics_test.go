@@ -3,9 +3,11 @@ package tiered_test
 import (
 	"bytes"
 	"errors"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
@@ -553,5 +555,37 @@ func TestSealTopicsReadReplica(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkBatches(t, name+" on the replica", batchesFrom(t, bp, 0), want[name])
+	}
+}
+
+// TestMismatchLoggedOnce: a partition the service cannot attach (here a
+// topic opened with the other setting than its bucket partition) is
+// logged once, not at every task interval.
+func TestMismatchLoggedOnce(t *testing.T) {
+	inner := mem.New()
+	a := openTieredBackend(t, filepath.Join(t.TempDir(), "a"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	p := mustOpen(t, a, "t", false)
+	if err := p.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	produceTopic(t, p, publicValue)
+	a.Close()
+	var logs lockedBuffer
+	logger := slog.New(slog.NewTextHandler(&logs, nil))
+	b := openTieredBackend(t, filepath.Join(t.TempDir(), "b"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{Logger: logger})
+	defer b.Close()
+	q := mustOpen(t, b, "t", true)
+	if err := q.BecomeLeader(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	const line = "does not fit its objects in the bucket"
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(logs.String(), line); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the mismatch was not logged in a minute:\n%s", logs.String())
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // more passes of 20 ms task intervals
+	if n := strings.Count(logs.String(), line); n != 1 {
+		t.Fatalf("the mismatch was logged %d times, want once:\n%s", n, logs.String())
 	}
 }

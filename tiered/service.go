@@ -63,6 +63,36 @@ type taskState struct {
 	failures  int       // consecutive failed copy turns
 	notBefore time.Time // no copy turn before (backoff)
 	lastGC    time.Time
+	// attachLogged and attachAt are the attach failure last logged and
+	// when: the same one is logged again only after repeatLogAfter.
+	attachLogged string
+	attachAt     time.Time
+}
+
+// repeatLogAfter is how long a partition's unchanged attach failure goes
+// unlogged: a broker of 10,000 partitions whose bucket is down would
+// otherwise log 10,000 lines each task interval.
+const repeatLogAfter = 10 * time.Minute
+
+// logAttach reports whether p's attach failure msg is to be logged now:
+// when it differs from the last one logged, or that one is older than
+// repeatLogAfter. A success (msg "") forgets it, and reports whether a
+// failure was logged (so that the recovery is too).
+func (s *service) logAttach(p *Partition, msg string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.stateLocked(p)
+	if msg == "" {
+		was := st.attachLogged != ""
+		st.attachLogged = ""
+		return was
+	}
+	now := time.Now()
+	if msg == st.attachLogged && now.Sub(st.attachAt) < repeatLogAfter {
+		return false
+	}
+	st.attachLogged, st.attachAt = msg, now
+	return true
 }
 
 func newService(b *Backend) *service {
@@ -306,6 +336,8 @@ func (s *service) maintain(p *Partition) {
 			// A refused manifest was logged as the partition went offline.
 			switch {
 			case ctx.Err() != nil || errors.Is(err, backend.ErrClosed) || errors.Is(err, backend.ErrManifestRolledBack):
+			case !s.logAttach(p, err.Error()):
+				// Logged already, unchanged.
 			case errors.Is(err, backend.ErrInvalidConfig) || errors.Is(err, seal.ErrNotSealed) || errors.Is(err, seal.ErrSealedObject):
 				// The topic's config, or the store URL's sealing, does
 				// not fit what the bucket holds (remote.storage.seal.enable,
@@ -316,6 +348,9 @@ func (s *service) maintain(p *Partition) {
 				log.Warn("tiering: the bucket is unreachable; local data is served meanwhile", "err", err)
 			}
 			return
+		}
+		if s.logAttach(p, "") {
+			log.Info("tiering: attached to the bucket")
 		}
 	}
 	var err error
