@@ -169,6 +169,28 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 	return b.OpenLog(ctx, topic, partition, cfg)
 }
 
+// CheckConfig reports whether the directory can hold a topic of cfg, as
+// OpenLog would refuse it: remote.storage.enable, diskless.enable and
+// remote.storage.seal.enable need a bucket, which a directory opened
+// without BackendOptions.RemoteStorage has none of. A broker checks a
+// topic config change with it before it applies it to the partitions,
+// which would otherwise take it and fail to open at the next start.
+func (b *Backend) CheckConfig(cfg backend.Config) error {
+	if b.opts.RemoteStorage {
+		return nil
+	}
+	const noBucket = " (a broker without a bucket; a tierlog embedding opens it with tiered.OpenBackend)"
+	switch {
+	case cfg.RemoteStorageEnable:
+		return &backend.ConfigError{Key: "remote.storage.enable", Value: "true", Reason: "this log directory has no tiered storage" + noBucket}
+	case cfg.DisklessEnable:
+		return &backend.ConfigError{Key: "diskless.enable", Value: "true", Reason: "a diskless topic's appends are durable in a bucket: this log directory has none" + noBucket}
+	case cfg.SealEnable:
+		return &backend.ConfigError{Key: "remote.storage.seal.enable", Value: "true", Reason: "a sealed topic's objects are sealed in a bucket: this log directory has none" + noBucket}
+	}
+	return nil
+}
+
 // OpenLog is Open returning the concrete *Log.
 func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cfg backend.Config) (*Log, error) {
 	if err := checkCtx(ctx); err != nil {
@@ -178,17 +200,8 @@ func (b *Backend) OpenLog(ctx context.Context, topic string, partition int32, cf
 	if err != nil {
 		return nil, err
 	}
-	if cfg.RemoteStorageEnable && !b.opts.RemoteStorage {
-		return nil, &backend.ConfigError{Key: "remote.storage.enable", Value: "true",
-			Reason: "this log directory has no tiered storage (open it with tiered.OpenBackend)"}
-	}
-	if cfg.DisklessEnable && !b.opts.RemoteStorage {
-		return nil, &backend.ConfigError{Key: "diskless.enable", Value: "true",
-			Reason: "a diskless topic's appends are durable in a bucket: this log directory has none (open it with tiered.OpenBackend)"}
-	}
-	if cfg.SealEnable && !b.opts.RemoteStorage {
-		return nil, &backend.ConfigError{Key: "remote.storage.seal.enable", Value: "true",
-			Reason: "a sealed topic's objects are sealed in a bucket: this log directory has none (open it with tiered.OpenBackend)"}
+	if err := b.CheckConfig(cfg); err != nil {
+		return nil, err
 	}
 	tp := TopicPartition{Topic: topic, Partition: partition}
 	b.mu.Lock()

@@ -157,12 +157,16 @@ func TestSealedTopicsOnly(t *testing.T) {
 	}
 	// Listed through a store that is not sealed, the WAL folder's
 	// bucket key is no WAL object (nor a damaged one).
-	listed, err := tiered.ListWAL(ctx, objstore.New(inner, "raw", objstore.Options{}), "tl")
+	raw := objstore.New(inner, "raw", objstore.Options{})
+	listed, err := tiered.ListWAL(ctx, raw, "tl")
 	if err != nil || len(listed) != len(objs) {
 		t.Fatalf("ListWAL through the raw store: %d objects (%v), want %d", len(listed), err, len(objs))
 	}
+	// Nor is a sealed WAL object a damaged one there: it needs the key.
+	if _, err := wal.ReadFooter(ctx, raw, listed[0].Key, listed[0].Size); !errors.Is(err, seal.ErrSealedObject) {
+		t.Fatalf("a sealed WAL object's footer read without the key: %v", err)
+	}
 
-	raw := objstore.New(inner, "raw", objstore.Options{})
 	seen := map[string]int{}
 	if err := raw.List(ctx, "", func(o objstore.ObjectInfo) bool {
 		data, err := raw.ReadAll(ctx, o.Key, 0, -1)

@@ -277,6 +277,9 @@ func readPartitionEnd(ctx context.Context, store *objstore.Store, root string, t
 	if err != nil {
 		return partitionEnd{}, err
 	}
+	if seal.LooksSealed(data) {
+		return partitionEnd{}, fmt.Errorf("tiered: WAL gc: %s: %w", key, seal.ErrSealedObject)
+	}
 	h, err := manifest.DecodeHead(data) // its end is in the head: no part is read
 	if err != nil {
 		return partitionEnd{}, fmt.Errorf("tiered: WAL gc: %s: %w", key, err)

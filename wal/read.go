@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/seal"
 )
 
 // tailRead is how many bytes of an object's end one read of its footer
@@ -22,7 +23,14 @@ func ReadFooter(ctx context.Context, store *objstore.Store, key string, size int
 	f, err := readFooter(ctx, store, key, size)
 	if errors.Is(err, ErrCorrupt) || errors.Is(err, objstore.ErrInvalidRange) {
 		if info, herr := store.Head(ctx, key); herr == nil && info.Size != size {
-			return readFooter(ctx, store, key, info.Size)
+			f, err = readFooter(ctx, store, key, info.Size)
+		}
+	}
+	if errors.Is(err, ErrCorrupt) {
+		// A sealed object read through a store that is not sealed is
+		// not a damaged one: say what it needs.
+		if front, ferr := store.ReadAll(ctx, key, 0, 8); ferr == nil && seal.LooksSealed(front) {
+			return Footer{}, fmt.Errorf("wal: %s: %w", key, seal.ErrSealedObject)
 		}
 	}
 	return f, err

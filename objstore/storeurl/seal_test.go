@@ -65,6 +65,9 @@ func TestSealOptionsRefused(t *testing.T) {
 		{"chunk-size=8192", "give the key-file too"},
 		{"read-plaintext=true", "give the key-file too"},
 		{"seal=topics", "give the key-file too"},
+		{"key-file=", "option key-file= is empty"},
+		{"key-file=" + keyFile(t, 0o600) + "&seal=", "option seal= is empty"},
+		{"key-file=" + keyFile(t, 0o600) + "&chunk-size=", "option chunk-size= is empty"},
 		{"key-file=" + keyFile(t, 0o600) + "&seal=topics&seal=all", "option seal given 2 times"},
 		{"key-file=" + keyFile(t, 0o600) + "&seal=some", "option seal=some: want all"},
 		{"key-file=" + keyFile(t, 0o600) + "&chunk-size=100", "chunk size 100"},
@@ -76,7 +79,7 @@ func TestSealOptionsRefused(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: %v, want %q", tc.query, err, tc.want)
 		}
-		if err != nil && (strings.Contains(tc.want, "chunk") || strings.Contains(tc.want, "seal=")) && !errors.Is(err, objstore.ErrInvalidURL) {
+		if err != nil && (strings.Contains(tc.want, "chunk") || strings.Contains(tc.want, "seal=") || strings.Contains(tc.want, "empty")) && !errors.Is(err, objstore.ErrInvalidURL) {
 			t.Errorf("%s: %v is not ErrInvalidURL", tc.query, err)
 		}
 	}

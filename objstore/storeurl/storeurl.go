@@ -144,6 +144,12 @@ func sealIf(u *URL, d objstore.Driver) (_ objstore.Driver, err error) {
 			d.Close()
 		}
 	}()
+	for _, k := range []string{"key-file", "seal", "chunk-size"} {
+		if v, ok := u.query[k]; ok && v[0] == "" {
+			// A key file path templated empty must not turn sealing off.
+			return nil, u.Errorf("option %s= is empty: give its value, or leave it out", k)
+		}
+	}
 	path := u.Option("key-file")
 	chunk, err := u.Positive("chunk-size")
 	if err != nil {

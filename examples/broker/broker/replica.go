@@ -14,6 +14,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/manifest"
 	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/seal"
 )
 
 // A read replica broker (Options.ReadReplicaOf) serves the topics another
@@ -225,6 +226,9 @@ func (b *Broker) deletedInBucket(ctx context.Context, name string, n int32) (boo
 		}
 		if err != nil {
 			return false, fmt.Errorf("broker: read replica: %s: %w", key, err)
+		}
+		if seal.LooksSealed(data) {
+			return false, fmt.Errorf("broker: read replica: %s: %w", key, seal.ErrSealedObject)
 		}
 		h, err := manifest.DecodeHead(data)
 		if err != nil {

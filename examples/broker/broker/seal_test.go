@@ -116,23 +116,44 @@ func TestSealedTopicThroughTheBroker(t *testing.T) {
 		t.Fatalf("a sealed topic on a broker with no key ring: error code %d %q, want 40 naming the key", code, msg)
 	}
 	// Nor may a local topic be altered to one (it would take the change
-	// now and fail to open at the next start).
+	// now and fail to open at the next start), nor, on a broker with no
+	// bucket at all, to a tiered or a sealed one.
 	pcl := newClient(t, plain.Addr())
 	createTopic(t, pcl, "local", 1, map[string]string{})
+	if code := alterTopic(t, pcl, "local", "remote.storage.enable", "remote.storage.seal.enable"); code != 40 {
+		t.Fatalf("altering a local topic to a sealed one on a broker with no key ring: error code %d, want INVALID_CONFIG", code)
+	}
+	dir := t.TempDir()
+	bare := startBroker(t, testOptions(dir))
+	bcl := newClient(t, bare.Addr())
+	createTopic(t, bcl, "local", 1, map[string]string{})
+	for _, k := range []string{"remote.storage.seal.enable", "remote.storage.enable"} {
+		if code := alterTopic(t, bcl, "local", k); code != 40 {
+			t.Fatalf("%s=true on a broker with no bucket: error code %d, want INVALID_CONFIG", k, code)
+		}
+	}
+	if err := bare.Close(); err != nil {
+		t.Fatal(err)
+	}
+	startBroker(t, testOptions(dir)) // it starts again
+}
+
+// alterTopic sets each of keys to true on topic with
+// IncrementalAlterConfigs and returns the error code.
+func alterTopic(t *testing.T, cl *kgo.Client, topic string, keys ...string) int16 {
+	t.Helper()
 	alter := kmsg.NewPtrIncrementalAlterConfigsRequest()
 	rr := kmsg.NewIncrementalAlterConfigsRequestResource()
-	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, "local"
-	for _, k := range []string{"remote.storage.enable", "remote.storage.seal.enable"} {
+	rr.ResourceType, rr.ResourceName = kmsg.ConfigResourceTypeTopic, topic
+	for _, k := range keys {
 		c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
 		c.Name, c.Value, c.Op = k, kmsg.StringPtr("true"), kmsg.IncrementalAlterConfigOpSet
 		rr.Configs = append(rr.Configs, c)
 	}
 	alter.Resources = append(alter.Resources, rr)
-	aresp, err := alter.RequestWith(context.Background(), pcl)
+	resp, err := alter.RequestWith(context.Background(), cl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if code := aresp.Resources[0].ErrorCode; code != 40 {
-		t.Fatalf("altering a local topic to a sealed one on a broker with no key ring: error code %d, want INVALID_CONFIG", code)
-	}
+	return resp.Resources[0].ErrorCode
 }
