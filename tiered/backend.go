@@ -196,11 +196,16 @@ func plainStore(store *objstore.Store) *objstore.Store {
 // whose manifest is not sealed, or a store that cannot seal, is an
 // ErrInvalidConfig.
 func PartitionStore(ctx context.Context, store *objstore.Store, prefix string, sealed bool) (*objstore.Store, error) {
+	return partitionStoreOf(ctx, store, plainStore(store), sealingStore(store), prefix, sealed)
+}
+
+// partitionStoreOf is PartitionStore with store's plaintext and sealing
+// stores given (a Backend keeps them).
+func partitionStoreOf(ctx context.Context, store, plain, sealing *objstore.Store, prefix string, sealed bool) (*objstore.Store, error) {
 	refuse := func(why string) error {
 		return &backend.ConfigError{Key: "remote.storage.seal.enable", Value: "true", Reason: prefix + ": " + why}
 	}
-	plain := plainStore(store)
-	switch sealing := sealingStore(store); {
+	switch {
 	case sealed && sealing == nil:
 		return nil, refuse(fmt.Sprintf("the store %s has no key ring to seal with (give its URL key-file=PATH)", store.Name()))
 	case plain == nil:
@@ -211,7 +216,7 @@ func PartitionStore(ctx context.Context, store *objstore.Store, prefix string, s
 	case err != nil:
 		return nil, err
 	case isSealed || (sealed && !exists):
-		return sealingStore(store), nil
+		return sealing, nil
 	case sealed:
 		return nil, refuse("the partition's manifest in the bucket is not sealed: a topic is sealed or not from its creation")
 	}
@@ -236,17 +241,7 @@ func sealedPartition(ctx context.Context, plain *objstore.Store, prefix string) 
 // kind its manifest is (PartitionStore): what its topic config says may
 // not be (a partition refused for it is still deleted).
 func (b *Backend) partitionStore(ctx context.Context, prefix string) (*objstore.Store, error) {
-	if b.plain == nil {
-		return b.store, nil
-	}
-	_, sealed, err := sealedPartition(ctx, b.plain, prefix)
-	switch {
-	case err != nil:
-		return nil, err
-	case sealed:
-		return b.sealing, nil
-	}
-	return b.plain, nil
+	return partitionStoreOf(ctx, b.store, b.plain, b.sealing, prefix, false)
 }
 
 // storeFor is the store of a partition of a topic with cfg: the sealing

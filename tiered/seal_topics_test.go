@@ -341,6 +341,21 @@ func TestSealedTopicDeletedAndCreatedPlain(t *testing.T) {
 	}
 }
 
+// writeTopic writes a partition of topic name, sealed or not, into inner
+// through a seal=topics Backend of its own (closed after), leading at
+// epoch 1, and returns its manifest's generation.
+func writeTopic(t *testing.T, inner objstore.Driver, name string, sealed bool, value []byte) uint64 {
+	t.Helper()
+	b := openTieredBackend(t, t.TempDir(), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
+	defer b.Close()
+	p := mustOpen(t, b, name, sealed)
+	if err := p.BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	produceTopic(t, p, value)
+	return p.Head().Generation()
+}
+
 func mustOpen(t *testing.T, b *tiered.Backend, name string, sealed bool) *tiered.Partition {
 	t.Helper()
 	bp, err := b.Open(ctx, name, 0, sealTopicCfg(t, sealed, false))
@@ -357,14 +372,7 @@ func mustOpen(t *testing.T, b *tiered.Backend, name string, sealed bool) *tiered
 // started over empty).
 func TestSealedTopicForgedDeletedManifest(t *testing.T) {
 	inner := mem.New()
-	a := openTieredBackend(t, filepath.Join(t.TempDir(), "a"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
-	p := mustOpen(t, a, "s", true)
-	if err := p.BecomeLeader(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	produceTopic(t, p, secretValue)
-	gen := p.Head().Generation()
-	a.Close()
+	gen := writeTopic(t, inner, "s", true, secretValue)
 	data, err := (&manifest.Manifest{Generation: gen + 1, WriterEpoch: 1, Deleted: true}).Encode()
 	if err != nil {
 		t.Fatal(err)
@@ -459,13 +467,7 @@ func TestRefusedSealLeavesTheLocalLog(t *testing.T) {
 // in the kind its objects are.
 func TestDeleteTopicOfTheOtherKind(t *testing.T) {
 	inner := mem.New()
-	a := openTieredBackend(t, filepath.Join(t.TempDir(), "a"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
-	p := mustOpen(t, a, "t", false)
-	if err := p.BecomeLeader(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	produceTopic(t, p, publicValue)
-	a.Close()
+	writeTopic(t, inner, "t", false, publicValue)
 	b := openTieredBackend(t, filepath.Join(t.TempDir(), "b"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
 	defer b.Close()
 	q := mustOpen(t, b, "t", true)
@@ -567,13 +569,7 @@ func TestSealTopicsReadReplica(t *testing.T) {
 // logged once, not at every task interval.
 func TestMismatchLoggedOnce(t *testing.T) {
 	inner := mem.New()
-	a := openTieredBackend(t, filepath.Join(t.TempDir(), "a"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{})
-	p := mustOpen(t, a, "t", false)
-	if err := p.BecomeLeader(ctx, 1); err != nil {
-		t.Fatal(err)
-	}
-	produceTopic(t, p, publicValue)
-	a.Close()
+	writeTopic(t, inner, "t", false, publicValue)
 	var logs lockedBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	b := openTieredBackend(t, filepath.Join(t.TempDir(), "b"), selectiveStore(t, inner, keyRing(t, "k1")), tiered.BackendOptions{Logger: logger})
