@@ -798,10 +798,7 @@ func (r *compactRound) commit(ctx context.Context, checkpoint int64) error {
 // upload puts a cleaned segment's objects under its new keys.
 func (r *compactRound) upload(ctx context.Context, c cleanedSegment) error {
 	p := r.p
-	if err := p.putObject(ctx, p.layout().Segment(c.seg, manifest.LogSuffix), io.NewSectionReader(c.file, 0, c.seg.Size), c.seg.Size, c.seg.LogCRC); err != nil {
-		return err
-	}
-	return p.putObjects(ctx, c.seg, c.objects)
+	return p.putObjects(ctx, c.seg, io.NewSectionReader(c.file, 0, c.seg.Size), c.objects)
 }
 
 // swapSegments returns segs with each cleaned segment in place of the

@@ -279,11 +279,8 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 	for _, lim := range p.uploadRate {
 		body = &limitedBody{ctx: ctx, rs: body, lim: lim}
 	}
-	if err := p.putObject(ctx, p.layout().Segment(seg, manifest.LogSuffix), body, seg.Size, seg.LogCRC); err != nil {
-		return seg, err
-	}
 	extras[manifest.IndexSuffix], extras[manifest.TimeIndexSuffix] = idx, tidx
-	if err := p.putObjects(ctx, seg, extras); err != nil {
+	if err := p.putObjects(ctx, seg, body, extras); err != nil {
 		return seg, err
 	}
 	// Warm the index cache: the first remote read needs it.
@@ -292,17 +289,37 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 	return seg, nil
 }
 
-// putObjects puts seg's objects but its .log, each from objects by its
-// suffix: those seg records (manifest.Segment.Objects: its indexes
-// always, the others when it records their size).
-func (p *Partition) putObjects(ctx context.Context, seg manifest.Segment, objects map[string][]byte) error {
-	for _, suf := range seg.Objects()[1:] {
-		data := objects[suf]
-		if err := p.putObject(ctx, p.layout().Segment(seg, suf), bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)); err != nil {
-			return err
+// putObjects puts seg's objects at once, each under its own key: its
+// .log from log, the others from objects by their suffix (those seg
+// records, manifest.Segment.Objects: its indexes always, the others when
+// it records their size). Nothing names them until a commit, which waits
+// for them all, so their order does not matter; put one after another,
+// a segment's five small objects took longer than its .log. The first
+// put to fail stops the others and is the error.
+func (p *Partition) putObjects(ctx context.Context, seg manifest.Segment, log io.ReadSeeker, objects map[string][]byte) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	put := func(key string, body io.ReadSeeker, size int64, crc uint32) {
+		if err := p.putObject(ctx, key, body, size, crc); err != nil {
+			once.Do(func() { first = err; cancel() })
 		}
 	}
-	return nil
+	for _, suf := range seg.Objects() {
+		key := p.layout().Segment(seg, suf)
+		if suf == manifest.LogSuffix {
+			wg.Go(func() { put(key, log, seg.Size, seg.LogCRC) })
+			continue
+		}
+		data := objects[suf]
+		wg.Go(func() { put(key, bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)) })
+	}
+	wg.Wait()
+	return first
 }
 
 // putObject puts one of a segment's objects under its key, new to this
