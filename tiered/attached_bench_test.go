@@ -49,8 +49,11 @@ func BenchmarkAttachedPartitions(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		// One layered manifest, put under every partition's prefix.
+		// One layered manifest, put under every partition's prefix, with
+		// a lineage as every manifest this build commits has (without
+		// one, each claim would be the one-time upgrade that gives it).
 		m := &manifest.Manifest{Generation: 1, WriterEpoch: 1, Segments: synthSegments(0, nSegs, time.Now().UnixMilli())}
+		rand.Read(m.Lineage[:])
 		made, err := m.Layer(nil, func() (id [8]byte) { rand.Read(id[:]); return id })
 		if err != nil {
 			b.Fatal(err)
