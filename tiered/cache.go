@@ -263,13 +263,37 @@ func (c *rangeCache) put(object objectKey, start int64, ch chunk) {
 // again. Files are named after their object keys. The directory is listed
 // once, at open; from then on the lru tracks the files and removes what it
 // evicts.
+//
+// A put is written by a goroutine of its own, not the caller's: a read or
+// a retention pass that fetched a part or an index has what it needs in
+// memory, and a file created in a directory of thousands costs more than
+// the fetch (a leader's first retention pass over 10,000 partitions spent
+// most of its time there). Up to diskCachePending bytes wait; a put beyond
+// that is dropped, as a cache may. The goroutine runs while puts wait and
+// exits when none do; flush waits for it.
 type diskCache struct {
 	dir   string
 	files *lru[string, int64] // file name -> size
+
+	mu      sync.Mutex
+	queue   []diskWrite
+	queued  int64 // bytes in queue
+	writing bool  // the writer goroutine runs
+	drained *sync.Cond
 }
+
+// diskWrite is a put waiting to be written.
+type diskWrite struct {
+	key  string
+	data []byte
+}
+
+// diskCachePending bounds the bytes of puts waiting to be written.
+const diskCachePending = 16 << 20
 
 func openDiskCache(dir string, max int64) *diskCache {
 	c := &diskCache{dir: dir}
+	c.drained = sync.NewCond(&c.mu)
 	c.files = newLRU(max, func(n int64) int64 { return n }, func(name string, _ int64) {
 		os.Remove(filepath.Join(dir, name))
 	})
@@ -325,17 +349,64 @@ func (c *diskCache) get(key string) ([]byte, bool) {
 	return b, true
 }
 
+// put has data written as key's file, soon (see diskCache). data must
+// not change afterwards.
 func (c *diskCache) put(key string, data []byte) {
 	if c == nil || int64(len(data)) > c.files.max {
 		return
 	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.queued+int64(len(data)) > diskCachePending {
+		return
+	}
+	c.queue = append(c.queue, diskWrite{key, data})
+	c.queued += int64(len(data))
+	if !c.writing {
+		c.writing = true
+		go c.drain()
+	}
+}
+
+// drain writes the queued puts, in order, until none is left.
+func (c *diskCache) drain() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for len(c.queue) > 0 {
+		w := c.queue[0]
+		c.queue[0] = diskWrite{}
+		c.queue = c.queue[1:]
+		c.mu.Unlock()
+		c.write(w.key, w.data)
+		c.mu.Lock()
+		c.queued -= int64(len(w.data))
+	}
+	c.queue = nil
+	c.writing = false
+	c.drained.Broadcast()
+}
+
+// flush waits until every put so far is written (or given up).
+func (c *diskCache) flush() {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.writing {
+		c.drained.Wait()
+	}
+}
+
+// write writes data as key's file and tracks it.
+func (c *diskCache) write(key string, data []byte) {
 	if err := os.MkdirAll(c.dir, 0o755); err != nil {
 		return
 	}
 	name := c.name(key)
-	// A temporary file of its own (puts of one name may run at once),
-	// renamed over the name: a reader sees the old file or the new one,
-	// whole. The lru replaces a name it holds in place.
+	// A temporary file, renamed over the name: a reader sees the old
+	// file or the new one, whole. The lru replaces a name it holds in
+	// place.
 	f, err := os.CreateTemp(c.dir, name+".*.tmp")
 	if err != nil {
 		return

@@ -2,6 +2,7 @@ package tiered
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -47,15 +48,59 @@ func TestDiskCacheConcurrentPuts(t *testing.T) {
 				mu.Unlock()
 			}
 		})
+		c.flush()
 		name := c.name(raceKey)
-		if _, ok := c.files.items[name]; ok {
-			if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || !bytes.Equal(b, data) {
-				lost++
-			}
+		if _, ok := c.files.items[name]; !ok {
+			lost++
+		} else if b, err := os.ReadFile(filepath.Join(dir, name)); err != nil || !bytes.Equal(b, data) {
+			lost++
 		}
 	}
 	if lost > 0 || torn > 0 {
-		t.Fatalf("of 500 rounds of 4 puts at once: %d left the lru holding a file that is not there whole, %d gets saw other bytes", lost, torn)
+		t.Fatalf("of 500 rounds of 4 puts at once: %d left no file or one that is not there whole, %d gets saw other bytes", lost, torn)
+	}
+}
+
+// TestDiskCacheWritesBehind: a put returns before its file is written;
+// flush waits for it, and a get then reads it. While the writer is
+// behind, at most diskCachePending bytes wait: a put past that is
+// dropped, the ones before it written in order.
+func TestDiskCacheWritesBehind(t *testing.T) {
+	dir := t.TempDir()
+	c := openDiskCache(dir, 1<<30)
+	c.flush() // nothing to wait for
+	c.put("tl/orders-0/a.index", []byte("first"))
+	c.put("tl/orders-0/a.index", []byte("second")) // the later put wins
+	c.put("tl/orders-0/b.index", []byte("other"))
+	c.flush()
+	for key, want := range map[string]string{"tl/orders-0/a.index": "second", "tl/orders-0/b.index": "other"} {
+		if b, ok := c.get(key); !ok || string(b) != want {
+			t.Errorf("%s: %q %v after flush; want %q", key, b, ok, want)
+		}
+	}
+
+	// The writer behind: puts queue up to the bound.
+	c.mu.Lock()
+	c.writing = true
+	c.mu.Unlock()
+	mib := bytes.Repeat([]byte("m"), 1<<20)
+	n := diskCachePending>>20 + 1
+	for i := range n {
+		c.put(fmt.Sprintf("tl/orders-0/%03d.index", i), mib)
+	}
+	c.mu.Lock()
+	queued, waiting := c.queued, len(c.queue)
+	c.mu.Unlock()
+	if queued != diskCachePending || waiting != n-1 {
+		t.Fatalf("%d puts of 1 MiB with the writer behind: %d bytes in %d waiting; want %d in %d", n, queued, waiting, diskCachePending, n-1)
+	}
+	c.drain()
+	c.flush()
+	for i := range n {
+		_, ok := c.get(fmt.Sprintf("tl/orders-0/%03d.index", i))
+		if want := i < n-1; ok != want {
+			t.Errorf("put %d of %d: on disk %v, want %v", i+1, n, ok, want)
+		}
 	}
 }
 

@@ -121,6 +121,7 @@ func (c *Caches) Bytes() (indexes, chunks int64) {
 
 // clear drops everything held in memory.
 func (c *Caches) clear() {
+	c.disk.flush()
 	c.indexes.clear()
 	c.chunks.lru.clear()
 	c.parts.clear()
