@@ -118,3 +118,16 @@ func TestRangeCachePutTwice(t *testing.T) {
 		t.Fatalf("the cache counts %d bytes, holding 200", c.lru.size)
 	}
 }
+
+// TestCachesFlush: Caches.Flush, for a broker that made its Caches,
+// waits for the disk cache's queued writes.
+func TestCachesFlush(t *testing.T) {
+	dir := t.TempDir()
+	c := NewCaches(CacheOptions{IndexDir: dir})
+	c.disk.put("tl/orders-0/a.index", []byte("index"))
+	c.Flush()
+	if b, err := os.ReadFile(filepath.Join(dir, c.disk.name("tl/orders-0/a.index"))); err != nil || string(b) != "index" {
+		t.Fatalf("after Flush: %q %v", b, err)
+	}
+	NewCaches(CacheOptions{}).Flush() // no disk cache: nothing to wait for
+}

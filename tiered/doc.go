@@ -164,9 +164,10 @@
 // callback (Backend.settled) takes only them, Backend.dlMu (a leaf) and
 // the local log's locks. service.mu is taken alone: the copier and
 // expiration pools take a partition off the queue under it and call into
-// the partition without it. The caches' locks (lru.mu) are leaves: nothing is called under them
-// but their eviction callbacks, which take no lock. Readers take no lock
-// of the partition once it is attached: a view loads atomics, and the
+// the partition without it. The caches' locks (lru.mu, and diskCache.mu
+// over the disk cache's queue of writes) are leaves: nothing is called
+// under them but the lru's eviction callbacks, which take no lock.
+// Readers take no lock of the partition once it is attached: a view loads atomics, and the
 // remote reader pool is a semaphore (a channel); the first read that
 // needs the bucket takes attachMu to read the manifest. A method named
 // …Locked requires Partition.mu.

@@ -294,32 +294,33 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 // records, manifest.Segment.Objects: its indexes always, the others when
 // it records their size). Nothing names them until a commit, which waits
 // for them all, so their order does not matter; put one after another,
-// a segment's five small objects took longer than its .log. The first
-// put to fail stops the others and is the error.
+// a segment's small objects took longer than its .log. A put that fails
+// does not cancel the others: each ends with its outcome known, so an
+// abandoned upload's deletes come after every put it made (a cancelled
+// put may still land). The first to fail, in the segment's order, is the
+// error.
 func (p *Partition) putObjects(ctx context.Context, seg manifest.Segment, log io.ReadSeeker, objects map[string][]byte) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	put := func(key string, body io.ReadSeeker, size int64, crc uint32) {
-		if err := p.putObject(ctx, key, body, size, crc); err != nil {
-			once.Do(func() { first = err; cancel() })
-		}
-	}
-	for _, suf := range seg.Objects() {
+	sufs := seg.Objects()
+	errs := make([]error, len(sufs))
+	var wg sync.WaitGroup
+	for i, suf := range sufs {
 		key := p.layout().Segment(seg, suf)
 		if suf == manifest.LogSuffix {
-			wg.Go(func() { put(key, log, seg.Size, seg.LogCRC) })
+			wg.Go(func() { errs[i] = p.putObject(ctx, key, log, seg.Size, seg.LogCRC) })
 			continue
 		}
 		data := objects[suf]
-		wg.Go(func() { put(key, bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)) })
+		wg.Go(func() {
+			errs[i] = p.putObject(ctx, key, bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli))
+		})
 	}
 	wg.Wait()
-	return first
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // putObject puts one of a segment's objects under its key, new to this

@@ -70,7 +70,7 @@ func (p *Partition) putPartsLocked(ctx context.Context, gen uint64, made []manif
 		p.metrics.ManifestPartsPut.Add(1)
 		p.metrics.ManifestBytesPut.Add(int64(len(po.Data)))
 		if p.caches != nil {
-			p.caches.disk.put(key, po.Data) // a restart reads it from there
+			p.caches.disk.put(key, po.Data) // a restart may read it from there
 		}
 	}
 	return in, nil

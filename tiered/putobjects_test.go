@@ -1,6 +1,7 @@
 package tiered_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -74,5 +75,75 @@ func TestSegmentObjectsPutTogether(t *testing.T) {
 	}
 	if n < 2 {
 		t.Fatalf("offloaded %d segments; want several", n)
+	}
+}
+
+// lateDriver refuses every .index put, and holds each .log put until
+// that refusal: a .log put cancelled meanwhile lands later, after the
+// next Delete, as a server may finish an upload its client gave up on.
+type lateDriver struct {
+	objstore.Driver
+	refused chan struct{} // closed at the first refused .index put
+	once    sync.Once
+	mu      sync.Mutex
+	late    map[string][]byte // cancelled puts that land after the next Delete
+}
+
+func (d *lateDriver) Put(ctx context.Context, key string, body io.ReadSeeker, size int64, opts objstore.PutOptions) (objstore.ObjectInfo, error) {
+	switch {
+	case strings.HasSuffix(key, manifest.IndexSuffix):
+		d.once.Do(func() { close(d.refused) })
+		return objstore.ObjectInfo{}, errors.New("lateDriver: .index refused")
+	case strings.HasSuffix(key, manifest.LogSuffix):
+		<-d.refused
+		if ctx.Err() != nil {
+			data, err := io.ReadAll(body)
+			if err != nil {
+				return objstore.ObjectInfo{}, err
+			}
+			d.mu.Lock()
+			d.late[key] = data
+			d.mu.Unlock()
+			return objstore.ObjectInfo{}, ctx.Err()
+		}
+	}
+	return d.Driver.Put(ctx, key, body, size, opts)
+}
+
+func (d *lateDriver) Delete(ctx context.Context, keys []string) error {
+	err := d.Driver.Delete(ctx, keys)
+	d.mu.Lock()
+	late := d.late
+	d.late = map[string][]byte{}
+	d.mu.Unlock()
+	for key, data := range late {
+		if _, err := d.Driver.Put(ctx, key, bytes.NewReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+			return err
+		}
+	}
+	return err
+}
+
+// TestFailedPutLeavesNothing: when one of a segment's puts fails, the
+// others are not cancelled but finish, so the abandoned upload's deletes
+// come after them: nothing of the segment is left in the bucket, and the
+// error is the failed put's.
+func TestFailedPutLeavesNothing(t *testing.T) {
+	d := &lateDriver{Driver: mem.New(), refused: make(chan struct{}), late: map[string][]byte{}}
+	store := objstore.New(d, "mem://late", objstore.Options{})
+	p := open(t, t.TempDir(), store, 1, cfg(t, "segment.bytes", "65536"))
+	defer p.Close()
+	produce(t, p, 2000)
+	if _, err := p.Offload(ctx); err == nil || !strings.Contains(err.Error(), ".index refused") {
+		t.Fatalf("offload: %v; want the refused .index put's error", err)
+	}
+	objs, _, err := d.Driver.List(ctx, "", "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if strings.Contains(o.Key, manifest.LogSuffix) || strings.HasSuffix(o.Key, ".intent") {
+			t.Errorf("left in the bucket after the failed upload: %s", o.Key)
+		}
 	}
 }

@@ -49,7 +49,9 @@ type CacheOptions struct {
 	// IndexDir, when set, keeps fetched remote indexes, and the manifest
 	// parts put or read, on disk too, within IndexDiskBytes (default 1
 	// GiB, Kafka's remote.log.index.file.cache.total.size.bytes), so a
-	// restarted broker does not fetch them again.
+	// restarted broker does not fetch them again. The files are written
+	// behind the reads (up to 16 MiB waits; a put past that is dropped):
+	// whoever made the Caches calls Flush before the process exits.
 	IndexDir       string
 	IndexDiskBytes int64
 	// ManifestBytes bounds the manifest parts' segments kept in memory
@@ -119,9 +121,16 @@ func (c *Caches) Bytes() (indexes, chunks int64) {
 	return indexes, chunks
 }
 
-// clear drops everything held in memory.
+// Flush waits until the disk cache (CacheOptions.IndexDir) has written
+// what was put in it so far, so a restart finds it. A Backend flushes its
+// Caches when it closes, and a partition the caches it made; a broker
+// that made Caches with NewCaches and handed them to partitions calls
+// Flush after it closed them.
+func (c *Caches) Flush() { c.disk.flush() }
+
+// clear drops everything held in memory, after the disk cache's writes.
 func (c *Caches) clear() {
-	c.disk.flush()
+	c.Flush()
 	c.indexes.clear()
 	c.chunks.lru.clear()
 	c.parts.clear()
