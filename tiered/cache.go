@@ -275,11 +275,12 @@ type diskCache struct {
 	dir   string
 	files *lru[string, int64] // file name -> size
 
-	mu      sync.Mutex
-	queue   []diskWrite
-	queued  int64 // bytes in queue
-	writing bool  // the writer goroutine runs
-	drained *sync.Cond
+	mu           sync.Mutex
+	queue        []diskWrite
+	queued       int64  // bytes in queue
+	writing      bool   // the writer goroutine runs
+	puts, writes uint64 // puts queued, and of them written (or given up), so far
+	wrote        *sync.Cond
 }
 
 // diskWrite is a put waiting to be written.
@@ -293,7 +294,7 @@ const diskCachePending = 16 << 20
 
 func openDiskCache(dir string, max int64) *diskCache {
 	c := &diskCache{dir: dir}
-	c.drained = sync.NewCond(&c.mu)
+	c.wrote = sync.NewCond(&c.mu)
 	c.files = newLRU(max, func(n int64) int64 { return n }, func(name string, _ int64) {
 		os.Remove(filepath.Join(dir, name))
 	})
@@ -362,6 +363,7 @@ func (c *diskCache) put(key string, data []byte) {
 	}
 	c.queue = append(c.queue, diskWrite{key, data})
 	c.queued += int64(len(data))
+	c.puts++
 	if !c.writing {
 		c.writing = true
 		go c.drain()
@@ -380,21 +382,23 @@ func (c *diskCache) drain() {
 		c.write(w.key, w.data)
 		c.mu.Lock()
 		c.queued -= int64(len(w.data))
+		c.writes++
+		c.wrote.Broadcast()
 	}
 	c.queue = nil
 	c.writing = false
-	c.drained.Broadcast()
 }
 
-// flush waits until every put so far is written (or given up).
+// flush waits until every put queued before it is written (or given up);
+// puts after it do not hold it up.
 func (c *diskCache) flush() {
 	if c == nil {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for c.writing {
-		c.drained.Wait()
+	for target := c.puts; c.writes < target; {
+		c.wrote.Wait()
 	}
 }
 

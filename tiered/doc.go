@@ -167,10 +167,10 @@
 // the partition without it. The caches' locks (lru.mu, and diskCache.mu
 // over the disk cache's queue of writes) are leaves: nothing is called
 // under them but the lru's eviction callbacks, which take no lock.
-// Readers take no lock of the partition once it is attached: a view loads atomics, and the
-// remote reader pool is a semaphore (a channel); the first read that
-// needs the bucket takes attachMu to read the manifest. A method named
-// …Locked requires Partition.mu.
+// Readers take no lock of the partition once it is attached: a view
+// loads atomics, and the remote reader pool is a semaphore (a channel);
+// the first read that needs the bucket takes attachMu to read the
+// manifest. A method named …Locked requires Partition.mu.
 //
 // # Failures
 //
