@@ -64,7 +64,9 @@ func TestSmoke(t *testing.T) {
 		"| manifest bytes over the life <= 2 MB at 2,000 segments | 1.60 MB | met |", "| a cold 64 MiB tail consumed >= 0.5x raw ranged GETs | 0.497x (442 vs 888 MB/s) | **not met** |",
 		"| heap once every partition read its manifest", "85.2 MB (8.52 B a segment)", "remote bytes the bucket's cleaner rewrote | 58.5 MB (0.476x the bytes appended)",
 		"| kgo: a diskless topic on versitygw", "| diskless produce through the broker >= 0.8x classic tiered | 0.225x (86.7 vs 385 MB/s) | **not met** |",
-		"| sarama: kfake | 205 | 82.1 | 396 |  | none: the baseline |  |", "The groups of Go benchmarks took"} {
+		"| sarama: kfake | 205 | 82.1 | 396 |  | none: the baseline |  |", "The groups of Go benchmarks took",
+		// The systems and the 10,000 partitions carry their goals too.
+		"| none: a peer |  |", "append >= 3x the fastest peer: ", " of 7 met", "| 10,000 partitions open < 1 s: 500 ms | met |"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the report lacks %q:\n%s", want, out)
 		}
@@ -76,7 +78,25 @@ func TestSmoke(t *testing.T) {
 			}
 		}
 	}
-	for _, line := range strings.Split(out, "\n") {
+	// Every table has a goal column, and every row as many cells as its
+	// header.
+	lines := strings.Split(out, "\n")
+	for i := 0; i+1 < len(lines); i++ {
+		if !strings.HasPrefix(lines[i], "| ") || !strings.HasPrefix(lines[i+1], "| --- |") {
+			continue
+		}
+		header := lines[i]
+		if !strings.Contains(header, "| goal |") {
+			t.Errorf("a table without a goal column: %s", header)
+		}
+		cols := strings.Count(strings.ReplaceAll(header, "\\|", ""), "|")
+		for j := i + 2; j < len(lines) && strings.HasPrefix(lines[j], "| "); j++ {
+			if n := strings.Count(strings.ReplaceAll(lines[j], "\\|", ""), "|"); n != cols {
+				t.Errorf("a row of %d cells under a header of %d:\n%s\n%s", n-1, cols-1, header, lines[j])
+			}
+		}
+	}
+	for _, line := range lines {
 		// liftbridge has no durable-append figure; every other is measured.
 		if strings.Contains(line, "n/a") && !strings.HasPrefix(line, "| liftbridge") ||
 			strings.Contains(line, "no figure") || strings.Contains(line, "not measured") {
