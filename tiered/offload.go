@@ -304,15 +304,13 @@ func (p *Partition) putObjects(ctx context.Context, seg manifest.Segment, log io
 	errs := make([]error, len(sufs))
 	var wg sync.WaitGroup
 	for i, suf := range sufs {
-		key := p.layout().Segment(seg, suf)
-		if suf == manifest.LogSuffix {
-			wg.Go(func() { errs[i] = p.putObject(ctx, key, log, seg.Size, seg.LogCRC) })
-			continue
+		body, size, crc := log, seg.Size, seg.LogCRC
+		if suf != manifest.LogSuffix {
+			data := objects[suf]
+			body, size, crc = bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli)
 		}
-		data := objects[suf]
-		wg.Go(func() {
-			errs[i] = p.putObject(ctx, key, bytes.NewReader(data), int64(len(data)), crc32.Checksum(data, castagnoli))
-		})
+		key := p.layout().Segment(seg, suf)
+		wg.Go(func() { errs[i] = p.putObject(ctx, key, body, size, crc) })
 	}
 	wg.Wait()
 	for _, err := range errs {
