@@ -19,10 +19,16 @@ type position struct {
 	baseOffset int64
 	lastOffset int64
 	maxTs      int64
+	// endsEntry: the batch's last offset is its offset index entry's,
+	// which was written apart from the batch: its base offset agrees with
+	// the index, so it cannot have moved onto the batch after it (see
+	// segFile.batchEnd).
+	endsEntry bool
 	// how the lookup went, for tools
 	indexEntry   index.OffsetEntry
 	indexSlot    int
 	indexEntries int
+	scanStart    int64 // where the header scan began
 	scanned      int
 	scannedBytes int64
 }
@@ -40,6 +46,17 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 
 // translateOffsetIn is translateOffset reading headers through w (see
 // walkHeadersIn).
+//
+// The entry found for target names the last offset of the append at its
+// position, so target usually lies past that append, in the one the next
+// entry names (an append of index.interval.bytes or more has an entry of
+// its own). When the two entries lie more than a header window apart
+// (big batches, each header a cache miss or a system call of its own),
+// the scan starts at the next entry's batch if that batch begins at or
+// before target, and is checked against both entries (its offsets rise
+// past the first's and agree with its own): one header read, not two.
+// Otherwise (an append without an entry lies between) it starts at the
+// entry found.
 func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p position, ok bool, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
@@ -48,14 +65,35 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 	s.reads.Add(1)
 	e, slot, n := oi.LookupSlot(target)
 	p.indexEntry, p.indexSlot, p.indexEntries = e, slot, n
+	if slot >= 0 && e.Offset < target && slot+1 < n {
+		next := oi.Entry(slot + 1)
+		if start := int64(next.Position); start < limit && start-int64(e.Position) > headerWindowSize {
+			ok, tried, err := s.scanFrom(w, oi, slot+1, next, e.Offset, target, limit, true, &p)
+			if err != nil || tried {
+				return p, ok && err == nil, err
+			}
+		}
+	}
 	prevLast := s.base - 1
 	if slot > 0 {
 		prevLast = oi.Entry(slot - 1).Offset
 	}
+	ok, _, err = s.scanFrom(w, oi, slot, e, prevLast, target, limit, false, &p)
+	return p, ok && err == nil, err
+}
+
+// scanFrom walks the batch headers from the position of entry e (slot
+// of oi; -1: none, the segment's start) for the first batch whose last
+// offset is >= target, filling p. prevLast is the last offset before
+// e's position. A probe gives up (tried false) when the first batch
+// there begins past target or its base is unknown (a legacy entry): the
+// batch wanted lies before e's position.
+func (s *segFile) scanFrom(w *windowRef, oi *index.OffsetIndex, slot int, e index.OffsetEntry, prevLast, target, limit int64, probe bool, p *position) (ok, tried bool, err error) {
 	start := int64(e.Position)
+	p.scanStart = start
 	if w != nil {
 		// The batch holding target starts at or before the next entry's.
-		if next := slot + 1; next < n {
+		if next := slot + 1; next < p.indexEntries {
 			w.expect(int64(oi.Entry(next).Position) - start + record.BatchHeaderSize)
 		} else {
 			w.expect(0)
@@ -63,8 +101,15 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 	}
 	var disagree error  // the batches from the entry do not agree with it
 	reached := slot < 0 // a batch ended at the entry's offset
+	tried = !probe
 	err = s.walkHeadersIn(w, start, limit, prevLast, func(h *record.Entry) bool {
 		p.scanned++
+		if !tried {
+			if h.BaseOffset < 0 || h.BaseOffset > target {
+				return false
+			}
+			tried = true
+		}
 		p.scannedBytes = h.Position + h.Size - start
 		if !reached && h.LastOffset > e.Offset {
 			disagree = fmt.Errorf("%w: %s position %d holds offsets up to %d, but %s says an append of offsets up to %d starts at position %d",
@@ -74,6 +119,7 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 		reached = reached || h.LastOffset == e.Offset
 		if h.LastOffset >= target {
 			p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs = h.Position, h.Size, h.BaseOffset, h.LastOffset, h.MaxTimestamp
+			p.endsEntry = slot >= 0 && h.LastOffset == e.Offset
 			ok = true
 			return false
 		}
@@ -83,9 +129,9 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 		err = disagree
 	}
 	if err != nil {
-		return p, false, err
+		return false, true, err
 	}
-	return p, ok, nil
+	return ok, tried, nil
 }
 
 // batchEnd returns the end position and last offset of the last whole batch

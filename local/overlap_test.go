@@ -99,13 +99,23 @@ func moveBase(t *testing.T, path string, pos, base int64) {
 }
 
 // overlapLog writes a log of small segments whose batches hold 1 to 6
-// records each, closes it and returns its config and records.
-func overlapLog(t *testing.T, rng *rand.Rand, dir string) (backend.Config, []record.Record) {
+// records each, closes it and returns its config and records. With big,
+// some batches are bigger than a lookup's header window (8 KiB) and some
+// small, so offset index entries lie both near each other and far apart,
+// with appends between them that have none.
+func overlapLog(t *testing.T, rng *rand.Rand, dir string, big bool) (backend.Config, []record.Record) {
 	t.Helper()
 	c := cfg(t, "segment.bytes", "4096", "index.interval.bytes", strconv.Itoa(100+rng.IntN(400)))
+	if big {
+		c = cfg(t, "segment.bytes", strconv.Itoa(96<<10), "index.interval.bytes", strconv.Itoa(100+rng.IntN(6000)))
+	}
 	l := openLog(t, dir, c, false)
 	for i := range 100 {
-		if _, err := l.Append(ctx, batchOf(1+rng.IntN(6), 1_700_000_000_000+int64(i), fmt.Sprint("o", i)), backend.AppendOptions{AssignOffsets: true}); err != nil {
+		b := batchOf(1+rng.IntN(6), 1_700_000_000_000+int64(i), fmt.Sprint("o", i))
+		if big && rng.IntN(2) == 0 {
+			b = paddedBatchOf(1+rng.IntN(6), 1_700_000_000_000+int64(i), fmt.Sprint("o", i), 2000+rng.IntN(3000))
+		}
+		if _, err := l.Append(ctx, b, backend.AppendOptions{AssignOffsets: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,6 +124,17 @@ func overlapLog(t *testing.T, rng *rand.Rand, dir string) (backend.Config, []rec
 		t.Fatal(err)
 	}
 	return c, recs
+}
+
+// paddedBatchOf is batchOf with values of pad bytes more.
+func paddedBatchOf(n int, ts int64, tag string, pad int) []byte {
+	var b record.Builder
+	b.Reset(record.NewBatchHeader())
+	for i := range n {
+		b.Append(ts, []byte(fmt.Sprintf("k%d", i%7)), []byte(fmt.Sprintf("%s-%d-%s", tag, i, bytes.Repeat([]byte("x"), pad))), nil)
+	}
+	out, _ := b.Build()
+	return append([]byte(nil), out...)
 }
 
 // readRecords reads from offset from to the log end, maxBytes at a time,
@@ -196,13 +217,13 @@ func checkOverlapRead(t *testing.T, what, file string, got, want []record.Record
 
 func TestPropertyMovedBaseOffset(t *testing.T) {
 	rng := overlapSeed(t)
-	trials := 12
+	trials := 24
 	if testing.Short() {
-		trials = 4
+		trials = 8
 	}
 	for trial := range trials {
 		dir := t.TempDir()
-		c, recs := overlapLog(t, rng, dir)
+		c, recs := overlapLog(t, rng, dir, trial%2 == 1)
 		segs := segmentFiles(t, dir)
 		seg := segs[rng.IntN(len(segs)-1)] // a closed segment
 		data, err := os.ReadFile(seg)
@@ -258,5 +279,68 @@ func checkTimestampsAfterMove(t *testing.T, l *local.Log, recs []record.Record, 
 		if !found || off != r.Offset {
 			t.Errorf("%s: OffsetForTimestamp(%d) = %d, %v; want %d", what, r.Timestamp, off, found, r.Offset)
 		}
+	}
+}
+
+// A lookup whose index entries lie more than a header window apart starts
+// at the next entry's batch when it begins at or before the offset (one
+// header read, not two), and at the entry found when appends without an
+// entry lie between; every read answers the same either way (the moved
+// base offsets of TestPropertyMovedBaseOffset try both starts on damage;
+// entries at most a window apart, the default with small batches, keep
+// the one start everywhere else).
+func TestLookupFromNextEntry(t *testing.T) {
+	dir := t.TempDir()
+	l := openLog(t, dir, cfg(t, "index.interval.bytes", "12000"), false)
+	// Kafka's rule: an append gets an entry once more than 12,000 bytes
+	// came since the last one. Batch sizes 200, 13,000, 13,000, 13,000,
+	// then 2,800 five times, 13,000 and 200 give entries at batches 2, 3,
+	// 4, 9 and 10: 13,000 bytes between the first three, 14,000 between 4
+	// and 9 with batches 5 to 8 (no entry) between them.
+	sizes := []int{200, 13000, 13000, 13000, 2800, 2800, 2800, 2800, 2800, 13000, 200}
+	var firsts, positions []int64
+	var pos int64
+	var recs []record.Record
+	for i, size := range sizes {
+		b := paddedBatchOf(3, 1_700_000_000_000+int64(i), fmt.Sprint("n", i), max(0, size/3-60))
+		info, err := l.Append(ctx, b, backend.AppendOptions{AssignOffsets: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		firsts, positions = append(firsts, info.FirstOffset), append(positions, pos)
+		pos += int64(len(b))
+	}
+	recs = readAll(t, l, 0)
+	for _, c := range []struct {
+		batch, scanned int
+		from           int64
+	}{
+		{1, 2, 0},              // no entry at or below: from the segment's start
+		{3, 1, positions[3]},   // entry 2's, then entry 3's batch holds it
+		{4, 1, positions[4]},   // entry 3's, then entry 4's
+		{6, 4, positions[4]},   // entry 4's; entry 9's batch begins past it: the probe, then 4, 5 and 6
+		{9, 1, positions[9]},   // entry 4's, then entry 9's
+		{10, 1, positions[10]}, // entry 9's, then entry 10's
+	} {
+		off := firsts[c.batch] + 1
+		r, err := l.Lookup(off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.BatchPosition != positions[c.batch] || r.BatchesScanned != c.scanned || r.ScanPosition != c.from {
+			t.Errorf("Lookup(%d) in batch %d: %+v; want the batch at %d, %d header(s) scanned from %d", off, c.batch, r, positions[c.batch], c.scanned, c.from)
+		}
+		for _, maxBytes := range []int{1, 20000, math.MaxInt32} {
+			got, err := readRecords(l, off, maxBytes)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := sameRecords(got, recs[off:]); diff != "" {
+				t.Errorf("reading from %d, %d bytes at a time: %s", off, maxBytes, diff)
+			}
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
 	}
 }

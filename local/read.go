@@ -132,12 +132,19 @@ func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opt
 	if first > readEnd {
 		return emptyRecords{next: offset}, nil
 	}
-	end, last, err := seg.batchEnd(&w, first, readEnd, p.lastOffset)
-	if err != nil {
-		return nil, err
-	}
-	if last < 0 { // no whole batch after the first
-		end, last = first, p.lastOffset
+	end, last := first, p.lastOffset
+	// The look at the batch after a read's last catches a base offset
+	// moved onto the next batch's offsets. A read of one batch that ends
+	// at its offset index entry's offset needs none: the entry, written
+	// apart from the batch, already shows its base did not move.
+	if first < readEnd || !p.endsEntry {
+		e, l, err := seg.batchEnd(&w, first, readEnd, p.lastOffset)
+		if err != nil {
+			return nil, err
+		}
+		if l >= 0 { // else no whole batch after the first
+			end, last = e, l
+		}
 	}
 	if next >= 0 && last >= next {
 		return nil, fmt.Errorf("%w: %s: the batch ending at position %d holds offset %d, at or past the next segment's base %d",
@@ -152,15 +159,20 @@ func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opt
 
 // LookupResult shows the two steps of an offset lookup, for tools.
 type LookupResult struct {
-	Segments       int    // segments searched by base offset
-	SegmentIndex   int    // which one step 1 chose
-	SegmentPath    string // its .log
-	IndexEntries   int    // entries in its offset index
-	IndexSlot      int    // the entry step 2 chose (-1: none, start of the segment)
-	IndexOffset    int64
-	IndexPosition  int32
-	BatchesScanned int
-	BytesScanned   int64
+	Segments      int    // segments searched by base offset
+	SegmentIndex  int    // which one step 1 chose
+	SegmentPath   string // its .log
+	IndexEntries  int    // entries in its offset index
+	IndexSlot     int    // the entry step 2 chose (-1: none, start of the segment)
+	IndexOffset   int64
+	IndexPosition int32
+	// ScanPosition is where the header scan began: the entry's position,
+	// or the next entry's when that entry's batch begins at or before the
+	// offset and the two lie more than a header window (8 KiB) apart
+	// (see segFile.translateOffsetIn).
+	ScanPosition   int64
+	BatchesScanned int   // headers read, the next entry's tried first included
+	BytesScanned   int64 // from ScanPosition to the end of the batch found
 	BatchPosition  int64
 	BatchSize      int64
 	BaseOffset     int64
@@ -190,7 +202,7 @@ func (l *Log) Lookup(offset int64) (LookupResult, error) {
 		}
 		r.SegmentIndex, r.SegmentPath = i, seg.logPath
 		r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = p.indexEntries, p.indexSlot, p.indexEntry.Offset, p.indexEntry.Position
-		r.BatchesScanned, r.BytesScanned = p.scanned, p.scannedBytes
+		r.ScanPosition, r.BatchesScanned, r.BytesScanned = p.scanStart, p.scanned, p.scannedBytes
 		if ok {
 			r.BatchPosition, r.BatchSize, r.BaseOffset, r.LastOffset, r.MaxTimestamp = p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs
 			return r, nil

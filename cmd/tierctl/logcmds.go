@@ -532,7 +532,7 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 		m := map[string]any{
 			"offset": target, "segments": r.Segments, "segmentIndex": r.SegmentIndex, "segment": r.SegmentPath,
 			"indexEntries": r.IndexEntries, "indexSlot": r.IndexSlot, "indexOffset": r.IndexOffset, "indexPosition": r.IndexPosition,
-			"batchesScanned": r.BatchesScanned, "bytesScanned": r.BytesScanned,
+			"scanPosition": r.ScanPosition, "batchesScanned": r.BatchesScanned, "bytesScanned": r.BytesScanned,
 			"batch": map[string]any{"baseOffset": r.BaseOffset, "lastOffset": r.LastOffset, "position": r.BatchPosition, "size": r.BatchSize, "maxTimestamp": r.MaxTimestamp},
 		}
 		if byTs {
@@ -551,7 +551,11 @@ func runLookup(cmd *cobra.Command, dir string, o lookupOptions, byTs bool) error
 	} else {
 		fmt.Fprintf(w, "step 2: binary search over %d offset index entries -> entry %d: offset %d at position %d\n", r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition)
 	}
-	fmt.Fprintf(w, "scan:   %d batch header(s), %d bytes\n", r.BatchesScanned, r.BytesScanned)
+	from := ""
+	if r.IndexSlot >= 0 && r.ScanPosition != int64(r.IndexPosition) {
+		from = fmt.Sprintf(" from position %d, entry %d's: its batch begins at or before %d", r.ScanPosition, r.IndexSlot+1, target)
+	}
+	fmt.Fprintf(w, "scan:   %d batch header(s), %d bytes%s\n", r.BatchesScanned, r.BytesScanned, from)
 	fmt.Fprintf(w, "found:  batch %d..%d at position %d, %d bytes, max timestamp %d\n", r.BaseOffset, r.LastOffset, r.BatchPosition, r.BatchSize, r.MaxTimestamp)
 	return nil
 }
