@@ -19,11 +19,11 @@ type position struct {
 	baseOffset int64
 	lastOffset int64
 	maxTs      int64
-	// endsEntry: the batch's last offset is its offset index entry's,
-	// which was written apart from the batch: its base offset agrees with
-	// the index, so it cannot have moved onto the batch after it (see
-	// segFile.batchEnd).
-	endsEntry bool
+	// vouched: the batch is all there is between its offset index entry
+	// and the next (it starts at the entry's position, ends at the next
+	// entry's, and its last offset is the entry's), so the index, written
+	// apart from it, vouches for its base offset (see vouches).
+	vouched bool
 	// how the lookup went, for tools
 	indexEntry   index.OffsetEntry
 	indexSlot    int
@@ -31,6 +31,19 @@ type position struct {
 	scanStart    int64 // where the header scan began
 	scanned      int
 	scannedBytes int64
+}
+
+// vouches reports whether entry e (slot of the index, followed by an entry
+// at position after; -1: none) vouches for the base offset of the batch h:
+// h is the one batch between e and the next entry, and its last offset is
+// e's. An entry names the last offset of the append at its position, so a
+// batch alone there ends at it; its base offset lies outside its CRC, but
+// its last offset is the base plus a delta inside it, so a moved base
+// would end elsewhere. A batch among others (an append of several, or
+// appends without an entry after it) proves nothing by ending there: an
+// earlier one's base may have moved onto the last one's offsets.
+func vouches(e index.OffsetEntry, slot int, after int64, h *record.Entry) bool {
+	return slot >= 0 && h.Position == int64(e.Position) && h.LastOffset == e.Offset && h.Position+h.Size == after
 }
 
 // translateOffset finds the first batch whose last offset is >= target,
@@ -49,14 +62,15 @@ func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err
 //
 // The entry found for target names the last offset of the append at its
 // position, so target usually lies past that append, in the one the next
-// entry names (an append of index.interval.bytes or more has an entry of
-// its own). When the two entries lie more than a header window apart
+// entry names (after an append of more than index.interval.bytes, the
+// next append has an entry). When the two entries lie more than a header window apart
 // (big batches, each header a cache miss or a system call of its own),
-// the scan starts at the next entry's batch if that batch begins at or
-// before target, and is checked against both entries (its offsets rise
-// past the first's and agree with its own): one header read, not two.
-// Otherwise (an append without an entry lies between) it starts at the
-// entry found.
+// the scan first tries the next entry's batch: if it begins at or before
+// target and the index vouches for it (vouches; its offsets then rise past
+// the entry found's too, walk's prevLast check), it is the batch: one
+// header read, not two. Otherwise (an append of several batches, appends
+// without an entry between, a legacy entry, a damaged base) the scan
+// starts at the entry found, which walks whatever lies between.
 func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p position, ok bool, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
@@ -65,7 +79,7 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 	s.reads.Add(1)
 	e, slot, n := oi.LookupSlot(target)
 	p.indexEntry, p.indexSlot, p.indexEntries = e, slot, n
-	if slot >= 0 && e.Offset < target && slot+1 < n {
+	if slot >= 0 && e.Offset < target && slot+2 < n {
 		next := oi.Entry(slot + 1)
 		if start := int64(next.Position); start < limit && start-int64(e.Position) > headerWindowSize {
 			ok, tried, err := s.scanFrom(w, oi, slot+1, next, e.Offset, target, limit, true, &p)
@@ -85,16 +99,19 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 // scanFrom walks the batch headers from the position of entry e (slot
 // of oi; -1: none, the segment's start) for the first batch whose last
 // offset is >= target, filling p. prevLast is the last offset before
-// e's position. A probe gives up (tried false) when the first batch
-// there begins past target or its base is unknown (a legacy entry): the
-// batch wanted lies before e's position.
+// e's position. A probe gives up (tried false) unless the first batch
+// there begins at or before target and e vouches for it.
 func (s *segFile) scanFrom(w *windowRef, oi *index.OffsetIndex, slot int, e index.OffsetEntry, prevLast, target, limit int64, probe bool, p *position) (ok, tried bool, err error) {
 	start := int64(e.Position)
 	p.scanStart = start
+	after := int64(-1) // the next entry's position
+	if next := slot + 1; next < p.indexEntries {
+		after = int64(oi.Entry(next).Position)
+	}
 	if w != nil {
 		// The batch holding target starts at or before the next entry's.
-		if next := slot + 1; next < p.indexEntries {
-			w.expect(int64(oi.Entry(next).Position) - start + record.BatchHeaderSize)
+		if after >= 0 {
+			w.expect(after - start + record.BatchHeaderSize)
 		} else {
 			w.expect(0)
 		}
@@ -105,7 +122,7 @@ func (s *segFile) scanFrom(w *windowRef, oi *index.OffsetIndex, slot int, e inde
 	err = s.walkHeadersIn(w, start, limit, prevLast, func(h *record.Entry) bool {
 		p.scanned++
 		if !tried {
-			if h.BaseOffset < 0 || h.BaseOffset > target {
+			if h.BaseOffset < 0 || h.BaseOffset > target || !vouches(e, slot, after, h) {
 				return false
 			}
 			tried = true
@@ -119,7 +136,7 @@ func (s *segFile) scanFrom(w *windowRef, oi *index.OffsetIndex, slot int, e inde
 		reached = reached || h.LastOffset == e.Offset
 		if h.LastOffset >= target {
 			p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs = h.Position, h.Size, h.BaseOffset, h.LastOffset, h.MaxTimestamp
-			p.endsEntry = slot >= 0 && h.LastOffset == e.Offset
+			p.vouched = vouches(e, slot, after, h)
 			ok = true
 			return false
 		}

@@ -134,10 +134,10 @@ func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opt
 	}
 	end, last := first, p.lastOffset
 	// The look at the batch after a read's last catches a base offset
-	// moved onto the next batch's offsets. A read of one batch that ends
-	// at its offset index entry's offset needs none: the entry, written
-	// apart from the batch, already shows its base did not move.
-	if first < readEnd || !p.endsEntry {
+	// moved onto the next batch's offsets. A read of one batch the offset
+	// index vouches for (alone between two entries, ending at its own:
+	// vouches) needs none: its base did not move.
+	if first < readEnd || !p.vouched {
 		e, l, err := seg.batchEnd(&w, first, readEnd, p.lastOffset)
 		if err != nil {
 			return nil, err
@@ -167,9 +167,9 @@ type LookupResult struct {
 	IndexOffset   int64
 	IndexPosition int32
 	// ScanPosition is where the header scan began: the entry's position,
-	// or the next entry's when that entry's batch begins at or before the
-	// offset and the two lie more than a header window (8 KiB) apart
-	// (see segFile.translateOffsetIn).
+	// or the next entry's when the two lie more than a header window (8
+	// KiB) apart and the batch there, alone up to the entry after, begins
+	// at or before the offset (see segFile.translateOffsetIn).
 	ScanPosition   int64
 	BatchesScanned int   // headers read, the next entry's tried first included
 	BytesScanned   int64 // from ScanPosition to the end of the batch found
