@@ -53,25 +53,31 @@ func vouches(e index.OffsetEntry, slot int, after int64, h *record.Entry) bool {
 // batches from the index entry must agree with it: one of them ends at
 // exactly the entry's offset, the last offset of the append that began
 // there (Kafka's rule, so none of them ends past it). Damage is an error.
+//
+// It walks from the entry found, whatever lies between: what truncates,
+// rewrites or replays the log, and a timestamp search, use it.
 func (s *segFile) translateOffset(target, limit int64) (p position, ok bool, err error) {
-	return s.translateOffsetIn(nil, target, limit)
+	return s.translateOffsetIn(nil, target, limit, false)
 }
 
 // translateOffsetIn is translateOffset reading headers through w (see
-// walkHeadersIn).
+// walkHeadersIn); with probe, it is a read's lookup, which may skip the
+// batches between the entry found and the next.
 //
 // The entry found for target names the last offset of the append at its
 // position, so target usually lies past that append, in the one the next
 // entry names (after an append of more than index.interval.bytes, the
-// next append has an entry). When the two entries lie more than a header window apart
-// (big batches, each header a cache miss or a system call of its own),
-// the scan first tries the next entry's batch: if it begins at or before
-// target and the index vouches for it (vouches; its offsets then rise past
-// the entry found's too, walk's prevLast check), it is the batch: one
-// header read, not two. Otherwise (an append of several batches, appends
-// without an entry between, a legacy entry, a damaged base) the scan
-// starts at the entry found, which walks whatever lies between.
-func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p position, ok bool, err error) {
+// next append has an entry). When the two entries lie more than a header
+// window apart (big batches, each header a cache miss or a system call of
+// its own), a probe first tries the next entry's batch: if it begins at
+// or before target and the index vouches for it (vouches; its offsets
+// then rise past the entry found's too, walk's prevLast check), it is the
+// batch: one header read, not two. Otherwise (an append of several
+// batches, appends without an entry between, a legacy entry, a damaged
+// base) the scan starts at the entry found. The batch a probe finds is
+// right to read even when one it skipped is damaged (a read of that one
+// finds the damage), but what cuts the log there must not skip it.
+func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64, probe bool) (p position, ok bool, err error) {
 	oi, err := s.offsetIndex()
 	if err != nil {
 		return p, false, err
@@ -79,7 +85,7 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64) (p positi
 	s.reads.Add(1)
 	e, slot, n := oi.LookupSlot(target)
 	p.indexEntry, p.indexSlot, p.indexEntries = e, slot, n
-	if slot >= 0 && e.Offset < target && slot+2 < n {
+	if probe && slot >= 0 && e.Offset < target && slot+2 < n {
 		next := oi.Entry(slot + 1)
 		if start := int64(next.Position); start < limit && start-int64(e.Position) > headerWindowSize {
 			ok, tried, err := s.scanFrom(w, oi, slot+1, next, e.Offset, target, limit, true, &p)

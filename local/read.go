@@ -108,7 +108,7 @@ func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opt
 	defer w.release()
 	limit := seg.size.Load()
 	if bound < l.leo.Load() {
-		p, ok, err := seg.translateOffsetIn(&w, bound, limit)
+		p, ok, err := seg.translateOffsetIn(&w, bound, limit, true)
 		if err != nil {
 			return nil, err
 		}
@@ -116,7 +116,7 @@ func (l *Log) readSegment(seg *segFile, next, offset, maxBytes, bound int64, opt
 			limit = p.pos
 		}
 	}
-	p, ok, err := seg.translateOffsetIn(&w, offset, limit)
+	p, ok, err := seg.translateOffsetIn(&w, offset, limit, true)
 	if err != nil || !ok {
 		return nil, err
 	}
@@ -196,7 +196,7 @@ func (l *Log) Lookup(offset int64) (LookupResult, error) {
 	defer func() { seg.release() }()
 	r.Segments = len(segs)
 	for {
-		p, ok, err := seg.translateOffset(offset, seg.size.Load())
+		p, ok, err := seg.translateOffsetIn(nil, offset, seg.size.Load(), true) // a read's lookup
 		if err != nil {
 			return r, err
 		}
