@@ -42,8 +42,20 @@ type position struct {
 // would end elsewhere. A batch among others (an append of several, or
 // appends without an entry after it) proves nothing by ending there: an
 // earlier one's base may have moved onto the last one's offsets.
+//
+// A v2 batch must also hold a record for every offset of its span: Kafka's
+// cleaner (before 3.8) keeps a thinned batch's last offset but indexes the
+// last record it kept, so an entry may name an offset inside a batch that
+// lost its tail, and the base moved down by as many would end there.
 func vouches(e index.OffsetEntry, slot int, after int64, h *record.Entry) bool {
-	return slot >= 0 && h.Position == int64(e.Position) && h.LastOffset == e.Offset && h.Position+h.Size == after
+	if slot < 0 || h.Position != int64(e.Position) || h.LastOffset != e.Offset || h.Position+h.Size != after {
+		return false
+	}
+	if h.Magic < 2 {
+		return true
+	}
+	b := record.Batch(h.Data)
+	return len(b) >= record.BatchHeaderSize && int64(b.NumRecords()) == h.LastOffset-h.BaseOffset+1
 }
 
 // translateOffset finds the first batch whose last offset is >= target,
@@ -52,7 +64,8 @@ func vouches(e index.OffsetEntry, slot int, after int64, h *record.Entry) bool {
 // before limit. Offsets must rise strictly from batch to batch, and the
 // batches from the index entry must agree with it: one of them ends at
 // exactly the entry's offset, the last offset of the append that began
-// there (Kafka's rule, so none of them ends past it). Damage is an error.
+// there (Kafka's rule, so none of them ends past it), or holds it, a batch
+// Kafka's cleaner thinned (record.Entry.Holds). Damage is an error.
 //
 // It walks from the entry found, whatever lies between: what truncates,
 // rewrites or replays the log, and a timestamp search, use it.
@@ -134,12 +147,12 @@ func (s *segFile) scanFrom(w *windowRef, oi *index.OffsetIndex, slot int, e inde
 			tried = true
 		}
 		p.scannedBytes = h.Position + h.Size - start
-		if !reached && h.LastOffset > e.Offset {
+		if !reached && h.LastOffset > e.Offset && !h.Holds(e.Offset) {
 			disagree = fmt.Errorf("%w: %s position %d holds offsets up to %d, but %s says an append of offsets up to %d starts at position %d",
 				backend.ErrCorruptRecord, s.logPath, h.Position, h.LastOffset, s.path(IndexSuffix), e.Offset, e.Position)
 			return false
 		}
-		reached = reached || h.LastOffset == e.Offset
+		reached = reached || h.Holds(e.Offset)
 		if h.LastOffset >= target {
 			p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs = h.Position, h.Size, h.BaseOffset, h.LastOffset, h.MaxTimestamp
 			p.vouched = vouches(e, slot, after, h)

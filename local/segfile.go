@@ -531,7 +531,7 @@ func (s *segFile) checkOffsetIndex(oi *index.OffsetIndex) error {
 		if err != nil {
 			return err
 		}
-		if e.LastOffset > last.Offset {
+		if e.LastOffset > last.Offset && !e.Holds(last.Offset) {
 			return fmt.Errorf("%w: %s position %d holds offsets %d..%d, but %s says offsets up to %d start there",
 				backend.ErrCorruptRecord, s.logPath, last.Position, e.BaseOffset, e.LastOffset, s.path(IndexSuffix), last.Offset)
 		}

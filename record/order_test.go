@@ -90,6 +90,32 @@ func TestEntryFollows(t *testing.T) {
 	}
 }
 
+// An index entry may name a v2 batch's last offset or, as Kafka's cleaner
+// before 3.8 indexed a thinned batch, any offset of its span; a legacy
+// entry only its last.
+func TestEntryHolds(t *testing.T) {
+	cases := []struct {
+		e      record.Entry
+		offset int64
+		ok     bool
+	}{
+		{record.Entry{Magic: 2, BaseOffset: 5, LastOffset: 9}, 9, true},
+		{record.Entry{Magic: 2, BaseOffset: 5, LastOffset: 9}, 7, true},
+		{record.Entry{Magic: 2, BaseOffset: 5, LastOffset: 9}, 5, true},
+		{record.Entry{Magic: 2, BaseOffset: 5, LastOffset: 9}, 4, false},
+		{record.Entry{Magic: 2, BaseOffset: 5, LastOffset: 9}, 10, false},
+		{record.Entry{Magic: 2, BaseOffset: -1, LastOffset: 9}, 3, false},
+		{record.Entry{Magic: 1, BaseOffset: -1, LastOffset: 9}, 9, true}, // a compressed legacy wrapper
+		{record.Entry{Magic: 1, BaseOffset: -1, LastOffset: 9}, 8, false},
+		{record.Entry{Magic: 1, BaseOffset: 6, LastOffset: 9}, 7, false},
+	}
+	for _, c := range cases {
+		if got := c.e.Holds(c.offset); got != c.ok {
+			t.Errorf("%+v holds %d: %v, want %v", c.e, c.offset, got, c.ok)
+		}
+	}
+}
+
 func TestIteratorFirstAtOrAfter(t *testing.T) {
 	var b record.Builder
 	h := record.NewBatchHeader()

@@ -69,6 +69,17 @@ func (e *Entry) Follows(prevLast int64) error {
 	return &BatchError{Kind: ErrOffsetOrder, Position: e.Position, BaseOffset: e.BaseOffset, Detail: detail}
 }
 
+// Holds reports whether an offset index entry naming offset agrees with
+// the entry as the batch that ends the append it indexes: offset is its
+// last offset, or, for a v2 batch, any offset of its span. Kafka's cleaner
+// (before 3.8) keeps a thinned batch's last offset (overrideLastOffset)
+// but indexes the chunk it appended by the last record it kept
+// (FilterResult.maxOffset), so its entries may name an offset inside the
+// batch that ends the chunk.
+func (e *Entry) Holds(offset int64) bool {
+	return e.LastOffset == offset || (e.Magic >= 2 && e.BaseOffset >= 0 && e.BaseOffset <= offset && offset < e.LastOffset)
+}
+
 // Batch returns Data as a v2 batch view; only meaningful when Magic is 2.
 func (e *Entry) Batch() Batch { return Batch(e.Data) }
 

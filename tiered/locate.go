@@ -102,11 +102,11 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 					return l, false, err
 				}
 			}
-			if !reached && e.LastOffset > from.Offset {
+			if !reached && e.LastOffset > from.Offset && !e.Holds(from.Offset) {
 				return l, false, fmt.Errorf("%w: %s position %d holds offsets up to %d, but its offset index says an append of offsets up to %d starts at position %d",
 					backend.ErrCorruptRecord, key, pos+at, e.LastOffset, from.Offset, from.Position)
 			}
-			reached = reached || e.LastOffset == from.Offset
+			reached = reached || e.Holds(from.Offset)
 			l.scanned++
 			if e.LastOffset >= target {
 				l.at, l.entry = at, e

@@ -341,3 +341,86 @@ func checkTimestampsOrNamed(t *testing.T, p *tiered.Partition, want []record.Rec
 		}
 	}
 }
+
+// A segment whose offset index names, at a batch's position, an offset
+// inside that batch (Kafka's cleaner before 3.8 indexes a thinned batch by
+// the last record it kept, below the batch's last offset) opens, uploads
+// and reads from the bucket: an entry inside its batch is Kafka's, not
+// damage (record.Entry.Holds).
+func TestKafkaCleanedIndexInBucket(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	store := objstore.New(mem.New(), "mem://cleaned", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "8192", "index.interval.bytes", "100", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
+	p := open(t, dir, store, 1, c)
+	produceSmall(t, rng, p, 250)
+	if err := p.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	end := p.Offsets().LogEnd
+	want, err := consumeRecords(p, 0, end, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Each closed segment's entries renamed to the base offset of the
+	// batch at their position (inside it when it holds several records).
+	inside := 0
+	logs, _ := filepath.Glob(filepath.Join(dir, "*"+local.LogSuffix))
+	for _, path := range logs[:len(logs)-1] {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip := strings.TrimSuffix(path, local.LogSuffix) + local.IndexSuffix
+		ix, err := os.ReadFile(ip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		base, _ := strconv.ParseInt(strings.TrimSuffix(filepath.Base(path), local.LogSuffix), 10, 64)
+		for i := 0; i+8 <= len(ix); i += 8 {
+			b := record.Batch(data[binary.BigEndian.Uint32(ix[i+4:]):])
+			if b.BaseOffset() < b.LastOffset() {
+				inside++
+			}
+			binary.BigEndian.PutUint32(ix[i:], uint32(b.BaseOffset()-base))
+		}
+		if err := os.WriteFile(ip, ix, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if inside == 0 {
+		t.Fatal("no entry moved inside its batch")
+	}
+	l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err = tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.SetHighWatermark(end); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if p.Offsets().LocalLogStart == 0 {
+		t.Fatal("nothing offloaded")
+	}
+	for _, maxBytes := range []int{1, 1 << 20} {
+		for _, from := range []int64{0, end / 3, end / 2} {
+			got, err := consumeRecords(p, from, end, maxBytes)
+			if err != nil {
+				t.Fatalf("reading from %d, %d bytes at a time, from the bucket: %v", from, maxBytes, err)
+			}
+			if len(got) != int(end-from) || got[0].Offset != from || !bytes.Equal(got[0].Value, want[from].Value) {
+				t.Fatalf("reading from %d, %d bytes at a time: %d records from %d; want %d", from, maxBytes, len(got), got[0].Offset, end-from)
+			}
+		}
+	}
+}

@@ -1,0 +1,209 @@
+package local_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/index"
+	"github.com/tierlog/tierlog/local"
+	"github.com/tierlog/tierlog/record"
+	"github.com/tierlog/tierlog/vfs"
+)
+
+// cleanedLog writes nextEntryLog (a second segment after it), then rewrites
+// segment 0 as Kafka's cleaner (before 3.8, LogSegment.append indexing per
+// append with largestOffset = FilterResult.maxOffset) leaves it when batch 9
+// lost its last two records to compaction: the batch keeps its last offset
+// (overrideLastOffset), but the index entry at its position names its last
+// retained record's offset (MemoryRecords.filterBatch's maxOffset), two
+// below. Each batch is a cleaner chunk of its own. It returns the config,
+// each batch's first offset and position, and the records of the log
+// (scanned from the files, not through tierlog).
+func cleanedLog(t *testing.T, dir string) (c backend.Config, firsts, positions []int64, recs []record.Record) {
+	t.Helper()
+	c, firsts, _, _ = nextEntryLog(t, dir, true)
+	seg := filepath.Join(dir, local.FileName(0, local.LogSuffix))
+	data, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []byte
+	var entryOffsets []int64 // what an index entry at each batch would say
+	for i, pos := range batchPositions(t, data) {
+		b := record.Batch(data[pos:])
+		b = b[:12+int(b.Length())]
+		if i != 9 {
+			positions = append(positions, int64(len(out)))
+			out = append(out, b...)
+			entryOffsets = append(entryOffsets, b.LastOffset())
+			continue
+		}
+		// Batch 9 keeps its first record only (padded so that the batch
+		// stays over index.interval.bytes) and its last offset delta.
+		var it record.Iterator
+		if err := it.Reset(b); err != nil || !it.Next() {
+			t.Fatal(err)
+		}
+		r := it.Record()
+		var bl record.Builder
+		bl.Reset(record.NewBatchHeader())
+		if err := bl.AppendAt(0, r.Timestamp, r.Key, append(bytes.Repeat([]byte("y"), 13000), r.Value...), nil); err != nil {
+			t.Fatal(err)
+		}
+		bl.SetLastOffsetDelta(b.LastOffsetDelta())
+		nb, err := bl.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		nb.SetBaseOffset(b.BaseOffset())
+		positions = append(positions, int64(len(out)))
+		out = append(out, nb...)
+		entryOffsets = append(entryOffsets, b.BaseOffset()) // filterBatch's maxOffset: the retained record's
+	}
+	if err := os.WriteFile(seg, out, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Kafka's per-append rule at index.interval.bytes=12000, one append
+	// (cleaner chunk) a batch.
+	ip := filepath.Join(dir, local.FileName(0, local.IndexSuffix))
+	if err := os.Remove(ip); err != nil {
+		t.Fatal(err)
+	}
+	oi, err := index.OpenOffsetIndex(vfs.Default, ip, 0, 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var since int64
+	for i, pos := range positions {
+		end := int64(len(out))
+		if i+1 < len(positions) {
+			end = positions[i+1]
+		}
+		if since > 12000 {
+			if err := oi.Append(entryOffsets[i], int32(pos)); err != nil {
+				t.Fatal(err)
+			}
+			since = 0
+		}
+		since += end - pos
+	}
+	for _, err := range []error{oi.TrimToValidSize(), oi.Flush(), oi.Close()} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The records, from the files.
+	segs, _ := filepath.Glob(filepath.Join(dir, "*"+local.LogSuffix))
+	for _, s := range segs {
+		d, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := record.NewScanner(bytes.NewReader(d), 0, int64(len(d)), record.ScanOptions{Validate: true})
+		var it record.Iterator
+		for sc.Next() {
+			if err := it.Reset(sc.Entry().Data); err != nil {
+				t.Fatal(err)
+			}
+			for it.Next() {
+				r := *it.Record()
+				r.Key, r.Value, r.Headers = bytes.Clone(r.Key), bytes.Clone(r.Value), nil
+				recs = append(recs, r)
+			}
+		}
+		if sc.Err() != nil {
+			t.Fatal(sc.Err())
+		}
+	}
+	return c, firsts, positions, recs
+}
+
+// recsFrom returns the records of recs at or after off.
+func recsFrom(recs []record.Record, off int64) []record.Record {
+	for i, r := range recs {
+		if r.Offset >= off {
+			return recs[i:]
+		}
+	}
+	return nil
+}
+
+// short describes records by offset and value prefix.
+func short(rs []record.Record) string {
+	var b bytes.Buffer
+	for _, r := range rs {
+		v := r.Value
+		if i := bytes.Index(v, []byte("n")); i >= 0 {
+			v = v[i:]
+		}
+		fmt.Fprintf(&b, "%d:%.5s ", r.Offset, v)
+	}
+	return b.String()
+}
+
+// In a segment Kafka's cleaner wrote (an index entry may name a rebuilt
+// batch's last retained record, below the batch's last offset), batch 9's
+// base moved down by the two dropped offsets ends at its entry's offset:
+// the index must not vouch for it (it holds fewer records than its span),
+// or a read would serve it at batch 8's offsets.
+func TestKafkaCleanedIndexMovedBase(t *testing.T) {
+	for _, readOnly := range []bool{false, true} {
+		t.Run(fmt.Sprintf("read-only=%v", readOnly), func(t *testing.T) {
+			dir := t.TempDir()
+			c, firsts, positions, recs := cleanedLog(t, dir)
+			seg := filepath.Join(dir, local.FileName(0, local.LogSuffix))
+			moveBase(t, seg, positions[9], firsts[9]-2) // ends at 27: the entry's offset
+			l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, ReadOnly: readOnly, LogStartOffset: -1, HighWatermark: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			for _, off := range []int64{firsts[9] - 2, firsts[9] - 1} {
+				got, next, err := readOnce(l, off, 1)
+				want := recsFrom(recs, off)
+				if err == nil && len(got) == 0 && next > want[0].Offset {
+					t.Errorf("one batch at %d: no error, no records, and the next read at %d: %s skipped", off, next, short(want[:next-off]))
+				}
+				want = want[:min(len(got), len(want))]
+				if err != nil {
+					if !errors.Is(err, backend.ErrCorruptRecord) {
+						t.Errorf("one batch at %d: %v; want ErrCorruptRecord", off, err)
+					}
+					continue
+				}
+				if short(got) != short(want) {
+					t.Errorf("one batch at %d: no error and got %s; want %s", off, short(got), short(want))
+				}
+			}
+		})
+	}
+}
+
+// The same Kafka-cleaned segment, undamaged: every offset reads (an entry
+// naming an offset inside the batch that ends its append is Kafka's, not
+// damage).
+func TestKafkaCleanedIndexReads(t *testing.T) {
+	dir := t.TempDir()
+	c, _, _, recs := cleanedLog(t, dir)
+	l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, ReadOnly: true, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for off := int64(0); off < l.Offsets().LogEnd; off++ {
+		got, _, err := readOnce(l, off, 1)
+		if err != nil {
+			t.Errorf("undamaged, one batch at %d: %v", off, err)
+			continue
+		}
+		want := recsFrom(recs, off)
+		if w := want[:min(len(got), len(want))]; short(got) != short(w) {
+			t.Errorf("undamaged, one batch at %d: got %s; want %s", off, short(got), short(w))
+		}
+	}
+}
