@@ -268,6 +268,9 @@ func (a *activeSegment) truncateInPlace(offset int64) (int64, error) {
 	if cut < 0 || cut > offset {
 		cut = offset
 	}
+	if err := f.checkCut(p, cut); err != nil {
+		return 0, err
+	}
 	if err := errors.Join(a.ix.Offsets.TruncateTo(cut), a.ix.Times.TruncateTo(cut)); err != nil {
 		return 0, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/tierlog/tierlog/backend"
@@ -24,9 +25,9 @@ import (
 // below. Each batch is a cleaner chunk of its own. It returns the config,
 // each batch's first offset and position, and the records of the log
 // (scanned from the files, not through tierlog).
-func cleanedLog(t *testing.T, dir string) (c backend.Config, firsts, positions []int64, recs []record.Record) {
+func cleanedLog(t *testing.T, dir string, roll bool) (c backend.Config, firsts, positions []int64, recs []record.Record) {
 	t.Helper()
-	c, firsts, _, _ = nextEntryLog(t, dir, true)
+	c, firsts, _, _ = nextEntryLog(t, dir, roll)
 	seg := filepath.Join(dir, local.FileName(0, local.LogSuffix))
 	data, err := os.ReadFile(seg)
 	if err != nil {
@@ -155,7 +156,7 @@ func TestKafkaCleanedIndexMovedBase(t *testing.T) {
 	for _, readOnly := range []bool{false, true} {
 		t.Run(fmt.Sprintf("read-only=%v", readOnly), func(t *testing.T) {
 			dir := t.TempDir()
-			c, firsts, positions, recs := cleanedLog(t, dir)
+			c, firsts, positions, recs := cleanedLog(t, dir, true)
 			seg := filepath.Join(dir, local.FileName(0, local.LogSuffix))
 			moveBase(t, seg, positions[9], firsts[9]-2) // ends at 27: the entry's offset
 			l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, ReadOnly: readOnly, LogStartOffset: -1, HighWatermark: -1})
@@ -189,7 +190,7 @@ func TestKafkaCleanedIndexMovedBase(t *testing.T) {
 // damage).
 func TestKafkaCleanedIndexReads(t *testing.T) {
 	dir := t.TempDir()
-	c, _, _, recs := cleanedLog(t, dir)
+	c, _, _, recs := cleanedLog(t, dir, true)
 	l, err := local.Open(dir, local.Options{Config: c, CleanShutdown: true, ReadOnly: true, LogStartOffset: -1, HighWatermark: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -205,5 +206,39 @@ func TestKafkaCleanedIndexReads(t *testing.T) {
 		if w := want[:min(len(got), len(want))]; short(got) != short(w) {
 			t.Errorf("undamaged, one batch at %d: got %s; want %s", off, short(got), short(w))
 		}
+	}
+}
+
+// TruncateTo inside the moved batch of TestKafkaCleanedIndexMovedBase: the
+// lookup starts at the batch (its entry names an offset inside it) and a
+// cut there would keep batch 8, which holds offsets past the new log end;
+// the batch before a cut is checked, so the truncation is refused, of the
+// active segment (cut in place) and of a sealed one (its prefix rewritten).
+func TestKafkaCleanedIndexTruncate(t *testing.T) {
+	for _, sealed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("sealed=%v", sealed), func(t *testing.T) {
+			dir := t.TempDir()
+			c, firsts, positions, _ := cleanedLog(t, dir, sealed)
+			seg := filepath.Join(dir, local.FileName(0, local.LogSuffix))
+			moveBase(t, seg, positions[9], firsts[9]-2)
+			l := openLog(t, dir, c, true)
+			defer l.Close()
+			end := l.Offsets().LogEnd
+			before, err := os.Stat(seg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = l.TruncateTo(firsts[9])
+			if err == nil {
+				t.Fatalf("TruncateTo(%d) inside the moved batch: no error; the log end is %d, and batch 8 (offsets %d..%d) is kept", firsts[9], l.Offsets().LogEnd, firsts[8], firsts[9]-1)
+			}
+			if !errors.Is(err, backend.ErrCorruptRecord) || !strings.Contains(err.Error(), filepath.Base(seg)) {
+				t.Fatalf("TruncateTo(%d): %v; want ErrCorruptRecord naming %s", firsts[9], err, filepath.Base(seg))
+			}
+			// Nothing was cut.
+			if after, err := os.Stat(seg); err != nil || after.Size() != before.Size() || l.Offsets().LogEnd != end {
+				t.Errorf("after the refused truncation: the log end %d (was %d), %s %v bytes (was %d)", l.Offsets().LogEnd, end, filepath.Base(seg), after.Size(), before.Size())
+			}
+		})
 	}
 }

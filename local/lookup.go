@@ -115,6 +115,28 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64, probe boo
 	return p, ok && err == nil, err
 }
 
+// checkCut verifies the batch before a cut at p (the batch found for a
+// truncation whose new log end is cut): it must end where p begins, below
+// cut. The walk that found p began at its index entry, which may lie past
+// a damaged batch it never saw: a base moved onto the next batch's
+// offsets. A cut at p would keep that batch, holding offsets past the new
+// log end. (An index by Kafka's cleaner, naming an offset inside a thinned
+// batch, lets a lookup start at the moved batch itself.)
+func (s *segFile) checkCut(p position, cut int64) error {
+	if p.pos == 0 || cut <= s.base {
+		return nil
+	}
+	q, ok, err := s.translateOffset(cut-1, p.pos)
+	if err != nil || !ok {
+		return err // none before p ends at or past cut-1: a gap, not an overlap
+	}
+	if q.pos+q.size != p.pos || q.lastOffset >= cut {
+		return fmt.Errorf("%w: %s: the batch at position %d (offsets %d..%d) lies before a cut at position %d, offset %d",
+			backend.ErrCorruptRecord, s.logPath, q.pos, q.baseOffset, q.lastOffset, p.pos, cut)
+	}
+	return nil
+}
+
 // scanFrom walks the batch headers from the position of entry e (slot
 // of oi; -1: none, the segment's start) for the first batch whose last
 // offset is >= target, filling p. prevLast is the last offset before

@@ -360,6 +360,9 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 		if p.baseOffset >= 0 && p.baseOffset < offset {
 			newLeo = p.baseOffset
 		}
+		if err := s.checkCut(p, newLeo); err != nil {
+			return nil, 0, err
+		}
 	}
 	src, err := s.file()
 	if err != nil {
