@@ -2,11 +2,13 @@ package record_test
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/tierlog/tierlog/record"
@@ -402,6 +404,67 @@ func TestIteratorSkipTo(t *testing.T) {
 			if it.Err() != nil || int64(n) != 1050-want {
 				t.Fatalf("%v: after SkipTo(%d), %d records then %v", codec, target, n, it.Err())
 			}
+		}
+	}
+}
+
+// SkipTo reads the common record's framing (one- and two-byte varints)
+// on a fast path and any other through head: over records of every
+// varint width (values up to 20 KB, timestamp deltas up to 2^40, offset
+// deltas with gaps of up to 100,000), SkipTo(k) then Next gives what a
+// full iteration gives for the first record at or after k.
+func TestIteratorSkipToEveryWidth(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	var b record.Builder
+	h := record.NewBatchHeader()
+	h.BaseOffset = 5000
+	b.Reset(h)
+	delta := int32(-1)
+	for range 300 {
+		delta += 1 + int32(rng.IntN(3)*rng.IntN(2)*rng.IntN(50_000))
+		ts := int64(1_700_000_000_000)
+		switch rng.IntN(3) {
+		case 1:
+			ts += rng.Int64N(100)
+		case 2:
+			ts += rng.Int64N(1 << 40)
+		}
+		value := make([]byte, []int{0, 10, 100, 3000, 20_000}[rng.IntN(5)])
+		if err := b.AppendAt(delta, ts, nil, value, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	batch, err := b.Build()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var all []record.Record
+	var it record.Iterator
+	if err := it.Reset(batch); err != nil {
+		t.Fatal(err)
+	}
+	for it.Next() {
+		all = append(all, *it.Record())
+	}
+	if it.Err() != nil || len(all) != 300 {
+		t.Fatalf("%d records, %v", len(all), it.Err())
+	}
+	for target := int64(4990); target <= all[len(all)-1].Offset+2; target += 1 + rng.Int64N(400) {
+		if err := it.Reset(batch); err != nil {
+			t.Fatal(err)
+		}
+		it.SkipTo(target)
+		i, _ := slices.BinarySearchFunc(all, target, func(r record.Record, o int64) int { return cmp.Compare(r.Offset, o) })
+		ok := it.Next()
+		if i == len(all) {
+			if ok || it.Err() != nil {
+				t.Fatalf("SkipTo(%d) past the last record, then Next: %v, %v", target, ok, it.Err())
+			}
+			continue
+		}
+		if r := it.Record(); !ok || r.Offset != all[i].Offset || r.Timestamp != all[i].Timestamp || len(r.Value) != len(all[i].Value) {
+			t.Fatalf("SkipTo(%d) then Next: %v, offset %d ts %d %d bytes (err %v); want offset %d ts %d %d bytes",
+				target, ok, r.Offset, r.Timestamp, len(r.Value), it.Err(), all[i].Offset, all[i].Timestamp, len(all[i].Value))
 		}
 	}
 }

@@ -164,6 +164,14 @@ func (it *Iterator) SkipTo(offset int64) {
 		return
 	}
 	for it.left > 0 {
+		if end, delta, ok := skipFast(it.data); ok {
+			if it.base+int64(delta) >= offset {
+				return
+			}
+			it.data = it.data[end:]
+			it.left--
+			continue
+		}
 		_, _, delta, _, rest, err := it.head(it.data)
 		if err != nil || it.base+int64(delta) >= offset {
 			return
@@ -171,6 +179,27 @@ func (it *Iterator) SkipTo(offset int64) {
 		it.data = rest
 		it.left--
 	}
+}
+
+// skipFast reads the framing of the record at the start of p as head
+// does, for the common record only: its length, timestamp delta and
+// offset delta each a varint of one or two bytes. It returns the record's
+// end and its offset delta; ok is false for any other record (longer
+// varints, or one head would refuse), which head then reads. A finding
+// of one record costs the three varints and no slice of its body.
+func skipFast(p []byte) (end int, offDelta int32, ok bool) {
+	length, at := fastVarint(p, 0)
+	if at < 0 || length < minRecordSize-1 || int(length) > len(p)-at {
+		return 0, 0, false
+	}
+	end = at + int(length)
+	body := p[:end]
+	_, at = fastVarint(body, at+1) // after the attributes: the timestamp delta
+	if at < 0 {
+		return 0, 0, false
+	}
+	offDelta, at = fastVarint(body, at)
+	return end, offDelta, at >= 0
 }
 
 // FirstAtOrAfter resets the iterator to entry and returns its first record
