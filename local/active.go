@@ -257,19 +257,12 @@ func flushIndex(x interface{ Flush() error }) error {
 // or offset when the cut falls between batches).
 func (a *activeSegment) truncateInPlace(offset int64) (int64, error) {
 	f := a.f
-	p, ok, err := f.translateOffset(offset, f.size.Load())
+	p, ok, cut, err := f.truncationCut(offset)
 	if err != nil {
 		return 0, err
 	}
 	if !ok {
 		return offset, nil // nothing at or above offset here
-	}
-	cut := p.baseOffset
-	if cut < 0 || cut > offset {
-		cut = offset
-	}
-	if err := f.checkCut(p, cut); err != nil {
-		return 0, err
 	}
 	if err := errors.Join(a.ix.Offsets.TruncateTo(cut), a.ix.Times.TruncateTo(cut)); err != nil {
 		return 0, err

@@ -228,6 +228,7 @@ func TestKafkaCleanedIndexTruncate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			infos := l.SegmentInfos()
 			err = l.TruncateTo(firsts[9])
 			if err == nil {
 				t.Fatalf("TruncateTo(%d) inside the moved batch: no error; the log end is %d, and batch 8 (offsets %d..%d) is kept", firsts[9], l.Offsets().LogEnd, firsts[8], firsts[9]-1)
@@ -235,10 +236,74 @@ func TestKafkaCleanedIndexTruncate(t *testing.T) {
 			if !errors.Is(err, backend.ErrCorruptRecord) || !strings.Contains(err.Error(), filepath.Base(seg)) {
 				t.Fatalf("TruncateTo(%d): %v; want ErrCorruptRecord naming %s", firsts[9], err, filepath.Base(seg))
 			}
-			// Nothing was cut.
+			// Nothing was cut, nor any segment after it removed, on disk
+			// either.
 			if after, err := os.Stat(seg); err != nil || after.Size() != before.Size() || l.Offsets().LogEnd != end {
 				t.Errorf("after the refused truncation: the log end %d (was %d), %s %v bytes (was %d)", l.Offsets().LogEnd, end, filepath.Base(seg), after.Size(), before.Size())
 			}
+			for _, si := range infos {
+				if _, err := os.Stat(si.Path); err != nil {
+					t.Errorf("after the refused truncation: %v", err)
+				}
+			}
+			l.Close()
+			if l = openLog(t, dir, c, true); l.Offsets().LogEnd != end {
+				t.Errorf("reopened after the refused truncation: the log end %d, was %d", l.Offsets().LogEnd, end)
+			}
 		})
+	}
+}
+
+// A truncation to every offset of a compacted follower's log, whose
+// batches leave gaps between them and inside them (a batch keeps its last
+// offset when the cleaner thinned it): the new log end is the offset, or
+// the base of the batch holding it, and no gap reads as an overlap.
+func TestTruncateCompactedGaps(t *testing.T) {
+	c := cfg(t, "cleanup.policy", "compact", "segment.bytes", "1500", "index.interval.bytes", "150")
+	src := t.TempDir()
+	l := openLog(t, src, c, false)
+	type span struct{ base, last int64 }
+	var spans []span
+	next := int64(0)
+	for i := range 40 {
+		next += int64(i % 3) // a gap before most batches
+		h := record.NewBatchHeader()
+		h.BaseOffset = next
+		var b record.Builder
+		b.Reset(h)
+		for _, delta := range []int32{0, 2} { // a gap inside
+			if err := b.AppendAt(delta, 1_700_000_000_000, []byte("k"), bytes.Repeat([]byte("v"), 60), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		batch, err := b.Build()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := l.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		spans = append(spans, span{next, next + 2})
+		next += 3
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for off := int64(0); off < next; off++ {
+		want := off
+		for _, s := range spans {
+			if s.base < off && off <= s.last {
+				want = s.base
+			}
+		}
+		dir := filepath.Join(t.TempDir(), "log")
+		if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
+			t.Fatal(err)
+		}
+		l := openLog(t, dir, c, true)
+		if err := l.TruncateTo(off); err != nil || l.Offsets().LogEnd != want {
+			t.Fatalf("TruncateTo(%d): %v, log end %d, want %d", off, err, l.Offsets().LogEnd, want)
+		}
+		l.Close()
 	}
 }

@@ -115,26 +115,38 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64, probe boo
 	return p, ok && err == nil, err
 }
 
-// checkCut verifies the batch before a cut at p (the batch found for a
-// truncation whose new log end is cut): it must end where p begins, below
-// cut. The walk that found p began at its index entry, which may lie past
-// a damaged batch it never saw: a base moved onto the next batch's
-// offsets. A cut at p would keep that batch, holding offsets past the new
-// log end. (An index by Kafka's cleaner, naming an offset inside a thinned
-// batch, lets a lookup start at the moved batch itself.)
-func (s *segFile) checkCut(p position, cut int64) error {
-	if p.pos == 0 || cut <= s.base {
-		return nil
-	}
-	q, ok, err := s.translateOffset(cut-1, p.pos)
+// truncationCut finds where a truncation to offset cuts s: p is the first
+// batch whose last offset is >= offset (ok false: none, nothing of s
+// goes), and end the new log end, p's base when it begins below offset.
+//
+// The batch before the cut is checked: it must end where p begins, below
+// end. The walk that found p began at its index entry, which may lie past
+// a damaged batch it never saw, a base moved onto the next batch's
+// offsets (an index by Kafka's cleaner, naming an offset inside a thinned
+// batch, lets a lookup start at the moved batch itself); a cut at p would
+// keep that batch, holding offsets past the new log end. A compacted gap
+// before p (no batch before it ends at or past end-1) is no overlap.
+func (s *segFile) truncationCut(offset int64) (p position, ok bool, end int64, err error) {
+	p, ok, err = s.translateOffset(offset, s.size.Load())
 	if err != nil || !ok {
-		return err // none before p ends at or past cut-1: a gap, not an overlap
+		return p, false, offset, err
 	}
-	if q.pos+q.size != p.pos || q.lastOffset >= cut {
-		return fmt.Errorf("%w: %s: the batch at position %d (offsets %d..%d) lies before a cut at position %d, offset %d",
-			backend.ErrCorruptRecord, s.logPath, q.pos, q.baseOffset, q.lastOffset, p.pos, cut)
+	end = offset
+	if p.baseOffset >= 0 && p.baseOffset < offset {
+		end = p.baseOffset
 	}
-	return nil
+	if p.pos == 0 || end <= s.base {
+		return p, true, end, nil
+	}
+	q, before, err := s.translateOffset(end-1, p.pos)
+	if err != nil {
+		return p, false, offset, err
+	}
+	if before && (q.pos+q.size != p.pos || q.lastOffset >= end) {
+		return p, false, offset, fmt.Errorf("%w: %s: the batch at position %d holds offsets %d..%d, at or past %d, where a truncation to offset %d would end the log (cutting at position %d)",
+			backend.ErrCorruptRecord, s.logPath, q.pos, q.baseOffset, q.lastOffset, end, offset, p.pos)
+	}
+	return p, true, end, nil
 }
 
 // scanFrom walks the batch headers from the position of entry e (slot

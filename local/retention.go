@@ -247,6 +247,16 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	for i > 0 && segs[i].base > offset {
 		i--
 	}
+	// A cut the target's batches refuse (truncationCut: damage before
+	// it) leaves the log as it was, the segments after it too.
+	if !segs[i].acquire() { // its files open while they are read
+		return false, l.closedErr()
+	}
+	_, _, _, err = segs[i].truncationCut(offset)
+	segs[i].release()
+	if err != nil {
+		return false, err
+	}
 	// The segments after the target go first: a crash from here on
 	// leaves a log that ends with the target, a state on the way.
 	for _, s := range segs[i+1:] {
@@ -350,19 +360,13 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 		return nil, 0, l.closedErr()
 	}
 	defer s.release()
-	p, ok, err := s.translateOffset(offset, s.size.Load())
+	p, ok, newLeo, err := s.truncationCut(offset)
 	if err != nil {
 		return nil, 0, err
 	}
-	cut, newLeo := s.size.Load(), offset
+	cut := s.size.Load()
 	if ok {
 		cut = p.pos
-		if p.baseOffset >= 0 && p.baseOffset < offset {
-			newLeo = p.baseOffset
-		}
-		if err := s.checkCut(p, newLeo); err != nil {
-			return nil, 0, err
-		}
 	}
 	src, err := s.file()
 	if err != nil {
