@@ -155,10 +155,10 @@ func (it *Iterator) Next() bool {
 // keys, values and headers, so that the next Next returns the first record
 // at or after offset: finding one record in a batch reads three varints of
 // each record before it. It stops early at a record whose length,
-// timestamp delta or offset delta Next would refuse (both read them
-// through head), which the next Next then reports; the keys, values and
-// headers it skips are not checked. Legacy (magic 0/1) entries are not
-// skipped.
+// timestamp delta or offset delta Next would refuse (skipFast reads the
+// common record's, head any other, as Next does), which the next Next
+// then reports; the keys, values and headers it skips are not checked.
+// Legacy (magic 0/1) entries are not skipped.
 func (it *Iterator) SkipTo(offset int64) {
 	if it.err != nil || it.isLegacy {
 		return

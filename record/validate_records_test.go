@@ -18,6 +18,7 @@ const cleanRecord = "0 bytes left in the record after its last header"
 // the Iterator decodes to the same fields and length.
 func checkRecordWalks(t *testing.T, p []byte) {
 	t.Helper()
+	checkSkipFast(t, p)
 	tsDelta, offDelta, hasKey, next := nextRecord(p, 0)
 	problem := recordProblem(p)
 	if (next >= 0) != (problem == cleanRecord) {
@@ -38,6 +39,21 @@ func checkRecordWalks(t *testing.T, p []byte) {
 	if r.Timestamp != tsDelta || r.Offset != int64(offDelta) || (r.Key != nil) != hasKey || len(p)-len(it.data) != next {
 		t.Fatalf("% x: nextRecord ts %d offset %d key %v end %d; Iterator ts %d offset %d key %v end %d",
 			p, tsDelta, offDelta, hasKey, next, r.Timestamp, r.Offset, r.Key != nil, len(p)-len(it.data))
+	}
+}
+
+// checkSkipFast: a record SkipTo's fast path accepts, head accepts too,
+// with the same end and offset delta (any other record goes to head).
+func checkSkipFast(t *testing.T, p []byte) {
+	t.Helper()
+	end, delta, ok := skipFast(p)
+	if !ok {
+		return
+	}
+	var it Iterator
+	_, _, hd, _, rest, err := it.head(p)
+	if err != nil || hd != delta || len(p)-len(rest) != end {
+		t.Fatalf("skipFast(% x) = end %d, offset delta %d; head: end %d, offset delta %d, %v", p, end, delta, len(p)-len(rest), hd, err)
 	}
 }
 
