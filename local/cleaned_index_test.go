@@ -10,10 +10,8 @@ import (
 	"testing"
 
 	"github.com/tierlog/tierlog/backend"
-	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
-	"github.com/tierlog/tierlog/vfs"
 )
 
 // cleanedLog writes nextEntryLog (a second segment after it), then rewrites
@@ -71,56 +69,8 @@ func cleanedLog(t *testing.T, dir string, roll bool) (c backend.Config, firsts, 
 	}
 	// Kafka's per-append rule at index.interval.bytes=12000, one append
 	// (cleaner chunk) a batch.
-	ip := filepath.Join(dir, local.FileName(0, local.IndexSuffix))
-	if err := os.Remove(ip); err != nil {
-		t.Fatal(err)
-	}
-	oi, err := index.OpenOffsetIndex(vfs.Default, ip, 0, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var since int64
-	for i, pos := range positions {
-		end := int64(len(out))
-		if i+1 < len(positions) {
-			end = positions[i+1]
-		}
-		if since > 12000 {
-			if err := oi.Append(entryOffsets[i], int32(pos)); err != nil {
-				t.Fatal(err)
-			}
-			since = 0
-		}
-		since += end - pos
-	}
-	for _, err := range []error{oi.TrimToValidSize(), oi.Flush(), oi.Close()} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	// The records, from the files.
-	segs, _ := filepath.Glob(filepath.Join(dir, "*"+local.LogSuffix))
-	for _, s := range segs {
-		d, err := os.ReadFile(s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sc := record.NewScanner(bytes.NewReader(d), 0, int64(len(d)), record.ScanOptions{Validate: true})
-		var it record.Iterator
-		for sc.Next() {
-			if err := it.Reset(sc.Entry().Data); err != nil {
-				t.Fatal(err)
-			}
-			for it.Next() {
-				r := *it.Record()
-				r.Key, r.Value, r.Headers = bytes.Clone(r.Key), bytes.Clone(r.Value), nil
-				recs = append(recs, r)
-			}
-		}
-		if sc.Err() != nil {
-			t.Fatal(sc.Err())
-		}
-	}
+	writeIndexByRule(t, filepath.Join(dir, local.FileName(0, local.IndexSuffix)), 0, 12000, batchAppends(positions, int64(len(out)), entryOffsets))
+	recs = dirRecords(t, dir)
 	return c, firsts, positions, recs
 }
 

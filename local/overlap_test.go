@@ -177,7 +177,6 @@ func indexByAppend(t *testing.T, seg string, interval int64, firsts map[int64]bo
 	if err != nil {
 		t.Fatal(err)
 	}
-	type appended struct{ pos, size, last int64 }
 	var appends []appended
 	for _, pos := range batchPositions(t, data) {
 		b := record.Batch(data[pos:])
@@ -187,8 +186,35 @@ func indexByAppend(t *testing.T, seg string, interval int64, firsts map[int64]bo
 		a := &appends[len(appends)-1]
 		a.size, a.last = pos+12+int64(b.Length())-a.pos, b.LastOffset()
 	}
-	path := strings.TrimSuffix(seg, local.LogSuffix) + local.IndexSuffix
-	if err := os.Remove(path); err != nil {
+	writeIndexByRule(t, strings.TrimSuffix(seg, local.LogSuffix)+local.IndexSuffix, base, interval, appends)
+}
+
+// appended is an append to a segment, for writeIndexByRule: its position,
+// its bytes, and the offset its index entry names (Kafka: the append's
+// last offset; its cleaner before 3.8: the last record it kept).
+type appended struct{ pos, size, last int64 }
+
+// batchAppends makes each batch of a segment an append of its own: the
+// batches at positions (the segment size bytes), whose entries would name
+// lasts.
+func batchAppends(positions []int64, size int64, lasts []int64) []appended {
+	out := make([]appended, len(positions))
+	for i, pos := range positions {
+		end := size
+		if i+1 < len(positions) {
+			end = positions[i+1]
+		}
+		out[i] = appended{pos: pos, size: end - pos, last: lasts[i]}
+	}
+	return out
+}
+
+// writeIndexByRule writes the offset index at path (of the segment based
+// at base) anew by Kafka's rule (LogSegment.append): an append, once more
+// than interval bytes came since the last entry, gets one entry.
+func writeIndexByRule(t *testing.T, path string, base, interval int64, appends []appended) {
+	t.Helper()
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
 	oi, err := index.OpenOffsetIndex(vfs.Default, path, base, 1<<20)
@@ -210,6 +236,39 @@ func indexByAppend(t *testing.T, seg string, interval int64, firsts map[int64]bo
 			t.Fatal(err)
 		}
 	}
+}
+
+// dirRecords returns the records of every .log of dir, in order, read
+// from the files (not through tierlog).
+func dirRecords(t *testing.T, dir string) []record.Record {
+	t.Helper()
+	var recs []record.Record
+	segs, err := filepath.Glob(filepath.Join(dir, "*"+local.LogSuffix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range segs {
+		d, err := os.ReadFile(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc := record.NewScanner(bytes.NewReader(d), 0, int64(len(d)), record.ScanOptions{Validate: true})
+		var it record.Iterator
+		for sc.Next() {
+			if err := it.Reset(sc.Entry().Data); err != nil {
+				t.Fatal(err)
+			}
+			for it.Next() {
+				r := *it.Record()
+				r.Key, r.Value, r.Headers = bytes.Clone(r.Key), bytes.Clone(r.Value), nil
+				recs = append(recs, r)
+			}
+		}
+		if sc.Err() != nil {
+			t.Fatal(sc.Err())
+		}
+	}
+	return recs
 }
 
 // paddedBatchOf is batchOf with values of pad bytes more.

@@ -10,10 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/tierlog/tierlog/index"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/record"
-	"github.com/tierlog/tierlog/vfs"
 )
 
 // legacyMessage returns a magic 1 message: offset, size, crc, magic,
@@ -78,50 +76,8 @@ func legacyWrapperLog(t *testing.T, dir string) (c local.Options, firsts, positi
 	if err := os.WriteFile(seg, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ip := filepath.Join(dir, local.FileName(0, local.IndexSuffix))
-	os.Remove(ip)
-	oi, err := index.OpenOffsetIndex(vfs.Default, ip, 0, 1<<20)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var since int64
-	for i, pos := range positions {
-		end := int64(len(out))
-		if i+1 < len(positions) {
-			end = positions[i+1]
-		}
-		if since > 12000 {
-			if err := oi.Append(lasts[i], int32(pos)); err != nil {
-				t.Fatal(err)
-			}
-			since = 0
-		}
-		since += end - pos
-	}
-	for _, err := range []error{oi.TrimToValidSize(), oi.Flush(), oi.Close()} {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	segs, _ := filepath.Glob(filepath.Join(dir, "*"+local.LogSuffix))
-	for _, s := range segs {
-		d, _ := os.ReadFile(s)
-		sc := record.NewScanner(bytes.NewReader(d), 0, int64(len(d)), record.ScanOptions{Validate: true})
-		var it record.Iterator
-		for sc.Next() {
-			if err := it.Reset(sc.Entry().Data); err != nil {
-				t.Fatal(err)
-			}
-			for it.Next() {
-				r := *it.Record()
-				r.Key, r.Value, r.Headers = bytes.Clone(r.Key), bytes.Clone(r.Value), nil
-				recs = append(recs, r)
-			}
-		}
-		if sc.Err() != nil {
-			t.Fatal(sc.Err())
-		}
-	}
+	writeIndexByRule(t, filepath.Join(dir, local.FileName(0, local.IndexSuffix)), 0, 12000, batchAppends(positions, int64(len(out)), lasts))
+	recs = dirRecords(t, dir)
 	return local.Options{Config: cfgc, CleanShutdown: true, LogStartOffset: -1, HighWatermark: -1}, firsts, positions, recs
 }
 
