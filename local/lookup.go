@@ -170,7 +170,7 @@ func (s *segFile) scanFrom(w *windowRef, oi *index.OffsetIndex, slot int, e inde
 		}
 	}
 	var disagree error  // the batches from the entry do not agree with it
-	reached := slot < 0 // a batch ended at the entry's offset
+	reached := slot < 0 // a batch ended at the entry's offset (or holds it: record.Entry.Holds)
 	tried = !probe
 	err = s.walkHeadersIn(w, start, limit, prevLast, func(h *record.Entry) bool {
 		p.scanned++
