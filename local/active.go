@@ -250,21 +250,17 @@ func flushIndex(x interface{ Flush() error }) error {
 	return nil
 }
 
-// truncateInPlace removes every batch whose last offset is >= offset from
-// the file and the index entries that point at them. The caller holds the
+// truncateInPlace removes the batches from c on (truncationCut) from the
+// file and the index entries that point at them. The caller holds the
 // segment exclusively (segFile.tryExclusive): no reader has its bytes. It
 // returns the new next offset (the base offset of the first removed batch,
-// or offset when the cut falls between batches).
-func (a *activeSegment) truncateInPlace(offset int64) (int64, error) {
-	f := a.f
-	p, ok, cut, err := f.truncationCut(offset)
-	if err != nil {
-		return 0, err
+// or the offset truncated to when the cut falls between batches).
+func (a *activeSegment) truncateInPlace(c cut) (int64, error) {
+	if !c.found {
+		return c.end, nil // nothing at or above the offset here
 	}
-	if !ok {
-		return offset, nil // nothing at or above offset here
-	}
-	if err := errors.Join(a.ix.Offsets.TruncateTo(cut), a.ix.Times.TruncateTo(cut)); err != nil {
+	f, p := a.f, c.at
+	if err := errors.Join(a.ix.Offsets.TruncateTo(c.end), a.ix.Times.TruncateTo(c.end)); err != nil {
 		return 0, err
 	}
 	f.size.Store(p.pos)
@@ -297,7 +293,7 @@ func (a *activeSegment) truncateInPlace(offset int64) (int64, error) {
 	if p.pos == 0 {
 		a.rollingBasedTs = -1
 	}
-	return cut, nil
+	return c.end, nil
 }
 
 // close closes the writer's side at the log's Close: the final time index

@@ -115,38 +115,45 @@ func (s *segFile) translateOffsetIn(w *windowRef, target, limit int64, probe boo
 	return p, ok && err == nil, err
 }
 
-// truncationCut finds where a truncation to offset cuts s: p is the first
-// batch whose last offset is >= offset (ok false: none, nothing of s
-// goes), and end the new log end, p's base when it begins below offset.
+// cut is where a truncation to an offset cuts a segment (truncationCut).
+type cut struct {
+	at    position // the first batch that goes
+	found bool     // false: no batch of the segment goes
+	end   int64    // the new log end: at's base when it begins below the offset
+}
+
+// truncationCut finds where a truncation to offset cuts s: the first batch
+// whose last offset is >= offset.
 //
-// The batch before the cut is checked: it must end where p begins, below
-// end. The walk that found p began at its index entry, which may lie past
-// a damaged batch it never saw, a base moved onto the next batch's
-// offsets (an index by Kafka's cleaner, naming an offset inside a thinned
-// batch, lets a lookup start at the moved batch itself); a cut at p would
-// keep that batch, holding offsets past the new log end. A compacted gap
-// before p (no batch before it ends at or past end-1) is no overlap.
-func (s *segFile) truncationCut(offset int64) (p position, ok bool, end int64, err error) {
-	p, ok, err = s.translateOffset(offset, s.size.Load())
+// The batch before the cut is checked: it must end where the cut begins,
+// below the new log end. The walk that found the cut began at its index
+// entry, which may lie past a damaged batch it never saw, a base moved
+// onto the next batch's offsets (an index by Kafka's cleaner, naming an
+// offset inside a thinned batch, lets a lookup start at the moved batch
+// itself); a cut there would keep that batch, holding offsets past the new
+// log end. A compacted gap before the cut (no batch before it ends at or
+// past end-1) is no overlap.
+func (s *segFile) truncationCut(offset int64) (cut, error) {
+	p, ok, err := s.translateOffset(offset, s.size.Load())
 	if err != nil || !ok {
-		return p, false, offset, err
+		return cut{end: offset}, err
 	}
-	end = offset
+	c := cut{at: p, found: true, end: offset}
 	if p.baseOffset >= 0 && p.baseOffset < offset {
-		end = p.baseOffset
+		c.end = p.baseOffset
 	}
-	if p.pos == 0 || end <= s.base {
-		return p, true, end, nil
+	if p.pos == 0 || c.end <= s.base {
+		return c, nil
 	}
-	q, before, err := s.translateOffset(end-1, p.pos)
+	q, before, err := s.translateOffset(c.end-1, p.pos)
 	if err != nil {
-		return p, false, offset, err
+		return cut{}, err
 	}
-	if before && (q.pos+q.size != p.pos || q.lastOffset >= end) {
-		return p, false, offset, fmt.Errorf("%w: %s: the batch at position %d holds offsets %d..%d, at or past %d, where a truncation to offset %d would end the log (cutting at position %d)",
-			backend.ErrCorruptRecord, s.logPath, q.pos, q.baseOffset, q.lastOffset, end, offset, p.pos)
+	if before && (q.pos+q.size != p.pos || q.lastOffset >= c.end) {
+		return cut{}, fmt.Errorf("%w: %s: the batch at position %d holds offsets %d..%d, at or past %d, where a truncation to offset %d would end the log (cutting at position %d)",
+			backend.ErrCorruptRecord, s.logPath, q.pos, q.baseOffset, q.lastOffset, c.end, offset, p.pos)
 	}
-	return p, true, end, nil
+	return c, nil
 }
 
 // scanFrom walks the batch headers from the position of entry e (slot

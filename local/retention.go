@@ -247,12 +247,14 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	for i > 0 && segs[i].base > offset {
 		i--
 	}
-	// A cut the target's batches refuse (truncationCut: damage before
-	// it) leaves the log as it was, the segments after it too.
+	// Where the target is cut, found before anything changes: a cut its
+	// batches refuse (truncationCut: damage before it) leaves the log as
+	// it was, the segments after it too. l.mu keeps its bytes as they are
+	// until the cut.
 	if !segs[i].acquire() { // its files open while they are read
 		return false, l.closedErr()
 	}
-	_, _, _, err = segs[i].truncationCut(offset)
+	c, err := segs[i].truncationCut(offset)
 	segs[i].release()
 	if err != nil {
 		return false, err
@@ -280,7 +282,7 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 		}
 	}
 	kept := append([]*segFile(nil), segs[:i+1]...)
-	newLeo, err := l.cutTargetLocked(kept, i, target == last, offset)
+	newLeo, err := l.cutTargetLocked(kept, i, target == last, c)
 	if err != nil {
 		return true, err
 	}
@@ -299,15 +301,15 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	return true, l.syncTruncationLocked()
 }
 
-// cutTargetLocked cuts kept[i], the segment holding offset, at offset and
-// returns the new log end; the segment becomes the active one (kept[i] is
+// cutTargetLocked cuts kept[i], the segment holding the offset truncated
+// to, at c (its truncationCut) and returns the new log end; the segment becomes the active one (kept[i] is
 // replaced when a new file takes its place). REQUIRES: l.mu held.
-func (l *Log) cutTargetLocked(kept []*segFile, i int, isLast bool, offset int64) (int64, error) {
+func (l *Log) cutTargetLocked(kept []*segFile, i int, isLast bool, c cut) (int64, error) {
 	target := kept[i]
 	if isLast && target.tryExclusive() {
 		// The last segment and no reader holds it: cut it in place, as
 		// Kafka does.
-		newLeo, err := l.act.truncateInPlace(offset)
+		newLeo, err := l.act.truncateInPlace(c)
 		target.endExclusive()
 		if err == nil {
 			err = target.truncateTxnIndex(newLeo)
@@ -320,7 +322,7 @@ func (l *Log) cutTargetLocked(kept []*segFile, i int, isLast bool, offset int64)
 	// A sealed segment never changes (readers may have it mapped), and a
 	// reader holds this one: its surviving prefix goes to a new file that
 	// takes its place; readers finish on the old one.
-	a, newLeo, err := l.rewritePrefixLocked(target, offset)
+	a, newLeo, err := l.rewritePrefixLocked(target, c)
 	if err != nil {
 		return 0, l.fail(err)
 	}
@@ -349,24 +351,21 @@ func (l *Log) syncTruncationLocked() error {
 }
 
 // rewritePrefixLocked replaces s with a new last segment holding its
-// batches below offset (whole batches: the one holding offset goes too) and
-// returns it with the new log end. Crash-safe as a cleaner's replacement:
+// batches before the cut c (whole batches: the one holding the offset
+// truncated to goes too) and returns it with the new log end. Crash-safe
+// as a cleaner's replacement:
 // the prefix is written to <base>.log.cleaned and synced, becomes
 // <base>.log.swap, s's files become .deleted, and the swap file takes the
 // name; a reopen completes or rolls back whatever a crash interrupted. s is
 // retired: readers holding it finish on its files. REQUIRES: l.mu held.
-func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int64, error) {
+func (l *Log) rewritePrefixLocked(s *segFile, c cut) (*activeSegment, int64, error) {
 	if !s.acquire() { // keep its files open while we copy from them
 		return nil, 0, l.closedErr()
 	}
 	defer s.release()
-	p, ok, newLeo, err := s.truncationCut(offset)
-	if err != nil {
-		return nil, 0, err
-	}
-	cut := s.size.Load()
-	if ok {
-		cut = p.pos
+	keep, newLeo := s.size.Load(), c.end // the bytes kept
+	if c.found {
+		keep = c.at.pos
 	}
 	src, err := s.file()
 	if err != nil {
@@ -382,7 +381,7 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 	if err != nil {
 		return nil, 0, fmt.Errorf("local: rewrite %s: %w", s.logPath, err)
 	}
-	_, err = io.Copy(io.NewOffsetWriter(w, 0), io.NewSectionReader(src, 0, cut))
+	_, err = io.Copy(io.NewOffsetWriter(w, 0), io.NewSectionReader(src, 0, keep))
 	if err == nil {
 		err = w.Sync()
 	}
@@ -409,7 +408,7 @@ func (l *Log) rewritePrefixLocked(s *segFile, offset int64) (*activeSegment, int
 	if err := l.carryTxnIndex(s.base, txns, newLeo); err != nil {
 		return nil, 0, err
 	}
-	ns := newSegFile(&l.segOpts, s.base, cut, l.now())
+	ns := newSegFile(&l.segOpts, s.base, keep, l.now())
 	_, a, err := recoverSegment(ns, true)
 	if err != nil {
 		return nil, 0, err
