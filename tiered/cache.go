@@ -239,12 +239,19 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 	return data, w
 }
 
-// has reports whether pos of object is cached, without counting a hit.
-func (c *rangeCache) has(object objectKey, pos int64) bool {
+// reach returns where the cached ranges of object from pos, one after
+// another with no gap, end: pos when pos is not cached. It counts no hit
+// and touches no range's recency.
+func (c *rangeCache) reach(object objectKey, pos int64) int64 {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
-	e, _ := c.findLocked(object, pos)
-	return e != nil
+	for {
+		e, start := c.findLocked(object, pos)
+		if e == nil {
+			return pos
+		}
+		pos = start + int64(len(rangeOf(e).val.data))
+	}
 }
 
 func (c *rangeCache) put(object objectKey, start int64, ch chunk) {

@@ -111,11 +111,29 @@ func TestRangeCachePutTwice(t *testing.T) {
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
 	c.put(obj, 0, chunk{data: make([]byte, 100)})
 	c.put(obj, 0, chunk{data: make([]byte, 200)})
-	if !c.has(obj, 150) {
+	if c.reach(obj, 150) != 200 {
 		t.Fatalf("the range put again is not found: %d ranges", len(c.ranges[obj]))
 	}
 	if c.lru.size != 200 {
 		t.Fatalf("the cache counts %d bytes, holding 200", c.lru.size)
+	}
+}
+
+// TestRangeCacheReach: reach follows cached ranges one after another,
+// overlapping or touching, and stops at a gap.
+func TestRangeCacheReach(t *testing.T) {
+	c := newRangeCache(1 << 20)
+	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
+	other := objectKey{prefix: "tl/orders-0", base: 100, last: 199, suffix: ".log"}
+	c.put(obj, 0, chunk{data: make([]byte, 100)})
+	c.put(obj, 100, chunk{data: make([]byte, 50)}) // touches the first
+	c.put(obj, 120, chunk{data: make([]byte, 80)}) // overlaps the second
+	c.put(obj, 300, chunk{data: make([]byte, 10)}) // after a gap
+	c.put(other, 0, chunk{data: make([]byte, 1000)})
+	for _, tc := range []struct{ pos, want int64 }{{0, 200}, {99, 200}, {130, 200}, {200, 200}, {250, 250}, {305, 310}, {310, 310}} {
+		if got := c.reach(obj, tc.pos); got != tc.want {
+			t.Errorf("reach from %d = %d, want %d", tc.pos, got, tc.want)
+		}
 	}
 }
 

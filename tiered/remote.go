@@ -378,7 +378,7 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 			return nil, false, err
 		}
 	}
-	p.prefetch(v, seg, l.pos+int64(len(l.data)))
+	p.prefetch(v, seg, l.pos+int64(len(l.data)), maxBytes+readSlack)
 	return &memRecords{data: l.data[l.at:end], next: next}, true, nil
 }
 

@@ -62,7 +62,10 @@ type Options struct {
 	UploadConcurrency int
 	// PrefetchBytes is how much a remote read fetches ahead, in the
 	// background, for the next sequential read, across segment borders
-	// (default 1 MiB; -1 disables read-ahead).
+	// (default 1 MiB; -1 disables read-ahead). A read asking for more
+	// (a fetch's partition bytes) fetches twice as much ahead as it
+	// asked for, up to a quarter of the chunk cache, so the next reads of
+	// that size find their windows cached.
 	PrefetchBytes int64
 	// CommitWindow bounds the time from an upload's intent to the commit
 	// naming its objects (default DefaultCommitWindow): an upload that

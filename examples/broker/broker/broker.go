@@ -64,11 +64,10 @@ type Options struct {
 	// missing keys take Kafka's defaults. Only with Store.
 	RemoteLogManager map[string]string
 	// RemoteReadAheadBytes is how much a remote read of a partition
-	// fetches ahead for the next one (tiered.BackendOptions.PrefetchBytes;
-	// default 8 MiB here, -1: none). The next read finds it only when it
-	// covers that read's whole window, the fetch's PartitionMaxBytes plus
-	// 64 KiB: the library's default, 1 MiB, is below a Kafka consumer's
-	// default fetch of 1 MiB a partition, and never hits.
+	// fetches ahead for the next one at least
+	// (tiered.BackendOptions.PrefetchBytes; default the library's, 1 MiB;
+	// -1: none). A read whose fetch asks for more of the partition (its
+	// PartitionMaxBytes) fetches twice as much ahead as it asked for.
 	RemoteReadAheadBytes int64
 	// MaxPartitions caps the partitions the broker holds, every topic's
 	// together (__consumer_offsets' too; default 20,000): a creation
@@ -160,9 +159,6 @@ func (o *Options) setDefaults() {
 	}
 	if o.OffsetsSegmentBytes == 0 {
 		o.OffsetsSegmentBytes = 100 << 20
-	}
-	if o.RemoteReadAheadBytes == 0 {
-		o.RemoteReadAheadBytes = 8 << 20
 	}
 	if o.MaxPartitions == 0 {
 		o.MaxPartitions = 20000

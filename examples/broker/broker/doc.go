@@ -69,8 +69,9 @@
 // passes it, of the partitions this broker leads (all of them: see
 // Leader epochs), then deletes local copies as local.retention.* says.
 // A Fetch below the local log start is read from the bucket by the
-// partition; a Fetch's remote reads run side by side, each with an 8 MiB
-// read-ahead (Options.RemoteReadAheadBytes). A bucket that is down (or a
+// partition; a Fetch's remote reads run side by side, each reading ahead
+// twice what the Fetch asked of its partition, 1 MiB at least
+// (Options.RemoteReadAheadBytes). A bucket that is down (or a
 // reader pool that is full) is a retryable backend.ErrStorage:
 // KAFKA_STORAGE_ERROR, which clients retry; local offsets are served
 // meanwhile, and the broker starts without the bucket. The cleaner works
