@@ -54,13 +54,14 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		cacheHits       = desc(sub, "cache_hits_total", "Remote cache hits, by cache (chunk: log ranges; index: remote indexes; manifest: manifest parts' segments).", []string{"cache"}, nil)
 		cacheMisses     = desc(sub, "cache_misses_total", "Remote cache misses, by cache.", []string{"cache"}, nil)
 		cacheRatio      = desc(sub, "cache_hit_ratio", "Remote cache hits over lookups since start, by cache.", []string{"cache"}, nil)
+		aheadWasted     = desc(sub, "read_ahead_wasted_bytes_total", "Bytes read ahead from the bucket and evicted from the chunk cache before any read used them.", nil, nil)
 		tieredPartsDesc = desc(sub, "partitions", "Tiered partitions open.", nil, nil)
 	)
 	segments, segBytes := tierDescs("remote")
 	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, manifestBytes, partsPut, partReads, remoteReads,
 		remoteBytes, remoteErrors, remoteLatency, remoteDeleted, compactRunning, compactRounds, compactBytes, compactReplaced, compactMerges, compactErrors}
 	if partitions != nil {
-		descs = append(descs, dirtyBytes, cleanBytes, dirtyRatioMax, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio,
+		descs = append(descs, dirtyBytes, cleanBytes, dirtyRatioMax, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio, aheadWasted,
 			tieredPartsDesc, segments, segBytes)
 	}
 	return &collector{
@@ -133,6 +134,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 					cs.IndexMisses += st.IndexMisses
 					cs.ManifestHits += st.ManifestHits
 					cs.ManifestMisses += st.ManifestMisses
+					cs.ReadAheadWastedBytes += st.ReadAheadWastedBytes
 				}
 			}
 			gauge(ch, dirtyBytes, float64(dirty.BucketDirty), "remote")
@@ -159,6 +161,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 				}
 				gauge(ch, cacheRatio, ratio, c.name)
 			}
+			counter(ch, aheadWasted, float64(cs.ReadAheadWastedBytes))
 		},
 	}
 }

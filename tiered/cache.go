@@ -78,18 +78,22 @@ func (c *lru[K, V]) putLocked(key K, val V) (elem *list.Element, added bool) {
 		c.size += size - it.size
 		it.val, it.size = val, size
 		c.order.MoveToFront(e)
-		for c.size > c.max {
-			c.removeLocked(c.order.Back())
-		}
+		c.evictLocked()
 		return e, false
 	}
 	e := c.order.PushFront(&lruItem[K, V]{key: key, val: val, size: size})
 	c.items[key] = e
 	c.size += size
+	c.evictLocked()
+	return e, true
+}
+
+// evictLocked evicts the least recently used entries while the sizes
+// pass max. REQUIRES: c.mu held.
+func (c *lru[K, V]) evictLocked() {
 	for c.size > c.max {
 		c.removeLocked(c.order.Back())
 	}
-	return e, true
 }
 
 // remove drops key.
@@ -156,6 +160,17 @@ type rangeCache struct {
 	// (a few per object): a lookup by position scans them. Guarded by
 	// lru.mu.
 	ranges map[objectKey][]*list.Element
+	// The read-ahead budget: bytes read ahead and not yet read, in flight
+	// or cached, stay within half the cache, so that partitions reading
+	// ahead side by side leave room for each other's ranges (what is
+	// read ahead past that is fetched by the reads themselves).
+	// unread maps each read-ahead range no read has used yet to the bytes
+	// it holds of the budget; ahead is their sum and the read-aheads' in
+	// flight. Guarded by lru.mu.
+	unread map[rangeKey]int64
+	ahead  int64
+	// wasted counts the bytes of read-ahead ranges evicted unread.
+	wasted atomic.Int64
 }
 
 // chunk is a cached range: its bytes and, for a range fetched from a
@@ -173,16 +188,61 @@ type chunk struct {
 func (c chunk) size() int64 { return int64(len(c.data)) + int64(cap(c.batches))*walkedBatchBytes }
 
 func newRangeCache(max int64) *rangeCache {
-	c := &rangeCache{ranges: map[objectKey][]*list.Element{}}
-	c.lru = newLRU(max, chunk.size, func(k rangeKey, _ chunk) {
+	c := &rangeCache{ranges: map[objectKey][]*list.Element{}, unread: map[rangeKey]int64{}}
+	c.lru = newLRU(max, chunk.size, func(k rangeKey, ch chunk) {
 		s := slices.DeleteFunc(c.ranges[k.object], func(e *list.Element) bool { return rangeOf(e).key.start == k.start })
 		if len(s) == 0 {
 			delete(c.ranges, k.object)
 		} else {
 			c.ranges[k.object] = s
 		}
+		if c.usedLocked(k) {
+			c.wasted.Add(int64(len(ch.data)))
+		}
 	})
 	return c
+}
+
+// reserveAhead takes up to n bytes of the read-ahead budget (half the
+// cache) and returns how many it took: n, fewer, or 0 when it is spent.
+func (c *rangeCache) reserveAhead(n int64) int64 {
+	c.lru.mu.Lock()
+	defer c.lru.mu.Unlock()
+	n = max(min(n, c.lru.max/2-c.ahead), 0)
+	c.ahead += n
+	return n
+}
+
+// releaseAhead gives back n bytes reserved for a read-ahead that failed.
+func (c *rangeCache) releaseAhead(n int64) {
+	c.lru.mu.Lock()
+	defer c.lru.mu.Unlock()
+	c.ahead -= n
+}
+
+// putAhead caches a read-ahead's range, which holds reserved bytes of
+// the budget until a read uses it or it is evicted.
+func (c *rangeCache) putAhead(object objectKey, start int64, ch chunk, reserved int64) {
+	c.lru.mu.Lock()
+	defer c.lru.mu.Unlock()
+	k := rangeKey{object, start}
+	if !c.putLocked(k, ch) {
+		c.ahead -= reserved
+		return
+	}
+	c.unread[k] = reserved
+}
+
+// usedLocked marks the range k as used by a read: if it was read ahead
+// and unread, its bytes return to the budget. It reports whether they
+// did. REQUIRES: c.lru.mu held.
+func (c *rangeCache) usedLocked(k rangeKey) bool {
+	n, ok := c.unread[k]
+	if ok {
+		delete(c.unread, k)
+		c.ahead -= n
+	}
+	return ok
 }
 
 // findLocked returns the cached range of object holding pos that reaches
@@ -217,6 +277,7 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 		return nil, walked{}
 	}
 	c.lru.order.MoveToFront(e)
+	c.usedLocked(rangeOf(e).key)
 	ch := rangeOf(e).val
 	data, w := ch.data[pos-start:], walkedFrom(ch.batches, pos-start, pos)
 	if int64(len(data)) >= n {
@@ -229,6 +290,7 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 			break
 		}
 		c.lru.order.MoveToFront(next)
+		c.usedLocked(rangeOf(next).key)
 		if out == nil {
 			out = append(make([]byte, 0, n), data...)
 		}
@@ -255,14 +317,24 @@ func (c *rangeCache) reach(object objectKey, pos int64) int64 {
 }
 
 func (c *rangeCache) put(object objectKey, start int64, ch chunk) {
-	if ch.size() > c.lru.max || len(ch.data) == 0 {
-		return
-	}
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
-	if e, added := c.lru.putLocked(rangeKey{object, start}, ch); added {
-		c.ranges[object] = append(c.ranges[object], e)
+	c.putLocked(rangeKey{object, start}, ch)
+}
+
+// putLocked caches ch at k and reports whether it was kept. A read's
+// range put over a read-ahead's at the same start is a use of it.
+// REQUIRES: c.lru.mu held.
+func (c *rangeCache) putLocked(k rangeKey, ch chunk) bool {
+	if ch.size() > c.lru.max || len(ch.data) == 0 {
+		return false
 	}
+	c.usedLocked(k)
+	e, added := c.lru.putLocked(k, ch)
+	if added {
+		c.ranges[k.object] = append(c.ranges[k.object], e)
+	}
+	return e != nil
 }
 
 // diskCache keeps fetched remote indexes in a directory within a byte

@@ -137,6 +137,85 @@ func TestRangeCacheReach(t *testing.T) {
 	}
 }
 
+// TestReadAheadBytes: how much a read-ahead fetches after a read of a
+// window of want bytes.
+func TestReadAheadBytes(t *testing.T) {
+	const (
+		KiB = int64(1) << 10
+		MiB = int64(1) << 20
+	)
+	for _, c := range []struct {
+		name                              string
+		want, cached, left, prefetch, max int64
+		n                                 int64
+	}{
+		{"small reads: PrefetchBytes", 128 * KiB, 0, 100 * MiB, 1 * MiB, 64 * MiB, 1 * MiB},
+		{"the next window cached: none", 128 * KiB, 128 * KiB, 100 * MiB, 1 * MiB, 64 * MiB, 0},
+		{"part of it cached: PrefetchBytes after it", 128 * KiB, 64 * KiB, 100 * MiB, 1 * MiB, 64 * MiB, 1 * MiB},
+		{"windows above PrefetchBytes: two of them", 4*MiB + 64*KiB, 72 * KiB, 100 * MiB, 1 * MiB, 64 * MiB, 8*MiB + 128*KiB},
+		{"what is left of the object", 4*MiB + 64*KiB, 0, 3 * MiB, 1 * MiB, 64 * MiB, 3 * MiB},
+		{"the object's tail: the window ends there", 4*MiB + 64*KiB, 0, 32 * KiB, 1 * MiB, 64 * MiB, 32 * KiB},
+		{"the tail after cached bytes", 4*MiB + 64*KiB, 1 * MiB, 1*MiB + 64*KiB, 1 * MiB, 64 * MiB, 1*MiB + 64*KiB},
+		{"a quarter of the cache", 12 * MiB, 0, 100 * MiB, 1 * MiB, 64 * MiB, 16 * MiB},
+		{"PrefetchBytes capped too", 64 * KiB, 0, 100 * MiB, 32 * MiB, 64 * MiB, 16 * MiB},
+		{"a window the cap cannot half cover: none", 40 * MiB, 0, 100 * MiB, 1 * MiB, 64 * MiB, 0},
+		{"no chunk cache: none", 128 * KiB, 0, 100 * MiB, 1 * MiB, -1, 0},
+		{"at the object's end: none", 128 * KiB, 0, 0, 1 * MiB, 64 * MiB, 0},
+	} {
+		n, enough := readAheadBytes(c.want, c.cached, c.left, c.prefetch, c.max)
+		if n != c.n {
+			t.Errorf("%s: readAheadBytes(%d, %d, %d, %d, %d) = %d, want %d", c.name, c.want, c.cached, c.left, c.prefetch, c.max, n, c.n)
+		}
+		// enough: with it cached too, half the next window is.
+		if w := min(c.want, c.cached+c.left); n > 0 && (enough > n || c.cached+enough != max((w+1)/2, c.cached+1)) {
+			t.Errorf("%s: enough = %d of %d, for a window of %d with %d cached", c.name, enough, n, w, c.cached)
+		}
+	}
+}
+
+// TestRangeCacheReadAheadBudget: read-ahead not yet read holds at most
+// half the cache; a read's use of a range, or a read's range put over
+// it, gives its bytes back, and an eviction before any read counts them
+// wasted.
+func TestRangeCacheReadAheadBudget(t *testing.T) {
+	c := newRangeCache(1000)
+	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
+	if got := c.reserveAhead(300); got != 300 {
+		t.Fatalf("reserved %d of 300", got)
+	}
+	if got := c.reserveAhead(300); got != 200 {
+		t.Fatalf("reserved %d with 200 left of the budget of 500", got)
+	}
+	if got := c.reserveAhead(1); got != 0 {
+		t.Fatalf("reserved %d with the budget spent", got)
+	}
+	c.putAhead(obj, 0, chunk{data: make([]byte, 300)}, 300)
+	c.releaseAhead(200) // the second read-ahead failed
+	if got := c.reserveAhead(500); got != 200 {
+		t.Fatalf("reserved %d with 300 unread", got)
+	}
+	c.releaseAhead(200)
+	if data, _ := c.span(obj, 100, 50); len(data) != 200 {
+		t.Fatalf("span: %d bytes", len(data))
+	}
+	if got := c.reserveAhead(500); got != 500 {
+		t.Fatalf("reserved %d after the read-ahead was read", got)
+	}
+	c.putAhead(obj, 300, chunk{data: make([]byte, 500)}, 500)
+	c.put(obj, 300, chunk{data: make([]byte, 500)}) // a read fetched the same window
+	if got := c.reserveAhead(100); got != 100 {
+		t.Fatalf("reserved %d after a read's range replaced the read-ahead", got)
+	}
+	c.putAhead(obj, 800, chunk{data: make([]byte, 100)}, 100)
+	c.put(obj, 2000, chunk{data: make([]byte, 1000)}) // evicts everything else
+	if w := c.wasted.Load(); w != 100 {
+		t.Fatalf("wasted %d bytes, want the unread read-ahead's 100", w)
+	}
+	if got := c.reserveAhead(500); got != 500 {
+		t.Fatalf("reserved %d after the unread read-ahead was evicted", got)
+	}
+}
+
 // TestCachesFlush: Caches.Flush, for a broker that made its Caches,
 // waits for the disk cache's queued writes.
 func TestCachesFlush(t *testing.T) {

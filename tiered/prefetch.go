@@ -13,6 +13,10 @@ type CacheStats struct {
 	// ManifestHits and ManifestMisses count lookups of manifest parts'
 	// segments (a miss reads the part from the disk cache or the bucket).
 	ManifestHits, ManifestMisses int64
+	// ReadAheadWastedBytes counts the bytes read ahead and evicted before
+	// any read used them: a chunk cache too small for the partitions
+	// reading side by side.
+	ReadAheadWastedBytes int64
 }
 
 // CacheStats returns the counters of the caches the partition uses
@@ -32,25 +36,20 @@ type readAhead struct {
 // the background, one read-ahead at a time: when the ranges cached after
 // end of seg (and on into the next segment) do not hold want bytes, the
 // next read's window (the window of the read that calls it), it fetches
-// the range after them. The range is Options.PrefetchBytes, or two
-// windows when that is larger, up to a quarter of the chunk cache: a
-// consumer whose fetches are larger than the read-ahead (kgo's 4 MiB
-// FetchMaxPartitionBytes against the 1 MiB default) would otherwise find
-// too little cached, fetch its whole window again and discard the
-// read-ahead's bytes. Two windows, not one: a read's window begins an
-// index entry before its offset, inside the range the last read-ahead
-// fetched, so a range of one window would make every read join (copy)
-// two ranges; of two, every other read. It runs on an idle reader of the pool only: under
-// load (every reader busy, reads queued) it is skipped, since the
-// consumers' own reads keep the store busy and read-ahead would add
-// requests and evict ranges not yet read. Close cancels it and waits for
-// it.
+// the range after them, readAheadBytes long and within the cache's
+// read-ahead budget (rangeCache.reserveAhead: half the cache for the
+// bytes read ahead and not yet read, of every partition sharing it). It
+// runs on an idle reader of the pool only: under load (every reader
+// busy, reads queued) it is skipped, since the consumers' own reads keep
+// the store busy and read-ahead would add requests and evict ranges not
+// yet read. Close cancels it and waits for it.
 func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 	if p.opts.PrefetchBytes <= 0 || p.closed.Load() || !p.prefetching.CompareAndSwap(false, true) {
 		return
 	}
+	chunks := p.caches.chunks
 	key := p.objectKey(seg, manifest.LogSuffix)
-	from := p.caches.chunks.reach(key, end)
+	from := chunks.reach(key, end)
 	cached := from - end
 	if from >= seg.Size {
 		// The next segment, if the head or a part in memory has it: a
@@ -61,10 +60,11 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 			return
 		}
 		seg, key = next, p.objectKey(next, manifest.LogSuffix)
-		from = p.caches.chunks.reach(key, 0)
+		from = chunks.reach(key, 0)
 		cached += from
 	}
-	if cached >= want || from >= seg.Size {
+	n, enough := readAheadBytes(want, cached, seg.Size-from, p.opts.PrefetchBytes, chunks.lru.max)
+	if n == 0 {
 		p.prefetching.Store(false)
 		return
 	}
@@ -73,7 +73,13 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 		p.prefetching.Store(false)
 		return
 	}
-	n := min(seg.Size-from, max(p.opts.PrefetchBytes, min(2*want, p.caches.chunks.lru.max/4)))
+	if n = chunks.reserveAhead(n); n < enough {
+		// The budget left could not serve the next read.
+		chunks.releaseAhead(n)
+		release()
+		p.prefetching.Store(false)
+		return
+	}
 	a := &readAhead{key: key, start: from, end: from + n, done: make(chan struct{})}
 	p.ahead.Store(a)
 	p.bg.Add(1)
@@ -85,8 +91,10 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()
 		if data, err := p.store.ReadAll(ctx, key.String(), from, n); err == nil {
-			p.caches.chunks.put(key, from, chunk{data: data}) // not walked: it starts anywhere
+			chunks.putAhead(key, from, chunk{data: data}, n) // not walked: it starts anywhere
 			p.prefetched.Add(1)
+		} else {
+			chunks.releaseAhead(n)
 		}
 		p.ahead.CompareAndSwap(a, nil)
 		close(a.done)  // a read waiting for the range looks in the cache again
@@ -94,4 +102,42 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 			p.remoteIndex(ctx, ahead, manifest.IndexSuffix)
 		}
 	}()
+}
+
+// readAheadBytes is how much a read-ahead fetches (n) after a read whose
+// window was want bytes, when cached bytes after the read are cached
+// already and left bytes of the object follow them; prefetch is
+// Options.PrefetchBytes and cache the chunk cache's size, and the fewest
+// bytes that would serve the next read (enough). n is 0 when the
+// cache holds the next read's window already, or when what it could
+// fetch would not serve that read: a read takes its window from the
+// cache only when half of it is there (window), so a read-ahead that
+// cannot reach half the window would be fetched again. A window ends at
+// its object's end: near it, want is what is left.
+//
+// Otherwise n is prefetch, or two windows when that is larger (a
+// consumer fetching 4 MiB a partition, against the 1 MiB default, would
+// otherwise find too little cached, fetch its whole window again and
+// discard the read-ahead's bytes), up to a quarter of the cache and what
+// is left of the object. Two windows, not one: a read's window begins an
+// index entry before its offset, inside the range the last read-ahead
+// fetched, so ranges of one window would make every read join (copy) two
+// of them; of two, every other read.
+func readAheadBytes(want, cached, left, prefetch, cache int64) (n, enough int64) {
+	if left <= 0 {
+		return 0, 0
+	}
+	want = min(want, cached+left) // a window ends at its object's end
+	if cached >= want {
+		return 0, 0
+	}
+	n = min(left, prefetch, cache/4)
+	if w := min(want, cache/8); 2*w > n {
+		n = min(left, 2*w)
+	}
+	enough = max(want-want/2-cached, 1)
+	if n < enough {
+		return 0, 0
+	}
+	return n, enough
 }

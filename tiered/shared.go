@@ -44,7 +44,8 @@ type CacheOptions struct {
 	IndexBytes int64
 	// ChunkBytes bounds the ranges of remote .log objects kept in memory,
 	// so repeated and read-ahead reads cost no GET (default 64 MiB; -1
-	// disables it).
+	// disables it, and read-ahead with it). Read-ahead fetched and not
+	// yet read takes at most half of it, each read-ahead a quarter.
 	ChunkBytes int64
 	// IndexDir, when set, keeps fetched remote indexes, and the manifest
 	// parts put or read, on disk too, within IndexDiskBytes (default 1
@@ -97,7 +98,7 @@ func NewCaches(o CacheOptions) *Caches {
 
 // Stats returns the caches' hit and miss counters.
 func (c *Caches) Stats() CacheStats {
-	return CacheStats{ChunkHits: c.chunks.lru.hits.Load(), ChunkMisses: c.chunks.lru.misses.Load(),
+	return CacheStats{ChunkHits: c.chunks.lru.hits.Load(), ChunkMisses: c.chunks.lru.misses.Load(), ReadAheadWastedBytes: c.chunks.wasted.Load(),
 		IndexHits: c.indexes.hits.Load(), IndexMisses: c.indexes.misses.Load(),
 		ManifestHits: c.parts.hits.Load(), ManifestMisses: c.parts.misses.Load()}
 }

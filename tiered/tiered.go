@@ -64,8 +64,11 @@ type Options struct {
 	// background, for the next sequential read, across segment borders
 	// (default 1 MiB; -1 disables read-ahead). A read asking for more
 	// (a fetch's partition bytes) fetches twice as much ahead as it
-	// asked for, up to a quarter of the chunk cache, so the next reads of
-	// that size find their windows cached.
+	// asked for, so the next reads of that size find their windows
+	// cached. A read-ahead takes at most a quarter of the chunk cache,
+	// and all the partitions' read-ahead not yet read at most half; one
+	// that could not serve the next read (a window larger than that) is
+	// not fetched.
 	PrefetchBytes int64
 	// CommitWindow bounds the time from an upload's intent to the commit
 	// naming its objects (default DefaultCommitWindow): an upload that

@@ -67,7 +67,8 @@ type Options struct {
 	// fetches ahead for the next one at least
 	// (tiered.BackendOptions.PrefetchBytes; default the library's, 1 MiB;
 	// -1: none). A read whose fetch asks for more of the partition (its
-	// PartitionMaxBytes) fetches twice as much ahead as it asked for.
+	// PartitionMaxBytes) fetches twice as much ahead as it asked for, within
+	// the chunk cache's read-ahead budget (tiered.Options.PrefetchBytes).
 	RemoteReadAheadBytes int64
 	// MaxPartitions caps the partitions the broker holds, every topic's
 	// together (__consumer_offsets' too; default 20,000): a creation
