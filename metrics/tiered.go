@@ -54,7 +54,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		cacheHits       = desc(sub, "cache_hits_total", "Remote cache hits, by cache (chunk: log ranges; index: remote indexes; manifest: manifest parts' segments).", []string{"cache"}, nil)
 		cacheMisses     = desc(sub, "cache_misses_total", "Remote cache misses, by cache.", []string{"cache"}, nil)
 		cacheRatio      = desc(sub, "cache_hit_ratio", "Remote cache hits over lookups since start, by cache.", []string{"cache"}, nil)
-		aheadWasted     = desc(sub, "read_ahead_wasted_bytes_total", "Bytes read ahead from the bucket and evicted from the chunk cache before any read used them.", nil, nil)
+		aheadWasted     = desc(sub, "read_ahead_wasted_bytes_total", "Bytes read ahead from the bucket that no read reached before the chunk cache evicted them (or a read fetched them again).", nil, nil)
 		tieredPartsDesc = desc(sub, "partitions", "Tiered partitions open.", nil, nil)
 	)
 	segments, segBytes := tierDescs("remote")

@@ -164,12 +164,14 @@ type rangeCache struct {
 	// or cached, stay within half the cache, so that partitions reading
 	// ahead side by side leave room for each other's ranges (what is
 	// read ahead past that is fetched by the reads themselves).
-	// unread maps each read-ahead range no read has used yet to the bytes
-	// it holds of the budget; ahead is their sum and the read-aheads' in
+	// unread maps each read-ahead range not yet read to its end; a range
+	// holds the budget for its bytes past the furthest a read reached in
+	// it. ahead is what they hold and the read-aheads' in
 	// flight. Guarded by lru.mu.
-	unread map[rangeKey]int64
+	unread map[rangeKey]*unreadRange
 	ahead  int64
-	// wasted counts the bytes of read-ahead ranges evicted unread.
+	// wasted counts the bytes read ahead and evicted unread, or fetched
+	// again by a read whose range replaced them.
 	wasted atomic.Int64
 }
 
@@ -188,7 +190,7 @@ type chunk struct {
 func (c chunk) size() int64 { return int64(len(c.data)) + int64(cap(c.batches))*walkedBatchBytes }
 
 func newRangeCache(max int64) *rangeCache {
-	c := &rangeCache{ranges: map[objectKey][]*list.Element{}, unread: map[rangeKey]int64{}}
+	c := &rangeCache{ranges: map[objectKey][]*list.Element{}, unread: map[rangeKey]*unreadRange{}}
 	c.lru = newLRU(max, chunk.size, func(k rangeKey, ch chunk) {
 		s := slices.DeleteFunc(c.ranges[k.object], func(e *list.Element) bool { return rangeOf(e).key.start == k.start })
 		if len(s) == 0 {
@@ -196,12 +198,15 @@ func newRangeCache(max int64) *rangeCache {
 		} else {
 			c.ranges[k.object] = s
 		}
-		if c.usedLocked(k) {
-			c.wasted.Add(int64(len(ch.data)))
-		}
+		c.dropUnreadLocked(k)
 	})
 	return c
 }
+
+// unreadRange is a read-ahead range not yet read to its end: end is
+// where it ends in its object, held the budget it still holds (its bytes
+// past the furthest a read reached, at most what was reserved).
+type unreadRange struct{ end, held int64 }
 
 // reserveAhead takes up to n bytes of the read-ahead budget (half the
 // cache) and returns how many it took: n, fewer, or 0 when it is spent.
@@ -230,19 +235,35 @@ func (c *rangeCache) putAhead(object objectKey, start int64, ch chunk, reserved 
 		c.ahead -= reserved
 		return
 	}
-	c.unread[k] = reserved
+	c.unread[k] = &unreadRange{end: start + int64(len(ch.data)), held: reserved}
 }
 
-// usedLocked marks the range k as used by a read: if it was read ahead
-// and unread, its bytes return to the budget. It reports whether they
-// did. REQUIRES: c.lru.mu held.
-func (c *rangeCache) usedLocked(k rangeKey) bool {
-	n, ok := c.unread[k]
-	if ok {
-		delete(c.unread, k)
-		c.ahead -= n
+// readToLocked records that a read took the range k up to position to
+// of its object: the budget its bytes before to held returns.
+// REQUIRES: c.lru.mu held.
+func (c *rangeCache) readToLocked(k rangeKey, to int64) {
+	r, ok := c.unread[k]
+	if !ok {
+		return
 	}
-	return ok
+	if left := max(r.end-to, 0); left < r.held {
+		c.ahead -= r.held - left
+		r.held = left
+	}
+	if r.held == 0 {
+		delete(c.unread, k)
+	}
+}
+
+// dropUnreadLocked forgets the range k, evicted or replaced: what it
+// held of the budget returns, and counts as wasted.
+// REQUIRES: c.lru.mu held.
+func (c *rangeCache) dropUnreadLocked(k rangeKey) {
+	if r, ok := c.unread[k]; ok {
+		delete(c.unread, k)
+		c.ahead -= r.held
+		c.wasted.Add(r.held)
+	}
 }
 
 // findLocked returns the cached range of object holding pos that reaches
@@ -277,9 +298,9 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 		return nil, walked{}
 	}
 	c.lru.order.MoveToFront(e)
-	c.usedLocked(rangeOf(e).key)
 	ch := rangeOf(e).val
 	data, w := ch.data[pos-start:], walkedFrom(ch.batches, pos-start, pos)
+	c.readToLocked(rangeOf(e).key, pos+min(n, int64(len(data))))
 	if int64(len(data)) >= n {
 		return data, w
 	}
@@ -290,13 +311,13 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 			break
 		}
 		c.lru.order.MoveToFront(next)
-		c.usedLocked(rangeOf(next).key)
 		if out == nil {
 			out = append(make([]byte, 0, n), data...)
 		}
 		more := rangeOf(next).val.data[pos+int64(len(out))-nextStart:]
 		out = append(out, more[:min(int64(len(more)), n-int64(len(out)))]...)
 		data = out
+		c.readToLocked(rangeOf(next).key, pos+int64(len(out)))
 	}
 	return data, w
 }
@@ -322,14 +343,14 @@ func (c *rangeCache) put(object objectKey, start int64, ch chunk) {
 	c.putLocked(rangeKey{object, start}, ch)
 }
 
-// putLocked caches ch at k and reports whether it was kept. A read's
-// range put over a read-ahead's at the same start is a use of it.
-// REQUIRES: c.lru.mu held.
+// putLocked caches ch at k and reports whether it was kept. A range put
+// over a read-ahead's at the same start fetched its bytes again: what the
+// read-ahead's held counts as wasted. REQUIRES: c.lru.mu held.
 func (c *rangeCache) putLocked(k rangeKey, ch chunk) bool {
 	if ch.size() > c.lru.max || len(ch.data) == 0 {
 		return false
 	}
-	c.usedLocked(k)
+	c.dropUnreadLocked(k)
 	e, added := c.lru.putLocked(k, ch)
 	if added {
 		c.ranges[k.object] = append(c.ranges[k.object], e)

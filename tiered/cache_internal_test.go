@@ -174,46 +174,45 @@ func TestReadAheadBytes(t *testing.T) {
 }
 
 // TestRangeCacheReadAheadBudget: read-ahead not yet read holds at most
-// half the cache; a read's use of a range, or a read's range put over
-// it, gives its bytes back, and an eviction before any read counts them
-// wasted.
+// half the cache; a range gives its bytes back as reads reach through
+// it, and what is evicted, or replaced by a read's own range, before
+// reads reached it counts as wasted.
 func TestRangeCacheReadAheadBudget(t *testing.T) {
 	c := newRangeCache(1000)
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
-	if got := c.reserveAhead(300); got != 300 {
-		t.Fatalf("reserved %d of 300", got)
+	reserve := func(n, want int64, why string) {
+		t.Helper()
+		if got := c.reserveAhead(n); got != want {
+			t.Fatalf("%s: reserved %d of %d, want %d", why, got, n, want)
+		}
 	}
-	if got := c.reserveAhead(300); got != 200 {
-		t.Fatalf("reserved %d with 200 left of the budget of 500", got)
-	}
-	if got := c.reserveAhead(1); got != 0 {
-		t.Fatalf("reserved %d with the budget spent", got)
-	}
+	reserve(300, 300, "empty")
+	reserve(300, 200, "200 left of the budget of 500")
+	reserve(1, 0, "the budget spent")
 	c.putAhead(obj, 0, chunk{data: make([]byte, 300)}, 300)
 	c.releaseAhead(200) // the second read-ahead failed
-	if got := c.reserveAhead(500); got != 200 {
-		t.Fatalf("reserved %d with 300 unread", got)
-	}
+	reserve(500, 200, "300 unread")
 	c.releaseAhead(200)
 	if data, _ := c.span(obj, 100, 50); len(data) != 200 {
 		t.Fatalf("span: %d bytes", len(data))
 	}
-	if got := c.reserveAhead(500); got != 500 {
-		t.Fatalf("reserved %d after the read-ahead was read", got)
-	}
+	reserve(500, 350, "a read reached 150 of the range [0, 300)")
+	c.releaseAhead(350)
+	c.span(obj, 200, 100)
+	reserve(500, 500, "a read reached the range's end")
 	c.putAhead(obj, 300, chunk{data: make([]byte, 500)}, 500)
 	c.put(obj, 300, chunk{data: make([]byte, 500)}) // a read fetched the same window
-	if got := c.reserveAhead(100); got != 100 {
-		t.Fatalf("reserved %d after a read's range replaced the read-ahead", got)
+	if w := c.wasted.Load(); w != 500 {
+		t.Fatalf("wasted %d bytes, want the replaced read-ahead's 500", w)
 	}
+	reserve(100, 100, "after a read's range replaced the read-ahead")
 	c.putAhead(obj, 800, chunk{data: make([]byte, 100)}, 100)
+	c.span(obj, 800, 40)
 	c.put(obj, 2000, chunk{data: make([]byte, 1000)}) // evicts everything else
-	if w := c.wasted.Load(); w != 100 {
-		t.Fatalf("wasted %d bytes, want the unread read-ahead's 100", w)
+	if w := c.wasted.Load(); w != 560 {
+		t.Fatalf("wasted %d bytes, want 560: 60 more of the evicted range, 40 of it read", w)
 	}
-	if got := c.reserveAhead(500); got != 500 {
-		t.Fatalf("reserved %d after the unread read-ahead was evicted", got)
-	}
+	reserve(500, 500, "after the unread read-ahead was evicted")
 }
 
 // TestCachesFlush: Caches.Flush, for a broker that made its Caches,

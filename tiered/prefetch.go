@@ -13,9 +13,9 @@ type CacheStats struct {
 	// ManifestHits and ManifestMisses count lookups of manifest parts'
 	// segments (a miss reads the part from the disk cache or the bucket).
 	ManifestHits, ManifestMisses int64
-	// ReadAheadWastedBytes counts the bytes read ahead and evicted before
-	// any read used them: a chunk cache too small for the partitions
-	// reading side by side.
+	// ReadAheadWastedBytes counts the bytes read ahead that no read
+	// reached before they were evicted, or fetched again by a read: a
+	// chunk cache too small for the partitions reading side by side.
 	ReadAheadWastedBytes int64
 }
 

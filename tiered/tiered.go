@@ -67,8 +67,9 @@ type Options struct {
 	// asked for, so the next reads of that size find their windows
 	// cached. A read-ahead takes at most a quarter of the chunk cache,
 	// and all the partitions' read-ahead not yet read at most half; one
-	// that could not serve the next read (a window larger than that) is
-	// not fetched.
+	// that could not bring half the next read's window into the cache
+	// within those bounds (a read takes the cache only then) is not
+	// fetched.
 	PrefetchBytes int64
 	// CommitWindow bounds the time from an upload's intent to the commit
 	// naming its objects (default DefaultCommitWindow): an upload that
