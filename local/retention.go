@@ -302,8 +302,9 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 }
 
 // cutTargetLocked cuts kept[i], the segment holding the offset truncated
-// to, at c (its truncationCut) and returns the new log end; the segment becomes the active one (kept[i] is
-// replaced when a new file takes its place). REQUIRES: l.mu held.
+// to, at c (its truncationCut) and returns the new log end; the segment
+// becomes the active one (kept[i] is replaced when a new file takes its
+// place). REQUIRES: l.mu held.
 func (l *Log) cutTargetLocked(kept []*segFile, i int, isLast bool, c cut) (int64, error) {
 	target := kept[i]
 	if isLast && target.tryExclusive() {

@@ -164,11 +164,11 @@ type rangeCache struct {
 	// or cached, stay within half the cache, so that partitions reading
 	// ahead side by side leave room for each other's ranges (what is
 	// read ahead past that is fetched by the reads themselves).
-	// unread maps each read-ahead range not yet read to its end; a range
-	// holds the budget for its bytes past the furthest a read reached in
-	// it. ahead is what they hold and the read-aheads' in
+	// unread maps each read-ahead range not yet read to the budget it
+	// holds: its bytes past the furthest a read reached in it, at most
+	// what was reserved. ahead is what they hold and the read-aheads' in
 	// flight. Guarded by lru.mu.
-	unread map[rangeKey]*unreadRange
+	unread map[rangeKey]int64
 	ahead  int64
 	// wasted counts the bytes read ahead and evicted unread, or fetched
 	// again by a read whose range replaced them.
@@ -190,7 +190,7 @@ type chunk struct {
 func (c chunk) size() int64 { return int64(len(c.data)) + int64(cap(c.batches))*walkedBatchBytes }
 
 func newRangeCache(max int64) *rangeCache {
-	c := &rangeCache{ranges: map[objectKey][]*list.Element{}, unread: map[rangeKey]*unreadRange{}}
+	c := &rangeCache{ranges: map[objectKey][]*list.Element{}, unread: map[rangeKey]int64{}}
 	c.lru = newLRU(max, chunk.size, func(k rangeKey, ch chunk) {
 		s := slices.DeleteFunc(c.ranges[k.object], func(e *list.Element) bool { return rangeOf(e).key.start == k.start })
 		if len(s) == 0 {
@@ -202,11 +202,6 @@ func newRangeCache(max int64) *rangeCache {
 	})
 	return c
 }
-
-// unreadRange is a read-ahead range not yet read to its end: end is
-// where it ends in its object, held the budget it still holds (its bytes
-// past the furthest a read reached, at most what was reserved).
-type unreadRange struct{ end, held int64 }
 
 // reserveAhead takes up to n bytes of the read-ahead budget (half the
 // cache) and returns how many it took: n, fewer, or 0 when it is spent.
@@ -235,23 +230,24 @@ func (c *rangeCache) putAhead(object objectKey, start int64, ch chunk, reserved 
 		c.ahead -= reserved
 		return
 	}
-	c.unread[k] = &unreadRange{end: start + int64(len(ch.data)), held: reserved}
+	c.unread[k] = reserved
 }
 
-// readToLocked records that a read took the range k up to position to
-// of its object: the budget its bytes before to held returns.
-// REQUIRES: c.lru.mu held.
-func (c *rangeCache) readToLocked(k rangeKey, to int64) {
-	r, ok := c.unread[k]
+// readToLocked records that a read took the cached range e up to
+// position to of its object: the budget its bytes before to held
+// returns. REQUIRES: c.lru.mu held.
+func (c *rangeCache) readToLocked(e *list.Element, to int64) {
+	it := rangeOf(e)
+	held, ok := c.unread[it.key]
 	if !ok {
 		return
 	}
-	if left := max(r.end-to, 0); left < r.held {
-		c.ahead -= r.held - left
-		r.held = left
-	}
-	if r.held == 0 {
-		delete(c.unread, k)
+	held = min(held, max(it.key.start+int64(len(it.val.data))-to, 0))
+	c.ahead -= c.unread[it.key] - held
+	if held == 0 {
+		delete(c.unread, it.key)
+	} else {
+		c.unread[it.key] = held
 	}
 }
 
@@ -259,10 +255,10 @@ func (c *rangeCache) readToLocked(k rangeKey, to int64) {
 // held of the budget returns, and counts as wasted.
 // REQUIRES: c.lru.mu held.
 func (c *rangeCache) dropUnreadLocked(k rangeKey) {
-	if r, ok := c.unread[k]; ok {
+	if held, ok := c.unread[k]; ok {
 		delete(c.unread, k)
-		c.ahead -= r.held
-		c.wasted.Add(r.held)
+		c.ahead -= held
+		c.wasted.Add(held)
 	}
 }
 
@@ -300,7 +296,7 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 	c.lru.order.MoveToFront(e)
 	ch := rangeOf(e).val
 	data, w := ch.data[pos-start:], walkedFrom(ch.batches, pos-start, pos)
-	c.readToLocked(rangeOf(e).key, pos+min(n, int64(len(data))))
+	c.readToLocked(e, pos+min(n, int64(len(data))))
 	if int64(len(data)) >= n {
 		return data, w
 	}
@@ -317,7 +313,7 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 		more := rangeOf(next).val.data[pos+int64(len(out))-nextStart:]
 		out = append(out, more[:min(int64(len(more)), n-int64(len(out)))]...)
 		data = out
-		c.readToLocked(rangeOf(next).key, pos+int64(len(out)))
+		c.readToLocked(next, pos+int64(len(out)))
 	}
 	return data, w
 }

@@ -296,18 +296,7 @@ func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, rec
 	store := objstore.New(drv, "mem://pf", objstore.Options{})
 	dir := filepath.Join(t.TempDir(), "orders-0")
 	c := cfg(t, "segment.bytes", segmentBytes, "local.retention.ms", "0", "file.delete.delay.ms", "0")
-	p := open(t, dir, store, 1, c)
-	produce(t, p, records)
-	if _, err := p.Offload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p.Close()
-	l, _ := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: ahead, Readers: pool})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	q := offloadedReopened(t, dir, c, records, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: ahead, Readers: pool})
 	reads := 0
 	before := store.Stats()
 	getsBefore := before.Requests[objstore.OpGet]
@@ -341,6 +330,37 @@ func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, rec
 		t.Errorf("%d bytes fetched for %d bytes of objects: ranges fetched twice", got, remote)
 	}
 	return st.ChunkHits
+}
+
+// offloadedReopened produces records into a tiered partition at dir
+// (opts.Store and opts.Prefix, before the other options), offloads every
+// closed segment (c deletes them locally), and opens it again with opts:
+// reads below its local log start go to the bucket. It is closed at the
+// test's end.
+func offloadedReopened(t *testing.T, dir string, c backend.Config, records int, opts tiered.Options) *tiered.Partition {
+	t.Helper()
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: opts.Store, Prefix: opts.Prefix, LeaderEpoch: opts.LeaderEpoch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, records)
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if l, err = local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := tiered.Open(ctx, l, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { q.Close() })
+	return q
 }
 
 // TestFencing: two writers on one prefix; the second to commit is fenced
@@ -875,26 +895,7 @@ func testPrefetchShared(t *testing.T, parts int, cacheBytes, readBytes int64, ma
 	var remote int64
 	for i := range parts {
 		dir := filepath.Join(t.TempDir(), fmt.Sprintf("orders-%d", i))
-		prefix := fmt.Sprintf("tl/orders-%d", i)
-		l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: prefix, LeaderEpoch: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		produce(t, p, 20_000)
-		if _, err := p.Offload(ctx); err != nil {
-			t.Fatal(err)
-		}
-		p.Close()
-		l, _ = local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-		q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: prefix, LeaderEpoch: 1, Caches: caches})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer q.Close()
+		q := offloadedReopened(t, dir, c, 20_000, tiered.Options{Store: store, Prefix: fmt.Sprintf("tl/orders-%d", i), LeaderEpoch: 1, Caches: caches})
 		_, n := q.RemoteSize()
 		remote += n
 		ps = append(ps, q)
