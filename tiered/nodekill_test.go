@@ -36,6 +36,13 @@ var clusterOptions = objstore.Options{Timeout: 10 * time.Second, MaxAttempts: 3,
 // hang from running to the test binary's timeout.
 const clusterBackstop = 2 * time.Minute
 
+// rejoinBackstop bounds a node's restart. A restarted MinIO node reads
+// what was written while it was down only once it reaches its peers'
+// drives; on a busy machine that has taken two minutes (CI: healthy, then
+// reading the probe written while it was down about two minutes after
+// the kill).
+const rejoinBackstop = 5 * time.Minute
+
 // TestMinIOClusterNodeKill: no acknowledged record is lost or altered,
 // every offload and remote read succeeds or fails with a retryable error
 // (a storage error for reads: retryable, or a 404 from a cluster short of
@@ -250,7 +257,7 @@ func (nk *nodeKiller) run(node *s3server.Node, during string, matches func(objst
 	fp.pr.hook.Store(nil)
 	t.Logf("node %d killed during %s: %d offload(s) failed retryably, %d remote reads served while it was down",
 		node.Index, during, failed, nk.rd.ok.Load()-readsAtKill.Load())
-	sctx, cancel := context.WithTimeout(ctx, clusterBackstop)
+	sctx, cancel := context.WithTimeout(ctx, rejoinBackstop)
 	defer cancel()
 	began := time.Now()
 	if err := node.Start(sctx); err != nil {

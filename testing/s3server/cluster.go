@@ -256,8 +256,9 @@ func (n *Node) DrainAndKill(ctx context.Context, quiet time.Duration) (bool, err
 //
 // The second condition matters: a node just started answers its health
 // check while it does not yet reach every other node's drives, and then
-// answers 404 NoSuchKey, for up to ~20 s (its drive monitor runs every
-// 15 s), for objects written while it was down, and even accepts a
+// answers 404 NoSuchKey, often for ~20 s (its drive monitor runs every
+// 15 s) and on a busy machine for over a minute, for objects written
+// while it was down, and even accepts a
 // create-only put (If-None-Match: *) over one, replacing it for the
 // whole cluster (seen with the MinIO the Makefile builds). No client can
 // tell that from a deleted object, and a conditional commit through that
@@ -283,15 +284,20 @@ func (n *Node) Start(ctx context.Context) error {
 	}
 	n.proc = p
 	n.mu.Unlock()
+	began := time.Now()
 	if err := n.waitReady(ctx); err != nil {
-		return err
+		return fmt.Errorf("%w (started %v before)", err, time.Since(began).Round(time.Millisecond))
 	}
+	ready := time.Since(began)
 	if err := n.waitProbe(ctx, probe); err != nil {
-		return err
+		return fmt.Errorf("%w (healthy %v after its start, %v before this)", err,
+			ready.Round(time.Millisecond), time.Since(began).Round(time.Millisecond))
 	}
+	read := time.Since(began)
 	select {
 	case <-ctx.Done():
-		return fmt.Errorf("s3server: %s node %d: settling after its start: %w", MinIOCluster, n.Index, ctx.Err())
+		return fmt.Errorf("s3server: %s node %d: settling after its start: %w (healthy after %v, read the probe after %v)",
+			MinIOCluster, n.Index, ctx.Err(), ready.Round(time.Millisecond), read.Round(time.Millisecond))
 	case <-time.After(nodeSettle):
 	}
 	if n.c.lb != nil {
