@@ -98,6 +98,16 @@
 //     until the caller, having truncated them back to their durable end,
 //     calls Reset: a later append never becomes durable past an earlier
 //     one that failed.
+//   - the number is taken and what holds it cannot be read as the
+//     writer's own or as a fence, for a reason a retry does not mend
+//     (it is damaged, or sealed by a store this one cannot open: a
+//     broker whose store seals fenced it), or Close's deadline passes
+//     first: the outcome is unknown, and the number may hold a fence
+//     that claims any partition. The writer halts (ErrHalted; ErrClosed
+//     at Close): that object's appends fail, and so do those of every
+//     object above it, landed or not; it takes no more appends and puts
+//     no more marks. Its partitions need a new writer, which claims them
+//     as any new leader does.
 //
 // Fencing. A new leader of a partition (on another Backend, or this one
 // after a restart with a new writer) calls Fence on the old writer: it

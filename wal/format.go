@@ -63,6 +63,14 @@ var (
 	ErrUploadFailed = errors.New("wal: upload failed")
 	// ErrClosed: the writer was closed.
 	ErrClosed = errors.New("wal: writer closed")
+	// ErrHalted: the writer stopped for good because it could not learn
+	// what the bucket holds at one of its sequence numbers (the object
+	// there reads as neither its own nor a fence it can decode: another
+	// broker's store seals objects this one cannot open, or the object is
+	// damaged). That number may hold a fence, so nothing above it is
+	// acknowledged, landed or not. A new writer takes over its
+	// partitions (each claimed anew).
+	ErrHalted = errors.New("wal: writer halted")
 	// ErrPartitionFailed: an append to a partition whose earlier append
 	// failed, before the partition was reset (Writer.Reset) to its
 	// durable end. Retryable.

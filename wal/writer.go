@@ -188,6 +188,9 @@ type object struct {
 	put   chan struct{}
 	res   outcome
 	fence Footer
+	// cause is why the put's outcome could not be learned (res unknown;
+	// nil: the writer was stopped first).
+	cause error
 	key   string
 	body  int
 	f     Footer
@@ -244,6 +247,12 @@ type Writer struct {
 	lead     map[TopicPartition]int32
 	flushReq bool
 	closing  bool
+	// halted is why the writer stopped for good (nil: it runs), and
+	// haltedAt the number whose outcome it could not learn: nothing
+	// numbered above it settles durable, landed or not (it may hold a
+	// fence). See halt.
+	halted   error
+	haltedAt uint64
 	// tokens is the PUT budget (see next): refilled at 1 a commit
 	// interval and 1 a BufferMaxBytes appended, at most 1; refilled is
 	// when it was last refilled.
@@ -316,6 +325,11 @@ func (w *Writer) Append(ctx context.Context, tp TopicPartition, batches []byte, 
 	}
 	w.mu.Lock()
 	for {
+		if w.halted != nil {
+			err := w.halted
+			w.mu.Unlock()
+			return nil, err
+		}
 		if w.closing {
 			w.mu.Unlock()
 			return nil, ErrClosed
@@ -418,7 +432,7 @@ func (w *Writer) Mark(tp TopicPartition, epoch int32, end int64) {
 	m := Mark{TopicPartition: tp, Epoch: epoch, End: end}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.closing || !w.ledAtLocked(m) || !newer(m, w.sent[tp]) || !newer(m, w.marks[tp].m) {
+	if w.closing || w.halted != nil || !w.ledAtLocked(m) || !newer(m, w.sent[tp]) || !newer(m, w.marks[tp].m) {
 		return
 	}
 	w.marks[tp] = pendingMark{m: m, lead: w.leadID[tp]}
@@ -480,7 +494,7 @@ func (w *Writer) marksSettled(o *object, landed bool) {
 			if p, ok := w.marks[tp]; ok && !newer(p.m, m) {
 				delete(w.marks, tp)
 			}
-		case !w.closing && newer(m, w.sent[tp]) && newer(m, w.marks[tp].m):
+		case !w.closing && w.halted == nil && newer(m, w.sent[tp]) && newer(m, w.marks[tp].m):
 			w.marks[tp] = pendingMark{m: m, lead: o.markLeads[i]}
 		}
 	}
@@ -626,7 +640,7 @@ func (w *Writer) next() *object {
 		w.tokens, w.refilled = min(w.tokens, 1), now
 		o := w.open
 		wait := time.Duration(-1)
-		if o == nil && w.closing {
+		if o == nil && (w.closing || w.halted != nil) {
 			w.mu.Unlock()
 			return nil
 		}
@@ -702,7 +716,7 @@ func (w *Writer) upload(o *object) {
 	o.key = w.layout.Key(w.id, o.seq)
 	body, f := w.seal(o, o.seq)
 	o.body, o.f = len(body), f
-	o.res, o.fence = w.put(o.key, o.seq, body, f)
+	o.res, o.fence, o.cause = w.put(o.key, o.seq, body, f)
 	w.report(o.key, o.seq, len(body), len(f.Extents), start, o.outcomeErr())
 	close(o.put)
 }
@@ -716,6 +730,9 @@ func (o *object) outcomeErr() error {
 		return ErrFenced
 	case voided:
 		return fmt.Errorf("%w: %s: its sequence number was voided", ErrUploadFailed, o.key)
+	}
+	if o.cause != nil {
+		return fmt.Errorf("%w: %s: what the bucket holds at its number cannot be learned: %w", ErrHalted, o.key, o.cause)
 	}
 	return fmt.Errorf("%w: %s: the writer closed before the upload's outcome was known", ErrClosed, o.key)
 }
@@ -734,6 +751,10 @@ func (o *object) outcomeErr() error {
 //     later ones, or past a fence met only later).
 //   - voided, or the writer closed first: every partition in it fails
 //     and is refused until Reset.
+//   - unknown: the same, and the writer halts at o's number (halt).
+//
+// Whatever its outcome, an object numbered above the one the writer
+// halted at fails whole.
 func (w *Writer) finish(o *object) {
 	defer func() {
 		w.mu.Lock()
@@ -751,7 +772,18 @@ func (w *Writer) finish(o *object) {
 		for tp, e := range o.parts {
 			stale[tp] = e.gen != w.gen[tp]
 		}
+		halted, at := w.halted, w.haltedAt
 		w.mu.Unlock()
+		if halted != nil && o.seq > at {
+			// The number below may hold a fence that claims these
+			// partitions: a landed object above it is no proof.
+			w.marksSettled(o, false)
+			err := fmt.Errorf("%w: %s: the writer halted at number %d below it: %w", ErrUploadFailed, o.key, at, halted)
+			for tp := range o.parts {
+				w.fail(o, tp, err, stale[tp])
+			}
+			return
+		}
 		switch o.res {
 		case landed:
 			w.marksSettled(o, true)
@@ -795,6 +827,9 @@ func (w *Writer) finish(o *object) {
 		default:
 			w.marksSettled(o, false)
 			err := o.outcomeErr()
+			if o.res == unknown {
+				w.halt(o, err)
+			}
 			for _, e := range o.f.Extents {
 				w.fail(o, e.TopicPartition, err, stale[e.TopicPartition])
 			}
@@ -802,6 +837,54 @@ func (w *Writer) finish(o *object) {
 			return
 		}
 	}
+}
+
+// halt stops the writer for good at o's number, whose outcome it could
+// not learn (err says why): the number may hold a fence that claims any
+// of the writer's partitions, so no append numbered above it may settle
+// durable (finish fails those objects whole, landed or not), and the
+// writer takes no more. Appends buffered fail, later ones are refused
+// with err, marks stop, puts in flight are cancelled, and run returns
+// once every object has settled. finish calls it in number order, so the
+// first halt is at the lowest such number.
+func (w *Writer) halt(o *object, err error) {
+	w.mu.Lock()
+	if w.halted == nil {
+		w.halted, w.haltedAt = err, o.seq
+	}
+	clear(w.marks)
+	type drop struct {
+		tp  TopicPartition
+		err error
+	}
+	var drops []drop
+	if w.open != nil {
+		for tp := range w.open.parts {
+			drops = append(drops, drop{tp, w.refuseLocked(tp, err)})
+		}
+	}
+	w.mu.Unlock()
+	w.cancel()
+	w.signal()
+	if w.opts.OnSettled != nil {
+		for _, d := range drops {
+			w.opts.OnSettled(d.tp, Location{}, d.err)
+		}
+	}
+	if !errors.Is(err, ErrClosed) {
+		w.opts.Logger.Error("wal: writer halted: nothing above this number can be acknowledged; a new writer must take over its partitions",
+			"key", o.key, "sequence", o.seq, "err", err)
+	}
+}
+
+// Halted is why the writer stopped for good, nil while it runs: it could
+// not learn what the bucket holds at one of its numbers (the error
+// wraps ErrHalted), or Close's deadline passed with a put in flight
+// (ErrClosed). Every append then fails; its partitions need a new writer.
+func (w *Writer) Halted() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.halted
 }
 
 // metFence records the fence that holds o's number: the epoch it claims
@@ -966,11 +1049,14 @@ func (w *Writer) seal(o *object, seq uint64) ([]byte, Footer) {
 // (or land later, from an attempt still on the wire): put then voids the
 // number with a fence of its own, create-only, and whichever of the two
 // the bucket holds is the outcome. It keeps trying while the bucket is
-// unreachable, until Close's deadline.
-func (w *Writer) put(key string, seq uint64, body []byte, mine Footer) (outcome, Footer) {
+// unreachable, until Close's deadline. When the object that holds the
+// number cannot be read as this writer's or as a fence for a reason a
+// retry does not mend (ErrCorrupt, an object sealed by a store this one
+// cannot open), the outcome is unknown, with that cause.
+func (w *Writer) put(key string, seq uint64, body []byte, mine Footer) (outcome, Footer, error) {
 	err := w.putOnce(key, body, objstore.PutOptions{IfNoneMatch: true})
 	if err == nil {
-		return landed, Footer{}
+		return landed, Footer{}, nil
 	}
 	var void []byte
 	var voidFooter Footer
@@ -979,11 +1065,13 @@ func (w *Writer) put(key string, seq uint64, body []byte, mine Footer) (outcome,
 			res, f, etag, rerr := w.whose(key, int64(len(body)), mine, int64(len(void)), voidFooter)
 			switch {
 			case errors.Is(rerr, errForeign):
-				return voided, Footer{}
+				return voided, Footer{}, nil
+			case rerr != nil && w.ctx.Err() == nil && !errors.Is(rerr, objstore.ErrRetryable) && !errors.Is(rerr, objstore.ErrNotFound):
+				return unknown, Footer{}, fmt.Errorf("read the object that holds it: %w", rerr)
 			case rerr != nil:
 				err = rerr
 			case res == fenced:
-				return res, f
+				return res, f, nil
 			default:
 				// This writer's own object, data or void, whose put's
 				// answer was lost: a read of it is no proof that it is
@@ -995,19 +1083,19 @@ func (w *Writer) put(key string, seq uint64, body []byte, mine Footer) (outcome,
 					own = void
 				}
 				if err = w.putOnce(key, own, objstore.PutOptions{IfMatch: etag}); err == nil {
-					return res, f
+					return res, f, nil
 				}
 			}
 		}
 		if w.ctx.Err() != nil {
-			return unknown, Footer{}
+			return unknown, Footer{}, nil
 		}
 		w.opts.Logger.Warn("wal: upload outcome unknown; voiding its sequence number", "key", key, "attempt", attempt, "err", err)
 		if attempt > 0 {
 			select {
 			case <-time.After(w.opts.SettleBackoff):
 			case <-w.ctx.Done():
-				return unknown, Footer{}
+				return unknown, Footer{}, nil
 			}
 		}
 		if void == nil {
@@ -1015,7 +1103,7 @@ func (w *Writer) put(key string, seq uint64, body []byte, mine Footer) (outcome,
 			void, _ = EncodeFence(voidFooter)
 		}
 		if err = w.putOnce(key, void, objstore.PutOptions{IfNoneMatch: true}); err == nil {
-			return voided, Footer{}
+			return voided, Footer{}, nil
 		}
 	}
 }
