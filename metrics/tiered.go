@@ -43,6 +43,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		compactReplaced = desc(sub, "compact_segments_replaced_total", "Bucket segments replaced by cleaned ones.", nil, nil)
 		compactMerges   = desc(sub, "compact_merges_total", "Cleaned segments that replaced more than one bucket segment.", nil, nil)
 		compactErrors   = desc(sub, "compact_errors_total", "Rounds of the bucket's cleaner that failed.", nil, nil)
+		walHalted       = desc(sub, "wal_writers_halted_total", "Diskless WAL writers that halted (they could not read what holds one of their numbers) and were replaced.", nil, nil)
 		dirtyBytes      = desc(sub, "compact_dirty_bytes", "Bytes compacted tiered partitions hold not cleaned yet, by tier (remote: the bucket's own segments at or past the checkpoint; local: every local segment, which only the bucket's cleaner cleans once it leaves the disk), as their last pass of the bucket's cleaner found.", []string{"tier"}, nil)
 		cleanBytes      = desc(sub, "compact_clean_bytes", "Bytes of the bucket's own segments below the cleaner's checkpoint, summed over compacted tiered partitions.", nil, nil)
 		dirtyRatioMax   = desc(sub, "compact_dirty_ratio_max", "The largest dirty share of a compacted tiered partition's own bucket segments (a round runs past min.cleanable.dirty.ratio).", nil, nil)
@@ -59,7 +60,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 	)
 	segments, segBytes := tierDescs("remote")
 	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, manifestBytes, partsPut, partReads, remoteReads,
-		remoteBytes, remoteErrors, remoteLatency, remoteDeleted, compactRunning, compactRounds, compactBytes, compactReplaced, compactMerges, compactErrors}
+		remoteBytes, remoteErrors, remoteLatency, remoteDeleted, compactRunning, compactRounds, compactBytes, compactReplaced, compactMerges, compactErrors, walHalted}
 	if partitions != nil {
 		descs = append(descs, dirtyBytes, cleanBytes, dirtyRatioMax, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio, aheadWasted,
 			tieredPartsDesc, segments, segBytes)
@@ -92,6 +93,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 			counter(ch, compactReplaced, float64(m.CompactSegmentsReplaced.Load()))
 			counter(ch, compactMerges, float64(m.CompactMerges.Load()))
 			counter(ch, compactErrors, float64(m.CompactErrors.Load()))
+			counter(ch, walHalted, float64(m.WALWritersHalted.Load()))
 			if partitions == nil {
 				return
 			}

@@ -104,8 +104,10 @@ type Backend struct {
 	parts  map[backend.TopicPartition]*Partition // the tiered partitions open
 	closed bool
 	// wal is the WAL writer of the diskless partitions, started with the
-	// first of them (guarded by mu); dlParts the diskless partitions its
-	// acknowledgements go to (guarded by dlMu, a leaf).
+	// first of them and replaced once it halts (guarded by walMu, a
+	// leaf); dlParts the diskless partitions its acknowledgements go to
+	// (guarded by dlMu, a leaf).
+	walMu   sync.Mutex
 	wal     *wal.Writer
 	dlMu    sync.Mutex
 	dlParts map[wal.TopicPartition]*Partition
@@ -418,17 +420,12 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 // disklessLocked is the WAL state of a diskless partition tp, the
 // Backend's writer started if it was not. REQUIRES: b.mu.
 func (b *Backend) disklessLocked(tp backend.TopicPartition) (*diskless, error) {
-	if b.wal == nil {
-		w, err := wal.NewWriter(b.walStore(), wal.Options{Root: b.prefix, CommitInterval: b.opts.Manager.DisklessCommitInterval,
-			BufferMaxBytes: b.opts.Manager.DisklessBufferMaxBytes, InFlight: min(b.opts.Manager.DisklessUploadsInFlight, wal.MaxInFlight),
-			Logger: b.logger, OnSettled: b.settled})
-		if err != nil {
-			return nil, err
-		}
-		b.wal = w
-		b.logger.Info("diskless: WAL writer started", "writer", w.ID(), "prefix", w.Layout().Prefix())
+	w, err := b.walWriter()
+	if err != nil {
+		return nil, err
 	}
-	d := &diskless{w: b.wal, tp: walTP(tp)}
+	d := &diskless{tp: walTP(tp), renew: b.walWriter}
+	d.w.Store(w)
 	d.closed = func() {
 		b.dlMu.Lock()
 		if b.dlParts[d.tp] != nil && b.dlParts[d.tp].dl == d {
@@ -439,13 +436,56 @@ func (b *Backend) disklessLocked(tp backend.TopicPartition) (*diskless, error) {
 	return d, nil
 }
 
-// settled passes the WAL writer's word on a partition's appends to it.
-func (b *Backend) settled(tp wal.TopicPartition, loc wal.Location, err error) {
+// walWriter is the Backend's WAL writer: started with its first diskless
+// partition, and started anew once it has halted (wal.ErrHalted: it
+// could not learn what the bucket holds at one of its numbers). Each
+// diskless partition moves to the new one at its next leader change
+// (claimLocked), which claims the partition for it. Guarded by walMu.
+func (b *Backend) walWriter() (*wal.Writer, error) {
+	b.walMu.Lock()
+	defer b.walMu.Unlock()
+	old := b.wal
+	if old != nil && old.Halted() == nil {
+		return old, nil
+	}
+	var w *wal.Writer
+	var ready sync.WaitGroup // the callback's w is set before any append settles
+	ready.Add(1)
+	w, err := wal.NewWriter(b.walStore(), wal.Options{Root: b.prefix, CommitInterval: b.opts.Manager.DisklessCommitInterval,
+		BufferMaxBytes: b.opts.Manager.DisklessBufferMaxBytes, InFlight: min(b.opts.Manager.DisklessUploadsInFlight, wal.MaxInFlight),
+		Logger: b.logger, OnSettled: func(tp wal.TopicPartition, loc wal.Location, err error) {
+			ready.Wait()
+			b.settled(w, tp, loc, err)
+		}})
+	ready.Done()
+	if err != nil {
+		return nil, err
+	}
+	b.wal = w
+	if old == nil {
+		b.logger.Info("diskless: WAL writer started", "writer", w.ID(), "prefix", w.Layout().Prefix())
+		return w, nil
+	}
+	b.metrics.WALWritersHalted.Add(1)
+	b.logger.Warn("diskless: WAL writer started in place of one that halted; its partitions are claimed for the new one",
+		"writer", w.ID(), "halted", old.ID(), "err", old.Halted())
+	// Halted, it has stopped or is stopping: Close only waits for that.
+	ctx, cancel := context.WithTimeout(context.Background(), b.store.Bound())
+	defer cancel()
+	if err := old.Close(ctx); err != nil {
+		b.logger.Warn("diskless: close the halted WAL writer", "writer", old.ID(), "err", err)
+	}
+	return w, nil
+}
+
+// settled passes the WAL writer from's word on a partition's appends to
+// it, unless the partition has moved to another writer since.
+func (b *Backend) settled(from *wal.Writer, tp wal.TopicPartition, loc wal.Location, err error) {
 	b.dlMu.Lock()
 	p := b.dlParts[tp]
 	b.dlMu.Unlock()
 	if p != nil {
-		p.settled(loc, err)
+		p.settled(from, loc, err)
 	}
 }
 
@@ -638,8 +678,10 @@ func (b *Backend) Close() error {
 	}
 	b.closed = true
 	parts := b.parts
-	w := b.wal
 	b.mu.Unlock()
+	b.walMu.Lock()
+	w := b.wal
+	b.walMu.Unlock()
 	b.svc.stop()
 	var errs []error
 	if w != nil {

@@ -48,8 +48,13 @@ import (
 // rebuild), then diskless.ownMu and diskless.hwMu (leaves). The writer's
 // callback takes only the leaves.
 type diskless struct {
-	w  *wal.Writer
-	tp wal.TopicPartition
+	// w is the Backend's WAL writer the partition appends through; it
+	// moves to a new one (renew, the Backend's walWriter) when it halts,
+	// under d.mu and ownMu, before the claim for the new one
+	// (renewWriterLocked).
+	w     atomic.Pointer[wal.Writer]
+	renew func() (*wal.Writer, error)
+	tp    wal.TopicPartition
 	// closed, when set, is called once the partition closes (the
 	// Backend forgets it).
 	closed func()
@@ -105,13 +110,50 @@ func (d *diskless) claimCommitted(epoch int32) {
 		d.rebuiltAt.Store(d.pendingAt.Load())
 		d.rebuilt.Store(true)
 	}
-	d.w.Mark(d.tp, epoch, d.durable.Load())
+	d.writer().Mark(d.tp, epoch, d.durable.Load())
 }
 
 // Diskless says whether the partition is diskless (diskless.enable=true):
 // an append is acknowledged once the bucket holds it, so a broker holds
 // even an acks=1 answer until the high watermark passes the batch.
 func (p *Partition) Diskless() bool { return p.dl != nil }
+
+// writer is the WAL writer the partition appends through now.
+func (d *diskless) writer() *wal.Writer { return d.w.Load() }
+
+// renewWriterLocked moves a diskless partition whose WAL writer halted
+// (wal.ErrHalted) to the Backend's new one, and has the next claim
+// (claimLocked, at the same epoch) claim it for that writer: fence the
+// halted one, read the partition's tail from the bucket and name the new
+// writer in the manifest, as a restarted Backend's writer does. Until that
+// claim commits, appends and reads answer with a retryable storage error.
+// REQUIRES: p.mu.
+func (p *Partition) renewWriterLocked() error {
+	d := p.dl
+	old := d.writer()
+	halted := old.Halted()
+	if halted == nil {
+		return nil
+	}
+	nw, err := d.renew()
+	if err != nil {
+		return fmt.Errorf("%w: %s: start a WAL writer in place of %s, which halted (%v): %w", backend.ErrStorage, p.prefix, old.ID(), halted, err)
+	}
+	d.mu.Lock()
+	d.ownMu.Lock()
+	d.w.Store(nw)
+	d.ownMu.Unlock()
+	// The log past the durable end holds appends the old writer failed:
+	// the claim makes it from the bucket again.
+	d.rebuilt.Store(false)
+	d.failed.Store(true)
+	d.mu.Unlock()
+	old.Forget(d.tp)
+	p.claimed.Store(-1)
+	p.opts.Logger.Warn("diskless: the WAL writer halted; the partition is claimed for a new one", "prefix", p.prefix,
+		"halted", old.ID(), "writer", nw.ID(), "err", halted)
+	return nil
+}
 
 // walTP is the partition's name in WAL footers.
 func walTP(tp backend.TopicPartition) wal.TopicPartition {
@@ -150,7 +192,7 @@ func (p *Partition) appendDiskless(ctx context.Context, batches []byte, opts bac
 		// Close cancels the wait for the writer's buffer space: it takes
 		// d.mu, which this append holds, to forget the partition.
 		wctx, cancel := p.withClose(ctx)
-		_, err = d.w.Append(wctx, d.tp, data, info.FirstOffset, info.LastOffset)
+		_, err = d.writer().Append(wctx, d.tp, data, info.FirstOffset, info.LastOffset)
 		cancel()
 	}
 	if err != nil {
@@ -194,7 +236,7 @@ func (p *Partition) truncateToDurableLocked() error {
 	// become durable, and objects from now on hold only later appends;
 	// then the floor, so that no late word on an earlier object moves the
 	// durable end once it is read.
-	d.w.Reset(d.tp)
+	d.writer().Reset(d.tp)
 	end := d.resetFloor()
 	if p.local.Offsets().LogEnd > end {
 		if err := p.local.TruncateTo(end); err != nil {
@@ -213,13 +255,18 @@ func (p *Partition) truncateToDurableLocked() error {
 func (d *diskless) resetFloor() int64 {
 	d.ownMu.Lock()
 	defer d.ownMu.Unlock()
-	d.floor = d.w.NextSequence()
+	d.floor = d.writer().NextSequence()
 	return d.durable.Load()
 }
 
-// settled is the writer's word on the partition's appends in one object.
-func (p *Partition) settled(loc wal.Location, err error) {
+// settled is the word of the writer from on the partition's appends in
+// one object; a writer the partition has moved away from (it halted) is
+// not heard.
+func (p *Partition) settled(from *wal.Writer, loc wal.Location, err error) {
 	d := p.dl
+	if d.writer() != from {
+		return
+	}
 	if fe := (*wal.FencedError)(nil); errors.As(err, &fe) && fe.DataEpoch < p.epoch.Load() {
 		// Appends of an older leadership of this partition: nothing of
 		// the current one failed, but unless a claim since rebuilt the
@@ -238,7 +285,7 @@ func (p *Partition) settled(loc wal.Location, err error) {
 		return
 	}
 	d.ownMu.Lock()
-	if loc.Sequence < d.floor {
+	if d.writer() != from || loc.Sequence < d.floor {
 		// From before the last reset: the log was cut back since.
 		d.ownMu.Unlock()
 		return
@@ -264,7 +311,7 @@ func (p *Partition) settled(loc wal.Location, err error) {
 	// manifest this Partition committed last (its epoch names this
 	// writer; none yet: nothing to mark).
 	if c := p.claimed.Load(); c >= 0 {
-		d.w.Mark(d.tp, c, end)
+		d.writer().Mark(d.tp, c, end)
 	}
 }
 
@@ -287,7 +334,7 @@ func (p *Partition) flushDiskless() error {
 	target := p.local.Offsets().LogEnd
 	ctx, cancel := context.WithTimeout(p.closing, p.store.Bound())
 	defer cancel()
-	if err := p.dl.w.Flush(ctx); err != nil {
+	if err := p.dl.writer().Flush(ctx); err != nil {
 		return storageError(ctx, fmt.Errorf("tiered: %s: flush the WAL: %w", p.prefix, err))
 	}
 	if end := p.dl.durable.Load(); end < target {
@@ -304,7 +351,7 @@ func (p *Partition) flushDiskless() error {
 // (beginLeaderChange claims): a diskless partition appends only once the
 // manifest names its writer.
 func (p *Partition) claimDiskless(ctx context.Context) error {
-	if p.claimed.Load() == p.epoch.Load() {
+	if p.claimed.Load() == p.epoch.Load() && p.dl.writer().Halted() == nil {
 		return p.Fenced()
 	}
 	_, done, err := p.beginLeaderChange(ctx)
@@ -354,7 +401,7 @@ const readClaimEvery = time.Second
 func (p *Partition) walNamesOther(h *manifest.Head) bool {
 	// A Partition that has not made its log from the bucket yet claims
 	// even its own writer's record (opened anew on the same Backend).
-	return p.dl != nil && (h.WAL() == nil || wal.WriterID(h.WAL().Writer) != p.dl.w.ID() || !p.dl.rebuilt.Load())
+	return p.dl != nil && (h.WAL() == nil || wal.WriterID(h.WAL().Writer) != p.dl.writer().ID() || !p.dl.rebuilt.Load())
 }
 
 // claimWALLocked prepares a claim of a diskless partition (next, over the
@@ -382,7 +429,7 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		return fmt.Errorf("%w: %s: diskless.enable=true, but the partition was written as a classic one (manifest generation %d names no WAL writer; local offsets %d..%d): a topic is diskless from its creation",
 			backend.ErrInvalidConfig, p.prefix, now.head.Generation(), o.LogStart, o.LogEnd-1)
 	}
-	own := prev != nil && wal.WriterID(prev.Writer) == d.w.ID()
+	own := prev != nil && wal.WriterID(prev.Writer) == d.writer().ID()
 	if own && d.rebuilt.Load() {
 		// This writer's own record, and this Partition made its log from
 		// the bucket before (a new epoch on the same Backend): its objects
@@ -392,7 +439,7 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		if err := p.local.BecomeLeader(ctx, epoch); err != nil {
 			return err
 		}
-		d.w.Lead(d.tp, epoch)
+		d.writer().Lead(d.tp, epoch)
 		w := d.recordLocked(base, extents)
 		h, err := (*next).Edit(func(m *manifest.Manifest) { m.WAL = w })
 		if err != nil {
@@ -408,9 +455,9 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		// no fence (the writer is this Backend's; Reset stops what it had
 		// buffered, and what it has in flight lands below the number read
 		// to, or not at all).
-		d.w.Reset(d.tp)
-		below := d.w.NextSequence()
-		tails, err := wal.Tail(ctx, p.wal(), d.w.Layout(), d.w.ID(), prev.After, below, now.head.WriterEpoch(), d.tp)
+		d.writer().Reset(d.tp)
+		below := d.writer().NextSequence()
+		tails, err := wal.Tail(ctx, p.wal(), d.writer().Layout(), d.writer().ID(), prev.After, below, now.head.WriterEpoch(), d.tp)
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from this Backend's WAL writer: %w", p.prefix, err))
 		}
@@ -420,11 +467,11 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 		}
 	} else if prev != nil {
 		old := wal.WriterID(prev.Writer)
-		f, err := wal.Fence(ctx, p.wal(), d.w.Layout(), old, prev.After, epoch, []wal.TopicPartition{d.tp})
+		f, err := wal.Fence(ctx, p.wal(), d.writer().Layout(), old, prev.After, epoch, []wal.TopicPartition{d.tp})
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: fence WAL writer %s: %w", p.prefix, old, err))
 		}
-		tails, err := wal.Tail(ctx, p.wal(), d.w.Layout(), old, prev.After, f, now.head.WriterEpoch(), d.tp)
+		tails, err := wal.Tail(ctx, p.wal(), d.writer().Layout(), old, prev.After, f, now.head.WriterEpoch(), d.tp)
 		if err != nil {
 			return storageError(ctx, fmt.Errorf("tiered: %s: read the tail from WAL writer %s: %w", p.prefix, old, err))
 		}
@@ -456,7 +503,7 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 	// The writer's buffered appends of an older leadership of this
 	// partition go (the log is rebuilt from the bucket): none may land in
 	// the objects the new record names.
-	d.w.Reset(d.tp)
+	d.writer().Reset(d.tp)
 	if err := p.rebuildTailLocked(ctx, now.head, base, spans); err != nil {
 		return err
 	}
@@ -465,11 +512,11 @@ func (p *Partition) claimWALLocked(ctx context.Context, now *manifestState, next
 	if err := p.local.BecomeLeader(ctx, epoch); err != nil {
 		return err
 	}
-	d.w.Lead(d.tp, epoch)
+	d.writer().Lead(d.tp, epoch)
 	d.failed.Store(false)
 	d.ownMu.Lock()
-	d.own, d.lastSeq = nil, d.w.NextSequence()-1
-	d.floor = d.w.NextSequence()
+	d.own, d.lastSeq = nil, d.writer().NextSequence()-1
+	d.floor = d.writer().NextSequence()
 	d.ownMu.Unlock()
 	d.pendingAt.Store(epoch)
 	d.pending.Store(true)
@@ -675,7 +722,7 @@ func (p *Partition) startAtLocked(ctx context.Context, head *manifest.Head, next
 }
 
 // walRoot is the root the Backend's WAL objects live under.
-func (p *Partition) walRoot() string { return p.dl.w.Layout().Root() }
+func (p *Partition) walRoot() string { return p.dl.writer().Layout().Root() }
 
 // recordLocked is the WAL record of a manifest whose segments end at
 // base: the earlier writers' extents past it, and this writer's objects
@@ -694,7 +741,7 @@ func (d *diskless) recordLocked(base int64, extents []manifest.WALExtent) *manif
 	if len(d.own) > 0 {
 		after = d.own[0].Sequence - 1
 	}
-	return &manifest.WAL{Writer: [8]byte(d.w.ID()), After: after, Extents: extents}
+	return &manifest.WAL{Writer: [8]byte(d.writer().ID()), After: after, Extents: extents}
 }
 
 // walRecordLocked is the WAL record a commit carries of a manifest with

@@ -121,6 +121,12 @@ func (p *Partition) claimLocked(ctx context.Context) error {
 		// leader's, which this writer must never claim.
 		return p.notLeader()
 	}
+	if p.dl != nil {
+		// A halted WAL writer is replaced first, and the new one claims.
+		if err := p.renewWriterLocked(); err != nil {
+			return err
+		}
+	}
 	if p.claimed.Load() == epoch {
 		return nil
 	}
@@ -358,7 +364,7 @@ func (p *Partition) BecomeFollower(ctx context.Context, epoch int32) error {
 	if p.dl != nil {
 		// Appends not yet in the bucket fail (unreported: the writer
 		// forgets the partition).
-		p.dl.w.Forget(p.dl.tp)
+		p.dl.writer().Forget(p.dl.tp)
 		p.dl.failed.Store(true)
 		// A follower's log is the broker's to change (truncation to a new
 		// leader's epoch end, a start over): leading again, it is made

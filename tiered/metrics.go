@@ -71,6 +71,11 @@ type Metrics struct {
 	CompactSegmentsReplaced atomic.Int64
 	CompactMerges           atomic.Int64
 	CompactErrors           atomic.Int64
+
+	// WALWritersHalted counts diskless WAL writers that halted (they
+	// could not learn what the bucket holds at one of their numbers:
+	// wal.ErrHalted) and were replaced by a new one.
+	WALWritersHalted atomic.Int64
 }
 
 // Metrics returns the counters the partition records into.

@@ -418,9 +418,9 @@ func (s *service) compact(ctx context.Context, p *Partition) error {
 // walGCPass queues a collection of the Backend's WAL objects (walgc.go)
 // every GCInterval, once the Backend has diskless partitions.
 func (s *service) walGCPass() {
-	s.b.mu.Lock()
+	s.b.walMu.Lock()
 	hasWAL := s.b.wal != nil
-	s.b.mu.Unlock()
+	s.b.walMu.Unlock()
 	if !hasWAL || s.b.opts.GCInterval <= 0 {
 		return
 	}

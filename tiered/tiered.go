@@ -678,7 +678,7 @@ func (p *Partition) Close() error {
 	p.mu.Lock() // wait out a change in flight
 	if p.dl != nil {
 		p.dl.mu.Lock() // no append between its check and the writer
-		p.dl.w.Forget(p.dl.tp)
+		p.dl.writer().Forget(p.dl.tp)
 		p.dl.mu.Unlock()
 		if p.dl.closed != nil {
 			p.dl.closed()
