@@ -107,10 +107,11 @@ type Backend struct {
 	// first of them and replaced once it halts (guarded by walMu, a
 	// leaf); dlParts the diskless partitions its acknowledgements go to
 	// (guarded by dlMu, a leaf).
-	walMu   sync.Mutex
-	wal     *wal.Writer
-	dlMu    sync.Mutex
-	dlParts map[wal.TopicPartition]*Partition
+	walMu     sync.Mutex
+	wal       *wal.Writer
+	walClosed bool // Close took the writer: no new one starts
+	dlMu      sync.Mutex
+	dlParts   map[wal.TopicPartition]*Partition
 
 	svc *service
 }
@@ -444,6 +445,9 @@ func (b *Backend) disklessLocked(tp backend.TopicPartition) (*diskless, error) {
 func (b *Backend) walWriter() (*wal.Writer, error) {
 	b.walMu.Lock()
 	defer b.walMu.Unlock()
+	if b.walClosed {
+		return nil, fmt.Errorf("%w: the Backend is closed: no WAL writer starts", backend.ErrClosed)
+	}
 	old := b.wal
 	if old != nil && old.Halted() == nil {
 		return old, nil
@@ -466,15 +470,11 @@ func (b *Backend) walWriter() (*wal.Writer, error) {
 		b.logger.Info("diskless: WAL writer started", "writer", w.ID(), "prefix", w.Layout().Prefix())
 		return w, nil
 	}
+	// The halted writer needs no Close: it takes nothing more, and its
+	// goroutines end once what it had in flight has settled.
 	b.metrics.WALWritersHalted.Add(1)
 	b.logger.Warn("diskless: WAL writer started in place of one that halted; its partitions are claimed for the new one",
 		"writer", w.ID(), "halted", old.ID(), "err", old.Halted())
-	// Halted, it has stopped or is stopping: Close only waits for that.
-	ctx, cancel := context.WithTimeout(context.Background(), b.store.Bound())
-	defer cancel()
-	if err := old.Close(ctx); err != nil {
-		b.logger.Warn("diskless: close the halted WAL writer", "writer", old.ID(), "err", err)
-	}
 	return w, nil
 }
 
@@ -681,6 +681,7 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	b.walMu.Lock()
 	w := b.wal
+	b.walClosed = true
 	b.walMu.Unlock()
 	b.svc.stop()
 	var errs []error

@@ -55,6 +55,11 @@ type diskless struct {
 	w     atomic.Pointer[wal.Writer]
 	renew func() (*wal.Writer, error)
 	tp    wal.TopicPartition
+	// claimedFor is the writer the last manifest this Partition committed
+	// names (claimCommitted): an append goes through d.w only when it is
+	// that one, so none lands in a new writer's objects before the claim
+	// that names the writer commits.
+	claimedFor atomic.Pointer[wal.Writer]
 	// closed, when set, is called once the partition closes (the
 	// Backend forgets it).
 	closed func()
@@ -106,6 +111,9 @@ type diskless struct {
 // replicas (wal.Mark: what the manifest and the writer's objects above
 // its number hold below it is final).
 func (d *diskless) claimCommitted(epoch int32) {
+	// Under Partition.mu, as every change of the writer is: the manifest
+	// just committed names this one.
+	d.claimedFor.Store(d.writer())
 	if d.pending.Swap(false) {
 		d.rebuiltAt.Store(d.pendingAt.Load())
 		d.rebuilt.Store(true)
@@ -140,16 +148,17 @@ func (p *Partition) renewWriterLocked() error {
 		return fmt.Errorf("%w: %s: start a WAL writer in place of %s, which halted (%v): %w", backend.ErrStorage, p.prefix, old.ID(), halted, err)
 	}
 	d.mu.Lock()
+	p.claimed.Store(-1)
 	d.ownMu.Lock()
 	d.w.Store(nw)
 	d.ownMu.Unlock()
 	// The log past the durable end holds appends the old writer failed:
-	// the claim makes it from the bucket again.
+	// the claim makes it from the bucket again. Appends wait for it
+	// (claimedFor).
 	d.rebuilt.Store(false)
 	d.failed.Store(true)
 	d.mu.Unlock()
 	old.Forget(d.tp)
-	p.claimed.Store(-1)
 	p.opts.Logger.Warn("diskless: the WAL writer halted; the partition is claimed for a new one", "prefix", p.prefix,
 		"halted", old.ID(), "writer", nw.ID(), "err", halted)
 	return nil
@@ -177,6 +186,13 @@ func (p *Partition) appendDiskless(ctx context.Context, batches []byte, opts bac
 	}
 	if err := p.Fenced(); err != nil {
 		return backend.AppendInfo{}, err
+	}
+	if w := d.writer(); d.claimedFor.Load() != w {
+		// Moved to a new writer (the last one halted) and its claim has
+		// not committed yet: the claim rebuilds the log, and an append
+		// in the new writer's objects now could be left out of it.
+		return backend.AppendInfo{}, fmt.Errorf("%w: %s: diskless: the partition is being claimed for WAL writer %s (the one before it halted); retry",
+			backend.ErrStorage, p.prefix, w.ID())
 	}
 	if d.failed.Load() {
 		if err := p.truncateToDurableLocked(); err != nil {

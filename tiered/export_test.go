@@ -7,6 +7,7 @@ import (
 	"github.com/tierlog/tierlog/backend"
 	"github.com/tierlog/tierlog/local"
 	"github.com/tierlog/tierlog/manifest"
+	"github.com/tierlog/tierlog/wal"
 )
 
 // LocalOf returns the local log under p, for tests that look (and write)
@@ -71,3 +72,14 @@ func ClaimAfterRoleCheck(ctx context.Context, p *Partition) error {
 	defer done()
 	return p.claimLocked(ctx)
 }
+
+// WALWriterOf is the WAL writer a diskless partition appends through.
+func WALWriterOf(p *Partition) *wal.Writer { return p.dl.writer() }
+
+// SetClaimed sets the epoch p holds its claim at, as an append that
+// checked the claim before another goroutine moved it sees it.
+func SetClaimed(p *Partition, epoch int32) { p.claimed.Store(epoch) }
+
+// StartWALWriter is the Backend's WAL writer, started anew if the last
+// one halted.
+func StartWALWriter(b *Backend) (*wal.Writer, error) { return b.walWriter() }
