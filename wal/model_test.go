@@ -32,6 +32,11 @@ import (
 //     that claimed the partition from it, and fail with ErrFenced;
 //   - a partition's acknowledgements from one leadership are a prefix of
 //     its appends: none succeeds after an earlier one failed.
+//
+// On odd seeds a writer's reads of what holds a taken number are refused
+// now and then (access denied): the writer halts (ErrHalted), its
+// leaderships stop, and the next claim of each of its partitions fences
+// it and leads on a new writer in its place, as a Backend does.
 func TestFencingModel(t *testing.T) {
 	seeds := 12
 	if testing.Short() {
@@ -57,8 +62,9 @@ func unit(p int32, off int64, nonce uint32) []byte {
 // record is where a partition's data beyond what has been adopted lies:
 // the manifest's part of the protocol.
 type record struct {
-	writer int    // index of the writer that leads it
-	after  uint64 // its objects above this number may hold the partition
+	writer int         // index of the writer that leads it
+	w      *wal.Writer // that writer (the index may hold a new one since)
+	after  uint64      // its objects above this number may hold the partition
 	epoch  int32
 }
 
@@ -67,6 +73,11 @@ type model struct {
 	rng     *rand.Rand
 	store   *objstore.Store
 	writers [2]*wal.Writer
+	// wstores and wopts make a writer in place of one that halted;
+	// halts counts them.
+	wstores [2]*objstore.Store
+	wopts   [2]wal.Options
+	halts   int
 
 	mu sync.Mutex
 	// acked[p][offset] is the nonce of the acknowledged append at offset
@@ -93,6 +104,7 @@ type model struct {
 type leadership struct {
 	p      int32
 	w      int
+	wr     *wal.Writer
 	next   int64
 	stop   chan struct{}
 	done   chan struct{}
@@ -124,13 +136,20 @@ func runModel(t *testing.T, seed uint64) {
 	for i := range m.writers {
 		// From one object in flight to the most (by seed): puts land
 		// out of number order, and a claim meets numbers still in flight.
-		m.writers[i] = newWriter(t, s, wal.Options{Root: "model", CommitInterval: time.Millisecond, BufferMaxBytes: 256, SettleBackoff: time.Millisecond,
-			InFlight: 1 + int(seed)%wal.MaxInFlight})
+		m.wopts[i] = wal.Options{Root: "model", CommitInterval: time.Millisecond, BufferMaxBytes: 256, SettleBackoff: time.Millisecond,
+			InFlight: 1 + int(seed)%wal.MaxInFlight}
+		m.wstores[i] = s
+		if seed%2 == 1 {
+			// The writer's own reads of what holds a taken number are
+			// refused now and then: it halts.
+			m.wstores[i], _ = memStoreOver(t, d, faultstore.Rule{Op: objstore.OpHead, Probability: 0.3, Fault: faultstore.Permanent})
+		}
+		m.writers[i] = newWriter(t, m.wstores[i], m.wopts[i])
 	}
 	for p := range modelPartitions {
 		m.acked[p] = map[int64]uint32{}
 		m.landedFailed[p] = map[uint32]bool{}
-		m.rec[p] = record{writer: p % 2, after: 0, epoch: 1}
+		m.rec[p] = record{writer: p % 2, w: m.writers[p%2], after: 0, epoch: 1}
 		m.lead(int32(p), p%2, 0)
 	}
 	ctx := context.Background()
@@ -161,11 +180,22 @@ func runModel(t *testing.T, seed uint64) {
 	for p := range int32(modelPartitions) {
 		m.judge(p)
 	}
+	t.Logf("seed %d: %d writer(s) halted and were replaced", seed, m.halts)
+}
+
+// writer is the writer at index i, a new one in place of one that
+// halted. Only the model's own goroutine calls it.
+func (m *model) writer(i int) *wal.Writer {
+	if m.writers[i].Halted() != nil {
+		m.writers[i] = newWriter(m.t, m.wstores[i], m.wopts[i])
+		m.halts++
+	}
+	return m.writers[i]
 }
 
 // lead starts writer w leading p from offset next.
 func (m *model) lead(p int32, w int, next int64) {
-	l := &leadership{p: p, w: w, next: next, stop: make(chan struct{}), done: make(chan struct{})}
+	l := &leadership{p: p, w: w, wr: m.writers[w], next: next, stop: make(chan struct{}), done: make(chan struct{})}
 	m.leaders[p] = l
 	m.all[p] = append(m.all[p], l)
 	go m.produce(l)
@@ -196,7 +226,7 @@ func (m *model) stopOn(p int32, w int) {
 // the last acknowledged offset and resets; on a fence it stops.
 func (m *model) produce(l *leadership) {
 	defer close(l.done)
-	w := m.writers[l.w]
+	w := l.wr
 	tp := wal.TopicPartition{Topic: "t", Partition: l.p}
 	ctx := context.Background()
 	for {
@@ -246,7 +276,10 @@ func (m *model) produce(l *leadership) {
 				if errors.Is(err, wal.ErrFenced) {
 					l.fenced = true
 				}
-				if errors.Is(err, wal.ErrFenced) || errors.Is(err, wal.ErrPartitionFailed) {
+				if errors.Is(err, wal.ErrHalted) {
+					l.fenced = true // the next claim moves the partition to a new writer
+				}
+				if errors.Is(err, wal.ErrFenced) || errors.Is(err, wal.ErrPartitionFailed) || errors.Is(err, wal.ErrHalted) {
 					m.mu.Lock()
 					m.landedFailed[l.p][s.nonce] = true
 					m.mu.Unlock()
@@ -255,7 +288,7 @@ func (m *model) produce(l *leadership) {
 		}
 		if appendErr != nil {
 			failed = true
-			if errors.Is(appendErr, wal.ErrFenced) {
+			if errors.Is(appendErr, wal.ErrFenced) || errors.Is(appendErr, wal.ErrHalted) {
 				l.fenced = true
 			}
 		}
@@ -278,7 +311,7 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 	m.mu.Lock()
 	r := m.rec[p]
 	m.mu.Unlock()
-	from := m.writers[r.writer]
+	from := r.w
 	tp := wal.TopicPartition{Topic: "t", Partition: p}
 	var f uint64
 	var err error
@@ -313,7 +346,7 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 		return
 	}
 	next := int64(len(m.log[p]))
-	w := m.writers[to]
+	w := m.writer(to)
 	// A Backend leads a partition through one Partition: its old
 	// leaderships of p (a zombie fenced earlier, or the one just fenced
 	// when it claims p back from itself) end before it leads again.
@@ -329,7 +362,7 @@ func (m *model) claim(ctx context.Context, p int32, to int) {
 	}
 	w.Reset(tp) // the log was rebuilt from the bucket
 	w.Lead(tp, epoch)
-	m.rec[p] = record{writer: to, after: w.NextSequence() - 1, epoch: epoch}
+	m.rec[p] = record{writer: to, w: w, after: w.NextSequence() - 1, epoch: epoch}
 	m.lead(p, to, next)
 }
 
@@ -344,7 +377,13 @@ func (m *model) loseClaim(ctx context.Context, p int32) {
 	m.mu.Lock()
 	r := m.rec[p]
 	m.mu.Unlock()
-	w := m.writers[r.writer]
+	w := r.w
+	if w.Halted() != nil || w != m.writers[r.writer] {
+		// Its writer halted: a Backend claims the partition for a new
+		// one, whose record is not its own.
+		m.claim(ctx, p, r.writer)
+		return
+	}
 	tp := wal.TopicPartition{Topic: "t", Partition: p}
 	var err error
 	for range 50 {
@@ -369,7 +408,7 @@ func (m *model) loseClaim(ctx context.Context, p int32) {
 	}
 	w.Reset(tp)
 	w.Lead(tp, r.epoch+2)
-	m.rec[p] = record{writer: r.writer, after: r.after, epoch: r.epoch + 2}
+	m.rec[p] = record{writer: r.writer, w: w, after: r.after, epoch: r.epoch + 2}
 	m.lead(p, r.writer, end)
 }
 
