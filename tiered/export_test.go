@@ -83,3 +83,16 @@ func SetClaimed(p *Partition, epoch int32) { p.claimed.Store(epoch) }
 // StartWALWriter is the Backend's WAL writer, started anew if the last
 // one halted.
 func StartWALWriter(b *Backend) (*wal.Writer, error) { return b.walWriter() }
+
+// CacheRemoteRange puts n bytes of the .log object of p's remote segment
+// seg, from position pos, into the chunk cache, as a read-ahead that
+// fetched only them (its neighbours evicted) leaves them.
+func CacheRemoteRange(ctx context.Context, p *Partition, seg manifest.Segment, pos, n int64) error {
+	key := p.objectKey(seg, manifest.LogSuffix)
+	data, err := p.store.ReadAll(ctx, key.String(), pos, n)
+	if err != nil {
+		return err
+	}
+	p.caches.chunks.put(key, pos, chunk{data: data, batches: walkBatches(data, seg, key, pos)})
+	return nil
+}

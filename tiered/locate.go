@@ -80,9 +80,17 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 		}
 	}
 	reached := l.indexSlot < 1 // a batch ended at the scan's index entry's offset (see local's translateOffset)
+	// whole: the batch at pos is larger than the last window, which is
+	// now its size: the next window must hold it whole (the cache's part
+	// of it, however large, is not enough).
+	whole := false
 	for pos := int64(from.Position); pos < seg.Size; {
 		n := min(seg.Size-pos, window)
-		data, w, cached, err := p.window(ctx, seg, key, pos, n, n/2)
+		least := n / 2
+		if whole {
+			least = n
+		}
+		data, w, cached, err := p.window(ctx, seg, key, pos, n, least)
 		if err != nil {
 			return l, false, err
 		}
@@ -117,7 +125,14 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 		}
 		if at > 0 {
 			pos += at // the next window starts at the batch the last one cut
+			whole = false
 			continue
+		}
+		if whole {
+			// Asked for whole, and still cut: the object ends inside
+			// the batch its header declares.
+			return l, false, fmt.Errorf("%w: %s position %d: the batch there declares %d bytes, the object holds %d from there",
+				backend.ErrCorruptRecord, key, pos, n, len(data))
 		}
 		// The batch at pos is larger than the window: its header says how
 		// large, and the scan fetches it whole.
@@ -125,7 +140,7 @@ func (p *Partition) locate(ctx context.Context, seg manifest.Segment, target, wi
 		if err != nil {
 			return l, false, err
 		}
-		window = size
+		window, whole = size, true
 	}
 	return l, false, nil
 }
