@@ -128,8 +128,19 @@ func newFaultyPartition(t *testing.T, pr *proxied, name string) *faultyPartition
 	}
 	t.Cleanup(func() { fp.p.Close() })
 	fp.produce(t, 600)
-	if _, err := fp.p.Offload(ctx); err != nil {
-		t.Fatalf("offload with no fault on: %v", err)
+	// No fault is on, but a busy server may still ask to slow down (a
+	// MinIO cluster answers 503 SlowDownWrite when its drives lag): the
+	// service would try again, and so does the test.
+	for began := time.Now(); ; {
+		_, err := fp.p.Offload(ctx)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, objstore.ErrRetryable) || time.Since(began) > time.Minute {
+			t.Fatalf("offload with no fault on: %v", err)
+		}
+		t.Logf("offload with no fault on failed retryably (tried again): %v", err)
+		time.Sleep(time.Second)
 	}
 	if fp.p.Offsets().LocalLogStart == 0 {
 		t.Fatal("nothing offloaded with no fault on")
