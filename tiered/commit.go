@@ -415,10 +415,10 @@ func (p *Partition) commitBuiltLocked(ctx context.Context, st *manifestState, bu
 	switch {
 	case err == nil:
 		p.adopt(&manifestState{head: head, etag: info.ETag})
-		p.claimed.Store(epoch)
 		if p.dl != nil {
-			p.dl.claimCommitted(p.claimed.Load())
+			p.dl.claimCommitted(epoch) // before claimed: see claimedFor
 		}
+		p.claimed.Store(epoch)
 		p.metrics.ManifestCommits.Add(1)
 		p.backupManifest(ctx, head.Generation(), data)
 		return nil
@@ -457,10 +457,10 @@ func (p *Partition) reconcileLocked(ctx context.Context) error {
 			return err
 		}
 		p.adopt(now) // our commit landed
-		p.claimed.Store(now.head.WriterEpoch())
 		if p.dl != nil {
-			p.dl.claimCommitted(p.claimed.Load())
+			p.dl.claimCommitted(now.head.WriterEpoch()) // before claimed: see claimedFor
 		}
+		p.claimed.Store(now.head.WriterEpoch())
 		p.metrics.ManifestCommits.Add(1)
 		p.backupManifest(ctx, now.head.Generation(), nowBytes)
 	case bytes.Equal(nowBytes, cur.head.Encode()):

@@ -56,9 +56,11 @@ type diskless struct {
 	renew func() (*wal.Writer, error)
 	tp    wal.TopicPartition
 	// claimedFor is the writer the last manifest this Partition committed
-	// names (claimCommitted): an append goes through d.w only when it is
-	// that one, so none lands in a new writer's objects before the claim
-	// that names the writer commits.
+	// names (claimCommitted, called before the claimed epoch is stored,
+	// so an append that finds the partition claimed finds it too): an
+	// append goes through d.w only when it is that one, so none lands in
+	// a new writer's objects before the claim that names the writer
+	// commits.
 	claimedFor atomic.Pointer[wal.Writer]
 	// closed, when set, is called once the partition closes (the
 	// Backend forgets it).

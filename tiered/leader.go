@@ -287,10 +287,10 @@ func (p *Partition) claimPut(ctx context.Context, now *manifestState, next *mani
 		return fmt.Errorf("tiered: claim the manifest for leader epoch %d: %w", next.WriterEpoch(), err)
 	}
 	p.adopt(&manifestState{head: next, etag: info.ETag})
-	p.claimed.Store(next.WriterEpoch())
 	if p.dl != nil {
-		p.dl.claimCommitted(p.claimed.Load())
+		p.dl.claimCommitted(next.WriterEpoch()) // before claimed: see claimedFor
 	}
+	p.claimed.Store(next.WriterEpoch())
 	p.metrics.ManifestCommits.Add(1)
 	p.backupManifest(ctx, next.Generation(), data)
 	p.opts.Logger.Info("claimed the bucket", "prefix", p.prefix, "epoch", next.WriterEpoch(), "generation", next.Generation(),
