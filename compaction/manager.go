@@ -27,6 +27,8 @@ type CleanerOptions struct {
 	// Backoff is the sleep when no log needs cleaning
 	// (log.cleaner.backoff.ms, default 15s), cut short when a log will
 	// breach its max.compaction.lag.ms sooner: a thread wakes for that.
+	// It is also how long a log whose round failed is skipped, doubled
+	// for each failure in a row up to MaxFailedBackoff.
 	Backoff time.Duration
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -45,7 +47,16 @@ type CleanerStats struct {
 	Last         Stats // the last round that cleaned something
 	LastLog      string
 	LastError    error
+	// Uncleanable is how many logs the cleaner skips now because their
+	// last round failed (Kafka's uncleanable partitions): each is tried
+	// again after a wait that doubles with every failure in a row, from
+	// Backoff up to MaxFailedBackoff.
+	Uncleanable int
 }
+
+// MaxFailedBackoff is the longest a log whose rounds keep failing waits
+// before the cleaner tries it again.
+const MaxFailedBackoff = time.Hour
 
 // Cleaner cleans the compacted partitions of a local.Backend in the
 // background: each pass picks the dirtiest eligible log (dirty ratio above
@@ -64,7 +75,12 @@ type Cleaner struct {
 	// (an open transaction at their first dirty offset): they are not
 	// picked again until their log end moves.
 	stuck map[local.TopicPartition]int64
-	stats CleanerStats
+	// failed holds the logs whose last round (or look at their dirty
+	// segments) failed: skipped until retryAt, so a log that fails the
+	// same way every time neither spins a thread nor keeps the others
+	// from being cleaned.
+	failed map[local.TopicPartition]failure
+	stats  CleanerStats
 	// nextDue is the earliest moment a log not cleaned yet breaches
 	// max.compaction.lag.ms, as the last pass that found nothing to do
 	// saw it; zero when none will. An idle thread wakes then, not only
@@ -73,6 +89,26 @@ type Cleaner struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
 	maps    chan *OffsetMap
+}
+
+// failure is a log's failures in a row, and when it is tried again.
+type failure struct {
+	n       int
+	retryAt time.Time
+}
+
+// failLocked records that a round of tp failed: it is skipped until a
+// wait that doubles with each failure in a row. REQUIRES: c.mu.
+func (c *Cleaner) failLocked(tp local.TopicPartition) time.Time {
+	f := c.failed[tp]
+	f.n++
+	wait := c.opts.Backoff
+	for i := 1; i < f.n && wait < MaxFailedBackoff; i++ {
+		wait *= 2
+	}
+	f.retryAt = c.opts.Now().Add(min(wait, MaxFailedBackoff))
+	c.failed[tp] = f
+	return f.retryAt
 }
 
 // NewCleaner returns a stopped Cleaner for b, reading its checkpoint.
@@ -97,7 +133,7 @@ func NewCleaner(b *local.Backend, opts CleanerOptions) (*Cleaner, error) {
 		return nil, err
 	}
 	c := &Cleaner{b: b, opts: opts, lim: ratelimit.New(opts.IOBytesPerSecond), checkpoint: cp,
-		busy: map[local.TopicPartition]bool{}, stuck: map[local.TopicPartition]int64{}, maps: make(chan *OffsetMap, opts.Threads)}
+		busy: map[local.TopicPartition]bool{}, stuck: map[local.TopicPartition]int64{}, failed: map[local.TopicPartition]failure{}, maps: make(chan *OffsetMap, opts.Threads)}
 	for range opts.Threads {
 		m, err := NewOffsetMap(opts.MemoryBytes / opts.Threads)
 		if err != nil {
@@ -169,7 +205,14 @@ func (c *Cleaner) idleWait() time.Duration {
 func (c *Cleaner) Stats() CleanerStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stats
+	st := c.stats
+	now := c.opts.Now()
+	for _, f := range c.failed {
+		if now.Before(f.retryAt) {
+			st.Uncleanable++
+		}
+	}
+	return st
 }
 
 // candidate is a log eligible for cleaning.
@@ -184,9 +227,9 @@ type candidate struct {
 func (c *Cleaner) RunOnce(ctx context.Context) (bool, error) {
 	m := <-c.maps
 	defer func() { c.maps <- m }()
-	cand, err := c.grab()
-	if err != nil || cand == nil {
-		return false, err
+	cand := c.grab()
+	if cand == nil {
+		return false, nil
 	}
 	defer func() {
 		c.mu.Lock()
@@ -207,8 +250,13 @@ func (c *Cleaner) RunOnce(ctx context.Context) (bool, error) {
 	if err != nil {
 		c.stats.Errors++
 		c.stats.LastError = err
-		return true, fmt.Errorf("clean %s: %w", cand.tp, err)
+		if ctx.Err() != nil {
+			return true, err // stopped: not the log's fault
+		}
+		retry := c.failLocked(cand.tp)
+		return true, fmt.Errorf("clean %s (skipped until %s): %w", cand.tp, retry.Format(time.RFC3339), err)
 	}
+	delete(c.failed, cand.tp)
 	if st.End == st.FirstDirty {
 		// Nothing was cleanable after all (an open transaction holds the
 		// last stable offset there): wait for the log to move on.
@@ -231,8 +279,9 @@ func (c *Cleaner) RunOnce(ctx context.Context) (bool, error) {
 }
 
 // grab picks the dirtiest eligible log no other thread is cleaning and
-// marks it busy.
-func (c *Cleaner) grab() (*candidate, error) {
+// marks it busy (nil: none). A log whose dirty segments cannot be read
+// is skipped as a failed round's is.
+func (c *Cleaner) grab() *candidate {
 	now := c.opts.Now()
 	var best *candidate
 	var nextDue time.Time // the earliest max.compaction.lag.ms breach to come
@@ -256,8 +305,9 @@ func (c *Cleaner) grab() (*candidate, error) {
 		c.mu.Lock()
 		busy, cp := c.busy[tp], c.checkpoint[tp]
 		stuckAt, stuck := c.stuck[tp]
+		f, failed := c.failed[tp]
 		c.mu.Unlock()
-		if busy || (stuck && l.Offsets().LogEnd == stuckAt) {
+		if busy || (stuck && l.Offsets().LogEnd == stuckAt) || (failed && now.Before(f.retryAt)) {
 			continue
 		}
 		first := firstDirtyOf(l, cp)
@@ -267,7 +317,14 @@ func (c *Cleaner) grab() (*candidate, error) {
 			if errors.Is(err, backend.ErrClosed) {
 				continue
 			}
-			return nil, err
+			// This log only: the others are still cleaned.
+			c.mu.Lock()
+			c.stats.Errors++
+			c.stats.LastError = err
+			retry := c.failLocked(tp)
+			c.mu.Unlock()
+			c.opts.Logger.Error("log cleaner: read a log's dirty segments", "partition", tp.String(), "retry", retry, "err", err)
+			continue
 		}
 		if len(dirty) == 0 {
 			continue
@@ -303,5 +360,5 @@ func (c *Cleaner) grab() (*candidate, error) {
 		}
 		c.mu.Unlock()
 	}
-	return best, nil
+	return best
 }

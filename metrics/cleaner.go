@@ -20,9 +20,10 @@ func NewCleaner(c *compaction.Cleaner) prometheus.Collector {
 		lastDuration = desc(sub, "last_round_duration_seconds", "How long the last round that cleaned something took.", nil, nil)
 		lastRatio    = desc(sub, "last_round_ratio", "Bytes written per byte read in the last round (lower: more garbage removed).", nil, nil)
 		lastKeys     = desc(sub, "last_round_keys", "Distinct keys the last round mapped.", nil, nil)
+		uncleanable  = desc(sub, "uncleanable_partitions", "Compacted logs skipped now because their last round failed (tried again after a wait that doubles with each failure).", nil, nil)
 	)
 	return &collector{
-		descs: []*prometheus.Desc{rounds, errs, bytesRead, bytesWritten, removed, lastDuration, lastRatio, lastKeys},
+		descs: []*prometheus.Desc{rounds, errs, bytesRead, bytesWritten, removed, lastDuration, lastRatio, lastKeys, uncleanable},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := c.Stats()
 			counter(ch, rounds, float64(s.Rounds))
@@ -33,6 +34,7 @@ func NewCleaner(c *compaction.Cleaner) prometheus.Collector {
 			gauge(ch, lastDuration, s.Last.Duration.Seconds())
 			gauge(ch, lastRatio, s.Last.Ratio())
 			gauge(ch, lastKeys, float64(s.Last.Keys))
+			gauge(ch, uncleanable, float64(s.Uncleanable))
 		},
 	}
 }
