@@ -328,9 +328,42 @@ func (b *Backend) Partitions(ctx context.Context) ([]backend.TopicPartition, err
 // segments upload once below the last stable offset), while a tiered one
 // cannot turn it off (Kafka refuses that too).
 func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg backend.Config) (backend.Partition, error) {
-	tp := backend.TopicPartition{Topic: topic, Partition: partition}
+	bp, replica, err := b.open(ctx, backend.TopicPartition{Topic: topic, Partition: partition}, cfg)
+	if err != nil || replica == nil {
+		return bp, err
+	}
+	// A read replica opened now catches up (if the bucket answers; else at
+	// its first read or lookup, or the service's next step: until then it
+	// answers with a retryable storage error). Outside Backend.mu: its
+	// requests must not hold up Close, or other Opens, for a store's bound.
+	err = replica.Attach(ctx)
+	if err == nil {
+		err = replica.ReplicaStep(ctx)
+	}
+	if err != nil {
+		b.opts.Logger.Warn("read replica: could not follow the bucket at open; the service tries again", "partition", replica.prefix, "err", err)
+	}
+	return bp, nil
+}
+
+// open is Open under Backend.mu; replica is the read replica it opened
+// (nil: none, or open already), for Open to catch up.
+func (b *Backend) open(ctx context.Context, tp backend.TopicPartition, cfg backend.Config) (_ backend.Partition, replica *Partition, _ error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	prev := b.parts[tp]
+	bp, err := b.openLocked(ctx, tp, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	if p, ok := bp.(*Partition); ok && p != prev && p.opts.ReadReplica {
+		replica = p
+	}
+	return bp, replica, nil
+}
+
+// openLocked opens tp (see Open). REQUIRES: b.mu.
+func (b *Backend) openLocked(ctx context.Context, tp backend.TopicPartition, cfg backend.Config) (backend.Partition, error) {
 	if b.closed {
 		return nil, fmt.Errorf("%w: tiered backend %s", backend.ErrClosed, b.local.Dir())
 	}
@@ -354,7 +387,7 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 			return nil, err
 		}
 	}
-	l, err := b.local.OpenLog(ctx, topic, partition, cfg)
+	l, err := b.local.OpenLog(ctx, tp.Topic, tp.Partition, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -401,18 +434,6 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 		b.dlMu.Lock()
 		b.dlParts[opts.dl.tp] = p
 		b.dlMu.Unlock()
-	}
-	if opts.ReadReplica {
-		// Caught up now if the bucket answers (else at its first read or
-		// lookup, or the service's next step; until then it answers with
-		// a retryable storage error).
-		err := p.Attach(ctx)
-		if err == nil {
-			err = p.ReplicaStep(ctx)
-		}
-		if err != nil {
-			b.opts.Logger.Warn("read replica: could not follow the bucket at open; the service tries again", "partition", tp.String(), "err", err)
-		}
 	}
 	b.parts[tp] = p
 	return p, nil

@@ -270,6 +270,9 @@ func (p *Partition) beginLeaderChange(ctx context.Context) (_ context.Context, d
 // withClose returns ctx, also cancelled when the partition closes.
 func (p *Partition) withClose(ctx context.Context) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(ctx)
+	if p.closing == nil {
+		return ctx, cancel // a tool's view of a prefix (no Open): nothing closes it
+	}
 	stop := context.AfterFunc(p.closing, cancel)
 	return ctx, func() { stop(); cancel() }
 }

@@ -150,11 +150,13 @@
 //
 // In the order they may be taken:
 //
-//	Backend.mu        the open partitions; held across a partition's Open
+//	Backend.mu        the open partitions; held across a partition's Open,
+//	                  which reads nothing from the bucket under it
 //	local.Backend.mu  (the local log directory's; see package local)
 //	Partition.mu      serializes Offload, retention, DeleteRecordsBefore,
 //	                  leadership changes and every manifest commit
-//	Partition.attachMu  serializes the first read of the manifest
+//	Partition.attachMu  serializes the first read of the manifest; its
+//	                  waiters give up when their ctx ends or Close begins
 //	diskless.mu       a diskless partition's appends, truncation and
 //	                  the claim's rebuild of its tail
 //	bucketRecord.mu   the tier-state record; held across its file's write

@@ -44,7 +44,13 @@ func (p *Partition) attach(ctx context.Context) error {
 	if p.attached.Load() {
 		return nil
 	}
-	p.attachMu.Lock()
+	// Close ends the reading too: another caller, Close itself, may wait
+	// for attachMu (a reader passes its own ctx, often one that never ends).
+	ctx, cancel := p.withClose(ctx)
+	defer cancel()
+	if err := p.attachMu.Lock(ctx); err != nil {
+		return storageError(ctx, fmt.Errorf("tiered: %s: waiting for another read of the manifest: %w", p.layout().Manifest(), err))
+	}
 	defer p.attachMu.Unlock()
 	if p.attached.Load() {
 		return nil

@@ -153,9 +153,10 @@ type Partition struct {
 	compactMu sync.Mutex
 	dirty     atomic.Pointer[DirtyState]
 	// attached says the manifest was read (see Options.OpenWithoutBucket);
-	// attachMu serializes the reading.
+	// attachMu serializes the reading, and a caller whose ctx ends stops
+	// waiting for it.
 	attached atomic.Bool
-	attachMu sync.Mutex
+	attachMu ctxMutex
 	// rwal is a read replica's view of a diskless partition's WAL
 	// (replica_wal.go). Guarded by mu.
 	rwal *replicaWAL

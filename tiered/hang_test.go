@@ -1,0 +1,113 @@
+package tiered_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tierlog/tierlog/backend"
+	"github.com/tierlog/tierlog/objstore"
+	"github.com/tierlog/tierlog/objstore/mem"
+	"github.com/tierlog/tierlog/testing/faultstore"
+	"github.com/tierlog/tierlog/tiered"
+)
+
+// stallManifestReads makes every read of a manifest on d wait until its
+// ctx ends (a bucket that stopped answering), and returns a channel that
+// gets a value as each read begins to wait.
+func stallManifestReads(d *faultstore.Driver) <-chan struct{} {
+	entered := make(chan struct{}, 64)
+	d.Add(faultstore.Rule{Every: 1, Fault: faultstore.Hook,
+		Match: func(op objstore.Op, k string) bool { return op != objstore.OpPut && strings.HasSuffix(k, "/manifest") },
+		Before: func(ctx context.Context, c faultstore.Call) error {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		}})
+	return entered
+}
+
+// within fails the test unless f returns within d.
+func within(t *testing.T, d time.Duration, what string, f func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { f(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v", what, d)
+	}
+}
+
+// stallStore is a store whose requests stay up to 30 s each.
+func stallStore(d objstore.Driver) *objstore.Store {
+	return objstore.New(d, "mem://stall", objstore.Options{Timeout: 30 * time.Second, MaxAttempts: 1})
+}
+
+// TestAttachWaitsEndWithTheirContext: a partition's first read of its
+// manifest is stuck (the bucket does not answer). Another read with a
+// short deadline returns when its deadline passes, not after the first
+// read's request; and Backend.Close returns at once, cancelling it.
+func TestAttachWaitsEndWithTheirContext(t *testing.T) {
+	inner := mem.New()
+	dir := t.TempDir()
+	b := openTieredBackend(t, dir, objstore.New(inner, "mem://ok", objstore.Options{}), tiered.BackendOptions{})
+	p, err := b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true", "segment.bytes", "16384", "local.retention.ms", "0", "file.delete.delay.ms", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.(*tiered.Partition).BecomeLeader(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	produce(t, p, 2000)
+	if _, err := p.(*tiered.Partition).Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+
+	d := faultstore.Wrap(inner, 1)
+	entered := stallManifestReads(d)
+	m := fastManager
+	m.TaskInterval = time.Hour // no service pass reads the manifest meanwhile
+	b = openTieredBackend(t, dir, stallStore(d), tiered.BackendOptions{Manager: m})
+	p, err = b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true", "segment.bytes", "16384", "local.retention.ms", "0", "file.delete.delay.ms", "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	go p.Read(context.Background(), 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+	<-entered
+	within(t, 5*time.Second, "a read with a 100 ms deadline, behind a stuck first read of the manifest", func() {
+		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		defer cancel()
+		p.Read(short, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
+	})
+	within(t, 5*time.Second, "Backend.Close with a first read of a manifest stuck", func() { b.Close() })
+}
+
+// TestReplicaOpenHoldsNoLockAcrossTheBucket: a read replica's Open
+// catches up from the bucket, which does not answer. Backend.Close does
+// not wait for that: it returns at once, and the Open with it.
+func TestReplicaOpenHoldsNoLockAcrossTheBucket(t *testing.T) {
+	inner := mem.New()
+	offloadedOrigin(t, objstore.New(inner, "mem://origin", objstore.Options{}), 3000)
+	d := faultstore.Wrap(inner, 1)
+	entered := stallManifestReads(d)
+	b, err := tiered.OpenBackend(filepath.Join(t.TempDir(), "replica"), tiered.BackendOptions{Store: stallStore(d), Prefix: "tl",
+		ReadReplica: true, Manager: tiered.ManagerConfig{TaskInterval: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	go func() {
+		_, err := b.Open(context.Background(), "orders", 0, cfg(t, "remote.storage.enable", "true"))
+		opened <- err
+	}()
+	<-entered
+	within(t, 5*time.Second, "Backend.Close while a read replica's Open reads the bucket", func() { b.Close() })
+	within(t, 5*time.Second, "the read replica's Open after Close", func() { <-opened })
+}
