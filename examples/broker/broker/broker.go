@@ -227,6 +227,12 @@ type Broker struct {
 	watchWG sync.WaitGroup // partition watchers
 	stop    chan struct{}  // closed by Close once connections are done: watchers return
 	closing chan struct{}  // closed when Close begins
+	// life is the context of every request and of replica discovery's
+	// opens, cancelled when Close begins: a request waiting on the
+	// bucket (a diskless append waiting for WAL buffer space, a remote
+	// read) gives up then, instead of holding Close up.
+	life       context.Context
+	cancelLife context.CancelFunc
 }
 
 // topic is one topic's partitions and its own config overrides.
@@ -265,7 +271,8 @@ func Start(opts Options) (_ *Broker, err error) {
 	b := &Broker{opts: opts, logger: opts.Logger, topics: map[string]*topic{}, creating: map[string]int32{},
 		conns: map[net.Conn]struct{}{}, stop: make(chan struct{}), closing: make(chan struct{}),
 		mem: newRequestMemory(opts.QueuedMaxRequestBytes)}
-	var cleanup []func()
+	b.life, b.cancelLife = context.WithCancel(context.Background())
+	cleanup := []func(){b.cancelLife}
 	defer func() {
 		if err != nil {
 			for i := len(cleanup) - 1; i >= 0; i-- {
@@ -439,6 +446,7 @@ func (b *Broker) Close() error {
 	}
 	b.closed = true
 	close(b.closing)
+	b.cancelLife()
 	b.mu.Unlock()
 	b.ln.Close()
 	b.fetches.Close()  // parked fetches answer now

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -89,7 +88,7 @@ func (b *Broker) serveConn(nc net.Conn) {
 		c.done()
 		c.b.bufferBytes.Add(-c.counted)
 	}()
-	ctx := context.Background()
+	ctx := b.life
 	defer func() { c.pipe.close() }()
 	for {
 		c.done()

@@ -185,7 +185,7 @@ func (b *Broker) growReplicaTopic(t *topic, n int32) error {
 	}
 	var added []*partition
 	for i := from; i < n; i++ {
-		p, err := b.be.Open(context.Background(), t.name, i, cfg)
+		p, err := b.be.Open(b.life, t.name, i, cfg)
 		if err != nil {
 			for _, a := range added {
 				a.p.Close()
