@@ -340,6 +340,9 @@ func (b *Backend) Open(ctx context.Context, topic string, partition int32, cfg b
 	if err == nil {
 		err = replica.ReplicaStep(ctx)
 	}
+	if errors.Is(err, backend.ErrClosed) {
+		return nil, err // closed meanwhile: by Close, or a Delete
+	}
 	if err != nil {
 		b.opts.Logger.Warn("read replica: could not follow the bucket at open; the service tries again", "partition", replica.prefix, "err", err)
 	}

@@ -44,6 +44,21 @@ func within(t *testing.T, d time.Duration, what string, f func()) {
 	}
 }
 
+// hangCfg is the tiered topic of TestAttachWaitsEndWithTheirContext.
+func hangCfg(t *testing.T) backend.Config {
+	return cfg(t, "remote.storage.enable", "true", "segment.bytes", "16384", "local.retention.ms", "0", "file.delete.delay.ms", "0", "retention.ms", "-1")
+}
+
+// waitEntered waits for a stalled request, 10 s at most.
+func waitEntered(t *testing.T, entered <-chan struct{}, why string) {
+	t.Helper()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal(why)
+	}
+}
+
 // stallStore is a store whose requests stay up to 30 s each.
 func stallStore(d objstore.Driver) *objstore.Store {
 	return objstore.New(d, "mem://stall", objstore.Options{Timeout: 30 * time.Second, MaxAttempts: 1})
@@ -56,8 +71,10 @@ func stallStore(d objstore.Driver) *objstore.Store {
 func TestAttachWaitsEndWithTheirContext(t *testing.T) {
 	inner := mem.New()
 	dir := t.TempDir()
+	// Records are kept whatever their timestamps (retention.ms=-1): a read
+	// of offset 0 after the reopen must need the bucket.
 	b := openTieredBackend(t, dir, objstore.New(inner, "mem://ok", objstore.Options{}), tiered.BackendOptions{})
-	p, err := b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true", "segment.bytes", "16384", "local.retention.ms", "0", "file.delete.delay.ms", "0"))
+	p, err := b.Open(ctx, "orders", 0, hangCfg(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,12 +92,12 @@ func TestAttachWaitsEndWithTheirContext(t *testing.T) {
 	m := fastManager
 	m.TaskInterval = time.Hour // no service pass reads the manifest meanwhile
 	b = openTieredBackend(t, dir, stallStore(d), tiered.BackendOptions{Manager: m})
-	p, err = b.Open(ctx, "orders", 0, cfg(t, "remote.storage.enable", "true", "segment.bytes", "16384", "local.retention.ms", "0", "file.delete.delay.ms", "0"))
+	p, err = b.Open(ctx, "orders", 0, hangCfg(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	go p.Read(context.Background(), 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
-	<-entered
+	waitEntered(t, entered, "a read of offset 0 did not read the manifest")
 	within(t, 5*time.Second, "a read with a 100 ms deadline, behind a stuck first read of the manifest", func() {
 		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
@@ -107,7 +124,7 @@ func TestReplicaOpenHoldsNoLockAcrossTheBucket(t *testing.T) {
 		_, err := b.Open(context.Background(), "orders", 0, cfg(t, "remote.storage.enable", "true"))
 		opened <- err
 	}()
-	<-entered
+	waitEntered(t, entered, "the read replica's Open did not read the manifest")
 	within(t, 5*time.Second, "Backend.Close while a read replica's Open reads the bucket", func() { b.Close() })
 	within(t, 5*time.Second, "the read replica's Open after Close", func() { <-opened })
 }
