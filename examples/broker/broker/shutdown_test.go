@@ -3,14 +3,19 @@ package broker_test
 import (
 	"context"
 	"crypto/rand"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/tierlog/tierlog/examples/broker/broker"
 	"github.com/tierlog/tierlog/objstore"
 	"github.com/tierlog/tierlog/objstore/mem"
 	"github.com/tierlog/tierlog/testing/faultstore"
+	"github.com/tierlog/tierlog/testing/objstoretest"
 )
 
 // TestCloseWithTheBucketDown: the bucket stops answering while producers
@@ -46,4 +51,125 @@ func TestCloseWithTheBucketDown(t *testing.T) {
 		<-closed
 		t.Fatal("Close did not return within 20 s with the bucket down (the store's bound is 0.5 s)")
 	}
+}
+
+// stallUntil makes the requests on keys match selects wait until their
+// ctx ends or release is closed; entered gets a value as each begins to
+// wait. skip lets that many matching requests through first.
+func stallUntil(d *faultstore.Driver, match func(objstore.Op, string) bool, skip int32, release <-chan struct{}) <-chan struct{} {
+	entered := make(chan struct{}, 64)
+	var n atomic.Int32
+	d.Add(faultstore.Rule{Every: 1, Fault: faultstore.Hook, Match: match,
+		Before: func(ctx context.Context, c faultstore.Call) error {
+			if n.Add(1) <= skip {
+				return nil
+			}
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-release:
+				return nil
+			}
+		}})
+	return entered
+}
+
+// closeWithin closes b and fails the test unless Close returns within
+// 5 s; then it lets the bucket answer so that Close can finish.
+func closeWithin(t *testing.T, b interface{ Close() error }, release chan struct{}, what string) {
+	t.Helper()
+	closed := make(chan struct{})
+	go func() { b.Close(); close(closed) }()
+	select {
+	case <-closed:
+	case <-time.After(5 * time.Second):
+		close(release)
+		<-closed
+		t.Fatalf("Close waited for %s until the bucket answered", what)
+	}
+}
+
+// TestCloseDuringANewReplicaTopicsOpen: a read replica's discovery finds
+// a new topic, and the bucket stops answering the reads of its manifest
+// as the new partition catches up. Close does not wait for them.
+func TestCloseDuringANewReplicaTopicsOpen(t *testing.T) {
+	inner := replicaOrigin(t)
+	d := faultstore.Wrap(inner, 1)
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	// The first read is discovery's look at whether the topic was
+	// deleted; the Open's catch-up reads after it.
+	entered := stallUntil(d, func(op objstore.Op, k string) bool {
+		return op != objstore.OpPut && strings.HasSuffix(k, "other-0/manifest")
+	}, 1, release)
+	replica, err := startReplicaNoCleanup(replicaOf(t, &noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: d}}, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	origin := objstore.New(inner, "mem://origin", objstore.Options{})
+	data, err := origin.ReadAll(context.Background(), "broker/orders-0/manifest", 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := origin.Put(context.Background(), "broker/other-0/manifest", bytesReader(data), int64(len(data)), objstore.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no Open read the new topic's manifest")
+	}
+	closeWithin(t, replica, release, "a new replica topic's Open")
+}
+
+// TestCloseDuringADisklessCreateTopics: CreateTopics of a diskless topic
+// while the bucket stops answering: its claim (BecomeLeader), and the
+// deletion of what the failed creation left, give up when Close begins.
+func TestCloseDuringADisklessCreateTopics(t *testing.T) {
+	drv := faultstore.Wrap(mem.New(), 0)
+	release := make(chan struct{})
+	defer func() {
+		select {
+		case <-release:
+		default:
+			close(release)
+		}
+	}()
+	var on atomic.Bool
+	entered := stallUntil(drv, func(op objstore.Op, k string) bool { return on.Load() && strings.Contains(k, "events-") }, 0, release)
+	store := objstore.New(drv, "mem://create", objstore.Options{MaxAttempts: 1, Timeout: 30 * time.Second})
+	b, err := broker.Start(tieredOptions(t.TempDir(), store))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := newClient(t, b.Addr())
+	on.Store(true)
+	go func() {
+		req := kmsg.NewPtrCreateTopicsRequest()
+		rt := kmsg.NewCreateTopicsRequestTopic()
+		rt.Topic, rt.NumPartitions, rt.ReplicationFactor = "events", 1, 1
+		for k, v := range disklessTopic() {
+			c := kmsg.NewCreateTopicsRequestTopicConfig()
+			c.Name, c.Value = k, kmsg.StringPtr(v)
+			rt.Configs = append(rt.Configs, c)
+		}
+		req.Topics = append(req.Topics, rt)
+		req.RequestWith(context.Background(), cl)
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the creation read nothing of the bucket")
+	}
+	closeWithin(t, b, release, "a diskless CreateTopics's claim")
 }

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"maps"
@@ -48,7 +47,7 @@ func (b *Broker) openTopic(name string, n int32, overrides map[string]string, re
 				return nil, -1, err
 			}
 		}
-		p, err := b.be.Open(context.Background(), name, i, cfg)
+		p, err := b.be.Open(b.life, name, i, cfg)
 		if err != nil {
 			return nil, -1, fmt.Errorf("broker: open %s-%d: %w", name, i, err)
 		}
@@ -70,7 +69,7 @@ func (b *Broker) closeTopic(t *topic, n int32, remove bool) error {
 		return errors.Join(errs...)
 	}
 	for i := range n {
-		if err := b.be.Delete(context.Background(), t.name, i); err != nil && !errors.Is(err, backend.ErrNotFound) {
+		if err := b.be.Delete(b.life, t.name, i); err != nil && !errors.Is(err, backend.ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}
@@ -98,7 +97,7 @@ func latestLocalEpoch(p backend.Partition) int32 {
 // I/O: the caller MUST NOT hold b.mu, except at Start.
 func (b *Broker) becomeLeader(t *topic, epoch int32) error {
 	for _, p := range t.parts {
-		if err := p.p.BecomeLeader(context.Background(), epoch); err != nil {
+		if err := p.p.BecomeLeader(b.life, epoch); err != nil {
 			return fmt.Errorf("broker: %s: become leader at epoch %d: %w", p.tp, epoch, err)
 		}
 		p.epoch = epoch
@@ -234,7 +233,7 @@ func (b *Broker) deleteTopic(name string) error {
 	}
 	var errs []error
 	for _, p := range t.parts {
-		errs = append(errs, b.be.Delete(context.Background(), name, p.tp.Partition))
+		errs = append(errs, b.be.Delete(b.life, name, p.tp.Partition))
 	}
 	return errors.Join(errs...)
 }
