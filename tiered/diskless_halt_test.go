@@ -95,6 +95,28 @@ func disklessWithBatches(t *testing.T, b *tiered.Backend) *tiered.Partition {
 	return p
 }
 
+// haltingPartition is a diskless partition with three acknowledged
+// batches, on a haltingBackend over a store with faults the test adds.
+func haltingPartition(t *testing.T) (*faultstore.Driver, *objstore.Store, *tiered.Backend, *tiered.Partition) {
+	t.Helper()
+	fs := faultstore.Wrap(mem.New(), 1)
+	store := objstore.New(fs, "mem", objstore.Options{})
+	b := haltingBackend(t, filepath.Join(t.TempDir(), "b"), store)
+	return fs, store, b, disklessWithBatches(t, b)
+}
+
+// checkNextLeader checks that a new leader on another Backend, claiming
+// the partition from the bucket, reads want.
+func checkNextLeader(t *testing.T, store *objstore.Store, want map[int64][]byte) {
+	t.Helper()
+	nb := openDisklessBackend(t, filepath.Join(t.TempDir(), "nb"), store)
+	q := openDiskless(t, nb, 2)
+	if err := q.Ready(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkBatches(t, "the next leader", batchesFrom(t, q, 0), want)
+}
+
 // TestDisklessWriterHaltsAndIsReplaced: the WAL writer finds its next
 // number taken (a void another claimer put) and cannot read what holds it
 // (access denied, once). The writer halts: the append in the object it
@@ -104,10 +126,7 @@ func disklessWithBatches(t *testing.T, b *tiered.Backend) *tiered.Partition {
 // gone, and the new append follows at the durable end. The Backend counts
 // the halted writer; a new leader elsewhere reads the same log.
 func TestDisklessWriterHaltsAndIsReplaced(t *testing.T) {
-	fs := faultstore.Wrap(mem.New(), 1)
-	store := objstore.New(fs, "mem", objstore.Options{})
-	b := haltingBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	p := disklessWithBatches(t, b)
+	fs, store, b, p := haltingPartition(t)
 	want := batchesFrom(t, p, 0)
 	durable := p.Offsets().LogEnd
 	old := tiered.WALWriterOf(p)
@@ -136,12 +155,7 @@ func TestDisklessWriterHaltsAndIsReplaced(t *testing.T) {
 		t.Fatalf("WALWritersHalted = %d, want 1", n)
 	}
 
-	nb := openDisklessBackend(t, filepath.Join(t.TempDir(), "nb"), store)
-	q := openDiskless(t, nb, 2)
-	if err := q.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	checkBatches(t, "the next leader", batchesFrom(t, q, 0), want)
+	checkNextLeader(t, store, want)
 }
 
 // TestDisklessAppendWaitsForTheNewWritersClaim: an append that checked
@@ -152,10 +166,7 @@ func TestDisklessWriterHaltsAndIsReplaced(t *testing.T) {
 // which rebuilds the log from the bucket and names the writer above
 // them, would have left out an acknowledged append.
 func TestDisklessAppendWaitsForTheNewWritersClaim(t *testing.T) {
-	fs := faultstore.Wrap(mem.New(), 1)
-	store := objstore.New(fs, "mem", objstore.Options{})
-	b := haltingBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	p := disklessWithBatches(t, b)
+	fs, store, _, p := haltingPartition(t)
 	want := batchesFrom(t, p, 0)
 	haltOnce(t, fs, store, p)
 	old := tiered.WALWriterOf(p)
@@ -214,22 +225,14 @@ func TestDisklessAppendWaitsForTheNewWritersClaim(t *testing.T) {
 		}
 	}
 	checkBatches(t, "after the claim", got, want)
-	nb := openDisklessBackend(t, filepath.Join(t.TempDir(), "nb"), store)
-	q := openDiskless(t, nb, 2)
-	if err := q.Ready(ctx); err != nil {
-		t.Fatal(err)
-	}
-	checkBatches(t, "the next leader", batchesFrom(t, q, 0), want)
+	checkNextLeader(t, store, want)
 }
 
 // TestDisklessNoWriterAfterClose: once the Backend closes, a halted
 // writer is not replaced (a claim racing Close would start one that
 // nothing closes).
 func TestDisklessNoWriterAfterClose(t *testing.T) {
-	fs := faultstore.Wrap(mem.New(), 1)
-	store := objstore.New(fs, "mem", objstore.Options{})
-	b := haltingBackend(t, filepath.Join(t.TempDir(), "b"), store)
-	p := disklessWithBatches(t, b)
+	fs, store, b, p := haltingPartition(t)
 	haltOnce(t, fs, store, p)
 	if err := b.Close(); err != nil {
 		t.Fatal(err)
