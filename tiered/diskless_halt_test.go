@@ -2,11 +2,9 @@ package tiered_test
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -173,25 +171,9 @@ func TestDisklessAppendWaitsForTheNewWritersClaim(t *testing.T) {
 
 	// Hold the claim's first read of the manifest: it runs after the
 	// partition moved to the new writer.
-	var armed atomic.Bool
-	armed.Store(true)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
-	fs.Add(faultstore.Rule{Every: 1, Fault: faultstore.Hook,
-		Match: func(op objstore.Op, k string) bool {
-			return op != objstore.OpPut && strings.HasSuffix(k, "/manifest") && armed.Load()
-		},
-		Before: func(ctx context.Context, c faultstore.Call) error {
-			if !armed.CompareAndSwap(true, false) {
-				return nil
-			}
-			entered <- struct{}{}
-			select {
-			case <-release:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}})
+	fs.Add(faultstore.Rule{Nth: 1, Fault: faultstore.Hook, Before: faultstore.Hold(release, entered),
+		Match: func(op objstore.Op, k string) bool { return op != objstore.OpPut && strings.HasSuffix(k, "/manifest") }})
 	claimed := make(chan error, 1)
 	go func() { _, err := appendOne(t, p, 10, "r"); claimed <- err }()
 	<-entered

@@ -19,16 +19,8 @@ import (
 // gets a value as each read begins to wait.
 func stallManifestReads(d *faultstore.Driver) <-chan struct{} {
 	entered := make(chan struct{}, 64)
-	d.Add(faultstore.Rule{Every: 1, Fault: faultstore.Hook,
-		Match: func(op objstore.Op, k string) bool { return op != objstore.OpPut && strings.HasSuffix(k, "/manifest") },
-		Before: func(ctx context.Context, c faultstore.Call) error {
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			<-ctx.Done()
-			return ctx.Err()
-		}})
+	d.Add(faultstore.Rule{Every: 1, Fault: faultstore.Hook, Before: faultstore.Hold(nil, entered),
+		Match: func(op objstore.Op, k string) bool { return op != objstore.OpPut && strings.HasSuffix(k, "/manifest") }})
 	return entered
 }
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,18 +39,8 @@ func sealedOver(t *testing.T, inner objstore.Driver) *objstore.Store {
 // (or the put's ctx ends).
 func holdPut(d *faultstore.Driver, key string) func() {
 	release := make(chan struct{})
-	var held atomic.Bool
-	d.Add(faultstore.Rule{Op: objstore.OpPut, Every: 1, Fault: faultstore.Hook, Before: func(ctx context.Context, c faultstore.Call) error {
-		if c.Key != key || !held.CompareAndSwap(false, true) {
-			return nil
-		}
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}})
+	d.Add(faultstore.Rule{Op: objstore.OpPut, Match: func(_ objstore.Op, k string) bool { return k == key }, Nth: 1,
+		Fault: faultstore.Hook, Before: faultstore.Hold(release, nil)})
 	return sync.OnceFunc(func() { close(release) })
 }
 

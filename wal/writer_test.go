@@ -400,14 +400,7 @@ func TestFenceClaimsTheDataOfItsEpoch(t *testing.T) {
 // called.
 func holdFirstPut(d *faultstore.Driver) func() {
 	release := make(chan struct{})
-	d.Add(faultstore.Rule{Op: objstore.OpPut, Nth: 1, Fault: faultstore.Hook, Before: func(ctx context.Context, c faultstore.Call) error {
-		select {
-		case <-release:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}})
+	d.Add(faultstore.Rule{Op: objstore.OpPut, Nth: 1, Fault: faultstore.Hook, Before: faultstore.Hold(release, nil)})
 	return sync.OnceFunc(func() { close(release) })
 }
 

@@ -183,6 +183,27 @@ type Driver struct {
 	rng   *rand.Rand
 }
 
+// Hold is a Hook rule's Before that holds each operation it is given
+// until release is closed (nil: never) or the operation's ctx ends, as a
+// bucket that stopped answering does. entered, when not nil, gets a
+// value (never blocking) as each operation begins to wait.
+func Hold(release <-chan struct{}, entered chan<- struct{}) func(context.Context, Call) error {
+	return func(ctx context.Context, _ Call) error {
+		if entered != nil {
+			select {
+			case entered <- struct{}{}:
+			default:
+			}
+		}
+		select {
+		case <-release:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // Wrap returns inner behind rules, drawing probabilities from seed (log it:
 // the same seed replays the same faults for the same operations). It
 // panics on a rule that cannot work (see Rule).

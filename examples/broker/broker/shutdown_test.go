@@ -58,22 +58,14 @@ func TestCloseWithTheBucketDown(t *testing.T) {
 // wait. skip lets that many matching requests through first.
 func stallUntil(d *faultstore.Driver, match func(objstore.Op, string) bool, skip int32, release <-chan struct{}) <-chan struct{} {
 	entered := make(chan struct{}, 64)
+	hold := faultstore.Hold(release, entered)
 	var n atomic.Int32
 	d.Add(faultstore.Rule{Every: 1, Fault: faultstore.Hook, Match: match,
 		Before: func(ctx context.Context, c faultstore.Call) error {
 			if n.Add(1) <= skip {
 				return nil
 			}
-			select {
-			case entered <- struct{}{}:
-			default:
-			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-release:
-				return nil
-			}
+			return hold(ctx, c)
 		}})
 	return entered
 }
