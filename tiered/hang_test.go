@@ -90,12 +90,12 @@ func TestAttachWaitsEndWithTheirContext(t *testing.T) {
 	}
 	go p.Read(context.Background(), 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
 	waitEntered(t, entered, "a read of offset 0 did not read the manifest")
-	within(t, 5*time.Second, "a read with a 100 ms deadline, behind a stuck first read of the manifest", func() {
+	within(t, 15*time.Second, "a read with a 100 ms deadline, behind a stuck first read of the manifest", func() {
 		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
 		p.Read(short, 0, backend.ReadOptions{MaxBytes: 1, MinOneBatch: true})
 	})
-	within(t, 5*time.Second, "Backend.Close with a first read of a manifest stuck", func() { b.Close() })
+	within(t, 15*time.Second, "Backend.Close with a first read of a manifest stuck", func() { b.Close() })
 }
 
 // TestReplicaOpenHoldsNoLockAcrossTheBucket: a read replica's Open
@@ -117,6 +117,6 @@ func TestReplicaOpenHoldsNoLockAcrossTheBucket(t *testing.T) {
 		opened <- err
 	}()
 	waitEntered(t, entered, "the read replica's Open did not read the manifest")
-	within(t, 5*time.Second, "Backend.Close while a read replica's Open reads the bucket", func() { b.Close() })
-	within(t, 5*time.Second, "the read replica's Open after Close", func() { <-opened })
+	within(t, 15*time.Second, "Backend.Close while a read replica's Open reads the bucket", func() { b.Close() })
+	within(t, 15*time.Second, "the read replica's Open after Close", func() { <-opened })
 }

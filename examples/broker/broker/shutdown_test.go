@@ -71,14 +71,15 @@ func stallUntil(d *faultstore.Driver, match func(objstore.Op, string) bool, skip
 }
 
 // closeWithin closes b and fails the test unless Close returns within
-// 5 s; then it lets the bucket answer so that Close can finish.
+// 15 s (the bucket holds a request 30 s or more); then it lets the
+// bucket answer so that Close can finish.
 func closeWithin(t *testing.T, b interface{ Close() error }, release chan struct{}, what string) {
 	t.Helper()
 	closed := make(chan struct{})
 	go func() { b.Close(); close(closed) }()
 	select {
 	case <-closed:
-	case <-time.After(5 * time.Second):
+	case <-time.After(15 * time.Second):
 		close(release)
 		<-closed
 		t.Fatalf("Close waited for %s until the bucket answered", what)
