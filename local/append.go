@@ -354,8 +354,7 @@ func (l *Log) rollLocked(base int64, why string) (*activeSegment, error) {
 		a.f.release()
 		return nil, l.fail(fmt.Errorf("seal segment %s: %w", old.f.logPath, err))
 	}
-	segs := append(append([]*segFile(nil), l.segments()...), a.f)
-	l.setSegments(segs)
+	l.publishSegments(append(l.segments(), a.f))
 	l.act = a
 	l.dirty = true
 	l.metrics.Rolls.Add(1)

@@ -44,10 +44,8 @@ type SegmentHandle struct {
 func (sg Segments) OpenSegment(base int64) (*SegmentHandle, error) {
 	l := sg.l
 	segs := l.segments()
-	for i, s := range segs[:len(segs)-1] {
-		if s.base != base {
-			continue
-		}
+	if i := segmentWithBase(segs, base); i >= 0 && i < len(segs)-1 {
+		s := segs[i]
 		if !s.acquire() {
 			return nil, l.closedErr()
 		}
@@ -145,10 +143,9 @@ func (h *SegmentHandle) Close() error {
 // whose base offset is base (-1 when it has none), from its time index.
 func (sg Segments) LargestTimestamp(base int64) (int64, error) {
 	l := sg.l
-	for _, s := range l.segments() {
-		if s.base != base {
-			continue
-		}
+	segs := l.segments()
+	if i := segmentWithBase(segs, base); i >= 0 {
+		s := segs[i]
 		if !s.acquire() {
 			return -1, l.closedErr()
 		}
@@ -164,10 +161,9 @@ func (sg Segments) LargestTimestamp(base int64) (int64, error) {
 // by segment.index.bytes); a missing index counts 0 (it is rebuilt).
 func (sg Segments) IndexSizes(base int64) (offsetIndex, timeIndex int64, err error) {
 	l := sg.l
-	for _, s := range l.segments() {
-		if s.base != base {
-			continue
-		}
+	segs := l.segments()
+	if i := segmentWithBase(segs, base); i >= 0 {
+		s := segs[i]
 		for i, suf := range []string{IndexSuffix, TimeIndexSuffix} {
 			st, err := l.segOpts.fs.Stat(s.path(suf))
 			if errors.Is(err, fs.ErrNotExist) {

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync/atomic"
 	"time"
 
@@ -59,12 +60,12 @@ func (l *Log) flushLocked() error {
 	start := time.Now()
 	segs := l.segments()
 	var errs []error
-	for i, s := range segs[:len(segs)-1] {
-		// The segment holding rp-1 may have been active when a flush set
-		// rp: its indexes may not be durable yet (a roll at rp).
-		if segs[i+1].base < rp {
-			continue
-		}
+	// The sealed segments from the one whose successor begins at or past
+	// rp: the segment holding rp-1 may have been active when a flush set
+	// rp, its indexes not yet durable (a roll at rp). Found by a binary
+	// search, not a walk over every segment of the log.
+	from := sort.Search(len(segs)-1, func(i int) bool { return segs[i+1].base >= rp })
+	for _, s := range segs[from : len(segs)-1] {
 		errs = append(errs, syncSealed(s))
 	}
 	if l.act != nil {

@@ -1,6 +1,7 @@
 package local
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -8,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -322,11 +324,33 @@ func (l *Log) SetConfig(c backend.Config) error {
 
 func (l *Log) segments() []*segFile { return *l.segs.Load() }
 
-// setSegments publishes a new segment list.
+// setSegments publishes a new segment list, its capacity cut to its
+// length: a roll appends in place (publishSegments), and a list that lost
+// segments from its end would otherwise let that append write over a slot
+// an older list, still in a reader's hands, shows.
 // REQUIRES: l.mu held, or the log not yet shared.
-func (l *Log) setSegments(s []*segFile) {
+func (l *Log) setSegments(s []*segFile) { l.publishSegments(slices.Clip(s)) }
+
+// publishSegments publishes s as it is. A roll passes the list it
+// appended one segment to: every list published on the same array ends
+// at or before the old list's end (setSegments leaves none room past its
+// own, and a roll's lists only grow), so the slot written lies past what
+// any reader's list shows, and a roll costs no copy of the list, where a
+// log of 100,000 segments copied 800 KB a roll.
+// REQUIRES: l.mu held, or the log not yet shared.
+func (l *Log) publishSegments(s []*segFile) {
 	l.segs.Store(&s)
 	l.segmentsChangedLocked(s)
+}
+
+// segmentWithBase returns the index in segs of the segment whose base is
+// base, or -1 (segs is sorted by base).
+func segmentWithBase(segs []*segFile, base int64) int {
+	i, found := slices.BinarySearchFunc(segs, base, func(s *segFile, base int64) int { return cmp.Compare(s.base, base) })
+	if !found {
+		return -1
+	}
+	return i
 }
 
 // jitter draws Kafka's per-segment roll jitter.
