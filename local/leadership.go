@@ -131,6 +131,7 @@ func (sg Segments) StartAt(ctx context.Context, offset int64, snapshot []byte) e
 		return l.fail(err)
 	}
 	if len(snapshot) > 0 {
+		l.snapChanges++
 		if err := vfs.WriteFileAtomic(l.segOpts.fs, l.dir, FileName(offset, SnapshotSuffix), snapshot); err != nil {
 			return l.fail(fmt.Errorf("local: write %s: %w", l.snapshotPath(offset), err))
 		}

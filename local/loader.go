@@ -28,6 +28,13 @@ func (l *Log) load(opts Options) error {
 	if err != nil {
 		return err
 	}
+	if ents == nil { // it changed the directory: list it as it is now
+		if ents, err = l.segOpts.fs.ReadDir(l.dir); err != nil {
+			return fmt.Errorf("local: read %s: %w", l.dir, err)
+		}
+	}
+	// The segments and the producer snapshots from one listing.
+	listed := &snapshotListing{offsets: snapshotsIn(ents), changes: l.snapChanges}
 	segs, err := l.listSegments(ents)
 	if err != nil {
 		return err
@@ -76,22 +83,16 @@ func (l *Log) load(opts Options) error {
 	if err := l.epochs.load(l); err != nil {
 		return err
 	}
-	err = l.rebuildProducerState(l.rebuilt)
+	err = l.rebuildProducerState(l.rebuilt, listed)
 	l.rebuilt = nil
 	return err
 }
 
-// listSegments opens a segFile for every .log in the directory, sorted by
-// base offset, removing index files that have no log (as Kafka does).
-// ents is the directory's listing when the caller has it, else nil.
+// listSegments opens a segFile for every .log of ents, the directory's
+// listing, sorted by base offset, removing index files that have no log
+// (as Kafka does).
 func (l *Log) listSegments(ents []fs.DirEntry) ([]*segFile, error) {
 	fsys := l.segOpts.fs
-	if ents == nil {
-		var err error
-		if ents, err = fsys.ReadDir(l.dir); err != nil {
-			return nil, fmt.Errorf("local: read %s: %w", l.dir, err)
-		}
-	}
 	hasLog := map[int64]bool{}
 	var orphans []int64
 	for _, e := range ents {
@@ -450,5 +451,5 @@ func (l *Log) loadReadOnly(opts Options) error {
 	if epochs, err := readLeaderEpochs(l.segOpts.fs, filepath.Join(l.dir, LeaderEpochCheckpoint)); err == nil {
 		l.epochs.entries = epochs
 	}
-	return l.rebuildProducerState(nil)
+	return l.rebuildProducerState(nil, nil)
 }

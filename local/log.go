@@ -164,6 +164,10 @@ type Log struct {
 	ps      *producerstate.State
 	plan    producerstate.Plan
 	snapBuf []byte
+	// snapChanges counts the snapshot files written and removed, so a
+	// listing of the directory taken while the log opens stands for its
+	// snapshots only while no write or removal came after it.
+	snapChanges int64
 	// rebuilt lists the segments recovery rewrote while the log opens (the
 	// producer state's replay writes their .txnindex again).
 	rebuilt map[int64]bool

@@ -2,6 +2,8 @@ package local_test
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -135,5 +137,72 @@ func TestProducerSnapshotLifecycle(t *testing.T) {
 	}
 	if _, err := l.Append(ctx, idemBatch(7, int32(leo), 5), backend.AppendOptions{AssignOffsets: true}); err != nil {
 		t.Fatalf("the producer's next batch after the reopen: %v", err)
+	}
+}
+
+// listingFS counts the directory listings of an FS.
+type listingFS struct {
+	vfs.FS
+	listings int
+}
+
+func (f *listingFS) ReadDir(name string) ([]fs.DirEntry, error) {
+	f.listings++
+	return f.FS.ReadDir(name)
+}
+
+// TestOpenListsTheDirectoryOnce: a log's open finds its segments and its
+// producer snapshots in one listing of its directory; when the open
+// changed the directory first (a leftover .tmp removed), it lists it
+// again. Either way a snapshot past the log end is removed, and the
+// state is loaded from the one at the log end.
+func TestOpenListsTheDirectoryOnce(t *testing.T) {
+	for _, leftover := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leftover=%v", leftover), func(t *testing.T) {
+			dir := t.TempDir()
+			l := openLog(t, dir, cfg(t), true)
+			for range 3 {
+				if _, err := l.Append(ctx, batchOf(2, 1000, "v"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+					t.Fatal(err)
+				}
+				if err := l.Roll(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+			stray := filepath.Join(dir, local.FileName(999, local.SnapshotSuffix))
+			if err := os.WriteFile(stray, []byte("past the end"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if leftover {
+				if err := os.WriteFile(filepath.Join(dir, local.FileName(6, local.SnapshotSuffix)+".tmp"), nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			lfs := &listingFS{FS: vfs.Default}
+			l, err := local.Open(dir, local.Options{Config: cfg(t), CleanShutdown: true, LogStartOffset: -1, HighWatermark: -1, FS: lfs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			want := 1
+			if leftover {
+				want = 2
+			}
+			if lfs.listings != want {
+				t.Errorf("the open listed the directory %d times, want %d", lfs.listings, want)
+			}
+			if got := snapshotOffsets(t, dir); !slices.Equal(got, []int64{2, 4, 6}) {
+				t.Errorf("snapshots after the open: %v, want [2 4 6] (the one past the log end removed)", got)
+			}
+			if tmps, _ := filepath.Glob(filepath.Join(dir, "*.tmp")); len(tmps) != 0 {
+				t.Errorf("the open left %v", tmps)
+			}
+			if _, err := l.Append(ctx, batchOf(2, 1000, "w"), backend.AppendOptions{AssignOffsets: true}); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

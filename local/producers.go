@@ -54,6 +54,12 @@ func (l *Log) listSnapshots() ([]int64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("local: read %s: %w", l.dir, err)
 	}
+	return snapshotsIn(ents), nil
+}
+
+// snapshotsIn returns the offsets of the snapshot files a directory
+// listing names, in order.
+func snapshotsIn(ents []fs.DirEntry) []int64 {
 	var out []int64
 	for _, e := range ents {
 		if base, suffix, err := ParseFileName(e.Name()); err == nil && suffix == SnapshotSuffix {
@@ -61,13 +67,31 @@ func (l *Log) listSnapshots() ([]int64, error) {
 		}
 	}
 	slices.Sort(out)
-	return out, nil
+	return out
+}
+
+// snapshotListing is the snapshots a directory listing taken as the log
+// opened names, and snapChanges then.
+type snapshotListing struct {
+	offsets []int64
+	changes int64
+}
+
+// snapshotsListed returns the snapshots: those of listed when no snapshot
+// was written or removed since it was taken (a log's open then lists its
+// directory once, not twice), else a new listing's.
+func (l *Log) snapshotsListed(listed *snapshotListing) ([]int64, error) {
+	if listed != nil && listed.changes == l.snapChanges {
+		return listed.offsets, nil
+	}
+	return l.listSnapshots()
 }
 
 func (l *Log) removeSnapshot(offset int64) error {
 	if l.readOnly {
 		return nil
 	}
+	l.snapChanges++
 	if err := l.segOpts.fs.Remove(l.snapshotPath(offset)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("local: remove %s: %w", l.snapshotPath(offset), err)
 	}
@@ -87,6 +111,7 @@ func (l *Log) writeSnapshot(sync bool) (wrote bool, err error) {
 	if _, err := l.segOpts.fs.Stat(path); err == nil {
 		return false, nil
 	}
+	l.snapChanges++
 	if sync {
 		if err := vfs.WriteFileAtomic(l.segOpts.fs, l.dir, FileName(offset, SnapshotSuffix), data); err != nil {
 			return false, fmt.Errorf("local: write %s: %w", path, err)
@@ -148,9 +173,9 @@ func (l *Log) syncSnapshot(offset int64) error {
 // a tiered partition lies below the local log, so it keeps the snapshot
 // at the local log start too; retention (logStartMovedLocked) likewise
 // removes only those below the log start.
-func (l *Log) rebuildProducerState(rebuilt map[int64]bool) error {
+func (l *Log) rebuildProducerState(rebuilt map[int64]bool, listed *snapshotListing) error {
 	leo, logStart := l.leo.Load(), l.logStart.Load()
-	snaps, err := l.listSnapshots()
+	snaps, err := l.snapshotsListed(listed)
 	if err != nil {
 		return err
 	}

@@ -295,7 +295,7 @@ func (l *Log) truncateTo(offset int64) (cut bool, err error) {
 	if err := l.setEndLocked(newLeo); err != nil {
 		return true, err
 	}
-	if err := l.rebuildProducerState(nil); err != nil {
+	if err := l.rebuildProducerState(nil, nil); err != nil {
 		return true, l.fail(err)
 	}
 	return true, l.syncTruncationLocked()
