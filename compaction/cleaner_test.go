@@ -32,10 +32,24 @@ type rec struct {
 	aborted bool
 }
 
-// clock is a settable test clock.
-type clock struct{ t time.Time }
+// clock is a settable test clock, safe to read from the goroutines of a
+// Backend it is given to (its timing wheel).
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
 
-func (c *clock) now() time.Time { return c.t }
+func (c *clock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
 
 const retentionMs = 60_000
 
@@ -91,7 +105,7 @@ func appendRecords(l *local.Log, rng *rand.Rand, n, keys int, c *clock, codec re
 				r.value = fmt.Sprintf("value-%d-%s", rng.Int64(), strings.Repeat("x", rng.IntN(64)))
 				v = []byte(r.value)
 			}
-			b.Append(c.t.UnixMilli(), k, v, nil)
+			b.Append(c.now().UnixMilli(), k, v, nil)
 			recs = append(recs, r)
 		}
 		batch, err := b.Build()
@@ -291,7 +305,7 @@ func TestCleanModel(t *testing.T) {
 				checkpoint := int64(-1)
 				for round := range 8 {
 					written = append(written, appendRandom(t, l, rng, 50+rng.IntN(150), tc.keys, c, tc.codec)...)
-					c.t = c.t.Add(time.Duration(rng.IntN(2*retentionMs)) * time.Millisecond)
+					c.add(time.Duration(rng.IntN(2*retentionMs)) * time.Millisecond)
 					st, err := Clean(context.Background(), l, checkpoint, Options{MemoryBytes: tc.mem, Now: c.now})
 					if err != nil {
 						t.Fatalf("seed %d round %d: %v", seed, round, err)
@@ -309,7 +323,7 @@ func TestCleanModel(t *testing.T) {
 					t.Fatal(err)
 				}
 				cleanToEnd(t, l, tc.mem, c)
-				c.t = c.t.Add(2 * retentionMs * time.Millisecond)
+				c.add(2 * retentionMs * time.Millisecond)
 				cleanToEnd(t, l, tc.mem, c)
 				got := readAll(t, l)
 				checkCleaned(t, got, written, l.Offsets().LogEnd)
@@ -438,7 +452,7 @@ func TestCleanMapTooSmallForOneBatch(t *testing.T) {
 	for range 3 {
 		b.Reset(record.NewBatchHeader())
 		for i := range 100 {
-			b.Append(c.t.UnixMilli(), fmt.Appendf(nil, "k%d", i), make([]byte, 4), nil)
+			b.Append(c.now().UnixMilli(), fmt.Appendf(nil, "k%d", i), make([]byte, 4), nil)
 		}
 		batch, err := b.Build()
 		if err != nil {
@@ -479,7 +493,7 @@ func TestCleanTombstoneWithZeroRetention(t *testing.T) {
 		if kv[1] != "" {
 			v = []byte(kv[1])
 		}
-		b.Append(c.t.UnixMilli(), []byte(kv[0]), v, nil)
+		b.Append(c.now().UnixMilli(), []byte(kv[0]), v, nil)
 		batch, err := b.Build()
 		if err != nil {
 			t.Fatal(err)

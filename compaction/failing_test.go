@@ -76,15 +76,15 @@ func TestCleanerSkipsAFailingLog(t *testing.T) {
 		t.Fatalf("uncleanable %d, last cleaned %q; want 1 and good-0", st.Uncleanable, st.LastLog)
 	}
 	// Tried again after Backoff, then only after twice that.
-	c.t = c.t.Add(backoff + time.Second)
+	c.add(backoff + time.Second)
 	if ran, err := cl.RunOnce(ctx); !ran || err == nil {
 		t.Fatalf("after Backoff: ran %v, %v; want the damaged log tried and failed again", ran, err)
 	}
-	c.t = c.t.Add(backoff + time.Second)
+	c.add(backoff + time.Second)
 	if ran, err := cl.RunOnce(ctx); ran || err != nil {
 		t.Fatalf("Backoff after the second failure: ran %v, %v; want it still skipped", ran, err)
 	}
-	c.t = c.t.Add(backoff)
+	c.add(backoff)
 	if ran, err := cl.RunOnce(ctx); !ran || err == nil {
 		t.Fatalf("twice Backoff after the second failure: ran %v, %v; want it tried again", ran, err)
 	}

@@ -102,7 +102,7 @@ func TestCleanerSkipsLogHeldByOpenTransaction(t *testing.T) {
 	h := record.NewBatchHeader()
 	h.Transactional, h.ProducerID, h.ProducerEpoch, h.BaseSequence = true, 7, 0, 0
 	w.b.Reset(h)
-	w.b.Append(c.t.UnixMilli(), []byte("k"), []byte("open"), nil)
+	w.b.Append(c.now().UnixMilli(), []byte("k"), []byte("open"), nil)
 	batch, _ := w.b.Build()
 	w.appendBatch(t, batch) // offset 0: a transaction that stays open
 	for range 300 {
@@ -165,7 +165,7 @@ func TestCleanerMeetsMaxCompactionLag(t *testing.T) {
 	}
 	cl.Start()
 	defer cl.Stop()
-	due := c.t.Add(lag)
+	due := c.now().Add(lag)
 	deadline := time.Now().Add(20 * time.Second) // liveness only: the lag is under a second
 	for cl.Stats().Rounds == 0 {
 		if time.Now().After(deadline) {

@@ -44,7 +44,7 @@ func (w *roundWriter) round(t *testing.T, n int) {
 		var recs []rec
 		for _, key := range perm[:k] {
 			r := rec{key: fmt.Sprintf("key-%d", key), hasKey: true, value: fmt.Sprintf("round-%d-%d", n, w.rng.Int64())}
-			w.b.Append(w.c.t.UnixMilli(), []byte(r.key), []byte(r.value), nil)
+			w.b.Append(w.c.now().UnixMilli(), []byte(r.key), []byte(r.value), nil)
 			recs = append(recs, r)
 		}
 		perm = perm[k:]

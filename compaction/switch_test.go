@@ -43,7 +43,7 @@ func TestCleanedLogSwitchedToDelete(t *testing.T) {
 			}
 		}
 		bld.Reset(record.NewBatchHeader())
-		bld.Append(c.t.UnixMilli(), []byte(kv[0]), []byte(kv[1]), nil)
+		bld.Append(c.now().UnixMilli(), []byte(kv[0]), []byte(kv[1]), nil)
 		batch, err := bld.Build()
 		if err != nil {
 			t.Fatal(err)

@@ -69,7 +69,7 @@ func (w *txnWriter) step(t testing.TB) {
 				r.value = fmt.Sprintf("txn-%d-%d", pid, w.rng.Int64())
 				v = []byte(r.value)
 			}
-			w.b.Append(w.c.t.UnixMilli(), []byte(r.key), v, nil)
+			w.b.Append(w.c.now().UnixMilli(), []byte(r.key), v, nil)
 			recs = append(recs, r)
 		}
 		batch, err := w.b.Build()
@@ -94,7 +94,7 @@ func (w *txnWriter) step(t testing.TB) {
 // end commits or aborts pid's open transaction.
 func (w *txnWriter) end(t testing.TB, pid int64, commit bool) {
 	t.Helper()
-	m, err := w.b.BuildEndTxnMarker(record.EndTxnMarker{ProducerID: pid, Commit: commit, Timestamp: w.c.t.UnixMilli()})
+	m, err := w.b.BuildEndTxnMarker(record.EndTxnMarker{ProducerID: pid, Commit: commit, Timestamp: w.c.now().UnixMilli()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +177,7 @@ func TestCleanModelTransactions(t *testing.T) {
 					for range 100 + rng.IntN(200) {
 						w.step(t)
 					}
-					c.t = c.t.Add(time.Duration(rng.IntN(2*retentionMs)) * time.Millisecond)
+					c.add(time.Duration(rng.IntN(2*retentionMs)) * time.Millisecond)
 					st, err := Clean(context.Background(), l, checkpoint, Options{MemoryBytes: tc.mem, Now: c.now})
 					if err != nil {
 						t.Fatalf("seed %d round %d: %v", seed, round, err)
@@ -203,7 +203,7 @@ func TestCleanModelTransactions(t *testing.T) {
 				}
 				// Data goes, then markers get their horizon, then they go.
 				for range 3 {
-					c.t = c.t.Add(2 * retentionMs * time.Millisecond)
+					c.add(2 * retentionMs * time.Millisecond)
 					cleanToEnd(t, l, tc.mem, c)
 				}
 				checkCleaned(t, readAll(t, l), w.written, l.Offsets().LogEnd)
@@ -230,7 +230,7 @@ func TestCleanTransactionsByRule(t *testing.T) {
 	w := newTxnWriter(l, rand.New(rand.NewPCG(1, 1)), c, 1)
 	plain := func(key, value string) {
 		w.b.Reset(record.NewBatchHeader())
-		w.b.Append(c.t.UnixMilli(), []byte(key), []byte(value), nil)
+		w.b.Append(c.now().UnixMilli(), []byte(key), []byte(value), nil)
 		batch, _ := w.b.Build()
 		info := w.appendBatch(t, batch)
 		w.written = append(w.written, rec{offset: info.FirstOffset, key: key, hasKey: true, value: value})
@@ -239,7 +239,7 @@ func TestCleanTransactionsByRule(t *testing.T) {
 		h := record.NewBatchHeader()
 		h.Transactional, h.ProducerID, h.ProducerEpoch, h.BaseSequence = true, pid, 0, w.seq[pid]
 		w.b.Reset(h)
-		w.b.Append(c.t.UnixMilli(), []byte(key), []byte(value), nil)
+		w.b.Append(c.now().UnixMilli(), []byte(key), []byte(value), nil)
 		batch, _ := w.b.Build()
 		info := w.appendBatch(t, batch)
 		w.seq[pid]++
@@ -282,13 +282,13 @@ func TestCleanTransactionsByRule(t *testing.T) {
 	}
 	// Round 2: the ABORT marker's data is gone: it gets a horizon. The
 	// COMMIT marker's batch is still there (b is its key's latest).
-	c.t = c.t.Add(time.Second)
+	c.add(time.Second)
 	clean()
 	if commits, aborts := markers(t, l); commits != 1 || aborts != 1 {
 		t.Fatalf("round 2: %d COMMIT and %d ABORT markers, want both kept", commits, aborts)
 	}
 	// Round 3, past the horizon: the ABORT marker goes; the COMMIT stays.
-	c.t = c.t.Add(2 * retentionMs * time.Millisecond)
+	c.add(2 * retentionMs * time.Millisecond)
 	if st := clean(); st.MarkersRemoved != 1 {
 		t.Fatalf("round 3 removed %d markers, want 1", st.MarkersRemoved)
 	}
@@ -371,7 +371,7 @@ func TestCleanKeepsProducersLastBatch(t *testing.T) {
 		h := record.NewBatchHeader()
 		h.ProducerID, h.ProducerEpoch, h.BaseSequence = 77, 0, seq
 		b.Reset(h)
-		b.Append(c.t.UnixMilli(), []byte("a"), []byte(fmt.Sprintf("idem-%d", seq)), nil)
+		b.Append(c.now().UnixMilli(), []byte("a"), []byte(fmt.Sprintf("idem-%d", seq)), nil)
 		out, _ := b.Build()
 		return append([]byte(nil), out...)
 	}
@@ -387,7 +387,7 @@ func TestCleanKeepsProducersLastBatch(t *testing.T) {
 	lastInfo := appendOne(append([]byte(nil), last...))
 	for i := range 60 { // supersede key "a", and fill segments
 		b.Reset(record.NewBatchHeader())
-		b.Append(c.t.UnixMilli(), []byte("a"), []byte(fmt.Sprintf("plain-%d-%s", i, strings.Repeat("x", 100))), nil)
+		b.Append(c.now().UnixMilli(), []byte("a"), []byte(fmt.Sprintf("plain-%d-%s", i, strings.Repeat("x", 100))), nil)
 		out, _ := b.Build()
 		appendOne(append([]byte(nil), out...))
 	}
