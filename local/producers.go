@@ -364,7 +364,7 @@ func (s *segFile) txnIndexLocked() (*producerstate.TxnIndex, error) {
 	var data []byte
 	if !s.txnLoaded && s.left {
 		// Its names may be another segment's now: never read by name.
-		return nil, fmt.Errorf("%w: local: %s left the log before its aborted transactions were read", backend.ErrStorage, s.logPath)
+		return nil, fmt.Errorf("%w: local: %s %w before its aborted transactions were read", backend.ErrStorage, s.logPath, errLeftLog)
 	}
 	if !s.txnLoaded {
 		var err error

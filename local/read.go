@@ -2,6 +2,7 @@ package local
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -67,8 +68,18 @@ func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 		if err == nil && owns && opts.Isolation == backend.ReadCommitted {
 			if fr.aborted, _, err = l.abortedFor(segs, i, offset, fr.next); err != nil {
 				fr.Close()
+				recs = nil
+			}
+		}
+		if errors.Is(err, errLeftLog) && l.tookOut(seg) {
+			// The cleaner replaced the segment (or a truncation or
+			// retention took it) between the list this read took and
+			// its first look at the segment's indexes: the log holds
+			// what replaced it now.
+			if err := checkCtx(ctx); err != nil {
 				return nil, err
 			}
+			continue
 		}
 		if err != nil || recs != nil {
 			return recs, err
@@ -83,6 +94,19 @@ func (l *Log) read(ctx context.Context, offset int64, opts backend.ReadOptions) 
 		}
 		offset = max(offset, segs[i+1].base)
 	}
+}
+
+// tookOut reports whether the log took seg out of its segment list, once
+// the writer taking it out is done: every change that takes segments out
+// (a cleaner's replacement, a truncation, retention) marks them left and
+// publishes the list without them under l.mu. False when seg is still
+// the log's (that change failed part-way).
+func (l *Log) tookOut(seg *segFile) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	segs := l.segments()
+	i := segmentWithBase(segs, seg.base)
+	return i < 0 || segs[i] != seg
 }
 
 // readBound is the first offset a read with isolation may not return:

@@ -51,6 +51,10 @@ func (l *Log) retireSegment(s *segFile) error {
 // backend.ErrStorage, never another segment's file. Nothing is opened for
 // a segment no reader holds, so a truncation of thousands of segments
 // holds no descriptor more.
+// errLeftLog is wrapped by the errors of a segment that left the log
+// before a reader that took it opened what it needed (see leaveLog).
+var errLeftLog = errors.New("left the log")
+
 func leaveLog(s *segFile) {
 	if s.refs.Load() > 1 {
 		if _, err := s.file(); err != nil {

@@ -424,7 +424,7 @@ func (s *segFile) openIndexesUncounted(withTime bool) (*index.OffsetIndex, *inde
 	defer s.mu.Unlock()
 	if s.left && (s.oi == nil || (withTime && s.ti == nil)) {
 		// Its names may be another segment's now: never opened by name.
-		return nil, nil, fmt.Errorf("%w: local: %s left the log before its indexes were read", backend.ErrStorage, s.logPath)
+		return nil, nil, fmt.Errorf("%w: local: %s %w before its indexes were read", backend.ErrStorage, s.logPath, errLeftLog)
 	}
 	if s.oi == nil {
 		oi, err := index.OpenOffsetIndexReadOnly(s.opts.fs, s.path(IndexSuffix), s.base)
