@@ -335,12 +335,12 @@ func (l *Log) segments() []*segFile { return *l.segs.Load() }
 // REQUIRES: l.mu held, or the log not yet shared.
 func (l *Log) setSegments(s []*segFile) { l.publishSegments(slices.Clip(s)) }
 
-// publishSegments publishes s as it is. A roll passes the list it
-// appended one segment to: every list published on the same array ends
-// at or before the old list's end (setSegments leaves none room past its
-// own, and a roll's lists only grow), so the slot written lies past what
-// any reader's list shows, and a roll costs no copy of the list, where a
-// log of 100,000 segments copied 800 KB a roll.
+// publishSegments publishes s as it is. A roll passes the current list
+// with one segment appended in place. That is safe: no list a reader may
+// hold extends past the current one's end on the same array (setSegments
+// leaves a list no spare capacity, and a roll's lists only grow), so the
+// slot the append writes is in no reader's list. A roll then copies
+// nothing, where a log of 100,000 segments copied 800 KB a roll.
 // REQUIRES: l.mu held, or the log not yet shared.
 func (l *Log) publishSegments(s []*segFile) {
 	l.segs.Store(&s)

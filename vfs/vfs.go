@@ -28,7 +28,8 @@ import (
 // errors.Is(err, fs.ErrNotExist) and errors.Is(err, syscall.ENOSPC) work
 // through every implementation.
 type FS interface {
-	// OpenFile opens name with os.OpenFile's flags and permissions.
+	// OpenFile opens name with os.OpenFile's flags and permission bits
+	// (the OS FS drops setuid, setgid and sticky bits).
 	OpenFile(name string, flag int, perm fs.FileMode) (File, error)
 	// Remove removes a file or an empty directory.
 	Remove(name string) error
