@@ -360,9 +360,9 @@ func cleanToEnd(t *testing.T, l *local.Log, mem int, c *clock) {
 }
 
 // TestCleanWhileAppendingAndReading cleans rounds while a writer appends
-// (rolling segments) and a reader reads from the log start: no round
-// fails other than by a changed segment list, no read fails, and the
-// final log matches the model.
+// (rolling segments) and a reader reads from the log start and looks
+// offsets up by timestamp: no round fails other than by a changed segment
+// list, no read or lookup fails, and the final log matches the model.
 func TestCleanWhileAppendingAndReading(t *testing.T) {
 	c := &clock{t: time.UnixMilli(1_700_000_000_000)}
 	l := openCompacted(t, t.TempDir(), c)
@@ -406,6 +406,17 @@ func TestCleanWhileAppendingAndReading(t *testing.T) {
 			if err != nil {
 				errs <- fmt.Errorf("read at %d: %w", off, err)
 				return
+			}
+			if buf.Len() == 0 {
+				continue // nothing written yet
+			}
+			// ListOffsets by timestamp reads the time indexes of the
+			// segments the cleaner replaces.
+			for _, ts := range []int64{c.now().UnixMilli(), backend.MaxTimestamp} {
+				if _, _, found, err := l.OffsetForTimestamp(context.Background(), ts); err != nil || !found {
+					errs <- fmt.Errorf("offset for timestamp %d: found %v, %w", ts, found, err)
+					return
+				}
 			}
 		}
 	}()

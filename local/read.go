@@ -261,38 +261,93 @@ func (l *Log) OffsetForTimestamp(ctx context.Context, ts int64) (int64, int64, b
 	case backend.LatestTieredTimestamp:
 		return -1, -1, false, nil // nothing of a local log is tiered
 	case backend.MaxTimestamp:
-		return l.maxTimestampOffset()
+		return l.maxTimestampOffset(ctx)
 	}
 	if ts < 0 {
 		return 0, 0, false, fmt.Errorf("%w: timestamp %d", backend.ErrInvalidRecord, ts)
 	}
-	list := l.segs.Load()
-	first, err := l.firstSegmentForTimestamp(list, ts)
-	if err != nil {
-		return 0, 0, false, err
-	}
-	for _, seg := range (*list)[first:] {
-		if !seg.acquire() {
+search:
+	for {
+		list := l.segs.Load()
+		first, err := l.firstSegmentForTimestamp(list, ts)
+		if errors.Is(err, errLeftLog) && l.listChanged(list) {
+			if err := checkCtx(ctx); err != nil {
+				return 0, 0, false, err
+			}
 			continue
 		}
-		off, rts, found, err := l.searchTimestamp(seg, ts)
-		seg.release()
-		if err != nil || found {
-			return off, rts, found, err
+		if err != nil {
+			return 0, 0, false, err
 		}
+		for _, seg := range (*list)[first:] {
+			if !seg.acquire() {
+				// It left the log after the search took the list:
+				// skipping it could pass over the first match, which
+				// its replacement holds. Search the new list.
+				if l.closed.Load() {
+					return 0, 0, false, l.closedErr()
+				}
+				if l.listChanged(list) {
+					continue search
+				}
+				continue
+			}
+			off, rts, found, err := l.searchTimestamp(seg, ts)
+			seg.release()
+			if errors.Is(err, errLeftLog) && l.tookOut(seg) {
+				// As in read: the segment left the log under the
+				// search, and the log holds what replaced it.
+				if err := checkCtx(ctx); err != nil {
+					return 0, 0, false, err
+				}
+				continue search
+			}
+			if err != nil || found {
+				return off, rts, found, err
+			}
+		}
+		return 0, 0, false, nil
 	}
-	return 0, 0, false, nil
 }
 
 // maxTimestampOffset answers ListOffsets' MAX_TIMESTAMP: the first record
 // with the log's largest timestamp, found in the first segment whose
 // largest timestamp it is.
-func (l *Log) maxTimestampOffset() (int64, int64, bool, error) {
+// A segment that left the log under it (see read) makes it look again.
+func (l *Log) maxTimestampOffset(ctx context.Context) (int64, int64, bool, error) {
+	for {
+		list := l.segs.Load()
+		off, rts, found, err := l.maxTimestampIn(*list)
+		if errors.Is(err, errLeftLog) && l.listChanged(list) {
+			if err := checkCtx(ctx); err != nil {
+				return 0, 0, false, err
+			}
+			continue
+		}
+		return off, rts, found, err
+	}
+}
+
+// listChanged reports whether the log published a segment list other
+// than list, once the writer changing it (under l.mu) is done.
+func (l *Log) listChanged(list *[]*segFile) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.segs.Load() != list
+}
+
+// maxTimestampIn is maxTimestampOffset over the segments segs.
+func (l *Log) maxTimestampIn(segs []*segFile) (int64, int64, bool, error) {
 	var best *segFile
 	bestTs := int64(-1)
-	for _, seg := range l.segments() {
+	for _, seg := range segs {
 		if !seg.acquire() {
-			continue
+			if l.closed.Load() {
+				return 0, 0, false, l.closedErr()
+			}
+			// It left the log: the largest timestamp may be in what
+			// replaced it.
+			return 0, 0, false, fmt.Errorf("%w: local: %s %w", backend.ErrStorage, seg.logPath, errLeftLog)
 		}
 		ts, _, err := seg.largestTimestamp()
 		if err == nil && ts > bestTs {
