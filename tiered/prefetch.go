@@ -86,7 +86,6 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 	ahead := seg // the read-ahead's own copy: seg stays on the reader's stack
 	go func() {
 		defer p.bg.Done()
-		defer p.prefetching.Store(false)
 		defer release()
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()
@@ -97,6 +96,12 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 			chunks.releaseAhead(n)
 		}
 		p.ahead.CompareAndSwap(a, nil)
+		// Done before the reads hear of it: a read woken by done (or
+		// finding the range cached) asks for the next read-ahead at
+		// once, and found this one still running, so it was skipped and
+		// the read after fetched its whole window again, the cached
+		// part too. The index below may overlap the next read-ahead.
+		p.prefetching.Store(false)
 		close(a.done)  // a read waiting for the range looks in the cache again
 		if from == 0 { // a new segment: its index too
 			p.remoteIndex(ctx, ahead, manifest.IndexSuffix)
