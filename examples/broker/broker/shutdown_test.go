@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -54,11 +55,12 @@ func TestCloseWithTheBucketDown(t *testing.T) {
 }
 
 // stallUntil makes the requests on keys match selects wait until their
-// ctx ends or release is closed; entered gets a value as each begins to
-// wait. skip lets that many matching requests through first.
-func stallUntil(d *faultstore.Driver, match func(objstore.Op, string) bool, skip int32, release <-chan struct{}) <-chan struct{} {
-	entered := make(chan struct{}, 64)
-	hold := faultstore.Hold(release, entered)
+// ctx ends or release is called (it may be called more than once);
+// entered gets a value as each begins to wait. skip lets that many
+// matching requests through first.
+func stallUntil(d *faultstore.Driver, match func(objstore.Op, string) bool, skip int32) (entered <-chan struct{}, release func()) {
+	in, out := make(chan struct{}, 64), make(chan struct{})
+	hold := faultstore.Hold(out, in)
 	var n atomic.Int32
 	d.Add(faultstore.Rule{Every: 1, Fault: faultstore.Hook, Match: match,
 		Before: func(ctx context.Context, c faultstore.Call) error {
@@ -67,20 +69,20 @@ func stallUntil(d *faultstore.Driver, match func(objstore.Op, string) bool, skip
 			}
 			return hold(ctx, c)
 		}})
-	return entered
+	return in, sync.OnceFunc(func() { close(out) })
 }
 
 // closeWithin closes b and fails the test unless Close returns within
 // 15 s (the bucket holds a request 30 s or more); then it lets the
 // bucket answer so that Close can finish.
-func closeWithin(t *testing.T, b interface{ Close() error }, release chan struct{}, what string) {
+func closeWithin(t *testing.T, b interface{ Close() error }, release func(), what string) {
 	t.Helper()
 	closed := make(chan struct{})
 	go func() { b.Close(); close(closed) }()
 	select {
 	case <-closed:
 	case <-time.After(15 * time.Second):
-		close(release)
+		release()
 		<-closed
 		t.Fatalf("Close waited for %s until the bucket answered", what)
 	}
@@ -92,19 +94,12 @@ func closeWithin(t *testing.T, b interface{ Close() error }, release chan struct
 func TestCloseDuringANewReplicaTopicsOpen(t *testing.T) {
 	inner := replicaOrigin(t)
 	d := faultstore.Wrap(inner, 1)
-	release := make(chan struct{})
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
 	// The first read is discovery's look at whether the topic was
 	// deleted; the Open's catch-up reads after it.
-	entered := stallUntil(d, func(op objstore.Op, k string) bool {
+	entered, release := stallUntil(d, func(op objstore.Op, k string) bool {
 		return op != objstore.OpPut && strings.HasSuffix(k, "other-0/manifest")
-	}, 1, release)
+	}, 1)
+	defer release()
 	replica, err := startReplicaNoCleanup(replicaOf(t, &noWritesDriver{ReadOnly: objstoretest.ReadOnly{Driver: d}}, 100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
@@ -130,16 +125,9 @@ func TestCloseDuringANewReplicaTopicsOpen(t *testing.T) {
 // deletion of what the failed creation left, give up when Close begins.
 func TestCloseDuringADisklessCreateTopics(t *testing.T) {
 	drv := faultstore.Wrap(mem.New(), 0)
-	release := make(chan struct{})
-	defer func() {
-		select {
-		case <-release:
-		default:
-			close(release)
-		}
-	}()
 	var on atomic.Bool
-	entered := stallUntil(drv, func(op objstore.Op, k string) bool { return on.Load() && strings.Contains(k, "events-") }, 0, release)
+	entered, release := stallUntil(drv, func(op objstore.Op, k string) bool { return on.Load() && strings.Contains(k, "events-") }, 0)
+	defer release()
 	store := objstore.New(drv, "mem://create", objstore.Options{MaxAttempts: 1, Timeout: 30 * time.Second})
 	b, err := broker.Start(tieredOptions(t.TempDir(), store))
 	if err != nil {
