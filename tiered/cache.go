@@ -173,6 +173,9 @@ type rangeCache struct {
 	// wasted counts the bytes read ahead and evicted unread, or fetched
 	// again by a read whose range replaced them.
 	wasted atomic.Int64
+	// joined counts the bytes span copied joining consecutive ranges
+	// into one window.
+	joined atomic.Int64
 }
 
 // chunk is a cached range: its bytes and, for a range fetched from a
@@ -184,10 +187,18 @@ type chunk struct {
 	batches []walkedBatch
 }
 
-// size is what c holds in memory, as the cache counts it.
 // size is what a chunk holds: its bytes and its walked batches' list, as
 // allocated.
 func (c chunk) size() int64 { return int64(len(c.data)) + int64(cap(c.batches))*walkedBatchBytes }
+
+// edge is where the chunk's walked batches end in it: 0 when none was
+// walked, len(c.data) when the chunk ends at a batch's end.
+func (c chunk) edge() int64 {
+	if len(c.batches) == 0 {
+		return 0
+	}
+	return int64(c.batches[len(c.batches)-1].end)
+}
 
 func newRangeCache(max int64) *rangeCache {
 	c := &rangeCache{ranges: map[objectKey][]*list.Element{}, unread: map[rangeKey]int64{}}
@@ -284,21 +295,23 @@ func rangeOf(e *list.Element) *lruItem[rangeKey, chunk] { return e.Value.(*lruIt
 // pos, joined with the ranges that follow it (copied, only when one range
 // does not reach n) until n bytes or a gap; and what the walk of the
 // range holding pos read of its batches from pos on, when a batch starts
-// there (the bytes joined after it add none). It counts no hit or miss:
-// the caller decides whether what it got serves.
-func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
+// there (the bytes joined after it add none). No copy is made when the
+// range holding pos was walked from pos to a batch's end that another
+// cached range holds (a read-ahead starts at a batch, see aheadFrom):
+// span then returns the whole batches up to that end, and more is true:
+// the reader goes on from there in the next range. It counts no hit or
+// miss: the caller decides whether what it got serves.
+func (c *rangeCache) span(object objectKey, pos, n int64) (data []byte, w walked, more bool) {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
-	e, start := c.findLocked(object, pos)
-	if e == nil {
-		return nil, walked{}
+	e, data, w := c.lendLocked(object, pos, n)
+	if e == nil || int64(len(data)) >= n {
+		return data, w, false
 	}
-	c.lru.order.MoveToFront(e)
-	ch := rangeOf(e).val
-	data, w := ch.data[pos-start:], walkedFrom(ch.batches, pos-start, pos)
-	c.readToLocked(e, pos+min(n, int64(len(data))))
-	if int64(len(data)) >= n {
-		return data, w
+	if k := w.edge(); k > 0 {
+		if next, _ := c.findLocked(object, pos+k); next != nil && next != e {
+			return data[:k], w, true
+		}
 	}
 	var out []byte
 	for int64(len(data)) < n {
@@ -310,27 +323,72 @@ func (c *rangeCache) span(object objectKey, pos, n int64) ([]byte, walked) {
 		if out == nil {
 			out = append(make([]byte, 0, n), data...)
 		}
-		more := rangeOf(next).val.data[pos+int64(len(out))-nextStart:]
-		out = append(out, more[:min(int64(len(more)), n-int64(len(out)))]...)
+		tail := rangeOf(next).val.data[pos+int64(len(out))-nextStart:]
+		out = append(out, tail[:min(int64(len(tail)), n-int64(len(out)))]...)
 		data = out
 		c.readToLocked(next, pos+int64(len(out)))
 	}
+	if out != nil {
+		c.joined.Add(int64(len(out)))
+	}
+	return data, w, false
+}
+
+// lend returns the cached bytes of object from pos, in place, as far as
+// the range holding pos goes (perhaps fewer than n, the most the caller
+// reads of them), and what its walk read of its batches from pos on.
+func (c *rangeCache) lend(object objectKey, pos, n int64) ([]byte, walked) {
+	c.lru.mu.Lock()
+	defer c.lru.mu.Unlock()
+	_, data, w := c.lendLocked(object, pos, n)
 	return data, w
 }
 
-// reach returns where the cached ranges of object from pos, one after
-// another with no gap, end: pos when pos is not cached. It counts no hit
-// and touches no range's recency.
-func (c *rangeCache) reach(object objectKey, pos int64) int64 {
+// lendLocked is lend; it also returns the range's element (nil: pos is
+// not cached). REQUIRES: c.lru.mu held.
+func (c *rangeCache) lendLocked(object objectKey, pos, n int64) (*list.Element, []byte, walked) {
+	e, start := c.findLocked(object, pos)
+	if e == nil {
+		return nil, nil, walked{}
+	}
+	c.lru.order.MoveToFront(e)
+	ch := rangeOf(e).val
+	data := ch.data[pos-start:]
+	c.readToLocked(e, pos+min(n, int64(len(data))))
+	return e, data, walkedFrom(ch.batches, pos-start, pos)
+}
+
+// aheadFrom returns where a read-ahead of object after pos starts: where
+// the cached ranges from pos, one after another with no gap, end (pos
+// when none holds it or ends there), and whether a batch starts there
+// (atBatch; an object's start is one). When the last of those ranges was
+// walked on arrival and a window cut its last batch, the read-ahead
+// starts at that batch instead, fetching the part cached again (half the
+// range at most): the range it caches then starts at a batch and is
+// walked on arrival, and a read crossing from one range into the next
+// finds a batch's end there, so span need not copy them into one window.
+func (c *rangeCache) aheadFrom(object objectKey, pos int64) (from int64, atBatch bool) {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
-	for {
-		e, start := c.findLocked(object, pos)
-		if e == nil {
-			return pos
-		}
-		pos = start + int64(len(rangeOf(e).val.data))
+	last, _ := c.findLocked(object, pos)
+	if last == nil && pos > 0 {
+		last, _ = c.findLocked(object, pos-1) // a range ending at pos: its batches may end there
 	}
+	for e := last; e != nil; e, _ = c.findLocked(object, pos) {
+		last = e
+		pos = max(pos, rangeOf(e).key.start+int64(len(rangeOf(e).val.data)))
+	}
+	if last == nil {
+		return pos, pos == 0
+	}
+	it := rangeOf(last)
+	size := int64(len(it.val.data))
+	if edge := it.val.edge(); edge == size {
+		return pos, true
+	} else if edge > 0 && size-edge <= size/2 {
+		return it.key.start + edge, true
+	}
+	return pos, false
 }
 
 func (c *rangeCache) put(object objectKey, start int64, ch chunk) {

@@ -111,7 +111,7 @@ func TestRangeCachePutTwice(t *testing.T) {
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
 	c.put(obj, 0, chunk{data: make([]byte, 100)})
 	c.put(obj, 0, chunk{data: make([]byte, 200)})
-	if c.reach(obj, 150) != 200 {
+	if from, _ := c.aheadFrom(obj, 150); from != 200 {
 		t.Fatalf("the range put again is not found: %d ranges", len(c.ranges[obj]))
 	}
 	if c.lru.size != 200 {
@@ -119,8 +119,8 @@ func TestRangeCachePutTwice(t *testing.T) {
 	}
 }
 
-// TestRangeCacheReach: reach follows cached ranges one after another,
-// overlapping or touching, and stops at a gap.
+// TestRangeCacheReach: a read-ahead starts where the cached ranges end,
+// following them one after another, overlapping or touching, up to a gap.
 func TestRangeCacheReach(t *testing.T) {
 	c := newRangeCache(1 << 20)
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
@@ -131,9 +131,78 @@ func TestRangeCacheReach(t *testing.T) {
 	c.put(obj, 300, chunk{data: make([]byte, 10)}) // after a gap
 	c.put(other, 0, chunk{data: make([]byte, 1000)})
 	for _, tc := range []struct{ pos, want int64 }{{0, 200}, {99, 200}, {130, 200}, {200, 200}, {250, 250}, {305, 310}, {310, 310}} {
-		if got := c.reach(obj, tc.pos); got != tc.want {
-			t.Errorf("reach from %d = %d, want %d", tc.pos, got, tc.want)
+		if got, atBatch := c.aheadFrom(obj, tc.pos); got != tc.want || atBatch {
+			t.Errorf("aheadFrom(%d) = %d, %v; want %d, false (no range was walked)", tc.pos, got, atBatch, tc.want)
 		}
+	}
+}
+
+// TestRangeCacheAheadFromABatch: a read-ahead after a range walked on
+// arrival starts at a batch: at the range's end when its last batch ends
+// there, else at its last whole batch's end, when what that fetches again
+// is at most a quarter of the range; an object's start is a batch's.
+func TestRangeCacheAheadFromABatch(t *testing.T) {
+	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
+	for _, tc := range []struct {
+		name    string
+		start   int64
+		ends    []uint32 // the walked batches' ends in a chunk of 100 bytes
+		pos     int64
+		from    int64
+		atBatch bool
+	}{
+		{"nothing cached at the object's start", 0, nil, 0, 0, true},
+		{"nothing cached", 0, nil, 500, 500, false},
+		{"not walked", 100, nil, 150, 200, false},
+		{"walked to its end", 100, []uint32{40, 100}, 150, 200, true},
+		{"walked to its end, asked from its end", 100, []uint32{40, 100}, 200, 200, true},
+		{"its last batch cut", 100, []uint32{40, 90}, 200, 190, true},
+		{"its last batch cut, asked from inside it", 100, []uint32{40, 90}, 120, 190, true},
+		{"most of it cut", 100, []uint32{40}, 200, 200, false},
+	} {
+		c := newRangeCache(1 << 20)
+		if tc.start > 0 || tc.ends != nil {
+			ch := chunk{data: make([]byte, 100)}
+			for _, e := range tc.ends {
+				ch.batches = append(ch.batches, walkedBatch{end: e})
+			}
+			c.put(obj, tc.start, ch)
+		}
+		if from, atBatch := c.aheadFrom(obj, tc.pos); from != tc.from || atBatch != tc.atBatch {
+			t.Errorf("%s: aheadFrom(%d) = %d, %v; want %d, %v", tc.name, tc.pos, from, atBatch, tc.from, tc.atBatch)
+		}
+	}
+}
+
+// TestRangeCacheSpanLends: a window crossing from a walked range into a
+// range that starts at its last whole batch's end is lent in place, up to
+// that end (more: the reader goes on in the next range); one crossing
+// where no batch is known to end is copied into one window.
+func TestRangeCacheSpanLends(t *testing.T) {
+	c := newRangeCache(1 << 20)
+	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
+	first := chunk{data: make([]byte, 100), batches: []walkedBatch{{base: 0, last: 9, end: 40}, {base: 10, last: 19, end: 90}}}
+	c.put(obj, 0, first)
+	c.put(obj, 90, chunk{data: make([]byte, 100)}) // a read-ahead from the cut batch
+	data, w, more := c.span(obj, 40, 100)
+	if len(data) != 50 || !more || &data[0] != &first.data[40] {
+		t.Fatalf("span(40, 100) = %d bytes, more %v: want the 50 to the batch's end, in place", len(data), more)
+	}
+	if e, known, _ := w.batch(0); !known || e.BaseOffset != 10 || e.Size != 50 {
+		t.Fatalf("the walk from 40: %+v, known %v", e, known)
+	}
+	if c.joined.Load() != 0 {
+		t.Fatalf("%d bytes joined", c.joined.Load())
+	}
+	// Inside the cut batch, the range from it serves.
+	if data, _, more := c.span(obj, 95, 100); len(data) != 95 || more {
+		t.Fatalf("span(95, 100) = %d bytes, more %v: want the 95 bytes there are", len(data), more)
+	}
+	c2 := newRangeCache(1 << 20)
+	c2.put(obj, 0, chunk{data: make([]byte, 100)}) // not walked
+	c2.put(obj, 100, chunk{data: make([]byte, 100)})
+	if data, _, more := c2.span(obj, 40, 100); len(data) != 100 || more || c2.joined.Load() != 100 {
+		t.Fatalf("span over ranges not walked: %d bytes, more %v, %d joined; want 100 joined", len(data), more, c2.joined.Load())
 	}
 }
 
@@ -193,7 +262,7 @@ func TestRangeCacheReadAheadBudget(t *testing.T) {
 	c.releaseAhead(200) // the second read-ahead failed
 	reserve(500, 200, "300 unread")
 	c.releaseAhead(200)
-	if data, _ := c.span(obj, 100, 50); len(data) != 200 {
+	if data, _, _ := c.span(obj, 100, 50); len(data) != 200 {
 		t.Fatalf("span: %d bytes", len(data))
 	}
 	reserve(500, 350, "a read reached 150 of the range [0, 300)")

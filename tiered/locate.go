@@ -208,12 +208,15 @@ func (b bytesAt) ReadAt(p []byte, off int64) (int, error) {
 // cached ranges from pos (one, or consecutive ones joined, as read-ahead
 // leaves them) hold n bytes, or at least least (a read returns whole
 // batches up to MaxBytes, so fewer bytes make a smaller answer, not a
-// wrong one); else one ranged GET of n bytes, walked (walkBatches) and
-// cached. w is what a walk on arrival read of the batches from pos on.
+// wrong one), or whole batches up to where the next cached range goes on
+// (rangeCache.span's more: the caller's next window starts there, with no
+// copy joining the two); else one ranged GET of n bytes, walked
+// (walkBatches) and cached. w is what a walk on arrival read of the
+// batches from pos on.
 func (p *Partition) window(ctx context.Context, seg manifest.Segment, key objectKey, pos, n, least int64) (data []byte, w walked, cached bool, err error) {
 	chunks := p.caches.chunks
-	data, w = chunks.span(key, pos, n)
-	if int64(len(data)) >= min(n, least) && len(data) > 0 {
+	data, w, more := chunks.span(key, pos, n)
+	if (int64(len(data)) >= min(n, least) || more) && len(data) > 0 {
 		chunks.lru.hits.Add(1)
 		return data, w, true, nil
 	}
@@ -226,7 +229,7 @@ func (p *Partition) window(ctx context.Context, seg manifest.Segment, key object
 		case <-ctx.Done():
 			return nil, walked{}, false, ctx.Err()
 		}
-		if data, w = chunks.span(key, pos, n); int64(len(data)) >= min(n, least) && len(data) > 0 {
+		if data, w, more = chunks.span(key, pos, n); (int64(len(data)) >= min(n, least) || more) && len(data) > 0 {
 			chunks.lru.hits.Add(1)
 			return data, w, true, nil
 		}
@@ -292,6 +295,15 @@ type walked struct {
 	batches []walkedBatch // from the batch at skip
 	skip    int64
 	pos     int64
+}
+
+// edge is where the walked batches end, from the bytes w starts at: 0
+// when none was walked there.
+func (w walked) edge() int64 {
+	if len(w.batches) == 0 {
+		return 0
+	}
+	return int64(w.batches[len(w.batches)-1].end) - w.skip
 }
 
 // walkedFrom is what batches, a chunk's walk, read from skip, pos in the

@@ -36,9 +36,12 @@ type readAhead struct {
 // the background, one read-ahead at a time: when the ranges cached after
 // end of seg (and on into the next segment) do not hold want bytes, the
 // next read's window (the window of the read that calls it), it fetches
-// the range after them, readAheadBytes long and within the cache's
-// read-ahead budget (rangeCache.reserveAhead: half the cache for the
-// bytes read ahead and not yet read, of every partition sharing it). It
+// the range after them, from a batch's start where the cache knows one
+// (rangeCache.aheadFrom: then the range is walked as it lands, and a read
+// crossing into it finds a batch's end where it starts), readAheadBytes
+// long and within the cache's read-ahead budget (rangeCache.reserveAhead:
+// half the cache for the bytes read ahead and not yet read, of every
+// partition sharing it). It
 // runs on an idle reader of the pool only: under load (every reader
 // busy, reads queued) it is skipped, since the consumers' own reads keep
 // the store busy and read-ahead would add requests and evict ranges not
@@ -49,8 +52,8 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 	}
 	chunks := p.caches.chunks
 	key := p.objectKey(seg, manifest.LogSuffix)
-	from := chunks.reach(key, end)
-	cached := from - end
+	from, atBatch := chunks.aheadFrom(key, end)
+	cached := from - end // < 0: it starts at the batch a window cut, before end
 	if from >= seg.Size {
 		// The next segment, if the head or a part in memory has it: a
 		// read-ahead loads no part.
@@ -60,7 +63,7 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 			return
 		}
 		seg, key = next, p.objectKey(next, manifest.LogSuffix)
-		from = chunks.reach(key, 0)
+		from, atBatch = chunks.aheadFrom(key, 0)
 		cached += from
 	}
 	n, enough := readAheadBytes(want, cached, seg.Size-from, p.opts.PrefetchBytes, chunks.lru.max)
@@ -90,7 +93,14 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()
 		if data, err := p.store.ReadAll(ctx, key.String(), from, n); err == nil {
-			chunks.putAhead(key, from, chunk{data: data}, n) // not walked: it starts anywhere
+			ch := chunk{data: data}
+			if atBatch {
+				// Walked as a read's window is, off the read's path: the
+				// reads find its batches read and checked, and the next
+				// read-ahead starts at a batch too.
+				ch.batches = walkBatches(data, ahead, key, from)
+			}
+			chunks.putAhead(key, from, ch, n)
 			p.prefetched.Add(1)
 		} else {
 			chunks.releaseAhead(n)
@@ -126,8 +136,11 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 // discard the read-ahead's bytes), up to a quarter of the cache and what
 // is left of the object. Two windows, not one: a read's window begins an
 // index entry before its offset, inside the range the last read-ahead
-// fetched, so ranges of one window would make every read join (copy) two
-// of them; of two, every other read.
+// fetched, so with ranges of one window every read would cross from one
+// range into the next (answered in two pieces, or copied into one window
+// where no batch is known to end there); with two, every other read.
+// cached is negative when the read-ahead starts before the read's end, at
+// the batch its window cut.
 func readAheadBytes(want, cached, left, prefetch, cache int64) (n, enough int64) {
 	if left <= 0 {
 		return 0, 0

@@ -326,33 +326,54 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 	}
 	// Take whole batches within MaxBytes (at least one with MinOneBatch),
 	// and check the one after them. locate read and checked the first.
+	// Where the window ends at a batch's end, the batches go on in the
+	// cached range from there (a read-ahead's, which starts at a batch),
+	// lent in place as the answer's second piece (rest): a read crossing
+	// two ranges copies neither.
 	end, next := l.at, target
 	key := l.key
-	checked := false // the batch at end was checked
+	checked := false                                  // the batch after the last taken was checked
+	var rest []byte                                   // the second piece, once the walk went on into it
+	pos, data, w, at := l.pos, l.data, l.walked, l.at // the window walked: l.data, then rest's range
 	if l.whole() && l.entry.Size <= maxBytes && l.entry.LastOffset < bound {
 		end, next = l.at+l.entry.Size, l.entry.LastOffset+1
-		for end < int64(len(l.data)) {
-			e, known, ordered := l.walked.batch(end)
+		at = end
+		for {
+			if at == int64(len(data)) {
+				if rest != nil || pos+at >= seg.Size {
+					break
+				}
+				more, mw := p.caches.chunks.lend(key, pos+at, maxBytes-(end-l.at)+readSlack)
+				if len(more) == 0 {
+					break
+				}
+				pos, data, w, at, rest = pos+at, more, mw, 0, more[:0]
+			}
+			e, known, ordered := w.batch(at)
 			if !known {
 				var err error
-				if e, err = record.HeaderAt(l.data, end, int64(len(l.data))); err != nil {
+				if e, err = record.HeaderAt(data, at, int64(len(data))); err != nil {
 					break // the window ends inside it: checkNext reads its header
 				}
 			}
 			if !ordered {
-				if err := checkOrder(e, next-1, seg, key, l.pos+end); err != nil {
+				if err := checkOrder(e, next-1, seg, key, pos+at); err != nil {
 					return nil, false, err
 				}
 			}
-			if end+e.Size-l.at > maxBytes || e.LastOffset >= bound {
+			if end-l.at+int64(len(rest))+e.Size > maxBytes || e.LastOffset >= bound {
 				checked = true
 				break
 			}
-			end += e.Size
+			at += e.Size
 			next = e.LastOffset + 1
+			if rest == nil {
+				end = at
+			} else {
+				rest = data[:at]
+			}
 		}
 	}
-	data := l.data[min(end, int64(len(l.data))):]
 	if end == l.at {
 		if !opts.MinOneBatch {
 			return &memRecords{next: target}, true, nil
@@ -368,18 +389,22 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 			return &memRecords{data: whole[:l.entry.Size], next: l.entry.LastOffset + 1}, true, nil
 		}
 		end, next, checked = l.at+l.entry.Size, l.entry.LastOffset+1, false
-		data = l.data[end:]
+		at = end
 		if _, _, ordered := l.walked.batch(end); ordered {
 			checked = true // the walk on arrival checked the batch after it
 		}
 	}
 	if !checked {
-		if err := p.checkNext(ctx, seg, key, l.pos+end, data, next-1); err != nil {
+		if err := p.checkNext(ctx, seg, key, pos+at, data[min(at, int64(len(data))):], next-1); err != nil {
 			return nil, false, err
 		}
 	}
-	p.prefetch(v, seg, l.pos+int64(len(l.data)), maxBytes+readSlack)
-	return &memRecords{data: l.data[l.at:end], next: next}, true, nil
+	reached := l.pos + int64(len(l.data)) // the read's window: a read-ahead serves the next read's
+	if rest != nil {
+		reached = pos + min(at+readSlack, int64(len(data)))
+	}
+	p.prefetch(v, seg, reached, maxBytes+readSlack)
+	return &memRecords{data: l.data[l.at:end], rest: rest, next: next}, true, nil
 }
 
 // remoteTimestamp is Kafka's findOffsetByTimestamp over a remote segment:

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -713,27 +715,40 @@ func (p *Partition) checkNotClosed() error {
 	return nil
 }
 
-// memRecords are batches read from the bucket, held in memory.
+// memRecords are batches read from the bucket, held in memory: data, then
+// rest, the batches that follow them in the next cached range (lent in
+// place, not joined into one buffer; usually nil).
 type memRecords struct {
 	data    []byte
+	rest    []byte
 	next    int64
 	aborted []backend.AbortedTxn // a read_committed read's
 }
 
+// WriteTo writes the batches, both pieces in one vectored write where w
+// takes one (a socket).
 func (r *memRecords) WriteTo(w io.Writer) (int64, error) {
-	n, err := w.Write(r.data)
-	return int64(n), err
+	if len(r.rest) == 0 {
+		n, err := w.Write(r.data)
+		return int64(n), err
+	}
+	bufs := net.Buffers{r.data, r.rest}
+	return bufs.WriteTo(w)
 }
 
 // View lends the bytes in place (backend.Viewer): a cached read's are the
-// chunk cache's, which never change.
+// chunk cache's, which never change. Records in two pieces are copied
+// into one for fn.
 func (r *memRecords) View(fn func(p []byte) error) error {
-	return fn(r.data[:len(r.data):len(r.data)])
+	if len(r.rest) == 0 {
+		return fn(r.data[:len(r.data):len(r.data)])
+	}
+	return fn(slices.Concat(r.data, r.rest))
 }
 
 var _ backend.Viewer = (*memRecords)(nil)
 
-func (r *memRecords) Len() int64        { return int64(len(r.data)) }
+func (r *memRecords) Len() int64        { return int64(len(r.data) + len(r.rest)) }
 func (r *memRecords) Close() error      { return nil }
 func (r *memRecords) NextOffset() int64 { return r.next }
 

@@ -332,6 +332,83 @@ func testPrefetch(t *testing.T, readBytes, ahead int64, segmentBytes string, rec
 	return st.ChunkHits
 }
 
+// TestSequentialReadsLendTheCache: a consumer whose fetches are larger
+// than the read-ahead's default (kgo's 4 MiB a partition) reads its
+// batches from the chunk cache's ranges in place. A read that crosses
+// from one cached range into the next is answered from both, with no
+// copy joining them: each read-ahead starts at a batch, so a read finds a
+// batch's end where one range gives way to the next. Each read is whole
+// batches, offsets in order, and as large as its MaxBytes allows (a
+// read's window ending early would make a small answer).
+func TestSequentialReadsLendTheCache(t *testing.T) {
+	const readBytes = 4 << 20
+	drv := mem.New()
+	store := objstore.New(drv, "mem://lend", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "16777216", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	q := offloadedReopened(t, dir, c, 250_000, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, PrefetchBytes: 1 << 20})
+	segs := manifestOf(t, q).Segments
+	ends := map[int64]bool{} // offsets a segment ends before: a read may stop short there
+	for _, s := range segs {
+		ends[s.LastOffset+1] = true
+	}
+	before := store.Stats().BytesIn
+	var buf bytes.Buffer
+	reads, short := 0, 0
+	for off := int64(0); off < q.Offsets().LocalLogStart; reads++ {
+		r, err := q.Read(ctx, off, backend.ReadOptions{MaxBytes: readBytes, MinOneBatch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf.Reset()
+		if _, err := r.WriteTo(&buf); err != nil {
+			t.Fatal(err)
+		}
+		next := r.(backend.OffsetRange).NextOffset()
+		var viewed []byte
+		if err := r.(backend.Viewer).View(func(p []byte) error { viewed = append(viewed, p...); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(viewed, buf.Bytes()) || int64(buf.Len()) != r.Len() {
+			t.Fatalf("read at %d: View lends %d bytes, WriteTo wrote %d, Len %d", off, len(viewed), buf.Len(), r.Len())
+		}
+		want := off
+		for at := int64(0); at < int64(buf.Len()); {
+			e, err := record.HeaderAt(buf.Bytes(), at, int64(buf.Len()))
+			if err != nil {
+				t.Fatalf("read at %d: batch at %d: %v", off, at, err)
+			}
+			if e.BaseOffset > want || e.LastOffset < want {
+				t.Fatalf("read at %d: batch at %d holds %d-%d, want offset %d", off, at, e.BaseOffset, e.LastOffset, want)
+			}
+			want, at = e.LastOffset+1, at+e.Size
+		}
+		if want != next || next <= off {
+			t.Fatalf("read at %d: batches end before %d, NextOffset %d", off, want, next)
+		}
+		if r.Len() < readBytes-32<<10 && !ends[next] {
+			short++
+		}
+		r.Close()
+		off = next
+		time.Sleep(2 * time.Millisecond) // the read-ahead's moment
+	}
+	_, remote := q.RemoteSize()
+	got := store.Stats().BytesIn - before
+	joined := tiered.JoinedBytes(q)
+	t.Logf("%d reads of %d segments, %d short: %d bytes fetched for %d of objects (%.3fx), %d bytes copied joining cached ranges",
+		reads, len(segs), short, got, remote, float64(got)/float64(remote), joined)
+	if joined != 0 {
+		t.Errorf("%d bytes copied joining cached ranges: a read crossing ranges did not find a batch's end where they meet", joined)
+	}
+	if short > 0 {
+		t.Errorf("%d of %d reads stopped short of MaxBytes inside a segment", short, reads)
+	}
+	if got > remote+remote/32+readBytes {
+		t.Errorf("%d bytes fetched for %d bytes of objects: ranges fetched twice", got, remote)
+	}
+}
+
 // offloadedReopened produces records into a tiered partition at dir
 // (opts.Store and opts.Prefix, before the other options), offloads every
 // closed segment (c deletes them locally), and opens it again with opts:
