@@ -410,6 +410,12 @@ func TestCleanWhileAppendingAndReading(t *testing.T) {
 			if buf.Len() == 0 {
 				continue // nothing written yet
 			}
+			// A lookup (tierctl's) reads the offset index of the
+			// segment holding off, which the cleaner may replace.
+			if _, err := l.Lookup(off); err != nil {
+				errs <- fmt.Errorf("lookup %d: %w", off, err)
+				return
+			}
 			// ListOffsets by timestamp reads the time indexes of the
 			// segments the cleaner replaces.
 			for _, ts := range []int64{c.now().UnixMilli(), backend.MaxTimestamp} {

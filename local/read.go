@@ -206,33 +206,46 @@ type LookupResult struct {
 
 // Lookup finds the batch holding offset and reports how: step 1 picks the
 // segment by binary search over base offsets, step 2 the offset index
-// entry, then a forward scan of batch headers finds the batch.
+// entry, then a forward scan of batch headers finds the batch. A segment
+// that leaves the log under the lookup (the cleaner replaced it) is looked
+// up again in what replaced it, as a read is.
 func (l *Log) Lookup(offset int64) (LookupResult, error) {
-	var r LookupResult
+	for {
+		r, seg, err := l.lookup(offset)
+		if errors.Is(err, errLeftLog) && l.tookOut(seg) {
+			continue
+		}
+		return r, err
+	}
+}
+
+// lookup is one try of Lookup, on the segment list it takes; seg is the
+// segment it looked in last.
+func (l *Log) lookup(offset int64) (r LookupResult, seg *segFile, err error) {
 	ls, leo := l.logStart.Load(), l.leo.Load()
 	if offset < ls || offset >= leo {
-		return r, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: ls, LogEnd: leo}
+		return r, nil, &backend.OffsetOutOfRangeError{Offset: offset, LogStart: ls, LogEnd: leo}
 	}
 	seg, segs, i, err := l.acquireSegmentFor(offset)
 	if err != nil {
-		return r, err
+		return r, nil, err
 	}
 	defer func() { seg.release() }()
 	r.Segments = len(segs)
 	for {
 		p, ok, err := seg.translateOffsetIn(nil, offset, seg.size.Load(), true) // a read's lookup
 		if err != nil {
-			return r, err
+			return r, seg, err
 		}
 		r.SegmentIndex, r.SegmentPath = i, seg.logPath
 		r.IndexEntries, r.IndexSlot, r.IndexOffset, r.IndexPosition = p.indexEntries, p.indexSlot, p.indexEntry.Offset, p.indexEntry.Position
 		r.ScanPosition, r.BatchesScanned, r.BytesScanned = p.scanStart, p.scanned, p.scannedBytes
 		if ok {
 			r.BatchPosition, r.BatchSize, r.BaseOffset, r.LastOffset, r.MaxTimestamp = p.pos, p.size, p.baseOffset, p.lastOffset, p.maxTs
-			return r, nil
+			return r, seg, nil
 		}
 		if i+1 >= len(segs) || !segs[i+1].acquire() {
-			return r, fmt.Errorf("%w: offset %d: no batch at or after it", backend.ErrNotFound, offset)
+			return r, seg, fmt.Errorf("%w: offset %d: no batch at or after it", backend.ErrNotFound, offset)
 		}
 		seg.release()
 		i++
