@@ -54,6 +54,18 @@ func (c *lru[K, V]) get(key K) (V, bool) {
 	return e.Value.(*lruItem[K, V]).val, true
 }
 
+// peek returns the value under key, counting no hit or miss and leaving
+// its recency as it was.
+func (c *lru[K, V]) peek(key K) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.items[key]; ok {
+		return e.Value.(*lruItem[K, V]).val, true
+	}
+	var zero V
+	return zero, false
+}
+
 // put stores val under key (replacing an older value), then evicts the
 // least recently used entries while over budget. A value larger than the
 // whole budget is not kept.
@@ -179,9 +191,10 @@ type rangeCache struct {
 }
 
 // chunk is a cached range: its bytes and, for a range fetched from a
-// batch's start, the batches its walk on arrival read and checked (see
-// walkBatches; nil for read-ahead's ranges, which start anywhere). Both
-// are immutable once cached.
+// batch's start (a read's window; a read-ahead that rangeCache.aheadFrom
+// started at one), the batches its walk on arrival read and checked (see
+// walkBatches; nil for a read-ahead that starts where no batch is known
+// to). Both are immutable once cached.
 type chunk struct {
 	data    []byte
 	batches []walkedBatch
@@ -291,16 +304,17 @@ func (c *rangeCache) findLocked(object objectKey, pos int64) (*list.Element, int
 // rangeOf is the cached range of the lru's element e.
 func rangeOf(e *list.Element) *lruItem[rangeKey, chunk] { return e.Value.(*lruItem[rangeKey, chunk]) }
 
-// span returns up to n cached bytes of object from pos: the range holding
-// pos, joined with the ranges that follow it (copied, only when one range
-// does not reach n) until n bytes or a gap; and what the walk of the
-// range holding pos read of its batches from pos on, when a batch starts
-// there (the bytes joined after it add none). No copy is made when the
-// range holding pos was walked from pos to a batch's end that another
-// cached range holds (a read-ahead starts at a batch, see aheadFrom):
-// span then returns the whole batches up to that end, and more is true:
-// the reader goes on from there in the next range. It counts no hit or
-// miss: the caller decides whether what it got serves.
+// span returns up to n cached bytes of object from pos, and what the walk
+// of the range holding pos read of its batches from pos on, when a batch
+// starts there. The bytes are the range holding pos, lent in place, when
+// it holds n of them. When it holds fewer and its walk reached a batch's
+// end that another cached range holds (a read-ahead starts at a batch,
+// see aheadFrom), they are the whole batches up to that end, still in
+// place, and more is true: the reader goes on from there in the next
+// range. Otherwise the ranges that follow are joined to it, copied into
+// one window, until n bytes or a gap (the walk covers none of the bytes
+// joined). It counts no hit or miss: the caller decides whether what it
+// got serves.
 func (c *rangeCache) span(object objectKey, pos, n int64) (data []byte, w walked, more bool) {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()
@@ -310,6 +324,8 @@ func (c *rangeCache) span(object objectKey, pos, n int64) (data []byte, w walked
 	}
 	if k := w.edge(); k > 0 {
 		if next, _ := c.findLocked(object, pos+k); next != nil && next != e {
+			// The range counts as read to its end (lendLocked): the
+			// reader reads what it holds past k from the next range.
 			return data[:k], w, true
 		}
 	}
@@ -367,6 +383,9 @@ func (c *rangeCache) lendLocked(object objectKey, pos, n int64) (*list.Element, 
 // range at most): the range it caches then starts at a batch and is
 // walked on arrival, and a read crossing from one range into the next
 // finds a batch's end there, so span need not copy them into one window.
+// A read-ahead from a batch also ends at one where the segment's offset
+// index is cached (toIndexedBatch), so only a read's own window, or a
+// read-ahead past what the index showed, leaves a batch to fetch again.
 func (c *rangeCache) aheadFrom(object objectKey, pos int64) (from int64, atBatch bool) {
 	c.lru.mu.Lock()
 	defer c.lru.mu.Unlock()

@@ -140,7 +140,7 @@ func TestRangeCacheReach(t *testing.T) {
 // TestRangeCacheAheadFromABatch: a read-ahead after a range walked on
 // arrival starts at a batch: at the range's end when its last batch ends
 // there, else at its last whole batch's end, when what that fetches again
-// is at most a quarter of the range; an object's start is a batch's.
+// is at most half the range; an object's start is a batch's.
 func TestRangeCacheAheadFromABatch(t *testing.T) {
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
 	for _, tc := range []struct {

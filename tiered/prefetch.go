@@ -2,6 +2,7 @@ package tiered
 
 import (
 	"context"
+	"math"
 
 	"github.com/tierlog/tierlog/manifest"
 )
@@ -71,6 +72,11 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 		p.prefetching.Store(false)
 		return
 	}
+	if m := p.toIndexedBatch(seg, from, n); atBatch && m >= enough {
+		// It ends where a batch starts, so the next starts there with
+		// nothing fetched twice.
+		n = m
+	}
 	release, ok := p.opts.Readers.tryAcquire()
 	if !ok {
 		p.prefetching.Store(false)
@@ -117,6 +123,25 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 			p.remoteIndex(ctx, ahead, manifest.IndexSuffix)
 		}
 	}()
+}
+
+// toIndexedBatch returns how many of the n bytes of seg's .log from pos
+// to read so that they end where a batch starts: at the segment's end, or
+// at the last entry of its remote offset index within them (an entry's
+// position is its append's first batch's). It is n when the index is not
+// cached (a read-ahead fetches none) or has no entry there.
+func (p *Partition) toIndexedBatch(seg manifest.Segment, pos, n int64) int64 {
+	if pos+n >= seg.Size || pos+n > math.MaxInt32 {
+		return n
+	}
+	c, ok := p.caches.indexes.peek(p.objectKey(seg, manifest.IndexSuffix))
+	if !ok || c.offsets == nil {
+		return n
+	}
+	if e, ok := c.offsets.LookupPosition(int32(pos + n)); ok && int64(e.Position) > pos {
+		return int64(e.Position) - pos
+	}
+	return n
 }
 
 // readAheadBytes is how much a read-ahead fetches (n) after a read whose

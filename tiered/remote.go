@@ -332,22 +332,24 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 	// two ranges copies neither.
 	end, next := l.at, target
 	key := l.key
-	checked := false                                  // the batch after the last taken was checked
-	var rest []byte                                   // the second piece, once the walk went on into it
-	pos, data, w, at := l.pos, l.data, l.walked, l.at // the window walked: l.data, then rest's range
+	checked := false // the batch after the last taken was checked
+	var rest []byte  // the second piece
+	crossed := false // the walk went on into rest's range
+	// The window walked: l.data, then rest's range.
+	pos, data, w, at := l.pos, l.data, l.walked, l.at
 	if l.whole() && l.entry.Size <= maxBytes && l.entry.LastOffset < bound {
 		end, next = l.at+l.entry.Size, l.entry.LastOffset+1
 		at = end
 		for {
 			if at == int64(len(data)) {
-				if rest != nil || pos+at >= seg.Size {
+				if crossed || pos+at >= seg.Size {
 					break
 				}
 				more, mw := p.caches.chunks.lend(key, pos+at, maxBytes-(end-l.at)+readSlack)
 				if len(more) == 0 {
 					break
 				}
-				pos, data, w, at, rest = pos+at, more, mw, 0, more[:0]
+				pos, data, w, at, crossed = pos+at, more, mw, 0, true
 			}
 			e, known, ordered := w.batch(at)
 			if !known {
@@ -367,10 +369,10 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 			}
 			at += e.Size
 			next = e.LastOffset + 1
-			if rest == nil {
-				end = at
-			} else {
+			if crossed {
 				rest = data[:at]
+			} else {
+				end = at
 			}
 		}
 	}
@@ -400,7 +402,7 @@ func (p *Partition) readSegment(ctx context.Context, v view, seg manifest.Segmen
 		}
 	}
 	reached := l.pos + int64(len(l.data)) // the read's window: a read-ahead serves the next read's
-	if rest != nil {
+	if crossed {
 		reached = pos + min(at+readSlack, int64(len(data)))
 	}
 	p.prefetch(v, seg, reached, maxBytes+readSlack)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -406,6 +407,73 @@ func TestSequentialReadsLendTheCache(t *testing.T) {
 	}
 	if got > remote+remote/32+readBytes {
 		t.Errorf("%d bytes fetched for %d bytes of objects: ranges fetched twice", got, remote)
+	}
+}
+
+// TestReadAheadLargeBatchesFetchedOnce: batches of 400 KB against the
+// default read-ahead (1 MiB, two of a 512 KiB consumer's windows): a
+// read-ahead that started at the batch the last one cut would fetch
+// about a third of every range twice; each byte is fetched once.
+func TestReadAheadLargeBatchesFetchedOnce(t *testing.T) {
+	drv := mem.New()
+	store := objstore.New(drv, "mem://large", objstore.Options{})
+	dir := filepath.Join(t.TempDir(), "orders-0")
+	c := cfg(t, "segment.bytes", "16777216", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	val := make([]byte, 100_000)
+	var b record.Builder
+	for range 160 {
+		b.Reset(record.NewBatchHeader())
+		for range 4 {
+			for i := range val {
+				val[i] = byte(rng.Uint32())
+			}
+			b.Append(1_700_000_000_000, nil, val, nil)
+		}
+		batch, _ := b.Build()
+		if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Offload(ctx); err != nil {
+		t.Fatal(err)
+	}
+	p.Close()
+	if l, err = local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1}); err != nil {
+		t.Fatal(err)
+	}
+	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	before := store.Stats().BytesIn
+	reads := 0
+	for off := int64(0); off < q.Offsets().LocalLogStart; reads++ {
+		r, err := q.Read(ctx, off, backend.ReadOptions{MaxBytes: 512 << 10, MinOneBatch: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		off = r.(backend.OffsetRange).NextOffset()
+		r.Close()
+		time.Sleep(2 * time.Millisecond) // the read-ahead's moment
+	}
+	got := store.Stats().BytesIn - before
+	_, remote := q.RemoteSize()
+	t.Logf("%d reads: %d bytes fetched for %d of objects (%.3fx), %d copied joining cached ranges", reads, got, remote, float64(got)/float64(remote), tiered.JoinedBytes(q))
+	if got > remote+remote/32+512<<10 {
+		t.Errorf("%d bytes fetched for %d bytes of objects (%.2fx): ranges fetched twice", got, remote, float64(got)/float64(remote))
 	}
 }
 
