@@ -140,8 +140,11 @@
 //     record.HeaderAt), checking the order of those the walk did not
 //     and the first against the offset before it; readSegment takes
 //     whole batches up to MaxBytes and the view's read bound for the
-//     isolation, checks the next batch's header where the walk did not
-//     (checkNext), and starts read-ahead (prefetch).
+//     isolation (where the window ends at a batch's end, on into the
+//     cached range from there, lent in place as a second piece), checks
+//     the next batch's header where the walk did not (checkNext), and
+//     starts read-ahead (prefetch: from a batch's start, walked as it
+//     lands, and to one where the offset index shows it).
 //  7. A read_committed read collects the aborted transactions from the
 //     same view, down the stack (abortedFor). The memRecords go back to
 //     the broker, which writes them into the response (WriteTo).
