@@ -419,45 +419,27 @@ func TestReadAheadLargeBatchesFetchedOnce(t *testing.T) {
 	store := objstore.New(drv, "mem://large", objstore.Options{})
 	dir := filepath.Join(t.TempDir(), "orders-0")
 	c := cfg(t, "segment.bytes", "16777216", "local.retention.ms", "0", "file.delete.delay.ms", "0")
-	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	val := make([]byte, 100_000)
-	var b record.Builder
-	for range 160 {
-		b.Reset(record.NewBatchHeader())
-		for range 4 {
-			for i := range val {
-				val[i] = byte(rng.Uint32())
+	q := offloadedReopenedWith(t, dir, c, func(p backend.Partition) {
+		val := make([]byte, 100_000)
+		var b record.Builder
+		for range 160 {
+			b.Reset(record.NewBatchHeader())
+			for range 4 {
+				for i := range val {
+					val[i] = byte(rng.Uint32())
+				}
+				b.Append(1_700_000_000_000, nil, val, nil)
 			}
-			b.Append(1_700_000_000_000, nil, val, nil)
+			batch, _ := b.Build()
+			if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+				t.Fatal(err)
+			}
 		}
-		batch, _ := b.Build()
-		if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+		if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Offload(ctx); err != nil {
-		t.Fatal(err)
-	}
-	p.Close()
-	if l, err = local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1}); err != nil {
-		t.Fatal(err)
-	}
-	q, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer q.Close()
+	}, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
 	before := store.Stats().BytesIn
 	reads := 0
 	for off := int64(0); off < q.Offsets().LocalLogStart; reads++ {
@@ -484,6 +466,13 @@ func TestReadAheadLargeBatchesFetchedOnce(t *testing.T) {
 // test's end.
 func offloadedReopened(t *testing.T, dir string, c backend.Config, records int, opts tiered.Options) *tiered.Partition {
 	t.Helper()
+	return offloadedReopenedWith(t, dir, c, func(p backend.Partition) { produce(t, p, records) }, opts)
+}
+
+// offloadedReopenedWith is offloadedReopened with the records produce
+// appends.
+func offloadedReopenedWith(t *testing.T, dir string, c backend.Config, produce func(backend.Partition), opts tiered.Options) *tiered.Partition {
+	t.Helper()
 	l, err := local.Open(dir, local.Options{Config: c, LogStartOffset: -1, HighWatermark: -1})
 	if err != nil {
 		t.Fatal(err)
@@ -492,7 +481,7 @@ func offloadedReopened(t *testing.T, dir string, c backend.Config, records int, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	produce(t, p, records)
+	produce(p)
 	if _, err := p.Offload(ctx); err != nil {
 		t.Fatal(err)
 	}
