@@ -191,13 +191,15 @@ type rangeCache struct {
 }
 
 // chunk is a cached range: its bytes and, for a range fetched from a
-// batch's start (a read's window; a read-ahead that rangeCache.aheadFrom
-// started at one), the batches its walk on arrival read and checked (see
-// walkBatches; nil for a read-ahead that starts where no batch is known
-// to). Both are immutable once cached.
+// batch's start (atBatch: a read's window; a read-ahead that
+// rangeCache.aheadFrom started at one), the batches its walk on arrival
+// read and checked (see walkBatches; none when the range ends inside its
+// first batch, or starts where no batch is known to start). All are
+// immutable once cached.
 type chunk struct {
 	data    []byte
 	batches []walkedBatch
+	atBatch bool
 }
 
 // size is what a chunk holds: its bytes and its walked batches' list, as
@@ -380,7 +382,9 @@ func (c *rangeCache) lendLocked(object objectKey, pos, n int64) (*list.Element, 
 // (atBatch; an object's start is one). When the last of those ranges was
 // walked on arrival and a window cut its last batch, the read-ahead
 // starts at that batch instead, fetching the part cached again (half the
-// range at most): the range it caches then starts at a batch and is
+// range or 64 KiB at most; all of a range that holds no whole batch, such
+// as a batch header a read fetched to check the batch after its answer,
+// within the 64 KiB): the range it caches then starts at a batch and is
 // walked on arrival, and a read crossing from one range into the next
 // finds a batch's end there, so span need not copy them into one window.
 // A read-ahead from a batch also ends at one where the segment's offset
@@ -401,11 +405,14 @@ func (c *rangeCache) aheadFrom(object objectKey, pos int64) (from int64, atBatch
 		return pos, pos == 0
 	}
 	it := rangeOf(last)
-	size := int64(len(it.val.data))
-	if edge := it.val.edge(); edge == size {
+	size, edge := int64(len(it.val.data)), it.val.edge()
+	switch {
+	case !it.val.atBatch:
+		return pos, false
+	case edge == size:
 		return pos, true
-	} else if edge > 0 && size-edge <= size/2 {
-		return it.key.start + edge, true
+	case size-edge <= max(size/2, readSlack):
+		return it.key.start + edge, true // edge 0: the range's start
 	}
 	return pos, false
 }

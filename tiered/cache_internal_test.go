@@ -137,39 +137,46 @@ func TestRangeCacheReach(t *testing.T) {
 	}
 }
 
-// TestRangeCacheAheadFromABatch: a read-ahead after a range walked on
-// arrival starts at a batch: at the range's end when its last batch ends
-// there, else at its last whole batch's end, when what that fetches again
-// is at most half the range; an object's start is a batch's.
+// TestRangeCacheAheadFromABatch: a read-ahead after a range fetched
+// from a batch starts at a batch: at the range's end when its last walked
+// batch ends there, else at its last whole batch's end (its start when it
+// holds none), when what that fetches again is at most half the range or
+// 64 KiB; an object's start is a batch's.
 func TestRangeCacheAheadFromABatch(t *testing.T) {
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
+	const big = 1 << 20
 	for _, tc := range []struct {
 		name    string
 		start   int64
-		ends    []uint32 // the walked batches' ends in a chunk of 100 bytes
+		size    int64
+		atBatch bool
+		ends    []uint32 // the walked batches' ends in the chunk
 		pos     int64
 		from    int64
-		atBatch bool
+		want    bool
 	}{
-		{"nothing cached at the object's start", 0, nil, 0, 0, true},
-		{"nothing cached", 0, nil, 500, 500, false},
-		{"not walked", 100, nil, 150, 200, false},
-		{"walked to its end", 100, []uint32{40, 100}, 150, 200, true},
-		{"walked to its end, asked from its end", 100, []uint32{40, 100}, 200, 200, true},
-		{"its last batch cut", 100, []uint32{40, 90}, 200, 190, true},
-		{"its last batch cut, asked from inside it", 100, []uint32{40, 90}, 120, 190, true},
-		{"most of it cut", 100, []uint32{40}, 200, 200, false},
+		{"nothing cached at the object's start", 0, 0, false, nil, 0, 0, true},
+		{"nothing cached", 0, 0, false, nil, 500, 500, false},
+		{"not at a batch", 100, 100, false, nil, 150, 200, false},
+		{"walked to its end", 100, 100, true, []uint32{40, 100}, 150, 200, true},
+		{"walked to its end, asked from its end", 100, 100, true, []uint32{40, 100}, 200, 200, true},
+		{"its last batch cut", 100, 100, true, []uint32{40, 90}, 200, 190, true},
+		{"its last batch cut, asked from inside it", 100, 100, true, []uint32{40, 90}, 120, 190, true},
+		{"a batch header fetched for a check", 100, 61, true, nil, 161, 100, true},
+		{"under half of a large range cut", 0, big, true, []uint32{big/2 + 1}, big, big/2 + 1, true},
+		{"most of a large range cut", 0, big, true, []uint32{big / 4}, big, big, false},
+		{"a large range holding no whole batch", 0, big, true, nil, big, big, false},
 	} {
-		c := newRangeCache(1 << 20)
-		if tc.start > 0 || tc.ends != nil {
-			ch := chunk{data: make([]byte, 100)}
+		c := newRangeCache(1 << 30)
+		if tc.size > 0 {
+			ch := chunk{data: make([]byte, tc.size), atBatch: tc.atBatch}
 			for _, e := range tc.ends {
 				ch.batches = append(ch.batches, walkedBatch{end: e})
 			}
 			c.put(obj, tc.start, ch)
 		}
-		if from, atBatch := c.aheadFrom(obj, tc.pos); from != tc.from || atBatch != tc.atBatch {
-			t.Errorf("%s: aheadFrom(%d) = %d, %v; want %d, %v", tc.name, tc.pos, from, atBatch, tc.from, tc.atBatch)
+		if from, atBatch := c.aheadFrom(obj, tc.pos); from != tc.from || atBatch != tc.want {
+			t.Errorf("%s: aheadFrom(%d) = %d, %v; want %d, %v", tc.name, tc.pos, from, atBatch, tc.from, tc.want)
 		}
 	}
 }
@@ -181,7 +188,7 @@ func TestRangeCacheAheadFromABatch(t *testing.T) {
 func TestRangeCacheSpanLends(t *testing.T) {
 	c := newRangeCache(1 << 20)
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
-	first := chunk{data: make([]byte, 100), batches: []walkedBatch{{base: 0, last: 9, end: 40}, {base: 10, last: 19, end: 90}}}
+	first := chunk{data: make([]byte, 100), batches: []walkedBatch{{base: 0, last: 9, end: 40}, {base: 10, last: 19, end: 90}}, atBatch: true}
 	c.put(obj, 0, first)
 	c.put(obj, 90, chunk{data: make([]byte, 100)}) // a read-ahead from the cut batch
 	data, w, more := c.span(obj, 40, 100)

@@ -97,6 +97,6 @@ func CacheRemoteRange(ctx context.Context, p *Partition, seg manifest.Segment, p
 	if err != nil {
 		return err
 	}
-	p.caches.chunks.put(key, pos, chunk{data: data, batches: walkBatches(data, seg, key, pos)})
+	p.caches.chunks.put(key, pos, chunk{data: data, batches: walkBatches(data, seg, key, pos), atBatch: true})
 	return nil
 }

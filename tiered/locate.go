@@ -238,7 +238,7 @@ func (p *Partition) window(ctx context.Context, seg manifest.Segment, key object
 	if data, err = p.store.ReadAll(ctx, key.String(), pos, n); err != nil {
 		return nil, walked{}, false, fmt.Errorf("tiered: %w", err)
 	}
-	ch := chunk{data: data, batches: walkBatches(data, seg, key, pos)}
+	ch := chunk{data: data, batches: walkBatches(data, seg, key, pos), atBatch: true}
 	chunks.put(key, pos, ch)
 	return data, walkedFrom(ch.batches, 0, pos), false, nil
 }

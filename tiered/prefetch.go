@@ -72,10 +72,10 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 		p.prefetching.Store(false)
 		return
 	}
-	if m := p.toIndexedBatch(seg, from, n); atBatch && m >= enough {
+	if atBatch {
 		// It ends where a batch starts, so the next starts there with
 		// nothing fetched twice.
-		n = m
+		n = p.toIndexedBatch(seg, from, n, enough, min(seg.Size-from, chunks.lru.max/4))
 	}
 	release, ok := p.opts.Readers.tryAcquire()
 	if !ok {
@@ -99,7 +99,7 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 		ctx, cancel := context.WithTimeout(p.closing, p.store.Timeout())
 		defer cancel()
 		if data, err := p.store.ReadAll(ctx, key.String(), from, n); err == nil {
-			ch := chunk{data: data}
+			ch := chunk{data: data, atBatch: atBatch}
 			if atBatch {
 				// Walked as a read's window is, off the read's path: the
 				// reads find its batches read and checked, and the next
@@ -125,21 +125,39 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 	}()
 }
 
-// toIndexedBatch returns how many of the n bytes of seg's .log from pos
-// to read so that they end where a batch starts: at the segment's end, or
-// at the last entry of its remote offset index within them (an entry's
-// position is its append's first batch's). It is n when the index is not
-// cached (a read-ahead fetches none) or has no entry there.
-func (p *Partition) toIndexedBatch(seg manifest.Segment, pos, n int64) int64 {
-	if pos+n >= seg.Size || pos+n > math.MaxInt32 {
+// toIndexedBatch returns how many bytes of seg's .log from pos a
+// read-ahead of n bytes, which must fetch at least enough and may fetch up
+// to limit, fetches so that they end where a batch starts: at the last
+// entry of the segment's remote offset index within n bytes (an entry's
+// position is its append's first batch's), or, when that leaves fewer
+// than enough (batches larger than the reader's window), at the first
+// entry or the segment's end past enough, within limit. It is n when the
+// index is not cached (a read-ahead fetches none), when n reaches the
+// segment's end, or when no entry serves.
+func (p *Partition) toIndexedBatch(seg manifest.Segment, pos, n, enough, limit int64) int64 {
+	if pos+n >= seg.Size || pos+limit > math.MaxInt32 {
 		return n
 	}
 	c, ok := p.caches.indexes.peek(p.objectKey(seg, manifest.IndexSuffix))
 	if !ok || c.offsets == nil {
 		return n
 	}
-	if e, ok := c.offsets.LookupPosition(int32(pos + n)); ok && int64(e.Position) > pos {
+	oi := c.offsets
+	if e, ok := oi.LookupPosition(int32(pos + n)); ok && int64(e.Position)-pos >= max(enough, 1) {
 		return int64(e.Position) - pos
+	}
+	// The first entry past enough: the one after the last entry before it.
+	next := 0
+	if e, ok := oi.LookupPosition(int32(pos + enough - 1)); ok {
+		_, slot, _ := oi.LookupSlot(e.Offset)
+		next = slot + 1
+	}
+	end := seg.Size
+	if next < oi.Len() {
+		end = int64(oi.Entry(next).Position)
+	}
+	if m := end - pos; m >= enough && m <= limit {
+		return m
 	}
 	return n
 }

@@ -410,52 +410,64 @@ func TestSequentialReadsLendTheCache(t *testing.T) {
 	}
 }
 
-// TestReadAheadLargeBatchesFetchedOnce: batches of 400 KB against the
-// default read-ahead (1 MiB, two of a 512 KiB consumer's windows): a
-// read-ahead that started at the batch the last one cut would fetch
-// about a third of every range twice; each byte is fetched once.
+// TestReadAheadLargeBatchesFetchedOnce: batches of 400 and 700 KB against
+// the default read-ahead (1 MiB, two of a 512 KiB consumer's windows):
+// a read-ahead that started at the batch the last one cut and ended
+// inside another would fetch a third of every range or more twice; each
+// byte is fetched once, every read starting at the offset asked for.
 func TestReadAheadLargeBatchesFetchedOnce(t *testing.T) {
-	drv := mem.New()
-	store := objstore.New(drv, "mem://large", objstore.Options{})
-	dir := filepath.Join(t.TempDir(), "orders-0")
-	c := cfg(t, "segment.bytes", "16777216", "local.retention.ms", "0", "file.delete.delay.ms", "0")
-	rng := rand.New(rand.NewPCG(1, 2))
-	q := offloadedReopenedWith(t, dir, c, func(p backend.Partition) {
-		val := make([]byte, 100_000)
-		var b record.Builder
-		for range 160 {
-			b.Reset(record.NewBatchHeader())
-			for range 4 {
-				for i := range val {
-					val[i] = byte(rng.Uint32())
+	for _, perBatch := range []int{4, 7} { // records of 100 KB
+		t.Run(fmt.Sprintf("%d KB batches", perBatch*100), func(t *testing.T) {
+			store := objstore.New(mem.New(), "mem://large", objstore.Options{})
+			dir := filepath.Join(t.TempDir(), "orders-0")
+			c := cfg(t, "segment.bytes", "16777216", "local.retention.ms", "0", "file.delete.delay.ms", "0")
+			rng := rand.New(rand.NewPCG(1, 2))
+			q := offloadedReopenedWith(t, dir, c, func(p backend.Partition) {
+				val := make([]byte, 100_000)
+				var b record.Builder
+				for range 640 / perBatch {
+					b.Reset(record.NewBatchHeader())
+					for range perBatch {
+						for i := range val {
+							val[i] = byte(rng.Uint32())
+						}
+						b.Append(1_700_000_000_000, nil, val, nil)
+					}
+					batch, _ := b.Build()
+					if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
+						t.Fatal(err)
+					}
 				}
-				b.Append(1_700_000_000_000, nil, val, nil)
+				if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
+					t.Fatal(err)
+				}
+			}, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
+			before := store.Stats().BytesIn
+			var buf bytes.Buffer
+			reads := 0
+			for off := int64(0); off < q.Offsets().LocalLogStart; reads++ {
+				r, err := q.Read(ctx, off, backend.ReadOptions{MaxBytes: 512 << 10, MinOneBatch: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf.Reset()
+				if _, err := r.WriteTo(&buf); err != nil {
+					t.Fatal(err)
+				}
+				if e, err := record.HeaderAt(buf.Bytes(), 0, int64(buf.Len())); err != nil || !e.Holds(off) {
+					t.Fatalf("read at %d: first batch %d-%d, %v", off, e.BaseOffset, e.LastOffset, err)
+				}
+				off = r.(backend.OffsetRange).NextOffset()
+				r.Close()
+				time.Sleep(2 * time.Millisecond) // the read-ahead's moment
 			}
-			batch, _ := b.Build()
-			if _, err := p.Append(ctx, append([]byte(nil), batch...), backend.AppendOptions{AssignOffsets: true, LeaderEpoch: 1}); err != nil {
-				t.Fatal(err)
+			got := store.Stats().BytesIn - before
+			_, remote := q.RemoteSize()
+			t.Logf("%d reads: %d bytes fetched for %d of objects (%.3fx), %d copied joining cached ranges", reads, got, remote, float64(got)/float64(remote), tiered.JoinedBytes(q))
+			if got > remote+remote/32+512<<10 {
+				t.Errorf("%d bytes fetched for %d bytes of objects (%.2fx): ranges fetched twice", got, remote, float64(got)/float64(remote))
 			}
-		}
-		if err := p.SetHighWatermark(p.Offsets().LogEnd); err != nil {
-			t.Fatal(err)
-		}
-	}, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1})
-	before := store.Stats().BytesIn
-	reads := 0
-	for off := int64(0); off < q.Offsets().LocalLogStart; reads++ {
-		r, err := q.Read(ctx, off, backend.ReadOptions{MaxBytes: 512 << 10, MinOneBatch: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		off = r.(backend.OffsetRange).NextOffset()
-		r.Close()
-		time.Sleep(2 * time.Millisecond) // the read-ahead's moment
-	}
-	got := store.Stats().BytesIn - before
-	_, remote := q.RemoteSize()
-	t.Logf("%d reads: %d bytes fetched for %d of objects (%.3fx), %d copied joining cached ranges", reads, got, remote, float64(got)/float64(remote), tiered.JoinedBytes(q))
-	if got > remote+remote/32+512<<10 {
-		t.Errorf("%d bytes fetched for %d bytes of objects (%.2fx): ranges fetched twice", got, remote, float64(got)/float64(remote))
+		})
 	}
 }
 
