@@ -65,13 +65,6 @@ func (x *OffsetIndex) entryLocked(i int) OffsetEntry {
 	return OffsetEntry{Offset: x.t.offset(i), Position: x.t.position(i)}
 }
 
-// Len returns the number of entries.
-func (x *OffsetIndex) Len() int {
-	x.t.mu.RLock()
-	defer x.t.mu.RUnlock()
-	return x.t.n
-}
-
 // LastEntry returns the last entry, or (baseOffset, 0) when empty.
 func (x *OffsetIndex) LastEntry() OffsetEntry {
 	x.t.mu.RLock()

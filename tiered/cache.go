@@ -194,8 +194,8 @@ type rangeCache struct {
 // batch's start (atBatch: a read's window; a read-ahead that
 // rangeCache.aheadFrom started at one), the batches its walk on arrival
 // read and checked (see walkBatches; none when the range ends inside its
-// first batch, or starts where no batch is known to start). All are
-// immutable once cached.
+// first batch or the walk stopped at its first header, or when it starts
+// where no batch is known to start). All are immutable once cached.
 type chunk struct {
 	data    []byte
 	batches []walkedBatch
@@ -376,15 +376,20 @@ func (c *rangeCache) lendLocked(object objectKey, pos, n int64) (*list.Element, 
 	return e, data, walkedFrom(ch.batches, pos-start, pos)
 }
 
+// refetchBytes is what a read-ahead may fetch again of a cached range, at
+// least, to start at a batch (aheadFrom).
+const refetchBytes = 64 << 10
+
 // aheadFrom returns where a read-ahead of object after pos starts: where
 // the cached ranges from pos, one after another with no gap, end (pos
 // when none holds it or ends there), and whether a batch starts there
 // (atBatch; an object's start is one). When the last of those ranges was
 // walked on arrival and a window cut its last batch, the read-ahead
-// starts at that batch instead, fetching the part cached again (half the
-// range or 64 KiB at most; all of a range that holds no whole batch, such
-// as a batch header a read fetched to check the batch after its answer,
-// within the 64 KiB): the range it caches then starts at a batch and is
+// starts at that batch instead, fetching the part cached again when that
+// is at most refetchBytes or half the range, whichever is larger (all of
+// a range that holds no whole batch, such as a batch header a read
+// fetched to check the batch after its answer, within refetchBytes): the
+// range it caches then starts at a batch and is
 // walked on arrival, and a read crossing from one range into the next
 // finds a batch's end there, so span need not copy them into one window.
 // A read-ahead from a batch also ends at one where the segment's offset
@@ -411,7 +416,7 @@ func (c *rangeCache) aheadFrom(object objectKey, pos int64) (from int64, atBatch
 		return pos, false
 	case edge == size:
 		return pos, true
-	case size-edge <= max(size/2, readSlack):
+	case size-edge <= max(size/2, refetchBytes):
 		return it.key.start + edge, true // edge 0: the range's start
 	}
 	return pos, false

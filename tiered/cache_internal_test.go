@@ -140,8 +140,8 @@ func TestRangeCacheReach(t *testing.T) {
 // TestRangeCacheAheadFromABatch: a read-ahead after a range fetched
 // from a batch starts at a batch: at the range's end when its last walked
 // batch ends there, else at its last whole batch's end (its start when it
-// holds none), when what that fetches again is at most half the range or
-// 64 KiB; an object's start is a batch's.
+// holds none), when what that fetches again is at most 64 KiB or half
+// the range, whichever is larger; an object's start is a batch's.
 func TestRangeCacheAheadFromABatch(t *testing.T) {
 	obj := objectKey{prefix: "tl/orders-0", last: 99, suffix: ".log"}
 	const big = 1 << 20

@@ -73,8 +73,9 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 		return
 	}
 	if atBatch {
-		// It ends where a batch starts, so the next starts there with
-		// nothing fetched twice.
+		// Ending where a batch starts, so that the next starts there
+		// with nothing fetched twice, where the index shows one (the
+		// budget below may still cut it).
 		n = p.toIndexedBatch(seg, from, n, enough, min(seg.Size-from, chunks.lru.max/4))
 	}
 	release, ok := p.opts.Readers.tryAcquire()
@@ -133,7 +134,8 @@ func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 // than enough (batches larger than the reader's window), at the first
 // entry or the segment's end past enough, within limit. It is n when the
 // index is not cached (a read-ahead fetches none), when n reaches the
-// segment's end, or when no entry serves.
+// segment's end, when limit reaches past an index's int32 positions, or
+// when no entry serves.
 func (p *Partition) toIndexedBatch(seg manifest.Segment, pos, n, enough, limit int64) int64 {
 	if pos+n >= seg.Size || pos+limit > math.MaxInt32 {
 		return n
@@ -143,7 +145,7 @@ func (p *Partition) toIndexedBatch(seg manifest.Segment, pos, n, enough, limit i
 		return n
 	}
 	oi := c.offsets
-	if e, ok := oi.LookupPosition(int32(pos + n)); ok && int64(e.Position)-pos >= max(enough, 1) {
+	if e, ok := oi.LookupPosition(int32(pos + n)); ok && int64(e.Position)-pos >= enough {
 		return int64(e.Position) - pos
 	}
 	// The first entry past enough: the one after the last entry before it.
@@ -153,7 +155,7 @@ func (p *Partition) toIndexedBatch(seg manifest.Segment, pos, n, enough, limit i
 		next = slot + 1
 	}
 	end := seg.Size
-	if next < oi.Len() {
+	if next < oi.Entries() {
 		end = int64(oi.Entry(next).Position)
 	}
 	if m := end - pos; m >= enough && m <= limit {
