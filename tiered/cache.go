@@ -389,9 +389,9 @@ const refetchBytes = 64 << 10
 // is at most refetchBytes or half the range, whichever is larger (all of
 // a range that holds no whole batch, such as a batch header a read
 // fetched to check the batch after its answer, within refetchBytes): the
-// range it caches then starts at a batch and is
-// walked on arrival, and a read crossing from one range into the next
-// finds a batch's end there, so span need not copy them into one window.
+// range it caches then starts at a batch and is walked on arrival, and a
+// read crossing from one range into the next finds a batch's end there,
+// so span need not copy them into one window.
 // A read-ahead from a batch also ends at one where the segment's offset
 // index is cached (toIndexedBatch), so only a read's own window, or a
 // read-ahead past what the index showed, leaves a batch to fetch again.

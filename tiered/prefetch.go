@@ -42,11 +42,11 @@ type readAhead struct {
 // crossing into it finds a batch's end where it starts), readAheadBytes
 // long and within the cache's read-ahead budget (rangeCache.reserveAhead:
 // half the cache for the bytes read ahead and not yet read, of every
-// partition sharing it). It
-// runs on an idle reader of the pool only: under load (every reader
-// busy, reads queued) it is skipped, since the consumers' own reads keep
-// the store busy and read-ahead would add requests and evict ranges not
-// yet read. Close cancels it and waits for it.
+// partition sharing it). It runs on an idle reader of the pool only:
+// under load (every reader busy, reads queued) it is skipped, since the
+// consumers' own reads keep the store busy and read-ahead would add
+// requests and evict ranges not yet read. Close cancels it and waits for
+// it.
 func (p *Partition) prefetch(v view, seg manifest.Segment, end, want int64) {
 	if p.opts.PrefetchBytes <= 0 || p.closed.Load() || !p.prefetching.CompareAndSwap(false, true) {
 		return
