@@ -25,13 +25,13 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Offload uploads, in offset order, every closed local segment that lies
 // wholly below the last stable offset (so below the high watermark, and
-// holding no undecided transaction) and that the manifest does not name yet,
-// up to UploadConcurrency segments at a time, committing the manifest once
-// per group (a group that fails part-way commits the segments before the
-// failure); then it applies local retention (local.retention.ms/bytes) to
-// segments a committed manifest names, once their objects are seen in the
-// bucket. It returns how many segments it
-// uploaded.
+// holding no undecided transaction) and that the manifest does not name
+// yet, up to UploadConcurrency segments at a time, committing the
+// manifest once per group of up to four times that many (see groupLen; a
+// group that fails part-way commits the segments before the failure);
+// then it applies local retention (local.retention.ms/bytes) to segments
+// a committed manifest names, once their objects are seen in the bucket.
+// It returns how many segments it uploaded.
 //
 // Only the leader uploads (ErrNotLeader otherwise). A segment that begins
 // below the bucket's last offset (a new leader whose segments do not line
@@ -68,7 +68,7 @@ func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, e
 		pending, more = pending[:limit], true
 	}
 	for len(pending) > 0 {
-		group := pending[:min(len(pending), p.opts.UploadConcurrency)]
+		group := pending[:p.groupLen(pending)]
 		pending = pending[len(group):]
 		k, err := p.offloadGroupLocked(ctx, group)
 		n += k
@@ -77,6 +77,32 @@ func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, e
 		}
 	}
 	return n, more, p.applyLocalRetentionLocked(ctx)
+}
+
+// Offload's groups: each is committed with one manifest write, after an
+// intent naming its objects, so a group's fixed cost is five requests
+// (the intent, the manifest and its backup, and two deletes). A group
+// holds UploadConcurrency segments, and more while it stays within
+// maxGroupSegments times that and groupBytes: small segments share those
+// requests, and a group of large ones still commits often enough that a
+// failure uploads little again and the commit window is never near.
+const (
+	maxGroupSegments = 4
+	groupBytes       = 1 << 30
+)
+
+// groupLen returns how many of pending's first segments form the next
+// group.
+func (p *Partition) groupLen(pending []pendingSegment) int {
+	n, size := 0, int64(0)
+	for n < len(pending) && n < maxGroupSegments*p.opts.UploadConcurrency {
+		if n >= p.opts.UploadConcurrency && size+pending[n].size > groupBytes {
+			break
+		}
+		size += pending[n].size
+		n++
+	}
+	return n
 }
 
 // pendingSegment is a closed local segment to upload: the whole of it, or
@@ -111,22 +137,45 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	if err != nil {
 		return 0, err
 	}
+	// UploadConcurrency workers take the group's segments in offset
+	// order; once one fails, no later segment starts: only the segments
+	// before the first failure are committed, so a segment never started
+	// always follows one whose error ends that prefix.
 	errs := make([]error, len(group))
-	var wg sync.WaitGroup
-	for i, ps := range group {
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		next   int
+		failed bool
+	)
+	take := func() (int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if failed || next == len(group) {
+			return 0, false
+		}
+		next++
+		return next - 1, true
+	}
+	for range min(len(group), p.opts.UploadConcurrency) {
 		wg.Add(1)
-		go func(i int, ps pendingSegment) {
+		go func() {
 			defer wg.Done()
-			start := time.Now()
-			segs[i], errs[i] = p.upload(ctx, ps, segs[i].ID)
-			if errs[i] != nil {
-				p.metrics.UploadErrors.Add(1)
-				return
+			for i, ok := take(); ok; i, ok = take() {
+				start := time.Now()
+				segs[i], errs[i] = p.upload(ctx, group[i], segs[i].ID)
+				if errs[i] != nil {
+					p.metrics.UploadErrors.Add(1)
+					mu.Lock()
+					failed = true
+					mu.Unlock()
+					continue
+				}
+				p.metrics.SegmentsUploaded.Add(1)
+				p.metrics.BytesUploaded.Add(segs[i].Size + segs[i].IndexSize + segs[i].TimeIndexSize)
+				p.metrics.UploadLatency.Since(start)
 			}
-			p.metrics.SegmentsUploaded.Add(1)
-			p.metrics.BytesUploaded.Add(segs[i].Size + segs[i].IndexSize + segs[i].TimeIndexSize)
-			p.metrics.UploadLatency.Since(start)
-		}(i, ps)
+		}()
 	}
 	wg.Wait()
 	ok := 0

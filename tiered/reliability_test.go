@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -484,5 +486,83 @@ func TestOversizedManifestIsRefused(t *testing.T) {
 	}
 	if _, err := tiered.ReadManifest(ctx, store, "tl/orders-0"); !errors.Is(err, manifest.ErrCorrupt) || !strings.Contains(err.Error(), "tl/orders-0/manifest") {
 		t.Fatalf("a %d-byte manifest: %v; want manifest.ErrCorrupt naming the key", size, err)
+	}
+}
+
+// TestOffloadGroupsSmallSegments: Offload shares one manifest commit
+// (and the intent before it) among up to four times UploadConcurrency
+// small segments, and a segment whose upload fails inside such a group
+// leaves the manifest naming exactly the segments before it and the
+// bucket holding no object of those after it (started or not); the next
+// Offload uploads the rest.
+func TestOffloadGroupsSmallSegments(t *testing.T) {
+	fs := faultstore.Wrap(mem.New(), 1)
+	store := objstore.New(fs, "mem://groups", objstore.Options{})
+	c := cfg(t, "segment.bytes", "65536", "local.retention.ms", "-1", "retention.ms", "-1")
+	p := closedSegments(t, filepath.Join(t.TempDir(), "orders-0"), store, c, 300)
+	defer p.Close()
+	if _, err := p.Offload(ctx); err != nil { // the first commit claims the bucket
+		t.Fatal(err)
+	}
+	first := len(p.LocalSegments()) - 1
+	produce(t, p, 12_000)
+	if err := p.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	segs := p.LocalSegments()[first:]
+	closed := len(segs) - 1
+	const group = 4 * 4 // four times the default UploadConcurrency
+	if closed < 2*group+1 {
+		t.Fatalf("%d closed segments; the test needs more than %d", closed, 2*group)
+	}
+	victim := segs[group+4]
+	fault := fs.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: fmt.Sprintf("/%020d-", victim.BaseOffset), KeySuffix: ".log",
+		Every: 1, Fault: faultstore.Permanent})
+	commits := p.Metrics().ManifestCommits.Load()
+	n, err := p.Offload(ctx)
+	if err == nil || n != group+4 {
+		t.Fatalf("offload with segment %d's upload refused: %d uploaded, err %v; want the %d before it and an error", victim.BaseOffset, n, err, group+4)
+	}
+	if got := p.Metrics().ManifestCommits.Load() - commits; got != 2 {
+		t.Fatalf("%d manifest commits for a group of %d and the %d segments before the failure; want 2", got, group, 4)
+	}
+	named := manifestOf(t, p).Segments
+	if last := named[len(named)-1]; len(named) != first+group+4 || last.LastOffset != victim.BaseOffset-1 {
+		t.Fatalf("the manifest names %d segments, the last ending at %d; want %d, ending before offset %d", len(named), last.LastOffset, first+group+4, victim.BaseOffset)
+	}
+	err = store.List(ctx, "", func(o objstore.ObjectInfo) bool {
+		name := o.Key[strings.LastIndex(o.Key, "/")+1:]
+		if strings.HasSuffix(name, tiered.IntentSuffix) {
+			t.Errorf("intent %s left after the failed group was abandoned", o.Key)
+		}
+		if base, _, ok := strings.Cut(name, "-"); ok {
+			if b, err := strconv.ParseInt(base, 10, 64); err == nil && b >= victim.BaseOffset {
+				t.Errorf("object %s of a segment at or after the failed one is in the bucket", o.Key)
+			}
+		}
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	fault.Remove()
+	commits = p.Metrics().ManifestCommits.Load()
+	n, err = p.Offload(ctx)
+	rest := closed - group - 4
+	if err != nil || n != rest {
+		t.Fatalf("offload after the fault: %d uploaded, err %v; want the other %d", n, err, rest)
+	}
+	if got, want := p.Metrics().ManifestCommits.Load()-commits, int64((rest+group-1)/group); got != want {
+		t.Fatalf("%d manifest commits for %d segments; want %d", got, rest, want)
+	}
+	named = manifestOf(t, p).Segments[first:]
+	if len(named) != closed {
+		t.Fatalf("the manifest names %d of the %d segments closed after the first offload", len(named), closed)
+	}
+	for i, s := range named {
+		if s.BaseOffset != segs[i].BaseOffset {
+			t.Fatalf("the manifest's segment %d begins at %d; the local one at %d", i, s.BaseOffset, segs[i].BaseOffset)
+		}
 	}
 }

@@ -60,7 +60,9 @@ type Options struct {
 	// UploadBytesPerSecond caps the partition's upload rate (0: none).
 	UploadBytesPerSecond int64
 	// UploadConcurrency is how many segments Offload uploads at once
-	// (default 4); each group is committed with one manifest write.
+	// (default 4). Offload commits them with one manifest write per
+	// group of up to four times that many (within 1 GiB, unless the
+	// group is no larger than UploadConcurrency).
 	UploadConcurrency int
 	// PrefetchBytes is how much a remote read fetches ahead, in the
 	// background, for the next sequential read, across segment borders
