@@ -83,9 +83,11 @@ func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, e
 // intent naming its objects, so a group's fixed cost is five requests
 // (the intent, the manifest and its backup, and two deletes). A group
 // holds UploadConcurrency segments, and more while it stays within
-// maxGroupSegments times that and groupBytes: small segments share those
-// requests, and a group of large ones still commits often enough that a
-// failure uploads little again and the commit window is never near.
+// maxGroupSegments times that and groupBytes (and, under an upload rate
+// cap, within what the cap sends in a quarter of the commit window):
+// small segments share those requests, and a group of large ones still
+// commits often enough that a failure uploads little again and the
+// commit window is never near.
 const (
 	maxGroupSegments = 4
 	groupBytes       = 1 << 30
@@ -94,9 +96,13 @@ const (
 // groupLen returns how many of pending's first segments form the next
 // group.
 func (p *Partition) groupLen(pending []pendingSegment) int {
+	most := int64(groupBytes)
+	if r := p.opts.UploadBytesPerSecond; r > 0 {
+		most = min(most, r*int64(p.opts.CommitWindow/time.Second)/4)
+	}
 	n, size := 0, int64(0)
 	for n < len(pending) && n < maxGroupSegments*p.opts.UploadConcurrency {
-		if n >= p.opts.UploadConcurrency && size+pending[n].size > groupBytes {
+		if n >= p.opts.UploadConcurrency && size+pending[n].size > most {
 			break
 		}
 		size += pending[n].size
