@@ -56,13 +56,14 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 		cacheMisses     = desc(sub, "cache_misses_total", "Remote cache misses, by cache.", []string{"cache"}, nil)
 		cacheRatio      = desc(sub, "cache_hit_ratio", "Remote cache hits over lookups since start, by cache.", []string{"cache"}, nil)
 		aheadWasted     = desc(sub, "read_ahead_wasted_bytes_total", "Bytes read ahead from the bucket that no read reached before the chunk cache evicted them (or a read fetched them again).", nil, nil)
+		readJoined      = desc(sub, "read_joined_bytes_total", "Bytes copied to answer remote reads that crossed between cached ranges meeting inside a batch (a read-ahead that could not start at a batch); other reads are answered from the cache in place.", nil, nil)
 		tieredPartsDesc = desc(sub, "partitions", "Tiered partitions open.", nil, nil)
 	)
 	segments, segBytes := tierDescs("remote")
 	descs := []*prometheus.Desc{uploads, uploadBytes, uploadErrors, uploadLatency, commits, fenced, refused, restored, backupErrors, confirmed, unchanged, manifestBytes, partsPut, partReads, remoteReads,
 		remoteBytes, remoteErrors, remoteLatency, remoteDeleted, compactRunning, compactRounds, compactBytes, compactReplaced, compactMerges, compactErrors, walHalted}
 	if partitions != nil {
-		descs = append(descs, dirtyBytes, cleanBytes, dirtyRatioMax, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio, aheadWasted,
+		descs = append(descs, dirtyBytes, cleanBytes, dirtyRatioMax, lagSegments, lagBytes, lagMax, lagAgeMax, fencedNow, cacheHits, cacheMisses, cacheRatio, aheadWasted, readJoined,
 			tieredPartsDesc, segments, segBytes)
 	}
 	return &collector{
@@ -137,6 +138,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 					cs.ManifestHits += st.ManifestHits
 					cs.ManifestMisses += st.ManifestMisses
 					cs.ReadAheadWastedBytes += st.ReadAheadWastedBytes
+					cs.ReadJoinedBytes += st.ReadJoinedBytes
 				}
 			}
 			gauge(ch, dirtyBytes, float64(dirty.BucketDirty), "remote")
@@ -164,6 +166,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 				gauge(ch, cacheRatio, ratio, c.name)
 			}
 			counter(ch, aheadWasted, float64(cs.ReadAheadWastedBytes))
+			counter(ch, readJoined, float64(cs.ReadJoinedBytes))
 		},
 	}
 }

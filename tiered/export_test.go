@@ -14,10 +14,6 @@ import (
 // beneath the partition: nothing outside the package's tests has it.
 func LocalOf(p *Partition) *local.Log { return p.local }
 
-// JoinedBytes is what p's chunk cache copied joining consecutive cached
-// ranges into one window.
-func JoinedBytes(p *Partition) int64 { return p.caches.chunks.joined.Load() }
-
 // KeepMovingLocalTier makes every read of p's local tier report that the
 // tier moved past the read's view, as local retention racing every view
 // would. Call it before p is shared.

@@ -18,6 +18,12 @@ type CacheStats struct {
 	// reached before they were evicted, or fetched again by a read: a
 	// chunk cache too small for the partitions reading side by side.
 	ReadAheadWastedBytes int64
+	// ReadJoinedBytes counts the bytes copied to answer reads that
+	// crossed from one cached range into the next where the first did
+	// not end at a batch's end (a read-ahead that could not start at a
+	// batch: see rangeCache.aheadFrom). Such reads are answered from a
+	// new buffer, not from the cache in place.
+	ReadJoinedBytes int64
 }
 
 // CacheStats returns the counters of the caches the partition uses

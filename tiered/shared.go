@@ -99,7 +99,8 @@ func NewCaches(o CacheOptions) *Caches {
 // Stats returns the caches' hit and miss counters.
 func (c *Caches) Stats() CacheStats {
 	return CacheStats{ChunkHits: c.chunks.lru.hits.Load(), ChunkMisses: c.chunks.lru.misses.Load(), ReadAheadWastedBytes: c.chunks.wasted.Load(),
-		IndexHits: c.indexes.hits.Load(), IndexMisses: c.indexes.misses.Load(),
+		ReadJoinedBytes: c.chunks.joined.Load(),
+		IndexHits:       c.indexes.hits.Load(), IndexMisses: c.indexes.misses.Load(),
 		ManifestHits: c.parts.hits.Load(), ManifestMisses: c.parts.misses.Load()}
 }
 

@@ -396,7 +396,7 @@ func TestSequentialReadsLendTheCache(t *testing.T) {
 	}
 	_, remote := q.RemoteSize()
 	got := store.Stats().BytesIn - before
-	joined := tiered.JoinedBytes(q)
+	joined := q.CacheStats().ReadJoinedBytes
 	t.Logf("%d reads of %d segments, %d short: %d bytes fetched for %d of objects (%.3fx), %d bytes copied joining cached ranges",
 		reads, len(segs), short, got, remote, float64(got)/float64(remote), joined)
 	if joined != 0 {
@@ -463,7 +463,7 @@ func TestReadAheadLargeBatchesFetchedOnce(t *testing.T) {
 			}
 			got := store.Stats().BytesIn - before
 			_, remote := q.RemoteSize()
-			t.Logf("%d reads: %d bytes fetched for %d of objects (%.3fx), %d copied joining cached ranges", reads, got, remote, float64(got)/float64(remote), tiered.JoinedBytes(q))
+			t.Logf("%d reads: %d bytes fetched for %d of objects (%.3fx), %d copied joining cached ranges", reads, got, remote, float64(got)/float64(remote), q.CacheStats().ReadJoinedBytes)
 			if got > remote+remote/32+512<<10 {
 				t.Errorf("%d bytes fetched for %d bytes of objects (%.2fx): ranges fetched twice", got, remote, float64(got)/float64(remote))
 			}
