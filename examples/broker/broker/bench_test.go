@@ -62,6 +62,12 @@ func BenchmarkKgo(b *testing.B) {
 			}
 		})
 		b.ReportMetric(float64(remote)/float64(total), "bucket-share")
+		// Reads crossing cached ranges that had to be copied into one
+		// (a read-ahead that could not start at a batch), and read-ahead
+		// evicted unread: both should be near zero.
+		st := br.Partition("bench", 0).(*tiered.Partition).CacheStats()
+		b.ReportMetric(float64(st.ReadJoinedBytes)/float64(remote), "joined/bucket")
+		b.ReportMetric(float64(st.ReadAheadWastedBytes)/float64(remote), "wasted/bucket")
 		if localConsume > 0 {
 			b.ReportMetric(consume/localConsume, "bucket/local")
 		}
