@@ -68,13 +68,12 @@ func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, e
 		pending, more = pending[:limit], true
 	}
 	for len(pending) > 0 {
-		group := pending[:p.groupLen(pending)]
-		pending = pending[len(group):]
-		k, err := p.offloadGroupLocked(ctx, group)
+		k, err := p.offloadGroupLocked(ctx, pending[:p.groupLen(pending)])
 		n += k
 		if err != nil {
 			return n, true, err
 		}
+		pending = pending[k:] // a group cut short by time: the rest go in the next
 	}
 	return n, more, p.applyLocalRetentionLocked(ctx)
 }
@@ -83,11 +82,12 @@ func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, e
 // intent naming its objects, so a group's fixed cost is five requests
 // (the intent, the manifest and its backup, and two deletes). A group
 // holds UploadConcurrency segments, and more while it stays within
-// maxGroupSegments times that and groupBytes (and, under an upload rate
-// cap, within what the cap sends in a quarter of the commit window):
-// small segments share those requests, and a group of large ones still
-// commits often enough that a failure uploads little again and the
-// commit window is never near.
+// maxGroupSegments times that and groupBytes: small segments share those
+// requests, and a failure abandons at most a few large ones. A group's
+// segments past its first UploadConcurrency start only within a quarter
+// of the commit window (offloadGroupLocked), so a slow store, a rate cap
+// or a shared quota shortens groups rather than bringing one near the
+// window.
 const (
 	maxGroupSegments = 4
 	groupBytes       = 1 << 30
@@ -96,13 +96,9 @@ const (
 // groupLen returns how many of pending's first segments form the next
 // group.
 func (p *Partition) groupLen(pending []pendingSegment) int {
-	most := int64(groupBytes)
-	if r := p.opts.UploadBytesPerSecond; r > 0 {
-		most = min(most, r*int64(p.opts.CommitWindow/time.Second)/4)
-	}
 	n, size := 0, int64(0)
 	for n < len(pending) && n < maxGroupSegments*p.opts.UploadConcurrency {
-		if n >= p.opts.UploadConcurrency && size+pending[n].size > most {
+		if n >= p.opts.UploadConcurrency && size+pending[n].size > groupBytes {
 			break
 		}
 		size += pending[n].size
@@ -120,7 +116,9 @@ type pendingSegment struct {
 
 // offloadGroupLocked uploads a group of segments in parallel and commits
 // the manifest naming those that uploaded (a prefix of the group, so the
-// bucket has no hole). An upload intent naming the group's objects goes to
+// bucket has no hole). It returns how many it committed: fewer than the
+// group with a nil error when time cut the group short (see the
+// workers below). An upload intent naming the group's objects goes to
 // the bucket first, so gc leaves them alone while the commit may still
 // happen; it is removed once the commit names them. After the commit the
 // objects are checked to exist before anything may rely on them.
@@ -144,9 +142,13 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		return 0, err
 	}
 	// UploadConcurrency workers take the group's segments in offset
-	// order; once one fails, no later segment starts: only the segments
-	// before the first failure are committed, so a segment never started
-	// always follows one whose error ends that prefix.
+	// order. Once one fails, no later segment starts: only those before
+	// the first failure can be committed. Past the first
+	// UploadConcurrency, none starts once a quarter of the commit window
+	// has gone since the intent: the group commits what it started, as
+	// a group of UploadConcurrency would have, and the rest wait for the
+	// next group.
+	deadline := time.UnixMilli(in.CreatedMs).Add(p.opts.CommitWindow / 4)
 	errs := make([]error, len(group))
 	var (
 		wg     sync.WaitGroup
@@ -157,7 +159,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	take := func() (int, bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if failed || next == len(group) {
+		if failed || next == len(group) || next >= p.opts.UploadConcurrency && p.opts.Now().After(deadline) {
 			return 0, false
 		}
 		next++
@@ -184,8 +186,8 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		}()
 	}
 	wg.Wait()
-	ok := 0
-	for ok < len(group) && errs[ok] == nil {
+	ok := 0 // the segments started (next) and uploaded before any failure
+	for ok < next && errs[ok] == nil {
 		ok++
 	}
 	if ok > 0 {
@@ -207,11 +209,11 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		}
 		p.uploadedLocked(segs[:ok])
 	}
-	if ok == len(group) {
+	if ok == next {
 		p.removeIntent(ctx, in)
 		return ok, nil
 	}
-	p.abandonLocked(in, segs[ok:])
+	p.abandonLocked(in, segs[ok:next])
 	return ok, errs[ok]
 }
 

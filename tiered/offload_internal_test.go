@@ -1,15 +1,10 @@
 package tiered
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
-// TestGroupLen: Offload's groups take UploadConcurrency segments, and
-// more small ones up to four times that within 1 GiB, and under an
-// upload rate cap no more than the cap sends in a quarter of the commit
-// window (beyond the first UploadConcurrency, which go as one group
-// whatever their size).
+// TestGroupLen: Offload's groups take UploadConcurrency segments
+// whatever their size, and more small ones, up to four times that,
+// within 1 GiB.
 func TestGroupLen(t *testing.T) {
 	pending := func(n int, size int64) []pendingSegment {
 		out := make([]pendingSegment, n)
@@ -29,8 +24,6 @@ func TestGroupLen(t *testing.T) {
 		{"within 1 GiB", Options{UploadConcurrency: 4}, pending(40, 100<<20), 10},
 		{"large segments", Options{UploadConcurrency: 4}, pending(40, 1<<30), 4},
 		{"one at a time", Options{UploadConcurrency: 1}, pending(40, 1<<20), 4},
-		{"a rate cap", Options{UploadConcurrency: 4, UploadBytesPerSecond: 10 << 10, CommitWindow: time.Hour}, pending(40, 1<<20), 8},
-		{"a rate cap below a segment", Options{UploadConcurrency: 4, UploadBytesPerSecond: 1 << 10, CommitWindow: time.Hour}, pending(40, 1<<20), 4},
 	} {
 		p := &Partition{opts: tc.opts}
 		if got := p.groupLen(tc.pending); got != tc.want {

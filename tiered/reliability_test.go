@@ -566,3 +566,40 @@ func TestOffloadGroupsSmallSegments(t *testing.T) {
 		}
 	}
 }
+
+// TestOffloadGroupsStayWithinTheCommitWindow: on a store slow enough that
+// a large group of small segments would outlast the commit window (as a
+// slow link, an upload rate cap or a shared quota makes one), a group
+// starts no segment past its first UploadConcurrency once a quarter of
+// the window has gone: it commits what it started, and the next group
+// goes on. Every segment is uploaded; none is given up.
+func TestOffloadGroupsStayWithinTheCommitWindow(t *testing.T) {
+	const window = 2 * time.Second
+	fs := faultstore.Wrap(mem.New(), 1, faultstore.Rule{Op: objstore.OpPut, KeySuffix: ".log", Every: 1, Fault: faultstore.Latency, Latency: window / 2})
+	store := objstore.New(fs, "mem://slow", objstore.Options{})
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, UploadConcurrency: 2, CommitWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 1800)
+	if err := p.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	closed := len(p.LocalSegments()) - 1
+	if closed < 5 {
+		t.Fatalf("%d closed segments; the test needs more than two rounds of two", closed)
+	}
+	// One group of them all, two at a time, would take three windows.
+	n, err := p.Offload(ctx)
+	if err != nil || n != closed {
+		t.Fatalf("offload of %d segments, each .log PUT taking half the commit window: %d uploaded, err %v; want all, within the window", closed, n, err)
+	}
+	if named := len(manifestOf(t, p).Segments); named != closed {
+		t.Fatalf("the manifest names %d segments; want %d", named, closed)
+	}
+}

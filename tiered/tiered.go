@@ -61,9 +61,9 @@ type Options struct {
 	UploadBytesPerSecond int64
 	// UploadConcurrency is how many segments Offload uploads at once
 	// (default 4). Offload commits them with one manifest write per
-	// group of up to four times that many (beyond UploadConcurrency,
-	// only while the group stays within 1 GiB and within what
-	// UploadBytesPerSecond sends in a quarter of the CommitWindow).
+	// group of up to four times that many: beyond UploadConcurrency,
+	// only while the group stays within 1 GiB and while a quarter of
+	// the CommitWindow has not gone since the group began.
 	UploadConcurrency int
 	// PrefetchBytes is how much a remote read fetches ahead, in the
 	// background, for the next sequential read, across segment borders
