@@ -31,7 +31,7 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // group that fails part-way commits the segments before the failure);
 // then it applies local retention (local.retention.ms/bytes) to segments
 // a committed manifest names, once their objects are seen in the bucket.
-// It returns how many segments it uploaded.
+// It returns how many segments it uploaded and committed.
 //
 // Only the leader uploads (ErrNotLeader otherwise). A segment that begins
 // below the bucket's last offset (a new leader whose segments do not line
@@ -85,9 +85,10 @@ func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, e
 // maxGroupSegments times that and groupBytes: small segments share those
 // requests, and a failure abandons at most a few large ones. A group's
 // segments past its first UploadConcurrency start only within a quarter
-// of the commit window (offloadGroupLocked), so a slow store, a rate cap
-// or a shared quota shortens groups rather than bringing one near the
-// window.
+// of the commit window and are stopped at half of it
+// (offloadGroupLocked), so a slow store, a rate cap or a shared quota
+// shortens groups: no group commits later than its first
+// UploadConcurrency segments alone would have, or half the window.
 const (
 	maxGroupSegments = 4
 	groupBytes       = 1 << 30
@@ -143,12 +144,18 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	}
 	// UploadConcurrency workers take the group's segments in offset
 	// order. Once one fails, no later segment starts: only those before
-	// the first failure can be committed. Past the first
-	// UploadConcurrency, none starts once a quarter of the commit window
-	// has gone since the intent: the group commits what it started, as
-	// a group of UploadConcurrency would have, and the rest wait for the
-	// next group.
-	deadline := time.UnixMilli(in.CreatedMs).Add(p.opts.CommitWindow / 4)
+	// the first failure can be committed. The segments past the first
+	// UploadConcurrency are bounded in time: none starts once a quarter
+	// of the commit window has gone since the intent, and those still
+	// uploading at half of it are stopped (errCutShort). The group then
+	// commits the segments before the first one cut, and the rest go in
+	// the next group: it commits no later than a group of
+	// UploadConcurrency would have, or at half the window.
+	now := p.opts.Now()
+	created := time.UnixMilli(in.CreatedMs)
+	startBy := created.Add(p.opts.CommitWindow / 4)
+	cctx, cancel := context.WithTimeout(ctx, created.Add(p.opts.CommitWindow/2).Sub(now))
+	defer cancel()
 	errs := make([]error, len(group))
 	var (
 		wg     sync.WaitGroup
@@ -159,7 +166,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	take := func() (int, bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if failed || next == len(group) || next >= p.opts.UploadConcurrency && p.opts.Now().After(deadline) {
+		if failed || next == len(group) || next >= p.opts.UploadConcurrency && p.opts.Now().After(startBy) {
 			return 0, false
 		}
 		next++
@@ -171,9 +178,18 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 			defer wg.Done()
 			for i, ok := take(); ok; i, ok = take() {
 				start := time.Now()
-				segs[i], errs[i] = p.upload(ctx, group[i], segs[i].ID)
+				bounded := i >= p.opts.UploadConcurrency
+				uctx := ctx
+				if bounded {
+					uctx = cctx
+				}
+				segs[i], errs[i] = p.upload(uctx, group[i], segs[i].ID)
 				if errs[i] != nil {
-					p.metrics.UploadErrors.Add(1)
+					if bounded && cctx.Err() != nil && ctx.Err() == nil {
+						errs[i] = errCutShort
+					} else {
+						p.metrics.UploadErrors.Add(1)
+					}
 					mu.Lock()
 					failed = true
 					mu.Unlock()
@@ -186,7 +202,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		}()
 	}
 	wg.Wait()
-	ok := 0 // the segments started (next) and uploaded before any failure
+	ok := 0 // the segments started (next) and uploaded before any failure or cut
 	for ok < next && errs[ok] == nil {
 		ok++
 	}
@@ -214,8 +230,15 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		return ok, nil
 	}
 	p.abandonLocked(in, segs[ok:next])
+	if errs[ok] == errCutShort {
+		return ok, nil // at least the first UploadConcurrency: they are never cut
+	}
 	return ok, errs[ok]
 }
+
+// errCutShort marks a group's upload stopped at half the commit window
+// (see offloadGroupLocked): the segment goes in the next group.
+var errCutShort = errors.New("tiered: upload cut short to commit its group within the window")
 
 // abandonLocked removes what failed or cancelled uploads left (their
 // objects, then the intent naming them), best effort and even when the

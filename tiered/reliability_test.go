@@ -603,3 +603,56 @@ func TestOffloadGroupsStayWithinTheCommitWindow(t *testing.T) {
 		t.Fatalf("the manifest names %d segments; want %d", named, closed)
 	}
 }
+
+// TestOffloadCutsASlowUploadPastTheFirstSegments: a segment a group
+// started past its first UploadConcurrency that is still uploading at
+// half the commit window is stopped; the group commits the segments
+// before it, and the next group uploads it. Without the cut, one slow
+// upload started early in a large group held its commit past the window.
+func TestOffloadCutsASlowUploadPastTheFirstSegments(t *testing.T) {
+	const window = 2 * time.Second
+	fs := faultstore.Wrap(mem.New(), 1)
+	store := objstore.New(fs, "mem://cut", objstore.Options{})
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, UploadConcurrency: 2, CommitWindow: window})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 1800)
+	if err := p.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	segs := p.LocalSegments()
+	closed := len(segs) - 1
+	if closed < 4 {
+		t.Fatalf("%d closed segments; the test needs more than 3", closed)
+	}
+	var cut atomic.Bool
+	fs.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: fmt.Sprintf("/%020d-", segs[2].BaseOffset), KeySuffix: ".log", Nth: 1, Fault: faultstore.Hook,
+		Before: func(ctx context.Context, _ faultstore.Call) error {
+			select {
+			case <-ctx.Done():
+				cut.Store(true)
+				return ctx.Err()
+			case <-time.After(2 * window): // a slow upload, not a failed one
+				return nil
+			}
+		}})
+	n, err := p.Offload(ctx)
+	if err != nil || n != closed {
+		t.Fatalf("offload with the third segment's first .log PUT taking twice the commit window: %d uploaded, err %v; want all %d", n, err, closed)
+	}
+	if !cut.Load() {
+		t.Fatal("the slow upload was not stopped")
+	}
+	if e := p.Metrics().UploadErrors.Load(); e != 0 {
+		t.Fatalf("%d upload errors counted; a cut upload is not one", e)
+	}
+	if named := len(manifestOf(t, p).Segments); named != closed {
+		t.Fatalf("the manifest names %d segments; want %d", named, closed)
+	}
+}
