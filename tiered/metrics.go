@@ -13,8 +13,12 @@ import (
 // (Partition.Metrics). Request-level counts (PUTs, GETs, retries, errors by
 // operation) are the objstore.Store's; these are per segment and per read.
 type Metrics struct {
+	// SegmentsUploaded counts segments uploaded and committed (an
+	// upload its group abandoned is counted when it is sent again);
+	// BytesUploaded their .log, .index and .timeindex bytes, and
+	// UploadLatency each one's upload.
 	SegmentsUploaded atomic.Int64
-	BytesUploaded    atomic.Int64 // .log, .index and .timeindex
+	BytesUploaded    atomic.Int64
 	UploadErrors     atomic.Int64 // segments whose upload failed
 	// UploadsRefused counts segments refused for upload because a batch
 	// failed validation (they stay local; see Offload).

@@ -88,7 +88,8 @@ func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, e
 // of the commit window and are stopped at half of it
 // (offloadGroupLocked), so a slow store, a rate cap or a shared quota
 // shortens groups: no group commits later than its first
-// UploadConcurrency segments alone would have, or half the window.
+// UploadConcurrency segments alone would have, or half the window,
+// whichever is later.
 const (
 	maxGroupSegments = 4
 	groupBytes       = 1 << 30
@@ -149,14 +150,19 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	// of the commit window has gone since the intent, and those still
 	// uploading at half of it are stopped (errCutShort). The group then
 	// commits the segments before the first one cut, and the rest go in
-	// the next group: it commits no later than a group of
-	// UploadConcurrency would have, or at half the window.
+	// the next group (those started after it and finished are uploaded
+	// again): it commits no later than its first UploadConcurrency
+	// segments alone would have, or half the window, whichever is
+	// later. A bounded segment's real error that comes after half the
+	// window is taken for a cut: the next group, which starts with that
+	// segment and never cuts it, reports it.
 	now := p.opts.Now()
 	created := time.UnixMilli(in.CreatedMs)
 	startBy := created.Add(p.opts.CommitWindow / 4)
 	cctx, cancel := context.WithTimeout(ctx, created.Add(p.opts.CommitWindow/2).Sub(now))
 	defer cancel()
 	errs := make([]error, len(group))
+	took := make([]time.Duration, len(group))
 	var (
 		wg     sync.WaitGroup
 		mu     sync.Mutex
@@ -195,9 +201,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 					mu.Unlock()
 					continue
 				}
-				p.metrics.SegmentsUploaded.Add(1)
-				p.metrics.BytesUploaded.Add(segs[i].Size + segs[i].IndexSize + segs[i].TimeIndexSize)
-				p.metrics.UploadLatency.Since(start)
+				took[i] = time.Since(start)
 			}
 		}()
 	}
@@ -220,8 +224,13 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 		}); err != nil {
 			return 0, err
 		}
-		for _, seg := range segs[:ok] {
+		for i, seg := range segs[:ok] {
 			p.opts.Logger.Info("offloaded segment", "base", seg.BaseOffset, "last", seg.LastOffset, "bytes", seg.Size)
+			// Counted once committed: an upload abandoned after a
+			// failure or a cut is uploaded again by the next group.
+			p.metrics.SegmentsUploaded.Add(1)
+			p.metrics.BytesUploaded.Add(seg.Size + seg.IndexSize + seg.TimeIndexSize)
+			p.metrics.UploadLatency.Observe(took[i])
 		}
 		p.uploadedLocked(segs[:ok])
 	}
@@ -231,6 +240,8 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	}
 	p.abandonLocked(in, segs[ok:next])
 	if errs[ok] == errCutShort {
+		p.opts.Logger.Info("offload group cut short at half the commit window; its slow segment goes in the next group",
+			"committed", ok, "next_base", segs[ok].BaseOffset, "window", p.opts.CommitWindow)
 		return ok, nil // at least the first UploadConcurrency: they are never cut
 	}
 	return ok, errs[ok]
@@ -240,8 +251,9 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 // (see offloadGroupLocked): the segment goes in the next group.
 var errCutShort = errors.New("tiered: upload cut short to commit its group within the window")
 
-// abandonLocked removes what failed or cancelled uploads left (their
-// objects, then the intent naming them), best effort and even when the
+// abandonLocked removes what a group's uploads after its committed
+// prefix left (failed, cancelled or cut ones, and those that finished
+// after them: their objects, then the intent naming them), best effort and even when the
 // upload's context has ended: a stopped upload leaves nothing behind, or,
 // when this fails too, an intent that tells gc exactly what to remove.
 // The segments are none a commit names. REQUIRES: p.mu held.

@@ -652,7 +652,20 @@ func TestOffloadCutsASlowUploadPastTheFirstSegments(t *testing.T) {
 	if e := p.Metrics().UploadErrors.Load(); e != 0 {
 		t.Fatalf("%d upload errors counted; a cut upload is not one", e)
 	}
-	if named := len(manifestOf(t, p).Segments); named != closed {
-		t.Fatalf("the manifest names %d segments; want %d", named, closed)
+	named := manifestOf(t, p).Segments
+	if len(named) != closed {
+		t.Fatalf("the manifest names %d segments; want %d", len(named), closed)
+	}
+	// The uploads abandoned with the cut one were sent again: each
+	// segment is counted once, when committed.
+	var bytes int64
+	for _, s := range named {
+		bytes += s.Size + s.IndexSize + s.TimeIndexSize
+	}
+	if got := p.Metrics().SegmentsUploaded.Load(); got != int64(closed) {
+		t.Errorf("SegmentsUploaded %d for %d segments committed", got, closed)
+	}
+	if got := p.Metrics().BytesUploaded.Load(); got != bytes {
+		t.Errorf("BytesUploaded %d; the manifest's segments hold %d", got, bytes)
 	}
 }

@@ -62,8 +62,9 @@ type Options struct {
 	// UploadConcurrency is how many segments Offload uploads at once
 	// (default 4). Offload commits them with one manifest write per
 	// group of up to four times that many: beyond UploadConcurrency,
-	// only while the group stays within 1 GiB and while a quarter of
-	// the CommitWindow has not gone since the group began.
+	// only while the group stays within 1 GiB, starting within a
+	// quarter of the CommitWindow from the group's intent and stopped
+	// (to go in the next group) if still uploading at half of it.
 	UploadConcurrency int
 	// PrefetchBytes is how much a remote read fetches ahead, in the
 	// background, for the next sequential read, across segment borders
@@ -81,7 +82,8 @@ type Options struct {
 	// takes longer is given up (ErrCommitWindow) and retried, because gc
 	// may remove its objects after that. See GC.
 	CommitWindow time.Duration
-	// Now is the clock for local retention (default time.Now).
+	// Now is the clock for local retention, upload intents and their
+	// commit window (default time.Now).
 	Now    func() time.Time
 	Logger *slog.Logger
 	// Metrics receives the partition's counters; share one across a
