@@ -576,20 +576,7 @@ func TestOffloadGroupsSmallSegments(t *testing.T) {
 func TestOffloadGroupsStayWithinTheCommitWindow(t *testing.T) {
 	const window = 2 * time.Second
 	fs := faultstore.Wrap(mem.New(), 1, faultstore.Rule{Op: objstore.OpPut, KeySuffix: ".log", Every: 1, Fault: faultstore.Latency, Latency: window / 2})
-	store := objstore.New(fs, "mem://slow", objstore.Options{})
-	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, UploadConcurrency: 2, CommitWindow: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	produce(t, p, 1800)
-	if err := p.Roll(); err != nil {
-		t.Fatal(err)
-	}
+	p := twoAtATime(t, fs, window)
 	closed := len(p.LocalSegments()) - 1
 	if closed < 5 {
 		t.Fatalf("%d closed segments; the test needs more than two rounds of two", closed)
@@ -612,20 +599,7 @@ func TestOffloadGroupsStayWithinTheCommitWindow(t *testing.T) {
 func TestOffloadCutsASlowUploadPastTheFirstSegments(t *testing.T) {
 	const window = 2 * time.Second
 	fs := faultstore.Wrap(mem.New(), 1)
-	store := objstore.New(fs, "mem://cut", objstore.Options{})
-	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: "tl/orders-0", LeaderEpoch: 1, UploadConcurrency: 2, CommitWindow: window})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	produce(t, p, 1800)
-	if err := p.Roll(); err != nil {
-		t.Fatal(err)
-	}
+	p := twoAtATime(t, fs, window)
 	segs := p.LocalSegments()
 	closed := len(segs) - 1
 	if closed < 4 {
@@ -668,4 +642,26 @@ func TestOffloadCutsASlowUploadPastTheFirstSegments(t *testing.T) {
 	if got := p.Metrics().BytesUploaded.Load(); got != bytes {
 		t.Errorf("BytesUploaded %d; the manifest's segments hold %d", got, bytes)
 	}
+}
+
+// twoAtATime opens a partition over fs that uploads two segments at once
+// within commitWindow, with about six closed segments of 64 KiB; it is
+// closed when the test ends.
+func twoAtATime(t *testing.T, fs *faultstore.Driver, commitWindow time.Duration) *tiered.Partition {
+	t.Helper()
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: objstore.New(fs, "mem://two", objstore.Options{}), Prefix: "tl/orders-0", LeaderEpoch: 1,
+		UploadConcurrency: 2, CommitWindow: commitWindow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	produce(t, p, 1800)
+	if err := p.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
