@@ -253,10 +253,11 @@ var errCutShort = errors.New("tiered: upload cut short to commit its group withi
 
 // abandonLocked removes what a group's uploads after its committed
 // prefix left (failed, cancelled or cut ones, and those that finished
-// after them: their objects, then the intent naming them), best effort and even when the
-// upload's context has ended: a stopped upload leaves nothing behind, or,
-// when this fails too, an intent that tells gc exactly what to remove.
-// The segments are none a commit names. REQUIRES: p.mu held.
+// after them: their objects, then the intent naming them), best effort
+// and even when the upload's context has ended: a stopped upload leaves
+// nothing behind, or, when this fails too, an intent that tells gc
+// exactly what to remove. The segments are none a commit names.
+// REQUIRES: p.mu held.
 func (p *Partition) abandonLocked(in *intent, segs []manifest.Segment) {
 	ctx, cancel := context.WithTimeout(context.Background(), p.store.Timeout())
 	defer cancel()
