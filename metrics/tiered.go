@@ -19,7 +19,7 @@ func NewTiered(m *tiered.Metrics, partitions func() []*tiered.Partition) prometh
 	const sub = "tiered"
 	var (
 		uploads         = desc(sub, "segments_uploaded_total", "Segments uploaded (.log with its trimmed indexes) and committed to the manifest.", nil, nil)
-		uploadBytes     = desc(sub, "upload_bytes_total", "Bytes uploaded (.log, .index and .timeindex).", nil, nil)
+		uploadBytes     = desc(sub, "upload_bytes_total", "Bytes of the segments uploaded and committed (.log, .index and .timeindex).", nil, nil)
 		uploadErrors    = desc(sub, "upload_errors_total", "Segment uploads that failed after the store's retries.", nil, nil)
 		uploadLatency   = desc(sub, "upload_duration_seconds", "Time to upload one segment and its indexes.", nil, nil)
 		commits         = desc(sub, "manifest_commits_total", "Manifests committed by conditional put.", nil, nil)

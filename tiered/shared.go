@@ -98,10 +98,12 @@ func NewCaches(o CacheOptions) *Caches {
 
 // Stats returns the caches' hit and miss counters.
 func (c *Caches) Stats() CacheStats {
-	return CacheStats{ChunkHits: c.chunks.lru.hits.Load(), ChunkMisses: c.chunks.lru.misses.Load(), ReadAheadWastedBytes: c.chunks.wasted.Load(),
-		ReadJoinedBytes: c.chunks.joined.Load(),
-		IndexHits:       c.indexes.hits.Load(), IndexMisses: c.indexes.misses.Load(),
-		ManifestHits: c.parts.hits.Load(), ManifestMisses: c.parts.misses.Load()}
+	return CacheStats{
+		ChunkHits: c.chunks.lru.hits.Load(), ChunkMisses: c.chunks.lru.misses.Load(),
+		IndexHits: c.indexes.hits.Load(), IndexMisses: c.indexes.misses.Load(),
+		ManifestHits: c.parts.hits.Load(), ManifestMisses: c.parts.misses.Load(),
+		ReadAheadWastedBytes: c.chunks.wasted.Load(), ReadJoinedBytes: c.chunks.joined.Load(),
+	}
 }
 
 // ManifestBytes returns about how many bytes the manifest parts'
