@@ -156,10 +156,9 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	// later. A bounded segment's real error that comes after half the
 	// window is taken for a cut: the next group, which starts with that
 	// segment and never cuts it, reports it.
-	now := p.opts.Now()
 	created := time.UnixMilli(in.CreatedMs)
 	startBy := created.Add(p.opts.CommitWindow / 4)
-	cctx, cancel := context.WithTimeout(ctx, created.Add(p.opts.CommitWindow/2).Sub(now))
+	cctx, cancel := context.WithTimeout(ctx, created.Add(p.opts.CommitWindow/2).Sub(p.opts.Now()))
 	defer cancel()
 	errs := make([]error, len(group))
 	took := make([]time.Duration, len(group))

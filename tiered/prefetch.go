@@ -3,6 +3,7 @@ package tiered
 import (
 	"context"
 	"math"
+	"sort"
 
 	"github.com/tierlog/tierlog/manifest"
 )
@@ -154,12 +155,8 @@ func (p *Partition) toIndexedBatch(seg manifest.Segment, pos, n, enough, limit i
 	if e, ok := oi.LookupPosition(int32(pos + n)); ok && int64(e.Position)-pos >= enough {
 		return int64(e.Position) - pos
 	}
-	// The first entry past enough: the one after the last entry before it.
-	next := 0
-	if e, ok := oi.LookupPosition(int32(pos + enough - 1)); ok {
-		_, slot, _ := oi.LookupSlot(e.Offset)
-		next = slot + 1
-	}
+	// The first entry at or past enough.
+	next := sort.Search(oi.Entries(), func(i int) bool { return int64(oi.Entry(i).Position) >= pos+enough })
 	end := seg.Size
 	if next < oi.Entries() {
 		end = int64(oi.Entry(next).Position)
