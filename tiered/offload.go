@@ -153,9 +153,9 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	// the next group (those started after it and finished are uploaded
 	// again): it commits no later than its first UploadConcurrency
 	// segments alone would have, or half the window, whichever is
-	// later. A bounded segment's real error that comes after half the
-	// window is taken for a cut: the next group, which starts with that
-	// segment and never cuts it, reports it.
+	// later. Only an upload ended by that stop is a cut: a bounded
+	// segment's own error (a refusal, damage its scan found) is the
+	// group's error whenever it comes.
 	created := time.UnixMilli(in.CreatedMs)
 	startBy := created.Add(p.opts.CommitWindow / 4)
 	cctx, cancel := context.WithTimeout(ctx, created.Add(p.opts.CommitWindow/2).Sub(p.opts.Now()))
@@ -190,7 +190,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 				}
 				segs[i], errs[i] = p.upload(uctx, group[i], segs[i].ID)
 				if errs[i] != nil {
-					if bounded && cctx.Err() != nil && ctx.Err() == nil {
+					if bounded && cctx.Err() != nil && ctx.Err() == nil && errors.Is(errs[i], context.DeadlineExceeded) {
 						errs[i] = errCutShort
 					} else {
 						p.metrics.UploadErrors.Add(1)
@@ -350,7 +350,10 @@ func (p *Partition) upload(ctx context.Context, ps pendingSegment, id [8]byte) (
 			seg.MaxTimestamp = t.LastEntry().Timestamp
 		}
 	}
-	if err := p.scanForUpload(h, start, &seg, ix); err != nil {
+	if err := p.scanForUpload(ctx, h, start, &seg, ix); err != nil {
+		if ctx.Err() != nil && !errors.Is(err, backend.ErrCorruptRecord) {
+			return seg, err // stopped, not refused
+		}
 		p.metrics.UploadsRefused.Add(1)
 		p.opts.Logger.Error("refusing to upload a damaged segment; it stays local", "segment", h.Path(), "err", err)
 		return seg, err
@@ -524,7 +527,9 @@ func segmentEpochs(upTo []local.EpochEntry, base int64) []manifest.EpochStart {
 //
 // The scan starts at position start, where the batch holding seg's base
 // offset begins; ix, when set, builds the indexes of that part as it goes.
-func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *manifest.Segment, ix *indexBuilder) error {
+// It stops, with ctx's error and not ErrCorruptRecord, when ctx ends: a
+// segment's scan reads up to its whole size.
+func (p *Partition) scanForUpload(ctx context.Context, h *local.SegmentHandle, start int64, seg *manifest.Segment, ix *indexBuilder) error {
 	if h.Size() <= start {
 		return fmt.Errorf("%w: tiered: %s holds nothing from position %d", backend.ErrCorruptRecord, h.Path(), start)
 	}
@@ -535,7 +540,13 @@ func (p *Partition) scanForUpload(h *local.SegmentHandle, start int64, seg *mani
 	compacted := p.local.GapsAllowed()
 	order := local.NewSegmentOrder(seg.BaseOffset, h.NextOffset()-1, !compacted)
 	sc := record.NewScanner(h, start, h.Size(), record.ScanOptions{Validate: true, BufferSize: 1 << 20})
+	done := ctx.Done()
 	for sc.Next() {
+		select {
+		case <-done:
+			return fmt.Errorf("tiered: scanning %s: %w", h.Path(), ctx.Err())
+		default:
+		}
 		e := sc.Entry()
 		if ix != nil {
 			ix.add(e.Position-start, e.Size, e.LastOffset, e.MaxTimestamp)

@@ -644,6 +644,35 @@ func TestOffloadCutsASlowUploadPastTheFirstSegments(t *testing.T) {
 	}
 }
 
+// TestOffloadReportsARealErrorPastHalfTheWindow: a segment past the
+// first UploadConcurrency whose upload fails for a reason of its own
+// after half the commit window is an error of its group, counted once,
+// not a cut the next group would have to find again.
+func TestOffloadReportsARealErrorPastHalfTheWindow(t *testing.T) {
+	const window = 2 * time.Second
+	fs := faultstore.Wrap(mem.New(), 1)
+	p := twoAtATime(t, fs, window)
+	segs := p.LocalSegments()
+	if len(segs)-1 < 4 {
+		t.Fatalf("%d closed segments; the test needs more than 3", len(segs)-1)
+	}
+	fs.Add(faultstore.Rule{Op: objstore.OpPut, KeyContains: fmt.Sprintf("/%020d-", segs[2].BaseOffset), KeySuffix: ".log", Nth: 1, Fault: faultstore.Hook,
+		Before: func(context.Context, faultstore.Call) error {
+			time.Sleep(window * 3 / 4) // past half the window, whatever the context says
+			return objstore.ErrAccessDenied
+		}})
+	n, err := p.Offload(ctx)
+	if !errors.Is(err, objstore.ErrAccessDenied) || n != 2 {
+		t.Fatalf("offload with the third segment's .log PUT refused after half the window: %d uploaded, err %v; want 2 and the refusal", n, err)
+	}
+	if e := p.Metrics().UploadErrors.Load(); e != 1 {
+		t.Fatalf("%d upload errors counted; want 1", e)
+	}
+	if named := manifestOf(t, p).Segments; len(named) != 2 {
+		t.Fatalf("the manifest names %d segments; want the 2 before the refused one", len(named))
+	}
+}
+
 // twoAtATime opens a partition over fs that uploads two segments at once
 // within commitWindow, with about six closed segments of 64 KiB; it is
 // closed when the test ends.

@@ -108,7 +108,7 @@ func (p *Partition) bucketHoldsLocked(ctx context.Context, head *manifest.Head, 
 	defer h.Close()
 	var mine manifest.Segment
 	mine.BaseOffset, mine.MaxTimestamp = si.BaseOffset, -1
-	if err := p.scanForUpload(h, 0, &mine, nil); err != nil {
+	if err := p.scanForUpload(ctx, h, 0, &mine, nil); err != nil {
 		return err
 	}
 	if h.Size() != seg.Size || mine.LogCRC != seg.LogCRC {
