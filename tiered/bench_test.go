@@ -55,6 +55,53 @@ func benchLog(b *testing.B) (*local.Log, backend.Config) {
 // puts. Target: offload >= 0.9 of raw.
 func BenchmarkOffload(b *testing.B) { offloadBench(b, realStore(b, "s3")) }
 
+// BenchmarkCopyTurns offloads the same log as BenchmarkOffload the way
+// a Backend's copier does: CopyTurn after CopyTurn until none waits. It
+// reports the requests the bucket received per segment.
+func BenchmarkCopyTurns(b *testing.B) {
+	store := realStore(b, "s3")
+	l, _ := benchLog(b)
+	var size int64
+	var segments int
+	for _, si := range l.SegmentInfos() {
+		if !si.Active {
+			size += si.Size
+			segments++
+		}
+	}
+	l.Close()
+	b.SetBytes(size)
+	requests := func() (n int64) {
+		for _, v := range store.Stats().Requests {
+			n += v
+		}
+		return n
+	}
+	var sent int64
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		l := copyBenchLog(b, cfg(b, "segment.bytes", "1048576", "local.retention.ms", "-1", "retention.ms", "-1"))
+		b.StartTimer()
+		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: fmt.Sprintf("t%d/orders-0", i), LeaderEpoch: 1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		before := requests()
+		for more := true; more; {
+			if _, more, err = p.CopyTurn(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+		sent += requests() - before
+		b.StopTimer()
+		p.Close()
+		b.StartTimer()
+		i++
+	}
+	b.ReportMetric(float64(sent)/float64(i*segments), "requests/segment")
+}
+
 func offloadBench(b *testing.B, store *objstore.Store) {
 	l, _ := benchLog(b)
 	var size int64

@@ -37,43 +37,52 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 // below the bucket's last offset (a new leader whose segments do not line
 // up with the old leader's) uploads from the first offset the bucket lacks.
 func (p *Partition) Offload(ctx context.Context) (int, error) {
-	n, _, err := p.offload(ctx, -1)
+	n, _, err := p.offload(ctx, false)
 	return n, err
 }
 
-// CopyTurn is one turn of a Backend's copier: at most one segment
-// uploaded and committed, then local retention. more says whether another
-// segment waits, so the copier can queue the partition again behind the
-// others (fair turns: a long backlog holds no other partition back).
+// CopyTurn is one turn of a Backend's copier: one segment uploaded and
+// committed, with up to three more after it, one at a time, while the
+// turn's bytes stay within 128 MiB (small segments share the turn's
+// intent and commit: see turnLen), then local retention. more says
+// whether another segment waits, so the copier can queue the partition
+// again behind the others (fair turns: a long backlog holds no other
+// partition back longer than one large segment's turn would).
 func (p *Partition) CopyTurn(ctx context.Context) (uploaded int, more bool, err error) {
-	return p.offload(ctx, 1)
+	return p.offload(ctx, true)
 }
 
-// offload uploads up to limit segments (all with -1).
-func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, err error) {
+// offload uploads every pending segment, or, as a copier's turn, one
+// group of them at one upload at a time.
+func (p *Partition) offload(ctx context.Context, turn bool) (n int, more bool, err error) {
 	ctx, done, err := p.beginLeaderChange(ctx)
 	if err != nil {
 		return 0, false, err
 	}
 	defer done()
-	want := limit
-	if limit > 0 {
-		want = limit + 1 // one more, to tell whether more wait
+	want := -1
+	if turn {
+		want = maxTurnSegments + 1 // one more, to tell whether more wait
 	}
 	pending, err := p.pendingLocked(want)
 	if err != nil {
 		return 0, false, err
 	}
-	if limit > 0 && len(pending) > limit {
-		pending, more = pending[:limit], true
-	}
 	for len(pending) > 0 {
-		k, err := p.offloadGroupLocked(ctx, pending[:p.groupLen(pending)])
+		concurrency, group := p.opts.UploadConcurrency, groupLen(pending, p.opts.UploadConcurrency, maxGroupSegments*p.opts.UploadConcurrency, groupBytes)
+		if turn {
+			concurrency, group = 1, groupLen(pending, 1, maxTurnSegments, turnBytes)
+		}
+		k, err := p.offloadGroupLocked(ctx, pending[:group], concurrency)
 		n += k
 		if err != nil {
 			return n, true, err
 		}
 		pending = pending[k:] // a group cut short by time: the rest go in the next
+		if turn {
+			more = len(pending) > 0
+			break
+		}
 	}
 	return n, more, p.applyLocalRetentionLocked(ctx)
 }
@@ -90,17 +99,27 @@ func (p *Partition) offload(ctx context.Context, limit int) (n int, more bool, e
 // shortens groups: no group commits later than its first
 // UploadConcurrency segments alone would have, or half the window,
 // whichever is later.
+//
+// A copier's turn is a group of one upload at a time (the copier pool is
+// the service's concurrency): its first segment whatever its size, and up
+// to maxTurnSegments while the turn stays within turnBytes. A partition
+// of Kafka's 1 GiB segments takes one a turn; one of small segments (a
+// segment.ms roll of a quiet topic, a backlog after an outage) shares a
+// commit among four, and its turn is no longer than a large segment's.
 const (
 	maxGroupSegments = 4
 	groupBytes       = 1 << 30
+	maxTurnSegments  = 4
+	turnBytes        = 128 << 20
 )
 
 // groupLen returns how many of pending's first segments form the next
-// group.
-func (p *Partition) groupLen(pending []pendingSegment) int {
+// group: first whatever their size, then more, up to most, while the
+// group's bytes stay within bytes.
+func groupLen(pending []pendingSegment, first, most int, bytes int64) int {
 	n, size := 0, int64(0)
-	for n < len(pending) && n < maxGroupSegments*p.opts.UploadConcurrency {
-		if n >= p.opts.UploadConcurrency && size+pending[n].size > groupBytes {
+	for n < len(pending) && n < most {
+		if n >= first && size+pending[n].size > bytes {
 			break
 		}
 		size += pending[n].size
@@ -125,7 +144,7 @@ type pendingSegment struct {
 // happen; it is removed once the commit names them. After the commit the
 // objects are checked to exist before anything may rely on them.
 // REQUIRES: p.mu held.
-func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegment) (int, error) {
+func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegment, concurrency int) (int, error) {
 	segs := make([]manifest.Segment, len(group))
 	for i, ps := range group {
 		segs[i].BaseOffset, segs[i].LastOffset = ps.from, ps.next-1
@@ -143,16 +162,16 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	if err != nil {
 		return 0, err
 	}
-	// UploadConcurrency workers take the group's segments in offset
-	// order. Once one fails, no later segment starts: only those before
-	// the first failure can be committed. The segments past the first
-	// UploadConcurrency are bounded in time: none starts once a quarter
+	// concurrency workers take the group's segments in offset order.
+	// Once one fails, no later segment starts: only those before the
+	// first failure can be committed. The segments past the first
+	// concurrency are bounded in time: none starts once a quarter
 	// of the commit window has gone since the intent, and those still
 	// uploading at half of it are stopped (errCutShort). The group then
 	// commits the segments before the first one cut, and the rest go in
 	// the next group (those started after it and finished are uploaded
-	// again): it commits no later than its first UploadConcurrency
-	// segments alone would have, or half the window, whichever is
+	// again): it commits no later than its first concurrency segments
+	// alone would have, or half the window, whichever is
 	// later. Only an upload ended by that stop is a cut: a bounded
 	// segment's own error (a refusal, damage its scan found) is the
 	// group's error whenever it comes.
@@ -171,19 +190,19 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	take := func() (int, bool) {
 		mu.Lock()
 		defer mu.Unlock()
-		if failed || next == len(group) || next >= p.opts.UploadConcurrency && p.opts.Now().After(startBy) {
+		if failed || next == len(group) || next >= concurrency && p.opts.Now().After(startBy) {
 			return 0, false
 		}
 		next++
 		return next - 1, true
 	}
-	for range min(len(group), p.opts.UploadConcurrency) {
+	for range min(len(group), concurrency) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i, ok := take(); ok; i, ok = take() {
 				start := time.Now()
-				bounded := i >= p.opts.UploadConcurrency
+				bounded := i >= concurrency
 				uctx := ctx
 				if bounded {
 					uctx = cctx
@@ -241,7 +260,7 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	if errs[ok] == errCutShort {
 		p.opts.Logger.Info("offload group cut short at half the commit window; its slow segment goes in the next group",
 			"committed", ok, "next_base", segs[ok].BaseOffset, "window", p.opts.CommitWindow)
-		return ok, nil // at least the first UploadConcurrency: they are never cut
+		return ok, nil // at least the first concurrency: they are never cut
 	}
 	return ok, errs[ok]
 }

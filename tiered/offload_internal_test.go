@@ -17,7 +17,8 @@ import (
 
 // TestGroupLen: Offload's groups take UploadConcurrency segments
 // whatever their size, and more small ones, up to four times that,
-// within 1 GiB.
+// within 1 GiB; a copier's turn takes one segment whatever its size, and
+// up to four within 128 MiB.
 func TestGroupLen(t *testing.T) {
 	pending := func(n int, size int64) []pendingSegment {
 		out := make([]pendingSegment, n)
@@ -26,20 +27,29 @@ func TestGroupLen(t *testing.T) {
 		}
 		return out
 	}
+	offload := func(concurrency int) func([]pendingSegment) int {
+		return func(p []pendingSegment) int {
+			return groupLen(p, concurrency, maxGroupSegments*concurrency, groupBytes)
+		}
+	}
+	turn := func(p []pendingSegment) int { return groupLen(p, 1, maxTurnSegments, turnBytes) }
 	for _, tc := range []struct {
 		name    string
-		opts    Options
+		groupOf func([]pendingSegment) int
 		pending []pendingSegment
 		want    int
 	}{
-		{"fewer than a group", Options{UploadConcurrency: 4}, pending(3, 1<<20), 3},
-		{"small segments", Options{UploadConcurrency: 4}, pending(40, 1<<20), 16},
-		{"within 1 GiB", Options{UploadConcurrency: 4}, pending(40, 100<<20), 10},
-		{"large segments", Options{UploadConcurrency: 4}, pending(40, 1<<30), 4},
-		{"one at a time", Options{UploadConcurrency: 1}, pending(40, 1<<20), 4},
+		{"fewer than a group", offload(4), pending(3, 1<<20), 3},
+		{"small segments", offload(4), pending(40, 1<<20), 16},
+		{"within 1 GiB", offload(4), pending(40, 100<<20), 10},
+		{"large segments", offload(4), pending(40, 1<<30), 4},
+		{"one at a time", offload(1), pending(40, 1<<20), 4},
+		{"a turn of small segments", turn, pending(40, 1<<20), 4},
+		{"a turn within 128 MiB", turn, pending(40, 50<<20), 2},
+		{"a turn of a large segment", turn, pending(40, 1<<30), 1},
+		{"a turn of the last segment", turn, pending(1, 1<<20), 1},
 	} {
-		p := &Partition{opts: tc.opts}
-		if got := p.groupLen(tc.pending); got != tc.want {
+		if got := tc.groupOf(tc.pending); got != tc.want {
 			t.Errorf("%s: a group of %d; want %d", tc.name, got, tc.want)
 		}
 	}

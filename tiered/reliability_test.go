@@ -673,6 +673,47 @@ func TestOffloadReportsARealErrorPastHalfTheWindow(t *testing.T) {
 	}
 }
 
+// TestCopyTurnCommitsSmallSegmentsTogether: a copier's turn over small
+// segments uploads up to four, one at a time, under one intent and one
+// commit, and says whether more wait.
+func TestCopyTurnCommitsSmallSegmentsTogether(t *testing.T) {
+	fs := faultstore.Wrap(mem.New(), 1)
+	p := twoAtATime(t, fs, time.Minute)
+	closed := len(p.LocalSegments()) - 1
+	if closed < 5 || closed > 8 {
+		t.Fatalf("%d closed segments; the test needs 5 to 8", closed)
+	}
+	var intents, inFlight, most atomic.Int64
+	fs.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: ".intent", Every: 1, Fault: faultstore.Hook,
+		Hook: func(objstore.Op, string) { intents.Add(1) }})
+	fs.Add(faultstore.Rule{Op: objstore.OpPut, KeySuffix: ".log", Every: 1, Fault: faultstore.Hook,
+		Before: func(context.Context, faultstore.Call) error {
+			n := inFlight.Add(1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			time.Sleep(10 * time.Millisecond)
+			return nil
+		},
+		After: func(faultstore.Call) { inFlight.Add(-1) }})
+	n, more, err := p.CopyTurn(ctx)
+	if err != nil || n != 4 || !more {
+		t.Fatalf("first turn over %d small segments: %d uploaded, more %v, err %v; want 4 and more", closed, n, more, err)
+	}
+	if got := intents.Load(); got != 1 {
+		t.Fatalf("the turn wrote %d intents; want one for its four segments", got)
+	}
+	if got := len(manifestOf(t, p).Segments); got != 4 {
+		t.Fatalf("the manifest names %d segments after the turn; want 4", got)
+	}
+	n, more, err = p.CopyTurn(ctx)
+	if err != nil || n != closed-4 || more {
+		t.Fatalf("second turn: %d uploaded, more %v, err %v; want %d and no more", n, more, err, closed-4)
+	}
+	if got := most.Load(); got != 1 {
+		t.Fatalf("%d uploads at once in a turn; the copier pool is the service's concurrency: want 1", got)
+	}
+}
+
 // twoAtATime opens a partition over fs that uploads two segments at once
 // within commitWindow, with about six closed segments of 64 KiB; it is
 // closed when the test ends.

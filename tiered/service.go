@@ -17,10 +17,12 @@ import (
 //
 // Copiers (ManagerConfig.CopierThreads) take partitions from one FIFO of
 // partitions with segments to upload; a partition is in it at most once.
-// Each turn uploads one segment (CopyTurn) and, if more wait, puts the
-// partition back at the end: a partition with a long backlog takes one
-// turn per round, and every other partition waits at most one round of
-// turns. Every upload goes through the broker-wide quota.
+// Each turn uploads one segment, or up to four small ones (within 128
+// MiB) committed together, one upload at a time (CopyTurn), and, if more
+// wait, puts the partition back at the end: a partition with a long
+// backlog takes one turn per round, and every other partition waits at
+// most one round of turns. Every upload goes through the broker-wide
+// quota.
 //
 // A partition is queued when the broker moves its high watermark past a
 // closed segment the bucket lacks (SetHighWatermark, BecomeLeader), and by
