@@ -51,7 +51,7 @@ func TestSmoke(t *testing.T) {
 	shapes(t, byKind, n)
 	var md bytes.Buffer
 	parts := []result{{Values: map[string]float64{"openMs": 500}, PeakRSSMB: 40}}
-	tiered := []benchLine{{label: "offload", unit: "MB/s", values: []float64{100, 90, 110}, goal: "offload >= 0.9x raw PutObject", goalFigure: "1.00x | met"}}
+	tiered := []benchLine{{name: "Offload", label: "offload", unit: "MB/s", values: []float64{100, 90, 110}, goal: "offload >= 0.9x raw PutObject", goalFigure: "1.00x | met"}}
 	report(&md, byKind, parts, tiered, cannedGroups(t), n, 1, reads, time.Second)
 	out := md.String()
 	for _, want := range []string{"| tierlog |", "| hashicorp/raft-wal v0.4.0 |", "sendfile(2)", "| 10,000 partitions open < 1 s | 500 ms | met |",
@@ -169,7 +169,7 @@ func TestGoBenchFailed(t *testing.T) {
 		lines[1].failed != "" || len(lines[1].values) != 1 || lines[0].goalFigure != "no figure: a benchmark failed (above) | **not measured**" {
 		t.Errorf("the tiered lines: %+v", lines[:2])
 	}
-	if l := lines[5]; l.label != "local read of the same kind of batch" || len(l.values) != 1 || l.values[0] != 2.592 {
+	if l, _ := lineNamed(lines, "LocalRead"); l.label != "local read of the same kind of batch" || len(l.values) != 1 || l.values[0] != 2.592 {
 		t.Errorf("local read: %+v", l)
 	}
 	timeout := "BenchmarkX\npanic: test timed out after 15m0s\n\trunning tests:\n"
@@ -337,5 +337,22 @@ func TestSealedRows(t *testing.T) {
 	}
 	if len(want) > 0 {
 		t.Errorf("rows missing: %v", want)
+	}
+}
+
+// TestOffloadFigure: the diskless rows set classic tiered's offload
+// beside theirs: the unsealed offload's figure, not that of the sealed
+// runs whose labels also begin with "offload".
+func TestOffloadFigure(t *testing.T) {
+	g := newGoFigures()
+	g.parse([]byte("BenchmarkOffload-2 \t 2 \t 500000000 ns/op \t 56.40 MB/s\n" +
+		"BenchmarkRawPut-2 \t 2 \t 500000000 ns/op \t 63.80 MB/s\n" +
+		"BenchmarkSealed/offload/off-2 \t 2 \t 500000000 ns/op \t 90.80 MB/s\n" +
+		"BenchmarkSealed/offload/on-2 \t 2 \t 500000000 ns/op \t 89.40 MB/s\n"))
+	if f := offloadFigure(tieredLines(g)); f.why != "" || f.v != 56.4 {
+		t.Fatalf("classic tiered's offload: %+v; want the Offload benchmark's 56.4 MB/s", f)
+	}
+	if f := offloadFigure(nil); f.why != "the tiered rows did not run" {
+		t.Fatalf("no tiered rows: %+v", f)
 	}
 }

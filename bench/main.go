@@ -391,16 +391,7 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 			fmt.Fprintf(w, "| %s | %s %s | %s |\n", l.label, statOf(l.values), l.unit, goal)
 		}
 	}
-	offload := fig{why: "the tiered rows did not run"}
-	for _, l := range tiered {
-		if strings.HasPrefix(l.label, "offload") {
-			offload = fig{v: statOf(l.values).med}
-			if l.failed != "" {
-				offload = fig{why: "BenchmarkOffload: " + l.failed}
-			}
-		}
-	}
-	goals = append(goals, reportGroups(w, groups, offload)...)
+	goals = append(goals, reportGroups(w, groups, offloadFigure(tiered))...)
 
 	met := metCell
 	fmt.Fprintf(w, "\n| goal | figure | |\n| --- | --- | --- |\n")

@@ -9,9 +9,10 @@ import (
 
 // benchLine is one tiered figure over the runs.
 type benchLine struct {
-	label, unit      string
-	values           []float64
-	goal, goalFigure string
+	// name is the Go benchmark's, without its Benchmark prefix.
+	name, label, unit string
+	values            []float64
+	goal, goalFigure  string
 	// failed is why the benchmark gave no figure (its failure message).
 	failed string
 	// baseline: the row is another row's raw baseline.
@@ -19,16 +20,18 @@ type benchLine struct {
 }
 
 // The tiered benchmarks live with the tiered package (go test ./tiered
-// -bench): offload beside raw PutObject of the same files, cold and cached
-// remote reads beside one raw ranged GET and a local read, and sequential
-// remote consumption with and without read-ahead. The harness runs them in
-// the repository root and reads their output.
+// -bench): offload and copier turns beside raw PutObject of the same
+// files, cold and cached remote reads beside one raw ranged GET and a
+// local read, and sequential remote consumption with and without
+// read-ahead. The harness runs them in the repository root and reads
+// their output.
 var tieredBenchmarks = []struct {
 	name, label, unit string
 	baseline          bool
 }{
 	{"Offload", "offload (31 MiB in 1 MiB segments, manifest commits)", "MB/s", false},
 	{"RawPut", "raw PutObject of the same files", "MB/s", true},
+	{"CopyTurns", "copier turns, the tiering service's path (CopyTurn until none waits: one upload at a time, up to 4 small segments a commit), the same files", "MB/s", false},
 	{"ColdRemoteRead", "cold remote read of a batch (one ranged GET)", "µs", false},
 	{"RawRangedGet80KiB", "raw ranged GET of the same size", "µs", true},
 	{"CachedRemoteRead", "cached remote read", "µs", false},
@@ -41,6 +44,30 @@ var tieredBenchmarks = []struct {
 	{"Sealed/cold/on", "cold remote read from a sealed bucket", "µs", false},
 	{"Sealed/cached/off", "cached remote read, the same run as the sealed one below", "µs", true},
 	{"Sealed/cached/on", "cached remote read from a sealed bucket", "µs", false},
+}
+
+// lineNamed returns the line of the benchmark called name.
+func lineNamed(lines []benchLine, name string) (benchLine, bool) {
+	for _, l := range lines {
+		if l.name == name {
+			return l, true
+		}
+	}
+	return benchLine{}, false
+}
+
+// offloadFigure is the offload's median, the figure the diskless rows
+// set beside classic tiered's (the unsealed offload's, not the sealed
+// runs').
+func offloadFigure(tiered []benchLine) fig {
+	l, ok := lineNamed(tiered, "Offload")
+	switch {
+	case !ok:
+		return fig{why: "the tiered rows did not run"}
+	case l.failed != "":
+		return fig{why: "BenchmarkOffload: " + l.failed}
+	}
+	return fig{v: statOf(l.values).med}
 }
 
 // sealedGoal is the least a sealed bucket's throughput may be of an
@@ -65,7 +92,7 @@ func runTiered(runs int) []benchLine {
 func tieredLines(g *goFigures) []benchLine {
 	var lines []benchLine
 	for _, b := range tieredBenchmarks {
-		l := benchLine{label: b.label, unit: b.unit, baseline: b.baseline}
+		l := benchLine{name: b.name, label: b.label, unit: b.unit, baseline: b.baseline}
 		unit := "ns/op" // shown in µs
 		if b.unit == "MB/s" {
 			unit = "MB/s"
@@ -83,12 +110,8 @@ func tieredLines(g *goFigures) []benchLine {
 		lines = append(lines, l)
 	}
 	med := func(name string) float64 {
-		for _, l := range lines {
-			for _, b := range tieredBenchmarks {
-				if b.name == name && b.label == l.label {
-					return statOf(l.values).med
-				}
-			}
+		if l, ok := lineNamed(lines, name); ok {
+			return statOf(l.values).med
 		}
 		return 0
 	}
