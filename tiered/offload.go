@@ -44,7 +44,7 @@ func (p *Partition) Offload(ctx context.Context) (int, error) {
 // CopyTurn is one turn of a Backend's copier: one segment uploaded and
 // committed, with up to three more after it, one at a time, while the
 // turn's bytes stay within 128 MiB (small segments share the turn's
-// intent and commit: see turnLen), then local retention. more says
+// intent and commit: see groupLen), then local retention. more says
 // whether another segment waits, so the copier can queue the partition
 // again behind the others (fair turns: a long backlog holds no other
 // partition back longer than one large segment's turn would).

@@ -714,6 +714,34 @@ func TestCopyTurnCommitsSmallSegmentsTogether(t *testing.T) {
 	}
 }
 
+// TestCopyTurnCutsASegmentTheCapHoldsPastHalfTheWindow: a turn's later
+// segment that the upload cap would hold past half the commit window is
+// cut there, as a slow store's is: the turn commits the segments before
+// it and says more wait, with no upload error and no backoff.
+func TestCopyTurnCutsASegmentTheCapHoldsPastHalfTheWindow(t *testing.T) {
+	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := tiered.Open(ctx, l, tiered.Options{Store: objstore.New(mem.New(), "mem://capped", objstore.Options{}), Prefix: "tl/orders-0", LeaderEpoch: 1,
+		CommitWindow: 2 * time.Second, UploadBytesPerSecond: 56 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	produce(t, p, 1800)
+	if err := p.Roll(); err != nil {
+		t.Fatal(err)
+	}
+	n, more, err := p.CopyTurn(ctx)
+	if err != nil || n < 1 || !more {
+		t.Fatalf("a turn whose second segment the cap holds past half the window: %d uploaded, more %v, err %v; want the first, more, no error", n, more, err)
+	}
+	if e := p.Metrics().UploadErrors.Load(); e != 0 {
+		t.Fatalf("%d upload errors counted; a segment cut by the window is not one", e)
+	}
+}
+
 // twoAtATime opens a partition over fs that uploads two segments at once
 // within commitWindow, with about six closed segments of 64 KiB; it is
 // closed when the test ends.

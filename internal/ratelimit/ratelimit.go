@@ -26,6 +26,12 @@ func New(bytesPerSecond int64) *Limiter {
 
 // Wait blocks until n bytes may go, or ctx is done (its error then). n may
 // exceed the burst: the bytes are taken a burst at a time.
+//
+// The token bucket refuses at once bytes that cannot go before ctx's
+// deadline, with an error of its own; Wait waits for the deadline
+// instead and returns ctx's error, so that a caller tells a stream its
+// deadline stopped from one that failed (an offload group's upload cut
+// at half the commit window is the first).
 func (r *Limiter) Wait(ctx context.Context, n int) error {
 	if r == nil {
 		return nil
@@ -33,6 +39,9 @@ func (r *Limiter) Wait(ctx context.Context, n int) error {
 	for n > 0 {
 		k := min(n, r.lim.Burst())
 		if err := r.lim.WaitN(ctx, k); err != nil {
+			if _, ok := ctx.Deadline(); ok && ctx.Err() == nil {
+				<-ctx.Done() // refused for the deadline, which now comes
+			}
 			if ctx.Err() != nil {
 				return ctx.Err()
 			}

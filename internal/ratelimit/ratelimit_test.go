@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -39,5 +40,25 @@ func TestRateLimiter(t *testing.T) {
 	r = New(1_000_000)
 	if err := r.Wait(context.Background(), 2_500_000); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestWaitPastTheDeadline: bytes that cannot go before the context's
+// deadline end the wait with the context's error when the deadline
+// comes, as Wait says, not with the token bucket's early refusal (which
+// names no context error: a caller could not tell it from a failure).
+func TestWaitPastTheDeadline(t *testing.T) {
+	r := New(1_000)
+	if err := r.Wait(context.Background(), 1_000); err != nil { // the burst
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	err := r.Wait(ctx, 1_000) // a second's worth
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("wait past the deadline: %v; want context.DeadlineExceeded", err)
+	}
+	if ctx.Err() == nil {
+		t.Fatal("the wait ended before the deadline")
 	}
 }
