@@ -53,16 +53,45 @@ func benchLog(b *testing.B) (*local.Log, backend.Config) {
 // BenchmarkOffload uploads every closed segment (about 31 MiB) with
 // manifest commits; BenchmarkRawPut uploads the same files with plain
 // puts. Target: offload >= 0.9 of raw.
-func BenchmarkOffload(b *testing.B) { offloadBench(b, realStore(b, "s3")) }
+func BenchmarkOffload(b *testing.B) { offloadBench(b, realStore(b, "s3"), offloadAll) }
+
+// offloadAll is Offload, for offloadBench.
+func offloadAll(p *tiered.Partition) error {
+	_, err := p.Offload(ctx)
+	return err
+}
 
 // BenchmarkCopyTurns offloads the same log as BenchmarkOffload the way
 // a Backend's copier does: CopyTurn after CopyTurn until none waits. It
 // reports the requests the bucket received per segment.
 func BenchmarkCopyTurns(b *testing.B) {
 	store := realStore(b, "s3")
+	requests := func() (n int64) {
+		for _, v := range store.Stats().Requests {
+			n += v
+		}
+		return n
+	}
+	var sent int64
+	rounds, segments := offloadBench(b, store, func(p *tiered.Partition) error {
+		before := requests()
+		defer func() { sent += requests() - before }()
+		for more := true; more; {
+			var err error
+			if _, more, err = p.CopyTurn(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b.ReportMetric(float64(sent)/float64(rounds*segments), "requests/segment")
+}
+
+// offloadBench offloads, with offload, a copy of the benchmarks' log a
+// round, and returns the rounds and the segments each offloaded.
+func offloadBench(b *testing.B, store *objstore.Store, offload func(*tiered.Partition) error) (rounds, segments int) {
 	l, _ := benchLog(b)
 	var size int64
-	var segments int
 	for _, si := range l.SegmentInfos() {
 		if !si.Active {
 			size += si.Size
@@ -71,48 +100,6 @@ func BenchmarkCopyTurns(b *testing.B) {
 	}
 	l.Close()
 	b.SetBytes(size)
-	requests := func() (n int64) {
-		for _, v := range store.Stats().Requests {
-			n += v
-		}
-		return n
-	}
-	var sent int64
-	i := 0
-	for b.Loop() {
-		b.StopTimer()
-		l := copyBenchLog(b, cfg(b, "segment.bytes", "1048576", "local.retention.ms", "-1", "retention.ms", "-1"))
-		b.StartTimer()
-		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: fmt.Sprintf("t%d/orders-0", i), LeaderEpoch: 1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		before := requests()
-		for more := true; more; {
-			if _, more, err = p.CopyTurn(ctx); err != nil {
-				b.Fatal(err)
-			}
-		}
-		sent += requests() - before
-		b.StopTimer()
-		p.Close()
-		b.StartTimer()
-		i++
-	}
-	b.ReportMetric(float64(sent)/float64(i*segments), "requests/segment")
-}
-
-func offloadBench(b *testing.B, store *objstore.Store) {
-	l, _ := benchLog(b)
-	var size int64
-	for _, si := range l.SegmentInfos() {
-		if !si.Active {
-			size += si.Size
-		}
-	}
-	l.Close()
-	b.SetBytes(size)
-	i := 0
 	for b.Loop() {
 		// Each round offloads a copy of the log, made untimed, under a
 		// fresh prefix: a partition that offloaded remembers its bucket's
@@ -121,18 +108,19 @@ func offloadBench(b *testing.B, store *objstore.Store) {
 		b.StopTimer()
 		l := copyBenchLog(b, cfg(b, "segment.bytes", "1048576", "local.retention.ms", "-1", "retention.ms", "-1"))
 		b.StartTimer()
-		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: fmt.Sprintf("b%d/orders-0", i), LeaderEpoch: 1})
+		p, err := tiered.Open(ctx, l, tiered.Options{Store: store, Prefix: fmt.Sprintf("b%d/orders-0", rounds), LeaderEpoch: 1})
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := p.Offload(ctx); err != nil {
+		if err := offload(p); err != nil {
 			b.Fatal(err)
 		}
 		b.StopTimer()
 		p.Close()
 		b.StartTimer()
-		i++
+		rounds++
 	}
+	return rounds, segments
 }
 
 // copyBenchLog opens a copy of the benchmarks' log (built by benchLog)
@@ -290,7 +278,7 @@ func BenchmarkSealed(b *testing.B) {
 			}
 			return objstore.New(d, "sealed", objstore.Options{})
 		}
-		b.Run("offload/"+name, func(b *testing.B) { offloadBench(b, store(b)) })
+		b.Run("offload/"+name, func(b *testing.B) { offloadBench(b, store(b), offloadAll) })
 		b.Run("cold/"+name, func(b *testing.B) {
 			p, _ := offloadedTo(b, store(b), -1, -1)
 			coldBench(b, p)
