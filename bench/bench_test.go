@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -164,7 +165,7 @@ func TestGoBenchFailed(t *testing.T) {
 	}
 	g = newGoFigures()
 	g.parse(b)
-	lines := tieredLines(g)
+	lines := tieredLines(g, 1)
 	if !strings.HasPrefix(lines[0].failed, "bench_test.go:74: objstore: retryable error: tiered: no manifest under") ||
 		lines[1].failed != "" || len(lines[1].values) != 1 || lines[0].goalFigure != "no figure: a benchmark failed (above) | **not measured**" {
 		t.Errorf("the tiered lines: %+v", lines[:2])
@@ -327,7 +328,7 @@ func TestSealedRows(t *testing.T) {
 		"cold remote read from a sealed bucket":                                 "0.99x (1414 vs 1400 µs) | met",
 		"cached remote read from a sealed bucket":                               "1.07x (1.15 vs 1.23 µs) | met",
 	}
-	for _, l := range tieredLines(g) {
+	for _, l := range tieredLines(g, 1) {
 		if w, ok := want[l.label]; ok {
 			if l.goalFigure != w || !strings.Contains(l.goal, "sealed >= 0.8x unsealed") {
 				t.Errorf("%s: %q %q, want %q", l.label, l.goal, l.goalFigure, w)
@@ -349,10 +350,35 @@ func TestOffloadFigure(t *testing.T) {
 		"BenchmarkRawPut-2 \t 2 \t 500000000 ns/op \t 63.80 MB/s\n" +
 		"BenchmarkSealed/offload/off-2 \t 2 \t 500000000 ns/op \t 90.80 MB/s\n" +
 		"BenchmarkSealed/offload/on-2 \t 2 \t 500000000 ns/op \t 89.40 MB/s\n"))
-	if f := offloadFigure(tieredLines(g)); f.why != "" || f.v != 56.4 {
+	if f := offloadFigure(tieredLines(g, 1)); f.why != "" || f.v != 56.4 {
 		t.Fatalf("classic tiered's offload: %+v; want the Offload benchmark's 56.4 MB/s", f)
 	}
 	if f := offloadFigure(nil); f.why != "the tiered rows did not run" {
 		t.Fatalf("no tiered rows: %+v", f)
+	}
+}
+
+// TestTieredRoundShort: a benchmark that gave no figure in one round of
+// three says so in its row, with why; its median is of the rounds that
+// gave one.
+func TestTieredRoundShort(t *testing.T) {
+	ok := "BenchmarkOffload\nBenchmarkOffload-2 \t 2 \t 500000000 ns/op \t %s MB/s\nBenchmarkRawPut\nBenchmarkRawPut-2 \t 2 \t 500000000 ns/op \t 63.00 MB/s\n"
+	failed := "BenchmarkOffload\n    bench_test.go:74: put: 503 SlowDown\n--- FAIL: BenchmarkOffload\nBenchmarkRawPut\nBenchmarkRawPut-2 \t 2 \t 500000000 ns/op \t 63.00 MB/s\n"
+	g := newGoFigures()
+	g.parse(fmt.Appendf(nil, ok, "60.00"))
+	g.parse([]byte(failed))
+	g.parse(fmt.Appendf(nil, ok, "70.00"))
+	lines := tieredLines(g, 3)
+	off, _ := lineNamed(lines, "Offload")
+	if len(off.values) != 2 || off.failed != "" || off.short != "1 of 3 rounds gave no figure: bench_test.go:74: put: 503 SlowDown" {
+		t.Fatalf("the offload's line: %+v", off)
+	}
+	if put, _ := lineNamed(lines, "RawPut"); put.short != "" || len(put.values) != 3 {
+		t.Fatalf("the raw PUTs' line: %+v", put)
+	}
+	var md bytes.Buffer
+	report(&md, map[string][]result{}, nil, lines, nil, 3, 1, 0, time.Second)
+	if want := "MB/s (**1 of 3 rounds gave no figure: bench_test.go:74: put: 503 SlowDown**) |"; !strings.Contains(md.String(), want) {
+		t.Fatalf("the report lacks %q:\n%s", want, md.String())
 	}
 }

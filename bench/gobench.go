@@ -50,9 +50,16 @@ func (g *goFigures) value(name, unit string) (float64, string) {
 	if vs := g.values[name][unit]; len(vs) > 0 {
 		return statOf(vs).med, ""
 	}
+	return 0, g.failure(name, unit)
+}
+
+// failure says why benchmark name gave no figure in unit (in a run, or
+// in some of several runs): its failure or skip message, else its
+// parent's, else the child's own failure.
+func (g *goFigures) failure(name, unit string) string {
 	for n := name; ; {
 		if why := g.failed[n]; why != "" {
-			return 0, why
+			return why
 		}
 		i := strings.LastIndex(n, "/")
 		if i < 0 {
@@ -61,9 +68,9 @@ func (g *goFigures) value(name, unit string) (float64, string) {
 		n = n[:i]
 	}
 	if len(g.runErr) > 0 {
-		return 0, strings.Join(g.runErr, "; ")
+		return strings.Join(g.runErr, "; ")
 	}
-	return 0, fmt.Sprintf("Benchmark%s reported no %s", name, unit)
+	return fmt.Sprintf("Benchmark%s reported no %s", name, unit)
 }
 
 var (

@@ -388,7 +388,11 @@ func report(w io.Writer, byKind map[string][]result, parts []result, tiered []be
 				fmt.Fprintf(w, "| %s | **failed**: %s | %s |\n", l.label, strings.ReplaceAll(l.failed, "|", "\\|"), goal)
 				continue
 			}
-			fmt.Fprintf(w, "| %s | %s %s | %s |\n", l.label, statOf(l.values), l.unit, goal)
+			short := ""
+			if l.short != "" {
+				short = " (**" + strings.ReplaceAll(l.short, "|", "\\|") + "**)"
+			}
+			fmt.Fprintf(w, "| %s | %s %s%s | %s |\n", l.label, statOf(l.values), l.unit, short, goal)
 		}
 	}
 	goals = append(goals, reportGroups(w, groups, offloadFigure(tiered))...)

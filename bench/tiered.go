@@ -17,6 +17,9 @@ type benchLine struct {
 	failed string
 	// baseline: the row is another row's raw baseline.
 	baseline bool
+	// short says how many rounds gave no figure, and why, when some did
+	// and others did not: the median is of fewer rounds.
+	short string
 }
 
 // The tiered benchmarks live with the tiered package (go test ./tiered
@@ -75,27 +78,30 @@ func offloadFigure(tiered []benchLine) fig {
 const sealedGoal = 0.8
 
 // runTiered runs the tiered benchmarks in runs rounds, each a child `go
-// test` running every one once, and returns their lines. Rounds, not
-// `-count runs` (which runs each benchmark that many times before the
-// next): a figure and its baseline are measured minutes apart otherwise,
-// and this machine's disk and loopback drift over minutes (the same
-// offload gave 56 and 91 MB/s in one child). A benchmark that fails
-// leaves the others running: its line says why it has no figure, and the
-// rest of bench-compare goes on.
+// test` running every one once (in the source's order), and returns
+// their lines. Rounds, not `-count runs` (which runs each benchmark that
+// many times before the next): a figure and its baseline would come from
+// runs minutes apart, and this machine's disk and loopback drift over
+// minutes (the same offload gave 56 and 91 MB/s in one child). A
+// benchmark that fails leaves the others running: its line says why it
+// has no figure, or in how many rounds it had none, and the rest of
+// bench-compare goes on.
 func runTiered(runs int) []benchLine {
 	var names []string
 	for _, b := range tieredBenchmarks {
 		names = append(names, strings.Split(b.name, "/")[0])
 	}
 	g := newGoFigures()
-	for range max(runs, 1) {
+	runs = max(runs, 1)
+	for range runs {
 		g.run(goRun{dir: "..", pkg: "./tiered", bench: "^Benchmark(" + strings.Join(names, "|") + ")$", benchtime: "1s", timeout: 20 * time.Minute})
 	}
-	return tieredLines(g)
+	return tieredLines(g, runs)
 }
 
-// tieredLines are the tiered benchmarks' lines from their figures.
-func tieredLines(g *goFigures) []benchLine {
+// tieredLines are the tiered benchmarks' lines from their figures over
+// rounds rounds.
+func tieredLines(g *goFigures, rounds int) []benchLine {
 	var lines []benchLine
 	for _, b := range tieredBenchmarks {
 		l := benchLine{name: b.name, label: b.label, unit: b.unit, baseline: b.baseline}
@@ -110,8 +116,11 @@ func tieredLines(g *goFigures) []benchLine {
 			l.values = append(l.values, v)
 		}
 		if len(l.values) == 0 {
-			_, l.failed = g.value(b.name, unit)
+			l.failed = g.failure(b.name, unit)
 			fmt.Fprintf(os.Stderr, "Benchmark%s failed: %s\n", b.name, l.failed)
+		} else if len(l.values) < rounds {
+			l.short = fmt.Sprintf("%d of %d rounds gave no figure: %s", rounds-len(l.values), rounds, g.failure(b.name, unit))
+			fmt.Fprintf(os.Stderr, "Benchmark%s: %s\n", b.name, l.short)
 		}
 		lines = append(lines, l)
 	}
