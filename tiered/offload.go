@@ -165,16 +165,16 @@ func (p *Partition) offloadGroupLocked(ctx context.Context, group []pendingSegme
 	// concurrency workers take the group's segments in offset order.
 	// Once one fails, no later segment starts: only those before the
 	// first failure can be committed. The segments past the first
-	// concurrency are bounded in time: none starts once a quarter
-	// of the commit window has gone since the intent, and those still
+	// concurrency are bounded in time: none starts once a quarter of
+	// the commit window has gone since the intent, and those still
 	// uploading at half of it are stopped (errCutShort). The group then
 	// commits the segments before the first one cut, and the rest go in
 	// the next group (those started after it and finished are uploaded
 	// again): it commits no later than its first concurrency segments
-	// alone would have, or half the window, whichever is
-	// later. Only an upload ended by that stop is a cut: a bounded
-	// segment's own error (a refusal, damage its scan found) is the
-	// group's error whenever it comes.
+	// alone would have, or half the window, whichever is later. Only an
+	// upload ended by that stop is a cut: a bounded segment's own error
+	// (a refusal, damage its scan found) is the group's error whenever
+	// it comes.
 	created := time.UnixMilli(in.CreatedMs)
 	startBy := created.Add(p.opts.CommitWindow / 4)
 	cctx, cancel := context.WithTimeout(ctx, created.Add(p.opts.CommitWindow/2).Sub(p.opts.Now()))
