@@ -719,20 +719,8 @@ func TestCopyTurnCommitsSmallSegmentsTogether(t *testing.T) {
 // cut there, as a slow store's is: the turn commits the segments before
 // it and says more wait, with no upload error and no backoff.
 func TestCopyTurnCutsASegmentTheCapHoldsPastHalfTheWindow(t *testing.T) {
-	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: objstore.New(mem.New(), "mem://capped", objstore.Options{}), Prefix: "tl/orders-0", LeaderEpoch: 1,
+	p := smallSegments(t, tiered.Options{Store: objstore.New(mem.New(), "mem://capped", objstore.Options{}),
 		CommitWindow: 2 * time.Second, UploadBytesPerSecond: 56 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	produce(t, p, 1800)
-	if err := p.Roll(); err != nil {
-		t.Fatal(err)
-	}
 	n, more, err := p.CopyTurn(ctx)
 	if err != nil || n < 1 || !more {
 		t.Fatalf("a turn whose second segment the cap holds past half the window: %d uploaded, more %v, err %v; want the first, more, no error", n, more, err)
@@ -743,16 +731,24 @@ func TestCopyTurnCutsASegmentTheCapHoldsPastHalfTheWindow(t *testing.T) {
 }
 
 // twoAtATime opens a partition over fs that uploads two segments at once
-// within commitWindow, with about six closed segments of 64 KiB; it is
-// closed when the test ends.
+// within commitWindow, with about six closed segments of 64 KiB (see
+// smallSegments).
 func twoAtATime(t *testing.T, fs *faultstore.Driver, commitWindow time.Duration) *tiered.Partition {
+	t.Helper()
+	return smallSegments(t, tiered.Options{Store: objstore.New(fs, "mem://two", objstore.Options{}), UploadConcurrency: 2, CommitWindow: commitWindow})
+}
+
+// smallSegments opens a partition under opts (its prefix and leader
+// epoch set here) over a log of 64 KiB segments, with about six closed
+// ones; it is closed when the test ends.
+func smallSegments(t *testing.T, opts tiered.Options) *tiered.Partition {
 	t.Helper()
 	l, err := local.Open(filepath.Join(t.TempDir(), "orders-0"), local.Options{Config: cfg(t, "segment.bytes", "65536"), LogStartOffset: -1, HighWatermark: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := tiered.Open(ctx, l, tiered.Options{Store: objstore.New(fs, "mem://two", objstore.Options{}), Prefix: "tl/orders-0", LeaderEpoch: 1,
-		UploadConcurrency: 2, CommitWindow: commitWindow})
+	opts.Prefix, opts.LeaderEpoch = "tl/orders-0", 1
+	p, err := tiered.Open(ctx, l, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
